@@ -1,0 +1,6 @@
+//! The engine: decides which tokens each step runs (scheduler), owns the KV blocks (block
+//! manager), picks the next tokens (sampler), and drives a [`Backend`] that does the math.
+
+pub mod backend;
+
+pub use backend::{Backend, ChunkInput, KvGeometry};

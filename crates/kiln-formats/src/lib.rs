@@ -1,0 +1,30 @@
+//! Readers for the model files people have: GGUF (v2/v3) and Hugging Face folders
+//! (config.json, safetensors, sharded indexes). Everything here is parsing and bounds
+//! checking; the only arithmetic is dequantisation of GGUF block formats.
+
+pub mod dtype;
+pub mod error;
+pub mod gguf;
+
+pub use dtype::DType;
+pub use error::{FormatError, Result};
+pub use gguf::{GgufFile, GgufValue, TensorInfo};
+
+/// A borrowed, zero-copy view of one tensor's bytes inside a mapped file.
+///
+/// `shape` is row-major, outermost dimension first (a `[rows, cols]` weight has `cols`
+/// contiguous elements per row) for both GGUF and safetensors; GGUF's innermost-first
+/// `ne[]` order is reversed when the file is read.
+#[derive(Debug, Clone)]
+pub struct TensorView<'a> {
+    pub name: &'a str,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub data: &'a [u8],
+}
+
+impl TensorView<'_> {
+    pub fn n_elements(&self) -> usize {
+        self.shape.iter().product()
+    }
+}

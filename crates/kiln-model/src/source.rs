@@ -1,0 +1,23 @@
+//! Weight sources: anything that can hand out a model's tensors by canonical name.
+
+use crate::{ModelConfig, TensorId};
+
+/// A dense f32 tensor on the host, row-major, outermost dimension first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostTensor {
+    pub shape: Vec<usize>,
+    pub data: Vec<f32>,
+}
+
+/// Where a backend gets its weights. Tensors come one at a time so that a backend can convert
+/// and upload each without holding the whole model in f32 on the host.
+///
+/// Every source returns tensors in the canonical layout: Hugging Face orientation
+/// (`[out_features, in_features]`), Q/K rows in the order [`ModelConfig::rope_style`] expects.
+pub trait WeightSource: Send + Sync {
+    fn config(&self) -> &ModelConfig;
+    /// Whether the model has this tensor (biases, norms and the LM head are optional).
+    fn has(&self, id: TensorId) -> bool;
+    /// The tensor, dequantised to f32.
+    fn load_f32(&self, id: TensorId) -> anyhow::Result<HostTensor>;
+}
