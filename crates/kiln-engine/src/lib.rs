@@ -2,5 +2,7 @@
 //! manager), picks the next tokens (sampler), and drives a [`Backend`] that does the math.
 
 pub mod backend;
+pub mod request;
 
 pub use backend::{Backend, ChunkInput, KvGeometry};
+pub use request::{Finish, FinishReason, GenEvent, GenerateRequest, SamplingParams, TokenEvent};

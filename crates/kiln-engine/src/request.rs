@@ -1,0 +1,93 @@
+//! What a client asks the engine for, and what it gets back, event by event.
+
+/// How the next token is chosen. The defaults are plain greedy decoding.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SamplingParams {
+    /// 0 means greedy (argmax).
+    pub temperature: f32,
+    /// 0 means no top-k cut.
+    pub top_k: usize,
+    /// 1.0 means no nucleus cut.
+    pub top_p: f32,
+    /// 0.0 means no min-p cut.
+    pub min_p: f32,
+    /// 1.0 means none (divides positive logits of seen tokens, multiplies negative ones).
+    pub repetition_penalty: f32,
+    /// Subtracted once from the logit of every token already generated.
+    pub presence_penalty: f32,
+    /// Subtracted per occurrence from the logit of every token already generated.
+    pub frequency_penalty: f32,
+    /// Same seed, same prompt, same parameters: same tokens, whatever else runs alongside.
+    pub seed: Option<u64>,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            seed: None,
+        }
+    }
+}
+
+/// One generation request.
+#[derive(Debug, Clone, Default)]
+pub struct GenerateRequest {
+    pub prompt: Vec<u32>,
+    pub sampling: SamplingParams,
+    pub max_tokens: usize,
+    /// Generation stops when the text contains one of these; the stop string is not returned.
+    pub stop: Vec<String>,
+    /// Generation stops on these ids as well as the model's end-of-sequence ids.
+    pub stop_token_ids: Vec<u32>,
+    pub ignore_eos: bool,
+    /// Some(n): return the chosen token's log-probability and the n most likely alternatives.
+    pub logprobs: Option<usize>,
+}
+
+/// One generated token.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenEvent {
+    pub id: u32,
+    /// Text this token completes. Empty while bytes of an unfinished UTF-8 character or a
+    /// possible stop string are held back; they arrive with a later token.
+    pub text: String,
+    pub logprob: Option<f32>,
+    pub top_logprobs: Vec<(u32, f32)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// End-of-sequence token, stop token or stop string.
+    Stop,
+    /// `max_tokens` or the context length reached.
+    Length,
+    /// The client went away or asked to cancel.
+    Cancelled,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finish {
+    pub reason: FinishReason,
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    /// Text held back at the end (after the last token event), if any.
+    pub trailing_text: String,
+    /// Seconds from submission to the first generated token.
+    pub time_to_first_token: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum GenEvent {
+    Token(TokenEvent),
+    Done(Finish),
+    /// The request failed; nothing more follows.
+    Error(String),
+}
