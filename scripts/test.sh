@@ -10,7 +10,7 @@ if [ -x scripts/ci-nvrtc.sh ]; then
   eval "$(bash scripts/ci-nvrtc.sh)"
 fi
 
-cargo test --workspace --release
+cargo test --workspace
 
 if [ -x tests/openai/run.sh ]; then
   bash tests/openai/run.sh
