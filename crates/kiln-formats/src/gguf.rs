@@ -7,8 +7,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use memmap2::Mmap;
-
+use crate::file_bytes::FileBytes;
 use crate::{DType, FormatError, Result, TensorView};
 
 const MAGIC: &[u8; 4] = b"GGUF";
@@ -122,7 +121,7 @@ pub struct TensorInfo {
 /// An open GGUF file.
 pub struct GgufFile {
     path: PathBuf,
-    mmap: Mmap,
+    mmap: FileBytes,
     pub version: u32,
     /// Metadata in file order.
     pub metadata: Vec<(String, GgufValue)>,
@@ -149,16 +148,22 @@ impl GgufFile {
     /// Maps and parses `path`. The mapping stays alive as long as the returned value.
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile> {
         let path = path.as_ref().to_path_buf();
-        let file = std::fs::File::open(&path).map_err(|e| FormatError::io(&path, e))?;
-        // SAFETY: the map is read-only; a file truncated underneath us by another process is the
-        // one hazard every mmap-based reader accepts (llama.cpp and safetensors do too).
-        let mmap = unsafe { Mmap::map(&file) }.map_err(|e| FormatError::io(&path, e))?;
-        Self::parse(path, mmap)
+        let bytes = FileBytes::map(&path)?;
+        Self::parse(path, bytes)
     }
 
-    fn parse(path: PathBuf, mmap: Mmap) -> Result<GgufFile> {
+    /// Parses a GGUF image held in memory; errors name it `<memory>`.
+    pub fn from_bytes(bytes: Vec<u8>) -> Result<GgufFile> {
+        Self::parse(PathBuf::from("<memory>"), FileBytes::Owned(bytes))
+    }
+
+    fn parse(path: PathBuf, mmap: FileBytes) -> Result<GgufFile> {
         let bytes: &[u8] = &mmap;
-        let mut r = Reader { buf: bytes, pos: 0, path: &path };
+        let mut r = Reader {
+            buf: bytes,
+            pos: 0,
+            path: &path,
+        };
         let magic = r.take(4, "magic")?;
         if magic != MAGIC {
             return Err(FormatError::invalid(
@@ -186,7 +191,10 @@ impl GgufFile {
             let ty = r.u32(&format!("type of metadata '{key}'"))?;
             let value = r.value(ty, &key, 0)?;
             if index.insert(key.clone(), metadata.len()).is_some() {
-                return Err(FormatError::invalid(&path, format!("metadata key '{key}' appears twice")));
+                return Err(FormatError::invalid(
+                    &path,
+                    format!("metadata key '{key}' appears twice"),
+                ));
             }
             metadata.push((key, value));
         }
@@ -242,7 +250,12 @@ impl GgufFile {
                 n = usize::try_from(d)
                     .ok()
                     .and_then(|d| n.checked_mul(d))
-                    .ok_or_else(|| FormatError::invalid(&path, format!("tensor '{name}' dimensions {ne:?} overflow")))?;
+                    .ok_or_else(|| {
+                        FormatError::invalid(
+                            &path,
+                            format!("tensor '{name}' dimensions {ne:?} overflow"),
+                        )
+                    })?;
             }
             let n_bytes = dtype.bytes_for(n).ok_or_else(|| {
                 FormatError::invalid(
@@ -250,10 +263,13 @@ impl GgufFile {
                     format!("tensor '{name}' of type {dtype} has {n} elements, not a whole number of blocks of {}", dtype.block_elems()),
                 )
             })?;
-            if dtype.is_quantized() && ne[0] as usize % dtype.block_elems() != 0 {
+            if dtype.is_quantized() && !(ne[0] as usize).is_multiple_of(dtype.block_elems()) {
                 return Err(FormatError::invalid(
                     &path,
-                    format!("tensor '{name}' row length {} is not a multiple of the {dtype} block", ne[0]),
+                    format!(
+                        "tensor '{name}' row length {} is not a multiple of the {dtype} block",
+                        ne[0]
+                    ),
                 ));
             }
             if rel_offset % alignment != 0 {
@@ -263,11 +279,18 @@ impl GgufFile {
                 ));
             }
             let shape = ne.iter().rev().map(|&d| d as usize).collect();
-            raw.push(RawInfo { name, shape, dtype, rel_offset, n_bytes });
+            raw.push(RawInfo {
+                name,
+                shape,
+                dtype,
+                rel_offset,
+                n_bytes,
+            });
         }
 
         let data_offset = align_up(r.pos as u64, alignment)
-            .ok_or_else(|| FormatError::invalid(&path, "data offset overflows"))? as usize;
+            .ok_or_else(|| FormatError::invalid(&path, "data offset overflows"))?
+            as usize;
         let mut tensors = Vec::with_capacity(raw.len());
         let mut tensor_index = HashMap::with_capacity(raw.len());
         for t in raw {
@@ -289,7 +312,10 @@ impl GgufFile {
                 }
             }
             if tensor_index.insert(t.name.clone(), tensors.len()).is_some() {
-                return Err(FormatError::invalid(&path, format!("tensor '{}' appears twice", t.name)));
+                return Err(FormatError::invalid(
+                    &path,
+                    format!("tensor '{}' appears twice", t.name),
+                ));
             }
             tensors.push(TensorInfo {
                 name: t.name,
@@ -300,7 +326,17 @@ impl GgufFile {
             });
         }
 
-        Ok(GgufFile { path, mmap, version, metadata, index, tensors, tensor_index, alignment, data_offset })
+        Ok(GgufFile {
+            path,
+            mmap,
+            version,
+            metadata,
+            index,
+            tensors,
+            tensor_index,
+            alignment,
+            data_offset,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -352,21 +388,41 @@ impl GgufFile {
         self.array_of(key, GgufValue::as_i64, "integers")
     }
 
-    fn typed<'a, T>(&'a self, key: &str, f: impl Fn(&'a GgufValue) -> Option<T>, what: &str) -> Result<Option<T>> {
+    fn typed<'a, T>(
+        &'a self,
+        key: &str,
+        f: impl Fn(&'a GgufValue) -> Option<T>,
+        what: &str,
+    ) -> Result<Option<T>> {
         match self.get(key) {
             None => Ok(None),
-            Some(v) => f(v)
-                .map(Some)
-                .ok_or_else(|| self.invalid(format!("metadata '{key}' should be {what}, found {}", v.type_name()))),
+            Some(v) => f(v).map(Some).ok_or_else(|| {
+                self.invalid(format!(
+                    "metadata '{key}' should be {what}, found {}",
+                    v.type_name()
+                ))
+            }),
         }
     }
 
-    fn array_of<'a, T>(&'a self, key: &str, f: impl Fn(&'a GgufValue) -> Option<T>, what: &str) -> Result<Option<Vec<T>>> {
-        let Some(arr) = self.get_array(key)? else { return Ok(None) };
+    fn array_of<'a, T>(
+        &'a self,
+        key: &str,
+        f: impl Fn(&'a GgufValue) -> Option<T>,
+        what: &str,
+    ) -> Result<Option<Vec<T>>> {
+        let Some(arr) = self.get_array(key)? else {
+            return Ok(None);
+        };
         arr.iter()
             .enumerate()
             .map(|(i, v)| {
-                f(v).ok_or_else(|| self.invalid(format!("metadata '{key}'[{i}] should be one of {what}, found {}", v.type_name())))
+                f(v).ok_or_else(|| {
+                    self.invalid(format!(
+                        "metadata '{key}'[{i}] should be one of {what}, found {}",
+                        v.type_name()
+                    ))
+                })
             })
             .collect::<Result<Vec<T>>>()
             .map(Some)
@@ -432,7 +488,10 @@ impl<'a> Reader<'a> {
         if n.saturating_mul(min_each) > self.remaining() as u64 {
             return Err(FormatError::invalid(
                 self.path,
-                format!("header claims {n} {what}, more than the {} bytes left in the file could hold", self.remaining()),
+                format!(
+                    "header claims {n} {what}, more than the {} bytes left in the file could hold",
+                    self.remaining()
+                ),
             ));
         }
         Ok(())
@@ -477,22 +536,35 @@ impl<'a> Reader<'a> {
             7 => match self.u8(key)? {
                 0 => GgufValue::Bool(false),
                 1 => GgufValue::Bool(true),
-                b => return Err(FormatError::invalid(self.path, format!("metadata '{key}': bool byte {b} is neither 0 nor 1"))),
+                b => {
+                    return Err(FormatError::invalid(
+                        self.path,
+                        format!("metadata '{key}': bool byte {b} is neither 0 nor 1"),
+                    ))
+                }
             },
             8 => GgufValue::String(self.string(key)?),
             9 => {
                 if depth >= MAX_ARRAY_DEPTH {
-                    return Err(FormatError::invalid(self.path, format!("metadata '{key}': arrays nested too deeply")));
+                    return Err(FormatError::invalid(
+                        self.path,
+                        format!("metadata '{key}': arrays nested too deeply"),
+                    ));
                 }
                 let elem_ty = self.u32(key)?;
                 let n = self.u64(key)?;
                 let min_each = match elem_ty {
                     0 | 1 | 7 => 1,
                     2 | 3 => 2,
-                    4 | 5 | 6 => 4,
+                    4..=6 => 4,
                     8 | 10 | 11 | 12 => 8,
                     9 => 12,
-                    t => return Err(FormatError::invalid(self.path, format!("metadata '{key}': unknown array element type {t}"))),
+                    t => {
+                        return Err(FormatError::invalid(
+                            self.path,
+                            format!("metadata '{key}': unknown array element type {t}"),
+                        ))
+                    }
                 };
                 self.check_count(n, min_each, &format!("elements in metadata array '{key}'"))?;
                 let mut items = Vec::with_capacity(n as usize);
@@ -504,7 +576,12 @@ impl<'a> Reader<'a> {
             10 => GgufValue::U64(self.u64(key)?),
             11 => GgufValue::I64(self.u64(key)? as i64),
             12 => GgufValue::F64(f64::from_bits(self.u64(key)?)),
-            t => return Err(FormatError::invalid(self.path, format!("metadata '{key}' has unknown value type {t}"))),
+            t => {
+                return Err(FormatError::invalid(
+                    self.path,
+                    format!("metadata '{key}' has unknown value type {t}"),
+                ))
+            }
         })
     }
 }

@@ -4,11 +4,14 @@
 
 pub mod dtype;
 pub mod error;
+mod file_bytes;
 pub mod gguf;
+pub mod safetensors;
 
 pub use dtype::DType;
 pub use error::{FormatError, Result};
 pub use gguf::{GgufFile, GgufValue, TensorInfo};
+pub use safetensors::SafetensorsModel;
 
 /// A borrowed, zero-copy view of one tensor's bytes inside a mapped file.
 ///
