@@ -11,6 +11,9 @@ pub enum FormatError {
     },
     #[error("{path}: {msg}")]
     Invalid { path: PathBuf, msg: String },
+    /// Bytes that do not match the type and count they are decoded as (no file involved).
+    #[error("{0}")]
+    Dequant(String),
 }
 
 impl FormatError {

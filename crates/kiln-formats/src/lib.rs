@@ -2,12 +2,14 @@
 //! (config.json, safetensors, sharded indexes). Everything here is parsing and bounds
 //! checking; the only arithmetic is dequantisation of GGUF block formats.
 
+pub mod dequant;
 pub mod dtype;
 pub mod error;
 mod file_bytes;
 pub mod gguf;
 pub mod safetensors;
 
+pub use dequant::{dequantize_into, to_f32};
 pub use dtype::DType;
 pub use error::{FormatError, Result};
 pub use gguf::{GgufFile, GgufValue, TensorInfo};
