@@ -2,7 +2,12 @@
 //! manager), picks the next tokens (sampler), and drives a [`Backend`] that does the math.
 
 pub mod backend;
+pub mod block_manager;
 pub mod request;
+pub mod sampler;
+pub mod scheduler;
+pub mod sequence;
+pub mod stop;
 
 pub use backend::{Backend, ChunkInput, KvGeometry};
 pub use request::{Finish, FinishReason, GenEvent, GenerateRequest, SamplingParams, TokenEvent};

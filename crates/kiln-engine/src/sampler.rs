@@ -1,0 +1,300 @@
+//! Picks the next token from one row of logits: penalties, temperature, top-k, top-p, min-p and a
+//! random draw that depends only on the request's seed and the token's index, so a seed alone
+//! fixes the tokens whatever else runs in the batch and across preemption.
+
+use crate::request::SamplingParams;
+
+/// The token the sampler chose, with the log-probabilities a client asked for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sampled {
+    pub id: u32,
+    /// Log-softmax of the raw logits at `id` (before penalties and temperature), when asked.
+    pub logprob: Option<f32>,
+    /// The `n` most likely tokens of the raw distribution, most likely first.
+    pub top_logprobs: Vec<(u32, f32)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SampleError {
+    #[error("the model returned no finite logit (NaN or infinite values everywhere)")]
+    NoFiniteLogits,
+    #[error("token {id} is outside the logits row of {vocab} entries")]
+    TokenOutOfRange { id: u32, vocab: usize },
+}
+
+/// The tokens the penalties look at.
+#[derive(Debug, Clone, Copy)]
+pub struct History<'a> {
+    pub prompt: &'a [u32],
+    pub generated: &'a [u32],
+}
+
+/// Smallest candidate list tried before growing it, when top-p needs the most likely tokens in
+/// order: most distributions reach top-p within a few dozen tokens, so a full sort is rare.
+const FIRST_PREFIX: usize = 64;
+
+/// Chooses the token that follows `history` given its `logits`.
+///
+/// `draw_index` is the index of the token being generated (0 for the first): together with
+/// `seed` it fixes the random draw. `logprobs`: `Some(n)` fills `logprob` and the top `n`.
+pub fn sample(
+    logits: &[f32],
+    params: &SamplingParams,
+    history: History<'_>,
+    seed: u64,
+    draw_index: u64,
+    logprobs: Option<usize>,
+) -> Result<Sampled, SampleError> {
+    let penalised;
+    let adjusted: &[f32] = if has_penalties(params) {
+        penalised = apply_penalties(logits, params, history)?;
+        &penalised
+    } else {
+        logits
+    };
+    let id = if params.temperature <= 0.0 {
+        argmax(adjusted).ok_or(SampleError::NoFiniteLogits)?
+    } else {
+        draw(adjusted, params, uniform(seed, draw_index))?
+    };
+    let (logprob, top_logprobs) = match logprobs {
+        Some(n) => {
+            let lse = log_sum_exp(logits).ok_or(SampleError::NoFiniteLogits)?;
+            let chosen = (logits[id as usize] as f64 - lse) as f32;
+            let top = top_n(logits, n)
+                .into_iter()
+                .map(|t| (t, (logits[t as usize] as f64 - lse) as f32))
+                .collect();
+            (Some(chosen), top)
+        }
+        None => (None, Vec::new()),
+    };
+    Ok(Sampled {
+        id,
+        logprob,
+        top_logprobs,
+    })
+}
+
+fn has_penalties(p: &SamplingParams) -> bool {
+    p.repetition_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0
+}
+
+/// Repetition penalty over prompt and generated tokens (as Hugging Face and vLLM do); presence
+/// and frequency penalties over generated tokens only (as OpenAI defines them).
+fn apply_penalties(
+    logits: &[f32],
+    p: &SamplingParams,
+    history: History<'_>,
+) -> Result<Vec<f32>, SampleError> {
+    let vocab = logits.len();
+    let all = history.prompt.iter().chain(history.generated);
+    if let Some(&id) = all.clone().find(|&&t| t as usize >= vocab) {
+        return Err(SampleError::TokenOutOfRange { id, vocab });
+    }
+    let mut out = logits.to_vec();
+    if p.repetition_penalty != 1.0 {
+        let mut seen = vec![false; logits.len()];
+        for &t in all {
+            let t = t as usize;
+            if !seen[t] {
+                seen[t] = true;
+                let l = out[t];
+                out[t] = if l > 0.0 {
+                    l / p.repetition_penalty
+                } else {
+                    l * p.repetition_penalty
+                };
+            }
+        }
+    }
+    if p.presence_penalty != 0.0 || p.frequency_penalty != 0.0 {
+        let mut counts = std::collections::HashMap::<u32, u32>::new();
+        for &t in history.generated {
+            *counts.entry(t).or_default() += 1;
+        }
+        for (t, c) in counts {
+            out[t as usize] -= p.presence_penalty + p.frequency_penalty * c as f32;
+        }
+    }
+    Ok(out)
+}
+
+/// Largest finite logit; the lowest id wins a tie.
+fn argmax(logits: &[f32]) -> Option<u32> {
+    let mut best: Option<(u32, f32)> = None;
+    for (i, &l) in logits.iter().enumerate() {
+        if l.is_nan() || l == f32::NEG_INFINITY {
+            continue;
+        }
+        if best.is_none_or(|(_, b)| l > b) {
+            best = Some((i as u32, l));
+        }
+    }
+    best.map(|(i, _)| i)
+}
+
+/// Orders token ids most likely first, lower id first among equals.
+fn by_weight_desc(w: &[f64]) -> impl Fn(&u32, &u32) -> std::cmp::Ordering + '_ {
+    move |&a, &b| w[b as usize].total_cmp(&w[a as usize]).then(a.cmp(&b))
+}
+
+/// Temperature, then top-k, top-p and min-p over the softmax, then an inverse-CDF draw at `u`.
+fn draw(logits: &[f32], p: &SamplingParams, u: f64) -> Result<u32, SampleError> {
+    let max = logits
+        .iter()
+        .copied()
+        .filter(|l| l.is_finite())
+        .fold(f32::NEG_INFINITY, f32::max);
+    if max == f32::NEG_INFINITY {
+        // Only +inf (or nothing finite): the argmax is the only sensible choice.
+        return argmax(logits).ok_or(SampleError::NoFiniteLogits);
+    }
+    let inv_t = 1.0 / p.temperature as f64;
+    let weights: Vec<f64> = logits
+        .iter()
+        .map(|&l| {
+            if l.is_finite() {
+                ((l as f64 - max as f64) * inv_t).exp()
+            } else if l == f32::INFINITY {
+                f64::INFINITY
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    if weights.iter().any(|w| w.is_infinite()) {
+        return argmax(logits).ok_or(SampleError::NoFiniteLogits);
+    }
+    let total: f64 = weights.iter().sum();
+    let vocab = logits.len();
+    let top_k = if p.top_k == 0 || p.top_k >= vocab {
+        vocab
+    } else {
+        p.top_k
+    };
+    let needs_order = top_k < vocab || p.top_p < 1.0;
+    let mut candidates: Vec<u32> = if needs_order {
+        ordered_candidates(&weights, total, top_k, p.top_p)
+    } else {
+        (0..vocab as u32)
+            .filter(|&t| weights[t as usize] > 0.0)
+            .collect()
+    };
+    if p.min_p > 0.0 {
+        let w_max = candidates
+            .iter()
+            .map(|&t| weights[t as usize])
+            .fold(0.0, f64::max);
+        let floor = p.min_p as f64 * w_max;
+        candidates.retain(|&t| weights[t as usize] >= floor);
+    }
+    let kept: f64 = candidates.iter().map(|&t| weights[t as usize]).sum();
+    let target = u * kept;
+    let mut acc = 0.0;
+    for &t in &candidates {
+        acc += weights[t as usize];
+        if acc > target {
+            return Ok(t);
+        }
+    }
+    candidates
+        .last()
+        .copied()
+        .ok_or(SampleError::NoFiniteLogits)
+}
+
+/// The top-k tokens, most likely first, cut to the smallest prefix whose probability mass
+/// reaches `top_p`. Sorts only as long a prefix as top-p needs.
+fn ordered_candidates(weights: &[f64], total: f64, top_k: usize, top_p: f32) -> Vec<u32> {
+    let mut ids: Vec<u32> = (0..weights.len() as u32).collect();
+    let order = by_weight_desc(weights);
+    let mut len = if top_p < 1.0 {
+        FIRST_PREFIX.min(top_k)
+    } else {
+        top_k
+    };
+    loop {
+        if len < ids.len() {
+            ids.select_nth_unstable_by(len, &order);
+        }
+        ids[..len].sort_unstable_by(&order);
+        if top_p < 1.0 {
+            let mass = top_p as f64 * total;
+            let mut acc = 0.0;
+            for (i, &t) in ids[..len].iter().enumerate() {
+                acc += weights[t as usize];
+                if acc >= mass {
+                    ids.truncate(i + 1);
+                    return ids;
+                }
+            }
+        }
+        if len >= top_k {
+            ids.truncate(top_k);
+            return ids;
+        }
+        len = (len * 4).min(top_k);
+    }
+}
+
+/// log(sum(exp(logits))) over the finite logits, in f64.
+fn log_sum_exp(logits: &[f32]) -> Option<f64> {
+    let max = logits
+        .iter()
+        .copied()
+        .filter(|l| l.is_finite())
+        .fold(f32::NEG_INFINITY, f32::max);
+    if max == f32::NEG_INFINITY {
+        return None;
+    }
+    let sum: f64 = logits
+        .iter()
+        .filter(|l| l.is_finite())
+        .map(|&l| (l as f64 - max as f64).exp())
+        .sum();
+    Some(max as f64 + sum.ln())
+}
+
+/// The `n` largest raw logits' ids, largest first, lower id first among equals.
+fn top_n(logits: &[f32], n: usize) -> Vec<u32> {
+    let n = n.min(logits.len());
+    if n == 0 {
+        return Vec::new();
+    }
+    let key = |t: u32| {
+        let l = logits[t as usize];
+        if l.is_nan() {
+            f32::NEG_INFINITY
+        } else {
+            l
+        }
+    };
+    let order = |a: &u32, b: &u32| key(*b).total_cmp(&key(*a)).then(a.cmp(b));
+    let mut ids: Vec<u32> = (0..logits.len() as u32).collect();
+    if n < ids.len() {
+        ids.select_nth_unstable_by(n, order);
+    }
+    ids.truncate(n);
+    ids.sort_unstable_by(order);
+    ids
+}
+
+/// SplitMix64's finaliser: a bijective, well-mixed hash of a 64-bit counter.
+pub fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The uniform draw in [0, 1) for token `index` of a sequence seeded with `seed`. Counter-based:
+/// no state, so it is the same in any batch and after a preemption recomputes the sequence.
+pub fn uniform(seed: u64, index: u64) -> f64 {
+    let bits = splitmix64(splitmix64(seed) ^ splitmix64(index.wrapping_add(0x5851_F42D_4C95_7F2D)));
+    (bits >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+}
+
+#[cfg(test)]
+#[path = "sampler_tests.rs"]
+mod tests;

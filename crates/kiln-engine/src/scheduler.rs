@@ -1,0 +1,216 @@
+//! Decides each step's tokens: the decode token of every running sequence plus prefill chunks,
+//! all under one token budget (chunked prefill, as vLLM v1 and nano-vllm do). Admits waiting
+//! sequences while KV blocks last and, when they run out, preempts the newest running sequence
+//! (its blocks are freed and it is recomputed later from its tokens).
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::backend::{ChunkInput, KvGeometry};
+use crate::block_manager::BlockManager;
+use crate::sequence::{SeqId, Sequence};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchedulerConfig {
+    /// Sequences running at once.
+    pub max_num_seqs: usize,
+    /// Tokens run per step, decode and prefill together.
+    pub max_batched_tokens: usize,
+    /// Most prompt tokens one sequence runs in a step.
+    pub prefill_chunk: usize,
+}
+
+/// One sequence's tokens `start..start + len` in a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScheduledChunk {
+    pub seq: SeqId,
+    pub start: usize,
+    pub len: usize,
+    /// The chunk ends at the sequence's last token: its logits give the next token.
+    pub want_logits: bool,
+}
+
+#[derive(Debug)]
+pub struct Scheduler {
+    cfg: SchedulerConfig,
+    blocks: BlockManager,
+    seqs: HashMap<SeqId, Sequence>,
+    waiting: VecDeque<SeqId>,
+    /// Oldest admission first; preemption takes from the back.
+    running: Vec<SeqId>,
+    preemptions: u64,
+}
+
+impl Scheduler {
+    pub fn new(cfg: SchedulerConfig, geometry: KvGeometry) -> Scheduler {
+        let cfg = SchedulerConfig {
+            max_num_seqs: cfg.max_num_seqs.max(1),
+            max_batched_tokens: cfg.max_batched_tokens.max(1),
+            prefill_chunk: cfg.prefill_chunk.max(1),
+        };
+        Scheduler {
+            cfg,
+            blocks: BlockManager::new(geometry),
+            seqs: HashMap::new(),
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            preemptions: 0,
+        }
+    }
+
+    /// Queues a new sequence behind the waiting ones.
+    pub fn add(&mut self, seq: Sequence) {
+        self.waiting.push_back(seq.id);
+        self.seqs.insert(seq.id, seq);
+    }
+
+    /// Plans the next step. Empty only when there is nothing to run.
+    pub fn schedule(&mut self) -> Vec<ScheduledChunk> {
+        let mut plan = Vec::new();
+        let mut budget = self.cfg.max_batched_tokens;
+        let preemptions_before = self.preemptions;
+        let mut i = 0;
+        while i < self.running.len() && budget > 0 {
+            let id = self.running[i];
+            // Leave one token of budget for each younger running sequence, so that a long
+            // prefill chunk never stalls their decodes.
+            let share = budget.saturating_sub(self.running.len() - i - 1).max(1);
+            let Some(chunk) = self.next_chunk(id, share) else {
+                i += 1;
+                continue;
+            };
+            if self.make_room(id, chunk.start + chunk.len) {
+                budget -= chunk.len;
+                plan.push(chunk);
+                i += 1;
+            }
+        }
+        // A step that had to preempt admits nobody: the pool is already too tight.
+        let preempted = self.preemptions != preemptions_before;
+        while !preempted && budget > 0 && self.running.len() < self.cfg.max_num_seqs {
+            let Some(&id) = self.waiting.front() else {
+                break;
+            };
+            let Some(chunk) = self.next_chunk(id, budget) else {
+                break;
+            };
+            if !self.blocks.grow(id, chunk.start + chunk.len) {
+                break;
+            }
+            self.waiting.pop_front();
+            self.running.push(id);
+            budget -= chunk.len;
+            plan.push(chunk);
+        }
+        plan
+    }
+
+    /// The next chunk of `id`'s pending tokens, at most `limit` long.
+    fn next_chunk(&self, id: SeqId, limit: usize) -> Option<ScheduledChunk> {
+        let seq = self.seqs.get(&id)?;
+        let len = seq.pending().min(self.cfg.prefill_chunk).min(limit);
+        (len > 0).then(|| ScheduledChunk {
+            seq: id,
+            start: seq.num_computed,
+            len,
+            want_logits: seq.num_computed + len == seq.tokens.len(),
+        })
+    }
+
+    /// Grows `id`'s blocks to `tokens` positions, preempting the newest running sequences
+    /// until they fit. Returns false when `id` itself had to be preempted.
+    fn make_room(&mut self, id: SeqId, tokens: usize) -> bool {
+        while !self.blocks.grow(id, tokens) {
+            let Some(victim) = self.running.pop() else {
+                return false;
+            };
+            self.preempt(victim);
+            if victim == id {
+                return false;
+            }
+        }
+        true
+    }
+
+    fn preempt(&mut self, id: SeqId) {
+        self.blocks.release(id);
+        if let Some(seq) = self.seqs.get_mut(&id) {
+            seq.num_computed = 0;
+        }
+        self.waiting.push_front(id);
+        self.preemptions += 1;
+        tracing::debug!(seq = id, "preempted: KV cache full, will recompute");
+    }
+
+    /// The backend's view of a plan: tokens, positions and block tables.
+    pub fn inputs(&self, plan: &[ScheduledChunk]) -> Vec<ChunkInput<'_>> {
+        plan.iter()
+            .map(|c| ChunkInput {
+                tokens: &self.seqs[&c.seq].tokens[c.start..c.start + c.len],
+                start_pos: c.start,
+                block_table: self.blocks.table(c.seq),
+                want_logits: c.want_logits,
+            })
+            .collect()
+    }
+
+    /// Records that the plan ran: its tokens are now in the cache.
+    pub fn complete(&mut self, plan: &[ScheduledChunk]) {
+        for c in plan {
+            if let Some(seq) = self.seqs.get_mut(&c.seq) {
+                seq.num_computed = seq.num_computed.max(c.start + c.len);
+            }
+        }
+    }
+
+    /// Appends a sampled token to a sequence.
+    pub fn push_token(&mut self, id: SeqId, token: u32) {
+        if let Some(seq) = self.seqs.get_mut(&id) {
+            seq.tokens.push(token);
+        }
+    }
+
+    /// Takes a sequence out (finished, cancelled or failed) and frees its blocks.
+    pub fn remove(&mut self, id: SeqId) -> Option<Sequence> {
+        self.blocks.release(id);
+        self.running.retain(|&r| r != id);
+        self.waiting.retain(|&w| w != id);
+        self.seqs.remove(&id)
+    }
+
+    pub fn get(&self, id: SeqId) -> Option<&Sequence> {
+        self.seqs.get(&id)
+    }
+
+    /// Every sequence the scheduler holds, running or waiting.
+    pub fn ids(&self) -> impl Iterator<Item = SeqId> + '_ {
+        self.seqs.keys().copied()
+    }
+
+    pub fn is_running(&self, id: SeqId) -> bool {
+        self.running.contains(&id)
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.seqs.is_empty()
+    }
+
+    pub fn num_running(&self) -> usize {
+        self.running.len()
+    }
+
+    pub fn num_waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    pub fn blocks(&self) -> &BlockManager {
+        &self.blocks
+    }
+
+    pub fn preemptions(&self) -> u64 {
+        self.preemptions
+    }
+}
+
+#[cfg(test)]
+#[path = "scheduler_tests.rs"]
+mod tests;

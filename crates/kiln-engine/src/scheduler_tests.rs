@@ -1,0 +1,227 @@
+use super::*;
+
+fn scheduler(max_num_seqs: usize, budget: usize, chunk: usize, blocks: usize) -> Scheduler {
+    let cfg = SchedulerConfig {
+        max_num_seqs,
+        max_batched_tokens: budget,
+        prefill_chunk: chunk,
+    };
+    Scheduler::new(
+        cfg,
+        KvGeometry {
+            block_size: 4,
+            num_blocks: blocks,
+        },
+    )
+}
+
+/// Runs one step the way the engine does, appending `token` wherever logits were asked for.
+fn step(s: &mut Scheduler, token: u32) -> Vec<ScheduledChunk> {
+    let plan = s.schedule();
+    s.complete(&plan);
+    for c in &plan {
+        if c.want_logits {
+            s.push_token(c.seq, token);
+        }
+    }
+    plan
+}
+
+fn chunk(seq: SeqId, start: usize, len: usize, want_logits: bool) -> ScheduledChunk {
+    ScheduledChunk {
+        seq,
+        start,
+        len,
+        want_logits,
+    }
+}
+
+#[test]
+fn a_long_prompt_is_prefilled_in_chunks_then_decoded() {
+    let mut s = scheduler(4, 100, 4, 16);
+    s.add(Sequence::new(1, (0..10).collect()));
+    assert_eq!(step(&mut s, 50), vec![chunk(1, 0, 4, false)]);
+    assert_eq!(step(&mut s, 50), vec![chunk(1, 4, 4, false)]);
+    assert_eq!(step(&mut s, 50), vec![chunk(1, 8, 2, true)]);
+    assert_eq!(step(&mut s, 51), vec![chunk(1, 10, 1, true)]);
+    assert_eq!(s.get(1).unwrap().generated(), &[50, 51]);
+    assert_eq!(s.blocks().table(1).len(), 3);
+}
+
+#[test]
+fn decodes_and_prefill_chunks_share_one_budget() {
+    let mut s = scheduler(8, 10, 2048, 64);
+    s.add(Sequence::new(1, vec![1, 2]));
+    s.add(Sequence::new(2, vec![3, 4, 5]));
+    assert_eq!(
+        step(&mut s, 9),
+        vec![chunk(1, 0, 2, true), chunk(2, 0, 3, true)]
+    );
+    s.add(Sequence::new(3, (0..100).collect()));
+    let plan = step(&mut s, 9);
+    assert_eq!(
+        plan,
+        vec![
+            chunk(1, 2, 1, true),
+            chunk(2, 3, 1, true),
+            chunk(3, 0, 8, false)
+        ]
+    );
+    assert_eq!(plan.iter().map(|c| c.len).sum::<usize>(), 10);
+}
+
+#[test]
+fn an_older_prefill_leaves_budget_for_younger_decodes() {
+    let mut s = scheduler(8, 8, 2048, 64);
+    s.add(Sequence::new(1, (0..20).collect()));
+    assert_eq!(step(&mut s, 9), vec![chunk(1, 0, 8, false)]);
+    s.add(Sequence::new(2, vec![1]));
+    s.add(Sequence::new(3, vec![2]));
+    // The budget is spent by sequence 1's prefill, so 2 and 3 wait a step.
+    assert_eq!(step(&mut s, 9), vec![chunk(1, 8, 8, false)]);
+    assert_eq!(
+        step(&mut s, 9),
+        vec![
+            chunk(1, 16, 4, true),
+            chunk(2, 0, 1, true),
+            chunk(3, 0, 1, true)
+        ]
+    );
+    // Now running: sequence 1 keeps budget for 2 and 3.
+    assert_eq!(
+        step(&mut s, 9),
+        vec![
+            chunk(1, 20, 1, true),
+            chunk(2, 1, 1, true),
+            chunk(3, 1, 1, true)
+        ]
+    );
+}
+
+#[test]
+fn admission_stops_at_max_num_seqs() {
+    let mut s = scheduler(2, 100, 2048, 64);
+    for id in 1..=3 {
+        s.add(Sequence::new(id, vec![7; 3]));
+    }
+    let plan = step(&mut s, 9);
+    assert_eq!(plan.iter().map(|c| c.seq).collect::<Vec<_>>(), vec![1, 2]);
+    assert_eq!((s.num_running(), s.num_waiting()), (2, 1));
+    s.remove(1);
+    let plan = step(&mut s, 9);
+    assert_eq!(plan, vec![chunk(2, 3, 1, true), chunk(3, 0, 3, true)]);
+}
+
+#[test]
+fn admission_waits_for_free_blocks() {
+    let mut s = scheduler(8, 100, 2048, 3);
+    s.add(Sequence::new(1, vec![1; 8]));
+    s.add(Sequence::new(2, vec![1; 8]));
+    let plan = step(&mut s, 9);
+    assert_eq!(plan, vec![chunk(1, 0, 8, true)]);
+    assert_eq!(s.num_waiting(), 1);
+    assert!(s.blocks().table(2).is_empty());
+}
+
+#[test]
+fn a_full_pool_preempts_the_newest_and_recomputes_it_later() {
+    // 3 blocks of 4 tokens: sequence 1 takes two, sequence 2 the third.
+    let mut s = scheduler(8, 100, 2048, 3);
+    s.add(Sequence::new(1, vec![1; 8]));
+    s.add(Sequence::new(2, vec![2; 3]));
+    assert_eq!(
+        step(&mut s, 9),
+        vec![chunk(1, 0, 8, true), chunk(2, 0, 3, true)]
+    );
+    assert_eq!(s.blocks().num_free(), 0);
+    // Sequence 1 needs a third block for position 8: sequence 2, the newest, is preempted.
+    assert_eq!(step(&mut s, 9), vec![chunk(1, 8, 1, true)]);
+    assert_eq!(s.preemptions(), 1);
+    assert_eq!((s.num_running(), s.num_waiting()), (1, 1));
+    let two = s.get(2).unwrap();
+    assert_eq!(
+        (two.num_computed, two.tokens.len()),
+        (0, 4),
+        "keeps its generated token"
+    );
+    assert!(s.blocks().table(2).is_empty());
+    // When 1 finishes, 2 comes back and recomputes prompt + generated token in one chunk.
+    s.remove(1);
+    assert_eq!(step(&mut s, 9), vec![chunk(2, 0, 4, true)]);
+    assert_eq!(s.get(2).unwrap().generated(), &[9, 9]);
+}
+
+#[test]
+fn the_oldest_sequence_is_preempted_last() {
+    let mut s = scheduler(8, 100, 2048, 4);
+    for id in 1..=3 {
+        s.add(Sequence::new(id, vec![1; 4]));
+    }
+    step(&mut s, 9);
+    assert_eq!(s.blocks().num_free(), 1);
+    // All three need a new block for position 4 and one is free: 1 takes it, 2 takes the
+    // block of 3, the newest, which is preempted.
+    assert_eq!(
+        step(&mut s, 9),
+        vec![chunk(1, 4, 1, true), chunk(2, 4, 1, true)]
+    );
+    assert_eq!(s.preemptions(), 1);
+    assert!(s.is_running(1) && s.is_running(2) && !s.is_running(3));
+    s.remove(1);
+    let plan = step(&mut s, 9);
+    assert_eq!(plan, vec![chunk(2, 5, 1, true), chunk(3, 0, 5, true)]);
+}
+
+#[test]
+fn a_sequence_longer_than_the_pool_is_preempted_not_crashed() {
+    let mut s = scheduler(8, 100, 2048, 2);
+    s.add(Sequence::new(1, vec![1; 7]));
+    assert_eq!(step(&mut s, 9), vec![chunk(1, 0, 7, true)]);
+    assert_eq!(step(&mut s, 9), vec![chunk(1, 7, 1, true)]);
+    // Position 8 needs a third block that does not exist. The engine refuses such lengths at
+    // submit; the scheduler itself still neither crashes nor loses the sequence's tokens.
+    assert!(step(&mut s, 9).is_empty());
+    assert_eq!(s.preemptions(), 1);
+    assert_eq!(s.get(1).unwrap().tokens.len(), 9);
+    assert_eq!(s.blocks().num_free(), 2);
+}
+
+#[test]
+fn removing_a_sequence_frees_its_blocks_wherever_it_is() {
+    let mut s = scheduler(1, 100, 2048, 8);
+    s.add(Sequence::new(1, vec![1; 5]));
+    s.add(Sequence::new(2, vec![1; 5]));
+    step(&mut s, 9);
+    assert_eq!(s.blocks().num_used(), 2);
+    assert!(s.remove(1).is_some());
+    assert!(
+        s.remove(2).is_some(),
+        "waiting sequences can be removed too"
+    );
+    assert!(s.remove(2).is_none());
+    assert_eq!(s.blocks().num_used(), 0);
+    assert!(s.is_idle());
+    assert!(s.schedule().is_empty());
+}
+
+#[test]
+fn inputs_carry_the_tokens_positions_and_block_tables() {
+    let mut s = scheduler(4, 100, 3, 8);
+    s.add(Sequence::new(1, vec![10, 11, 12, 13, 14]));
+    let plan = s.schedule();
+    let inputs = s.inputs(&plan);
+    assert_eq!(inputs.len(), 1);
+    assert_eq!(inputs[0].tokens, &[10, 11, 12]);
+    assert_eq!(inputs[0].start_pos, 0);
+    assert_eq!(inputs[0].block_table.len(), 1);
+    assert!(!inputs[0].want_logits);
+    s.complete(&plan);
+    let plan = s.schedule();
+    let inputs = s.inputs(&plan);
+    assert_eq!(
+        (inputs[0].tokens, inputs[0].start_pos),
+        (&[13u32, 14][..], 3)
+    );
+    assert_eq!(inputs[0].block_table.len(), 2);
+    assert!(inputs[0].want_logits);
+}

@@ -1,0 +1,38 @@
+//! One sequence's token bookkeeping: what it holds and how much of it the KV cache holds.
+
+pub type SeqId = u64;
+
+#[derive(Debug, Clone)]
+pub struct Sequence {
+    pub id: SeqId,
+    /// Prompt followed by the generated tokens.
+    pub tokens: Vec<u32>,
+    pub prompt_len: usize,
+    /// Leading tokens whose keys and values are in the cache. After a preemption this drops
+    /// to 0 and the sequence is recomputed from its tokens.
+    pub num_computed: usize,
+}
+
+impl Sequence {
+    pub fn new(id: SeqId, prompt: Vec<u32>) -> Sequence {
+        Sequence {
+            id,
+            prompt_len: prompt.len(),
+            tokens: prompt,
+            num_computed: 0,
+        }
+    }
+
+    pub fn prompt(&self) -> &[u32] {
+        &self.tokens[..self.prompt_len]
+    }
+
+    pub fn generated(&self) -> &[u32] {
+        &self.tokens[self.prompt_len..]
+    }
+
+    /// Tokens still to run through the model before the next token can be sampled.
+    pub fn pending(&self) -> usize {
+        self.tokens.len() - self.num_computed
+    }
+}
