@@ -1,0 +1,177 @@
+// Decode attention: one query row per sequence, split over the KV length. The split count and
+// the split boundaries depend only on the sequence's own length, and every split visits its keys
+// in a fixed order, so a row's result is the same alone or in any batch. A CTA owns one split of
+// one KV head for up to 8 query heads of its GQA group; a combine kernel merges the splits in
+// index order. Cache layout: [block][kv_head][block_size][head_dim].
+
+#define DA_WARPS 4
+#define DA_MAX_GROUP 8
+#define DA_KEYS 4
+
+// Split s of a length-L sequence covers [s * span, min(L, (s + 1) * span)).
+__device__ __forceinline__ void da_split(int len, int max_splits, int min_span, int* n_splits, int* span) {
+    int n = (len + min_span - 1) / min_span;
+    n = n < 1 ? 1 : (n > max_splits ? max_splits : n);
+    int sp = (len + n - 1) / n;
+    sp = (sp + 15) / 16 * 16;
+    *span = sp;
+    *n_splits = (len + sp - 1) / sp;
+}
+
+// PER consecutive bf16 (2, 4 or 8: 4, 8 or 16 bytes) into floats, as one vector load.
+template <int PER>
+__device__ __forceinline__ void load_bf16_row(const bf16_t* p, float* out) {
+    if constexpr (PER == 8) {
+        const uint4 v = *reinterpret_cast<const uint4*>(p);
+        const u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) { out[2 * i] = bf16x2_lo(w[i]); out[2 * i + 1] = bf16x2_hi(w[i]); }
+    } else if constexpr (PER == 4) {
+        const uint2 v = *reinterpret_cast<const uint2*>(p);
+        out[0] = bf16x2_lo(v.x); out[1] = bf16x2_hi(v.x); out[2] = bf16x2_lo(v.y); out[3] = bf16x2_hi(v.y);
+    } else {
+        const u32 v = *reinterpret_cast<const u32*>(p);
+        out[0] = bf16x2_lo(v); out[1] = bf16x2_hi(v);
+    }
+}
+
+template <int HD>
+__device__ __forceinline__ void decode_attn_body(
+    const bf16_t* __restrict__ q, const bf16_t* __restrict__ k_cache, const bf16_t* __restrict__ v_cache,
+    const int* __restrict__ positions, const int* __restrict__ token_seq, const int* __restrict__ bt_start,
+    const int* __restrict__ block_tables, float* __restrict__ part_o, float* __restrict__ part_ml,
+    int n_q, int n_kv, int block_size, int window, float scale_log2, int max_splits, int min_span) {
+    constexpr int PER = HD / 32;  // elements of a head per lane
+    const int split = blockIdx.x, row = blockIdx.z;
+    const int group = n_q / n_kv;
+    const int groups_per_kv = (group + DA_MAX_GROUP - 1) / DA_MAX_GROUP;
+    const int kvh = blockIdx.y / groups_per_kv;
+    const int h0 = kvh * group + (blockIdx.y % groups_per_kv) * DA_MAX_GROUP;
+    const int nh = min(DA_MAX_GROUP, kvh * group + group - h0);
+    const int pos = positions[row];
+    const int len = pos + 1;
+    int n_splits, span;
+    da_split(len, max_splits, min_span, &n_splits, &span);
+    if (split >= n_splits) return;
+    int lo = split * span;
+    const int hi = min(len, lo + span);
+    if (window > 0 && lo < len - window) lo = min(hi, max(lo, len - window));
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int* table = block_tables + bt_start[token_seq[row]];
+    float qv[DA_MAX_GROUP][PER];
+#pragma unroll
+    for (int h = 0; h < DA_MAX_GROUP; ++h)
+#pragma unroll
+        for (int e = 0; e < PER; ++e)
+            qv[h][e] = h < nh ? bf16_to_f32(q[((u64)row * n_q + h0 + h) * HD + lane * PER + e]) * scale_log2 : 0.f;
+    float m[DA_MAX_GROUP], l[DA_MAX_GROUP], o[DA_MAX_GROUP][PER];
+#pragma unroll
+    for (int h = 0; h < DA_MAX_GROUP; ++h) {
+        m[h] = KILN_NEG_INF;
+        l[h] = 0.f;
+#pragma unroll
+        for (int e = 0; e < PER; ++e) o[h][e] = 0.f;
+    }
+    // Warp w takes key groups w, w + DA_WARPS, ... of DA_KEYS consecutive keys each.
+    for (int k0 = lo + warp * DA_KEYS; k0 < hi; k0 += DA_WARPS * DA_KEYS) {
+        float kf[DA_KEYS][PER], vf[DA_KEYS][PER];
+#pragma unroll
+        for (int j = 0; j < DA_KEYS; ++j) {
+            const int p = k0 + j;
+            if (p < hi) {
+                const u64 base = (((u64)table[p / block_size] * n_kv + kvh) * block_size + p % block_size) * HD + lane * PER;
+                load_bf16_row<PER>(k_cache + base, kf[j]);
+                load_bf16_row<PER>(v_cache + base, vf[j]);
+            } else {
+#pragma unroll
+                for (int e = 0; e < PER; ++e) kf[j][e] = vf[j][e] = 0.f;
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < DA_MAX_GROUP; ++h) {
+            if (h >= nh) break;
+            float s[DA_KEYS];
+            float mx = m[h];
+#pragma unroll
+            for (int j = 0; j < DA_KEYS; ++j) {
+                float d = 0.f;
+#pragma unroll
+                for (int e = 0; e < PER; ++e) d += qv[h][e] * kf[j][e];
+                d = warp_sum(d);
+                s[j] = (k0 + j < hi) ? d : KILN_NEG_INF;
+                mx = fmaxf(mx, s[j]);
+            }
+            const float alpha = exp2f(m[h] - mx);  // m[h] = -inf gives 0; mx is finite here
+            l[h] *= alpha;
+#pragma unroll
+            for (int e = 0; e < PER; ++e) o[h][e] *= alpha;
+#pragma unroll
+            for (int j = 0; j < DA_KEYS; ++j) {
+                const float p = exp2f(s[j] - mx);
+                l[h] += p;
+#pragma unroll
+                for (int e = 0; e < PER; ++e) o[h][e] += p * vf[j][e];
+            }
+            m[h] = mx;
+        }
+    }
+    // Merge the warps in index order through shared memory.
+    __shared__ float sm_ml[DA_WARPS][DA_MAX_GROUP][2];
+    __shared__ float sm_o[DA_WARPS][DA_MAX_GROUP][HD];
+#pragma unroll
+    for (int h = 0; h < DA_MAX_GROUP; ++h) {
+        if (lane == 0) { sm_ml[warp][h][0] = m[h]; sm_ml[warp][h][1] = l[h]; }
+#pragma unroll
+        for (int e = 0; e < PER; ++e) sm_o[warp][h][lane * PER + e] = o[h][e];
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < nh * HD; idx += blockDim.x) {
+        const int h = idx / HD, d = idx % HD;
+        float mm = KILN_NEG_INF;
+        for (int wi = 0; wi < DA_WARPS; ++wi) mm = fmaxf(mm, sm_ml[wi][h][0]);
+        float ll = 0.f, oo = 0.f;
+        for (int wi = 0; wi < DA_WARPS; ++wi) {
+            const float sc = mm == KILN_NEG_INF ? 0.f : exp2f(sm_ml[wi][h][0] - mm);
+            ll += sm_ml[wi][h][1] * sc;
+            oo += sm_o[wi][h][d] * sc;
+        }
+        const u64 pi = ((u64)row * n_q + h0 + h) * max_splits + split;
+        part_o[pi * HD + d] = oo;
+        if (d == 0) { part_ml[pi * 2] = mm; part_ml[pi * 2 + 1] = ll; }
+    }
+}
+
+#define DA_ENTRY(HD)                                                                                  \
+    extern "C" __global__ void __launch_bounds__(128) decode_attn_hd##HD(                            \
+        const bf16_t* q, const bf16_t* kc, const bf16_t* vc, const int* positions, const int* token_seq, \
+        const int* bt_start, const int* block_tables, float* part_o, float* part_ml, int n_q, int n_kv, \
+        int block_size, int window, float scale_log2, int max_splits, int min_span) {                \
+        decode_attn_body<HD>(q, kc, vc, positions, token_seq, bt_start, block_tables, part_o, part_ml, \
+                             n_q, n_kv, block_size, window, scale_log2, max_splits, min_span);        \
+    }
+DA_ENTRY(64)
+DA_ENTRY(128)
+DA_ENTRY(256)
+
+// out[row, h, :] = merge of the row's splits, in split order. Grid (n_q, rows), hd threads.
+extern "C" __global__ void decode_attn_combine(const float* __restrict__ part_o, const float* __restrict__ part_ml,
+                                               const int* __restrict__ positions, bf16_t* __restrict__ out,
+                                               int n_q, int hd, int max_splits, int min_span) {
+    const int h = blockIdx.x, row = blockIdx.y;
+    int n_splits, span;
+    da_split(positions[row] + 1, max_splits, min_span, &n_splits, &span);
+    const u64 base = ((u64)row * n_q + h) * max_splits;
+    float mm = KILN_NEG_INF;
+    for (int s = 0; s < n_splits; ++s) mm = fmaxf(mm, part_ml[(base + s) * 2]);
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float ll = 0.f, oo = 0.f;
+        for (int s = 0; s < n_splits; ++s) {
+            const float ms = part_ml[(base + s) * 2];
+            const float sc = ms == KILN_NEG_INF ? 0.f : exp2f(ms - mm);
+            ll += part_ml[(base + s) * 2 + 1] * sc;
+            oo += part_o[(base + s) * hd + d] * sc;
+        }
+        out[((u64)row * n_q + h) * hd + d] = f32_to_bf16(ll > 0.f ? oo / ll : 0.f);
+    }
+}

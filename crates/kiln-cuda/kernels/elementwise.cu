@@ -1,0 +1,105 @@
+// Row-wise kernels around the GEMMs: embedding gather, RMSNorm with the residual add, the
+// final norm of the rows that need logits, SwiGLU, argmax, and the f32 -> bf16 upload path.
+// Each row is reduced by one block in a fixed order, so a row's result never depends on the
+// other rows of the launch.
+
+// x[t, :] = embedding[tokens[t], :] as f32. Token ids were checked on the host.
+extern "C" __global__ void embed_gather(float* __restrict__ x, const bf16_t* __restrict__ emb,
+                                        const int* __restrict__ tokens, int hidden) {
+    const int t = blockIdx.x;
+    const bf16_t* row = emb + (u64)tokens[t] * hidden;
+    float* out = x + (u64)t * hidden;
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) out[i] = bf16_to_f32(row[i]);
+}
+
+// x[t] += delta[t] (when delta is not null), then out[t] = bf16(x[t] * rsqrt(mean(x^2) + eps) * w).
+extern "C" __global__ void rmsnorm_residual(float* __restrict__ x, const float* __restrict__ delta,
+                                            const bf16_t* __restrict__ w, bf16_t* __restrict__ out,
+                                            int hidden, float eps) {
+    __shared__ float scratch[32];
+    const int t = blockIdx.x;
+    float* xr = x + (u64)t * hidden;
+    const float* dr = delta ? delta + (u64)t * hidden : nullptr;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+        float v = xr[i];
+        if (dr) {
+            v += dr[i];
+            xr[i] = v;
+        }
+        ss += v * v;
+    }
+    const float inv = rsqrtf(block_sum(ss, scratch) / (float)hidden + eps);
+    bf16_t* o = out + (u64)t * hidden;
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) o[i] = f32_to_bf16(xr[i] * inv * bf16_to_f32(w[i]));
+}
+
+// For each output row r: v = x[rows[r]] + delta[rows[r]], out[r] = bf16(rmsnorm(v) * w).
+// Only the rows that need logits go through the final norm and the LM head.
+extern "C" __global__ void final_norm_rows(const float* __restrict__ x, const float* __restrict__ delta,
+                                           const int* __restrict__ rows, const bf16_t* __restrict__ w,
+                                           bf16_t* __restrict__ out, int hidden, float eps) {
+    __shared__ float scratch[32];
+    const int r = blockIdx.x;
+    const u64 t = (u64)rows[r];
+    const float* xr = x + t * hidden;
+    const float* dr = delta + t * hidden;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+        const float v = xr[i] + dr[i];
+        ss += v * v;
+    }
+    const float inv = rsqrtf(block_sum(ss, scratch) / (float)hidden + eps);
+    bf16_t* o = out + (u64)r * hidden;
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x)
+        o[i] = f32_to_bf16((xr[i] + dr[i]) * inv * bf16_to_f32(w[i]));
+}
+
+// gu[t] = [gate (inter) | up (inter)]; out[t, i] = bf16(silu(gate) * up).
+extern "C" __global__ void swiglu(const float* __restrict__ gu, bf16_t* __restrict__ out, int inter,
+                                  int rows) {
+    const u64 n = (u64)rows * inter;
+    for (u64 idx = (u64)blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += (u64)gridDim.x * blockDim.x) {
+        const u64 t = idx / inter, i = idx % inter;
+        const float g = gu[t * 2 * inter + i];
+        const float u = gu[t * 2 * inter + inter + i];
+        out[idx] = f32_to_bf16(g / (1.f + expf(-g)) * u);
+    }
+}
+
+// ids[r] = argmax over logits[r, :]; ties go to the smallest index, NaN never wins.
+extern "C" __global__ void argmax_rows(const float* __restrict__ logits, int* __restrict__ ids, int vocab) {
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    const float* row = logits + (u64)blockIdx.x * vocab;
+    float best = KILN_NEG_INF;
+    int bi = 0x7fffffff;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+        const float v = row[i];
+        if (v > best) { best = v; bi = i; }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (ov > best || (ov == best && oi < bi)) { best = ov; bi = oi; }
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) { sv[warp] = best; si[warp] = bi; }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x >> 5); ++w)
+            if (sv[w] > best || (sv[w] == best && si[w] < bi)) { best = sv[w]; bi = si[w]; }
+        ids[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
+    }
+}
+
+extern "C" __global__ void f32_to_bf16_copy(bf16_t* __restrict__ dst, const float* __restrict__ src, u64 n) {
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+        dst[i] = f32_to_bf16(src[i]);
+}
+
+extern "C" __global__ void bf16_to_f32_copy(float* __restrict__ dst, const bf16_t* __restrict__ src, u64 n) {
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+        dst[i] = bf16_to_f32(src[i]);
+}
