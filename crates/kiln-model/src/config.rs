@@ -1,4 +1,10 @@
 //! Hyper-parameters of a decoder-only transformer, as every backend needs them.
+//!
+//! Parsing lives next door: [`crate::config_gguf`] reads GGUF metadata, [`crate::config_hf`]
+//! reads a Hugging Face `config.json`, and [`crate::rope`] turns the RoPE settings into
+//! frequencies.
+
+use anyhow::{bail, ensure};
 
 /// The architectures kiln runs. Each row of the table differs in a few switches only
 /// (see [`ModelConfig`]); there is one forward pass per backend, not one per model.
@@ -15,6 +21,23 @@ pub enum Arch {
     Qwen3,
 }
 
+impl Arch {
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Mistral => "mistral",
+            Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
+        }
+    }
+}
+
+impl std::fmt::Display for Arch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// How RoPE pairs the elements of a head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum RopeStyle {
@@ -26,12 +49,33 @@ pub enum RopeStyle {
 }
 
 /// Frequency scaling for long contexts (Hugging Face `rope_scaling` / GGUF `rope.scaling.*`).
+/// [`ModelConfig::rope_inv_freq`] is the one place that turns these into frequencies.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum RopeScaling {
     None,
-    Linear { factor: f32 },
-    Llama3 { factor: f32, low_freq_factor: f32, high_freq_factor: f32, original_max_position: usize },
-    Yarn { factor: f32, original_max_position: usize, beta_fast: f32, beta_slow: f32, attn_factor: f32 },
+    Linear {
+        factor: f32,
+    },
+    Llama3 {
+        factor: f32,
+        low_freq_factor: f32,
+        high_freq_factor: f32,
+        original_max_position: usize,
+    },
+    Yarn {
+        factor: f32,
+        original_max_position: usize,
+        beta_fast: f32,
+        beta_slow: f32,
+        /// The factor applied to cos and sin (YaRN's mscale), already resolved.
+        attn_factor: f32,
+        /// Whether the correction range is rounded to whole dimensions (Hugging Face's
+        /// `truncate`, default true; llama.cpp always rounds).
+        truncate: bool,
+    },
+    /// One divisor per frequency (`head_dim / 2` of them): GGUF's `rope_freqs.weight`, which
+    /// llama.cpp's converter writes for Llama 3.1-style scaling instead of the parameters.
+    FreqFactors(Vec<f32>),
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -57,4 +101,146 @@ pub struct ModelConfig {
     pub qk_norm: bool,
     /// The LM head reuses the token embedding.
     pub tie_embeddings: bool,
+}
+
+impl ModelConfig {
+    /// Rows of the Q projection: `num_heads * head_dim`.
+    pub fn q_dim(&self) -> usize {
+        self.num_heads * self.head_dim
+    }
+
+    /// Rows of the K and V projections: `num_kv_heads * head_dim`.
+    pub fn kv_dim(&self) -> usize {
+        self.num_kv_heads * self.head_dim
+    }
+
+    /// Query heads that share one KV head.
+    pub fn gqa_group(&self) -> usize {
+        self.num_heads / self.num_kv_heads.max(1)
+    }
+
+    /// Number of weights, counting the tied LM head once.
+    pub fn param_count(&self) -> u64 {
+        let (h, q, kv, f) = (
+            self.hidden_size as u64,
+            self.q_dim() as u64,
+            self.kv_dim() as u64,
+            self.intermediate_size as u64,
+        );
+        let mut layer = 2 * h // attention and FFN norms
+            + h * q + 2 * h * kv + q * h // Q, K, V, O
+            + 3 * h * f; // gate, up, down
+        if self.qkv_bias {
+            layer += q + 2 * kv;
+        }
+        if self.qk_norm {
+            layer += 2 * self.head_dim as u64;
+        }
+        let embd = self.vocab_size as u64 * h;
+        let head = if self.tie_embeddings { 0 } else { embd };
+        embd + self.num_layers as u64 * layer + h + head
+    }
+
+    /// Checks that the shapes are usable by a forward pass; `origin` names where they came from.
+    pub fn validate(&self, origin: &str) -> anyhow::Result<()> {
+        let positive = [
+            ("vocab size", self.vocab_size),
+            ("hidden size", self.hidden_size),
+            ("intermediate size", self.intermediate_size),
+            ("layer count", self.num_layers),
+            ("head count", self.num_heads),
+            ("KV head count", self.num_kv_heads),
+            ("head dim", self.head_dim),
+        ];
+        for (what, v) in positive {
+            ensure!(v > 0, "{origin}: {what} must be positive");
+        }
+        ensure!(
+            self.num_heads.is_multiple_of(self.num_kv_heads),
+            "{origin}: {} heads are not a multiple of {} KV heads",
+            self.num_heads,
+            self.num_kv_heads
+        );
+        ensure!(
+            self.head_dim.is_multiple_of(2),
+            "{origin}: head dim {} is odd, RoPE needs pairs",
+            self.head_dim
+        );
+        ensure!(
+            self.rms_norm_eps.is_finite() && self.rms_norm_eps > 0.0,
+            "{origin}: RMSNorm epsilon {} must be positive",
+            self.rms_norm_eps
+        );
+        ensure!(
+            self.rope_theta.is_finite() && self.rope_theta > 1.0,
+            "{origin}: RoPE base {} must be above 1",
+            self.rope_theta
+        );
+        if self.sliding_window == Some(0) {
+            bail!("{origin}: sliding window must be positive");
+        }
+        match &self.rope_scaling {
+            RopeScaling::None => {}
+            RopeScaling::Linear { factor } => {
+                ensure!(
+                    *factor > 0.0,
+                    "{origin}: RoPE scaling factor {factor} must be positive"
+                )
+            }
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position,
+            } => {
+                ensure!(
+                    *factor > 0.0,
+                    "{origin}: RoPE scaling factor {factor} must be positive"
+                );
+                ensure!(
+                    high_freq_factor > low_freq_factor && *low_freq_factor > 0.0,
+                    "{origin}: llama3 RoPE needs 0 < low_freq_factor < high_freq_factor"
+                );
+                ensure!(
+                    *original_max_position > 0,
+                    "{origin}: original_max_position_embeddings must be positive"
+                );
+            }
+            RopeScaling::Yarn {
+                factor,
+                original_max_position,
+                beta_fast,
+                beta_slow,
+                attn_factor,
+                ..
+            } => {
+                ensure!(
+                    *factor > 0.0,
+                    "{origin}: RoPE scaling factor {factor} must be positive"
+                );
+                ensure!(
+                    *original_max_position > 0,
+                    "{origin}: original_max_position_embeddings must be positive"
+                );
+                ensure!(
+                    *beta_fast > 0.0 && *beta_slow > 0.0 && attn_factor.is_finite(),
+                    "{origin}: yarn beta_fast, beta_slow and attention factor must be positive numbers"
+                );
+            }
+            RopeScaling::FreqFactors(f) => {
+                ensure!(
+                    f.len() == self.head_dim / 2,
+                    "{origin}: {} RoPE frequency factors for head dim {} (expected {})",
+                    f.len(),
+                    self.head_dim,
+                    self.head_dim / 2
+                );
+                ensure!(
+                    f.iter().all(|x| x.is_finite() && *x > 0.0),
+                    "{origin}: RoPE frequency factors must be positive numbers"
+                );
+            }
+        }
+        Ok(())
+    }
 }

@@ -4,9 +4,21 @@
 //! deterministic dummy weights.
 
 pub mod config;
+mod config_gguf;
+mod config_hf;
+pub mod dummy;
+pub mod gguf_source;
+pub mod hf_source;
 pub mod names;
+pub mod permute;
+pub mod presets;
+pub mod rope;
 pub mod source;
+mod tensor_f32;
 
 pub use config::{Arch, ModelConfig, RopeScaling, RopeStyle};
+pub use dummy::{dummy_value, DummySource};
+pub use gguf_source::GgufSource;
+pub use hf_source::HfSource;
 pub use names::{Role, TensorId};
-pub use source::{HostTensor, WeightSource};
+pub use source::{DummyFill, HostTensor, WeightSource};

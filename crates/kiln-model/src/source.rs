@@ -9,6 +9,16 @@ pub struct HostTensor {
     pub data: Vec<f32>,
 }
 
+/// How a dummy source fills a tensor, so that a device backend can generate the identical
+/// values in place instead of copying them from the host (see [`crate::dummy::dummy_value`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DummyFill {
+    /// Element `i` is `dummy_value(seed, i)`.
+    Random { seed: u64 },
+    /// Every element is 1.0 (norm weights).
+    Ones,
+}
+
 /// Where a backend gets its weights. Tensors come one at a time so that a backend can convert
 /// and upload each without holding the whole model in f32 on the host.
 ///
@@ -20,4 +30,9 @@ pub trait WeightSource: Send + Sync {
     fn has(&self, id: TensorId) -> bool;
     /// The tensor, dequantised to f32.
     fn load_f32(&self, id: TensorId) -> anyhow::Result<HostTensor>;
+    /// For generated weights: how to produce this tensor without loading it. None for weights
+    /// that come from a file.
+    fn dummy_fill(&self, _id: TensorId) -> Option<DummyFill> {
+        None
+    }
 }

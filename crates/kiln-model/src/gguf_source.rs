@@ -1,0 +1,88 @@
+//! Weights from a GGUF file: tensors by their llama.cpp names, dequantised to f32, with the
+//! converter's Q/K row permutation undone for llama-architecture files.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail};
+use kiln_formats::GgufFile;
+
+use crate::permute::unpermute_rows;
+use crate::tensor_f32::to_f32;
+use crate::{HostTensor, ModelConfig, Role, TensorId, WeightSource};
+
+pub struct GgufSource {
+    file: Arc<GgufFile>,
+    config: ModelConfig,
+    /// llama.cpp's converter permuted Q/K rows (llama architecture, which includes Mistral).
+    permuted_qk: bool,
+}
+
+impl GgufSource {
+    pub fn open(path: &Path) -> anyhow::Result<GgufSource> {
+        Self::new(Arc::new(GgufFile::open(path)?))
+    }
+
+    /// Reads the configuration and checks that every tensor the model needs is present with
+    /// the expected shape, so that a bad file fails at open rather than halfway through loading.
+    pub fn new(file: Arc<GgufFile>) -> anyhow::Result<GgufSource> {
+        let config = ModelConfig::from_gguf(&file)?;
+        let permuted_qk = file.architecture()? == "llama";
+        for id in TensorId::all(&config) {
+            let name = id.gguf_name();
+            let info = file
+                .tensor_info(&name)
+                .ok_or_else(|| anyhow!("{}: tensor '{name}' is missing", file.path().display()))?;
+            let want = id.shape(&config);
+            if info.shape != want {
+                bail!(
+                    "{}: tensor '{name}' has shape {:?}, the configuration needs {want:?}",
+                    file.path().display(),
+                    info.shape
+                );
+            }
+        }
+        Ok(GgufSource {
+            file,
+            config,
+            permuted_qk,
+        })
+    }
+
+    pub fn file(&self) -> &GgufFile {
+        &self.file
+    }
+}
+
+impl WeightSource for GgufSource {
+    fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    fn has(&self, id: TensorId) -> bool {
+        id.exists_in(&self.config)
+    }
+
+    fn load_f32(&self, id: TensorId) -> anyhow::Result<HostTensor> {
+        let path = self.file.path().display();
+        if !self.has(id) {
+            bail!("{path}: the model has no tensor {id}");
+        }
+        let view = self.file.tensor(&id.gguf_name())?;
+        let data = to_f32(&view).map_err(|e| anyhow!("{path}: {e}"))?;
+        let shape = view.shape.clone();
+        let rows = shape[0];
+        let cols = data.len() / rows.max(1);
+        let c = &self.config;
+        let data = match id.role {
+            Role::Q | Role::QBias if self.permuted_qk => {
+                unpermute_rows(&data, rows, cols, c.num_heads)?
+            }
+            Role::K | Role::KBias if self.permuted_qk => {
+                unpermute_rows(&data, rows, cols, c.num_kv_heads)?
+            }
+            _ => data,
+        };
+        Ok(HostTensor { shape, data })
+    }
+}

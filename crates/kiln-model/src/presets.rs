@@ -1,0 +1,109 @@
+//! Named model shapes for `dummy:PRESET`: a tiny one for tests and the real shapes of popular
+//! models for benchmarks and demos without files.
+
+use crate::{Arch, ModelConfig, RopeScaling, RopeStyle};
+
+/// Every preset name, in the order `kiln` lists them.
+pub const PRESETS: [&str; 5] = ["tiny", "llama3-1b", "llama3-8b", "qwen3-8b", "mistral-7b"];
+
+/// The configuration of a named preset, or None for an unknown name.
+pub fn preset(name: &str) -> Option<ModelConfig> {
+    let llama3_rope = |factor| RopeScaling::Llama3 {
+        factor,
+        low_freq_factor: 1.0,
+        high_freq_factor: 4.0,
+        original_max_position: 8192,
+    };
+    let base = ModelConfig {
+        arch: Arch::Llama,
+        vocab_size: 128_256,
+        hidden_size: 4096,
+        intermediate_size: 14_336,
+        num_layers: 32,
+        num_heads: 32,
+        num_kv_heads: 8,
+        head_dim: 128,
+        rms_norm_eps: 1e-5,
+        rope_theta: 500_000.0,
+        rope_scaling: llama3_rope(8.0),
+        rope_style: RopeStyle::Neox,
+        max_position: 131_072,
+        sliding_window: None,
+        qkv_bias: false,
+        qk_norm: false,
+        tie_embeddings: false,
+    };
+    Some(match name {
+        // Small enough that a CI test runs a forward pass in milliseconds.
+        "tiny" => ModelConfig {
+            vocab_size: 512,
+            hidden_size: 256,
+            intermediate_size: 768,
+            num_layers: 4,
+            num_heads: 8,
+            num_kv_heads: 2,
+            head_dim: 32,
+            rope_theta: 10_000.0,
+            rope_scaling: RopeScaling::None,
+            max_position: 4096,
+            ..base
+        },
+        // Llama 3.2 1B.
+        "llama3-1b" => ModelConfig {
+            hidden_size: 2048,
+            intermediate_size: 8192,
+            num_layers: 16,
+            num_heads: 32,
+            head_dim: 64,
+            rope_scaling: llama3_rope(32.0),
+            tie_embeddings: true,
+            ..base
+        },
+        // Llama 3.1 8B.
+        "llama3-8b" => base,
+        // Qwen3 8B.
+        "qwen3-8b" => ModelConfig {
+            arch: Arch::Qwen3,
+            vocab_size: 151_936,
+            intermediate_size: 12_288,
+            num_layers: 36,
+            rms_norm_eps: 1e-6,
+            rope_theta: 1_000_000.0,
+            rope_scaling: RopeScaling::None,
+            max_position: 40_960,
+            qk_norm: true,
+            ..base
+        },
+        // Mistral 7B v0.1, the release with a 4096-token sliding window.
+        "mistral-7b" => ModelConfig {
+            arch: Arch::Mistral,
+            vocab_size: 32_000,
+            rope_theta: 10_000.0,
+            rope_scaling: RopeScaling::None,
+            max_position: 32_768,
+            sliding_window: Some(4096),
+            ..base
+        },
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_preset_is_valid_and_has_its_known_size() {
+        for name in PRESETS {
+            let c = preset(name).unwrap();
+            c.validate(name).unwrap();
+        }
+        // Published parameter counts, to the nearest hundred million.
+        let billions = |n: &str| (preset(n).unwrap().param_count() as f64 / 1e8).round() / 10.0;
+        assert_eq!(billions("llama3-1b"), 1.2);
+        assert_eq!(billions("llama3-8b"), 8.0);
+        assert_eq!(billions("qwen3-8b"), 8.2);
+        assert_eq!(billions("mistral-7b"), 7.2);
+        assert!(preset("gpt-9").is_none());
+    }
+}

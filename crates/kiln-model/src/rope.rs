@@ -1,0 +1,224 @@
+//! RoPE frequencies: the single place where scaling settings become numbers, so that every
+//! backend rotates by exactly the same angles.
+//!
+//! The formulas follow Hugging Face's `modeling_rope_utils` (default, linear, llama3, yarn) and
+//! llama.cpp's `rope_freqs` factors. They are evaluated in f64 and rounded once to f32.
+
+use crate::{ModelConfig, RopeScaling};
+
+impl ModelConfig {
+    /// Inverse frequencies, one per rotated pair (`head_dim / 2` of them): the angle of pair `i`
+    /// at position `p` is `p * inv_freq[i]`.
+    pub fn rope_inv_freq(&self) -> Vec<f32> {
+        let dim = self.head_dim;
+        let base = self.rope_theta as f64;
+        // theta^(2i/d): the wavelength growth of pair i before any scaling.
+        let pos_freq: Vec<f64> = (0..dim / 2)
+            .map(|i| base.powf((2 * i) as f64 / dim as f64))
+            .collect();
+        let inv: Vec<f64> = match &self.rope_scaling {
+            RopeScaling::None => pos_freq.iter().map(|p| 1.0 / p).collect(),
+            RopeScaling::Linear { factor } => {
+                pos_freq.iter().map(|p| 1.0 / p / *factor as f64).collect()
+            }
+            RopeScaling::FreqFactors(factors) => pos_freq
+                .iter()
+                .zip(factors.iter().chain(std::iter::repeat(&1.0)))
+                .map(|(p, f)| 1.0 / p / *f as f64)
+                .collect(),
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position,
+            } => {
+                let (factor, low, high) = (
+                    *factor as f64,
+                    *low_freq_factor as f64,
+                    *high_freq_factor as f64,
+                );
+                let old_ctx = *original_max_position as f64;
+                let low_freq_wavelen = old_ctx / low;
+                let high_freq_wavelen = old_ctx / high;
+                pos_freq
+                    .iter()
+                    .map(|p| {
+                        let f = 1.0 / p;
+                        let wavelen = 2.0 * std::f64::consts::PI / f;
+                        if wavelen < high_freq_wavelen {
+                            f
+                        } else if wavelen > low_freq_wavelen {
+                            f / factor
+                        } else {
+                            let smooth = (old_ctx / wavelen - low) / (high - low);
+                            (1.0 - smooth) * f / factor + smooth * f
+                        }
+                    })
+                    .collect()
+            }
+            RopeScaling::Yarn {
+                factor,
+                original_max_position,
+                beta_fast,
+                beta_slow,
+                truncate,
+                ..
+            } => {
+                let factor = *factor as f64;
+                let (low, high) = yarn_correction_range(
+                    *beta_fast as f64,
+                    *beta_slow as f64,
+                    dim,
+                    base,
+                    *original_max_position as f64,
+                    *truncate,
+                );
+                let high = if low == high { high + 0.001 } else { high };
+                pos_freq
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| {
+                        let ramp = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
+                        let extrapolation = 1.0 - ramp;
+                        (1.0 / (factor * p)) * (1.0 - extrapolation) + (1.0 / p) * extrapolation
+                    })
+                    .collect()
+            }
+        };
+        inv.into_iter().map(|x| x as f32).collect()
+    }
+
+    /// The factor applied to cos and sin (so attention scores scale by its square): YaRN's
+    /// mscale, 1.0 for every other scaling.
+    pub fn rope_attention_factor(&self) -> f32 {
+        match &self.rope_scaling {
+            RopeScaling::Yarn { attn_factor, .. } => *attn_factor,
+            _ => 1.0,
+        }
+    }
+}
+
+/// YaRN's default attention factor for a scaling factor (`0.1 ln(s) + 1`, 1 for s <= 1),
+/// optionally the ratio of two such terms (DeepSeek's `mscale` / `mscale_all_dim`).
+pub fn yarn_mscale(factor: f32, mscale: f32) -> f32 {
+    if factor <= 1.0 {
+        1.0
+    } else {
+        0.1 * mscale * factor.ln() + 1.0
+    }
+}
+
+/// The pair indices between which YaRN blends interpolated and extrapolated frequencies.
+fn yarn_correction_range(
+    beta_fast: f64,
+    beta_slow: f64,
+    dim: usize,
+    base: f64,
+    original_max_position: f64,
+    truncate: bool,
+) -> (f64, f64) {
+    let correction_dim = |rotations: f64| {
+        dim as f64 * (original_max_position / (rotations * 2.0 * std::f64::consts::PI)).ln()
+            / (2.0 * base.ln())
+    };
+    let (mut low, mut high) = (correction_dim(beta_fast), correction_dim(beta_slow));
+    if truncate {
+        low = low.floor();
+        high = high.ceil();
+    }
+    (low.max(0.0), high.min(dim as f64 - 1.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::presets;
+
+    fn with_scaling(s: RopeScaling) -> ModelConfig {
+        let mut c = presets::preset("tiny").unwrap();
+        c.head_dim = 128;
+        c.rope_theta = 500_000.0;
+        c.rope_scaling = s;
+        c
+    }
+
+    #[test]
+    fn default_frequencies_are_theta_powers() {
+        let c = with_scaling(RopeScaling::None);
+        let f = c.rope_inv_freq();
+        assert_eq!(f.len(), 64);
+        assert_eq!(f[0], 1.0);
+        let expect = 1.0 / 500_000f64.powf(2.0 * 10.0 / 128.0);
+        assert!((f[10] as f64 - expect).abs() < 1e-7 * expect);
+        assert_eq!(c.rope_attention_factor(), 1.0);
+    }
+
+    #[test]
+    fn linear_divides_every_frequency() {
+        let plain = with_scaling(RopeScaling::None).rope_inv_freq();
+        let lin = with_scaling(RopeScaling::Linear { factor: 4.0 }).rope_inv_freq();
+        for (a, b) in plain.iter().zip(&lin) {
+            assert!((a / 4.0 - b).abs() <= 1e-7 * a);
+        }
+    }
+
+    #[test]
+    fn llama3_keeps_high_and_divides_low_frequencies() {
+        let s = RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position: 8192,
+        };
+        let plain = with_scaling(RopeScaling::None).rope_inv_freq();
+        let l3 = with_scaling(s).rope_inv_freq();
+        // Short wavelengths (< 2048) are untouched, long ones (> 8192) divided by 8.
+        assert_eq!(plain[0], l3[0]);
+        assert!((plain[63] / 8.0 - l3[63]).abs() <= 1e-7 * plain[63]);
+        // In between, the factor lies strictly between 1 and 8 and grows monotonically.
+        let ratios: Vec<f32> = plain.iter().zip(&l3).map(|(a, b)| a / b).collect();
+        assert!(ratios.windows(2).all(|w| w[1] >= w[0] - 1e-6));
+        assert!(ratios.iter().any(|r| *r > 1.01 && *r < 7.99));
+    }
+
+    #[test]
+    fn llama3_matches_the_factors_llama_cpp_writes() {
+        // The same scaling expressed as GGUF rope_freqs factors gives the same frequencies.
+        let s = RopeScaling::Llama3 {
+            factor: 32.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position: 8192,
+        };
+        let plain = with_scaling(RopeScaling::None).rope_inv_freq();
+        let l3 = with_scaling(s).rope_inv_freq();
+        let factors: Vec<f32> = plain
+            .iter()
+            .zip(&l3)
+            .map(|(a, b)| (*a as f64 / *b as f64) as f32)
+            .collect();
+        let ff = with_scaling(RopeScaling::FreqFactors(factors)).rope_inv_freq();
+        for (a, b) in l3.iter().zip(&ff) {
+            assert!((a - b).abs() <= 2e-7 * a, "{a} vs {b}");
+        }
+    }
+
+    #[test]
+    fn yarn_blends_between_extrapolation_and_interpolation() {
+        let s = RopeScaling::Yarn {
+            factor: 4.0,
+            original_max_position: 32768,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            attn_factor: yarn_mscale(4.0, 1.0),
+            truncate: true,
+        };
+        let c = with_scaling(s);
+        let plain = with_scaling(RopeScaling::None).rope_inv_freq();
+        let y = c.rope_inv_freq();
+        assert_eq!(plain[0], y[0]);
+        assert!((plain[63] / 4.0 - y[63]).abs() <= 1e-7 * plain[63]);
+        assert!((c.rope_attention_factor() - (0.1 * 4f32.ln() + 1.0)).abs() < 1e-7);
+        assert_eq!(yarn_mscale(1.0, 1.0), 1.0);
+    }
+}
