@@ -18,7 +18,7 @@ __device__ __forceinline__ void da_split(int len, int max_splits, int min_span, 
     *n_splits = (len + sp - 1) / sp;
 }
 
-// PER consecutive bf16 (2, 4 or 8: 4, 8 or 16 bytes) into floats, as one vector load.
+// PER consecutive bf16 (1, 2, 4 or 8) into floats, as one vector load.
 template <int PER>
 __device__ __forceinline__ void load_bf16_row(const bf16_t* p, float* out) {
     if constexpr (PER == 8) {
@@ -29,9 +29,11 @@ __device__ __forceinline__ void load_bf16_row(const bf16_t* p, float* out) {
     } else if constexpr (PER == 4) {
         const uint2 v = *reinterpret_cast<const uint2*>(p);
         out[0] = bf16x2_lo(v.x); out[1] = bf16x2_hi(v.x); out[2] = bf16x2_lo(v.y); out[3] = bf16x2_hi(v.y);
-    } else {
+    } else if constexpr (PER == 2) {
         const u32 v = *reinterpret_cast<const u32*>(p);
         out[0] = bf16x2_lo(v); out[1] = bf16x2_hi(v);
+    } else {
+        out[0] = bf16_to_f32(*p);
     }
 }
 
@@ -150,6 +152,7 @@ __device__ __forceinline__ void decode_attn_body(
         decode_attn_body<HD>(q, kc, vc, positions, token_seq, bt_start, block_tables, part_o, part_ml, \
                              n_q, n_kv, block_size, window, scale_log2, max_splits, min_span);        \
     }
+DA_ENTRY(32)
 DA_ENTRY(64)
 DA_ENTRY(128)
 DA_ENTRY(256)

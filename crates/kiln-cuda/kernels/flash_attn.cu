@@ -180,6 +180,7 @@ __device__ __forceinline__ void flash_attn_body(const bf16_t* __restrict__ q, co
         flash_attn_body<HD, BN>(q, kc, vc, tiles, bt_start, block_tables, out, n_q, n_kv, block_size,   \
                                 window, scale_log2);                                                    \
     }
+FA_ENTRY(32, 64)
 FA_ENTRY(64, 64)
 FA_ENTRY(128, 64)
 FA_ENTRY(256, 32)

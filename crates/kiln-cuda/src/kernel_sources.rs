@@ -45,17 +45,28 @@ pub const SOURCES: &[KernelSource] = &[
     KernelSource {
         name: "flash_attn",
         body: include_str!("../kernels/flash_attn.cu"),
-        entries: &["flash_attn_hd64", "flash_attn_hd128", "flash_attn_hd256"],
+        entries: &[
+            "flash_attn_hd32",
+            "flash_attn_hd64",
+            "flash_attn_hd128",
+            "flash_attn_hd256",
+        ],
     },
     KernelSource {
         name: "decode_attn",
         body: include_str!("../kernels/decode_attn.cu"),
         entries: &[
+            "decode_attn_hd32",
             "decode_attn_hd64",
             "decode_attn_hd128",
             "decode_attn_hd256",
             "decode_attn_combine",
         ],
+    },
+    KernelSource {
+        name: "dummy_weights",
+        body: include_str!("../kernels/dummy_weights.cu"),
+        entries: &["dummy_fill_bf16", "fill_bf16"],
     },
     KernelSource {
         name: "ref_attn",

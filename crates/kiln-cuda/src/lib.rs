@@ -1,5 +1,18 @@
 //! CUDA backend: device memory, NVRTC-compiled kernels (kernels/*.cu), cuBLASLt for prefill
 //! GEMMs, its own skinny GEMM for decode rows, paged KV, one host synchronisation per step.
+//! See docs/CUDA.md for the design, the kernel list and how to test on a GPU machine.
 
+pub mod backend;
+pub mod device;
+pub mod forward;
+pub mod gemm_lt;
 pub mod kernel_sources;
+pub mod kernels;
+pub mod kv_cache;
 pub mod nvrtc_build;
+pub mod step_plan;
+pub mod switches;
+pub mod weights;
+
+pub use backend::{CudaBackend, CudaOptions};
+pub use device::{cuda_available, unavailable_reason};

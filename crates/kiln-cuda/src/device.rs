@@ -1,0 +1,346 @@
+//! The device: availability checks that never panic, the context and its one stream, the
+//! compiled kernel modules, and plain device buffers that stay where they were allocated.
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Context, Result};
+use cudarc::driver::sys::CUdevice_attribute as Attr;
+use cudarc::driver::{
+    result as drv, CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg,
+};
+use cudarc::nvrtc::Ptx;
+
+use crate::kernel_sources::SOURCES;
+use crate::nvrtc_build::compile_cached;
+
+/// Whether a CUDA device can be used: libcuda loads, the driver initialises and reports at least
+/// one device. Never panics, also on machines without any CUDA library.
+pub fn cuda_available() -> bool {
+    std::panic::catch_unwind(|| {
+        // SAFETY: only tries to dlopen libcuda by its usual names.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return false;
+        }
+        drv::init().is_ok() && drv::device::get_count().map(|n| n > 0).unwrap_or(false)
+    })
+    .unwrap_or(false)
+}
+
+/// Why the GPU cannot be used, for skip messages and errors; None when it can.
+pub fn unavailable_reason() -> Option<String> {
+    if !cuda_available() {
+        return Some(
+            "no CUDA device (libcuda missing, driver failed to initialise, or no device)".into(),
+        );
+    }
+    if !crate::nvrtc_build::nvrtc_present() {
+        return Some("libnvrtc not found (export LD_LIBRARY_PATH=/usr/local/cuda/lib64)".into());
+    }
+    // SAFETY: only tries to dlopen the library.
+    if !unsafe { cudarc::cublaslt::sys::is_culib_present() } {
+        return Some("libcublasLt not found (export LD_LIBRARY_PATH=/usr/local/cuda/lib64)".into());
+    }
+    None
+}
+
+/// A kernel argument: device pointers travel as u64.
+#[derive(Debug, Clone, Copy)]
+pub enum Arg {
+    Ptr(u64),
+    I32(i32),
+    F32(f32),
+    U64(u64),
+}
+
+/// One device with its context, stream and loaded kernels.
+pub struct Gpu {
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    /// Compute capability as major * 10 + minor (90 on H100/H200).
+    pub arch: u32,
+    pub sm_count: u32,
+    pub name: String,
+    funcs: HashMap<&'static str, CudaFunction>,
+    _modules: Vec<Arc<CudaModule>>,
+}
+
+impl Gpu {
+    /// Opens device `ordinal`, compiles (or loads cached) kernels for its architecture.
+    pub fn new(ordinal: usize) -> Result<Gpu> {
+        if let Some(why) = unavailable_reason() {
+            bail!("CUDA backend unavailable: {why}");
+        }
+        let ctx =
+            CudaContext::new(ordinal).with_context(|| format!("opening CUDA device {ordinal}"))?;
+        // One stream, ordered by construction: cudarc's per-buffer events would only add cost.
+        // SAFETY: every buffer is used on `stream` only.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.default_stream();
+        let (major, minor) = ctx.compute_capability()?;
+        if major < 8 {
+            bail!("CUDA device {ordinal} has compute capability {major}.{minor}; kiln needs 8.0 or newer (bf16 tensor cores)");
+        }
+        let arch = (major * 10 + minor) as u32;
+        let sm_count = ctx.attribute(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
+        let name = ctx.name().unwrap_or_else(|_| "unknown".into());
+        let mut funcs = HashMap::new();
+        let mut modules = Vec::new();
+        for src in SOURCES {
+            let compiled = compile_cached(src, arch)?;
+            let module = ctx
+                .load_module(Ptx::from_binary(compiled.cubin))
+                .with_context(|| format!("loading kernel module {}.cu", src.name))?;
+            for entry in src.entries {
+                let f = module
+                    .load_function(entry)
+                    .with_context(|| format!("kernel {entry} in {}.cu", src.name))?;
+                funcs.insert(*entry, f);
+            }
+            modules.push(module);
+        }
+        let gpu = Gpu {
+            ctx,
+            stream,
+            arch,
+            sm_count,
+            name,
+            funcs,
+            _modules: modules,
+        };
+        gpu.raise_smem_limits()?;
+        Ok(gpu)
+    }
+
+    /// Kernels that use more than 48 KB of dynamic shared memory must say so first.
+    fn raise_smem_limits(&self) -> Result<()> {
+        use cudarc::driver::sys::CUfunction_attribute as FA;
+        for hd in crate::kernels::FLASH_HEAD_DIMS {
+            let f = self.func(&format!("flash_attn_hd{hd}"))?;
+            let bytes = crate::kernels::flash_smem_bytes(hd) as i32;
+            f.set_attribute(FA::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes)
+                .with_context(|| {
+                    format!("raising shared memory of flash_attn_hd{hd} to {bytes} bytes")
+                })?;
+        }
+        Ok(())
+    }
+
+    pub fn func(&self, name: &str) -> Result<&CudaFunction> {
+        self.funcs
+            .get(name)
+            .ok_or_else(|| anyhow!("kernel {name} not loaded"))
+    }
+
+    /// Makes this device's context current on the calling thread.
+    pub fn bind(&self) -> Result<()> {
+        self.ctx
+            .bind_to_thread()
+            .context("binding the CUDA context")
+    }
+
+    pub fn launch(
+        &self,
+        name: &str,
+        grid: (u32, u32, u32),
+        block: u32,
+        smem: u32,
+        args: &[Arg],
+    ) -> Result<()> {
+        let f = self.func(name)?;
+        let mut b = self.stream.launch_builder(f);
+        for a in args {
+            match a {
+                Arg::Ptr(p) | Arg::U64(p) => b.arg(p),
+                Arg::I32(v) => b.arg(v),
+                Arg::F32(v) => b.arg(v),
+            };
+        }
+        let cfg = LaunchConfig {
+            grid_dim: grid,
+            block_dim: (block, 1, 1),
+            shared_mem_bytes: smem,
+        };
+        // SAFETY: argument lists match the kernel signatures in kernels/*.cu (see kernels.rs).
+        unsafe { b.launch(cfg) }.with_context(|| format!("launching {name}"))?;
+        Ok(())
+    }
+
+    pub fn synchronize(&self) -> Result<()> {
+        self.stream
+            .synchronize()
+            .context("CUDA stream synchronisation (an earlier kernel may have failed)")
+    }
+
+    /// A zeroed buffer of `len` elements.
+    pub fn alloc<T: Copy + Default>(&self, len: usize) -> Result<DevBuf<T>> {
+        DevBuf::new(self, len)
+    }
+
+    /// (free, total) device memory in bytes.
+    pub fn mem_info(&self) -> Result<(usize, usize)> {
+        Ok(self.ctx.mem_get_info()?)
+    }
+}
+
+/// A device allocation of `len` elements of T at a fixed address, freed on drop.
+pub struct DevBuf<T> {
+    ptr: u64,
+    len: usize,
+    ctx: Arc<CudaContext>,
+    _t: PhantomData<T>,
+}
+
+// SAFETY: a device pointer is a plain number; access is ordered by the owning stream.
+unsafe impl<T> Send for DevBuf<T> {}
+unsafe impl<T> Sync for DevBuf<T> {}
+
+impl<T: Copy + Default> DevBuf<T> {
+    fn new(gpu: &Gpu, len: usize) -> Result<DevBuf<T>> {
+        let bytes = len.max(1) * std::mem::size_of::<T>();
+        gpu.bind()?;
+        // SAFETY: plain allocation and memset of the allocation just made.
+        let ptr = unsafe { drv::malloc_sync(bytes) }
+            .map_err(|e| anyhow!("allocating {bytes} bytes of device memory: {e:?}"))?;
+        unsafe { drv::memset_d8_sync(ptr, 0, bytes) }
+            .map_err(|e| anyhow!("clearing device memory: {e:?}"))?;
+        Ok(DevBuf {
+            ptr,
+            len,
+            ctx: gpu.ctx.clone(),
+            _t: PhantomData,
+        })
+    }
+
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// Address of element `i`.
+    pub fn at(&self, i: usize) -> u64 {
+        self.ptr + (i * std::mem::size_of::<T>()) as u64
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.len * std::mem::size_of::<T>()
+    }
+
+    /// Copies `src` to elements `offset..` and waits for the copy (load time and tests).
+    pub fn upload(&self, offset: usize, src: &[T]) -> Result<()> {
+        if offset + src.len() > self.len {
+            bail!(
+                "upload of {} elements at {offset} overruns a buffer of {}",
+                src.len(),
+                self.len
+            );
+        }
+        self.ctx.bind_to_thread()?;
+        // SAFETY: the range was checked above.
+        unsafe { drv::memcpy_htod_sync(self.at(offset), src) }
+            .map_err(|e| anyhow!("host to device copy: {e:?}"))
+    }
+
+    /// Reads `len` elements from `offset`, after everything queued before (waits for the device).
+    pub fn download(&self, gpu: &Gpu, offset: usize, len: usize) -> Result<Vec<T>> {
+        if offset + len > self.len {
+            bail!(
+                "download of {len} elements at {offset} overruns a buffer of {}",
+                self.len
+            );
+        }
+        gpu.synchronize()?;
+        let mut out = vec![T::default(); len];
+        // SAFETY: the range was checked above.
+        unsafe { drv::memcpy_dtoh_sync(&mut out, self.at(offset)) }
+            .map_err(|e| anyhow!("device to host copy: {e:?}"))?;
+        Ok(out)
+    }
+
+    /// Sets every byte of the buffer to `byte` (tests poison outputs with 0xFF: NaN in f32/bf16).
+    pub fn fill_bytes(&self, byte: u8) -> Result<()> {
+        self.ctx.bind_to_thread()?;
+        // SAFETY: the whole allocation.
+        unsafe { drv::memset_d8_sync(self.ptr, byte, self.bytes().max(1)) }
+            .map_err(|e| anyhow!("memset: {e:?}"))
+    }
+}
+
+impl<T> Drop for DevBuf<T> {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: allocated by malloc_sync and freed once.
+        let _ = unsafe { drv::free_sync(self.ptr) };
+    }
+}
+
+/// Page-locked host memory, so per-step copies run asynchronously on the stream.
+pub struct PinnedBuf<T> {
+    ptr: *mut T,
+    len: usize,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: the buffer is owned; access goes through &self / &mut self.
+unsafe impl<T> Send for PinnedBuf<T> {}
+
+impl<T: Copy + Default> PinnedBuf<T> {
+    pub fn new(gpu: &Gpu, len: usize) -> Result<PinnedBuf<T>> {
+        gpu.bind()?;
+        let bytes = len.max(1) * std::mem::size_of::<T>();
+        // SAFETY: plain pinned allocation, initialised below.
+        let ptr = unsafe { drv::malloc_host(bytes, 0) }
+            .map_err(|e| anyhow!("allocating {bytes} bytes of pinned memory: {e:?}"))?
+            as *mut T;
+        let mut buf = PinnedBuf {
+            ptr,
+            len,
+            ctx: gpu.ctx.clone(),
+        };
+        buf.as_mut_slice().fill(T::default());
+        Ok(buf)
+    }
+
+    pub fn as_slice(&self) -> &[T] {
+        // SAFETY: ptr holds len initialised elements.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [T] {
+        // SAFETY: ptr holds len initialised elements, borrowed mutably once.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+
+    /// Queues a copy of elements `0..n` to `dst` on the stream.
+    pub fn copy_to_device(&self, gpu: &Gpu, dst: u64, n: usize) -> Result<()> {
+        let n = n.min(self.len);
+        // SAFETY: pinned source of n elements; dst was sized by the caller.
+        unsafe { drv::memcpy_htod_async(dst, &self.as_slice()[..n], gpu.stream.cu_stream()) }
+            .map_err(|e| anyhow!("queueing the step input copy: {e:?}"))
+    }
+
+    /// Queues a copy of n elements from `src` into elements `0..n`.
+    pub fn copy_from_device(&mut self, gpu: &Gpu, src: u64, n: usize) -> Result<()> {
+        let n = n.min(self.len);
+        let stream = gpu.stream.cu_stream();
+        // SAFETY: pinned destination of n elements; src holds n elements.
+        unsafe { drv::memcpy_dtoh_async(&mut self.as_mut_slice()[..n], src, stream) }
+            .map_err(|e| anyhow!("queueing the result copy: {e:?}"))
+    }
+}
+
+impl<T> Drop for PinnedBuf<T> {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: allocated by malloc_host and freed once.
+        let _ = unsafe { drv::free_host(self.ptr as *mut std::ffi::c_void) };
+    }
+}

@@ -1,0 +1,329 @@
+//! Prefill-shaped GEMMs through cuBLASLt: Y[m, n] (f32) = X[m, k] (bf16) . W[n, k]^T (bf16),
+//! fp32 accumulate. One algorithm is pinned per weight shape (n, k), chosen once for a
+//! prefill-chunk-sized m among those without split-K, and used for every m: each output element
+//! is then reduced in the same order whatever the row count, so a prefill row's result does not
+//! depend on the other rows of the step. KILN_GEMM_PIN=0 lets cuBLASLt pick per call instead.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+
+use anyhow::{anyhow, bail, Result};
+use cudarc::cublaslt::sys as lt;
+
+use crate::device::{DevBuf, Gpu};
+
+const WORKSPACE_BYTES: usize = 64 << 20;
+
+fn check(status: lt::cublasStatus_t, what: &str) -> Result<()> {
+    if status == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+        Ok(())
+    } else {
+        Err(anyhow!("cuBLASLt {what} failed: {status:?}"))
+    }
+}
+
+/// The pinned choice for one weight shape.
+#[derive(Clone, Copy)]
+struct Pinned {
+    algo: lt::cublasLtMatmulAlgo_t,
+}
+
+/// Describes an algorithm (id, tile, split-K, reduction scheme, stages) for diagnostics.
+fn algo_config(
+    algo: &lt::cublasLtMatmulAlgo_t,
+    attr: lt::cublasLtMatmulAlgoConfigAttributes_t,
+) -> i64 {
+    let mut v: u64 = 0;
+    let mut written = 0usize;
+    // SAFETY: v is large enough for every config attribute (at most 8 bytes).
+    let st = unsafe {
+        lt::cublasLtMatmulAlgoConfigGetAttribute(
+            algo,
+            attr,
+            &mut v as *mut u64 as *mut c_void,
+            8,
+            &mut written,
+        )
+    };
+    if st != lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+        return -1;
+    }
+    match written {
+        1 => (v & 0xff) as i64,
+        2 => (v & 0xffff) as i64,
+        4 => (v & 0xffff_ffff) as u32 as i32 as i64,
+        _ => v as i64,
+    }
+}
+
+pub struct LtGemm {
+    handle: lt::cublasLtHandle_t,
+    desc: lt::cublasLtMatmulDesc_t,
+    workspace: DevBuf<u8>,
+    pinned: HashMap<(usize, usize), Pinned>,
+    /// m used to choose each shape's algorithm (the prefill chunk).
+    reference_m: usize,
+    pin: bool,
+    /// One line per pinned shape, for the start-up log and gpu-check reports.
+    pub choices: Vec<String>,
+}
+
+// SAFETY: the handle and descriptors are used from one thread at a time (&mut self).
+unsafe impl Send for LtGemm {}
+
+impl LtGemm {
+    pub fn new(gpu: &Gpu, reference_m: usize) -> Result<LtGemm> {
+        gpu.bind()?;
+        let mut handle = std::ptr::null_mut();
+        // SAFETY: out-pointer to a handle.
+        check(unsafe { lt::cublasLtCreate(&mut handle) }, "create")?;
+        let mut desc = std::ptr::null_mut();
+        check(
+            unsafe {
+                lt::cublasLtMatmulDescCreate(
+                    &mut desc,
+                    lt::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                    lt::cudaDataType::CUDA_R_32F,
+                )
+            },
+            "matmul descriptor",
+        )?;
+        let trans: i32 = 1; // CUBLAS_OP_T on A = W
+        let no: i32 = 0;
+        unsafe {
+            check(
+                lt::cublasLtMatmulDescSetAttribute(
+                    desc,
+                    lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA,
+                    &trans as *const i32 as *const c_void,
+                    4,
+                ),
+                "transa",
+            )?;
+            check(
+                lt::cublasLtMatmulDescSetAttribute(
+                    desc,
+                    lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSB,
+                    &no as *const i32 as *const c_void,
+                    4,
+                ),
+                "transb",
+            )?;
+        }
+        let pin = std::env::var("KILN_GEMM_PIN").as_deref() != Ok("0");
+        Ok(LtGemm {
+            handle,
+            desc,
+            workspace: gpu.alloc(WORKSPACE_BYTES)?,
+            pinned: HashMap::new(),
+            reference_m: reference_m.max(1),
+            pin,
+            choices: Vec::new(),
+        })
+    }
+
+    /// Column-major layouts: A = W as k x n (ld k, transposed by the op), B = X as k x m, D = Y as n x m.
+    fn layouts(n: usize, k: usize, m: usize) -> Result<[lt::cublasLtMatrixLayout_t; 3]> {
+        let mut out = [std::ptr::null_mut(); 3];
+        let specs = [
+            (lt::cudaDataType::CUDA_R_16BF, k, n, k),
+            (lt::cudaDataType::CUDA_R_16BF, k, m, k),
+            (lt::cudaDataType::CUDA_R_32F, n, m, n),
+        ];
+        for (i, (ty, rows, cols, ld)) in specs.into_iter().enumerate() {
+            // SAFETY: out-pointer to a layout.
+            check(
+                unsafe {
+                    lt::cublasLtMatrixLayoutCreate(
+                        &mut out[i],
+                        ty,
+                        rows as u64,
+                        cols as u64,
+                        ld as i64,
+                    )
+                },
+                "matrix layout",
+            )?;
+        }
+        Ok(out)
+    }
+
+    fn destroy(layouts: [lt::cublasLtMatrixLayout_t; 3]) {
+        for l in layouts {
+            // SAFETY: created by layouts().
+            unsafe { lt::cublasLtMatrixLayoutDestroy(l) };
+        }
+    }
+
+    /// Chooses and records the algorithm for shape (n, k) if not done yet.
+    pub fn pin_shape(&mut self, n: usize, k: usize) -> Result<()> {
+        if self.pinned.contains_key(&(n, k)) {
+            return Ok(());
+        }
+        let m = self.reference_m;
+        let ls = Self::layouts(n, k, m)?;
+        let mut pref = std::ptr::null_mut();
+        let ws = WORKSPACE_BYTES as u64;
+        let mut results =
+            vec![unsafe { std::mem::zeroed::<lt::cublasLtMatmulHeuristicResult_t>() }; 16];
+        let mut count = 0i32;
+        let r = unsafe {
+            check(lt::cublasLtMatmulPreferenceCreate(&mut pref), "preference")?;
+            check(
+                lt::cublasLtMatmulPreferenceSetAttribute(
+                    pref,
+                    lt::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                    &ws as *const u64 as *const c_void,
+                    8,
+                ),
+                "workspace preference",
+            )?;
+            let st = lt::cublasLtMatmulAlgoGetHeuristic(
+                self.handle,
+                self.desc,
+                ls[0],
+                ls[1],
+                ls[2],
+                ls[2],
+                pref,
+                16,
+                results.as_mut_ptr(),
+                &mut count,
+            );
+            lt::cublasLtMatmulPreferenceDestroy(pref);
+            check(st, "algorithm heuristic")
+        };
+        let mut chosen = None;
+        if r.is_ok() {
+            for res in results.iter().take(count.max(0) as usize) {
+                if res.state != lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+                    continue;
+                }
+                use lt::cublasLtMatmulAlgoConfigAttributes_t as C;
+                let splitk = algo_config(&res.algo, C::CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
+                if splitk > 1 {
+                    continue;
+                }
+                if self.works_for_small_m(&res.algo, n, k)? {
+                    chosen = Some(*res);
+                    break;
+                }
+            }
+        }
+        Self::destroy(ls);
+        r?;
+        let res = chosen.ok_or_else(|| anyhow!("cuBLASLt offers no split-K-free algorithm for a {n}x{k} bf16 GEMM usable at every row count"))?;
+        use lt::cublasLtMatmulAlgoConfigAttributes_t as C;
+        let a = &res.algo;
+        self.choices.push(format!(
+            "gemm n={n} k={k}: algo {} tile {} stages {} splitk {} reduction {} swizzle {} custom {} (chosen at m={m})",
+            algo_config(a, C::CUBLASLT_ALGO_CONFIG_ID),
+            algo_config(a, C::CUBLASLT_ALGO_CONFIG_TILE_ID),
+            algo_config(a, C::CUBLASLT_ALGO_CONFIG_STAGES_ID),
+            algo_config(a, C::CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+            algo_config(a, C::CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME),
+            algo_config(a, C::CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
+            algo_config(a, C::CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION),
+        ));
+        self.pinned.insert((n, k), Pinned { algo: res.algo });
+        Ok(())
+    }
+
+    fn works_for_small_m(
+        &self,
+        algo: &lt::cublasLtMatmulAlgo_t,
+        n: usize,
+        k: usize,
+    ) -> Result<bool> {
+        for m in [1usize, 7, 64, 333] {
+            let ls = Self::layouts(n, k, m)?;
+            let mut res = unsafe { std::mem::zeroed::<lt::cublasLtMatmulHeuristicResult_t>() };
+            // SAFETY: valid handle, descriptors and algorithm.
+            let st = unsafe {
+                lt::cublasLtMatmulAlgoCheck(
+                    self.handle,
+                    self.desc,
+                    ls[0],
+                    ls[1],
+                    ls[2],
+                    ls[2],
+                    algo,
+                    &mut res,
+                )
+            };
+            Self::destroy(ls);
+            if st != lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+                || res.workspaceSize > WORKSPACE_BYTES
+            {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// y[m, n] = x[m, k] . w[n, k]^T, queued on the stream.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul(
+        &mut self,
+        gpu: &Gpu,
+        y: u64,
+        x: u64,
+        w: u64,
+        m: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<()> {
+        if m == 0 {
+            return Ok(());
+        }
+        if self.pin {
+            self.pin_shape(n, k)?;
+        }
+        let pinned = if self.pin {
+            self.pinned.get(&(n, k)).copied()
+        } else {
+            None
+        };
+        let ls = Self::layouts(n, k, m)?;
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let algo_ptr = pinned
+            .as_ref()
+            .map_or(std::ptr::null(), |p| &p.algo as *const _);
+        // SAFETY: pointers are device buffers sized by the caller for these shapes.
+        let st = unsafe {
+            lt::cublasLtMatmul(
+                self.handle,
+                self.desc,
+                &alpha as *const f32 as *const c_void,
+                w as *const c_void,
+                ls[0],
+                x as *const c_void,
+                ls[1],
+                &beta as *const f32 as *const c_void,
+                y as *const c_void,
+                ls[2],
+                y as *mut c_void,
+                ls[2],
+                algo_ptr,
+                self.workspace.ptr() as *mut c_void,
+                WORKSPACE_BYTES,
+                gpu.stream.cu_stream() as lt::cudaStream_t,
+            )
+        };
+        Self::destroy(ls);
+        if st != lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+            bail!("cuBLASLt matmul m={m} n={n} k={k} failed: {st:?}");
+        }
+        Ok(())
+    }
+}
+
+impl Drop for LtGemm {
+    fn drop(&mut self) {
+        // SAFETY: created in new() and destroyed once.
+        unsafe {
+            lt::cublasLtMatmulDescDestroy(self.desc);
+            lt::cublasLtDestroy(self.handle);
+        }
+    }
+}

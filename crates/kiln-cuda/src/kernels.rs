@@ -1,0 +1,507 @@
+//! Typed launchers for the kernels in kernels/*.cu: one method per kernel, grid and block sizes
+//! chosen here, argument lists matching the .cu signatures. Pointers are device addresses.
+
+use anyhow::{bail, Result};
+
+use crate::device::{Arg, Gpu};
+
+/// Head dims with a flash-attention and a decode-attention instantiation.
+pub const FLASH_HEAD_DIMS: [usize; 4] = [32, 64, 128, 256];
+/// Query rows per flash-attention tile.
+pub const FLASH_TILE_ROWS: usize = 64;
+/// Decode attention: at most this many KV splits per sequence, each at least this many keys.
+pub const DECODE_MAX_SPLITS: usize = 32;
+pub const DECODE_MIN_SPAN: usize = 128;
+/// Query heads one decode CTA serves (more GQA heads take more CTAs).
+const DECODE_MAX_GROUP: usize = 8;
+/// Rows one skinny-GEMM launch takes at most.
+pub const SKINNY_MAX_ROWS: usize = 64;
+
+fn flash_block_n(hd: usize) -> usize {
+    if hd >= 256 {
+        32
+    } else {
+        64
+    }
+}
+
+/// Dynamic shared memory of flash_attn_hd{hd}: Q tile plus two stages of K and V, rows padded by 8.
+pub fn flash_smem_bytes(hd: usize) -> usize {
+    let ld = hd + 8;
+    (FLASH_TILE_ROWS * ld + 4 * flash_block_n(hd) * ld) * 2
+}
+
+fn grid_1d(n: usize, block: usize, cap: usize) -> (u32, u32, u32) {
+    (n.div_ceil(block).clamp(1, cap) as u32, 1, 1)
+}
+
+fn i32_of(v: usize, what: &str) -> Result<i32> {
+    i32::try_from(v)
+        .map_err(|_| anyhow::anyhow!("{what} = {v} does not fit a 32-bit kernel argument"))
+}
+
+/// Where a layer's KV cache lives and how it is laid out.
+#[derive(Debug, Clone, Copy)]
+pub struct KvView {
+    pub k: u64,
+    pub v: u64,
+    pub n_kv: usize,
+    pub block_size: usize,
+}
+
+/// Per-token inputs of attention, all device arrays indexed by flat token (or sequence).
+#[derive(Debug, Clone, Copy)]
+pub struct AttnInputs {
+    pub positions: u64,
+    pub token_seq: u64,
+    /// Start of each sequence's block table inside `block_tables`.
+    pub bt_start: u64,
+    pub block_tables: u64,
+}
+
+impl Gpu {
+    pub fn embed_gather(
+        &self,
+        x: u64,
+        emb: u64,
+        tokens: u64,
+        n_tokens: usize,
+        hidden: usize,
+    ) -> Result<()> {
+        if n_tokens == 0 {
+            return Ok(());
+        }
+        let h = i32_of(hidden, "hidden")?;
+        self.launch(
+            "embed_gather",
+            (n_tokens as u32, 1, 1),
+            256,
+            0,
+            &[Arg::Ptr(x), Arg::Ptr(emb), Arg::Ptr(tokens), Arg::I32(h)],
+        )
+    }
+
+    /// x += delta (delta 0 = none), out = rmsnorm(x) * w, for `rows` rows.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rmsnorm_residual(
+        &self,
+        x: u64,
+        delta: u64,
+        w: u64,
+        out: u64,
+        rows: usize,
+        hidden: usize,
+        eps: f32,
+    ) -> Result<()> {
+        if rows == 0 {
+            return Ok(());
+        }
+        let args = [
+            Arg::Ptr(x),
+            Arg::Ptr(delta),
+            Arg::Ptr(w),
+            Arg::Ptr(out),
+            Arg::I32(i32_of(hidden, "hidden")?),
+            Arg::F32(eps),
+        ];
+        self.launch(
+            "rmsnorm_residual",
+            (rows as u32, 1, 1),
+            norm_block(hidden),
+            0,
+            &args,
+        )
+    }
+
+    /// out[r] = rmsnorm(x[rows[r]] + delta[rows[r]]) * w for r < n_rows.
+    #[allow(clippy::too_many_arguments)]
+    pub fn final_norm_rows(
+        &self,
+        x: u64,
+        delta: u64,
+        rows: u64,
+        w: u64,
+        out: u64,
+        n_rows: usize,
+        hidden: usize,
+        eps: f32,
+    ) -> Result<()> {
+        if n_rows == 0 {
+            return Ok(());
+        }
+        let args = [
+            Arg::Ptr(x),
+            Arg::Ptr(delta),
+            Arg::Ptr(rows),
+            Arg::Ptr(w),
+            Arg::Ptr(out),
+            Arg::I32(i32_of(hidden, "hidden")?),
+            Arg::F32(eps),
+        ];
+        self.launch(
+            "final_norm_rows",
+            (n_rows as u32, 1, 1),
+            norm_block(hidden),
+            0,
+            &args,
+        )
+    }
+
+    pub fn swiglu(&self, gu: u64, out: u64, inter: usize, rows: usize) -> Result<()> {
+        if rows == 0 {
+            return Ok(());
+        }
+        let grid = grid_1d(rows * inter, 256, self.sm_count as usize * 16);
+        self.launch(
+            "swiglu",
+            grid,
+            256,
+            0,
+            &[
+                Arg::Ptr(gu),
+                Arg::Ptr(out),
+                Arg::I32(i32_of(inter, "inter")?),
+                Arg::I32(i32_of(rows, "rows")?),
+            ],
+        )
+    }
+
+    pub fn argmax_rows(&self, logits: u64, ids: u64, rows: usize, vocab: usize) -> Result<()> {
+        if rows == 0 {
+            return Ok(());
+        }
+        self.launch(
+            "argmax_rows",
+            (rows as u32, 1, 1),
+            1024,
+            0,
+            &[
+                Arg::Ptr(logits),
+                Arg::Ptr(ids),
+                Arg::I32(i32_of(vocab, "vocab")?),
+            ],
+        )
+    }
+
+    pub fn f32_to_bf16(&self, dst: u64, src: u64, n: usize) -> Result<()> {
+        let grid = grid_1d(n, 256, self.sm_count as usize * 32);
+        self.launch(
+            "f32_to_bf16_copy",
+            grid,
+            256,
+            0,
+            &[Arg::Ptr(dst), Arg::Ptr(src), Arg::U64(n as u64)],
+        )
+    }
+
+    pub fn bf16_to_f32(&self, dst: u64, src: u64, n: usize) -> Result<()> {
+        let grid = grid_1d(n, 256, self.sm_count as usize * 32);
+        self.launch(
+            "bf16_to_f32_copy",
+            grid,
+            256,
+            0,
+            &[Arg::Ptr(dst), Arg::Ptr(src), Arg::U64(n as u64)],
+        )
+    }
+
+    /// dst[i] = bf16(dummy_value(seed, i)) for i < n.
+    pub fn dummy_fill(&self, dst: u64, n: usize, seed: u64) -> Result<()> {
+        let grid = grid_1d(n, 256, self.sm_count as usize * 32);
+        self.launch(
+            "dummy_fill_bf16",
+            grid,
+            256,
+            0,
+            &[Arg::Ptr(dst), Arg::U64(n as u64), Arg::U64(seed)],
+        )
+    }
+
+    pub fn fill_bf16(&self, dst: u64, n: usize, value: f32) -> Result<()> {
+        let grid = grid_1d(n, 256, self.sm_count as usize * 32);
+        self.launch(
+            "fill_bf16",
+            grid,
+            256,
+            0,
+            &[Arg::Ptr(dst), Arg::U64(n as u64), Arg::F32(value)],
+        )
+    }
+
+    /// table[p][i] = (cos, sin)(p * inv_freq[i]) * attn_factor for p < max_pos, i < half.
+    pub fn rope_table_build(
+        &self,
+        table: u64,
+        inv_freq: u64,
+        max_pos: usize,
+        half: usize,
+        attn_factor: f32,
+    ) -> Result<()> {
+        let grid = grid_1d(max_pos * half, 256, self.sm_count as usize * 32);
+        let args = [
+            Arg::Ptr(table),
+            Arg::Ptr(inv_freq),
+            Arg::I32(i32_of(max_pos, "max_pos")?),
+            Arg::I32(i32_of(half, "half")?),
+            Arg::F32(attn_factor),
+        ];
+        self.launch("rope_table_build", grid, 256, 0, &args)
+    }
+
+    /// Finishes the QKV projection of `n_tokens` tokens: bias, per-head norm, RoPE; writes Q to
+    /// `q_out` and K/V into the cache at each token's slot. Optional pointers are 0 when absent.
+    #[allow(clippy::too_many_arguments)]
+    pub fn qkv_prepare(
+        &self,
+        qkv: u64,
+        bias: u64,
+        q_norm: u64,
+        k_norm: u64,
+        rope: u64,
+        positions: u64,
+        slots: u64,
+        q_out: u64,
+        kv: KvView,
+        n_tokens: usize,
+        n_q: usize,
+        hd: usize,
+        neox: bool,
+        eps: f32,
+    ) -> Result<()> {
+        if n_tokens == 0 {
+            return Ok(());
+        }
+        if hd > 256 || !hd.is_multiple_of(2) {
+            bail!("head dim {hd} unsupported (even, at most 256)");
+        }
+        let heads = n_q + 2 * kv.n_kv;
+        let args = [
+            Arg::Ptr(qkv),
+            Arg::Ptr(bias),
+            Arg::Ptr(q_norm),
+            Arg::Ptr(k_norm),
+            Arg::Ptr(rope),
+            Arg::Ptr(positions),
+            Arg::Ptr(slots),
+            Arg::Ptr(q_out),
+            Arg::Ptr(kv.k),
+            Arg::Ptr(kv.v),
+            Arg::I32(n_q as i32),
+            Arg::I32(kv.n_kv as i32),
+            Arg::I32(hd as i32),
+            Arg::I32(neox as i32),
+            Arg::I32(kv.block_size as i32),
+            Arg::F32(eps),
+        ];
+        self.launch(
+            "qkv_prepare",
+            (n_tokens as u32, heads.div_ceil(4) as u32, 1),
+            128,
+            0,
+            &args,
+        )
+    }
+
+    /// y[m, n] = x[m, :] . w[n, :] for m < rows, in launches of at most 64 rows. Each row's
+    /// result is the same whatever `rows` is. Needs k % 8 == 0 and 16-byte aligned x and w.
+    pub fn skinny_gemm(
+        &self,
+        y: u64,
+        x: u64,
+        w: u64,
+        rows: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<()> {
+        if !k.is_multiple_of(8) {
+            bail!("skinny GEMM needs the inner dimension to be a multiple of 8, got {k}");
+        }
+        let (ni, ki) = (i32_of(n, "n")?, i32_of(k, "k")?);
+        let mut done = 0;
+        while done < rows {
+            let m = (rows - done).min(SKINNY_MAX_ROWS);
+            let name = match m {
+                1..=8 => "skinny_gemm_8",
+                9..=16 => "skinny_gemm_16",
+                17..=32 => "skinny_gemm_32",
+                _ => "skinny_gemm_64",
+            };
+            let args = [
+                Arg::Ptr(y + (done * n * 4) as u64),
+                Arg::Ptr(x + (done * k * 2) as u64),
+                Arg::Ptr(w),
+                Arg::I32(m as i32),
+                Arg::I32(ni),
+                Arg::I32(ki),
+            ];
+            self.launch(name, (n.div_ceil(16) as u32, 1, 1), 256, 0, &args)?;
+            done += m;
+        }
+        Ok(())
+    }
+
+    /// Prefill attention over `n_tiles` tiles (device array of {tok0, n_rows, seq, pos0}).
+    #[allow(clippy::too_many_arguments)]
+    pub fn flash_attn(
+        &self,
+        q: u64,
+        kv: KvView,
+        tiles: u64,
+        n_tiles: usize,
+        inp: &AttnInputs,
+        out: u64,
+        n_q: usize,
+        hd: usize,
+        window: usize,
+        scale: f32,
+    ) -> Result<()> {
+        if n_tiles == 0 {
+            return Ok(());
+        }
+        if !FLASH_HEAD_DIMS.contains(&hd) {
+            bail!("flash attention supports head dims {FLASH_HEAD_DIMS:?}, not {hd}");
+        }
+        let args = [
+            Arg::Ptr(q),
+            Arg::Ptr(kv.k),
+            Arg::Ptr(kv.v),
+            Arg::Ptr(tiles),
+            Arg::Ptr(inp.bt_start),
+            Arg::Ptr(inp.block_tables),
+            Arg::Ptr(out),
+            Arg::I32(n_q as i32),
+            Arg::I32(kv.n_kv as i32),
+            Arg::I32(kv.block_size as i32),
+            Arg::I32(i32_of(window, "window")?),
+            Arg::F32(scale * std::f32::consts::LOG2_E),
+        ];
+        let smem = flash_smem_bytes(hd) as u32;
+        self.launch(
+            &format!("flash_attn_hd{hd}"),
+            (n_tiles as u32, n_q as u32, 1),
+            128,
+            smem,
+            &args,
+        )
+    }
+
+    /// Decode attention for `rows` single-token rows (flat tokens 0..rows), split over the KV
+    /// length, then merged. `part_o`/`part_ml` hold rows * n_q * DECODE_MAX_SPLITS partials.
+    #[allow(clippy::too_many_arguments)]
+    pub fn decode_attn(
+        &self,
+        q: u64,
+        kv: KvView,
+        inp: &AttnInputs,
+        part_o: u64,
+        part_ml: u64,
+        out: u64,
+        rows: usize,
+        n_q: usize,
+        hd: usize,
+        window: usize,
+        scale: f32,
+    ) -> Result<()> {
+        if rows == 0 {
+            return Ok(());
+        }
+        if !FLASH_HEAD_DIMS.contains(&hd) {
+            bail!("decode attention supports head dims {FLASH_HEAD_DIMS:?}, not {hd}");
+        }
+        let group = n_q / kv.n_kv;
+        let groups_per_kv = group.div_ceil(DECODE_MAX_GROUP);
+        let args = [
+            Arg::Ptr(q),
+            Arg::Ptr(kv.k),
+            Arg::Ptr(kv.v),
+            Arg::Ptr(inp.positions),
+            Arg::Ptr(inp.token_seq),
+            Arg::Ptr(inp.bt_start),
+            Arg::Ptr(inp.block_tables),
+            Arg::Ptr(part_o),
+            Arg::Ptr(part_ml),
+            Arg::I32(n_q as i32),
+            Arg::I32(kv.n_kv as i32),
+            Arg::I32(kv.block_size as i32),
+            Arg::I32(i32_of(window, "window")?),
+            Arg::F32(scale * std::f32::consts::LOG2_E),
+            Arg::I32(DECODE_MAX_SPLITS as i32),
+            Arg::I32(DECODE_MIN_SPAN as i32),
+        ];
+        let grid = (
+            DECODE_MAX_SPLITS as u32,
+            (kv.n_kv * groups_per_kv) as u32,
+            rows as u32,
+        );
+        self.launch(&format!("decode_attn_hd{hd}"), grid, 128, 0, &args)?;
+        let args = [
+            Arg::Ptr(part_o),
+            Arg::Ptr(part_ml),
+            Arg::Ptr(inp.positions),
+            Arg::Ptr(out),
+            Arg::I32(n_q as i32),
+            Arg::I32(hd as i32),
+            Arg::I32(DECODE_MAX_SPLITS as i32),
+            Arg::I32(DECODE_MIN_SPAN as i32),
+        ];
+        self.launch(
+            "decode_attn_combine",
+            (n_q as u32, rows as u32, 1),
+            hd.clamp(32, 256) as u32,
+            0,
+            &args,
+        )
+    }
+
+    /// The reference attention for flat tokens 0..n_tokens.
+    #[allow(clippy::too_many_arguments)]
+    pub fn ref_attn(
+        &self,
+        q: u64,
+        kv: KvView,
+        inp: &AttnInputs,
+        out: u64,
+        n_tokens: usize,
+        n_q: usize,
+        hd: usize,
+        window: usize,
+        scale: f32,
+    ) -> Result<()> {
+        if n_tokens == 0 {
+            return Ok(());
+        }
+        if !hd.is_multiple_of(32) || hd > 256 {
+            bail!("reference attention supports head dims that are multiples of 32 up to 256, not {hd}");
+        }
+        let args = [
+            Arg::Ptr(q),
+            Arg::Ptr(kv.k),
+            Arg::Ptr(kv.v),
+            Arg::Ptr(inp.positions),
+            Arg::Ptr(inp.token_seq),
+            Arg::Ptr(inp.bt_start),
+            Arg::Ptr(inp.block_tables),
+            Arg::Ptr(out),
+            Arg::I32(n_tokens as i32),
+            Arg::I32(n_q as i32),
+            Arg::I32(kv.n_kv as i32),
+            Arg::I32(hd as i32),
+            Arg::I32(kv.block_size as i32),
+            Arg::I32(i32_of(window, "window")?),
+            Arg::F32(scale * std::f32::consts::LOG2_E),
+        ];
+        let warps = n_tokens * n_q;
+        self.launch(
+            "ref_attn",
+            ((warps.div_ceil(4)) as u32, 1, 1),
+            128,
+            0,
+            &args,
+        )
+    }
+}
+
+/// Threads per row for the norm kernels: enough for 16-element strides, at most 1024.
+fn norm_block(hidden: usize) -> u32 {
+    (hidden.div_ceil(8).next_multiple_of(32)).clamp(32, 1024) as u32
+}

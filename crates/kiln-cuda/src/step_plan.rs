@@ -1,0 +1,337 @@
+//! Host side of a step: checks the chunks and packs every per-step input (token ids,
+//! positions, KV slots, token -> sequence, block tables, attention tiles, logits rows) into one
+//! i32 array with fixed section offsets, uploaded in one copy into a persistent device buffer.
+//! Decode rows (single-token chunks) come first so that GEMMs route them by position: rows
+//! 0..n_decode go to the skinny kernel, the rest to the tensor-core path.
+
+use anyhow::{bail, Result};
+use kiln_engine::ChunkInput;
+
+use crate::kernels::FLASH_TILE_ROWS;
+
+/// Capacities the persistent buffers are sized for, and where each section starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepLayout {
+    pub max_tokens: usize,
+    pub max_seqs: usize,
+    pub max_tiles: usize,
+    pub max_blocks_per_seq: usize,
+    pub block_size: usize,
+    pub num_blocks: usize,
+    pub vocab_size: usize,
+    pub max_context: usize,
+    pub tokens: usize,
+    pub positions: usize,
+    pub slots: usize,
+    pub token_seq: usize,
+    pub bt_start: usize,
+    pub logits_rows: usize,
+    pub tiles: usize,
+    pub block_tables: usize,
+    /// Total i32 capacity.
+    pub len: usize,
+}
+
+impl StepLayout {
+    pub fn new(
+        max_tokens: usize,
+        max_seqs: usize,
+        max_context: usize,
+        block_size: usize,
+        num_blocks: usize,
+        vocab_size: usize,
+    ) -> StepLayout {
+        let max_tiles = max_tokens.div_ceil(FLASH_TILE_ROWS) + max_seqs;
+        let max_blocks_per_seq = max_context.div_ceil(block_size);
+        let tokens = 0;
+        let positions = tokens + max_tokens;
+        let slots = positions + max_tokens;
+        let token_seq = slots + max_tokens;
+        let bt_start = token_seq + max_tokens;
+        let logits_rows = bt_start + max_seqs;
+        let tiles = logits_rows + max_seqs;
+        let block_tables = tiles + 4 * max_tiles;
+        let len = block_tables + max_seqs * max_blocks_per_seq;
+        StepLayout {
+            max_tokens,
+            max_seqs,
+            max_tiles,
+            max_blocks_per_seq,
+            block_size,
+            num_blocks,
+            vocab_size,
+            max_context,
+            tokens,
+            positions,
+            slots,
+            token_seq,
+            bt_start,
+            logits_rows,
+            tiles,
+            block_tables,
+            len,
+        }
+    }
+}
+
+/// What the device launches need to know about a packed step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepPlan {
+    pub n_tokens: usize,
+    /// Flat tokens 0..n_decode are single-token decode rows.
+    pub n_decode: usize,
+    pub n_seqs: usize,
+    pub n_tiles: usize,
+    /// Rows of logits, one per chunk with want_logits, in chunk order.
+    pub n_logits: usize,
+    /// i32 elements to upload (the fixed sections plus the used part of the block tables).
+    pub upload_len: usize,
+}
+
+/// Whether a chunk is a decode row. A single token is always treated as decode, so that a
+/// sequence's generated tokens never change path; a prompt split into chunks should not end in
+/// a one-token chunk if its last logits must equal the unchunked ones.
+pub fn is_decode(chunk: &ChunkInput<'_>) -> bool {
+    chunk.tokens.len() == 1
+}
+
+fn check_chunk(i: usize, c: &ChunkInput<'_>, l: &StepLayout) -> Result<()> {
+    if c.tokens.is_empty() {
+        bail!("chunk {i} has no tokens");
+    }
+    let end = c.start_pos + c.tokens.len();
+    if end > l.max_context {
+        bail!(
+            "chunk {i} reaches position {end}, beyond the backend's context of {} tokens",
+            l.max_context
+        );
+    }
+    if let Some(t) = c.tokens.iter().find(|&&t| t as usize >= l.vocab_size) {
+        bail!(
+            "chunk {i} has token id {t}, outside the vocabulary of {}",
+            l.vocab_size
+        );
+    }
+    let needed = end.div_ceil(l.block_size);
+    if c.block_table.len() < needed {
+        bail!(
+            "chunk {i} covers {end} positions but its block table has {} blocks of {}",
+            c.block_table.len(),
+            l.block_size
+        );
+    }
+    if let Some(b) = c.block_table[..needed]
+        .iter()
+        .find(|&&b| b as usize >= l.num_blocks)
+    {
+        bail!(
+            "chunk {i} uses KV block {b}, outside the pool of {} blocks",
+            l.num_blocks
+        );
+    }
+    Ok(())
+}
+
+/// Packs `chunks` into `buf` (at least `layout.len` long). Fails with a clear error, touching no
+/// device state, when a chunk is malformed or the step exceeds the configured capacities.
+pub fn pack_step(chunks: &[ChunkInput<'_>], l: &StepLayout, buf: &mut [i32]) -> Result<StepPlan> {
+    if chunks.len() > l.max_seqs {
+        bail!(
+            "step has {} sequences; the backend was sized for {}",
+            chunks.len(),
+            l.max_seqs
+        );
+    }
+    let n_tokens: usize = chunks.iter().map(|c| c.tokens.len()).sum();
+    if n_tokens > l.max_tokens {
+        bail!(
+            "step has {n_tokens} tokens; the backend was sized for {} per step",
+            l.max_tokens
+        );
+    }
+    for (i, c) in chunks.iter().enumerate() {
+        check_chunk(i, c, l)?;
+    }
+    // Decode chunks first, each group in the order given.
+    let order: Vec<usize> = (0..chunks.len())
+        .filter(|&i| is_decode(&chunks[i]))
+        .chain((0..chunks.len()).filter(|&i| !is_decode(&chunks[i])))
+        .collect();
+    let n_decode = chunks.iter().filter(|c| is_decode(c)).count();
+    let mut first_token = vec![0usize; chunks.len()];
+    let (mut t, mut bt, mut tiles) = (0usize, 0usize, 0usize);
+    for (seq, &ci) in order.iter().enumerate() {
+        let c = &chunks[ci];
+        first_token[ci] = t;
+        let blocks = (c.start_pos + c.tokens.len()).div_ceil(l.block_size);
+        buf[l.bt_start + seq] = bt as i32;
+        for (j, &b) in c.block_table[..blocks].iter().enumerate() {
+            buf[l.block_tables + bt + j] = b as i32;
+        }
+        bt += blocks;
+        for (j, &tok) in c.tokens.iter().enumerate() {
+            let p = c.start_pos + j;
+            buf[l.tokens + t + j] = tok as i32;
+            buf[l.positions + t + j] = p as i32;
+            buf[l.slots + t + j] =
+                (c.block_table[p / l.block_size] as usize * l.block_size + p % l.block_size) as i32;
+            buf[l.token_seq + t + j] = seq as i32;
+        }
+        if !is_decode(c) {
+            for r0 in (0..c.tokens.len()).step_by(FLASH_TILE_ROWS) {
+                let rows = (c.tokens.len() - r0).min(FLASH_TILE_ROWS);
+                let at = l.tiles + 4 * tiles;
+                buf[at..at + 4].copy_from_slice(&[
+                    (t + r0) as i32,
+                    rows as i32,
+                    seq as i32,
+                    (c.start_pos + r0) as i32,
+                ]);
+                tiles += 1;
+            }
+        }
+        t += c.tokens.len();
+    }
+    let mut n_logits = 0;
+    for (ci, c) in chunks.iter().enumerate() {
+        if c.want_logits {
+            buf[l.logits_rows + n_logits] = (first_token[ci] + c.tokens.len() - 1) as i32;
+            n_logits += 1;
+        }
+    }
+    Ok(StepPlan {
+        n_tokens,
+        n_decode,
+        n_seqs: chunks.len(),
+        n_tiles: tiles,
+        n_logits,
+        upload_len: l.block_tables + bt,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout() -> StepLayout {
+        StepLayout::new(256, 8, 1024, 16, 64, 1000)
+    }
+
+    #[test]
+    fn decode_rows_come_first_and_logits_keep_chunk_order() {
+        let l = layout();
+        let mut buf = vec![-7i32; l.len];
+        let prompt: Vec<u32> = (0..70).collect();
+        let chunks = [
+            ChunkInput {
+                tokens: &prompt,
+                start_pos: 0,
+                block_table: &[3, 4, 5, 6, 7],
+                want_logits: true,
+            },
+            ChunkInput {
+                tokens: &[9],
+                start_pos: 20,
+                block_table: &[1, 2],
+                want_logits: true,
+            },
+        ];
+        let plan = pack_step(&chunks, &l, &mut buf).unwrap();
+        assert_eq!(plan.n_tokens, 71);
+        assert_eq!(plan.n_decode, 1);
+        assert_eq!(plan.n_tiles, 2);
+        assert_eq!(plan.n_logits, 2);
+        // The decode token is flat token 0, sequence 0, slot from block 2 (position 20).
+        assert_eq!(buf[l.tokens], 9);
+        assert_eq!(buf[l.positions], 20);
+        assert_eq!(buf[l.slots], 2 * 16 + 4);
+        assert_eq!(buf[l.token_seq], 0);
+        // The prompt follows: flat tokens 1..71, sequence 1.
+        assert_eq!(buf[l.positions + 1 + 69], 69);
+        assert_eq!(buf[l.slots + 1 + 69], 7 * 16 + 5);
+        assert_eq!(buf[l.token_seq + 70], 1);
+        // Tiles of 64 rows: {tok0, rows, seq, pos0}.
+        assert_eq!(&buf[l.tiles..l.tiles + 8], &[1, 64, 1, 0, 65, 6, 1, 64]);
+        // Logits rows in chunk order: the prompt's last token first, then the decode row.
+        assert_eq!(&buf[l.logits_rows..l.logits_rows + 2], &[70, 0]);
+        // Block tables packed back to back: the decode sequence's 2 blocks, then 5.
+        assert_eq!(buf[l.bt_start], 0);
+        assert_eq!(buf[l.bt_start + 1], 2);
+        assert_eq!(
+            &buf[l.block_tables..l.block_tables + 7],
+            &[1, 2, 3, 4, 5, 6, 7]
+        );
+        assert_eq!(plan.upload_len, l.block_tables + 7);
+    }
+
+    #[test]
+    fn malformed_steps_are_refused_with_a_reason() {
+        let l = layout();
+        let mut buf = vec![0i32; l.len];
+        let err = |chunks: &[ChunkInput<'_>], buf: &mut [i32]| {
+            pack_step(chunks, &l, buf).unwrap_err().to_string()
+        };
+        assert!(err(
+            &[ChunkInput {
+                tokens: &[],
+                start_pos: 0,
+                block_table: &[0],
+                want_logits: true
+            }],
+            &mut buf
+        )
+        .contains("no tokens"));
+        assert!(err(
+            &[ChunkInput {
+                tokens: &[1000],
+                start_pos: 0,
+                block_table: &[0],
+                want_logits: true
+            }],
+            &mut buf
+        )
+        .contains("vocabulary"));
+        assert!(err(
+            &[ChunkInput {
+                tokens: &[1; 17],
+                start_pos: 0,
+                block_table: &[0],
+                want_logits: true
+            }],
+            &mut buf
+        )
+        .contains("block table"));
+        assert!(err(
+            &[ChunkInput {
+                tokens: &[1],
+                start_pos: 0,
+                block_table: &[64],
+                want_logits: true
+            }],
+            &mut buf
+        )
+        .contains("outside the pool"));
+        assert!(err(
+            &[ChunkInput {
+                tokens: &[1],
+                start_pos: 1024,
+                block_table: &[0; 65],
+                want_logits: true
+            }],
+            &mut buf
+        )
+        .contains("context"));
+        let many: Vec<u32> = vec![1; 257];
+        let table: Vec<u32> = (0..17).collect();
+        assert!(err(
+            &[ChunkInput {
+                tokens: &many,
+                start_pos: 0,
+                block_table: &table,
+                want_logits: true
+            }],
+            &mut buf
+        )
+        .contains("per step"));
+    }
+}
