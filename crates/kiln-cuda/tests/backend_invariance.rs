@@ -1,0 +1,139 @@
+//! Batch invariance on the GPU: one sequence's logits are bit-identical whether it runs alone
+//! or in steps with 1, 6 or 31 other sequences (other lengths, prefill and decode mixed), and
+//! whether its prompt is prefilled whole or in chunks of 512 or 2048.
+
+mod common;
+#[path = "common/models.rs"]
+mod models;
+
+use common::{gpu_or_skip, Checks};
+use kiln_cuda::CudaBackend;
+use kiln_engine::{Backend, ChunkInput};
+use kiln_model::dummy::DummySource;
+use kiln_model::WeightSource;
+use models::{cuda_backend, dummy_mid, Blocks, Seq};
+
+const PROMPT: usize = 3000;
+const DECODE_STEPS: usize = 4;
+
+/// Logits of the sequence under test: one row per step (last prompt chunk, then each decode).
+fn run_target(
+    b: &mut CudaBackend,
+    prompt: &[u32],
+    chunk: usize,
+    neighbours: usize,
+    vocab: usize,
+) -> Vec<Vec<f32>> {
+    let bs = b.kv_geometry().block_size;
+    let mut blocks = Blocks::new(b);
+    // Neighbours come first in the pool so the target's blocks differ between runs.
+    let mut others: Vec<Seq> = (0..neighbours)
+        .map(|i| {
+            let len = 1 + (i * 397 + 61) % 700;
+            let toks: Vec<u32> = (0..len)
+                .map(|j| ((i * 131 + j * 17) % vocab) as u32)
+                .collect();
+            Seq::new(toks, &mut blocks, len + DECODE_STEPS + 8, bs)
+        })
+        .collect();
+    let mut target = Seq::new(
+        prompt.to_vec(),
+        &mut blocks,
+        prompt.len() + DECODE_STEPS + 1,
+        bs,
+    );
+    let mut rows = Vec::new();
+    let mut step = 0;
+    // Prefill the target chunk by chunk, then decode one token per step; neighbours run their
+    // own prefill chunks of varied sizes and then decode, all in the same steps.
+    while rows.len() < 1 + DECODE_STEPS {
+        let t_len = target
+            .chunk(if target.done < PROMPT { chunk } else { 1 })
+            .tokens
+            .len();
+        let budget = 4096 - t_len;
+        let mut used = 0;
+        let lens: Vec<usize> = others
+            .iter()
+            .enumerate()
+            .map(|(i, o)| {
+                let n = (o.tokens.len() - o.done)
+                    .min(1 + (i + step) % 300)
+                    .min(budget - used);
+                used += n;
+                n
+            })
+            .collect();
+        let mut chunks: Vec<ChunkInput<'_>> = others
+            .iter()
+            .zip(&lens)
+            .filter(|(_, &n)| n > 0)
+            .map(|(o, &n)| o.chunk(n))
+            .collect();
+        // The target sits at a different place in the step each time.
+        let at = step % (chunks.len() + 1);
+        chunks.insert(at, target.chunk(t_len));
+        let logits = b.forward(&chunks).expect("forward");
+        drop(chunks);
+        target.done += t_len;
+        if target.done == target.tokens.len() {
+            rows.push(logits[at * vocab..(at + 1) * vocab].to_vec());
+            // The next token is fixed, not sampled, so every run feeds the same ones.
+            target.tokens.push(((rows.len() * 101 + 7) % vocab) as u32);
+        }
+        for (i, o) in others.iter_mut().enumerate() {
+            o.done += lens[i];
+            if o.done == o.tokens.len() {
+                o.tokens.push(((i * 7 + step) % vocab) as u32);
+            }
+        }
+        step += 1;
+    }
+    rows
+}
+
+fn invariance(c: &mut Checks, name: &str, src: &dyn WeightSource) {
+    let mut b = cuda_backend(src, 4096);
+    let vocab = src.config().vocab_size;
+    let prompt: Vec<u32> = (0..PROMPT)
+        .map(|i| ((i * 7919 + 3) % vocab) as u32)
+        .collect();
+    let alone = run_target(&mut b, &prompt, 0, 0, vocab);
+    for (chunk, neighbours) in [(512, 0), (2048, 0), (0, 1), (2048, 6), (512, 31)] {
+        let got = run_target(&mut b, &prompt, chunk, neighbours, vocab);
+        for (i, (g, a)) in got.iter().zip(&alone).enumerate() {
+            let what = if i == 0 {
+                "prompt logits".to_string()
+            } else {
+                format!("decode step {i} logits")
+            };
+            c.identical(
+                &format!(
+                    "{name}: chunk {} with {neighbours} other sequences, {what}",
+                    if chunk == 0 {
+                        "whole".into()
+                    } else {
+                        chunk.to_string()
+                    }
+                ),
+                g,
+                a,
+            );
+        }
+    }
+}
+
+#[test]
+fn gpu_logits_are_batch_and_chunk_invariant() {
+    let Some(_gpu) = gpu_or_skip("gpu_logits_are_batch_and_chunk_invariant") else {
+        return;
+    };
+    let mut c = Checks::new("invariance");
+    invariance(
+        &mut c,
+        "dummy:tiny",
+        &DummySource::preset("tiny").expect("tiny"),
+    );
+    invariance(&mut c, "dummy mid", &dummy_mid());
+    c.finish();
+}

@@ -1,0 +1,164 @@
+//! Model sources and step drivers shared by the backend tests.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use kiln_cuda::{CudaBackend, CudaOptions};
+use kiln_engine::{Backend, ChunkInput};
+use kiln_model::dummy::DummySource;
+use kiln_model::{Arch, ModelConfig, RopeScaling, RopeStyle, WeightSource};
+
+pub fn fixtures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
+}
+
+/// Every fixture model: (name, source), GGUF and HF folder for each fixture that has them.
+pub fn fixture_sources() -> Vec<(String, Box<dyn WeightSource>)> {
+    let mut out: Vec<(String, Box<dyn WeightSource>)> = Vec::new();
+    let Ok(entries) = std::fs::read_dir(fixtures_dir()) else {
+        return out;
+    };
+    let mut dirs: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    for dir in dirs {
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let gguf = dir.join("model.gguf");
+        if gguf.exists() {
+            match kiln_model::gguf_source::GgufSource::open(&gguf) {
+                Ok(s) => out.push((format!("{name}/gguf"), Box::new(s))),
+                Err(e) => panic!("fixture {}: {e:#}", gguf.display()),
+            }
+        }
+        let hf = dir.join("hf");
+        if hf.join("config.json").exists() {
+            match kiln_model::hf_source::HfSource::open(&hf) {
+                Ok(s) => out.push((format!("{name}/hf"), Box::new(s))),
+                Err(e) => panic!("fixture {}: {e:#}", hf.display()),
+            }
+        }
+    }
+    out
+}
+
+/// The fixture's reference.json, when present.
+pub fn fixture_reference(name: &str) -> Option<serde_json::Value> {
+    let dir = name.split('/').next()?;
+    let text = std::fs::read_to_string(fixtures_dir().join(dir).join("reference.json")).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// A small model with the shapes the fast kernels are tuned for (head dim 128, GQA 4).
+pub fn dummy_mid() -> DummySource {
+    DummySource::new(ModelConfig {
+        arch: Arch::Llama,
+        vocab_size: 32_000,
+        hidden_size: 2048,
+        intermediate_size: 5632,
+        num_layers: 3,
+        num_heads: 16,
+        num_kv_heads: 4,
+        head_dim: 128,
+        rms_norm_eps: 1e-5,
+        rope_theta: 500_000.0,
+        rope_scaling: RopeScaling::None,
+        rope_style: RopeStyle::Neox,
+        max_position: 8192,
+        sliding_window: None,
+        qkv_bias: false,
+        qk_norm: false,
+        tie_embeddings: false,
+    })
+    .expect("dummy config")
+}
+
+pub fn cuda_backend(src: &dyn WeightSource, max_tokens: usize) -> CudaBackend {
+    let opts = CudaOptions {
+        kv_cache_bytes: Some(1 << 30),
+        prefill_chunk: 2048,
+        max_seqs: 40,
+        max_batch_tokens: Some(max_tokens),
+        max_context: Some(src.config().max_position.min(8192)),
+        ..CudaOptions::default()
+    };
+    CudaBackend::new(src, opts, None).expect("CUDA backend")
+}
+
+/// Hands out KV blocks from the pool, never reusing one.
+pub struct Blocks {
+    next: u32,
+    total: u32,
+}
+
+impl Blocks {
+    pub fn new(b: &dyn Backend) -> Blocks {
+        Blocks {
+            next: 0,
+            total: b.kv_geometry().num_blocks as u32,
+        }
+    }
+
+    pub fn take(&mut self, tokens: usize, block_size: usize) -> Vec<u32> {
+        let n = tokens.div_ceil(block_size) as u32;
+        assert!(self.next + n <= self.total, "test KV pool exhausted");
+        let v = (self.next..self.next + n).collect();
+        self.next += n;
+        v
+    }
+}
+
+/// A sequence under test: its tokens so far and its blocks.
+pub struct Seq {
+    pub tokens: Vec<u32>,
+    pub table: Vec<u32>,
+    pub done: usize,
+}
+
+impl Seq {
+    pub fn new(tokens: Vec<u32>, blocks: &mut Blocks, capacity: usize, block_size: usize) -> Seq {
+        Seq {
+            tokens,
+            table: blocks.take(capacity, block_size),
+            done: 0,
+        }
+    }
+
+    /// The next chunk of at most `n` tokens (all remaining when n is 0).
+    pub fn chunk(&self, n: usize) -> ChunkInput<'_> {
+        let end = if n == 0 {
+            self.tokens.len()
+        } else {
+            (self.done + n).min(self.tokens.len())
+        };
+        ChunkInput {
+            tokens: &self.tokens[self.done..end],
+            start_pos: self.done,
+            block_table: &self.table,
+            want_logits: true,
+        }
+    }
+}
+
+pub fn argmax(row: &[f32]) -> u32 {
+    let mut best = (f32::NEG_INFINITY, 0usize);
+    for (i, &v) in row.iter().enumerate() {
+        if v > best.0 {
+            best = (v, i);
+        }
+    }
+    best.1 as u32
+}
+
+/// max |a - b| / max |b| over a row.
+pub fn rel_err(a: &[f32], b: &[f32]) -> f64 {
+    let scale = b
+        .iter()
+        .fold(0f64, |m, &x| m.max(x.abs() as f64))
+        .max(1e-30);
+    a.iter()
+        .zip(b)
+        .fold(0f64, |m, (&x, &y)| m.max((x as f64 - y as f64).abs()))
+        / scale
+}
