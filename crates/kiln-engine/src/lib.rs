@@ -3,6 +3,8 @@
 
 pub mod backend;
 pub mod block_manager;
+mod engine;
+pub mod handle;
 pub mod request;
 pub mod sampler;
 pub mod scheduler;
@@ -10,4 +12,5 @@ pub mod sequence;
 pub mod stop;
 
 pub use backend::{Backend, ChunkInput, KvGeometry};
+pub use handle::{start, EngineConfig, EngineHandle, EngineStats, RequestStream, SubmitError};
 pub use request::{Finish, FinishReason, GenEvent, GenerateRequest, SamplingParams, TokenEvent};

@@ -36,11 +36,48 @@ impl Default for SamplingParams {
     }
 }
 
+impl SamplingParams {
+    /// Checks every value is usable; the error names the bad one.
+    pub fn validate(&self) -> Result<(), String> {
+        let values = [
+            ("temperature", self.temperature),
+            ("top_p", self.top_p),
+            ("min_p", self.min_p),
+            ("repetition_penalty", self.repetition_penalty),
+            ("presence_penalty", self.presence_penalty),
+            ("frequency_penalty", self.frequency_penalty),
+        ];
+        if let Some((name, v)) = values.iter().find(|(_, v)| !v.is_finite()) {
+            return Err(format!("{name} must be a finite number, got {v}"));
+        }
+        if self.temperature < 0.0 {
+            return Err(format!(
+                "temperature must be >= 0, got {}",
+                self.temperature
+            ));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return Err(format!("top_p must be in (0, 1], got {}", self.top_p));
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return Err(format!("min_p must be in [0, 1], got {}", self.min_p));
+        }
+        if self.repetition_penalty <= 0.0 {
+            return Err(format!(
+                "repetition_penalty must be > 0, got {}",
+                self.repetition_penalty
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// One generation request.
 #[derive(Debug, Clone, Default)]
 pub struct GenerateRequest {
     pub prompt: Vec<u32>,
     pub sampling: SamplingParams,
+    /// Most tokens to generate; 0 means until the context is full.
     pub max_tokens: usize,
     /// Generation stops when the text contains one of these; the stop string is not returned.
     pub stop: Vec<String>,

@@ -186,6 +186,11 @@ impl Scheduler {
         self.seqs.keys().copied()
     }
 
+    /// The sequence next in line for admission.
+    pub fn first_waiting(&self) -> Option<SeqId> {
+        self.waiting.front().copied()
+    }
+
     pub fn is_running(&self, id: SeqId) -> bool {
         self.running.contains(&id)
     }

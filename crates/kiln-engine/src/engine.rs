@@ -1,0 +1,412 @@
+//! The engine loop, on its own thread: take new requests, then step (schedule, forward,
+//! sample, postprocess) until there is nothing left to run.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+use std::time::Instant;
+
+use kiln_tokenizer::{StreamDecoder, Tokenizer};
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::backend::Backend;
+use crate::handle::{EngineConfig, Shared};
+use crate::request::{Finish, FinishReason, GenEvent, GenerateRequest, TokenEvent};
+use crate::sampler::{self, History, Sampled};
+use crate::scheduler::{ScheduledChunk, Scheduler, SchedulerConfig};
+use crate::sequence::{SeqId, Sequence};
+use crate::stop::{StopCheck, StopMatcher};
+
+pub(crate) enum Command {
+    Submit(Submission),
+    Shutdown,
+}
+
+pub(crate) struct Submission {
+    pub id: SeqId,
+    pub req: GenerateRequest,
+    pub events: UnboundedSender<GenEvent>,
+    pub submitted: Instant,
+}
+
+/// What the engine keeps for a request besides its tokens.
+struct Active {
+    /// The request without its prompt (which the scheduler's sequence holds).
+    req: GenerateRequest,
+    prompt_tokens: usize,
+    seed: u64,
+    /// Length (prompt + generated) at which generation ends with `Length`.
+    max_len: usize,
+    events: UnboundedSender<GenEvent>,
+    decoder: StreamDecoder,
+    stop: StopMatcher,
+    submitted: Instant,
+    time_to_first_token: Option<f64>,
+}
+
+pub(crate) struct Engine {
+    backend: Box<dyn Backend>,
+    tokenizer: Tokenizer,
+    scheduler: Scheduler,
+    active: HashMap<SeqId, Active>,
+    commands: mpsc::Receiver<Command>,
+    shared: Arc<Shared>,
+    max_context: usize,
+    /// Seeds for requests that bring none.
+    seed_source: u64,
+    stopping: bool,
+    /// Consecutive steps that ran nothing although requests were waiting.
+    idle_steps: u32,
+}
+
+impl Engine {
+    pub(crate) fn new(
+        backend: Box<dyn Backend>,
+        tokenizer: Tokenizer,
+        cfg: EngineConfig,
+        max_context: usize,
+        commands: mpsc::Receiver<Command>,
+        shared: Arc<Shared>,
+    ) -> Engine {
+        let sched_cfg = SchedulerConfig {
+            max_num_seqs: cfg.max_num_seqs,
+            max_batched_tokens: cfg.max_batched_tokens,
+            prefill_chunk: cfg.prefill_chunk,
+        };
+        let scheduler = Scheduler::new(sched_cfg, backend.kv_geometry());
+        let seed_source = {
+            use std::hash::BuildHasher;
+            std::collections::hash_map::RandomState::new().hash_one(Instant::now())
+        };
+        let engine = Engine {
+            backend,
+            tokenizer,
+            scheduler,
+            active: HashMap::new(),
+            commands,
+            shared,
+            max_context,
+            seed_source,
+            stopping: false,
+            idle_steps: 0,
+        };
+        engine.publish_stats();
+        engine
+    }
+
+    pub(crate) fn run(mut self) {
+        while self.wait_for_work() {
+            let plan = self.scheduler.schedule();
+            let Some(logits) = self.forward(&plan) else {
+                continue;
+            };
+            let sampled = self.sample(&plan, &logits);
+            self.postprocess(&plan, sampled);
+            self.publish_stats();
+        }
+        self.cancel_all();
+        self.publish_stats();
+    }
+
+    /// Publishes stats, takes new requests and drops cancelled ones; blocks while idle.
+    /// False: time to stop.
+    fn wait_for_work(&mut self) -> bool {
+        loop {
+            self.publish_stats();
+            let command = if self.scheduler.is_idle() {
+                match self.commands.recv() {
+                    Ok(c) => Some(c),
+                    Err(_) => return false,
+                }
+            } else {
+                self.commands.try_recv().ok()
+            };
+            let drained = command.is_none();
+            match command {
+                Some(Command::Submit(s)) => self.admit(s),
+                Some(Command::Shutdown) => self.stopping = true,
+                None => {}
+            }
+            if self.stopping {
+                return false;
+            }
+            self.drop_cancelled();
+            if drained && !self.scheduler.is_idle() {
+                return true;
+            }
+        }
+    }
+
+    fn admit(&mut self, mut s: Submission) {
+        let seed = s.req.sampling.seed.unwrap_or_else(|| {
+            self.seed_source = self.seed_source.wrapping_add(1);
+            sampler::splitmix64(self.seed_source)
+        });
+        let max_len = match s.req.max_tokens {
+            0 => self.max_context,
+            n => (s.req.prompt.len() + n).min(self.max_context),
+        };
+        let prompt = std::mem::take(&mut s.req.prompt);
+        let prompt_tokens = prompt.len();
+        self.scheduler.add(Sequence::new(s.id, prompt));
+        let active = Active {
+            prompt_tokens,
+            seed,
+            max_len,
+            events: s.events,
+            decoder: StreamDecoder::new(&self.tokenizer),
+            stop: StopMatcher::new(&s.req.stop),
+            submitted: s.submitted,
+            time_to_first_token: None,
+            req: s.req,
+        };
+        self.active.insert(s.id, active);
+    }
+
+    /// Requests whose stream was dropped leave now, freeing their blocks.
+    fn drop_cancelled(&mut self) {
+        let gone: Vec<SeqId> = self
+            .active
+            .iter()
+            .filter(|(_, a)| a.events.is_closed())
+            .map(|(&id, _)| id)
+            .collect();
+        for id in gone {
+            self.retire(id);
+            self.bump(|s| s.requests_cancelled += 1);
+        }
+    }
+
+    /// Runs the plan through the backend: one logits row per chunk that wants one. None when
+    /// nothing ran (its requests have been told why, if it failed).
+    fn forward(&mut self, plan: &[ScheduledChunk]) -> Option<Vec<f32>> {
+        if plan.is_empty() {
+            self.unstick();
+            return None;
+        }
+        self.idle_steps = 0;
+        let inputs = self.scheduler.inputs(plan);
+        let backend = &mut self.backend;
+        let result = std::panic::catch_unwind(AssertUnwindSafe(|| backend.forward(&inputs)))
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("the backend panicked")));
+        let rows = plan.iter().filter(|c| c.want_logits).count();
+        let checked = result.and_then(|logits| match rows {
+            0 => Ok(logits),
+            _ if !logits.is_empty() && logits.len() % rows == 0 => Ok(logits),
+            _ => Err(anyhow::anyhow!(
+                "the backend returned {} logits for {rows} rows",
+                logits.len()
+            )),
+        });
+        match checked {
+            Ok(logits) => Some(logits),
+            Err(e) => {
+                tracing::error!("forward pass failed: {e:#}");
+                for c in plan {
+                    self.fail(c.seq, format!("forward pass failed: {e:#}"));
+                }
+                None
+            }
+        }
+    }
+
+    /// An empty plan with requests waiting happens for one step after a sequence preempts
+    /// itself. Submission checks make a lasting one impossible; if it happens anyway, the
+    /// request at the head of the queue fails rather than the loop spinning.
+    fn unstick(&mut self) {
+        self.idle_steps += 1;
+        if self.idle_steps > 2 {
+            self.idle_steps = 0;
+            if let Some(id) = self.scheduler.first_waiting() {
+                self.fail(id, "the request does not fit in the KV cache".to_string());
+            }
+        }
+    }
+
+    /// Picks the next token for every chunk that produced logits.
+    fn sample(
+        &self,
+        plan: &[ScheduledChunk],
+        logits: &[f32],
+    ) -> Vec<(SeqId, Result<Sampled, String>)> {
+        let wanting: Vec<&ScheduledChunk> = plan.iter().filter(|c| c.want_logits).collect();
+        if wanting.is_empty() {
+            return Vec::new();
+        }
+        let vocab = logits.len() / wanting.len();
+        wanting
+            .iter()
+            .zip(logits.chunks_exact(vocab))
+            .map(|(c, row)| {
+                let (seq, active) = (self.scheduler.get(c.seq), self.active.get(&c.seq));
+                let result = match (seq, active) {
+                    (Some(seq), Some(a)) => {
+                        let history = History {
+                            prompt: seq.prompt(),
+                            generated: seq.generated(),
+                        };
+                        let index = seq.generated().len() as u64;
+                        sampler::sample(
+                            row,
+                            &a.req.sampling,
+                            history,
+                            a.seed,
+                            index,
+                            a.req.logprobs,
+                        )
+                        .map_err(|e| e.to_string())
+                    }
+                    _ => Err("the request vanished mid-step".to_string()),
+                };
+                (c.seq, result)
+            })
+            .collect()
+    }
+
+    /// Records the step and hands each new token to its request: text, stop checks, events.
+    fn postprocess(
+        &mut self,
+        plan: &[ScheduledChunk],
+        sampled: Vec<(SeqId, Result<Sampled, String>)>,
+    ) {
+        self.scheduler.complete(plan);
+        let processed: usize = plan.iter().map(|c| c.len).sum();
+        self.bump(|s| {
+            s.steps += 1;
+            s.tokens_processed += processed as u64;
+        });
+        for (id, result) in sampled {
+            match result {
+                Ok(s) => self.accept(id, s),
+                Err(e) => self.fail(id, format!("sampling failed: {e}")),
+            }
+        }
+    }
+
+    fn accept(&mut self, id: SeqId, s: Sampled) {
+        self.scheduler.push_token(id, s.id);
+        self.bump(|st| st.generated_tokens += 1);
+        let len = self.scheduler.get(id).map_or(0, |q| q.tokens.len());
+        let Some(a) = self.active.get_mut(&id) else {
+            return;
+        };
+        if a.time_to_first_token.is_none() {
+            a.time_to_first_token = Some(a.submitted.elapsed().as_secs_f64());
+        }
+        let ends_turn = (!a.req.ignore_eos && self.tokenizer.eos_ids().contains(&s.id))
+            || a.req.stop_token_ids.contains(&s.id);
+        let (text, stop_string) = if ends_turn {
+            (String::new(), false)
+        } else {
+            match a.stop.push(&a.decoder.push(s.id)) {
+                StopCheck::Emit(text) => (text, false),
+                StopCheck::Stopped(text) => (text, true),
+            }
+        };
+        let reason = if ends_turn || stop_string {
+            Some(FinishReason::Stop)
+        } else {
+            (len >= a.max_len).then_some(FinishReason::Length)
+        };
+        let event = TokenEvent {
+            id: s.id,
+            text,
+            logprob: s.logprob,
+            top_logprobs: s.top_logprobs,
+        };
+        let sent = a.events.send(GenEvent::Token(event)).is_ok();
+        if stop_string {
+            self.finish(id, FinishReason::Stop, false);
+        } else if let Some(reason) = reason {
+            self.finish(id, reason, true);
+        } else if !sent {
+            self.retire(id);
+            self.bump(|st| st.requests_cancelled += 1);
+        }
+    }
+
+    /// Ends a request and sends `Done`. `flush`: release the text still held back (unless
+    /// it completes a stop string); false after a stop string matched, when the rest is cut.
+    fn finish(&mut self, id: SeqId, mut reason: FinishReason, flush: bool) {
+        let Some(mut a) = self.active.remove(&id) else {
+            return;
+        };
+        let mut trailing = String::new();
+        if flush {
+            // Text the decoder or the stop matcher still holds; it may yet complete a stop string.
+            match a.stop.push(&a.decoder.finish()) {
+                StopCheck::Emit(text) => trailing = text + &a.stop.finish(),
+                StopCheck::Stopped(text) => {
+                    trailing = text;
+                    reason = FinishReason::Stop;
+                }
+            }
+        }
+        let seq = self.scheduler.remove(id);
+        self.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+        let finish = Finish {
+            reason,
+            prompt_tokens: a.prompt_tokens,
+            completion_tokens: seq.map_or(0, |s| s.generated().len()),
+            trailing_text: trailing,
+            time_to_first_token: a.time_to_first_token,
+        };
+        let _ = a.events.send(GenEvent::Done(finish));
+        match reason {
+            FinishReason::Cancelled => self.bump(|s| s.requests_cancelled += 1),
+            _ => self.bump(|s| s.requests_finished += 1),
+        }
+    }
+
+    /// Ends a request with an error event.
+    fn fail(&mut self, id: SeqId, message: String) {
+        if let Some(a) = self.active.get(&id) {
+            let _ = a.events.send(GenEvent::Error(message));
+        }
+        self.retire(id);
+        self.bump(|s| s.requests_failed += 1);
+    }
+
+    /// Forgets a request and frees its blocks, sending nothing.
+    fn retire(&mut self, id: SeqId) {
+        self.scheduler.remove(id);
+        if self.active.remove(&id).is_some() {
+            self.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// At shutdown: every request still in flight, and any still in the channel, is cancelled.
+    fn cancel_all(&mut self) {
+        while let Ok(command) = self.commands.try_recv() {
+            if let Command::Submit(s) = command {
+                self.admit(s);
+            }
+        }
+        let ids: Vec<SeqId> = self.active.keys().copied().collect();
+        for id in ids {
+            self.finish(id, FinishReason::Cancelled, true);
+        }
+    }
+
+    fn bump(&self, f: impl FnOnce(&mut crate::handle::EngineStats)) {
+        if let Ok(mut s) = self.shared.stats.lock() {
+            f(&mut s);
+        }
+    }
+
+    fn publish_stats(&self) {
+        let blocks = self.scheduler.blocks();
+        let (running, waiting) = (self.scheduler.num_running(), self.scheduler.num_waiting());
+        let preemptions = self.scheduler.preemptions();
+        self.bump(|s| {
+            s.running = running;
+            s.waiting = waiting;
+            s.kv_block_size = blocks.block_size();
+            s.kv_blocks_total = blocks.num_blocks();
+            s.kv_blocks_used = blocks.num_used();
+            s.kv_blocks_free = blocks.num_free();
+            s.preemptions = preemptions;
+        });
+    }
+}

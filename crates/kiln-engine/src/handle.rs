@@ -1,0 +1,269 @@
+//! The engine's public face: start it on a backend, submit requests from any thread or task,
+//! read each request's events from its stream, watch stats, shut it down.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use tokio::sync::mpsc as events;
+
+use crate::backend::Backend;
+use crate::engine::{Command, Engine, Submission};
+use crate::request::{GenEvent, GenerateRequest};
+
+/// Limits of the engine loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// Sequences decoded together at most.
+    pub max_num_seqs: usize,
+    /// Tokens per step, decode and prefill together.
+    pub max_batched_tokens: usize,
+    /// Most prompt tokens one sequence runs in a step.
+    pub prefill_chunk: usize,
+    /// Requests that may wait beyond the `max_num_seqs` running ones.
+    pub max_queue: usize,
+    /// Longest sequence (prompt plus generated tokens). The KV pool may lower it further.
+    pub max_context: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            max_num_seqs: 64,
+            max_batched_tokens: 2048,
+            prefill_chunk: 2048,
+            max_queue: 1024,
+            max_context: 4096,
+        }
+    }
+}
+
+/// Why a request was refused at submission; nothing was queued.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    #[error("too many requests in flight (limit {limit}); retry later")]
+    QueueFull { limit: usize },
+    #[error("{}", too_long_message(*.prompt_tokens, *.max_tokens, *.max_context, *.limited_by_kv_cache))]
+    PromptTooLong {
+        prompt_tokens: usize,
+        /// The request's max_tokens (0: none given).
+        max_tokens: usize,
+        max_context: usize,
+        /// The context limit is the KV cache's size, smaller than the configured context.
+        limited_by_kv_cache: bool,
+    },
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    #[error("the engine is shutting down")]
+    ShuttingDown,
+}
+
+fn too_long_message(prompt: usize, max_tokens: usize, context: usize, by_kv: bool) -> String {
+    let what = if by_kv {
+        "the KV cache holds"
+    } else {
+        "the context is"
+    };
+    if max_tokens == 0 || prompt >= context {
+        format!("the prompt has {prompt} tokens but {what} {context} tokens, leaving no room to generate")
+    } else {
+        format!(
+            "the prompt has {prompt} tokens and max_tokens is {max_tokens}, {} in all, but {what} {context} tokens",
+            prompt + max_tokens
+        )
+    }
+}
+
+/// A snapshot of the engine, refreshed every step.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct EngineStats {
+    pub running: usize,
+    pub waiting: usize,
+    pub kv_block_size: usize,
+    pub kv_blocks_total: usize,
+    pub kv_blocks_used: usize,
+    pub kv_blocks_free: usize,
+    pub steps: u64,
+    /// Tokens run through the model: prompts, recomputation after preemption and decodes.
+    pub tokens_processed: u64,
+    pub generated_tokens: u64,
+    pub preemptions: u64,
+    pub requests_finished: u64,
+    pub requests_cancelled: u64,
+    pub requests_failed: u64,
+}
+
+/// State shared between the handles and the engine thread.
+#[derive(Debug, Default)]
+pub(crate) struct Shared {
+    pub stats: Mutex<EngineStats>,
+    /// Submitted and not yet finished.
+    pub in_flight: AtomicUsize,
+    pub shutting_down: AtomicBool,
+    pub next_id: AtomicU64,
+}
+
+/// A cheap, clonable handle to a running engine.
+#[derive(Clone)]
+pub struct EngineHandle {
+    commands: mpsc::Sender<Command>,
+    shared: Arc<Shared>,
+    thread: Arc<Mutex<Option<JoinHandle<()>>>>,
+    max_context: usize,
+    kv_capacity: usize,
+    max_in_flight: usize,
+    vocab_size: usize,
+}
+
+/// Starts the engine loop on its own OS thread.
+pub fn start(
+    backend: Box<dyn Backend>,
+    tokenizer: kiln_tokenizer::Tokenizer,
+    cfg: EngineConfig,
+) -> EngineHandle {
+    let geometry = backend.kv_geometry();
+    let kv_capacity = geometry.num_blocks * geometry.block_size;
+    let max_context = cfg.max_context.min(kv_capacity);
+    let vocab_size = tokenizer.vocab_size();
+    let shared = Arc::new(Shared::default());
+    let (tx, rx) = mpsc::channel();
+    let engine = Engine::new(backend, tokenizer, cfg, max_context, rx, shared.clone());
+    let thread = std::thread::Builder::new()
+        .name("kiln-engine".into())
+        .spawn(move || engine.run())
+        .expect("the OS refused to start the engine thread");
+    EngineHandle {
+        commands: tx,
+        shared,
+        thread: Arc::new(Mutex::new(Some(thread))),
+        max_context,
+        kv_capacity,
+        max_in_flight: cfg.max_num_seqs.max(1).saturating_add(cfg.max_queue),
+        vocab_size,
+    }
+}
+
+impl EngineHandle {
+    /// Validates and queues a request. Its events arrive on the returned stream; dropping the
+    /// stream cancels the request.
+    pub fn submit(&self, req: GenerateRequest) -> Result<RequestStream, SubmitError> {
+        if self.shared.shutting_down.load(Ordering::SeqCst) {
+            return Err(SubmitError::ShuttingDown);
+        }
+        self.validate(&req)?;
+        let in_flight = self.shared.in_flight.fetch_add(1, Ordering::SeqCst);
+        if in_flight >= self.max_in_flight {
+            self.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+            return Err(SubmitError::QueueFull {
+                limit: self.max_in_flight,
+            });
+        }
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = events::unbounded_channel();
+        let prompt_tokens = req.prompt.len();
+        let submission = Submission {
+            id,
+            req,
+            events: tx,
+            submitted: Instant::now(),
+        };
+        if self.commands.send(Command::Submit(submission)).is_err() {
+            self.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+            return Err(SubmitError::ShuttingDown);
+        }
+        Ok(RequestStream {
+            id,
+            prompt_tokens,
+            events: rx,
+        })
+    }
+
+    fn validate(&self, req: &GenerateRequest) -> Result<(), SubmitError> {
+        if req.prompt.is_empty() {
+            return Err(SubmitError::Invalid("the prompt is empty".into()));
+        }
+        if let Some(&t) = req.prompt.iter().find(|&&t| t as usize >= self.vocab_size) {
+            return Err(SubmitError::Invalid(format!(
+                "prompt token {t} is outside the vocabulary of {} tokens",
+                self.vocab_size
+            )));
+        }
+        req.sampling.validate().map_err(SubmitError::Invalid)?;
+        if let Some(n) = req.logprobs {
+            if n > self.vocab_size {
+                return Err(SubmitError::Invalid(format!(
+                    "{n} top log-probabilities asked for, the vocabulary has {}",
+                    self.vocab_size
+                )));
+            }
+        }
+        let needed = req.prompt.len().saturating_add(req.max_tokens.max(1));
+        if needed > self.max_context {
+            return Err(SubmitError::PromptTooLong {
+                prompt_tokens: req.prompt.len(),
+                max_tokens: req.max_tokens,
+                max_context: self.max_context,
+                limited_by_kv_cache: self.max_context == self.kv_capacity,
+            });
+        }
+        Ok(())
+    }
+
+    pub fn stats(&self) -> EngineStats {
+        self.shared
+            .stats
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default()
+    }
+
+    /// Longest sequence a request may reach: the configured context or the KV pool, whichever
+    /// is smaller.
+    pub fn max_context(&self) -> usize {
+        self.max_context
+    }
+
+    /// Stops admitting requests, cancels those in flight (each gets a final `Done` with
+    /// `Cancelled`) and waits for the loop to end, at most one step. Safe to call repeatedly.
+    pub fn shutdown(&self) {
+        self.shared.shutting_down.store(true, Ordering::SeqCst);
+        let _ = self.commands.send(Command::Shutdown);
+        let thread = self.thread.lock().ok().and_then(|mut t| t.take());
+        if let Some(thread) = thread {
+            if thread.join().is_err() {
+                tracing::error!("the engine thread panicked");
+            }
+        }
+    }
+}
+
+/// The events of one request, in order: tokens, then `Done` or `Error`. Dropping it cancels
+/// the request; the engine frees its KV blocks at the next step.
+#[derive(Debug)]
+pub struct RequestStream {
+    id: u64,
+    prompt_tokens: usize,
+    events: events::UnboundedReceiver<GenEvent>,
+}
+
+impl RequestStream {
+    /// The next event; `None` once the request is over.
+    pub async fn next(&mut self) -> Option<GenEvent> {
+        self.events.recv().await
+    }
+
+    /// The next event, blocking the thread. Not for use inside an async runtime.
+    pub fn blocking_next(&mut self) -> Option<GenEvent> {
+        self.events.blocking_recv()
+    }
+
+    /// The engine's id for this request (for logs).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn prompt_tokens(&self) -> usize {
+        self.prompt_tokens
+    }
+}
