@@ -1,0 +1,185 @@
+//! ModelConfig from config.json text and from GGUF metadata, including the error paths.
+
+use std::path::Path;
+
+use kiln_formats::GgufFile;
+use kiln_model::{Arch, GgufSource, ModelConfig, RopeScaling};
+
+fn shared(file: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared")
+        .join(file)
+}
+
+fn hf(extra: &str) -> anyhow::Result<ModelConfig> {
+    let json = format!(
+        r#"{{"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+            "num_attention_heads": 8, "vocab_size": 1000 {extra}}}"#
+    );
+    ModelConfig::from_hf_config(&json)
+}
+
+#[test]
+fn llama_defaults() {
+    let c = hf(r#", "model_type": "llama""#).unwrap();
+    assert_eq!(c.arch, Arch::Llama);
+    assert_eq!((c.num_kv_heads, c.head_dim), (8, 32));
+    assert_eq!(c.rope_theta, 10_000.0);
+    assert_eq!(c.rope_scaling, RopeScaling::None);
+    assert!(!c.tie_embeddings && !c.qkv_bias && !c.qk_norm);
+    assert_eq!(c.sliding_window, None);
+}
+
+#[test]
+fn architecture_from_the_class_name() {
+    let c = hf(r#", "architectures": ["Qwen2ForCausalLM"]"#).unwrap();
+    assert_eq!(c.arch, Arch::Qwen2);
+    assert!(c.qkv_bias);
+}
+
+#[test]
+fn llama3_scaling_in_every_spelling() {
+    let params = r#"{"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192"#;
+    let want = RopeScaling::Llama3 {
+        factor: 8.0,
+        low_freq_factor: 1.0,
+        high_freq_factor: 4.0,
+        original_max_position: 8192,
+    };
+    for spelling in [
+        format!(r#", "rope_theta": 500000.0, "rope_scaling": {params}, "rope_type": "llama3"}}"#),
+        format!(r#", "rope_theta": 500000.0, "rope_scaling": {params}, "type": "llama3"}}"#),
+        format!(
+            r#", "rope_parameters": {params}, "rope_type": "llama3", "rope_theta": 500000.0}}"#
+        ),
+    ] {
+        let c = hf(&format!(
+            r#", "model_type": "llama", "tie_word_embeddings": true {spelling}"#
+        ))
+        .unwrap();
+        assert_eq!(c.rope_scaling, want, "{spelling}");
+        assert_eq!(c.rope_theta, 500_000.0);
+        assert!(c.tie_embeddings);
+    }
+}
+
+#[test]
+fn linear_and_yarn_scaling() {
+    let c = hf(r#", "model_type": "qwen2", "rope_scaling": {"type": "linear", "factor": 2.0}"#)
+        .unwrap();
+    assert_eq!(c.rope_scaling, RopeScaling::Linear { factor: 2.0 });
+    let c = hf(r#", "model_type": "qwen3", "max_position_embeddings": 131072,
+                 "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}"#)
+    .unwrap();
+    match c.rope_scaling {
+        RopeScaling::Yarn {
+            factor,
+            original_max_position,
+            beta_fast,
+            beta_slow,
+            attn_factor,
+            truncate,
+        } => {
+            assert_eq!((factor, original_max_position), (4.0, 32768));
+            assert_eq!((beta_fast, beta_slow, truncate), (32.0, 1.0, true));
+            assert!((attn_factor - (0.1 * 4f32.ln() + 1.0)).abs() < 1e-6);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(c.head_dim, 128, "qwen3's default head_dim");
+    assert!(c.qk_norm);
+}
+
+#[test]
+fn mistral_window_and_qwen_windows() {
+    let c = hf(r#", "model_type": "mistral", "sliding_window": 4096"#).unwrap();
+    assert_eq!((c.arch, c.sliding_window), (Arch::Mistral, Some(4096)));
+    let c = hf(r#", "model_type": "mistral", "sliding_window": null"#).unwrap();
+    assert_eq!(c.sliding_window, None);
+    // Qwen's sliding_window is ignored unless use_sliding_window; per-layer windows are refused.
+    let c = hf(r#", "model_type": "qwen2", "sliding_window": 4096"#).unwrap();
+    assert_eq!(c.sliding_window, None);
+    let err = hf(r#", "model_type": "qwen2", "use_sliding_window": true, "max_window_layers": 1"#)
+        .unwrap_err();
+    assert!(format!("{err:#}").contains("per-layer sliding"), "{err:#}");
+}
+
+#[test]
+fn unsupported_inputs_are_clear_errors() {
+    let cases = [
+        (r#", "model_type": "gemma2""#, "unsupported architecture"),
+        (
+            r#", "model_type": "llama", "rope_scaling": {"type": "dynamic", "factor": 2.0}"#,
+            "dynamic",
+        ),
+        (
+            r#", "model_type": "llama", "attention_bias": true"#,
+            "attention_bias",
+        ),
+        (r#", "model_type": "llama", "hidden_act": "gelu""#, "gelu"),
+        (
+            r#", "model_type": "llama", "num_key_value_heads": 3"#,
+            "multiple",
+        ),
+        (
+            r#", "model_type": "llama", "vocab_size": "many""#,
+            "vocab_size",
+        ),
+    ];
+    for (extra, needle) in cases {
+        let err = format!("{:#}", hf(extra).unwrap_err());
+        assert!(err.contains(needle), "{extra}: {err}");
+    }
+    assert!(ModelConfig::from_hf_config("[1, 2]").is_err());
+    assert!(ModelConfig::from_hf_config("{").is_err());
+}
+
+#[test]
+fn hf_file_errors_name_the_file() {
+    let dir = std::env::temp_dir().join(format!("kiln-model-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("config.json");
+    std::fs::write(&path, r#"{"model_type": "bert"}"#).unwrap();
+    let err = format!("{:#}", ModelConfig::from_hf_file(&path).unwrap_err());
+    assert!(
+        err.contains(&path.display().to_string()) && err.contains("bert"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn gguf_metadata_of_a_real_llama3_vocab_file() {
+    // llama.cpp's vocab files carry the full Llama 3 8B hyper-parameters but no tensors.
+    let path = shared("vocab/ggml-vocab-llama-bpe.gguf");
+    let g = GgufFile::open(&path).unwrap();
+    let c = ModelConfig::from_gguf(&g).unwrap();
+    assert_eq!(c.arch, Arch::Llama);
+    assert_eq!(
+        (c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads),
+        (32, 4096, 32, 8)
+    );
+    assert_eq!(
+        (c.head_dim, c.intermediate_size, c.vocab_size),
+        (128, 14336, 128256)
+    );
+    assert_eq!(c.rope_theta, 500_000.0);
+    // With no tensors, opening it as weights fails and says which tensor and file.
+    let err = format!("{:#}", GgufSource::open(&path).err().unwrap());
+    assert!(
+        err.contains("token_embd.weight") && err.contains("ggml-vocab-llama-bpe.gguf"),
+        "{err}"
+    );
+}
+
+#[test]
+fn gguf_unsupported_architecture_names_the_file() {
+    let path = shared("vocab/ggml-vocab-bert-bge.gguf");
+    let g = GgufFile::open(&path).unwrap();
+    let err = format!("{:#}", ModelConfig::from_gguf(&g).unwrap_err());
+    assert!(
+        err.contains("unsupported architecture 'bert'") && err.contains("bert-bge.gguf"),
+        "{err}"
+    );
+}

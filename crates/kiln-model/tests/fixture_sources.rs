@@ -1,0 +1,140 @@
+//! The two copies of each parity fixture, read through kiln's sources, must be the same model:
+//! same hyper-parameters, same RoPE frequencies and bit-identical tensors once the GGUF's Q/K
+//! rows are un-permuted. The reference data must be what the parity tests rely on.
+
+mod support;
+
+use kiln_model::{Arch, GgufSource, HfSource, Role, RopeScaling, TensorId, WeightSource};
+use support::fixtures::{argmax, Fixture};
+
+fn expected_arch(name: &str) -> Arch {
+    match name {
+        "llama" => Arch::Llama,
+        "mistral" => Arch::Mistral,
+        "qwen2" => Arch::Qwen2,
+        "qwen3" => Arch::Qwen3,
+        other => panic!("unknown fixture {other}"),
+    }
+}
+
+#[test]
+fn hf_folder_and_gguf_describe_the_same_model() {
+    for f in Fixture::all() {
+        let hf = HfSource::open(&f.hf_dir).unwrap();
+        let gg = GgufSource::open(&f.gguf).unwrap();
+        let (a, b) = (hf.config(), gg.config());
+        assert_eq!(a.arch, expected_arch(&f.name), "{}", f.name);
+        // Scaling may be spelled differently (llama3 parameters vs GGUF factors): compare the
+        // frequencies, then everything else.
+        let (fa, fb) = (a.rope_inv_freq(), b.rope_inv_freq());
+        for (x, y) in fa.iter().zip(&fb) {
+            assert!(
+                (x - y).abs() <= 1e-6 * x.abs(),
+                "{}: inv_freq {x} vs {y}",
+                f.name
+            );
+        }
+        assert_eq!(
+            a.rope_attention_factor(),
+            b.rope_attention_factor(),
+            "{}",
+            f.name
+        );
+        let mut b_same = b.clone();
+        b_same.rope_scaling = a.rope_scaling.clone();
+        assert_eq!(a, &b_same, "{}", f.name);
+    }
+}
+
+#[test]
+fn fixtures_cover_each_feature() {
+    let cfg = |n: &str| {
+        HfSource::open(&Fixture::load(n).hf_dir)
+            .unwrap()
+            .config()
+            .clone()
+    };
+    let (llama, mistral, qwen2, qwen3) = (cfg("llama"), cfg("mistral"), cfg("qwen2"), cfg("qwen3"));
+    assert!(matches!(llama.rope_scaling, RopeScaling::Llama3 { .. }));
+    assert!(llama.num_kv_heads < llama.num_heads && !llama.tie_embeddings);
+    let window = mistral.sliding_window.unwrap();
+    assert!(window < Fixture::load("mistral").prompt_ids.len());
+    assert!(qwen2.qkv_bias && qwen2.tie_embeddings);
+    assert!(matches!(qwen2.rope_scaling, RopeScaling::Linear { .. }));
+    assert!(qwen3.qk_norm && qwen3.head_dim != qwen3.hidden_size / qwen3.num_heads);
+    assert!(matches!(qwen3.rope_scaling, RopeScaling::Yarn { .. }));
+    assert!(qwen3.rope_attention_factor() > 1.0);
+    // GGUF spells Llama 3.1 scaling as per-frequency factors.
+    let gg = GgufSource::open(&Fixture::load("llama").gguf).unwrap();
+    assert!(matches!(
+        gg.config().rope_scaling,
+        RopeScaling::FreqFactors(_)
+    ));
+}
+
+#[test]
+fn gguf_tensors_equal_hf_tensors_after_unpermuting() {
+    for f in Fixture::all() {
+        let hf = HfSource::open(&f.hf_dir).unwrap();
+        let gg = GgufSource::open(&f.gguf).unwrap();
+        let ids = TensorId::all(hf.config());
+        assert_eq!(ids, TensorId::all(gg.config()));
+        for id in ids {
+            assert!(hf.has(id) && gg.has(id));
+            let (a, b) = (hf.load_f32(id).unwrap(), gg.load_f32(id).unwrap());
+            assert_eq!(a.shape, id.shape(hf.config()), "{}: {id}", f.name);
+            assert!(
+                a == b,
+                "{}: tensor {id} differs between the HF folder and the GGUF",
+                f.name
+            );
+        }
+    }
+}
+
+#[test]
+fn llama_gguf_rows_really_are_permuted_on_disk() {
+    // Guards the test above against a converter that forgot to permute: the raw GGUF rows of
+    // attn_q must differ from the HF rows, and only un-permuting makes them equal.
+    let f = Fixture::load("llama");
+    let g = kiln_formats::GgufFile::open(&f.gguf).unwrap();
+    let raw = g.tensor("blk.0.attn_q.weight").unwrap();
+    let raw: Vec<f32> = raw
+        .data
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let hf = HfSource::open(&f.hf_dir).unwrap();
+    let q = hf.load_f32(TensorId::layer(0, Role::Q)).unwrap();
+    assert_ne!(raw, q.data);
+    let c = hf.config();
+    let permuted =
+        kiln_model::permute::permute_rows(&q.data, c.q_dim(), c.hidden_size, c.num_heads).unwrap();
+    assert_eq!(raw, permuted);
+}
+
+#[test]
+fn reference_data_is_consistent() {
+    for f in Fixture::all() {
+        let hf = HfSource::open(&f.hf_dir).unwrap();
+        assert_eq!(f.vocab, hf.config().vocab_size, "{}", f.name);
+        assert_eq!(f.prompt_ids.len(), 40, "{}", f.name);
+        assert!(f
+            .prompt_ids
+            .iter()
+            .chain(&f.continuation_ids)
+            .all(|&t| (t as usize) < f.vocab));
+        for (k, &tok) in f.continuation_ids.iter().enumerate() {
+            assert_eq!(argmax(f.row(k)), tok, "{}: step {k} is not greedy", f.name);
+        }
+        // Margins far above float32 noise make the greedy comparison meaningful.
+        assert!(
+            f.min_margin >= 0.1,
+            "{}: min margin {}",
+            f.name,
+            f.min_margin
+        );
+        assert!(f.fp32_max_abs_err * 1000.0 < f.min_margin, "{}", f.name);
+        assert_eq!(f.margins.len(), f.continuation_ids.len());
+    }
+}

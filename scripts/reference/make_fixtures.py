@@ -1,0 +1,377 @@
+#!/usr/bin/env python3
+"""Builds the parity fixtures under tests/fixtures: small random-initialised models of each
+architecture kiln runs, saved both as a Hugging Face folder and as a GGUF of the same weights,
+with reference logits from transformers for a fixed prompt and its greedy continuation.
+
+Usage (CPU is enough; takes about a minute):
+    python scripts/reference/make_fixtures.py [--out tests/fixtures]
+
+Needs torch, transformers==5.17.0, tokenizers and gguf (see scripts/reference/requirements.txt).
+
+For each fixture NAME the script writes
+    NAME/hf/{config.json, model.safetensors, tokenizer.json, tokenizer_config.json}
+    NAME/model.gguf       same weights in F32, llama.cpp's tensor names and Q/K row order,
+                          tokenizer as gpt2 BPE metadata
+    NAME/logits.f32       little-endian f32 [steps, vocab]: row k holds the logits that choose
+                          continuation token k (row 0 is the prompt's last position)
+    NAME/reference.json   prompt ids, greedy continuation, each step's top-1 margin, and how far
+                          transformers' own fp32 run is from the reference
+The reference is computed in float64 (the model cast to double) and rounded to f32, so it is the
+exact value of the network, not one float32 evaluation of it; `fp32_max_abs_err` records how far
+transformers' float32 forward lands from it, the scale of honest float32 noise.
+
+Random weights give flat logits, which would make greedy decoding a coin toss decided by rounding.
+The initialisation below is scaled so logits spread over several units, and each model's seed is
+the first that gives every greedy step a top-1 margin of at least MIN_MARGIN.
+"""
+
+import argparse
+import json
+import math
+import shutil
+from pathlib import Path
+
+import gguf
+import numpy as np
+import torch
+import transformers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
+
+VOCAB = 512
+PROMPT_LEN = 40
+STEPS = 32
+MIN_MARGIN = 0.1
+BOS, EOS = "<|begin_of_text|>", "<|end_of_text|>"
+
+# Shared shape: two layers, hidden 64. Each fixture changes what its architecture is about.
+BASE = dict(
+    vocab_size=VOCAB,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=2048,
+    rms_norm_eps=1e-5,
+    bos_token_id=0,
+    eos_token_id=1,
+)
+
+FIXTURES = {
+    # GQA 4:2, untied, Llama 3.1 RoPE scaling with an original context short enough that the
+    # low, smoothed and high frequency bands all occur among the 8 frequencies of a 16-wide head.
+    "llama": dict(
+        model_type="llama",
+        tie_word_embeddings=False,
+        rope_parameters=dict(
+            rope_type="llama3",
+            rope_theta=10000.0,
+            factor=8.0,
+            low_freq_factor=1.0,
+            high_freq_factor=4.0,
+            original_max_position_embeddings=256,
+        ),
+    ),
+    # GQA 4:1 and a 16-token window, shorter than the 40-token prompt.
+    "mistral": dict(
+        model_type="mistral",
+        num_key_value_heads=1,
+        sliding_window=16,
+        tie_word_embeddings=False,
+        rope_parameters=dict(rope_type="default", rope_theta=10000.0),
+    ),
+    # QKV bias, tied embeddings, linear RoPE scaling.
+    "qwen2": dict(
+        model_type="qwen2",
+        tie_word_embeddings=True,
+        rope_parameters=dict(rope_type="linear", rope_theta=1000000.0, factor=2.0),
+    ),
+    # Q/K norm, head_dim (32) unlike hidden/heads (16), tied embeddings, YaRN scaling.
+    "qwen3": dict(
+        model_type="qwen3",
+        head_dim=32,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        rope_parameters=dict(
+            rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=64
+        ),
+    ),
+}
+
+# Training text for the tokenizer, and the source of the prompt.
+CORPUS = """\
+A kiln is an insulated chamber in which clay is fired until it becomes ceramic. The potter loads
+the kiln with care, leaving room for the hot air to move between the pieces, and then raises the
+temperature slowly through the first hours, because water left in the clay would turn to steam and
+crack the walls of a pot. Later the heat climbs faster. At around six hundred degrees the clay
+changes for good: it can no longer be softened with water. Glazes melt near the top of the firing,
+running into a thin layer of glass that seals the surface and gives it colour.
+Wood-fired kilns burn for days. The stokers feed the firebox every few minutes, day and night, and
+the ash that rises with the flame settles on the shoulders of the pots, where it melts into green
+and brown runs that no potter could paint by hand. Electric kilns are quieter: a controller follows
+a written schedule, holds each temperature for as long as it is told, and switches off at the end.
+Opening a kiln is the best and the worst moment of the work. Some pieces come out better than
+anyone hoped, some are cracked or stuck to the shelf, and the potter writes everything down, the
+schedule, the weather, the clay body and the glaze recipe, so that the next firing can be better.
+Numbers matter as much as hands: 1,240 degrees for stoneware, 1,080 for earthenware, 8 hours up and
+12 hours to cool. "Don't open it early," says every teacher, "or the cold air will crack the pots."
+Café owners order mugs by the hundred; a good mug costs about €25 and lasts for years.
+"""
+PROMPT_TEXT = (
+    "The potter loads the kiln with care, leaving room for the hot air to move between the "
+    "pieces, and then raises the temperature slowly through the first hours of the firing."
+)
+
+
+def train_tokenizer() -> Tokenizer:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB,
+        special_tokens=[BOS, EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator([line for line in CORPUS.splitlines()] * 4, trainer)
+    assert tok.get_vocab_size() == VOCAB, f"tokenizer has {tok.get_vocab_size()} tokens, want {VOCAB}"
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B", special_tokens=[(BOS, 0)]
+    )
+    return tok
+
+
+def init_weights(model: torch.nn.Module, seed: int) -> None:
+    """Draws every parameter afresh. Linear weights get std 1/sqrt(fan_in) so activations stay
+    near unit scale; embeddings std 0.5 so logits spread over several units; norm weights and
+    biases are random too, so that a backend that ignores them cannot pass."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g, dtype=torch.float64))
+            elif name.endswith(".bias"):
+                p.copy_(0.3 * torch.randn(p.shape, generator=g, dtype=torch.float64))
+            elif "embed_tokens" in name:
+                p.copy_(0.5 * torch.randn(p.shape, generator=g, dtype=torch.float64))
+            elif "lm_head" in name:
+                p.copy_(4.0 / math.sqrt(p.shape[1]) * torch.randn(p.shape, generator=g, dtype=torch.float64))
+            else:
+                p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) / math.sqrt(p.shape[1]))
+            # The files hold float32: the float64 reference must use exactly those values.
+            p.copy_(p.to(torch.float32).to(p.dtype))
+
+
+def greedy(model: torch.nn.Module, prompt: list[int]) -> tuple[list[int], np.ndarray]:
+    """Greedy continuation by full forwards (no KV cache), returning the chosen ids and the
+    logit rows that chose them."""
+    ids = list(prompt)
+    rows = []
+    with torch.no_grad():
+        for _ in range(STEPS):
+            out = model(torch.tensor([ids]), use_cache=False).logits[0, -1]
+            rows.append(out.double().numpy())
+            ids.append(int(out.argmax()))
+    return ids[len(prompt):], np.stack(rows)
+
+
+def margins(rows: np.ndarray) -> list[float]:
+    top2 = np.sort(rows, axis=1)[:, -2:]
+    return [float(m) for m in top2[:, 1] - top2[:, 0]]
+
+
+def build_model(spec: dict, seed: int) -> torch.nn.Module:
+    cfg = dict(BASE)
+    cfg.update(spec)
+    config = AutoConfig.for_model(**cfg)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=torch.float64)
+    init_weights(model, seed)
+    model.tie_weights()
+    return model.eval()
+
+
+def permute(w: np.ndarray, n_head: int) -> np.ndarray:
+    """convert_hf_to_gguf.py's LlamaModel.permute: rotate-half order to adjacent pairs."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def llama3_factors(rope: dict, head_dim: int) -> np.ndarray:
+    """The per-frequency divisors llama.cpp's converter stores as rope_freqs.weight."""
+    base = rope["rope_theta"]
+    freqs = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
+    factor, low, high = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
+    old = rope["original_max_position_embeddings"]
+    out = []
+    for f in freqs:
+        wavelen = 2 * math.pi / f
+        if wavelen < old / high:
+            out.append(1.0)
+        elif wavelen > old / low:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            out.append(1.0 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+GGUF_NAMES = {
+    "model.embed_tokens.weight": "token_embd.weight",
+    "model.norm.weight": "output_norm.weight",
+    "lm_head.weight": "output.weight",
+}
+GGUF_LAYER_NAMES = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.q_proj.bias": "attn_q.bias",
+    "self_attn.k_proj.bias": "attn_k.bias",
+    "self_attn.v_proj.bias": "attn_v.bias",
+    "self_attn.q_norm.weight": "attn_q_norm.weight",
+    "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+}
+
+
+def gguf_name(hf: str) -> str:
+    if hf in GGUF_NAMES:
+        return GGUF_NAMES[hf]
+    parts = hf.split(".")
+    assert parts[:2] == ["model", "layers"], hf
+    return f"blk.{parts[2]}." + GGUF_LAYER_NAMES[".".join(parts[3:])]
+
+
+def write_gguf(path: Path, name: str, model: torch.nn.Module, tok: Tokenizer) -> None:
+    c = model.config
+    arch = "llama" if c.model_type in ("llama", "mistral") else c.model_type
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(f"kiln-fixture-{name}")
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_vocab_size(c.vocab_size)
+    w.add_context_length(c.max_position_embeddings)
+    w.add_embedding_length(c.hidden_size)
+    w.add_block_count(c.num_hidden_layers)
+    w.add_feed_forward_length(c.intermediate_size)
+    w.add_head_count(c.num_attention_heads)
+    w.add_head_count_kv(c.num_key_value_heads)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_rope_dimension_count(head_dim)
+    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    rope = c.rope_parameters
+    w.add_rope_freq_base(rope["rope_theta"])
+    if c.model_type == "mistral" and c.sliding_window:
+        w.add_sliding_window(c.sliding_window)
+    if rope["rope_type"] == "linear":
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(rope["factor"])
+    elif rope["rope_type"] == "yarn":
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(rope["factor"])
+        w.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
+
+    # Tokenizer as llama.cpp's gpt2 BPE metadata.
+    vocab = tok.get_vocab()
+    tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+    specials = {BOS, EOS}
+    merges = json.loads(tok.to_str())["model"]["merges"]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt-2")
+    w.add_token_list(tokens)
+    w.add_token_types([gguf.TokenType.CONTROL if t in specials else gguf.TokenType.NORMAL for t in tokens])
+    w.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
+    w.add_bos_token_id(vocab[BOS])
+    w.add_eos_token_id(vocab[EOS])
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+
+    if rope["rope_type"] == "llama3":
+        w.add_tensor("rope_freqs.weight", llama3_factors(rope, head_dim))
+    permuted = arch == "llama"
+    for hf, p in model.state_dict().items():
+        if hf == "lm_head.weight" and c.tie_word_embeddings:
+            continue
+        t = p.detach().to(torch.float32).numpy()
+        if permuted and hf.endswith("q_proj.weight"):
+            t = permute(t, c.num_attention_heads)
+        elif permuted and hf.endswith("k_proj.weight"):
+            t = permute(t, c.num_key_value_heads)
+        w.add_tensor(gguf_name(hf), np.ascontiguousarray(t))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def make_fixture(out: Path, name: str, spec: dict, tok: Tokenizer, prompt: list[int]) -> dict:
+    for seed in range(1000):
+        model = build_model(spec, seed)
+        cont, rows = greedy(model, prompt)
+        m = margins(rows)
+        if min(m) >= MIN_MARGIN:
+            break
+    else:
+        raise SystemExit(f"{name}: no seed below 1000 gives every greedy margin >= {MIN_MARGIN}")
+
+    # transformers' own float32 run: the tokens must agree and the error shows float32 noise.
+    model32 = build_model(spec, seed).to(torch.float32)
+    cont32, rows32 = greedy(model32, prompt)
+    assert cont32 == cont, f"{name}: float32 greedy continuation differs from float64"
+    fp32_err = float(np.abs(rows32 - rows).max())
+
+    d = out / name
+    if d.exists():
+        shutil.rmtree(d)
+    (d / "hf").mkdir(parents=True)
+    model32.save_pretrained(d / "hf", safe_serialization=True)
+    for extra in ("generation_config.json",):
+        (d / "hf" / extra).unlink(missing_ok=True)
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=BOS, eos_token=EOS).save_pretrained(d / "hf")
+    write_gguf(d / "model.gguf", name, model32, tok)
+    rows.astype("<f4").tofile(d / "logits.f32")
+    ref = {
+        "name": name,
+        "seed": seed,
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "prompt_text": PROMPT_TEXT,
+        "prompt_ids": prompt,
+        "continuation_ids": cont,
+        "logits_file": "logits.f32",
+        "logits_shape": [STEPS, VOCAB],
+        "margins": [round(x, 6) for x in m],
+        "min_margin": round(min(m), 6),
+        "max_abs_logit": round(float(np.abs(rows).max()), 6),
+        "fp32_max_abs_err": fp32_err,
+    }
+    (d / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")
+    return ref
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[2] / "tests" / "fixtures")
+    args = ap.parse_args()
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    tok = train_tokenizer()
+    prompt = tok.encode(PROMPT_TEXT).ids
+    assert len(prompt) >= PROMPT_LEN, f"prompt has only {len(prompt)} tokens"
+    prompt = prompt[:PROMPT_LEN]
+    args.out.mkdir(parents=True, exist_ok=True)
+    summary = {}
+    for name, spec in FIXTURES.items():
+        ref = make_fixture(args.out, name, spec, tok, prompt)
+        summary[name] = {k: ref[k] for k in ("seed", "min_margin", "max_abs_logit", "fp32_max_abs_err")}
+        print(f"{name}: seed {ref['seed']}, min margin {ref['min_margin']:.4f}, "
+              f"max |logit| {ref['max_abs_logit']:.2f}, fp32 error {ref['fp32_max_abs_err']:.2e}")
+    (args.out / "index.json").write_text(json.dumps(summary, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
