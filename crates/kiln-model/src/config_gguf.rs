@@ -164,7 +164,7 @@ fn rope_scaling(g: &GgufFile, arch: &str, head_dim: usize) -> anyhow::Result<Rop
             );
         }
         let view = g.tensor(GGUF_ROPE_FREQS)?;
-        let factors = crate::tensor_f32::to_f32(&view)?;
+        let factors = kiln_formats::dequant::to_f32(&view).map_err(|e| anyhow!("{origin}: {e}"))?;
         if factors.len() != head_dim / 2 {
             bail!(
                 "{origin}: '{}' has {} factors, expected {}",

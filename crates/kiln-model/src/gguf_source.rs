@@ -8,8 +8,8 @@ use anyhow::{anyhow, bail};
 use kiln_formats::GgufFile;
 
 use crate::permute::unpermute_rows;
-use crate::tensor_f32::to_f32;
 use crate::{HostTensor, ModelConfig, Role, TensorId, WeightSource};
+use kiln_formats::dequant::to_f32;
 
 pub struct GgufSource {
     file: Arc<GgufFile>,

@@ -5,8 +5,8 @@ use std::path::Path;
 use anyhow::{anyhow, bail};
 use kiln_formats::SafetensorsModel;
 
-use crate::tensor_f32::to_f32;
 use crate::{HostTensor, ModelConfig, TensorId, WeightSource};
+use kiln_formats::dequant::to_f32;
 
 pub struct HfSource {
     weights: SafetensorsModel,

@@ -9,16 +9,17 @@ mod config_hf;
 pub mod dummy;
 pub mod gguf_source;
 pub mod hf_source;
+pub mod load;
 pub mod names;
 pub mod permute;
 pub mod presets;
 pub mod rope;
 pub mod source;
-mod tensor_f32;
 
 pub use config::{Arch, ModelConfig, RopeScaling, RopeStyle};
 pub use dummy::{dummy_value, DummySource};
 pub use gguf_source::GgufSource;
 pub use hf_source::HfSource;
+pub use load::{load, LoadedModel, ModelDescription};
 pub use names::{Role, TensorId};
 pub use source::{DummyFill, HostTensor, WeightSource};
