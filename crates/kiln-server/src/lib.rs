@@ -1,1 +1,23 @@
-//! kiln-server
+//! kiln-server: the OpenAI-compatible HTTP API over the engine.
+//!
+//! `POST /v1/chat/completions`, `POST /v1/completions` (whole or streamed as server-sent
+//! events), `GET /v1/models`, `GET /health` and `GET /metrics` (Prometheus text). Each request
+//! becomes one engine request per choice; a dropped connection drops its engine streams, which
+//! cancels them. Bad input gets an OpenAI-style JSON error with a 4xx status.
+
+pub mod app;
+pub mod error;
+pub mod generation;
+pub mod json_body;
+pub mod metrics;
+pub mod prompt;
+pub mod protocol;
+pub mod routes;
+pub mod serve;
+pub mod sse;
+pub mod state;
+
+pub use app::router;
+pub use error::ApiError;
+pub use serve::{serve, serve_blocking, serve_on, shutdown_signal, ServeOptions};
+pub use state::{AppState, Limits};

@@ -1,0 +1,165 @@
+//! From a validated plan to engine streams and back: submitting one engine request per choice,
+//! merging their events, timing them for the metrics, and collecting whole answers.
+
+use std::time::Instant;
+
+use futures_util::stream::{self, BoxStream, StreamExt};
+use kiln_engine::{
+    EngineHandle, Finish, FinishReason, GenEvent, RequestStream, SubmitError, TokenEvent,
+};
+
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::protocol::plan::GenerationPlan;
+
+/// OpenAI's `finish_reason`.
+pub fn finish_reason(r: FinishReason) -> &'static str {
+    match r {
+        FinishReason::Stop => "stop",
+        FinishReason::Length => "length",
+        FinishReason::Cancelled => "abort",
+    }
+}
+
+pub fn submit_error(e: SubmitError) -> ApiError {
+    match e {
+        SubmitError::QueueFull { .. } => ApiError::queue_full(e.to_string()),
+        SubmitError::ShuttingDown => ApiError::unavailable("The server is shutting down."),
+        SubmitError::PromptTooLong { .. } => {
+            ApiError::context_length(e.to_string()).with_param("messages")
+        }
+        SubmitError::Invalid(msg) => ApiError::invalid(msg),
+    }
+}
+
+/// The error a choice cancelled by the engine (server shutdown) reports.
+pub fn cancelled_error() -> ApiError {
+    ApiError::unavailable("The request was cancelled because the server is shutting down.")
+}
+
+/// Submits every choice of the plan. If one is refused, the streams already submitted are
+/// dropped, which cancels them: a request is admitted whole or not at all.
+pub fn submit_all(
+    engine: &EngineHandle,
+    plan: &GenerationPlan,
+) -> Result<Vec<RequestStream>, ApiError> {
+    let requests = plan.requests(engine.max_context())?;
+    requests
+        .into_iter()
+        .map(|r| engine.submit(r).map_err(submit_error))
+        .collect()
+}
+
+/// All choices' events as one stream of `(choice index, event)`, in arrival order. Dropping it
+/// drops every [`RequestStream`], which cancels what is still running.
+pub fn merge(streams: Vec<RequestStream>) -> BoxStream<'static, (usize, GenEvent)> {
+    let per_choice = streams.into_iter().enumerate().map(|(i, rs)| {
+        stream::unfold(
+            rs,
+            |mut rs| async move { rs.next().await.map(|ev| (ev, rs)) },
+        )
+        .map(move |ev| (i, ev))
+        .boxed()
+    });
+    stream::select_all(per_choice).boxed()
+}
+
+/// Per-choice token timing, fed into the latency histograms.
+pub struct ChoiceClock {
+    arrived: Instant,
+    last_token: Vec<Option<Instant>>,
+}
+
+impl ChoiceClock {
+    pub fn new(arrived: Instant, choices: usize) -> ChoiceClock {
+        ChoiceClock {
+            arrived,
+            last_token: vec![None; choices],
+        }
+    }
+
+    pub fn on_token(&mut self, index: usize, metrics: &Metrics) {
+        let now = Instant::now();
+        match self.last_token.get_mut(index) {
+            Some(slot @ None) => {
+                metrics.time_to_first_token.observe(now - self.arrived);
+                *slot = Some(now);
+            }
+            Some(Some(last)) => {
+                metrics.inter_token_latency.observe(now - *last);
+                *last = now;
+            }
+            None => {}
+        }
+        metrics.add_generation_tokens(1);
+    }
+
+    pub fn on_done(&self, finish: &Finish, metrics: &Metrics) {
+        metrics.record_finish(finish_reason(finish.reason));
+    }
+
+    /// Call once when the whole request has finished.
+    pub fn on_request_end(&self, metrics: &Metrics) {
+        metrics.request_duration.observe(self.arrived.elapsed());
+    }
+}
+
+/// One finished choice of a non-streaming request.
+#[derive(Debug, Clone)]
+pub struct ChoiceOutcome {
+    pub text: String,
+    /// Every token event (kept for logprobs).
+    pub tokens: Vec<TokenEvent>,
+    pub finish: Finish,
+}
+
+/// Runs every stream to its end. Any error or cancellation fails the whole request.
+pub async fn collect_all(
+    streams: Vec<RequestStream>,
+    arrived: Instant,
+    metrics: &Metrics,
+) -> Result<Vec<ChoiceOutcome>, ApiError> {
+    let n = streams.len();
+    let mut clock = ChoiceClock::new(arrived, n);
+    let mut texts = vec![String::new(); n];
+    let mut tokens: Vec<Vec<TokenEvent>> = vec![Vec::new(); n];
+    let mut finishes: Vec<Option<Finish>> = vec![None; n];
+    let mut events = merge(streams);
+    while let Some((i, ev)) = events.next().await {
+        match ev {
+            GenEvent::Token(t) => {
+                clock.on_token(i, metrics);
+                texts[i].push_str(&t.text);
+                tokens[i].push(t);
+            }
+            GenEvent::Done(f) => {
+                clock.on_done(&f, metrics);
+                if f.reason == FinishReason::Cancelled {
+                    return Err(cancelled_error());
+                }
+                texts[i].push_str(&f.trailing_text);
+                finishes[i] = Some(f);
+            }
+            GenEvent::Error(msg) => {
+                tracing::error!("generation failed: {msg}");
+                return Err(ApiError::internal(format!("Generation failed: {msg}")));
+            }
+        }
+    }
+    clock.on_request_end(metrics);
+    texts
+        .into_iter()
+        .zip(tokens)
+        .zip(finishes)
+        .map(|((text, tokens), finish)| match finish {
+            Some(finish) => Ok(ChoiceOutcome {
+                text,
+                tokens,
+                finish,
+            }),
+            None => Err(ApiError::internal(
+                "The engine ended a generation without finishing it.",
+            )),
+        })
+        .collect()
+}

@@ -1,0 +1,325 @@
+//! `POST /v1/chat/completions`: the request as sent, its validation, and the response shapes.
+
+use kiln_tokenizer::ChatMessage;
+use serde::{Deserialize, Serialize};
+
+use super::common::{SamplingFields, StopSpec, StreamOptions, Usage};
+use super::logprobs::ChatLogprobs;
+use crate::error::ApiError;
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ChatCompletionRequest {
+    /// Optional here (some clients omit it); when given it must name the served model.
+    pub model: Option<String>,
+    pub messages: Vec<MessageIn>,
+    pub max_tokens: Option<i64>,
+    pub max_completion_tokens: Option<i64>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub top_k: Option<i64>,
+    pub min_p: Option<f64>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    pub repetition_penalty: Option<f64>,
+    pub seed: Option<i64>,
+    pub stop: Option<StopSpec>,
+    pub stop_token_ids: Option<Vec<i64>>,
+    pub ignore_eos: Option<bool>,
+    pub n: Option<i64>,
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
+    pub logprobs: Option<bool>,
+    pub top_logprobs: Option<i64>,
+    /// Accepted only when empty: kiln does not bias logits.
+    pub logit_bias: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Accepted only when absent or empty: kiln does not call tools.
+    pub tools: Option<Vec<serde_json::Value>>,
+    pub response_format: Option<ResponseFormat>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ResponseFormat {
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct MessageIn {
+    pub role: String,
+    #[serde(default)]
+    pub content: Option<MessageContent>,
+}
+
+/// A message's content: a string, or a list of parts of which kiln reads the text ones.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum MessageContent {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ContentPart {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub text: Option<String>,
+}
+
+const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
+
+impl ChatCompletionRequest {
+    pub fn sampling_fields(&self) -> SamplingFields<'_> {
+        SamplingFields {
+            temperature: self.temperature,
+            top_p: self.top_p,
+            top_k: self.top_k,
+            min_p: self.min_p,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            repetition_penalty: self.repetition_penalty,
+            seed: self.seed,
+            stop: self.stop.as_ref(),
+            stop_token_ids: self.stop_token_ids.as_deref(),
+            ignore_eos: self.ignore_eos,
+        }
+    }
+
+    /// Refuses features kiln does not implement, rather than silently ignoring them.
+    pub fn check_unsupported(&self) -> Result<(), ApiError> {
+        if self.tools.as_ref().is_some_and(|t| !t.is_empty()) {
+            return Err(ApiError::invalid_param(
+                "tools",
+                "Tool calling is not supported by this server.",
+            ));
+        }
+        if self.logit_bias.as_ref().is_some_and(|b| !b.is_empty()) {
+            return Err(ApiError::invalid_param(
+                "logit_bias",
+                "`logit_bias` is not supported by this server.",
+            ));
+        }
+        if let Some(f) = &self.response_format {
+            if f.kind != "text" {
+                return Err(ApiError::invalid_param(
+                    "response_format",
+                    format!(
+                        "response_format `{}` is not supported; only `text` is.",
+                        f.kind
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The conversation as the chat template takes it. `developer` is OpenAI's new name for
+    /// `system`, which is what templates know.
+    pub fn chat_messages(&self) -> Result<Vec<ChatMessage>, ApiError> {
+        if self.messages.is_empty() {
+            return Err(ApiError::invalid_param(
+                "messages",
+                "`messages` must contain at least one message.",
+            ));
+        }
+        let mut out = Vec::with_capacity(self.messages.len());
+        for (i, m) in self.messages.iter().enumerate() {
+            if !ROLES.contains(&m.role.as_str()) {
+                return Err(ApiError::invalid_param(
+                    &format!("messages[{i}].role"),
+                    format!(
+                        "Unknown role `{}`; expected one of {}.",
+                        m.role,
+                        ROLES.join(", ")
+                    ),
+                ));
+            }
+            let content = match &m.content {
+                None if m.role == "assistant" => String::new(),
+                None => {
+                    return Err(ApiError::invalid_param(
+                        &format!("messages[{i}].content"),
+                        format!("A `{}` message needs `content`.", m.role),
+                    ))
+                }
+                Some(MessageContent::Text(t)) => t.clone(),
+                Some(MessageContent::Parts(parts)) => text_of_parts(parts, i)?,
+            };
+            let role = if m.role == "developer" {
+                "system"
+            } else {
+                m.role.as_str()
+            };
+            out.push(ChatMessage {
+                role: role.to_string(),
+                content,
+            });
+        }
+        Ok(out)
+    }
+
+    pub fn stream(&self) -> bool {
+        self.stream.unwrap_or(false)
+    }
+}
+
+fn text_of_parts(parts: &[ContentPart], message: usize) -> Result<String, ApiError> {
+    let mut text = String::new();
+    for (j, p) in parts.iter().enumerate() {
+        let param = format!("messages[{message}].content[{j}]");
+        match (p.kind.as_str(), &p.text) {
+            ("text", Some(t)) => text.push_str(t),
+            ("text", None) => {
+                return Err(ApiError::invalid_param(&param, "A text part needs `text`."))
+            }
+            (kind, _) => {
+                return Err(ApiError::invalid_param(
+                    &param,
+                    format!("Content parts of type `{kind}` are not supported; only `text` is."),
+                ))
+            }
+        }
+    }
+    Ok(text)
+}
+
+/// The non-streaming response.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChatCompletion {
+    pub id: String,
+    pub object: &'static str,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<ChatChoice>,
+    pub usage: Usage,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ChatChoice {
+    pub index: usize,
+    pub message: AssistantMessage,
+    pub logprobs: Option<ChatLogprobs>,
+    pub finish_reason: Option<&'static str>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AssistantMessage {
+    pub role: &'static str,
+    pub content: String,
+}
+
+/// One streamed chunk.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChatChunk {
+    pub id: String,
+    pub object: &'static str,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<ChatChunkChoice>,
+    /// Present (null until the last chunk) only when the client asked for usage.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Option<Usage>>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ChatChunkChoice {
+    pub index: usize,
+    pub delta: Delta,
+    pub logprobs: Option<ChatLogprobs>,
+    pub finish_reason: Option<&'static str>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Delta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::json_body::parse;
+
+    fn req(body: &str) -> ChatCompletionRequest {
+        parse(body.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn messages_become_template_input() {
+        let r = req(r#"{"model": "m", "messages": [
+            {"role": "developer", "content": "be brief"},
+            {"role": "user", "content": [{"type": "text", "text": "hi "}, {"type": "text", "text": "there"}]},
+            {"role": "assistant", "content": null}]}"#);
+        let m = r.chat_messages().unwrap();
+        assert_eq!(m.len(), 3);
+        assert_eq!(
+            (m[0].role.as_str(), m[0].content.as_str()),
+            ("system", "be brief")
+        );
+        assert_eq!(m[1].content, "hi there");
+        assert_eq!(m[2].content, "");
+    }
+
+    #[test]
+    fn bad_messages_are_refused() {
+        let e = req(r#"{"messages": []}"#).chat_messages().unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages"));
+        let e = req(r#"{"messages": [{"role": "wizard", "content": "x"}]}"#)
+            .chat_messages()
+            .unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages[0].role"));
+        let e = req(r#"{"messages": [{"role": "user"}]}"#)
+            .chat_messages()
+            .unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages[0].content"));
+        let e = req(r#"{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}"#)
+            .chat_messages()
+            .unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages[0].content[0]"));
+    }
+
+    #[test]
+    fn unsupported_features_are_refused_not_ignored() {
+        let ok = req(
+            r#"{"messages": [], "tools": [], "logit_bias": {}, "response_format": {"type": "text"}}"#,
+        );
+        assert!(ok.check_unsupported().is_ok());
+        for (body, param) in [
+            (
+                r#"{"messages": [], "tools": [{"type": "function"}]}"#,
+                "tools",
+            ),
+            (r#"{"messages": [], "logit_bias": {"5": 10}}"#, "logit_bias"),
+            (
+                r#"{"messages": [], "response_format": {"type": "json_object"}}"#,
+                "response_format",
+            ),
+        ] {
+            assert_eq!(
+                req(body).check_unsupported().unwrap_err().param.as_deref(),
+                Some(param)
+            );
+        }
+    }
+
+    #[test]
+    fn chunk_usage_field_follows_include_usage() {
+        let mut c = ChatChunk {
+            id: "x".into(),
+            object: "chat.completion.chunk",
+            created: 0,
+            model: "m".into(),
+            choices: vec![],
+            usage: None,
+        };
+        assert!(serde_json::to_value(&c).unwrap().get("usage").is_none());
+        c.usage = Some(None);
+        assert!(serde_json::to_value(&c).unwrap()["usage"].is_null());
+        c.usage = Some(Some(Usage::new(3, 4)));
+        assert_eq!(
+            serde_json::to_value(&c).unwrap()["usage"]["total_tokens"],
+            7
+        );
+    }
+}

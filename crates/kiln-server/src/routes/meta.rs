@@ -1,0 +1,89 @@
+//! The small endpoints: `/health`, `/v1/models`, `/metrics`, and the 404/405 answers.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{header, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+
+use crate::error::ApiError;
+use crate::metrics::Gauge;
+use crate::state::AppState;
+
+pub async fn health(State(st): State<Arc<AppState>>) -> Response {
+    let stats = st.engine.stats();
+    let body = json!({
+        "status": "ok",
+        "model": st.model_name,
+        "running": stats.running,
+        "waiting": stats.waiting,
+    });
+    (StatusCode::OK, Json(body)).into_response()
+}
+
+fn model_card(st: &AppState) -> Value {
+    json!({
+        "id": st.model_name,
+        "object": "model",
+        "created": st.started,
+        "owned_by": "kiln",
+        "max_model_len": st.engine.max_context(),
+    })
+}
+
+pub async fn list_models(State(st): State<Arc<AppState>>) -> Json<Value> {
+    Json(json!({ "object": "list", "data": [model_card(&st)] }))
+}
+
+pub async fn get_model(
+    State(st): State<Arc<AppState>>,
+    Path(model): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    st.check_model(Some(&model))?;
+    Ok(Json(model_card(&st)))
+}
+
+pub async fn metrics(State(st): State<Arc<AppState>>) -> Response {
+    let s = st.engine.stats();
+    let gauges = [
+        Gauge {
+            name: "kiln_requests_running",
+            help: "Sequences the engine is running.",
+            value: s.running as f64,
+        },
+        Gauge {
+            name: "kiln_requests_waiting",
+            help: "Sequences waiting for admission.",
+            value: s.waiting as f64,
+        },
+        Gauge {
+            name: "kiln_kv_blocks_used",
+            help: "KV cache blocks in use.",
+            value: s.kv_blocks_used as f64,
+        },
+        Gauge {
+            name: "kiln_kv_blocks_free",
+            help: "KV cache blocks free.",
+            value: s.kv_blocks_free as f64,
+        },
+    ];
+    let text = st.metrics.render(&gauges);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+pub async fn not_found(method: Method, uri: Uri) -> ApiError {
+    ApiError::route_not_found(method.as_str(), uri.path())
+}
+
+pub async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::method_not_allowed(method.as_str(), uri.path())
+}

@@ -1,0 +1,5 @@
+//! The HTTP handlers, one file per endpoint family.
+
+pub mod chat;
+pub mod completions;
+pub mod meta;
