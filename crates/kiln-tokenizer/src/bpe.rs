@@ -36,11 +36,15 @@ fn split_merge(line: &str) -> Option<(&str, &str)> {
 /// Merges whose parts or result are missing from the vocabulary can never fire; the
 /// `tokenizers` crate rejects them, so they are dropped here.
 fn usable_merges(vocab: &Vocab, merges: &[&str]) -> Vec<(String, String)> {
+    let mut joined = String::new();
     merges
         .iter()
         .filter_map(|m| split_merge(m))
         .filter(|(a, b)| {
-            vocab.id(a).is_some() && vocab.id(b).is_some() && vocab.id(&format!("{a}{b}")).is_some()
+            joined.clear();
+            joined.push_str(a);
+            joined.push_str(b);
+            vocab.id(a).is_some() && vocab.id(b).is_some() && vocab.id(&joined).is_some()
         })
         .map(|(a, b)| (a.to_string(), b.to_string()))
         .collect()

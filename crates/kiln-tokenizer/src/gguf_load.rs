@@ -75,7 +75,7 @@ fn load_inner(g: &GgufFile) -> Result<Tokenizer> {
             }
         })
         .collect();
-    let mut attrs: Vec<TokenAttr> = match g.get_i64_array("tokenizer.ggml.token_type")? {
+    let attrs: Vec<TokenAttr> = match g.get_i64_array("tokenizer.ggml.token_type")? {
         Some(t) if t.len() >= n => t[..n].iter().map(|&t| TokenAttr::from_gguf(t)).collect(),
         Some(t) => bail!(
             "'tokenizer.ggml.token_type' has {} entries for {n} tokens",
@@ -138,34 +138,32 @@ fn load_inner(g: &GgufFile) -> Result<Tokenizer> {
     let eom = token_id(g, "tokenizer.ggml.eom_token_id", n, None)?;
     let unk = token_id(g, "tokenizer.ggml.unknown_token_id", n, default_unk)?;
 
+    let decode = piece_bytes(spelling);
+    let mut vocab = Vocab::new(pieces, attrs, &decode);
     // gpt-oss renders these channel markers as text.
     for p in ["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"] {
-        if let Some(i) = pieces.iter().position(|x| x == p) {
-            attrs[i] = TokenAttr::UserDefined;
+        if let Some(id) = vocab.id(p) {
+            vocab.set_attr(id, TokenAttr::UserDefined, &decode);
         }
     }
-    let decode = piece_bytes(spelling);
-    let probe = Vocab::new(pieces.clone(), attrs.clone(), |_, _| Vec::new());
     let named: Vec<u32> = [eos, eot, eom].into_iter().flatten().collect();
-    let eos_ids = end_of_generation_ids(&probe, &named);
+    let eos_ids = end_of_generation_ids(&vocab, &named);
     // Turn markers are control tokens even where the converter typed them otherwise.
     for &id in &eos_ids {
-        attrs[id as usize] = TokenAttr::Control;
+        vocab.set_attr(id, TokenAttr::Control, &decode);
     }
-    if probe.id("<|tool_response>").is_some() {
-        if let Some(s) = probe.id("</s>") {
-            attrs[s as usize] = TokenAttr::Normal;
+    if vocab.id("<|tool_response>").is_some() {
+        if let Some(s) = vocab.id("</s>") {
+            vocab.set_attr(s, TokenAttr::Normal, &decode);
         }
     }
     if let (Some(_), Some(_), Some(end)) = (
-        probe.id("<|return|>"),
-        probe.id("<|call|>"),
-        probe.id("<|end|>"),
+        vocab.id("<|return|>"),
+        vocab.id("<|call|>"),
+        vocab.id("<|end|>"),
     ) {
-        attrs[end as usize] = TokenAttr::UserDefined;
+        vocab.set_attr(end, TokenAttr::UserDefined, &decode);
     }
-    drop(probe);
-    let vocab = Vocab::new(pieces, attrs, decode);
 
     let phi3 = g
         .get_str("general.name")?

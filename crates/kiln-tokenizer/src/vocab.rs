@@ -82,6 +82,20 @@ impl Vocab {
         }
     }
 
+    /// Changes a token's type after loading; its bytes follow the new type.
+    pub fn set_attr(
+        &mut self,
+        id: u32,
+        attr: TokenAttr,
+        decode: impl Fn(&str, TokenAttr) -> Vec<u8>,
+    ) {
+        let i = id as usize;
+        if i < self.attrs.len() {
+            self.attrs[i] = attr;
+            self.bytes[i] = decode(&self.pieces[i], attr);
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.pieces.len()
     }

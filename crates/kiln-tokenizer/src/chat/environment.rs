@@ -11,7 +11,8 @@ use super::strftime::Civil;
 /// The name under which the template is stored in its environment.
 pub const TEMPLATE_NAME: &str = "chat";
 
-pub fn build(source: &str) -> Result<Environment<'static>, Error> {
+/// `fixed_now` (seconds since the epoch) pins the clock `strftime_now` reads.
+pub fn build(source: &str, fixed_now: Option<i64>) -> Result<Environment<'static>, Error> {
     let mut env = Environment::new();
     let syntax = minijinja::syntax::SyntaxConfig::builder()
         .trim_blocks(true)
@@ -22,10 +23,27 @@ pub fn build(source: &str) -> Result<Environment<'static>, Error> {
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     minijinja_contrib::add_to_environment(&mut env);
     env.add_function("raise_exception", raise_exception);
-    env.add_function("strftime_now", |fmt: String| Civil::now().format(&fmt));
+    env.add_function("strftime_now", move |fmt: String| {
+        fixed_now
+            .map(Civil::from_unix)
+            .unwrap_or_else(Civil::now)
+            .format(&fmt)
+    });
     env.add_filter("tojson", tojson);
+    env.add_test("iterable", is_iterable);
     env.add_template_owned(TEMPLATE_NAME, strip_generation_tags(source))?;
     Ok(env)
+}
+
+/// Python's notion: None and numbers are not iterable (minijinja iterates None as empty), an
+/// undefined value is (Jinja2's Undefined iterates as empty).
+fn is_iterable(v: &Value) -> bool {
+    use minijinja::value::ValueKind as K;
+    match v.kind() {
+        K::Undefined => true,
+        K::None | K::Bool | K::Number | K::Invalid => false,
+        _ => v.try_iter().is_ok(),
+    }
 }
 
 /// The error a template raises on purpose (wrong roles, unsupported features).
@@ -148,8 +166,9 @@ mod tests {
     fn python_flavoured_helpers_work_in_templates() {
         let src = "{{ d|tojson }}|{{ d|tojson(indent=2) }}|{{ ' x '.strip() }}|{{ d.items()|list|length }}\
                    |{% for i in range(5) %}{% if i == 2 %}{% break %}{% endif %}{{ i }}{% endfor %}\
-                   |{% set ns = namespace(n=0) %}{% set ns.n = ns.n + 1 %}{{ ns.n }}";
-        let env = build(src).unwrap();
+                   |{% set ns = namespace(n=0) %}{% set ns.n = ns.n + 1 %}{{ ns.n }}\
+                   |{{ none is iterable }}{{ 'ab' is iterable }}{{ nope is iterable }}";
+        let env = build(src, None).unwrap();
         let d = json_value(&serde_json::json!({"k": [1, "<v>"]}));
         let out = env
             .get_template(TEMPLATE_NAME)
@@ -158,13 +177,22 @@ mod tests {
             .unwrap();
         assert_eq!(
             out,
-            "{\"k\": [1, \"<v>\"]}|{\n  \"k\": [\n    1,\n    \"<v>\"\n  ]\n}|x|1|01|1"
+            "{\"k\": [1, \"<v>\"]}|{\n  \"k\": [\n    1,\n    \"<v>\"\n  ]\n}|x|1|01|1|FalseTrueTrue"
+        );
+    }
+
+    #[test]
+    fn a_fixed_clock_pins_strftime_now() {
+        let env = build("{{ strftime_now('%d %b %Y') }}", Some(1_721_999_109)).unwrap();
+        assert_eq!(
+            env.get_template(TEMPLATE_NAME).unwrap().render(()).unwrap(),
+            "26 Jul 2024"
         );
     }
 
     #[test]
     fn raise_exception_becomes_an_error_with_the_message() {
-        let env = build("{{ raise_exception('roles must alternate') }}").unwrap();
+        let env = build("{{ raise_exception('roles must alternate') }}", None).unwrap();
         let err = env
             .get_template(TEMPLATE_NAME)
             .unwrap()

@@ -55,14 +55,25 @@ impl std::fmt::Debug for ChatTemplate {
 impl ChatTemplate {
     /// Compiles `source`; `bos_token` / `eos_token` are the texts templates print for them.
     pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<ChatTemplate> {
-        let env = build(source)
+        ChatTemplate::compile(source, bos_token, eos_token, None)
+    }
+
+    /// The same template with `strftime_now` reading a fixed time (seconds since the epoch, UTC)
+    /// instead of the clock, for reproducible prompts.
+    pub fn with_fixed_time(&self, unix_secs: i64) -> Result<ChatTemplate> {
+        let i = &self.inner;
+        ChatTemplate::compile(&i.source, &i.bos_token, &i.eos_token, Some(unix_secs))
+    }
+
+    fn compile(source: &str, bos: &str, eos: &str, fixed_now: Option<i64>) -> Result<ChatTemplate> {
+        let env = build(source, fixed_now)
             .map_err(|e| anyhow!("chat template does not compile: {}", describe(&e)))?;
         Ok(ChatTemplate {
             inner: Arc::new(Inner {
                 env,
                 source: source.to_string(),
-                bos_token: bos_token.to_string(),
-                eos_token: eos_token.to_string(),
+                bos_token: bos.to_string(),
+                eos_token: eos.to_string(),
             }),
         })
     }
