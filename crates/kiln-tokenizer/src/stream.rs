@@ -5,6 +5,7 @@
 
 use crate::tokenizer::Tokenizer;
 
+#[derive(Clone)]
 pub struct StreamDecoder {
     tok: Tokenizer,
     skip_special: bool,
