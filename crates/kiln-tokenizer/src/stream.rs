@@ -1,7 +1,12 @@
 //! Incremental detokenisation for streaming: text comes out as soon as it is whole UTF-8.
 //! A character may be split over several tokens (byte-fallback `<0xE2>` `<0x82>` `<0xAC>`, or a
 //! byte-level BPE piece holding half an emoji); its bytes wait until the character is complete.
-//! The concatenation of everything `push` and `finish` return equals `decode(ids, skip_special)`.
+//!
+//! Generated tokens continue a prompt, so by default every token's text is kept as is: a
+//! SentencePiece `▁Paris` after "The capital is" streams as " Paris" (llama.cpp and vLLM do the
+//! same). [`StreamDecoder::from_text_start`] is for ids that begin a text: like `decode`, it drops
+//! the space the SentencePiece encoder put before the first word, and then everything `push` and
+//! `finish` return adds up to `decode(ids, skip_special)`.
 
 use crate::tokenizer::Tokenizer;
 
@@ -10,31 +15,40 @@ pub struct StreamDecoder {
     tok: Tokenizer,
     skip_special: bool,
     pending: Vec<u8>,
-    first: bool,
+    /// The next token is the first of a text whose encoder-added space must go.
+    strip_next: bool,
 }
 
 impl StreamDecoder {
-    /// Special tokens (EOS, turn markers) produce no text.
+    /// For generated tokens that continue a prompt; special tokens (EOS, turn markers) produce
+    /// no text.
     pub fn new(tok: &Tokenizer) -> StreamDecoder {
-        StreamDecoder::with_specials(tok, false)
-    }
-
-    /// `show_special = true` prints special tokens' text as well.
-    pub fn with_specials(tok: &Tokenizer, show_special: bool) -> StreamDecoder {
         StreamDecoder {
             tok: tok.clone(),
-            skip_special: !show_special,
+            skip_special: true,
             pending: Vec::new(),
-            first: true,
+            strip_next: false,
         }
+    }
+
+    /// Prints special tokens' text as well.
+    pub fn show_special(mut self, show: bool) -> StreamDecoder {
+        self.skip_special = !show;
+        self
+    }
+
+    /// The ids start a text: the output equals `decode` of them.
+    pub fn from_text_start(mut self) -> StreamDecoder {
+        self.strip_next = true;
+        self
     }
 
     /// Adds one token; returns the text that became complete (often empty, never a broken
     /// character).
     pub fn push(&mut self, id: u32) -> String {
         if let Some(bytes) = self.tok.visible_bytes(id, self.skip_special) {
-            let bytes = self.tok.strip_first(bytes, self.first);
-            self.first = false;
+            let bytes = self.tok.strip_first(bytes, self.strip_next);
+            self.strip_next = false;
             self.pending.extend_from_slice(bytes);
         }
         self.take_complete()
