@@ -128,6 +128,34 @@ fn gguf_chat_template_renders() {
     );
     assert_eq!(tok.kind(), "gguf:gpt2/qwen2");
     assert!(load("llama-spm").chat_template().is_none());
+
+    // The other embedded templates render a full conversation, and the prompt they produce
+    // tokenizes with the turn markers as single tokens.
+    let conv = [
+        ChatMessage::new("system", "Be brief."),
+        ChatMessage::new("user", "Hi"),
+        ChatMessage::new("assistant", "Hello."),
+        ChatMessage::new("user", "Bye"),
+    ];
+    for (name, marker) in [
+        ("gemma-4", "<turn|>"),
+        ("phi-3", "<|end|>"),
+        ("qwen35", "<|im_end|>"),
+    ] {
+        let tok = load(name);
+        let text = tok
+            .chat_template()
+            .unwrap()
+            .render(&conv, true)
+            .unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        assert!(text.contains("Bye"), "{name}: {text}");
+        let ids = tok.encode(&text, false).unwrap();
+        let id = tok.token_id(marker).unwrap();
+        assert!(
+            ids.contains(&id) && tok.eos_ids().contains(&id),
+            "{name}: {marker} in {text:?}"
+        );
+    }
 }
 
 #[test]
