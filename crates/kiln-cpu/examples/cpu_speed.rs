@@ -1,0 +1,78 @@
+//! Prefill and decode speed of the CPU backend on generated weights, one sequence.
+//!
+//! `cargo run --release -p kiln-cpu --example cpu_speed -- [PRESET] [PROMPT] [GENERATED] [THREADS]`
+//! (defaults: tiny 128 64, one thread per core). Decoding is greedy over the logits.
+
+use std::time::Instant;
+
+use kiln_cpu::{CpuBackend, CpuOptions};
+use kiln_engine::{Backend, ChunkInput};
+use kiln_model::{DummySource, WeightSource};
+
+fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, v) in row.iter().enumerate() {
+        if *v > row[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let preset = args.first().map_or("tiny", String::as_str);
+    let number = |i: usize, default: usize| -> anyhow::Result<usize> {
+        args.get(i).map_or(Ok(default), |s| {
+            s.parse()
+                .map_err(|_| anyhow::anyhow!("'{s}' is not a number"))
+        })
+    };
+    let (prompt_len, generated) = (number(1, 128)?, number(2, 64)?);
+    let threads = args.get(3).map(|s| s.parse()).transpose()?;
+
+    let src = DummySource::preset(preset)?;
+    let vocab = src.config().vocab_size;
+    let block_size = 16;
+    let blocks = (prompt_len + generated).div_ceil(block_size);
+    let opts = CpuOptions {
+        kv_blocks: blocks,
+        block_size,
+        threads,
+    };
+    let t0 = Instant::now();
+    let mut backend = CpuBackend::new(&src, opts, None)?;
+    let load_s = t0.elapsed().as_secs_f64();
+
+    let table: Vec<u32> = (0..blocks as u32).collect();
+    let prompt: Vec<u32> = (0..prompt_len).map(|i| (i * 7919 % vocab) as u32).collect();
+    let t1 = Instant::now();
+    let logits = backend.forward(&[ChunkInput {
+        tokens: &prompt,
+        start_pos: 0,
+        block_table: &table,
+        want_logits: true,
+    }])?;
+    let prefill_s = t1.elapsed().as_secs_f64();
+
+    let mut token = argmax(&logits);
+    let t2 = Instant::now();
+    for pos in prompt_len..prompt_len + generated {
+        let step = [token];
+        let logits = backend.forward(&[ChunkInput {
+            tokens: &step,
+            start_pos: pos,
+            block_table: &table,
+            want_logits: true,
+        }])?;
+        token = argmax(&logits);
+    }
+    let decode_s = t2.elapsed().as_secs_f64();
+    println!(
+        "{preset}: load {load_s:.2} s, prefill {prompt_len} tokens {:.1} tok/s, decode {generated} tokens {:.2} tok/s ({:?})",
+        prompt_len as f64 / prefill_s,
+        generated as f64 / decode_s,
+        kiln_cpu::kernels::isa(),
+    );
+    Ok(())
+}

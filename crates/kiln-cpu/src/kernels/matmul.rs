@@ -1,0 +1,200 @@
+//! `out = x * W^T` for a weight packed once at load, batch invariant by construction.
+//!
+//! The weight `[n, k]` is stored as panels of 16 rows, each panel k-major (`k x 16`), so a
+//! tile streams it contiguously. Work is split over panels (threads), blocks of k (cache) and
+//! blocks of rows (registers), but every output is one sequential chain over k (see
+//! `microkernel`), so its bits do not depend on how many rows run or where a row sits.
+//! The weight is read once per call whatever the number of rows, which is what decode needs.
+
+use rayon::prelude::*;
+
+use super::microkernel::{run_tile, Tile, MR_MAX, NR};
+use super::simd::{isa, Isa};
+
+/// Block of k per pass: a 16-column panel block of 16 KiB stays in L1 while every row uses it.
+const KC: usize = 256;
+/// Multiply-adds below which a parallel task is not worth its scheduling cost.
+const MIN_TASK_WORK: usize = 1 << 16;
+
+/// A `[rows, cols]` weight (Hugging Face orientation) in panel layout.
+#[derive(Debug, Clone)]
+pub struct PackedMatrix {
+    rows: usize,
+    cols: usize,
+    data: Vec<f32>,
+}
+
+impl PackedMatrix {
+    /// Packs a row-major `[rows, cols]` matrix.
+    pub fn pack(rows: usize, cols: usize, data: &[f32]) -> anyhow::Result<PackedMatrix> {
+        let expected = rows
+            .checked_mul(cols)
+            .ok_or_else(|| anyhow::anyhow!("matrix {rows}x{cols} is too large"))?;
+        anyhow::ensure!(
+            data.len() == expected,
+            "matrix {rows}x{cols} needs {expected} values, got {}",
+            data.len()
+        );
+        let panels = rows.div_ceil(NR);
+        let mut packed = vec![0.0f32; panels * NR * cols];
+        packed
+            .par_chunks_mut(NR * cols.max(1))
+            .enumerate()
+            .for_each(|(p, panel)| {
+                for j in 0..NR.min(rows - p * NR) {
+                    let src = &data[(p * NR + j) * cols..][..cols];
+                    for (k, &v) in src.iter().enumerate() {
+                        panel[k * NR + j] = v;
+                    }
+                }
+            });
+        Ok(PackedMatrix {
+            rows,
+            cols,
+            data: packed,
+        })
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Copies row `r` (e.g. a token's embedding when the LM head is tied) into `out`.
+    pub fn copy_row(&self, r: usize, out: &mut [f32]) {
+        assert!(
+            r < self.rows && out.len() == self.cols,
+            "row {r} out of range or wrong output length"
+        );
+        let panel = &self.data[(r / NR) * NR * self.cols..];
+        for (k, o) in out.iter_mut().enumerate() {
+            *o = panel[k * NR + r % NR];
+        }
+    }
+}
+
+/// `out[m, n] = sum_k x[m, k] * w[n, k]` with the process's instruction set.
+pub fn matmul(x: &[f32], w: &PackedMatrix, out: &mut [f32]) {
+    matmul_with(isa(), x, w, out)
+}
+
+/// Raw output pointer shared by tasks that write disjoint column panels.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: tasks write disjoint column ranges of the output (one panel group each).
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+impl OutPtr {
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// [`matmul`] with an explicit instruction set (tests compare them).
+pub fn matmul_with(isa: Isa, x: &[f32], w: &PackedMatrix, out: &mut [f32]) {
+    let (n, k) = (w.rows, w.cols);
+    assert!(
+        k > 0 && x.len().is_multiple_of(k),
+        "matmul input is not whole rows of {k}"
+    );
+    let m = x.len() / k;
+    assert_eq!(out.len(), m * n, "matmul output has the wrong length");
+    assert!(
+        Isa::available().contains(&isa),
+        "{isa:?} is not supported by this CPU"
+    );
+    if m == 0 || n == 0 {
+        return;
+    }
+    let panels = n.div_ceil(NR);
+    let per_panel_work = m * k * NR;
+    let tasks = (rayon::current_num_threads() * 4)
+        .min(panels)
+        .min((panels * per_panel_work / MIN_TASK_WORK).max(1));
+    let panels_per_task = panels.div_ceil(tasks);
+    let out_ptr = OutPtr(out.as_mut_ptr());
+    (0..panels.div_ceil(panels_per_task))
+        .into_par_iter()
+        .for_each(|task| {
+            let first_panel = task * panels_per_task;
+            let last_panel = (first_panel + panels_per_task).min(panels);
+            // SAFETY: this task alone writes columns of panels first_panel..last_panel, x and w
+            // outlive the call, and every pointer below stays inside their extents.
+            unsafe { run_panels(isa, x, m, w, out_ptr.get(), first_panel..last_panel) };
+        });
+}
+
+/// Computes the output columns of a range of panels.
+unsafe fn run_panels(
+    isa: Isa,
+    x: &[f32],
+    m: usize,
+    w: &PackedMatrix,
+    out: *mut f32,
+    panels: std::ops::Range<usize>,
+) {
+    let (n, k) = (w.rows, w.cols);
+    let mut edge = [0.0f32; MR_MAX * NR];
+    for kb in (0..k).step_by(KC) {
+        let kc = KC.min(k - kb);
+        let first = kb == 0;
+        for p in panels.clone() {
+            let cols = NR.min(n - p * NR);
+            let b = w.data.as_ptr().add(p * NR * k + kb * NR);
+            for mb in (0..m).step_by(MR_MAX) {
+                let rows = MR_MAX.min(m - mb);
+                let a = x.as_ptr().add(mb * k + kb);
+                let c = out.add(mb * n + p * NR);
+                if cols == NR {
+                    run_tile(
+                        isa,
+                        rows,
+                        &Tile {
+                            a,
+                            lda: k,
+                            b,
+                            kc,
+                            c,
+                            ldc: n,
+                            first,
+                        },
+                    );
+                } else {
+                    // The last panel is partial: go through a full-width scratch tile.
+                    if !first {
+                        for i in 0..rows {
+                            std::ptr::copy_nonoverlapping(
+                                c.add(i * n),
+                                edge.as_mut_ptr().add(i * NR),
+                                cols,
+                            );
+                        }
+                    }
+                    run_tile(
+                        isa,
+                        rows,
+                        &Tile {
+                            a,
+                            lda: k,
+                            b,
+                            kc,
+                            c: edge.as_mut_ptr(),
+                            ldc: NR,
+                            first,
+                        },
+                    );
+                    for i in 0..rows {
+                        std::ptr::copy_nonoverlapping(
+                            edge.as_ptr().add(i * NR),
+                            c.add(i * n),
+                            cols,
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! The innermost loop of the matmul: a tile of up to `MR_MAX` rows by `NR` columns.
+//!
+//! Each output is one scalar chain `c = c + a[k] * b[k]` taken in increasing k. The tile shape,
+//! the number of rows in the batch and a row's place in it never change that chain; this is
+//! what makes the matmul batch invariant.
+
+use super::simd::Isa;
+
+/// Columns per tile: one packed panel of the weight.
+pub(crate) const NR: usize = 16;
+/// Most rows per tile: 6 x 16 outputs fill 12 of the 16 AVX2 registers.
+pub(crate) const MR_MAX: usize = 6;
+
+/// One tile's operands.
+///
+/// `a` points at `rows x kc` inputs with row stride `lda`; `b` at `kc x NR` packed weights;
+/// `c` at `rows x NR` outputs with row stride `ldc`. When `first` is set the tile starts from
+/// zero, otherwise it continues the sums already in `c` (the next block of k).
+pub(crate) struct Tile {
+    pub a: *const f32,
+    pub lda: usize,
+    pub b: *const f32,
+    pub kc: usize,
+    pub c: *mut f32,
+    pub ldc: usize,
+    pub first: bool,
+}
+
+/// Runs one tile of `rows` rows (1..=MR_MAX).
+///
+/// # Safety
+/// The pointers in `tile` must be valid for the extents described on [`Tile`], and no other
+/// thread may touch the tile's outputs meanwhile. `isa` must be supported by this CPU.
+pub(crate) unsafe fn run_tile(isa: Isa, rows: usize, tile: &Tile) {
+    match isa {
+        Isa::Portable => match rows {
+            1 => portable::<1>(tile),
+            2 => portable::<2>(tile),
+            3 => portable::<3>(tile),
+            4 => portable::<4>(tile),
+            5 => portable::<5>(tile),
+            _ => portable::<6>(tile),
+        },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2Fma => match rows {
+            1 => avx2::<1>(tile),
+            2 => avx2::<2>(tile),
+            3 => avx2::<3>(tile),
+            4 => avx2::<4>(tile),
+            5 => avx2::<5>(tile),
+            _ => avx2::<6>(tile),
+        },
+        #[cfg(not(target_arch = "x86_64"))]
+        Isa::Avx2Fma => unreachable!("AVX2 is never selected off x86_64"),
+    }
+}
+
+/// Plain loops; LLVM turns the 16 columns into SSE2 multiplies and adds (never fused).
+unsafe fn portable<const MR: usize>(t: &Tile) {
+    let mut acc = [[0.0f32; NR]; MR];
+    if !t.first {
+        for (i, row) in acc.iter_mut().enumerate() {
+            row.copy_from_slice(std::slice::from_raw_parts(t.c.add(i * t.ldc), NR));
+        }
+    }
+    for k in 0..t.kc {
+        let b = &*(t.b.add(k * NR) as *const [f32; NR]);
+        for (i, row) in acc.iter_mut().enumerate() {
+            let a = *t.a.add(i * t.lda + k);
+            for j in 0..NR {
+                row[j] += a * b[j];
+            }
+        }
+    }
+    for (i, row) in acc.iter().enumerate() {
+        std::slice::from_raw_parts_mut(t.c.add(i * t.ldc), NR).copy_from_slice(row);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn avx2<const MR: usize>(t: &Tile) {
+    use std::arch::x86_64::*;
+    let mut lo = [_mm256_setzero_ps(); MR];
+    let mut hi = [_mm256_setzero_ps(); MR];
+    if !t.first {
+        for i in 0..MR {
+            lo[i] = _mm256_loadu_ps(t.c.add(i * t.ldc));
+            hi[i] = _mm256_loadu_ps(t.c.add(i * t.ldc + 8));
+        }
+    }
+    for k in 0..t.kc {
+        let b0 = _mm256_loadu_ps(t.b.add(k * NR));
+        let b1 = _mm256_loadu_ps(t.b.add(k * NR + 8));
+        for i in 0..MR {
+            let a = _mm256_broadcast_ss(&*t.a.add(i * t.lda + k));
+            lo[i] = _mm256_fmadd_ps(a, b0, lo[i]);
+            hi[i] = _mm256_fmadd_ps(a, b1, hi[i]);
+        }
+    }
+    for i in 0..MR {
+        _mm256_storeu_ps(t.c.add(i * t.ldc), lo[i]);
+        _mm256_storeu_ps(t.c.add(i * t.ldc + 8), hi[i]);
+    }
+}

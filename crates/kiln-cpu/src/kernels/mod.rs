@@ -1,0 +1,18 @@
+//! The CPU kernels, one concept a file. Each works on f32 rows and keeps every reduction in
+//! one fixed order per row, so a row's result does not depend on the rest of the batch.
+
+pub mod attention;
+pub mod matmul;
+mod microkernel;
+pub mod reduce;
+pub mod rmsnorm;
+pub mod rope;
+pub mod simd;
+pub mod swiglu;
+
+pub use attention::{paged_attention, AttentionShape, KvView, QueryRow};
+pub use matmul::{matmul, matmul_with, PackedMatrix};
+pub use rmsnorm::{rmsnorm, rmsnorm_heads_in_place, rmsnorm_row_in_place};
+pub use rope::{apply_rope, RopeTable};
+pub use simd::{isa, Isa};
+pub use swiglu::swiglu;

@@ -1,0 +1,54 @@
+//! Which instruction set the kernels use, chosen once per process.
+//!
+//! Every reduction has one fixed order whichever set is chosen, but fused multiply-add rounds
+//! differently from a multiply then an add, so the choice is made once and never changes
+//! while the process runs: results stay bit-identical from step to step.
+
+use std::sync::OnceLock;
+
+/// The instruction set a kernel runs with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isa {
+    /// Plain Rust loops that LLVM vectorises at the SSE2 baseline (multiply, then add).
+    Portable,
+    /// 256-bit AVX2 with fused multiply-add, detected at run time.
+    Avx2Fma,
+}
+
+impl Isa {
+    /// The instruction sets this machine can run, the fastest last.
+    pub fn available() -> Vec<Isa> {
+        let mut isas = vec![Isa::Portable];
+        if avx2_fma_detected() {
+            isas.push(Isa::Avx2Fma);
+        }
+        isas
+    }
+}
+
+fn avx2_fma_detected() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The instruction set for this process: AVX2+FMA where the CPU has it, unless the
+/// environment variable `KILN_CPU_SIMD=portable` turns it off (for A/B runs and bisection).
+pub fn isa() -> Isa {
+    static CHOSEN: OnceLock<Isa> = OnceLock::new();
+    *CHOSEN.get_or_init(|| {
+        let forced_portable = std::env::var("KILN_CPU_SIMD")
+            .map(|v| matches!(v.as_str(), "portable" | "off" | "0"))
+            .unwrap_or(false);
+        if !forced_portable && avx2_fma_detected() {
+            Isa::Avx2Fma
+        } else {
+            Isa::Portable
+        }
+    })
+}

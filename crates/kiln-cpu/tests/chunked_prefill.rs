@@ -1,0 +1,76 @@
+//! Exactness contract (a): a prompt prefilled whole, in chunks of any sizes, or token by token
+//! gives the same logits, bit for bit, and so do the decode steps that follow.
+
+mod support;
+
+use kiln_cpu::CpuBackend;
+use kiln_engine::{Backend, ChunkInput};
+use support::{
+    backend, configs, random_tokens, run_in_chunks, same_bits, shuffled_blocks, RandomSource,
+};
+
+const PROMPT: usize = 40;
+const DECODE: usize = 6;
+
+/// Prefills `tokens[..PROMPT]` in chunks of `sizes`, then decodes the rest one by one.
+/// Returns the logits at the end of each chunk and of each decode step.
+fn run(b: &mut CpuBackend, tokens: &[u32], table: &[u32], sizes: &[usize]) -> Vec<Vec<f32>> {
+    let mut rows = run_in_chunks(b, &tokens[..PROMPT], table, sizes);
+    for pos in PROMPT..tokens.len() {
+        let step = ChunkInput {
+            tokens: &tokens[pos..pos + 1],
+            start_pos: pos,
+            block_table: table,
+            want_logits: true,
+        };
+        rows.push(b.forward(&[step]).unwrap());
+    }
+    rows
+}
+
+#[test]
+fn whole_chunked_and_token_by_token_prefill_give_identical_logits() {
+    for (name, cfg) in configs::all() {
+        let src = RandomSource::new(cfg.clone(), 21);
+        let tokens = random_tokens(PROMPT + DECODE, cfg.vocab_size, 8);
+        for block_size in [4, 16] {
+            let pool = 64;
+            let mut b = backend(&src, pool, block_size);
+            let blocks = (PROMPT + DECODE).div_ceil(block_size);
+            let tables: Vec<Vec<u32>> = shuffled_blocks(pool, 9)
+                .chunks(blocks)
+                .take(3)
+                .map(|c| c.to_vec())
+                .collect();
+
+            let whole = run(&mut b, &tokens, &tables[0], &[PROMPT]);
+            let chunk_sizes = [1, 3, 7, 16, 13];
+            let chunked = run(&mut b, &tokens, &tables[1], &chunk_sizes);
+            let one_by_one = run(&mut b, &tokens, &tables[2], &[1; PROMPT]);
+
+            // Chunk ends: every position the chunked run produced logits for.
+            let mut end = 0;
+            for (i, n) in chunk_sizes.iter().enumerate() {
+                end += n;
+                assert!(
+                    same_bits(&chunked[i], &one_by_one[end - 1]),
+                    "{name} bs {block_size}: position {} differs",
+                    end - 1
+                );
+            }
+            // End of prompt and the decode steps after it.
+            for step in 0..=DECODE {
+                let (w, c, t) = (
+                    &whole[step],
+                    &chunked[chunk_sizes.len() - 1 + step],
+                    &one_by_one[PROMPT - 1 + step],
+                );
+                assert!(
+                    same_bits(w, c) && same_bits(w, t),
+                    "{name} bs {block_size}: step {step} after the prompt differs"
+                );
+                assert!(w.iter().all(|v| v.is_finite()), "{name}: non-finite logits");
+            }
+        }
+    }
+}

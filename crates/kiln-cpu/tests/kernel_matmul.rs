@@ -1,0 +1,91 @@
+//! The matmul against a float64 reference, and its batch invariance, for every instruction
+//! set this CPU runs.
+
+mod support;
+
+use kiln_cpu::kernels::{matmul_with, Isa, PackedMatrix};
+use support::{same_bits, Rng};
+
+/// `(rows, out features, in features)`: tile edges, partial panels, several k blocks.
+const SHAPES: [(usize, usize, usize); 7] = [
+    (1, 1, 1),
+    (1, 17, 33),
+    (5, 16, 256),
+    (7, 31, 257),
+    (13, 50, 600),
+    (6, 48, 1000),
+    (33, 9, 7),
+];
+
+fn poisoned(n: usize) -> Vec<f32> {
+    vec![f32::NAN; n]
+}
+
+#[test]
+fn matmul_matches_f64_reference() {
+    for isa in Isa::available() {
+        for (seed, &(m, n, k)) in SHAPES.iter().enumerate() {
+            let mut rng = Rng::new(seed as u64);
+            let x = rng.vec(m * k, 1.0);
+            let w = rng.vec(n * k, 1.0);
+            let packed = PackedMatrix::pack(n, k, &w).unwrap();
+            let mut out = poisoned(m * n);
+            matmul_with(isa, &x, &packed, &mut out);
+            for i in 0..m {
+                for j in 0..n {
+                    let (xr, wr) = (&x[i * k..][..k], &w[j * k..][..k]);
+                    let exact: f64 = xr.iter().zip(wr).map(|(a, b)| *a as f64 * *b as f64).sum();
+                    let magnitude: f64 = xr
+                        .iter()
+                        .zip(wr)
+                        .map(|(a, b)| (*a as f64 * *b as f64).abs())
+                        .sum();
+                    // Twice the worst-case bound of a sequential f32 sum of k products.
+                    let tol = k as f64 * f32::EPSILON as f64 * magnitude;
+                    let got = out[i * n + j] as f64;
+                    assert!(
+                        (got - exact).abs() <= tol,
+                        "{isa:?} {m}x{n}x{k} [{i},{j}]: {got} vs {exact}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn each_row_is_the_same_bits_alone_and_in_any_batch() {
+    let (n, k) = (37, 300);
+    let mut rng = Rng::new(99);
+    let packed = PackedMatrix::pack(n, k, &rng.vec(n * k, 1.0)).unwrap();
+    for isa in Isa::available() {
+        for m in [2, 3, 5, 6, 7, 13, 32, 64] {
+            let x = rng.vec(m * k, 2.0);
+            let mut batched = poisoned(m * n);
+            matmul_with(isa, &x, &packed, &mut batched);
+            for r in 0..m {
+                let mut alone = poisoned(n);
+                matmul_with(isa, &x[r * k..][..k], &packed, &mut alone);
+                assert!(
+                    same_bits(&alone, &batched[r * n..][..n]),
+                    "{isa:?}: row {r} of {m} differs"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn packed_rows_read_back_and_bad_shapes_are_errors() {
+    let (n, k) = (19, 5);
+    let w = Rng::new(4).vec(n * k, 1.0);
+    let packed = PackedMatrix::pack(n, k, &w).unwrap();
+    assert_eq!((packed.rows(), packed.cols()), (n, k));
+    for r in 0..n {
+        let mut row = poisoned(k);
+        packed.copy_row(r, &mut row);
+        assert_eq!(row, &w[r * k..][..k]);
+    }
+    let err = PackedMatrix::pack(n, k, &w[1..]).unwrap_err();
+    assert!(err.to_string().contains("needs 95 values"), "{err}");
+}

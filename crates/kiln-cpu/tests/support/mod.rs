@@ -1,0 +1,82 @@
+//! Shared test support: seeded inputs, random weights, small model shapes, an f64 reference
+//! forward pass, and helpers that drive a backend the way the engine does.
+#![allow(dead_code, unused_imports)]
+
+pub mod configs;
+pub mod random_source;
+pub mod reference;
+pub mod rng;
+
+use kiln_cpu::{CpuBackend, CpuOptions};
+use kiln_engine::{Backend, ChunkInput};
+use kiln_model::WeightSource;
+
+pub use random_source::RandomSource;
+pub use rng::Rng;
+
+/// A backend whose KV pool is poisoned, so that reading a slot no step wrote shows as NaN.
+pub fn backend(src: &dyn WeightSource, kv_blocks: usize, block_size: usize) -> CpuBackend {
+    let opts = CpuOptions {
+        kv_blocks,
+        block_size,
+        threads: None,
+    };
+    let mut b = CpuBackend::new(src, opts, None).unwrap();
+    b.poison_kv_cache();
+    b
+}
+
+/// Every block id of a pool of `pool` blocks, in shuffled order.
+pub fn shuffled_blocks(pool: usize, seed: u64) -> Vec<u32> {
+    let mut ids: Vec<u32> = (0..pool as u32).collect();
+    Rng::new(seed).shuffle(&mut ids);
+    ids
+}
+
+pub fn random_tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
+    let mut rng = Rng::new(seed);
+    (0..n).map(|_| rng.below(vocab) as u32).collect()
+}
+
+/// Runs one sequence alone in chunks of the given sizes (which must sum to `tokens.len()`),
+/// asking for logits at the end of every chunk; returns those rows.
+pub fn run_in_chunks(
+    b: &mut CpuBackend,
+    tokens: &[u32],
+    table: &[u32],
+    sizes: &[usize],
+) -> Vec<Vec<f32>> {
+    assert_eq!(sizes.iter().sum::<usize>(), tokens.len());
+    let mut start = 0;
+    let mut rows = Vec::new();
+    for &n in sizes {
+        let chunk = ChunkInput {
+            tokens: &tokens[start..start + n],
+            start_pos: start,
+            block_table: table,
+            want_logits: true,
+        };
+        rows.push(b.forward(&[chunk]).unwrap());
+        start += n;
+    }
+    rows
+}
+
+/// Whether two logit rows are the same bits.
+pub fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+/// Largest `|a - b|` relative to the largest `|b|`.
+pub fn max_rel_diff(a: &[f32], b: &[f64]) -> f64 {
+    let scale = b.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let diff = a
+        .iter()
+        .zip(b)
+        .fold(0.0f64, |m, (x, y)| m.max((*x as f64 - y).abs()));
+    if a.iter().any(|x| !x.is_finite()) {
+        f64::INFINITY
+    } else {
+        diff / scale
+    }
+}
