@@ -43,7 +43,9 @@ __device__ __forceinline__ void decode_attn_body(
     const int* __restrict__ positions, const int* __restrict__ token_seq, const int* __restrict__ bt_start,
     const int* __restrict__ block_tables, float* __restrict__ part_o, float* __restrict__ part_ml,
     int n_q, int n_kv, int block_size, int window, float scale_log2, int max_splits, int min_span) {
-    constexpr int PER = HD / 32;  // elements of a head per lane
+    // Elements of a head per lane; heads narrower than a warp leave the upper lanes idle.
+    constexpr int PER = HD >= 32 ? HD / 32 : 1;
+    constexpr int ACTIVE = HD / PER;
     const int split = blockIdx.x, row = blockIdx.z;
     const int group = n_q / n_kv;
     const int groups_per_kv = (group + DA_MAX_GROUP - 1) / DA_MAX_GROUP;
@@ -60,13 +62,15 @@ __device__ __forceinline__ void decode_attn_body(
     if (window > 0 && lo < len - window) lo = min(hi, max(lo, len - window));
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const bool active = lane < ACTIVE;
+    const int lane_off = active ? lane * PER : 0;
     const int* table = block_tables + bt_start[token_seq[row]];
     float qv[DA_MAX_GROUP][PER];
 #pragma unroll
     for (int h = 0; h < DA_MAX_GROUP; ++h)
 #pragma unroll
         for (int e = 0; e < PER; ++e)
-            qv[h][e] = h < nh ? bf16_to_f32(q[((u64)row * n_q + h0 + h) * HD + lane * PER + e]) * scale_log2 : 0.f;
+            qv[h][e] = (h < nh && active) ? bf16_to_f32(q[((u64)row * n_q + h0 + h) * HD + lane_off + e]) * scale_log2 : 0.f;
     float m[DA_MAX_GROUP], l[DA_MAX_GROUP], o[DA_MAX_GROUP][PER];
 #pragma unroll
     for (int h = 0; h < DA_MAX_GROUP; ++h) {
@@ -81,8 +85,8 @@ __device__ __forceinline__ void decode_attn_body(
 #pragma unroll
         for (int j = 0; j < DA_KEYS; ++j) {
             const int p = k0 + j;
-            if (p < hi) {
-                const u64 base = (((u64)table[p / block_size] * n_kv + kvh) * block_size + p % block_size) * HD + lane * PER;
+            if (p < hi && active) {
+                const u64 base = (((u64)table[p / block_size] * n_kv + kvh) * block_size + p % block_size) * HD + lane_off;
                 load_bf16_row<PER>(k_cache + base, kf[j]);
                 load_bf16_row<PER>(v_cache + base, vf[j]);
             } else {
@@ -124,8 +128,9 @@ __device__ __forceinline__ void decode_attn_body(
 #pragma unroll
     for (int h = 0; h < DA_MAX_GROUP; ++h) {
         if (lane == 0) { sm_ml[warp][h][0] = m[h]; sm_ml[warp][h][1] = l[h]; }
+        if (active)
 #pragma unroll
-        for (int e = 0; e < PER; ++e) sm_o[warp][h][lane * PER + e] = o[h][e];
+            for (int e = 0; e < PER; ++e) sm_o[warp][h][lane_off + e] = o[h][e];
     }
     __syncthreads();
     for (int idx = threadIdx.x; idx < nh * HD; idx += blockDim.x) {
@@ -152,6 +157,7 @@ __device__ __forceinline__ void decode_attn_body(
         decode_attn_body<HD>(q, kc, vc, positions, token_seq, bt_start, block_tables, part_o, part_ml, \
                              n_q, n_kv, block_size, window, scale_log2, max_splits, min_span);        \
     }
+DA_ENTRY(16)
 DA_ENTRY(32)
 DA_ENTRY(64)
 DA_ENTRY(128)

@@ -38,7 +38,8 @@ __device__ __forceinline__ void flash_attn_body(const bf16_t* __restrict__ q, co
     bf16_t* sk0 = sq + BM * LD;
     bf16_t* sv0 = sk0 + 2 * BN * LD;
 
-    const AttnTile tile = tiles[blockIdx.x];
+    // Later tiles of a chunk see more keys: hand them out first so the grid ends evenly.
+    const AttnTile tile = tiles[gridDim.x - 1 - blockIdx.x];
     const int h = blockIdx.y, kvh = h / (n_q / n_kv);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int* table = block_tables + bt_start[tile.seq];
@@ -180,6 +181,7 @@ __device__ __forceinline__ void flash_attn_body(const bf16_t* __restrict__ q, co
         flash_attn_body<HD, BN>(q, kc, vc, tiles, bt_start, block_tables, out, n_q, n_kv, block_size,   \
                                 window, scale_log2);                                                    \
     }
+FA_ENTRY(16, 64)
 FA_ENTRY(32, 64)
 FA_ENTRY(64, 64)
 FA_ENTRY(128, 64)

@@ -1,7 +1,7 @@
 // The simple attention kernel every fast path is checked against (KILN_FLASH_ATTN=0 runs the
 // whole model on it): one warp per (token, query head), keys visited one by one in position
 // order with an f32 online softmax. Causal and sliding-window limits come from the token's
-// position; K/V are read through the block table. head_dim is a multiple of 32, at most 256.
+// position; K/V are read through the block table. head_dim at most 32, or a multiple of 32 up to 256.
 extern "C" __global__ void ref_attn(const bf16_t* __restrict__ q, const bf16_t* __restrict__ k_cache,
                                     const bf16_t* __restrict__ v_cache, const int* __restrict__ positions,
                                     const int* __restrict__ token_seq, const int* __restrict__ bt_start,
@@ -12,27 +12,33 @@ extern "C" __global__ void ref_attn(const bf16_t* __restrict__ q, const bf16_t* 
     if (warp >= n_tokens * n_q) return;
     const int t = warp / n_q, h = warp % n_q;
     const int kvh = h / (n_q / n_kv);
-    const int per = hd / 32;
+    // Elements per lane; heads narrower than a warp leave the upper lanes idle.
+    const int per = hd >= 32 ? hd / 32 : 1;
+    const bool active = lane < hd / per;
+    const int lane_off = active ? lane * per : 0;
     const int pos = positions[t];
     const int* table = block_tables + bt_start[token_seq[t]];
     float qv[8], o[8];
     for (int e = 0; e < per; ++e) {
-        qv[e] = bf16_to_f32(q[((u64)t * n_q + h) * hd + lane * per + e]) * scale_log2;
+        qv[e] = active ? bf16_to_f32(q[((u64)t * n_q + h) * hd + lane_off + e]) * scale_log2 : 0.f;
         o[e] = 0.f;
     }
     float m = KILN_NEG_INF, l = 0.f;
     const int lo = window > 0 ? max(0, pos + 1 - window) : 0;
     for (int p = lo; p <= pos; ++p) {
-        const u64 base = (((u64)table[p / block_size] * n_kv + kvh) * block_size + p % block_size) * hd + lane * per;
+        const u64 base = (((u64)table[p / block_size] * n_kv + kvh) * block_size + p % block_size) * hd + lane_off;
         float d = 0.f;
-        for (int e = 0; e < per; ++e) d += qv[e] * bf16_to_f32(k_cache[base + e]);
+        if (active)
+            for (int e = 0; e < per; ++e) d += qv[e] * bf16_to_f32(k_cache[base + e]);
         const float s = warp_sum(d);
         const float mn = fmaxf(m, s);
         const float alpha = exp2f(m - mn), pr = exp2f(s - mn);
         l = l * alpha + pr;
-        for (int e = 0; e < per; ++e) o[e] = o[e] * alpha + pr * bf16_to_f32(v_cache[base + e]);
+        if (active)
+            for (int e = 0; e < per; ++e) o[e] = o[e] * alpha + pr * bf16_to_f32(v_cache[base + e]);
         m = mn;
     }
-    for (int e = 0; e < per; ++e)
-        out[((u64)t * n_q + h) * hd + lane * per + e] = f32_to_bf16(l > 0.f ? o[e] / l : 0.f);
+    if (active)
+        for (int e = 0; e < per; ++e)
+            out[((u64)t * n_q + h) * hd + lane_off + e] = f32_to_bf16(l > 0.f ? o[e] / l : 0.f);
 }

@@ -103,7 +103,7 @@ impl CudaBackend {
             (2 * config.intermediate_size, config.hidden_size),
             (config.hidden_size, config.intermediate_size),
         ] {
-            lt.pin_shape(n, k)
+            lt.pin_shape(&gpu, n, k)
                 .with_context(|| format!("choosing the GEMM algorithm for {n}x{k}"))?;
         }
         // The block count is unknown until the budget is; size the step layout for the pool after.

@@ -77,7 +77,8 @@ impl Gpu {
         // One stream, ordered by construction: cudarc's per-buffer events would only add cost.
         // SAFETY: every buffer is used on `stream` only.
         unsafe { ctx.disable_event_tracking() };
-        let stream = ctx.default_stream();
+        // A stream of its own (not the legacy default one), so steps can later be captured.
+        let stream = ctx.new_stream().context("creating the CUDA stream")?;
         let (major, minor) = ctx.compute_capability()?;
         if major < 8 {
             bail!("CUDA device {ordinal} has compute capability {major}.{minor}; kiln needs 8.0 or newer (bf16 tensor cores)");
@@ -205,6 +206,8 @@ impl<T: Copy + Default> DevBuf<T> {
             .map_err(|e| anyhow!("allocating {bytes} bytes of device memory: {e:?}"))?;
         unsafe { drv::memset_d8_sync(ptr, 0, bytes) }
             .map_err(|e| anyhow!("clearing device memory: {e:?}"))?;
+        // The "sync" memset may still run after return, on the legacy stream: wait for it.
+        gpu.ctx.synchronize().context("clearing device memory")?;
         Ok(DevBuf {
             ptr,
             len,
@@ -244,9 +247,14 @@ impl<T: Copy + Default> DevBuf<T> {
             );
         }
         self.ctx.bind_to_thread()?;
+        // Load-time and test copies: after all queued work, and finished on return.
+        self.ctx
+            .synchronize()
+            .context("waiting for the device before a copy")?;
         // SAFETY: the range was checked above.
         unsafe { drv::memcpy_htod_sync(self.at(offset), src) }
-            .map_err(|e| anyhow!("host to device copy: {e:?}"))
+            .map_err(|e| anyhow!("host to device copy: {e:?}"))?;
+        self.ctx.synchronize().context("host to device copy")
     }
 
     /// Reads `len` elements from `offset`, after everything queued before (waits for the device).
@@ -258,6 +266,7 @@ impl<T: Copy + Default> DevBuf<T> {
             );
         }
         gpu.synchronize()?;
+        gpu.ctx.synchronize()?;
         let mut out = vec![T::default(); len];
         // SAFETY: the range was checked above.
         unsafe { drv::memcpy_dtoh_sync(&mut out, self.at(offset)) }
@@ -268,9 +277,13 @@ impl<T: Copy + Default> DevBuf<T> {
     /// Sets every byte of the buffer to `byte` (tests poison outputs with 0xFF: NaN in f32/bf16).
     pub fn fill_bytes(&self, byte: u8) -> Result<()> {
         self.ctx.bind_to_thread()?;
+        self.ctx
+            .synchronize()
+            .context("waiting for the device before a memset")?;
         // SAFETY: the whole allocation.
         unsafe { drv::memset_d8_sync(self.ptr, byte, self.bytes().max(1)) }
-            .map_err(|e| anyhow!("memset: {e:?}"))
+            .map_err(|e| anyhow!("memset: {e:?}"))?;
+        self.ctx.synchronize().context("memset")
     }
 }
 

@@ -46,6 +46,7 @@ pub const SOURCES: &[KernelSource] = &[
         name: "flash_attn",
         body: include_str!("../kernels/flash_attn.cu"),
         entries: &[
+            "flash_attn_hd16",
             "flash_attn_hd32",
             "flash_attn_hd64",
             "flash_attn_hd128",
@@ -56,6 +57,7 @@ pub const SOURCES: &[KernelSource] = &[
         name: "decode_attn",
         body: include_str!("../kernels/decode_attn.cu"),
         entries: &[
+            "decode_attn_hd16",
             "decode_attn_hd32",
             "decode_attn_hd64",
             "decode_attn_hd128",

@@ -6,7 +6,7 @@ use anyhow::{bail, Result};
 use crate::device::{Arg, Gpu};
 
 /// Head dims with a flash-attention and a decode-attention instantiation.
-pub const FLASH_HEAD_DIMS: [usize; 4] = [32, 64, 128, 256];
+pub const FLASH_HEAD_DIMS: [usize; 5] = [16, 32, 64, 128, 256];
 /// Query rows per flash-attention tile.
 pub const FLASH_TILE_ROWS: usize = 64;
 /// Decode attention: at most this many KV splits per sequence, each at least this many keys.
@@ -470,8 +470,8 @@ impl Gpu {
         if n_tokens == 0 {
             return Ok(());
         }
-        if !hd.is_multiple_of(32) || hd > 256 {
-            bail!("reference attention supports head dims that are multiples of 32 up to 256, not {hd}");
+        if hd == 0 || hd > 256 || (hd > 32 && !hd.is_multiple_of(32)) {
+            bail!("reference attention supports head dims up to 32, or multiples of 32 up to 256, not {hd}");
         }
         let args = [
             Arg::Ptr(q),

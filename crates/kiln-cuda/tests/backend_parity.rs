@@ -18,15 +18,20 @@ const STEPS: usize = 32;
 const LOGIT_RTOL: f64 = 2e-2;
 
 /// Prefill `prompt`, then STEPS greedy steps; returns the logits of every step (prompt first)
-/// and the greedy tokens.
-fn greedy_run(b: &mut dyn Backend, prompt: &[u32]) -> (Vec<Vec<f32>>, Vec<u32>) {
+/// and the greedy tokens. With `forced`, those tokens are fed instead of the backend's own
+/// choices (teacher forcing), so two backends' logits stay comparable step by step.
+fn greedy_run(
+    b: &mut dyn Backend,
+    prompt: &[u32],
+    forced: Option<&[u32]>,
+) -> (Vec<Vec<f32>>, Vec<u32>) {
     let bs = b.kv_geometry().block_size;
     let table: Vec<u32> = (0..(prompt.len() + STEPS + 1).div_ceil(bs) as u32).collect();
     let mut tokens = prompt.to_vec();
     let mut logits = Vec::new();
     let mut gen = Vec::new();
     let mut done = 0;
-    for _ in 0..=STEPS {
+    for step in 0..STEPS {
         let row = b
             .forward(&[ChunkInput {
                 tokens: &tokens[done..],
@@ -39,19 +44,35 @@ fn greedy_run(b: &mut dyn Backend, prompt: &[u32]) -> (Vec<Vec<f32>>, Vec<u32>) 
         let next = argmax(&row);
         logits.push(row);
         gen.push(next);
-        tokens.push(next);
+        tokens.push(forced.map_or(next, |f| f[step]));
     }
-    gen.pop();
-    logits.pop();
     (logits, gen)
 }
 
+/// Top-1 minus top-2 logit.
+fn margin(row: &[f32]) -> f32 {
+    let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+    for &v in row {
+        if v > a {
+            b = a;
+            a = v;
+        } else if v > b {
+            b = v;
+        }
+    }
+    a - b
+}
+
+/// GPU vs CPU with the CPU's greedy tokens fed to both. A token choice may differ only where the
+/// CPU's top-2 margin is within the measured logit error (a near-tie of random weights); those
+/// are listed. With `strict`, every greedy token must match (fixtures have margins by design).
 fn compare(
     c: &mut Checks,
     name: &str,
     src: &dyn WeightSource,
     prompt: &[u32],
-) -> (Vec<Vec<f32>>, Vec<u32>) {
+    strict: bool,
+) -> Vec<Vec<f32>> {
     let mut cpu = CpuBackend::new(
         src,
         CpuOptions {
@@ -62,23 +83,39 @@ fn compare(
         None,
     )
     .expect("CPU backend");
+    let (cl, ct) = greedy_run(&mut cpu, prompt, None);
     let mut gpu = cuda_backend(src, 2048 + 40);
     let t = std::time::Instant::now();
-    let (gl, gt) = greedy_run(&mut gpu, prompt);
+    let (gl, gt) = greedy_run(&mut gpu, prompt, Some(&ct));
     let gpu_secs = t.elapsed().as_secs_f64();
-    let (cl, ct) = greedy_run(&mut cpu, prompt);
     let worst = gl
         .iter()
         .zip(&cl)
         .map(|(g, c)| rel_err(g, c))
         .fold(0f64, f64::max);
-    let first_step = rel_err(&gl[0], &cl[0]);
-    c.check(worst <= LOGIT_RTOL, format!("{name}: GPU vs CPU logits over {} steps: max rel err {worst:.3e} (prompt {first_step:.3e}), tol {LOGIT_RTOL:.0e}, GPU run {:.1}ms", gl.len(), gpu_secs * 1e3));
-    let diverge = gt.iter().zip(&ct).position(|(a, b)| a != b);
-    c.check(
-        diverge.is_none(),
-        format!("{name}: greedy tokens GPU {gt:?} vs CPU {ct:?} (first difference at {diverge:?})"),
-    );
+    c.check(worst <= LOGIT_RTOL, format!("{name}: GPU vs CPU logits over {STEPS} steps: max rel err {worst:.3e} (prompt {:.3e}), tol {LOGIT_RTOL:.0e}, GPU run {:.1}ms", rel_err(&gl[0], &cl[0]), gpu_secs * 1e3));
+    let mut ties = Vec::new();
+    let mut real = Vec::new();
+    for i in 0..STEPS {
+        if gt[i] != ct[i] {
+            let abs_err = gl[i]
+                .iter()
+                .zip(&cl[i])
+                .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+            let m = margin(&cl[i]);
+            if !strict && m <= 2.0 * abs_err {
+                ties.push(format!(
+                    "step {i}: margin {m:.2e} <= 2 x logit error {abs_err:.2e}"
+                ));
+            } else {
+                real.push(format!(
+                    "step {i}: GPU {} vs CPU {} (CPU margin {m:.2e}, logit error {abs_err:.2e})",
+                    gt[i], ct[i]
+                ));
+            }
+        }
+    }
+    c.check(real.is_empty(), format!("{name}: greedy tokens, {} of {STEPS} equal; near-ties {ties:?}; real differences {real:?}", STEPS - ties.len() - real.len()));
     // The device argmax agrees with the host argmax of the same logits.
     let bs = gpu.kv_geometry().block_size;
     let table: Vec<u32> = (0..(prompt.len() + 1).div_ceil(bs) as u32).collect();
@@ -97,7 +134,7 @@ fn compare(
             gt[0]
         ),
     );
-    (gl, gt)
+    gl
 }
 
 #[test]
@@ -108,10 +145,10 @@ fn gpu_matches_cpu_on_dummy_models() {
     let mut c = Checks::new("parity_dummy");
     let tiny = DummySource::preset("tiny").expect("dummy:tiny");
     let prompt: Vec<u32> = (0..40u32).map(|i| (i * 37 + 11) % 512).collect();
-    compare(&mut c, "dummy:tiny", &tiny, &prompt);
+    compare(&mut c, "dummy:tiny", &tiny, &prompt, false);
     let mid = dummy_mid();
     let prompt: Vec<u32> = (0..300u32).map(|i| (i * 7919 + 13) % 32_000).collect();
-    compare(&mut c, "dummy mid (hd 128, GQA 4)", &mid, &prompt);
+    compare(&mut c, "dummy mid (hd 128, GQA 4)", &mid, &prompt, false);
     c.finish();
 }
 
@@ -152,7 +189,10 @@ fn gpu_matches_cpu_on_fixtures() {
                     .collect()
             })
             .unwrap_or_default();
-        let (gl, gt) = compare(&mut c, name, src.as_ref(), &prompt);
+        let gl = compare(&mut c, name, src.as_ref(), &prompt, true);
+        // Free-running GPU greedy decoding reproduces transformers' continuation.
+        let mut gpu = cuda_backend(src.as_ref(), 2048 + 40);
+        let (_, gt) = greedy_run(&mut gpu, &prompt, None);
         let n = want.len().min(gt.len());
         c.check(
             gt[..n] == want[..n],

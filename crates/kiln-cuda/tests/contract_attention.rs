@@ -1,7 +1,7 @@
 //! Kernel contract for attention: flash prefill (tensor cores), split-KV decode + combine, and the
 //! reference kernel, against a float64 host reference. Paged K/V behind shuffled block tables,
-//! slots no sequence owns poisoned with NaN, outputs poisoned, GQA 1/4/8/16, head dims
-//! 32/64/128/256, windows smaller and larger than the sequences, KV up to 32k.
+//! slots no sequence owns poisoned with NaN, outputs poisoned, GQA 1/2/4/8/16, head dims
+//! 16/32/64/128/256, windows smaller and larger than the sequences, KV up to 32k.
 
 mod common;
 

@@ -1,0 +1,150 @@
+//! Quick GPU benchmark of the CUDA backend on a dummy model (default dummy:llama3-8b):
+//! prefill tok/s at 2k and 8k (in 2048-token chunks, as the engine runs them), decode tok/s at
+//! batch 1 from depth 0 and 8k, and total decode tok/s at batch 8 and 32, each with the
+//! fraction of the H200 floor where one is known. Human lines on stderr, one JSON object on
+//! stdout. Usage: cuda_bench [PRESET]
+
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use kiln_cuda::{CudaBackend, CudaOptions};
+use kiln_engine::{Backend, ChunkInput};
+use kiln_model::dummy::DummySource;
+
+const CHUNK: usize = 2048;
+
+struct Bench {
+    b: CudaBackend,
+    next_block: u32,
+    bs: usize,
+    vocab: usize,
+}
+
+impl Bench {
+    fn table(&mut self, tokens: usize) -> Vec<u32> {
+        let n = tokens.div_ceil(self.bs) as u32;
+        if self.next_block + n > self.b.kv_geometry().num_blocks as u32 {
+            self.next_block = 0;
+        }
+        let t = (self.next_block..self.next_block + n).collect();
+        self.next_block += n;
+        t
+    }
+
+    fn prompt(&self, len: usize, salt: usize) -> Vec<u32> {
+        (0..len)
+            .map(|i| ((i * 7919 + salt * 104_729) % self.vocab) as u32)
+            .collect()
+    }
+
+    /// Prefills a prompt in CHUNK-token chunks; returns (seconds, block table).
+    fn prefill(&mut self, len: usize, extra: usize, salt: usize) -> Result<(f64, Vec<u32>, u32)> {
+        let prompt = self.prompt(len, salt);
+        let table = self.table(len + extra);
+        let t = Instant::now();
+        let mut last = 0;
+        for start in (0..len).step_by(CHUNK) {
+            let end = (start + CHUNK).min(len);
+            last = self
+                .b
+                .forward_greedy(&[ChunkInput {
+                    tokens: &prompt[start..end],
+                    start_pos: start,
+                    block_table: &table,
+                    want_logits: end == len,
+                }])?
+                .last()
+                .copied()
+                .unwrap_or(0);
+        }
+        Ok((t.elapsed().as_secs_f64(), table, last))
+    }
+
+    /// `batch` sequences at depth `depth` decode `steps` tokens together; returns total tok/s.
+    fn decode(&mut self, batch: usize, depth: usize, steps: usize) -> Result<f64> {
+        let mut seqs = Vec::new();
+        for s in 0..batch {
+            let (_, table, first) = self.prefill(depth.max(1), steps + 1, s + 1)?;
+            seqs.push((table, first));
+        }
+        // One warm-up step, then the timed ones.
+        let mut t = Instant::now();
+        for step in 0..=steps {
+            if step == 1 {
+                t = Instant::now();
+            }
+            let toks: Vec<[u32; 1]> = seqs.iter().map(|s| [s.1]).collect();
+            let pos = depth.max(1) + step;
+            let chunks: Vec<ChunkInput<'_>> = seqs
+                .iter()
+                .zip(&toks)
+                .map(|(s, tk)| ChunkInput {
+                    tokens: tk,
+                    start_pos: pos,
+                    block_table: &s.0,
+                    want_logits: true,
+                })
+                .collect();
+            let ids = self.b.forward_greedy(&chunks)?;
+            for (s, id) in seqs.iter_mut().zip(ids) {
+                s.1 = id;
+            }
+        }
+        Ok((batch * steps) as f64 / t.elapsed().as_secs_f64())
+    }
+}
+
+fn main() -> Result<()> {
+    let preset = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "llama3-8b".into());
+    let src = DummySource::preset(&preset)?;
+    let t = Instant::now();
+    let opts = CudaOptions {
+        prefill_chunk: CHUNK,
+        max_seqs: 64,
+        max_context: Some(16_384),
+        ..CudaOptions::default()
+    };
+    let b = CudaBackend::new(&src, opts, None).context("starting the CUDA backend")?;
+    let load = t.elapsed().as_secs_f64();
+    eprintln!("dummy:{preset} loaded in {load:.2}s\n{}", b.describe());
+    let bs = b.kv_geometry().block_size;
+    let vocab = b.config().vocab_size;
+    let mut bench = Bench {
+        b,
+        next_block: 0,
+        bs,
+        vocab,
+    };
+    bench.prefill(CHUNK, 0, 99)?; // warm-up
+    let mut json = vec![
+        format!("\"model\":\"dummy:{preset}\""),
+        format!("\"load_s\":{load:.3}"),
+    ];
+    for (len, floor) in [(2048usize, 54_000f64), (8192, 50_000.0)] {
+        let (secs, _, _) = bench.prefill(len, 0, len)?;
+        let tps = len as f64 / secs;
+        eprintln!(
+            "BENCH prefill {len}: {tps:.0} tok/s ({:.1} ms), {:.2} of the ~{floor:.0} tok/s floor",
+            secs * 1e3,
+            tps / floor
+        );
+        json.push(format!("\"prefill_{len}_tok_s\":{tps:.1}"));
+    }
+    for (batch, depth, floor) in [
+        (1usize, 0usize, Some(270f64)),
+        (1, 8192, Some(265.0)),
+        (8, 512, None),
+        (32, 512, None),
+    ] {
+        let tps = bench.decode(batch, depth, 64)?;
+        let frac = floor
+            .map(|f| format!(", {:.2} of the ~{f:.0} tok/s floor", tps / f))
+            .unwrap_or_default();
+        eprintln!("BENCH decode batch {batch} depth {depth}: {tps:.1} tok/s{frac}");
+        json.push(format!("\"decode_b{batch}_d{depth}_tok_s\":{tps:.2}"));
+    }
+    println!("{{{}}}", json.join(","));
+    Ok(())
+}

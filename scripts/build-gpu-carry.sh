@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Builds what the GPU machine (no Rust there) needs to run scripts/gpu-check.sh: the kiln-cuda
+# test executables, the cuda_bench example and the release kiln binary, stripped, under .carry/
+# (ignored by git, carried to the GPU machine), with .carry/manifest.txt listing them as
+# "KIND NAME PATH" lines. Usage: scripts/build-gpu-carry.sh   (KILN_CARRY_SKIP_BIN=1: no kiln binary)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/targets/cuda}"
+carry=.carry
+rm -rf "$carry"
+mkdir -p "$carry/bin"
+manifest="$carry/manifest.txt"
+: > "$manifest"
+
+add() { # kind name source
+    local dst="$carry/bin/$2"
+    cp "$3" "$dst"
+    strip --strip-debug "$dst" 2>/dev/null || true
+    echo "$1 $2 bin/$2" >> "$manifest"
+}
+
+echo "building kiln-cuda test executables (release)..." >&2
+cargo test -p kiln-cuda --release --no-run --message-format=json 2>/dev/null \
+    | python3 -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"].get("test"):
+        print(m["target"]["name"], m["executable"])
+' > "$carry/tests.txt"
+# Surface compile errors (the JSON run hides them).
+if [ ! -s "$carry/tests.txt" ]; then
+    cargo test -p kiln-cuda --release --no-run
+    echo "no test executables were built" >&2
+    exit 1
+fi
+while read -r name exe; do
+    [ "$name" = "kiln_cuda" ] && name=unit
+    add test "$name" "$exe"
+done < "$carry/tests.txt"
+rm "$carry/tests.txt"
+
+echo "building the cuda_bench example (release)..." >&2
+cargo build -p kiln-cuda --release --example cuda_bench
+add bench cuda_bench "$CARGO_TARGET_DIR/release/examples/cuda_bench"
+
+if [ "${KILN_CARRY_SKIP_BIN:-0}" != 1 ]; then
+    echo "building the kiln binary (release)..." >&2
+    if cargo build -p kiln --release; then
+        add bin kiln "$CARGO_TARGET_DIR/release/kiln"
+    else
+        echo "WARNING: the kiln binary did not build; the GPU checks do not need it" >&2
+    fi
+fi
+# The kernel sources travel with the repository; nothing else is needed there.
+size=$(du -sm "$carry" | cut -f1)
+echo "carry: ${size} MB in $carry:" >&2
+cat "$manifest" >&2
+if [ "$size" -gt 40 ]; then
+    echo "WARNING: $carry is ${size} MB, over the 40 MB budget" >&2
+fi

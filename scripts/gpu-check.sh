@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# One GPU-machine run of every kiln-cuda check: the kernel contract tests, backend parity and
+# invariance tests (all with KILN_REQUIRE_GPU=1, so a missing GPU fails) and a quick benchmark.
+# Needs the executables from scripts/build-gpu-carry.sh in .carry/. Writes under $OUT
+# (default ./gpu-check-out): one log per executable, report.txt, report.json; prints the
+# summary last. Whole run bounded to about 8 minutes.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/gpu-check-out}"
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export KILN_REQUIRE_GPU=1
+export KILN_KERNEL_CACHE="${KILN_KERNEL_CACHE:-/tmp/kiln-kernel-cache}"
+manifest=.carry/manifest.txt
+report="$OUT/report.txt"
+: > "$report"
+say() { echo "$*" | tee -a "$report"; }
+
+if [ ! -f "$manifest" ]; then
+    say "FAIL: $manifest missing (run scripts/build-gpu-carry.sh on the build machine first)"
+    exit 1
+fi
+say "kiln gpu-check $(date -u +%Y-%m-%dT%H:%M:%SZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1 | tee -a "$report"
+start=$(date +%s)
+results="$OUT/results.tsv"
+: > "$results"
+
+# Order: cheapest and most basic first, so a broken kernel shows before the model tests.
+order="kernels_compile unit contract_rows contract_gemm contract_attention backend_parity backend_invariance"
+for name in $order $(awk '$1=="test"{print $2}' "$manifest"); do
+    path=$(awk -v n="$name" '$1=="test" && $2==n {print $3}' "$manifest")
+    [ -n "$path" ] || continue
+    grep -q "^$name	" "$results" && continue
+    log="$OUT/test-$name.log"
+    # Keep 150 s for the benchmark within the 8-minute budget.
+    left=$(( 330 - ($(date +%s) - start) ))
+    if [ "$left" -lt 20 ]; then
+        printf "%s\tSKIPPED\t0\t0\t0\t0\t0\n" "$name" >> "$results"
+        say "$name: not run, out of time"
+        continue
+    fi
+    [ "$left" -gt 170 ] && left=170
+    t0=$(date +%s%N)
+    timeout "$left" ".carry/$path" --test-threads=1 --nocapture > "$log" 2>&1
+    rc=$?
+    secs=$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN{printf "%.1f", (b-a)/1e9}')
+    pass=$(grep -c "\] PASS \|^PASS " "$log")
+    fail=$(grep -c "\] FAIL \|^FAIL \|panicked" "$log")
+    skip=$(grep -c "^SKIP " "$log")
+    status=ok
+    [ $rc -ne 0 ] && status=FAILED
+    [ $rc -eq 124 ] && status=TIMEOUT
+    printf "%s\t%s\t%s\t%.1f\t%s\t%s\t%s\n" "$name" "$status" "$rc" "$secs" "$pass" "$fail" "$skip" >> "$results"
+    say "$(printf "%-20s %-8s %6.1fs  checks: %d pass, %d fail, %d skip" "$name" "$status" "$secs" "$pass" "$fail" "$skip")"
+    grep -A1 -E "\] FAIL |^FAIL |panicked|^SKIP " "$log" | grep -v "^--$" | head -24 | sed 's/^/    /' | tee -a "$report"
+done
+
+bench=$(awk '$1=="bench"{print $3}' "$manifest")
+if [ -n "$bench" ]; then
+    say "benchmark (dummy:llama3-8b):"
+    RUST_BACKTRACE=0 timeout 150 ".carry/$bench" llama3-8b > "$OUT/bench.json" 2> "$OUT/bench.log"
+    brc=$?
+    grep -E "^BENCH|loaded in|^device|^switches|^gemm" "$OUT/bench.log" | sed 's/^/    /' | tee -a "$report"
+    [ $brc -ne 0 ] && say "    bench FAILED rc=$brc (see bench.log)" && tail -5 "$OUT/bench.log" | sed 's/^/    /' | tee -a "$report"
+    # Skinny GEMM bandwidth lines from the contract test, for the record.
+    grep -h "BENCH" "$OUT"/test-contract_gemm.log 2>/dev/null | sed 's/^/    /' | tee -a "$report"
+fi
+
+python3 - "$results" "$OUT/bench.json" "$OUT/report.json" <<'PY' 2>/dev/null || echo "(report.json not written: python3 missing)"
+import json, sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+tests = [{"name": r[0], "status": r[1], "rc": int(r[2]), "seconds": float(r[3]), "pass": int(r[4]), "fail": int(r[5]), "skip": int(r[6])} for r in rows]
+try:
+    bench = json.load(open(sys.argv[2]))
+except Exception:
+    bench = None
+json.dump({"tests": tests, "bench": bench, "ok": all(t["status"] == "ok" for t in tests) and bench is not None}, open(sys.argv[3], "w"), indent=1)
+PY
+
+total=$(( $(date +%s) - start ))
+failed=$(awk -F'\t' '$2!="ok"{print $1}' "$results" | tr '\n' ' ')
+say ""
+say "SUMMARY ($total s): $(awk -F'\t' '$2=="ok"' "$results" | wc -l) of $(wc -l < "$results") test executables ok${failed:+; not ok: $failed}"
+[ -s "$OUT/bench.json" ] && say "bench: $(cat "$OUT/bench.json")"
+[ -z "$failed" ]
