@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Train, export and check kiln's shipped models in one call on the GPU machine.
+#
+#   OUT=/path/to/output bash scripts/train/run_on_gpu.sh [extra train.py flags]
+#
+# Needs the carried, ignored folder .carry/ (made here by prepare.py and `pip download`):
+#   .carry/train/   tokenizer.json, train.u16.xz, val.u16.xz, meta.json, sources.json
+#   .carry/whl/     the gguf wheel (pure Python; the GPU machine does not have the package)
+# Everything lands in $OUT; copy $OUT/* into models/ afterwards. Sized for about 6 minutes of wall
+# time on one H200 (190 s target + 70 s draft, compilation included, plus start-up and export).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+: "${OUT:?set OUT to the output folder}"
+DATA=${DATA:-.carry/train}
+
+for f in tokenizer.json train.u16.xz val.u16.xz meta.json sources.json; do
+  [ -f "$DATA/$f" ] || { echo "missing $DATA/$f: run scripts/train/prepare.py and carry .carry" >&2; exit 1; }
+done
+shopt -s nullglob
+wheels=(.carry/whl/gguf-*.whl)
+if ! python3 -c "import gguf" 2>/dev/null; then
+  [ ${#wheels[@]} -gt 0 ] || { echo "no gguf wheel under .carry/whl" >&2; exit 1; }
+  SITE=/tmp/kiln-train-site
+  python3 -m pip install --quiet --no-index --no-deps --target "$SITE" "${wheels[@]}"
+  export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+fi
+python3 -c "import torch, transformers, gguf, tokenizers, safetensors, matplotlib; \
+print('torch', torch.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available())"
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
+
+mkdir -p "$OUT"
+python3 scripts/train/train.py --data "$DATA" --out "$OUT" "$@" 2>&1 | tee "$OUT/train.log"
+du -ab "$OUT" | sort -n | tail -20
