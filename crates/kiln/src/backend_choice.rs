@@ -1,0 +1,139 @@
+//! `--model` and `--device`: load a model and build the backend that runs it, with a progress
+//! bar while the weights load.
+
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use kiln_engine::{Backend, EngineConfig};
+use kiln_model::LoadedModel;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Device {
+    /// The GPU when one can be used, else the CPU.
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ModelArgs {
+    /// A .gguf file, a Hugging Face model folder, or dummy:PRESET (tiny, llama3-1b, llama3-8b,
+    /// qwen3-8b, mistral-7b).
+    #[arg(long, short = 'm', default_value = crate::DEFAULT_MODEL)]
+    pub model: String,
+}
+
+impl ModelArgs {
+    pub fn load(&self) -> anyhow::Result<LoadedModel> {
+        kiln_model::load(&self.model).with_context(|| format!("cannot load model `{}`", self.model))
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DeviceArgs {
+    #[arg(long, value_enum, default_value_t = Device::Auto)]
+    pub device: Device,
+    /// CPU worker threads (default: one per core).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+/// Tokens per KV block.
+pub const BLOCK_SIZE: usize = 16;
+
+/// Builds the backend for `model` with a CPU KV pool of `kv_tokens` tokens, for the default
+/// engine limits. Prefer [`build_backend_for`] when the engine's limits are known.
+pub fn build_backend(
+    model: &LoadedModel,
+    device: &DeviceArgs,
+    kv_tokens: usize,
+) -> anyhow::Result<Box<dyn Backend>> {
+    let cfg = EngineConfig {
+        max_context: model.config.max_position,
+        ..EngineConfig::default()
+    };
+    build_backend_for(model, device, &cfg, kv_tokens)
+}
+
+/// Builds the backend for `model`, sized for the engine limits in `cfg`: on the CPU a KV pool
+/// of `kv_tokens` tokens; on the GPU step buffers for `cfg` and a KV pool that takes most of
+/// the free memory.
+pub fn build_backend_for(
+    model: &LoadedModel,
+    device: &DeviceArgs,
+    cfg: &EngineConfig,
+    kv_tokens: usize,
+) -> anyhow::Result<Box<dyn Backend>> {
+    let use_cuda = match device.device {
+        Device::Cpu => false,
+        Device::Cuda => match kiln_cuda::unavailable_reason() {
+            None => true,
+            Some(why) => anyhow::bail!("CUDA backend not available: {why}; use --device cpu"),
+        },
+        Device::Auto => kiln_cuda::unavailable_reason().is_none(),
+    };
+    let bar = LoadBar::new(&model.name);
+    let progress = |done, total| bar.set(done, total);
+    let backend: Box<dyn Backend> = if use_cuda {
+        let opts = kiln_cuda::CudaOptions {
+            block_size: BLOCK_SIZE,
+            prefill_chunk: cfg.prefill_chunk,
+            max_seqs: cfg.max_num_seqs,
+            max_batch_tokens: Some(cfg.max_batched_tokens),
+            max_context: Some(cfg.max_context),
+            ..kiln_cuda::CudaOptions::default()
+        };
+        let backend = kiln_cuda::CudaBackend::new(model.weights.as_ref(), opts, Some(&progress))
+            .with_context(|| format!("cannot start the CUDA backend for `{}`", model.name))?;
+        Box::new(backend)
+    } else {
+        let opts = kiln_cpu::CpuOptions {
+            kv_blocks: kv_tokens.div_ceil(BLOCK_SIZE).max(1),
+            block_size: BLOCK_SIZE,
+            threads: device.threads,
+        };
+        let backend = kiln_cpu::CpuBackend::new(model.weights.as_ref(), opts, Some(&progress))
+            .with_context(|| format!("cannot start the CPU backend for `{}`", model.name))?;
+        Box::new(backend)
+    };
+    bar.finish(if use_cuda { "cuda" } else { "cpu" });
+    Ok(backend)
+}
+
+/// A progress bar on stderr while tensors load; indicatif hides it when stderr is not a
+/// terminal.
+struct LoadBar {
+    bar: indicatif::ProgressBar,
+    started: Instant,
+}
+
+impl LoadBar {
+    fn new(name: &str) -> LoadBar {
+        let bar = indicatif::ProgressBar::new(0);
+        let style = indicatif::ProgressStyle::with_template(
+            "{msg} [{bar:40}] {pos}/{len} tensors {elapsed}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+        .progress_chars("=> ");
+        bar.set_style(style);
+        bar.set_message(format!("loading {name}"));
+        LoadBar {
+            bar,
+            started: Instant::now(),
+        }
+    }
+
+    fn set(&self, done: usize, total: usize) {
+        self.bar.set_length(total as u64);
+        self.bar.set_position(done as u64);
+    }
+
+    fn finish(&self, device: &str) {
+        self.bar.finish_and_clear();
+        tracing::info!(
+            "weights on {device} in {:.2}s",
+            self.started.elapsed().as_secs_f64()
+        );
+    }
+}
