@@ -26,34 +26,12 @@ impl ModelConfig {
                 .zip(factors.iter().chain(std::iter::repeat(&1.0)))
                 .map(|(p, f)| 1.0 / p / *f as f64)
                 .collect(),
-            RopeScaling::Llama3 {
-                factor,
-                low_freq_factor,
-                high_freq_factor,
-                original_max_position,
-            } => {
-                let (factor, low, high) = (
-                    *factor as f64,
-                    *low_freq_factor as f64,
-                    *high_freq_factor as f64,
-                );
-                let old_ctx = *original_max_position as f64;
-                let low_freq_wavelen = old_ctx / low;
-                let high_freq_wavelen = old_ctx / high;
+            RopeScaling::Llama3 { .. } => {
+                let factors = self.llama3_factors().unwrap_or_default();
                 pos_freq
                     .iter()
-                    .map(|p| {
-                        let f = 1.0 / p;
-                        let wavelen = 2.0 * std::f64::consts::PI / f;
-                        if wavelen < high_freq_wavelen {
-                            f
-                        } else if wavelen > low_freq_wavelen {
-                            f / factor
-                        } else {
-                            let smooth = (old_ctx / wavelen - low) / (high - low);
-                            (1.0 - smooth) * f / factor + smooth * f
-                        }
-                    })
+                    .zip(&factors)
+                    .map(|(p, f)| 1.0 / p / *f as f64)
                     .collect()
             }
             RopeScaling::Yarn {
@@ -86,6 +64,47 @@ impl ModelConfig {
             }
         };
         inv.into_iter().map(|x| x as f32).collect()
+    }
+
+    /// Llama 3.1 scaling as one divisor per frequency, rounded to f32 exactly as llama.cpp's
+    /// converter stores them in `rope_freqs.weight`, so a config.json and the GGUF made from it
+    /// rotate by the same f32 angles. (Mathematically the same as Hugging Face's formula:
+    /// frequencies with short wavelengths are kept, long ones divided by `factor`, and the band
+    /// between is interpolated.) None unless the scaling is [`RopeScaling::Llama3`].
+    pub fn llama3_factors(&self) -> Option<Vec<f32>> {
+        let RopeScaling::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position,
+        } = &self.rope_scaling
+        else {
+            return None;
+        };
+        let (factor, low, high) = (
+            *factor as f64,
+            *low_freq_factor as f64,
+            *high_freq_factor as f64,
+        );
+        let old_ctx = *original_max_position as f64;
+        let dim = self.head_dim;
+        let base = self.rope_theta as f64;
+        let factors = (0..dim / 2)
+            .map(|i| {
+                let freq = 1.0 / base.powf((2 * i) as f64 / dim as f64);
+                let wavelen = 2.0 * std::f64::consts::PI / freq;
+                let f = if wavelen < old_ctx / high {
+                    1.0
+                } else if wavelen > old_ctx / low {
+                    factor
+                } else {
+                    let smooth = (old_ctx / wavelen - low) / (high - low);
+                    1.0 / ((1.0 - smooth) / factor + smooth)
+                };
+                f as f32
+            })
+            .collect();
+        Some(factors)
     }
 
     /// The factor applied to cos and sin (so attention scores scale by its square): YaRN's
@@ -183,24 +202,20 @@ mod tests {
 
     #[test]
     fn llama3_matches_the_factors_llama_cpp_writes() {
-        // The same scaling expressed as GGUF rope_freqs factors gives the same frequencies.
+        // The same scaling expressed as GGUF rope_freqs factors gives the same f32 frequencies.
         let s = RopeScaling::Llama3 {
             factor: 32.0,
             low_freq_factor: 1.0,
             high_freq_factor: 4.0,
             original_max_position: 8192,
         };
-        let plain = with_scaling(RopeScaling::None).rope_inv_freq();
-        let l3 = with_scaling(s).rope_inv_freq();
-        let factors: Vec<f32> = plain
-            .iter()
-            .zip(&l3)
-            .map(|(a, b)| (*a as f64 / *b as f64) as f32)
-            .collect();
-        let ff = with_scaling(RopeScaling::FreqFactors(factors)).rope_inv_freq();
-        for (a, b) in l3.iter().zip(&ff) {
-            assert!((a - b).abs() <= 2e-7 * a, "{a} vs {b}");
-        }
+        let l3 = with_scaling(s);
+        let factors = l3.llama3_factors().unwrap();
+        assert_eq!(factors.len(), 64);
+        assert_eq!((factors[0], factors[63]), (1.0, 32.0));
+        let ff = with_scaling(RopeScaling::FreqFactors(factors));
+        assert_eq!(l3.rope_inv_freq(), ff.rope_inv_freq());
+        assert_eq!(with_scaling(RopeScaling::None).llama3_factors(), None);
     }
 
     #[test]

@@ -10,24 +10,13 @@ use std::path::{Path, PathBuf};
 /// Every fixture, by directory name.
 pub const FIXTURES: [&str; 4] = ["llama", "mistral", "qwen2", "qwen3"];
 
-#[derive(Debug, serde::Deserialize)]
-struct ReferenceJson {
-    prompt_ids: Vec<u32>,
-    continuation_ids: Vec<u32>,
-    logits_file: String,
-    logits_shape: [usize; 2],
-    margins: Vec<f32>,
-    min_margin: f32,
-    max_abs_logit: f32,
-    fp32_max_abs_err: f32,
-}
-
 /// One fixture: where its two copies live and what transformers computed for it.
 #[derive(Debug)]
 pub struct Fixture {
     pub name: String,
     pub hf_dir: PathBuf,
     pub gguf: PathBuf,
+    pub prompt_text: String,
     pub prompt_ids: Vec<u32>,
     /// The greedy continuation, one token per logits row.
     pub continuation_ids: Vec<u32>,
@@ -52,16 +41,34 @@ impl Fixture {
         let dir = fixtures_dir().join(name);
         let text = std::fs::read_to_string(dir.join("reference.json"))
             .unwrap_or_else(|e| panic!("{}: {e}", dir.join("reference.json").display()));
-        let r: ReferenceJson = serde_json::from_str(&text).expect("reference.json parses");
-        let bytes = std::fs::read(dir.join(&r.logits_file)).expect("logits file reads");
+        let r: serde_json::Value = serde_json::from_str(&text).expect("reference.json parses");
+        let ids = |key: &str| -> Vec<u32> {
+            let arr = r[key]
+                .as_array()
+                .unwrap_or_else(|| panic!("{name}: '{key}' is not a list"));
+            arr.iter()
+                .map(|v| v.as_u64().expect("token id") as u32)
+                .collect()
+        };
+        let num = |key: &str| {
+            r[key]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{name}: '{key}' is not a number")) as f32
+        };
+        let logits_file = r["logits_file"].as_str().expect("logits_file");
+        let bytes = std::fs::read(dir.join(logits_file)).expect("logits file reads");
         let logits: Vec<f32> = bytes
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
-        let [steps, vocab] = r.logits_shape;
+        let (steps, vocab) = (
+            r["logits_shape"][0].as_u64().unwrap() as usize,
+            r["logits_shape"][1].as_u64().unwrap() as usize,
+        );
         assert_eq!(logits.len(), steps * vocab, "{name}: logits file size");
+        let continuation_ids = ids("continuation_ids");
         assert_eq!(
-            r.continuation_ids.len(),
+            continuation_ids.len(),
             steps,
             "{name}: one row per continuation token"
         );
@@ -69,14 +76,20 @@ impl Fixture {
             name: name.to_string(),
             hf_dir: dir.join("hf"),
             gguf: dir.join("model.gguf"),
-            prompt_ids: r.prompt_ids,
-            continuation_ids: r.continuation_ids,
+            prompt_text: r["prompt_text"].as_str().expect("prompt_text").to_string(),
+            prompt_ids: ids("prompt_ids"),
+            continuation_ids,
             logits,
             vocab,
-            margins: r.margins,
-            min_margin: r.min_margin,
-            max_abs_logit: r.max_abs_logit,
-            fp32_max_abs_err: r.fp32_max_abs_err,
+            margins: r["margins"]
+                .as_array()
+                .expect("margins")
+                .iter()
+                .map(|v| v.as_f64().unwrap() as f32)
+                .collect(),
+            min_margin: num("min_margin"),
+            max_abs_logit: num("max_abs_logit"),
+            fp32_max_abs_err: num("fp32_max_abs_err"),
         }
     }
 
