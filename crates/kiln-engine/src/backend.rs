@@ -32,4 +32,13 @@ pub trait Backend: Send {
     ///
     /// A chunk's logits must not depend on the other chunks in the step (batch invariance).
     fn forward(&mut self, chunks: &[ChunkInput<'_>]) -> anyhow::Result<Vec<f32>>;
+
+    /// Runs the step like [`Backend::forward`] but returns only the argmax of each logits row
+    /// (the lowest id among equal maxima; NaN is never chosen), so that the logits need not
+    /// leave the device. The engine calls it for steps in which every sequence decodes greedily
+    /// without penalties or log-probabilities. `None`: not supported, the engine calls `forward`.
+    fn forward_argmax(&mut self, chunks: &[ChunkInput<'_>]) -> Option<anyhow::Result<Vec<u32>>> {
+        let _ = chunks;
+        None
+    }
 }

@@ -11,6 +11,7 @@ use kiln_tokenizer::{StreamDecoder, Tokenizer};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::backend::Backend;
+use crate::batch_sampler::{self, SampleJob};
 use crate::handle::{EngineConfig, Shared};
 use crate::request::{Finish, FinishReason, GenEvent, GenerateRequest, TokenEvent};
 use crate::sampler::{self, History, Sampled};
@@ -30,6 +31,19 @@ pub(crate) struct Submission {
     pub submitted: Instant,
 }
 
+/// What a step's forward pass gave back.
+enum StepOutput {
+    /// One row of logits per chunk that wants them.
+    Logits(Vec<f32>),
+    /// The argmax of each such row, picked by the backend (every row was plain greedy).
+    Argmax(Vec<u32>),
+}
+
+/// Set `KILN_DEVICE_ARGMAX=0` to always fetch logits, even for all-greedy steps.
+fn device_argmax_enabled() -> bool {
+    std::env::var("KILN_DEVICE_ARGMAX").map_or(true, |v| v != "0")
+}
+
 /// What the engine keeps for a request besides its tokens.
 struct Active {
     /// The request without its prompt (which the scheduler's sequence holds).
@@ -45,6 +59,18 @@ struct Active {
     time_to_first_token: Option<f64>,
 }
 
+impl Active {
+    /// Argmax of the raw logits is all this request needs.
+    fn plain_greedy(&self) -> bool {
+        let p = &self.req.sampling;
+        p.temperature <= 0.0
+            && p.repetition_penalty == 1.0
+            && p.presence_penalty == 0.0
+            && p.frequency_penalty == 0.0
+            && self.req.logprobs.is_none()
+    }
+}
+
 pub(crate) struct Engine {
     backend: Box<dyn Backend>,
     tokenizer: Tokenizer,
@@ -58,6 +84,7 @@ pub(crate) struct Engine {
     stopping: bool,
     /// Consecutive steps that ran nothing although requests were waiting.
     idle_steps: u32,
+    device_argmax: bool,
 }
 
 impl Engine {
@@ -90,6 +117,7 @@ impl Engine {
             seed_source,
             stopping: false,
             idle_steps: 0,
+            device_argmax: device_argmax_enabled(),
         };
         engine.publish_stats();
         engine
@@ -98,10 +126,10 @@ impl Engine {
     pub(crate) fn run(mut self) {
         while self.wait_for_work() {
             let plan = self.scheduler.schedule();
-            let Some(logits) = self.forward(&plan) else {
+            let Some(output) = self.forward(&plan) else {
                 continue;
             };
-            let sampled = self.sample(&plan, &logits);
+            let sampled = self.sample(&plan, output);
             self.postprocess(&plan, sampled);
             self.publish_stats();
         }
@@ -178,29 +206,46 @@ impl Engine {
         }
     }
 
-    /// Runs the plan through the backend: one logits row per chunk that wants one. None when
-    /// nothing ran (its requests have been told why, if it failed).
-    fn forward(&mut self, plan: &[ScheduledChunk]) -> Option<Vec<f32>> {
+    /// Runs the plan through the backend. None when nothing ran (its requests have been told
+    /// why, if it failed).
+    fn forward(&mut self, plan: &[ScheduledChunk]) -> Option<StepOutput> {
         if plan.is_empty() {
             self.unstick();
             return None;
         }
         self.idle_steps = 0;
+        let rows = plan.iter().filter(|c| c.want_logits).count();
+        let all_greedy = self.device_argmax
+            && plan
+                .iter()
+                .filter(|c| c.want_logits)
+                .all(|c| self.active.get(&c.seq).is_some_and(Active::plain_greedy));
         let inputs = self.scheduler.inputs(plan);
         let backend = &mut self.backend;
-        let result = std::panic::catch_unwind(AssertUnwindSafe(|| backend.forward(&inputs)))
-            .unwrap_or_else(|_| Err(anyhow::anyhow!("the backend panicked")));
-        let rows = plan.iter().filter(|c| c.want_logits).count();
-        let checked = result.and_then(|logits| match rows {
-            0 => Ok(logits),
-            _ if !logits.is_empty() && logits.len() % rows == 0 => Ok(logits),
-            _ => Err(anyhow::anyhow!(
-                "the backend returned {} logits for {rows} rows",
-                logits.len()
+        let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let argmax = if all_greedy {
+                backend.forward_argmax(&inputs)
+            } else {
+                None
+            };
+            match argmax {
+                Some(ids) => ids.map(StepOutput::Argmax),
+                None => backend.forward(&inputs).map(StepOutput::Logits),
+            }
+        }))
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("the backend panicked")));
+        let checked = result.and_then(|output| match &output {
+            StepOutput::Argmax(ids) if ids.len() != rows => Err(anyhow::anyhow!(
+                "the backend returned {} tokens for {rows} rows",
+                ids.len()
             )),
+            StepOutput::Logits(l) if rows > 0 && (l.is_empty() || l.len() % rows != 0) => Err(
+                anyhow::anyhow!("the backend returned {} logits for {rows} rows", l.len()),
+            ),
+            _ => Ok(output),
         });
         match checked {
-            Ok(logits) => Some(logits),
+            Ok(output) => Some(output),
             Err(e) => {
                 tracing::error!("forward pass failed: {e:#}");
                 for c in plan {
@@ -228,39 +273,49 @@ impl Engine {
     fn sample(
         &self,
         plan: &[ScheduledChunk],
-        logits: &[f32],
+        output: StepOutput,
     ) -> Vec<(SeqId, Result<Sampled, String>)> {
-        let wanting: Vec<&ScheduledChunk> = plan.iter().filter(|c| c.want_logits).collect();
-        if wanting.is_empty() {
+        let wanting = plan.iter().filter(|c| c.want_logits).map(|c| c.seq);
+        let logits = match output {
+            StepOutput::Argmax(ids) => {
+                let chosen = ids.into_iter().map(|id| {
+                    Ok(Sampled {
+                        id,
+                        logprob: None,
+                        top_logprobs: Vec::new(),
+                    })
+                });
+                return wanting.zip(chosen).collect();
+            }
+            StepOutput::Logits(logits) => logits,
+        };
+        let rows = plan.iter().filter(|c| c.want_logits).count();
+        if rows == 0 {
             return Vec::new();
         }
-        let vocab = logits.len() / wanting.len();
-        wanting
-            .iter()
-            .zip(logits.chunks_exact(vocab))
-            .map(|(c, row)| {
-                let (seq, active) = (self.scheduler.get(c.seq), self.active.get(&c.seq));
-                let result = match (seq, active) {
-                    (Some(seq), Some(a)) => {
-                        let history = History {
-                            prompt: seq.prompt(),
-                            generated: seq.generated(),
-                        };
-                        let index = seq.generated().len() as u64;
-                        sampler::sample(
-                            row,
-                            &a.req.sampling,
-                            history,
-                            a.seed,
-                            index,
-                            a.req.logprobs,
-                        )
-                        .map_err(|e| e.to_string())
-                    }
-                    _ => Err("the request vanished mid-step".to_string()),
-                };
-                (c.seq, result)
-            })
+        let vocab = logits.len() / rows;
+        let mut ids = Vec::with_capacity(rows);
+        let mut jobs = Vec::with_capacity(rows);
+        for (id, row) in wanting.zip(logits.chunks_exact(vocab)) {
+            let (Some(seq), Some(a)) = (self.scheduler.get(id), self.active.get(&id)) else {
+                continue;
+            };
+            ids.push(id);
+            jobs.push(SampleJob {
+                row,
+                params: &a.req.sampling,
+                history: History {
+                    prompt: seq.prompt(),
+                    generated: seq.generated(),
+                },
+                seed: a.seed,
+                index: seq.generated().len() as u64,
+                logprobs: a.req.logprobs,
+            });
+        }
+        let results = batch_sampler::sample_all(&jobs);
+        ids.into_iter()
+            .zip(results.into_iter().map(|r| r.map_err(|e| e.to_string())))
             .collect()
     }
 

@@ -2,6 +2,7 @@
 //! manager), picks the next tokens (sampler), and drives a [`Backend`] that does the math.
 
 pub mod backend;
+mod batch_sampler;
 pub mod block_manager;
 mod engine;
 pub mod handle;

@@ -3,8 +3,11 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
 use common::*;
-use kiln_engine::{Backend, ChunkInput, EngineConfig, FinishReason};
+use kiln_engine::{Backend, ChunkInput, EngineConfig, FinishReason, KvGeometry};
 
 /// Greedy decoding with no engine: the whole prompt in one chunk, then one token per step.
 fn plain_greedy_loop(prompt: &[u32], max_tokens: usize) -> Vec<u32> {
@@ -141,5 +144,78 @@ fn seeded_sampling_is_reproducible_and_seeds_differ() {
     let d = run(&engine, unseeded.clone());
     let e = run(&engine, unseeded);
     assert_ne!(d.ids, e.ids);
+    engine.shutdown();
+}
+
+/// The CPU backend answering `forward_argmax` as a device-side argmax would (lowest id among
+/// equal maxima), counting the steps that took that path.
+struct ArgmaxCpu {
+    inner: kiln_cpu::CpuBackend,
+    vocab: usize,
+    argmax_steps: Arc<AtomicUsize>,
+}
+
+impl Backend for ArgmaxCpu {
+    fn kv_geometry(&self) -> KvGeometry {
+        self.inner.kv_geometry()
+    }
+
+    fn forward(&mut self, chunks: &[ChunkInput<'_>]) -> anyhow::Result<Vec<f32>> {
+        self.inner.forward(chunks)
+    }
+
+    fn forward_argmax(&mut self, chunks: &[ChunkInput<'_>]) -> Option<anyhow::Result<Vec<u32>>> {
+        self.argmax_steps.fetch_add(1, Ordering::SeqCst);
+        let logits = match self.inner.forward(chunks) {
+            Ok(l) => l,
+            Err(e) => return Some(Err(e)),
+        };
+        let ids = logits
+            .chunks_exact(self.vocab)
+            .map(|row| {
+                let mut best = 0;
+                for (i, &l) in row.iter().enumerate() {
+                    if l > row[best] {
+                        best = i;
+                    }
+                }
+                best as u32
+            })
+            .collect();
+        Some(Ok(ids))
+    }
+}
+
+#[test]
+fn all_greedy_steps_take_the_backend_argmax_and_give_the_same_tokens() {
+    use kiln_model::WeightSource;
+    let reqs = sixteen_requests();
+    let plain = engine(256, config());
+    let expected = run_concurrently(&plain, &reqs);
+    plain.shutdown();
+
+    let source = tiny();
+    let argmax_steps = Arc::new(AtomicUsize::new(0));
+    let backend = ArgmaxCpu {
+        inner: backend(&source, 256),
+        vocab: source.config().vocab_size,
+        argmax_steps: argmax_steps.clone(),
+    };
+    let engine = kiln_engine::start(Box::new(backend), tokenizer(&source), config());
+    // Mixed steps (greedy and seeded sampling) fetch logits; greedy-only ones need not.
+    assert_eq!(run_concurrently(&engine, &reqs), expected);
+    let greedy_only: Vec<_> = reqs
+        .iter()
+        .filter(|r| r.sampling.temperature == 0.0)
+        .cloned()
+        .collect();
+    let before = argmax_steps.load(Ordering::SeqCst);
+    let got = run_concurrently(&engine, &greedy_only);
+    let want: Vec<_> = expected.iter().step_by(2).cloned().collect();
+    assert_eq!(got, want);
+    assert!(
+        argmax_steps.load(Ordering::SeqCst) > before,
+        "greedy-only steps use forward_argmax"
+    );
     engine.shutdown();
 }
