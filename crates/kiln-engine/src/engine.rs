@@ -124,6 +124,19 @@ impl Engine {
     }
 
     pub(crate) fn run(mut self) {
+        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| self.serve()));
+        if outcome.is_err() {
+            // A bug, not bad input: every client still gets an answer, then the engine closes.
+            self.shared.shutting_down.store(true, Ordering::SeqCst);
+            let ids: Vec<SeqId> = self.active.keys().copied().collect();
+            for id in ids {
+                self.fail(id, "internal engine error; the engine has stopped".to_string());
+            }
+        }
+        self.publish_stats();
+    }
+
+    fn serve(&mut self) {
         while self.wait_for_work() {
             let plan = self.scheduler.schedule();
             let Some(output) = self.forward(&plan) else {
@@ -134,7 +147,6 @@ impl Engine {
             self.publish_stats();
         }
         self.cancel_all();
-        self.publish_stats();
     }
 
     /// Publishes stats, takes new requests and drops cancelled ones; blocks while idle.

@@ -237,3 +237,28 @@ fn shutdown_cancels_in_flight_requests_and_refuses_new_ones() {
     ));
     engine.shutdown();
 }
+
+#[test]
+fn a_failed_forward_pass_errors_its_requests_and_the_engine_goes_on() {
+    // A tokenizer larger than the model's vocabulary lets an id through that the backend
+    // refuses: the request gets an Error event, not a hang, and later requests still run.
+    let source = tiny();
+    let backend = Box::new(backend(&source, 64));
+    let engine = kiln_engine::start(
+        backend,
+        kiln_tokenizer::Tokenizer::byte_level(1024),
+        config(),
+    );
+    let mut bad = engine.submit(greedy(vec![1, 700, 2], 4)).unwrap();
+    match bad.blocking_next() {
+        Some(kiln_engine::GenEvent::Error(message)) => {
+            assert!(message.contains("forward pass failed"), "{message}")
+        }
+        other => panic!("expected an error event, got {other:?}"),
+    }
+    assert!(bad.blocking_next().is_none());
+    assert_eq!(run(&engine, greedy(prompt(5, 1), 3)).ids.len(), 3);
+    let stats = wait_for(&engine, |s| s.requests_failed == 1 && s.kv_blocks_used == 0);
+    assert_eq!((stats.requests_failed, stats.kv_blocks_used), (1, 0));
+    engine.shutdown();
+}
