@@ -130,7 +130,10 @@ impl Engine {
             self.shared.shutting_down.store(true, Ordering::SeqCst);
             let ids: Vec<SeqId> = self.active.keys().copied().collect();
             for id in ids {
-                self.fail(id, "internal engine error; the engine has stopped".to_string());
+                self.fail(
+                    id,
+                    "internal engine error; the engine has stopped".to_string(),
+                );
             }
         }
         self.publish_stats();

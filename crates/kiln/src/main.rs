@@ -13,7 +13,11 @@ use clap::{Parser, Subcommand};
 pub const DEFAULT_MODEL: &str = "dummy:tiny";
 
 #[derive(Debug, Parser)]
-#[command(name = "kiln", version, about = "LLM inference engine and OpenAI-compatible server")]
+#[command(
+    name = "kiln",
+    version,
+    about = "LLM inference engine and OpenAI-compatible server"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -59,5 +63,8 @@ fn main() -> std::process::ExitCode {
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
