@@ -42,9 +42,11 @@ pub struct Scheduler {
 
 impl Scheduler {
     pub fn new(cfg: SchedulerConfig, geometry: KvGeometry) -> Scheduler {
+        // Every running sequence needs a token of budget each step, or the youngest starve.
+        let max_batched_tokens = cfg.max_batched_tokens.max(1);
         let cfg = SchedulerConfig {
-            max_num_seqs: cfg.max_num_seqs.max(1),
-            max_batched_tokens: cfg.max_batched_tokens.max(1),
+            max_num_seqs: cfg.max_num_seqs.clamp(1, max_batched_tokens),
+            max_batched_tokens,
             prefill_chunk: cfg.prefill_chunk.max(1),
         };
         Scheduler {

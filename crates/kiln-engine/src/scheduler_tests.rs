@@ -225,3 +225,15 @@ fn inputs_carry_the_tokens_positions_and_block_tables() {
     assert_eq!(inputs[0].block_table.len(), 2);
     assert!(inputs[0].want_logits);
 }
+
+#[test]
+fn running_sequences_never_outnumber_the_token_budget() {
+    let mut s = scheduler(8, 3, 2048, 64);
+    for id in 1..=5 {
+        s.add(Sequence::new(id, vec![1]));
+    }
+    step(&mut s, 9);
+    assert_eq!((s.num_running(), s.num_waiting()), (3, 2));
+    // Each running sequence decodes every step.
+    assert_eq!(step(&mut s, 9).len(), 3);
+}
