@@ -12,6 +12,7 @@ For each fixture NAME the script writes
     NAME/hf/{config.json, model.safetensors, tokenizer.json, tokenizer_config.json}
     NAME/model.gguf       same weights in F32, llama.cpp's tensor names and Q/K row order,
                           tokenizer as gpt2 BPE metadata
+    llama/model-q8_0.gguf the same with 2-D weights quantised to Q8_0
     NAME/logits.f32       little-endian f32 [steps, vocab]: row k holds the logits that choose
                           continuation token k (row 0 is the prompt's last position)
     NAME/reference.json   prompt ids, greedy continuation, each step's top-1 margin, and how far
@@ -98,6 +99,9 @@ FIXTURES = {
         ),
     ),
 }
+
+# Fixtures that also get a Q8_0 GGUF, to exercise dequantisation together with the Q/K un-permutation.
+Q8_FIXTURES = {"llama"}
 
 # Training text for the tokenizer, and the source of the prompt.
 CORPUS = """\
@@ -246,13 +250,15 @@ def gguf_name(hf: str) -> str:
     return f"blk.{parts[2]}." + GGUF_LAYER_NAMES[".".join(parts[3:])]
 
 
-def write_gguf(path: Path, name: str, model: torch.nn.Module, tok: Tokenizer) -> None:
+def write_gguf(path: Path, name: str, model: torch.nn.Module, tok: Tokenizer, q8: bool = False) -> None:
+    """Writes the GGUF; with `q8`, 2-D weights are Q8_0 (norms and biases stay F32, as llama.cpp
+    keeps them)."""
     c = model.config
     arch = "llama" if c.model_type in ("llama", "mistral") else c.model_type
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     w = gguf.GGUFWriter(str(path), arch)
     w.add_name(f"kiln-fixture-{name}")
-    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if q8 else gguf.LlamaFileType.ALL_F32)
     w.add_vocab_size(c.vocab_size)
     w.add_context_length(c.max_position_embeddings)
     w.add_embedding_length(c.hidden_size)
@@ -302,7 +308,12 @@ def write_gguf(path: Path, name: str, model: torch.nn.Module, tok: Tokenizer) ->
             t = permute(t, c.num_attention_heads)
         elif permuted and hf.endswith("k_proj.weight"):
             t = permute(t, c.num_key_value_heads)
-        w.add_tensor(gguf_name(hf), np.ascontiguousarray(t))
+        t = np.ascontiguousarray(t)
+        if q8 and t.ndim == 2:
+            qtype = gguf.GGMLQuantizationType.Q8_0
+            w.add_tensor(gguf_name(hf), gguf.quants.quantize(t, qtype), raw_dtype=qtype)
+        else:
+            w.add_tensor(gguf_name(hf), t)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -334,6 +345,8 @@ def make_fixture(out: Path, name: str, spec: dict, tok: Tokenizer, prompt: list[
         (d / "hf" / extra).unlink(missing_ok=True)
     PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=BOS, eos_token=EOS).save_pretrained(d / "hf")
     write_gguf(d / "model.gguf", name, model32, tok)
+    if name in Q8_FIXTURES:
+        write_gguf(d / "model-q8_0.gguf", name, model32, tok, q8=True)
     rows.astype("<f4").tofile(d / "logits.f32")
     ref = {
         "name": name,

@@ -131,3 +131,31 @@ fn reference_data_is_consistent() {
         assert_eq!(f.margins.len(), f.continuation_ids.len());
     }
 }
+
+#[test]
+fn quantized_gguf_matches_hf_within_q8_0_rounding() {
+    // Q8_0 stores blocks of 32 as round(x / d) with d = max|x| / 127: each value is off by at
+    // most half a step (plus d's own f16 rounding). A row in the wrong place would be off by
+    // the size of the weights themselves.
+    let f = Fixture::load("llama");
+    let path = f.gguf.with_file_name("model-q8_0.gguf");
+    let file = kiln_formats::GgufFile::open(&path).unwrap();
+    assert_eq!(
+        file.tensor_info("blk.0.attn_q.weight").unwrap().dtype,
+        kiln_formats::DType::Q8_0
+    );
+    let q8 = GgufSource::open(&path).unwrap();
+    let hf = HfSource::open(&f.hf_dir).unwrap();
+    for id in TensorId::all(hf.config()) {
+        let (exact, quant) = (hf.load_f32(id).unwrap(), q8.load_f32(id).unwrap());
+        assert_eq!(exact.shape, quant.shape, "{id}");
+        for (a, b) in exact.data.chunks(32).zip(quant.data.chunks(32)) {
+            let step = a.iter().fold(0f32, |m, x| m.max(x.abs())) / 127.0;
+            let worst = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+            assert!(
+                worst <= 0.6 * step + 1e-7,
+                "{id}: off by {worst} with a Q8_0 step of {step}"
+            );
+        }
+    }
+}
