@@ -61,17 +61,20 @@ impl ModelConfig {
                 )
             })?;
 
-        let vocab_size = match g.get_array("tokenizer.ggml.tokens")? {
-            Some(tokens) => tokens.len(),
-            None => match opt("vocab_size")? {
-                Some(v) => v,
-                None => g
-                    .tensor_info(&TensorId::global(Role::TokenEmbd).gguf_name())
-                    .map(|t| t.shape[0])
-                    .ok_or_else(|| {
-                        anyhow!("{origin}: no token list, vocab_size or token_embd.weight")
-                    })?,
-            },
+        // The embedding's rows are the logits' width; the token list can be shorter when a
+        // model pads its vocabulary. Vocab-only files have neither tensor nor padding.
+        let embd_rows = g
+            .tensor_info(&TensorId::global(Role::TokenEmbd).gguf_name())
+            .and_then(|t| t.shape.first().copied());
+        let vocab_size = match (embd_rows, opt("vocab_size")?) {
+            (Some(rows), _) => rows,
+            (None, Some(v)) => v,
+            (None, None) => g
+                .get_array("tokenizer.ggml.tokens")?
+                .map(|t| t.len())
+                .ok_or_else(|| {
+                    anyhow!("{origin}: no token_embd.weight, vocab_size or token list")
+                })?,
         };
 
         let has = |role: Role| {
