@@ -245,4 +245,9 @@ impl Backend for CudaBackend {
         let plan = self.step(chunks, Output::Logits)?;
         Ok(self.logits_host.as_slice()[..plan.n_logits * self.config.vocab_size].to_vec())
     }
+
+    /// The argmax of each logits row, chosen on the device: only the ids cross to the host.
+    fn forward_argmax(&mut self, chunks: &[ChunkInput<'_>]) -> Option<Result<Vec<u32>>> {
+        Some(self.forward_greedy(chunks))
+    }
 }

@@ -335,6 +335,9 @@ impl<T: Copy + Default> PinnedBuf<T> {
     /// Queues a copy of elements `0..n` to `dst` on the stream.
     pub fn copy_to_device(&self, gpu: &Gpu, dst: u64, n: usize) -> Result<()> {
         let n = n.min(self.len);
+        if n == 0 {
+            return Ok(());
+        }
         // SAFETY: pinned source of n elements; dst was sized by the caller.
         unsafe { drv::memcpy_htod_async(dst, &self.as_slice()[..n], gpu.stream.cu_stream()) }
             .map_err(|e| anyhow!("queueing the step input copy: {e:?}"))
@@ -343,6 +346,9 @@ impl<T: Copy + Default> PinnedBuf<T> {
     /// Queues a copy of n elements from `src` into elements `0..n`.
     pub fn copy_from_device(&mut self, gpu: &Gpu, src: u64, n: usize) -> Result<()> {
         let n = n.min(self.len);
+        if n == 0 {
+            return Ok(());
+        }
         let stream = gpu.stream.cu_stream();
         // SAFETY: pinned destination of n elements; src holds n elements.
         unsafe { drv::memcpy_dtoh_async(&mut self.as_mut_slice()[..n], src, stream) }
