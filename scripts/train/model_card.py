@@ -127,7 +127,7 @@ One document in {64} (chosen by a hash of its text) is held out for validation:
 
 ## Training and loss
 
-`scripts/train/train.py` on {target['device']} (PyTorch {target['torch']}, bf16 autocast,
+`scripts/train/train.py` on {target['device']} (PyTorch {target['torch']}, {target['precision']},
 torch.compile {'on' if target['compiled'] else 'off'}), AdamW (betas 0.9/0.95, weight decay 0.1), cosine schedule to 10% of the peak
 after a linear warm-up, gradient clipping 1.0, random windows of {target['batch'][1]} tokens. Each model
 trains for a fixed wall-clock budget; the weights kept are those of the best validation loss.
@@ -143,12 +143,16 @@ trains for a fixed wall-clock budget; the weights kept are those of the best val
 {_samples(results)}
 ## Licence
 
-The weights are distributed with kiln under the repository's licence (MIT OR Apache-2.0). They were
-trained on the documents listed above, each under its own free licence (several are copyleft: GPL,
-CC-BY-SA); the models do not contain those documents, but a model this small can reproduce short
-passages verbatim.
+The weights are released with kiln under the repository's licence (MIT OR Apache-2.0). They were
+trained on the documents listed above, each under its own free licence, several of them copyleft
+(GPL, CC-BY-SA). Whether such licences reach a model trained on the text is unsettled; the sources
+are listed so that anyone redistributing the weights can judge for themselves. A model this small
+can still reproduce short passages of its training text verbatim.
 
 ## Reproducing
+
+Needs `apt-get`, `dpkg`, `groff` and `pod2text` (Debian) and Python with torch, transformers,
+tokenizers, safetensors, gguf and matplotlib.
 
 ```
 python3 scripts/train/corpus.py --out corpus     # downloads and extracts the packages (about 100 MB)

@@ -7,7 +7,7 @@
 #   .carry/train/   tokenizer.json, train.u16.xz, val.u16.xz, meta.json, sources.json
 #   .carry/whl/     the gguf wheel (pure Python; the GPU machine does not have the package)
 # Everything lands in $OUT; copy $OUT/* into models/ afterwards. Sized for about 6 minutes of wall
-# time on one H200 (190 s target + 70 s draft, compilation included, plus start-up and export).
+# time on one H200 (220 s target + 80 s draft, compilation included, plus start-up and export).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 : "${OUT:?set OUT to the output folder}"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Train kiln's shipped target model and its draft, export both, and write their references.
 
-    python3 scripts/train/train.py --data .carry/train --out OUT [--target-seconds 190 ...]
+    python3 scripts/train/train.py --data .carry/train --out OUT [--target-seconds 220 ...]
 
 Each model trains for a wall-clock budget (compilation included): after a short timing probe the
 step count is fixed so that the cosine schedule ends when the budget does. Output, per model:
@@ -163,7 +163,9 @@ def train_one(name: str, shape: LlamaShape, args, train: torch.Tensor, val: torc
         "seconds": round(elapsed, 1), "tokens_per_second": round(step * b * t / elapsed),
         "final_val_loss": round(final_val, 4), "val_tokens": int(min(val.numel() - 1, args.eval_windows * t)),
         "train_tokens": int(train.numel()), "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-        "torch": torch.__version__, "compiled": step_loss is not eager_loss, "curve": curve, "val_curve": val_curve,
+        "torch": torch.__version__,
+        "precision": "bf16 autocast" if device.type == "cuda" else "float32",
+        "compiled": step_loss is not eager_loss, "curve": curve, "val_curve": val_curve,
     }
     return model, metrics
 
@@ -191,8 +193,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=Path(".carry/train"))
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--target-seconds", type=float, default=190)
-    ap.add_argument("--draft-seconds", type=float, default=70)
+    ap.add_argument("--target-seconds", type=float, default=220)
+    ap.add_argument("--draft-seconds", type=float, default=80)
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--seq-len", type=int, default=1024)
     ap.add_argument("--lr", type=float, default=2e-3)
