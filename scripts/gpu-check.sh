@@ -10,6 +10,7 @@ OUT="${OUT:-$PWD/gpu-check-out}"
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export KILN_REQUIRE_GPU=1
+export KILN_FIXTURES="${KILN_FIXTURES:-$PWD/tests/fixtures}"
 export KILN_KERNEL_CACHE="${KILN_KERNEL_CACHE:-/tmp/kiln-kernel-cache}"
 manifest=.carry/manifest.txt
 report="$OUT/report.txt"

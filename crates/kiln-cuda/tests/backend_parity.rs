@@ -159,7 +159,15 @@ fn gpu_matches_cpu_on_fixtures() {
     };
     let sources = fixture_sources();
     if sources.is_empty() {
-        eprintln!("SKIP gpu_matches_cpu_on_fixtures: no fixture models under tests/fixtures");
+        let msg = format!(
+            "no fixture models under {}",
+            models::fixtures_dir().display()
+        );
+        assert!(
+            std::env::var("KILN_REQUIRE_GPU").as_deref() != Ok("1"),
+            "KILN_REQUIRE_GPU=1 but {msg}"
+        );
+        eprintln!("SKIP gpu_matches_cpu_on_fixtures: {msg}");
         return;
     }
     let mut c = Checks::new("parity_fixtures");

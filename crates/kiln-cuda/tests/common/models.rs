@@ -8,8 +8,18 @@ use kiln_engine::{Backend, ChunkInput};
 use kiln_model::dummy::DummySource;
 use kiln_model::{Arch, ModelConfig, RopeScaling, RopeStyle, WeightSource};
 
+/// tests/fixtures: $KILN_FIXTURES, else next to the sources this was built from, else under the
+/// current directory (a prebuilt test binary run from the repository root elsewhere).
 pub fn fixtures_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
+    if let Some(dir) = std::env::var_os("KILN_FIXTURES") {
+        return PathBuf::from(dir);
+    }
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+    if built.is_dir() {
+        built
+    } else {
+        PathBuf::from("tests/fixtures")
+    }
 }
 
 /// Every fixture model: (name, source), GGUF and HF folder for each fixture that has them.
