@@ -2,7 +2,7 @@
 //! prefill tok/s at 2k and 8k (in 2048-token chunks, as the engine runs them), decode tok/s at
 //! batch 1 from depth 0 and 8k, and total decode tok/s at batch 8 and 32, each with the
 //! fraction of the H200 floor where one is known. Human lines on stderr, one JSON object on
-//! stdout. Usage: cuda_bench [PRESET]
+//! stdout. Usage: cuda_bench [PRESET] [decode]   ("decode": only decode at batch 1, depth 0)
 
 use std::time::Instant;
 
@@ -98,6 +98,7 @@ fn main() -> Result<()> {
     let preset = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "llama3-8b".into());
+    let decode_only = std::env::args().nth(2).as_deref() == Some("decode");
     let src = DummySource::preset(&preset)?;
     let t = Instant::now();
     let opts = CudaOptions {
@@ -122,7 +123,22 @@ fn main() -> Result<()> {
         format!("\"model\":\"dummy:{preset}\""),
         format!("\"load_s\":{load:.3}"),
     ];
-    for (len, floor) in [(2048usize, 54_000f64), (8192, 50_000.0)] {
+    let prefills: &[(usize, f64)] = if decode_only {
+        &[]
+    } else {
+        &[(2048, 54_000.0), (8192, 50_000.0)]
+    };
+    let decodes: &[(usize, usize, Option<f64>)] = if decode_only {
+        &[(1, 0, Some(270.0))]
+    } else {
+        &[
+            (1, 0, Some(270.0)),
+            (1, 8192, Some(265.0)),
+            (8, 512, None),
+            (32, 512, None),
+        ]
+    };
+    for &(len, floor) in prefills {
         let (secs, _, _) = bench.prefill(len, 0, len)?;
         let tps = len as f64 / secs;
         eprintln!(
@@ -132,12 +148,7 @@ fn main() -> Result<()> {
         );
         json.push(format!("\"prefill_{len}_tok_s\":{tps:.1}"));
     }
-    for (batch, depth, floor) in [
-        (1usize, 0usize, Some(270f64)),
-        (1, 8192, Some(265.0)),
-        (8, 512, None),
-        (32, 512, None),
-    ] {
+    for &(batch, depth, floor) in decodes {
         let tps = bench.decode(batch, depth, 64)?;
         let frac = floor
             .map(|f| format!(", {:.2} of the ~{f:.0} tok/s floor", tps / f))
