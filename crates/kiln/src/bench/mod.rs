@@ -1,0 +1,158 @@
+//! `kiln bench`: prefill, time-to-first-token and decode figures of the engine's forward passes
+//! on any model, as a table on stdout and JSON for scripts (scripts/bench-cpu.sh,
+//! scripts/bench-gpu.sh put them beside llama.cpp and transformers; docs/BENCH.md keeps them).
+
+mod plan;
+mod report;
+mod runner;
+mod stats;
+mod target;
+
+use anyhow::Context;
+use clap::Args;
+use serde_json::json;
+
+use crate::backend_choice::{DeviceArgs, ModelArgs};
+use plan::{parse_list, Plan};
+use report::{Header, Row};
+use runner::Runner;
+use target::Target;
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub device: DeviceArgs,
+    /// Prompt lengths to prefill, comma-separated ("none" for no prefill cases).
+    #[arg(long, default_value = "2048,8192,32768", value_parser = parse_list)]
+    pub prefill: std::vec::Vec<usize>,
+    /// Tokens each decode case generates per stream (0: no decode cases).
+    #[arg(long, default_value_t = 128)]
+    pub decode: usize,
+    /// KV depths the decode cases start from, comma-separated.
+    #[arg(long, default_value = "0,8192", value_parser = parse_list)]
+    pub depth: std::vec::Vec<usize>,
+    /// Streams decoded together, comma-separated: one decode row each per step.
+    #[arg(long, default_value = "1,8,32", value_parser = parse_list)]
+    pub concurrency: std::vec::Vec<usize>,
+    /// Timed runs per case; the table shows their median and range.
+    #[arg(long, default_value_t = 3)]
+    pub repeats: usize,
+    /// Untimed runs per case first (a decode warm-up runs at most 16 steps).
+    #[arg(long, default_value_t = 1)]
+    pub warmup: usize,
+    /// Most prompt tokens per forward, as the engine's prefill chunk.
+    #[arg(long, default_value_t = 2048)]
+    pub chunk: usize,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+}
+
+impl BenchArgs {
+    fn plan(&self) -> Plan {
+        Plan {
+            prefill: self.prefill.clone(),
+            decode: self.decode,
+            depths: self.depth.clone(),
+            concurrency: self.concurrency.clone(),
+            repeats: self.repeats,
+            warmup: self.warmup,
+            chunk: self.chunk,
+        }
+    }
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let plan = args.plan();
+    let model = args.model.load()?;
+    plan.validate(model.config.max_position)
+        .with_context(|| format!("model `{}`", model.name))?;
+    let mut target = Target::build(&model, &args.device, &plan)?;
+    let rows = measure(target.backend(), &plan, model.config.vocab_size)?;
+
+    let header = Header {
+        date: report::utc_now(),
+        commit: report::commit(),
+        device: target.device_name(),
+        backend: target.kind(),
+        model: model.name.clone(),
+        model_info: model_info(&model),
+        settings: json!({
+            "repeats": plan.repeats,
+            "warmup": plan.warmup,
+            "chunk": plan.chunk,
+            "decode": plan.decode,
+            "threads": args.device.threads,
+        }),
+        memory: target.memory(),
+    };
+    print!("{}", report::table(&header, &rows));
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&report::to_json(&header, &rows))?;
+        std::fs::write(path, text + "\n")
+            .with_context(|| format!("cannot write the results to {}", path.display()))?;
+        eprintln!("results written to {}", path.display());
+    }
+    Ok(())
+}
+
+/// Runs every case of `plan` on `backend`: the prefill lengths, then each depth's decode cases
+/// (streams are filled once per depth for the largest concurrency and shared by the smaller).
+fn measure(
+    backend: &mut dyn kiln_engine::Backend,
+    plan: &Plan,
+    vocab: usize,
+) -> anyhow::Result<Vec<Row>> {
+    let mut runner = Runner::new(backend, vocab, plan.chunk);
+    let mut rows = Vec::new();
+    for &len in &plan.prefill {
+        let t = runner
+            .prefill(len, plan.warmup, plan.repeats)
+            .with_context(|| format!("prefill of {len} tokens"))?;
+        let row = Row::Prefill(t);
+        eprintln!("prefill {len}: {:.1} tok/s", row.tok_s().median);
+        rows.push(row);
+    }
+    if plan.decode == 0 {
+        return Ok(rows);
+    }
+    for &depth in &plan.depths {
+        let streams = runner
+            .fill_streams(plan.max_concurrency(), depth, plan.decode)
+            .with_context(|| format!("filling the KV cache to depth {depth}"))?;
+        for &c in &plan.concurrency {
+            let t = runner
+                .decode(&streams, c, plan.decode, plan.warmup, plan.repeats)
+                .with_context(|| format!("decode at depth {depth} with {c} streams"))?;
+            let row = Row::Decode(t);
+            eprintln!("decode depth {depth} x{c}: {:.1} tok/s", row.tok_s().median);
+            rows.push(row);
+        }
+        runner.release(streams);
+    }
+    Ok(rows)
+}
+
+/// The model's shape and size, enough for a script to work out bytes and FLOPs per token.
+fn model_info(model: &kiln_model::LoadedModel) -> serde_json::Value {
+    let c = &model.config;
+    json!({
+        "arch": c.arch.name(),
+        "params": model.description.param_count,
+        "format": model.description.format,
+        "tensor_types": model.description.tensor_types,
+        "vocab_size": c.vocab_size,
+        "hidden_size": c.hidden_size,
+        "intermediate_size": c.intermediate_size,
+        "num_layers": c.num_layers,
+        "num_heads": c.num_heads,
+        "num_kv_heads": c.num_kv_heads,
+        "head_dim": c.head_dim,
+        "tie_embeddings": c.tie_embeddings,
+    })
+}
+
+#[cfg(test)]
+mod tests;

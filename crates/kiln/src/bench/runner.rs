@@ -1,0 +1,264 @@
+//! Drives a [`Backend`] the way the engine does: block tables from the engine's block manager,
+//! prompts split into prefill chunks, one decode row per stream per step, each row sampled by
+//! the engine's sampler and fed back. Every timing is wall time around forwards that end in the
+//! backend's host synchronisation, which is what a user waits for.
+
+use std::time::Instant;
+
+use anyhow::{anyhow, ensure};
+use kiln_engine::block_manager::BlockManager;
+use kiln_engine::sampler::{sample, splitmix64, History};
+use kiln_engine::{Backend, ChunkInput, SamplingParams};
+
+use super::stats::Spread;
+
+/// Decode warm-up runs this many steps at most: enough to touch every kernel of the shape.
+const DECODE_WARMUP_STEPS: usize = 16;
+
+/// Timings of one prompt length over the repeats, in seconds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PrefillTiming {
+    pub tokens: usize,
+    /// The forwards of all chunks, up to the last chunk's logits on the host.
+    pub forward_s: Spread,
+    /// Start of the prompt to the first token sampled.
+    pub ttft_s: Spread,
+}
+
+/// Timings of one decode case over the repeats, in seconds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecodeTiming {
+    pub depth: usize,
+    pub concurrency: usize,
+    /// Decode steps per run; each step makes one token per stream.
+    pub steps: usize,
+    pub elapsed_s: Spread,
+}
+
+/// Streams filled to a depth, ready to decode from it.
+pub struct Streams {
+    ids: Vec<u64>,
+    first_tokens: Vec<u32>,
+    depth: usize,
+}
+
+pub struct Runner<'a> {
+    backend: &'a mut dyn Backend,
+    blocks: BlockManager,
+    vocab: usize,
+    chunk: usize,
+    next_seq: u64,
+    rng: u64,
+}
+
+impl<'a> Runner<'a> {
+    pub fn new(backend: &'a mut dyn Backend, vocab: usize, chunk: usize) -> Runner<'a> {
+        let blocks = BlockManager::new(backend.kv_geometry());
+        Runner {
+            backend,
+            blocks,
+            vocab: vocab.max(1),
+            chunk: chunk.max(1),
+            next_seq: 0,
+            rng: 0x6b69_6c6e,
+        }
+    }
+
+    /// Prefills a prompt of `len` random tokens `warmup + repeats` times into the same blocks.
+    pub fn prefill(
+        &mut self,
+        len: usize,
+        warmup: usize,
+        repeats: usize,
+    ) -> anyhow::Result<PrefillTiming> {
+        let seq = self.new_sequence(len)?;
+        let prompt = self.random_tokens(len);
+        let (mut forward, mut ttft) = (Vec::new(), Vec::new());
+        for run in 0..warmup + repeats {
+            let started = Instant::now();
+            let logits = self.run_prompt(seq, &prompt, 0, true)?;
+            let forward_s = started.elapsed().as_secs_f64();
+            self.sample_rows(&logits)?;
+            let ttft_s = started.elapsed().as_secs_f64();
+            if run >= warmup {
+                forward.push(forward_s);
+                ttft.push(ttft_s);
+            }
+        }
+        self.blocks.release(seq);
+        Ok(PrefillTiming {
+            tokens: len,
+            forward_s: spread(&forward)?,
+            ttft_s: spread(&ttft)?,
+        })
+    }
+
+    /// Makes `count` sequences with `depth` random tokens in the KV cache and room for `steps`
+    /// more. The fill is not timed.
+    pub fn fill_streams(
+        &mut self,
+        count: usize,
+        depth: usize,
+        steps: usize,
+    ) -> anyhow::Result<Streams> {
+        let mut ids = Vec::with_capacity(count);
+        let mut first_tokens = Vec::with_capacity(count);
+        for _ in 0..count {
+            let seq = self.new_sequence(depth + steps)?;
+            let prompt = self.random_tokens(depth);
+            if depth > 0 {
+                self.run_prompt(seq, &prompt, 0, false)?;
+            }
+            ids.push(seq);
+            first_tokens.push(self.random_tokens(1)[0]);
+        }
+        Ok(Streams {
+            ids,
+            first_tokens,
+            depth,
+        })
+    }
+
+    /// Decodes `steps` tokens on the first `concurrency` streams, `warmup + repeats` times from
+    /// the same depth (each run overwrites the slots of the one before).
+    pub fn decode(
+        &mut self,
+        streams: &Streams,
+        concurrency: usize,
+        steps: usize,
+        warmup: usize,
+        repeats: usize,
+    ) -> anyhow::Result<DecodeTiming> {
+        ensure!(
+            concurrency <= streams.ids.len(),
+            "{concurrency} streams asked for, {} filled",
+            streams.ids.len()
+        );
+        for _ in 0..warmup {
+            self.decode_run(streams, concurrency, steps.min(DECODE_WARMUP_STEPS))?;
+        }
+        let mut elapsed = Vec::with_capacity(repeats);
+        for _ in 0..repeats {
+            elapsed.push(self.decode_run(streams, concurrency, steps)?);
+        }
+        Ok(DecodeTiming {
+            depth: streams.depth,
+            concurrency,
+            steps,
+            elapsed_s: spread(&elapsed)?,
+        })
+    }
+
+    /// Gives the streams' blocks back.
+    pub fn release(&mut self, streams: Streams) {
+        for seq in streams.ids {
+            self.blocks.release(seq);
+        }
+    }
+
+    /// One timed run: `steps` steps of one decode row per stream.
+    fn decode_run(
+        &mut self,
+        streams: &Streams,
+        concurrency: usize,
+        steps: usize,
+    ) -> anyhow::Result<f64> {
+        let ids = &streams.ids[..concurrency];
+        let mut tokens = streams.first_tokens[..concurrency].to_vec();
+        let started = Instant::now();
+        for step in 0..steps {
+            let chunks: Vec<ChunkInput<'_>> = ids
+                .iter()
+                .zip(&tokens)
+                .map(|(&seq, token)| ChunkInput {
+                    tokens: std::slice::from_ref(token),
+                    start_pos: streams.depth + step,
+                    block_table: self.blocks.table(seq),
+                    want_logits: true,
+                })
+                .collect();
+            let logits = self.backend.forward(&chunks)?;
+            drop(chunks);
+            tokens = self.sample_rows(&logits)?;
+            ensure!(
+                tokens.len() == concurrency,
+                "the backend returned {} logit rows for {concurrency} decode rows",
+                tokens.len()
+            );
+        }
+        Ok(started.elapsed().as_secs_f64())
+    }
+
+    /// Runs `tokens` at `start..` in prefill chunks; the last chunk asks for logits when `want_last`.
+    fn run_prompt(
+        &mut self,
+        seq: u64,
+        tokens: &[u32],
+        start: usize,
+        want_last: bool,
+    ) -> anyhow::Result<Vec<f32>> {
+        let mut logits = Vec::new();
+        let mut at = 0;
+        while at < tokens.len() {
+            let end = (at + self.chunk).min(tokens.len());
+            let chunk = ChunkInput {
+                tokens: &tokens[at..end],
+                start_pos: start + at,
+                block_table: self.blocks.table(seq),
+                want_logits: want_last && end == tokens.len(),
+            };
+            logits = self.backend.forward(std::slice::from_ref(&chunk))?;
+            at = end;
+        }
+        Ok(logits)
+    }
+
+    /// The engine's greedy choice for each row of logits.
+    fn sample_rows(&self, logits: &[f32]) -> anyhow::Result<Vec<u32>> {
+        ensure!(
+            !logits.is_empty() && logits.len().is_multiple_of(self.vocab),
+            "the backend returned {} logits, not whole rows of {}",
+            logits.len(),
+            self.vocab
+        );
+        let greedy = SamplingParams::default();
+        let history = History {
+            prompt: &[],
+            generated: &[],
+        };
+        logits
+            .chunks_exact(self.vocab)
+            .map(|row| {
+                sample(row, &greedy, history, 0, 0, None)
+                    .map(|s| s.id)
+                    .map_err(|e| anyhow!("sampling the benchmark's token: {e}"))
+            })
+            .collect()
+    }
+
+    fn new_sequence(&mut self, tokens: usize) -> anyhow::Result<u64> {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        ensure!(
+            self.blocks.grow(seq, tokens),
+            "the KV pool ({} blocks) has no room for {tokens} more tokens",
+            self.blocks.num_free()
+        );
+        Ok(seq)
+    }
+
+    /// Token ids spread over the vocabulary, the same on every run of the benchmark.
+    fn random_tokens(&mut self, n: usize) -> Vec<u32> {
+        (0..n)
+            .map(|_| {
+                self.rng = splitmix64(self.rng);
+                (self.rng % self.vocab as u64) as u32
+            })
+            .collect()
+    }
+}
+
+fn spread(samples: &[f64]) -> anyhow::Result<Spread> {
+    Spread::of(samples)
+        .ok_or_else(|| anyhow!("no usable timing (no repeat ran, or a clock failed)"))
+}

@@ -1,0 +1,165 @@
+//! The backend a benchmark drives, built with a KV pool sized to the run (memory is planned, so
+//! the figures show what the run needs, not a default fraction of the device), plus what the
+//! report says about the device: its name and the memory in use.
+
+use std::time::Instant;
+
+use anyhow::Context;
+use kiln_engine::Backend;
+use kiln_model::LoadedModel;
+
+use crate::backend_choice::{Device, DeviceArgs, BLOCK_SIZE};
+
+use super::plan::Plan;
+
+/// A concrete backend, kept concrete so the report can ask it about its device.
+pub enum Target {
+    Cpu {
+        backend: Box<kiln_cpu::CpuBackend>,
+        threads: usize,
+    },
+    Cuda(Box<kiln_cuda::CudaBackend>),
+}
+
+/// Memory the run used, and what the number means on this device.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Memory {
+    pub bytes: u64,
+    pub what: &'static str,
+}
+
+impl Target {
+    /// Loads the weights onto the device `args` names, with a KV pool that fits `plan`.
+    pub fn build(model: &LoadedModel, args: &DeviceArgs, plan: &Plan) -> anyhow::Result<Target> {
+        let use_cuda = match args.device {
+            Device::Cpu => false,
+            Device::Cuda => {
+                if let Some(why) = kiln_cuda::unavailable_reason() {
+                    anyhow::bail!("--device cuda: {why}");
+                }
+                true
+            }
+            Device::Auto => kiln_cuda::unavailable_reason().is_none(),
+        };
+        let started = Instant::now();
+        eprintln!("loading {} ...", model.name);
+        let target = if use_cuda {
+            Target::Cuda(Box::new(build_cuda(model, plan)?))
+        } else {
+            Target::Cpu {
+                backend: Box::new(build_cpu(model, args, plan)?),
+                threads: args.threads.unwrap_or_else(default_threads),
+            }
+        };
+        eprintln!(
+            "loaded in {:.1} s on {}",
+            started.elapsed().as_secs_f64(),
+            target.device_name()
+        );
+        Ok(target)
+    }
+
+    pub fn backend(&mut self) -> &mut dyn Backend {
+        match self {
+            Target::Cpu { backend, .. } => backend.as_mut(),
+            Target::Cuda(b) => b.as_mut(),
+        }
+    }
+
+    /// "cuda" or "cpu".
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Target::Cpu { .. } => "cpu",
+            Target::Cuda(_) => "cuda",
+        }
+    }
+
+    /// The GPU's name, or the CPU's model and thread count.
+    pub fn device_name(&self) -> String {
+        match self {
+            Target::Cuda(b) => b.gpu().name.clone(),
+            Target::Cpu { threads, .. } => {
+                format!(
+                    "{} ({threads} threads)",
+                    cpu_model().unwrap_or_else(|| "CPU".into())
+                )
+            }
+        }
+    }
+
+    /// CUDA: device memory in use (total - free; the backend allocates everything up front, so
+    /// this is also the peak). CPU: the process's peak resident memory. None when unknown.
+    pub fn memory(&self) -> Option<Memory> {
+        match self {
+            Target::Cuda(b) => {
+                let (free, total) = b.gpu().mem_info().ok()?;
+                Some(Memory {
+                    bytes: total.saturating_sub(free) as u64,
+                    what: "device memory in use after the run (total - free)",
+                })
+            }
+            Target::Cpu { .. } => peak_rss().map(|bytes| Memory {
+                bytes,
+                what: "peak resident host memory of the process",
+            }),
+        }
+    }
+}
+
+fn build_cpu(
+    model: &LoadedModel,
+    args: &DeviceArgs,
+    plan: &Plan,
+) -> anyhow::Result<kiln_cpu::CpuBackend> {
+    let opts = kiln_cpu::CpuOptions {
+        kv_blocks: plan.kv_blocks(BLOCK_SIZE),
+        block_size: BLOCK_SIZE,
+        threads: args.threads,
+    };
+    kiln_cpu::CpuBackend::new(model.weights.as_ref(), opts, None)
+        .with_context(|| format!("cannot start the CPU backend for `{}`", model.name))
+}
+
+fn build_cuda(model: &LoadedModel, plan: &Plan) -> anyhow::Result<kiln_cuda::CudaBackend> {
+    let cfg = &model.config;
+    let blocks = plan.kv_blocks(BLOCK_SIZE);
+    let opts = kiln_cuda::CudaOptions {
+        kv_cache_bytes: Some(blocks * kiln_cuda::kv_cache::KvCache::block_bytes(cfg, BLOCK_SIZE)),
+        block_size: BLOCK_SIZE,
+        prefill_chunk: plan.chunk,
+        max_seqs: plan.max_concurrency(),
+        max_context: Some(plan.longest_sequence().max(1)),
+        ..kiln_cuda::CudaOptions::default()
+    };
+    let backend = kiln_cuda::CudaBackend::new(model.weights.as_ref(), opts, None)
+        .with_context(|| format!("cannot start the CUDA backend for `{}`", model.name))?;
+    tracing::info!("{}", backend.describe());
+    Ok(backend)
+}
+
+/// What the CPU backend's thread pool uses without --threads: RAYON_NUM_THREADS, else one
+/// worker per core.
+fn default_threads() -> usize {
+    std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// The CPU's model name from /proc/cpuinfo (Linux).
+fn cpu_model() -> Option<String> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    info.lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, v)| v.trim().to_string())
+}
+
+/// VmHWM from /proc/self/status (Linux), in bytes.
+fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}

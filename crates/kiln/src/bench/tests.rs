@@ -1,0 +1,163 @@
+//! `kiln bench` end to end on dummy:tiny with the CPU backend: argument parsing, the cases it
+//! runs and the JSON it writes. Behaviour only; no test looks at how fast anything ran.
+
+use clap::Parser;
+
+use super::*;
+use crate::backend_choice::Device;
+
+#[derive(Debug, Parser)]
+struct Cli {
+    #[command(flatten)]
+    bench: BenchArgs,
+}
+
+fn parse(args: &[&str]) -> Result<BenchArgs, clap::Error> {
+    Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied())).map(|c| c.bench)
+}
+
+#[test]
+fn defaults_are_the_issue_cases() {
+    let a = parse(&[]).unwrap();
+    assert_eq!(a.prefill, vec![2048, 8192, 32768]);
+    assert_eq!((a.decode, a.repeats, a.warmup, a.chunk), (128, 3, 1, 2048));
+    assert_eq!(a.depth, vec![0, 8192]);
+    assert_eq!(a.concurrency, vec![1, 8, 32]);
+    assert_eq!(a.device.device, Device::Auto);
+    assert!(a.json.is_none());
+}
+
+#[test]
+fn lists_and_devices_parse_and_bad_values_are_refused() {
+    let a = parse(&[
+        "--model",
+        "dummy:tiny",
+        "--device",
+        "cpu",
+        "--prefill",
+        "16,1k",
+        "--depth",
+        "0",
+        "--concurrency",
+        "2",
+        "--json",
+        "out.json",
+    ])
+    .unwrap();
+    assert_eq!(a.model.model, "dummy:tiny");
+    assert_eq!(a.device.device, Device::Cpu);
+    assert_eq!(a.prefill, vec![16, 1024]);
+    assert_eq!(a.concurrency, vec![2]);
+    assert_eq!(a.json.as_deref(), Some(std::path::Path::new("out.json")));
+    assert_eq!(
+        parse(&["--prefill", "none"]).unwrap().prefill,
+        Vec::<usize>::new()
+    );
+    let err = parse(&["--prefill", "2048,x"]).unwrap_err().to_string();
+    assert!(err.contains("`x`"), "{err}");
+    assert!(parse(&["--device", "tpu"]).is_err());
+    assert!(parse(&["--repeats", "-1"]).is_err());
+}
+
+#[test]
+fn a_context_too_short_for_the_cases_is_an_error_before_loading() {
+    // dummy:tiny has a 4096-token context.
+    let a = parse(&[
+        "--model",
+        "dummy:tiny",
+        "--device",
+        "cpu",
+        "--prefill",
+        "8192",
+        "--decode",
+        "0",
+    ])
+    .unwrap();
+    let err = format!("{:#}", run(a).unwrap_err());
+    assert!(err.contains("8192") && err.contains("4096"), "{err}");
+}
+
+#[test]
+fn bench_on_dummy_tiny_writes_every_case_to_json() {
+    let dir = std::env::temp_dir().join(format!("kiln-bench-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("bench.json");
+    let out_arg = out.to_str().unwrap();
+    // A chunk smaller than the prompt: the 40-token prompt runs as three forwards.
+    let a = parse(&[
+        "--model",
+        "dummy:tiny",
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+        "--prefill",
+        "40,8",
+        "--decode",
+        "5",
+        "--depth",
+        "0,20",
+        "--concurrency",
+        "1,3",
+        "--repeats",
+        "2",
+        "--chunk",
+        "16",
+        "--json",
+        out_arg,
+    ])
+    .unwrap();
+    run(a).unwrap();
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+
+    assert_eq!(j["model"], "dummy:tiny");
+    assert_eq!(j["backend"], "cpu");
+    assert!(
+        j["device"].as_str().unwrap().contains("1 threads"),
+        "{}",
+        j["device"]
+    );
+    assert!(j["date"].as_str().unwrap().ends_with('Z'));
+    assert!(!j["commit"].as_str().unwrap().is_empty());
+    assert_eq!(j["model_info"]["num_layers"], 4);
+    assert_eq!(j["settings"]["repeats"], 2);
+    assert!(j["peak_memory_bytes"].as_u64().unwrap() > 0);
+
+    let rows = j["rows"].as_array().unwrap();
+    let key = |r: &serde_json::Value| {
+        (
+            r["test"].as_str().unwrap().to_string(),
+            r["tokens"].as_u64().unwrap(),
+            r["concurrency"].as_u64().unwrap(),
+        )
+    };
+    let keys: Vec<_> = rows.iter().map(key).collect();
+    let want = [
+        ("prefill", 40, 1),
+        ("prefill", 8, 1),
+        ("decode", 0, 1),
+        ("decode", 0, 3),
+        ("decode", 20, 1),
+        ("decode", 20, 3),
+    ];
+    assert_eq!(keys, want.map(|(t, n, c)| (t.to_string(), n, c)).to_vec());
+    for r in rows {
+        assert_eq!(r["engine"], "kiln");
+        let (med, lo, hi) = (
+            r["tok_s"].as_f64().unwrap(),
+            r["tok_s_min"].as_f64().unwrap(),
+            r["tok_s_max"].as_f64().unwrap(),
+        );
+        assert!(med > 0.0 && lo <= med && med <= hi, "{r}");
+        if r["test"] == "prefill" {
+            assert!(r["ttft_ms"].as_f64().unwrap() >= r["ttft_ms_min"].as_f64().unwrap());
+        } else {
+            assert_eq!(r["generated"], 5);
+            let per = r["tok_s_per_stream"].as_f64().unwrap();
+            let c = r["concurrency"].as_f64().unwrap();
+            assert!((per * c - med).abs() <= 1e-9 * med, "{r}");
+        }
+    }
+}
