@@ -156,7 +156,8 @@ tokenizers, safetensors, gguf and matplotlib.
 
 ```
 python3 scripts/train/corpus.py --out corpus     # downloads and extracts the packages (about 100 MB)
-python3 scripts/train/prepare.py                 # tokenizer + .carry/train/*.u16.xz
+python3 scripts/train/prepare.py                 # tokenizer + .train/data/*.u16.xz
+pip download gguf==0.19.0 --no-deps -d .train/whl  # the GPU machine lacks the gguf package
 bash scripts/train/run_on_gpu.sh                 # on the GPU machine: trains, exports to $OUT
 ```
 Draft: {draft['params'] / 1e6:.2f}M parameters, {draft['params'] / target['params']:.2f} of the target.

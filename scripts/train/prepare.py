@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Train the tokenizer and tokenise the corpus into compressed uint16 token files.
 
-    python3 scripts/train/prepare.py [--corpus corpus] [--out .carry/train]
+    python3 scripts/train/prepare.py [--corpus corpus] [--out .train/data]
 
 Writes to --out (an ignored folder carried to the GPU machine):
     tokenizer.json          the byte-level BPE (tokenizer.py)
@@ -69,7 +69,7 @@ def write_ids(path: Path, ids: np.ndarray) -> tuple[int, str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", type=Path, default=Path("corpus"))
-    ap.add_argument("--out", type=Path, default=Path(".carry/train"))
+    ap.add_argument("--out", type=Path, default=Path(".train/data"))
     ap.add_argument("--vocab-size", type=int, default=4096)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Train kiln's shipped target model and its draft, export both, and write their references.
 
-    python3 scripts/train/train.py --data .carry/train --out OUT [--target-seconds 220 ...]
+    python3 scripts/train/train.py --data .train/data --out OUT [--target-seconds 220 ...]
 
 Each model trains for a wall-clock budget (compilation included): after a short timing probe the
 step count is fixed so that the cosine schedule ends when the budget does. Output, per model:
@@ -142,7 +142,7 @@ def train_one(name: str, shape: LlamaShape, args, train: torch.Tensor, val: torc
             remaining = budget - (time.time() - t0)
             total = max(step + 1, step + int(0.95 * remaining / per_step))
             warmup = min(warmup, max(1, total // 20))
-            print(f"[{name}] {b * t / per_step / 1e6:.2f}M tokens/s, {total} steps", flush=True)
+            print(f"[{name}] {b * t / per_step:,.0f} tokens/s, {total} steps", flush=True)
             eval_every = max(1, total // args.evals)
         if step % 10 == 0 or step == total:
             curve.append({"step": step, "tokens": step * b * t, "loss": loss.item(), "lr": lr})
@@ -191,7 +191,7 @@ def export_one(dirname: str, model: Llama, metrics: dict, args) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", type=Path, default=Path(".carry/train"))
+    ap.add_argument("--data", type=Path, default=Path(".train/data"))
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--target-seconds", type=float, default=220)
     ap.add_argument("--draft-seconds", type=float, default=80)
