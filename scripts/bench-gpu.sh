@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# kiln beside llama.cpp and transformers on the GPU machine, on one random-weight Llama-3-8B F16 GGUF,
+# in one call: writes the GGUF once (into /tmp, reused while the machine stays warm), builds llama.cpp
+# (llama-bench, llama-batched-bench) once into /tmp/llamacpp-build, then runs llama-bench (flash attention,
+# ubatch 2048), llama-batched-bench (streams after a 512-token prompt), `kiln bench` and transformers
+# (scripts/bench/hf_bench.py, the same weights in float16), and prints one table with kiln / llama.cpp,
+# kiln / transformers and each figure's fraction of the hardware floor. Each part is timed.
+#
+# Usage: scripts/bench-gpu.sh LLAMA_SRC [VOCAB_GGUF]
+#   LLAMA_SRC: llama.cpp source made by ../shared/device/prepare_llamacpp.sh (e.g. .anchor/llama.cpp, carried)
+#   VOCAB_GGUF: ggml-vocab-llama-bpe.gguf, needed only to write the GGUF the first time (default: the first of
+#     ../shared/vocab/, .anchor/ that has it)
+# Environment:
+#   OUT=./bench-gpu-out   where the raw outputs, results.json and table.md go
+#   KILN_BIN              kiln binary (default: .carry/bin/kiln, else target*/release/kiln)
+#   KILN_COMMIT           commit recorded with the figures (no git checkout there)
+#   SKIP_GGUF=1 SKIP_BUILD=1 SKIP_LLAMA=1 SKIP_BATCHED=1 SKIP_KILN=1 SKIP_HF=1   leave a part out
+#   PREFILL=2048,8192,32768 DECODE=128 DEPTHS=0,512,8192 STREAMS=1,8,32 REPEATS=3
+#   GGUF=/tmp/kiln-bench/llama3-8b-f16.gguf   PYTHON=python3   LLAMA_BUILD=/tmp/llamacpp-build
+#   MODEL_LABEL="Llama-3-8B shape, random F16 GGUF"   the model's name in the table
+#   KILN_DEVICE=cuda (cpu: to try the script on a machine without a GPU, with a small GGUF)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+if [ $# -lt 1 ] || [ ! -d "$1" ]; then
+    echo "usage: scripts/bench-gpu.sh LLAMA_SRC [VOCAB_GGUF]   (LLAMA_SRC: a llama.cpp source folder)" >&2
+    exit 2
+fi
+LLAMA_SRC=$(realpath "$1")
+VOCAB=${2:-}
+OUT=${OUT:-$ROOT/bench-gpu-out}
+PYTHON=${PYTHON:-python3}
+GGUF=${GGUF:-/tmp/kiln-bench/llama3-8b-f16.gguf}
+PREFILL=${PREFILL:-2048,8192,32768}
+DECODE=${DECODE:-128}
+DEPTHS=${DEPTHS:-0,512,8192}
+STREAMS=${STREAMS:-1,8,32}
+REPEATS=${REPEATS:-3}
+MODEL_LABEL=${MODEL_LABEL:-Llama-3-8B shape, random F16 GGUF}
+BUILD=${LLAMA_BUILD:-/tmp/llamacpp-build}
+KILN_DEVICE=${KILN_DEVICE:-cuda}
+export PATH=/usr/local/cuda/bin:$PATH
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export KILN_KERNEL_CACHE=${KILN_KERNEL_CACHE:-/tmp/kiln-kernel-cache}
+mkdir -p "$OUT" "$(dirname "$GGUF")"
+TIMES=$OUT/times.txt
+: > "$TIMES"
+T_ALL=$SECONDS
+
+part() { # NAME SKIPVAR command...: runs a part unless $SKIPVAR=1, logs its time and status
+    local name=$1 skip=$2 t0=$SECONDS rc; shift 2
+    if [ "${!skip:-0}" = 1 ]; then
+        echo "$name: skipped ($skip=1)" | tee -a "$TIMES"
+        return 0
+    fi
+    echo "== $name" >&2
+    "$@"
+    rc=$?
+    echo "$name: $((SECONDS - t0)) s, rc $rc" | tee -a "$TIMES"
+    return $rc
+}
+
+# The device's name for the table (without nvidia-smi: the one kiln reports).
+device_args=()
+if nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt" 2>&1; then
+    device_args=(--device "$(head -1 "$OUT/gpu.txt" | cut -d, -f1)")
+fi
+
+write_gguf() {
+    [ -s "$GGUF" ] && { echo "reusing $GGUF" >&2; return 0; }
+    local v
+    for v in "$VOCAB" "$ROOT/../shared/vocab/ggml-vocab-llama-bpe.gguf" "$ROOT/.anchor/ggml-vocab-llama-bpe.gguf"; do
+        [ -n "$v" ] && [ -s "$v" ] && break
+    done
+    [ -s "$v" ] || { echo "no vocab GGUF: pass ggml-vocab-llama-bpe.gguf as the second argument" >&2; return 1; }
+    "$PYTHON" scripts/bench/make_random_gguf.py --vocab "$v" --out "$GGUF.part" --gguf-py "$LLAMA_SRC/gguf-py" \
+        --dtype f16 && mv "$GGUF.part" "$GGUF"
+}
+
+build_llamacpp() {
+    [ -x "$BUILD/bin/llama-bench" ] && [ -x "$BUILD/bin/llama-batched-bench" ] && { echo "llama.cpp already built" >&2; return 0; }
+    mkdir -p "$BUILD"
+    [ -f "$BUILD/build.ninja" ] || cmake -S "$LLAMA_SRC" -B "$BUILD" -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
+        -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DCMAKE_BUILD_TYPE=Release > "$BUILD/cmake.log" 2>&1 \
+        || { tail -20 "$BUILD/cmake.log" >&2; return 1; }
+    cmake --build "$BUILD" -j"$(nproc)" --target llama-bench llama-batched-bench > "$BUILD/build.log" 2>&1 \
+        || { tail -30 "$BUILD/build.log" >&2; return 1; }
+}
+
+run_llama_bench() {
+    local lb=$BUILD/bin/llama-bench
+    "$lb" -m "$GGUF" -ngl 99 -fa 1 -ub 2048 -p "$PREFILL" -n 0 -r "$REPEATS" -o jsonl > "$OUT/llama-bench-prefill.jsonl" \
+        2> "$OUT/llama-bench-prefill.log" || { tail -5 "$OUT/llama-bench-prefill.log" >&2; return 1; }
+    # Decode at each depth where this llama-bench has -d; else at depth 0 only.
+    local depth_args=()
+    "$lb" --help 2>&1 | grep -q -- "--n-depth" && depth_args=(-d "$(echo "$DEPTHS" | tr ',' '\n' | grep -vx 512 | paste -sd,)")
+    "$lb" -m "$GGUF" -ngl 99 -fa 1 -ub 2048 -p 0 -n "$DECODE" "${depth_args[@]}" -r "$REPEATS" -o jsonl \
+        > "$OUT/llama-bench-decode.jsonl" 2> "$OUT/llama-bench-decode.log" || { tail -5 "$OUT/llama-bench-decode.log" >&2; return 1; }
+}
+
+run_batched() {
+    local max_streams ctx
+    max_streams=$(echo "$STREAMS" | tr ',' '\n' | sort -n | tail -1)
+    ctx=$((max_streams * (512 + DECODE) + 256))
+    "$BUILD/bin/llama-batched-bench" -m "$GGUF" -ngl 99 -fa on -c "$ctx" -b 2048 -ub 2048 -npp 512 -ntg "$DECODE" \
+        -npl "$STREAMS" --output-format jsonl > "$OUT/llama-batched.jsonl" 2> "$OUT/llama-batched.log" \
+        || { tail -5 "$OUT/llama-batched.log" >&2; return 1; }
+}
+
+run_kiln() {
+    local bin=${KILN_BIN:-}
+    if [ -z "$bin" ]; then
+        for bin in "$ROOT/.carry/bin/kiln" "$ROOT"/target/release/kiln "$ROOT"/targets/*/release/kiln; do
+            [ -x "$bin" ] && break
+        done
+    fi
+    [ -x "$bin" ] || { echo "no kiln binary: set KILN_BIN or run scripts/build-gpu-carry.sh and carry .carry" >&2; return 1; }
+    "$bin" bench --model "$GGUF" --device "$KILN_DEVICE" --prefill "$PREFILL" --decode "$DECODE" --depth "$DEPTHS" \
+        --concurrency "$STREAMS" --repeats "$REPEATS" --json "$OUT/kiln.json" > "$OUT/kiln.txt" 2> "$OUT/kiln.log"
+    local rc=$?
+    cat "$OUT/kiln.txt"
+    [ $rc = 0 ] || tail -5 "$OUT/kiln.log" >&2
+    return $rc
+}
+
+run_hf() {
+    "$PYTHON" scripts/bench/hf_bench.py --gguf "$GGUF" --gguf-py "$LLAMA_SRC/gguf-py" --out "$OUT/hf.json" \
+        --prefill "$PREFILL" --decode "$DECODE" --batch "$STREAMS" --repeats "$REPEATS" > "$OUT/hf.log" 2>&1
+    local rc=$?
+    tail -12 "$OUT/hf.log" >&2
+    return $rc
+}
+
+part gguf SKIP_GGUF write_gguf || exit 1
+part build-llama.cpp SKIP_BUILD build_llamacpp || SKIP_LLAMA=1 SKIP_BATCHED=1
+part llama-bench SKIP_LLAMA run_llama_bench
+part llama-batched-bench SKIP_BATCHED run_batched
+part kiln SKIP_KILN run_kiln
+part transformers SKIP_HF run_hf
+
+args=()
+[ -s "$OUT/kiln.json" ] && args+=(--kiln "$OUT/kiln.json")
+lbs=()
+for f in "$OUT/llama-bench-prefill.jsonl" "$OUT/llama-bench-decode.jsonl"; do [ -s "$f" ] && lbs+=("$f"); done
+[ ${#lbs[@]} -gt 0 ] && args+=(--llama-bench "${lbs[@]}")
+[ -s "$OUT/llama-batched.jsonl" ] && args+=(--llama-batched "$OUT/llama-batched.jsonl")
+[ -s "$OUT/hf.json" ] && args+=(--hf "$OUT/hf.json")
+echo "== results"
+"$PYTHON" scripts/bench/combine.py "${args[@]}" --model "$MODEL_LABEL" "${device_args[@]}" \
+    --tflops 790 --bandwidth 3.95e12 --out "$OUT/results.json" | tee "$OUT/table.md"
+echo "total: $((SECONDS - T_ALL)) s" | tee -a "$TIMES"
+cat "$TIMES"

@@ -1,0 +1,147 @@
+"""transformers (PyTorch, eager, SDPA) on the GPU with the weights of a llama GGUF, for side-by-side runs.
+
+Builds a LlamaForCausalLM of the GGUF's shape and copies the GGUF's tensors into it (Q and K rows put back
+in the Hugging Face order that llama.cpp's converter permutes), in float16 so that the weights are exactly
+the file's (--weights random skips the copy). Measures prefill tok/s of one prompt per length (CUDA events,
+median of --repeats after a warm-up) and decode tok/s of `generate` after a 512-token prompt at each batch
+size (the difference of a long and a short generation, so the prompt's prefill cancels out).
+Writes {"versions", "date", "rows": [{test, tokens, concurrency, tok_s, ...}]} to --out.
+
+Usage: python hf_bench.py --gguf FILE --gguf-py DIR --out FILE [--prefill 2048,8192,32768]
+       [--decode 128] [--batch 1,8,32] [--repeats 3] [--weights gguf|random] [--dtype float16|bfloat16]
+"""
+import argparse
+import datetime
+import json
+import sys
+import time
+
+
+def ints(s):
+    return [int(x) for x in s.split(",") if x.strip()]
+
+
+ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+ap.add_argument("--gguf", required=True)
+ap.add_argument("--gguf-py", required=True, help="folder of llama.cpp's gguf-py package")
+ap.add_argument("--out", required=True)
+ap.add_argument("--prefill", type=ints, default=[2048, 8192, 32768])
+ap.add_argument("--decode", type=int, default=128)
+ap.add_argument("--batch", type=ints, default=[1, 8, 32])
+ap.add_argument("--prompt", type=int, default=512, help="prompt length before the decode figures")
+ap.add_argument("--repeats", type=int, default=3)
+ap.add_argument("--weights", choices=["gguf", "random"], default="gguf")
+ap.add_argument("--dtype", choices=["float16", "bfloat16"], default="float16")
+a = ap.parse_args()
+sys.path.insert(0, a.gguf_py)
+import gguf  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+t_start = time.time()
+r = gguf.GGUFReader(a.gguf)
+arch = r.get_field("general.architecture").contents()
+g = lambda k: r.get_field(f"{arch}.{k}").contents()  # noqa: E731
+tensors = {t.name: t for t in r.tensors}
+n_head, n_kv, dim = g("attention.head_count"), g("attention.head_count_kv"), g("embedding_length")
+V = tensors["token_embd.weight"].shape[-1]
+tied = "output.weight" not in tensors
+hd_field = r.get_field(f"{arch}.rope.dimension_count")
+head_dim = hd_field.contents() if hd_field else dim // n_head
+dtype = getattr(torch, a.dtype)
+cfg = LlamaConfig(hidden_size=dim, intermediate_size=g("feed_forward_length"), num_hidden_layers=g("block_count"),
+                  num_attention_heads=n_head, num_key_value_heads=n_kv, vocab_size=V,
+                  head_dim=head_dim,
+                  max_position_embeddings=g("context_length"), rope_theta=float(g("rope.freq_base")),
+                  rms_norm_eps=float(g("attention.layer_norm_rms_epsilon")), tie_word_embeddings=tied,
+                  torch_dtype=a.dtype, attn_implementation="sdpa")
+versions = f"torch {torch.__version__}, transformers {transformers.__version__}, {torch.cuda.get_device_name()}"
+print(versions, flush=True)
+torch.manual_seed(0)
+with torch.device("cuda"):
+    torch.set_default_dtype(dtype)
+    model = LlamaForCausalLM(cfg).eval()
+
+
+def unpermute(w, heads):
+    # Inverse of convert_hf_to_gguf's LlamaModel.permute (GGUF rows are rope pairs interleaved).
+    return w.reshape(heads, w.shape[0] // heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+if a.weights == "gguf":
+    names = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
+             "output.weight": "lm_head.weight"}
+    per_layer = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+                 "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj", "ffn_norm": "post_attention_layernorm",
+                 "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, t in tensors.items():
+            if name.startswith("blk."):
+                _, i, kind, _ = name.split(".")
+                hf = f"model.layers.{i}.{per_layer[kind]}.weight"
+            else:
+                hf = names[name]
+            if t.tensor_type not in (gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.F32):
+                sys.exit(f"{name}: {t.tensor_type.name} tensors are not supported here (F16/F32 only)")
+            w = np.asarray(t.data)
+            if name.endswith("attn_q.weight"):
+                w = unpermute(w, n_head)
+            elif name.endswith("attn_k.weight"):
+                w = unpermute(w, n_kv)
+            dst = params[hf]
+            if tuple(dst.shape) != w.shape:
+                sys.exit(f"{name}: shape {w.shape} does not fit {hf} {tuple(dst.shape)}")
+            dst.copy_(torch.from_numpy(np.ascontiguousarray(w)).to(dst.device, dst.dtype))
+torch.cuda.synchronize()
+print(f"model ready in {time.time() - t_start:.1f} s ({a.weights} weights, {a.dtype})", flush=True)
+
+
+def timed(fn, reps):
+    fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        torch.cuda.synchronize()
+        ts.append(s.elapsed_time(e) / 1000)
+    return ts
+
+
+rows = []
+with torch.inference_mode():
+    for L in a.prefill:
+        ids = torch.randint(0, V, (1, L), device="cuda")
+        ts = timed(lambda: model(ids, use_cache=False, logits_to_keep=1), a.repeats)
+        rates = sorted(L / t for t in ts)
+        rows.append({"test": "prefill", "tokens": L, "concurrency": 1, "tok_s": rates[len(rates) // 2],
+                     "tok_s_min": rates[0], "tok_s_max": rates[-1]})
+        print(f"prefill {L}: {rates[len(rates) // 2]:.0f} tok/s", flush=True)
+    for bs in a.batch if a.decode > 0 else []:
+        ids = torch.randint(0, V, (bs, a.prompt), device="cuda")
+
+        def gen(n):
+            model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0)
+            torch.cuda.synchronize()
+
+        short = min(16, a.decode)
+        gen(4)
+        t0 = time.time()
+        gen(short)
+        t_short = time.time() - t0
+        t0 = time.time()
+        gen(short + a.decode)
+        t_long = time.time() - t0
+        tok_s = bs * a.decode / max(t_long - t_short, 1e-9)
+        rows.append({"test": "decode", "tokens": a.prompt, "concurrency": bs, "tok_s": tok_s, "generated": a.decode})
+        print(f"decode after {a.prompt} x{bs}: {tok_s:.1f} tok/s", flush=True)
+
+date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+with open(a.out, "w") as f:
+    json.dump({"versions": versions, "date": date, "weights": a.weights, "dtype": a.dtype, "rows": rows}, f, indent=1)
+print(f"written {a.out} in {time.time() - t_start:.0f} s", flush=True)
