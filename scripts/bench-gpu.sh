@@ -11,7 +11,9 @@
 #   VOCAB_GGUF: ggml-vocab-llama-bpe.gguf, needed only to write the GGUF the first time (default: the first of
 #     ../shared/vocab/, .anchor/ that has it)
 # Environment:
-#   OUT=./bench-gpu-out   where the raw outputs, results.json and table.md go
+#   OUT=./bench-gpu-out   where results.json, table.md, times.txt and copies of the raw outputs go
+#   RAW=/tmp/kiln-bench/gpu-run   raw outputs, kept while the machine stays warm: a part left out with
+#     SKIP_*=1 reuses its output from an earlier call (a part that runs replaces it)
 #   KILN_BIN              kiln binary (default: .carry/bin/kiln, else target*/release/kiln)
 #   KILN_COMMIT           commit recorded with the figures (no git checkout there)
 #   SKIP_GGUF=1 SKIP_BUILD=1 SKIP_LLAMA=1 SKIP_BATCHED=1 SKIP_KILN=1 SKIP_HF=1   leave a part out
@@ -29,6 +31,7 @@ fi
 LLAMA_SRC=$(realpath "$1")
 VOCAB=${2:-}
 OUT=${OUT:-$ROOT/bench-gpu-out}
+RAW=${RAW:-/tmp/kiln-bench/gpu-run}
 PYTHON=${PYTHON:-python3}
 GGUF=${GGUF:-/tmp/kiln-bench/llama3-8b-f16.gguf}
 PREFILL=${PREFILL:-2048,8192,32768}
@@ -42,7 +45,7 @@ KILN_DEVICE=${KILN_DEVICE:-cuda}
 export PATH=/usr/local/cuda/bin:$PATH
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export KILN_KERNEL_CACHE=${KILN_KERNEL_CACHE:-/tmp/kiln-kernel-cache}
-mkdir -p "$OUT" "$(dirname "$GGUF")"
+mkdir -p "$OUT" "$RAW" "$(dirname "$GGUF")"
 TIMES=$OUT/times.txt
 : > "$TIMES"
 T_ALL=$SECONDS
@@ -90,26 +93,29 @@ build_llamacpp() {
 
 run_llama_bench() {
     local lb=$BUILD/bin/llama-bench
-    "$lb" -m "$GGUF" -ngl 99 -fa 1 -ub 2048 -p "$PREFILL" -n 0 -r "$REPEATS" -o jsonl > "$OUT/llama-bench-prefill.jsonl" \
-        2> "$OUT/llama-bench-prefill.log" || { tail -5 "$OUT/llama-bench-prefill.log" >&2; return 1; }
+    rm -f "$RAW"/llama-bench-*
+    "$lb" -m "$GGUF" -ngl 99 -fa 1 -ub 2048 -p "$PREFILL" -n 0 -r "$REPEATS" -o jsonl > "$RAW/llama-bench-prefill.jsonl" \
+        2> "$RAW/llama-bench-prefill.log" || { tail -5 "$RAW/llama-bench-prefill.log" >&2; return 1; }
     # Decode at each depth where this llama-bench has -d; else at depth 0 only.
     local depth_args=()
     "$lb" --help 2>&1 | grep -q -- "--n-depth" && depth_args=(-d "$(echo "$DEPTHS" | tr ',' '\n' | grep -vx 512 | paste -sd,)")
     "$lb" -m "$GGUF" -ngl 99 -fa 1 -ub 2048 -p 0 -n "$DECODE" "${depth_args[@]}" -r "$REPEATS" -o jsonl \
-        > "$OUT/llama-bench-decode.jsonl" 2> "$OUT/llama-bench-decode.log" || { tail -5 "$OUT/llama-bench-decode.log" >&2; return 1; }
+        > "$RAW/llama-bench-decode.jsonl" 2> "$RAW/llama-bench-decode.log" || { tail -5 "$RAW/llama-bench-decode.log" >&2; return 1; }
 }
 
 run_batched() {
     local max_streams ctx
+    rm -f "$RAW"/llama-batched.*
     max_streams=$(echo "$STREAMS" | tr ',' '\n' | sort -n | tail -1)
     ctx=$((max_streams * (512 + DECODE) + 256))
     "$BUILD/bin/llama-batched-bench" -m "$GGUF" -ngl 99 -fa on -c "$ctx" -b 2048 -ub 2048 -npp 512 -ntg "$DECODE" \
-        -npl "$STREAMS" --output-format jsonl > "$OUT/llama-batched.jsonl" 2> "$OUT/llama-batched.log" \
-        || { tail -5 "$OUT/llama-batched.log" >&2; return 1; }
+        -npl "$STREAMS" --output-format jsonl > "$RAW/llama-batched.jsonl" 2> "$RAW/llama-batched.log" \
+        || { tail -5 "$RAW/llama-batched.log" >&2; return 1; }
 }
 
 run_kiln() {
     local bin=${KILN_BIN:-}
+    rm -f "$RAW"/kiln.*
     if [ -z "$bin" ]; then
         for bin in "$ROOT/.carry/bin/kiln" "$ROOT"/target/release/kiln "$ROOT"/targets/*/release/kiln; do
             [ -x "$bin" ] && break
@@ -117,18 +123,19 @@ run_kiln() {
     fi
     [ -x "$bin" ] || { echo "no kiln binary: set KILN_BIN or run scripts/build-gpu-carry.sh and carry .carry" >&2; return 1; }
     "$bin" bench --model "$GGUF" --device "$KILN_DEVICE" --prefill "$PREFILL" --decode "$DECODE" --depth "$DEPTHS" \
-        --concurrency "$STREAMS" --repeats "$REPEATS" --json "$OUT/kiln.json" > "$OUT/kiln.txt" 2> "$OUT/kiln.log"
+        --concurrency "$STREAMS" --repeats "$REPEATS" --json "$RAW/kiln.json" > "$RAW/kiln.txt" 2> "$RAW/kiln.log"
     local rc=$?
-    cat "$OUT/kiln.txt"
-    [ $rc = 0 ] || tail -5 "$OUT/kiln.log" >&2
+    cat "$RAW/kiln.txt"
+    [ $rc = 0 ] || tail -5 "$RAW/kiln.log" >&2
     return $rc
 }
 
 run_hf() {
-    "$PYTHON" scripts/bench/hf_bench.py --gguf "$GGUF" --gguf-py "$LLAMA_SRC/gguf-py" --out "$OUT/hf.json" \
-        --prefill "$PREFILL" --decode "$DECODE" --batch "$STREAMS" --repeats "$REPEATS" > "$OUT/hf.log" 2>&1
+    rm -f "$RAW"/hf.*
+    "$PYTHON" scripts/bench/hf_bench.py --gguf "$GGUF" --gguf-py "$LLAMA_SRC/gguf-py" --out "$RAW/hf.json" \
+        --prefill "$PREFILL" --decode "$DECODE" --batch "$STREAMS" --repeats "$REPEATS" > "$RAW/hf.log" 2>&1
     local rc=$?
-    tail -12 "$OUT/hf.log" >&2
+    tail -12 "$RAW/hf.log" >&2
     return $rc
 }
 
@@ -140,14 +147,15 @@ part kiln SKIP_KILN run_kiln
 part transformers SKIP_HF run_hf
 
 args=()
-[ -s "$OUT/kiln.json" ] && args+=(--kiln "$OUT/kiln.json")
+[ -s "$RAW/kiln.json" ] && args+=(--kiln "$RAW/kiln.json")
 lbs=()
-for f in "$OUT/llama-bench-prefill.jsonl" "$OUT/llama-bench-decode.jsonl"; do [ -s "$f" ] && lbs+=("$f"); done
+for f in "$RAW/llama-bench-prefill.jsonl" "$RAW/llama-bench-decode.jsonl"; do [ -s "$f" ] && lbs+=("$f"); done
 [ ${#lbs[@]} -gt 0 ] && args+=(--llama-bench "${lbs[@]}")
-[ -s "$OUT/llama-batched.jsonl" ] && args+=(--llama-batched "$OUT/llama-batched.jsonl")
-[ -s "$OUT/hf.json" ] && args+=(--hf "$OUT/hf.json")
+[ -s "$RAW/llama-batched.jsonl" ] && args+=(--llama-batched "$RAW/llama-batched.jsonl")
+[ -s "$RAW/hf.json" ] && args+=(--hf "$RAW/hf.json")
 echo "== results"
 "$PYTHON" scripts/bench/combine.py "${args[@]}" --model "$MODEL_LABEL" "${device_args[@]}" \
     --tflops 790 --bandwidth 3.95e12 --out "$OUT/results.json" | tee "$OUT/table.md"
 echo "total: $((SECONDS - T_ALL)) s" | tee -a "$TIMES"
 cat "$TIMES"
+cp "$RAW"/*.json "$RAW"/*.jsonl "$RAW"/*.log "$RAW"/*.txt "$OUT"/ 2>/dev/null
