@@ -6,8 +6,10 @@ mod support;
 use kiln_cpu::kernels::{matmul_with, Isa, PackedMatrix};
 use support::{same_bits, Rng};
 
-/// `(rows, out features, in features)`: tile edges, partial panels, several k blocks.
-const SHAPES: [(usize, usize, usize); 7] = [
+/// `(rows, out features, in features)`: tile edges, partial panels, several k blocks, several
+/// blocks of rows.
+const SHAPES: [(usize, usize, usize); 8] = [
+    (200, 20, 300),
     (1, 1, 1),
     (1, 17, 33),
     (5, 16, 256),
@@ -59,7 +61,7 @@ fn each_row_is_the_same_bits_alone_and_in_any_batch() {
     let mut rng = Rng::new(99);
     let packed = PackedMatrix::pack(n, k, &rng.vec(n * k, 1.0)).unwrap();
     for isa in Isa::available() {
-        for m in [2, 3, 5, 6, 7, 13, 32, 64] {
+        for m in [2, 3, 5, 6, 7, 13, 32, 64, 200] {
             let x = rng.vec(m * k, 2.0);
             let mut batched = poisoned(m * n);
             matmul_with(isa, &x, &packed, &mut batched);

@@ -1,10 +1,12 @@
 //! `out = x * W^T` for a weight packed once at load, batch invariant by construction.
 //!
 //! The weight `[n, k]` is stored as panels of 16 rows, each panel k-major (`k x 16`), so a
-//! tile streams it contiguously. Work is split over panels (threads), blocks of k (cache) and
-//! blocks of rows (registers), but every output is one sequential chain over k (see
-//! `microkernel`), so its bits do not depend on how many rows run or where a row sits.
-//! The weight is read once per call whatever the number of rows, which is what decode needs.
+//! tile streams it contiguously. With several rows the input is repacked per call into tiles
+//! of 6 rows, k-major, so that a tile reads it contiguously too. Work is split over panels
+//! (threads), blocks of rows and of k (cache) and tiles (registers), but every output is one
+//! sequential chain over k (see `microkernel`), so its bits do not depend on how many rows run
+//! or where a row sits. The weight is read once per call whatever the number of rows, which
+//! is what decode needs.
 
 use rayon::prelude::*;
 
@@ -13,6 +15,9 @@ use super::simd::{isa, Isa};
 
 /// Block of k per pass: a 16-column panel block of 16 KiB stays in L1 while every row uses it.
 const KC: usize = 256;
+/// Tiles of rows per block: 32 tiles of 6 rows by KC is 192 KiB of input, kept in L2 while a
+/// task's panels pass over it.
+const TILES_PER_BLOCK: usize = 32;
 /// Multiply-adds below which a parallel task is not worth its scheduling cost.
 const MIN_TASK_WORK: usize = 1 << 16;
 
@@ -93,6 +98,43 @@ impl OutPtr {
     }
 }
 
+/// The input as the tiles read it.
+enum Input<'a> {
+    /// One row, read in place.
+    Row(&'a [f32]),
+    /// `[tile][k][MR_MAX]`, rows past the end zero.
+    Tiles(Vec<f32>),
+}
+
+impl Input<'_> {
+    /// Pointer to tile `t`'s element at `k`, and the row and k strides from there.
+    fn at(&self, t: usize, k: usize, cols: usize) -> (*const f32, usize, usize) {
+        match self {
+            Input::Row(x) => (x[k..].as_ptr(), 0, 1),
+            Input::Tiles(p) => (p[(t * cols + k) * MR_MAX..].as_ptr(), 1, MR_MAX),
+        }
+    }
+}
+
+fn pack_input(x: &[f32], m: usize, k: usize) -> Input<'_> {
+    if m == 1 {
+        return Input::Row(x);
+    }
+    let mut tiles = vec![0.0f32; m.div_ceil(MR_MAX) * k * MR_MAX];
+    tiles
+        .par_chunks_mut(k * MR_MAX)
+        .enumerate()
+        .for_each(|(t, tile)| {
+            for i in 0..MR_MAX.min(m - t * MR_MAX) {
+                let row = &x[(t * MR_MAX + i) * k..][..k];
+                for (kk, &v) in row.iter().enumerate() {
+                    tile[kk * MR_MAX + i] = v;
+                }
+            }
+        });
+    Input::Tiles(tiles)
+}
+
 /// [`matmul`] with an explicit instruction set (tests compare them).
 pub fn matmul_with(isa: Isa, x: &[f32], w: &PackedMatrix, out: &mut [f32]) {
     let (n, k) = (w.rows, w.cols);
@@ -109,6 +151,7 @@ pub fn matmul_with(isa: Isa, x: &[f32], w: &PackedMatrix, out: &mut [f32]) {
     if m == 0 || n == 0 {
         return;
     }
+    let input = pack_input(x, m, k);
     let panels = n.div_ceil(NR);
     let per_panel_work = m * k * NR;
     let tasks = (rayon::current_num_threads() * 4)
@@ -121,77 +164,75 @@ pub fn matmul_with(isa: Isa, x: &[f32], w: &PackedMatrix, out: &mut [f32]) {
         .for_each(|task| {
             let first_panel = task * panels_per_task;
             let last_panel = (first_panel + panels_per_task).min(panels);
-            // SAFETY: this task alone writes columns of panels first_panel..last_panel, x and w
-            // outlive the call, and every pointer below stays inside their extents.
-            unsafe { run_panels(isa, x, m, w, out_ptr.get(), first_panel..last_panel) };
+            // SAFETY: this task alone writes columns of panels first_panel..last_panel; the input,
+            // weight and output outlive the call, and every pointer stays inside their extents.
+            unsafe { run_panels(isa, &input, m, w, out_ptr.get(), first_panel..last_panel) };
         });
 }
 
-/// Computes the output columns of a range of panels.
+/// Computes the output columns of a range of panels. For each output the k blocks run in
+/// increasing order, continuing the sums in `out`.
 unsafe fn run_panels(
     isa: Isa,
-    x: &[f32],
+    input: &Input<'_>,
     m: usize,
     w: &PackedMatrix,
     out: *mut f32,
     panels: std::ops::Range<usize>,
 ) {
     let (n, k) = (w.rows, w.cols);
+    let tiles = m.div_ceil(MR_MAX);
     let mut edge = [0.0f32; MR_MAX * NR];
-    for kb in (0..k).step_by(KC) {
-        let kc = KC.min(k - kb);
-        let first = kb == 0;
-        for p in panels.clone() {
-            let cols = NR.min(n - p * NR);
-            let b = w.data.as_ptr().add(p * NR * k + kb * NR);
-            for mb in (0..m).step_by(MR_MAX) {
-                let rows = MR_MAX.min(m - mb);
-                let a = x.as_ptr().add(mb * k + kb);
-                let c = out.add(mb * n + p * NR);
-                if cols == NR {
-                    run_tile(
-                        isa,
-                        rows,
-                        &Tile {
+    for block in (0..tiles).step_by(TILES_PER_BLOCK) {
+        let block_tiles = block..(block + TILES_PER_BLOCK).min(tiles);
+        for kb in (0..k).step_by(KC) {
+            let kc = KC.min(k - kb);
+            let first = kb == 0;
+            for p in panels.clone() {
+                let cols = NR.min(n - p * NR);
+                let b = w.data.as_ptr().add(p * NR * k + kb * NR);
+                for t in block_tiles.clone() {
+                    let rows = MR_MAX.min(m - t * MR_MAX);
+                    let (a, a_row, a_k) = input.at(t, kb, k);
+                    let c = out.add(t * MR_MAX * n + p * NR);
+                    if cols == NR {
+                        let tile = Tile {
                             a,
-                            lda: k,
+                            a_row,
+                            a_k,
                             b,
                             kc,
                             c,
                             ldc: n,
                             first,
-                        },
-                    );
-                } else {
-                    // The last panel is partial: go through a full-width scratch tile.
-                    if !first {
-                        for i in 0..rows {
-                            std::ptr::copy_nonoverlapping(
-                                c.add(i * n),
-                                edge.as_mut_ptr().add(i * NR),
-                                cols,
-                            );
+                        };
+                        run_tile(isa, rows, &tile);
+                    } else {
+                        // The last panel is partial: go through a full-width scratch tile.
+                        let scratch = edge.as_mut_ptr();
+                        if !first {
+                            for i in 0..rows {
+                                std::ptr::copy_nonoverlapping(
+                                    c.add(i * n),
+                                    scratch.add(i * NR),
+                                    cols,
+                                );
+                            }
                         }
-                    }
-                    run_tile(
-                        isa,
-                        rows,
-                        &Tile {
+                        let tile = Tile {
                             a,
-                            lda: k,
+                            a_row,
+                            a_k,
                             b,
                             kc,
-                            c: edge.as_mut_ptr(),
+                            c: scratch,
                             ldc: NR,
                             first,
-                        },
-                    );
-                    for i in 0..rows {
-                        std::ptr::copy_nonoverlapping(
-                            edge.as_ptr().add(i * NR),
-                            c.add(i * n),
-                            cols,
-                        );
+                        };
+                        run_tile(isa, rows, &tile);
+                        for i in 0..rows {
+                            std::ptr::copy_nonoverlapping(scratch.add(i * NR), c.add(i * n), cols);
+                        }
                     }
                 }
             }

@@ -13,12 +13,14 @@ pub(crate) const MR_MAX: usize = 6;
 
 /// One tile's operands.
 ///
-/// `a` points at `rows x kc` inputs with row stride `lda`; `b` at `kc x NR` packed weights;
+/// `a` points at `rows x kc` inputs, element `(i, k)` at `i * a_row + k * a_k`; `b` at `kc x NR`
+/// packed weights;
 /// `c` at `rows x NR` outputs with row stride `ldc`. When `first` is set the tile starts from
 /// zero, otherwise it continues the sums already in `c` (the next block of k).
 pub(crate) struct Tile {
     pub a: *const f32,
-    pub lda: usize,
+    pub a_row: usize,
+    pub a_k: usize,
     pub b: *const f32,
     pub kc: usize,
     pub c: *mut f32,
@@ -66,7 +68,7 @@ unsafe fn portable<const MR: usize>(t: &Tile) {
     for k in 0..t.kc {
         let b = &*(t.b.add(k * NR) as *const [f32; NR]);
         for (i, row) in acc.iter_mut().enumerate() {
-            let a = *t.a.add(i * t.lda + k);
+            let a = *t.a.add(i * t.a_row + k * t.a_k);
             for j in 0..NR {
                 row[j] += a * b[j];
             }
@@ -93,7 +95,7 @@ unsafe fn avx2<const MR: usize>(t: &Tile) {
         let b0 = _mm256_loadu_ps(t.b.add(k * NR));
         let b1 = _mm256_loadu_ps(t.b.add(k * NR + 8));
         for i in 0..MR {
-            let a = _mm256_broadcast_ss(&*t.a.add(i * t.lda + k));
+            let a = _mm256_broadcast_ss(&*t.a.add(i * t.a_row + k * t.a_k));
             lo[i] = _mm256_fmadd_ps(a, b0, lo[i]);
             hi[i] = _mm256_fmadd_ps(a, b1, hi[i]);
         }
