@@ -1,5 +1,6 @@
 //! The model's weights as the CPU forward pass wants them: norms as plain vectors, every
-//! projection packed for the matmul, Q/K/V and gate/up fused into one matrix each.
+//! projection packed for the matmul (16 bits a value when that is exact), Q/K/V and gate/up
+//! fused into one matrix each.
 
 use anyhow::Context;
 use kiln_model::{ModelConfig, Role, TensorId, WeightSource};
@@ -21,8 +22,8 @@ pub(crate) struct LayerWeights {
 }
 
 pub(crate) struct ModelWeights {
-    /// Row-major `[vocab, hidden]`; `None` when the LM head is the embedding (tied).
-    embedding: Option<Vec<f32>>,
+    /// `[vocab, hidden]`; `None` when the LM head is the embedding (tied).
+    embedding: Option<PackedMatrix>,
     pub layers: Vec<LayerWeights>,
     pub output_norm: Vec<f32>,
     pub lm_head: PackedMatrix,
@@ -51,6 +52,7 @@ impl ModelWeights {
         let (embedding, lm_head) = if cfg.tie_embeddings {
             (None, loader.pack(vocab, hidden, &embedding)?)
         } else {
+            let embedding = loader.pack(vocab, hidden, &embedding)?;
             let head = loader.fetch(TensorId::global(Role::Output))?;
             (Some(embedding), loader.pack(vocab, hidden, &head)?)
         };
@@ -69,11 +71,10 @@ impl ModelWeights {
 
     /// Writes token `token`'s embedding into `out`. The caller has checked the id.
     pub fn embed(&self, token: u32, out: &mut [f32]) {
-        let hidden = out.len();
-        match &self.embedding {
-            Some(rows) => out.copy_from_slice(&rows[token as usize * hidden..][..hidden]),
-            None => self.lm_head.copy_row(token as usize, out),
-        }
+        self.embedding
+            .as_ref()
+            .unwrap_or(&self.lm_head)
+            .copy_row(token as usize, out);
     }
 }
 

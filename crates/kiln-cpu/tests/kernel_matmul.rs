@@ -3,7 +3,7 @@
 
 mod support;
 
-use kiln_cpu::kernels::{matmul_with, Isa, PackedMatrix};
+use kiln_cpu::kernels::{matmul_with, Isa, PackedMatrix, WeightFormat};
 use support::{same_bits, Rng};
 
 /// `(rows, out features, in features)`: tile edges, partial panels, several k blocks, several
@@ -90,4 +90,51 @@ fn packed_rows_read_back_and_bad_shapes_are_errors() {
     }
     let err = PackedMatrix::pack(n, k, &w[1..]).unwrap_err();
     assert!(err.to_string().contains("needs 95 values"), "{err}");
+}
+
+/// Values exact in a 16-bit format: random f32 rounded through it.
+fn exact_in(format: WeightFormat, values: &[f32]) -> Vec<f32> {
+    values
+        .iter()
+        .map(|&v| match format {
+            WeightFormat::Bf16 => f32::from_bits(v.to_bits() & 0xFFFF_0000),
+            WeightFormat::F16 => half::f16::from_f32(v).to_f32(),
+            WeightFormat::F32 => v,
+        })
+        .collect()
+}
+
+#[test]
+fn compact_storage_gives_the_same_bits_as_f32() {
+    let (n, k) = (45, 520);
+    let mut rng = Rng::new(12);
+    for format in [WeightFormat::Bf16, WeightFormat::F16] {
+        let w = exact_in(format, &rng.vec(n * k, 0.5));
+        let compact = PackedMatrix::pack(n, k, &w).unwrap();
+        assert_eq!(compact.format(), format);
+        let wide = PackedMatrix::pack_as(n, k, &w, WeightFormat::F32).unwrap();
+        for isa in Isa::available() {
+            for m in [1, 7, 40] {
+                let x = rng.vec(m * k, 1.0);
+                let (mut a, mut b) = (poisoned(m * n), poisoned(m * n));
+                matmul_with(isa, &x, &compact, &mut a);
+                matmul_with(isa, &x, &wide, &mut b);
+                assert!(same_bits(&a, &b), "{format:?} {isa:?} m={m}");
+            }
+        }
+        let mut row = poisoned(k);
+        compact.copy_row(44, &mut row);
+        assert_eq!(row, &w[44 * k..][..k]);
+    }
+    // Full-precision values stay f32, and cannot be forced into a 16-bit format.
+    let w = rng.vec(n * k, 0.5);
+    assert_eq!(
+        PackedMatrix::pack(n, k, &w).unwrap().format(),
+        WeightFormat::F32
+    );
+    let err = PackedMatrix::pack_as(n, k, &w, WeightFormat::Bf16).unwrap_err();
+    assert!(
+        err.to_string().contains("cannot represent exactly"),
+        "{err}"
+    );
 }

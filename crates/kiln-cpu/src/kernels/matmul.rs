@@ -11,6 +11,7 @@
 use rayon::prelude::*;
 
 use super::microkernel::{run_tile, Tile, MR_MAX, NR};
+use super::panel_store::{PanelStore, WeightFormat};
 use super::simd::{isa, Isa};
 
 /// Block of k per pass: a 16-column panel block of 16 KiB stays in L1 while every row uses it.
@@ -26,12 +27,23 @@ const MIN_TASK_WORK: usize = 1 << 16;
 pub struct PackedMatrix {
     rows: usize,
     cols: usize,
-    data: Vec<f32>,
+    data: PanelStore,
 }
 
 impl PackedMatrix {
-    /// Packs a row-major `[rows, cols]` matrix.
+    /// Packs a row-major `[rows, cols]` matrix in the most compact format that holds every
+    /// value exactly (see [`WeightFormat`]).
     pub fn pack(rows: usize, cols: usize, data: &[f32]) -> anyhow::Result<PackedMatrix> {
+        Self::pack_as(rows, cols, data, WeightFormat::most_compact_exact(data))
+    }
+
+    /// Packs in the given format; an error if a value is not exactly representable in it.
+    pub fn pack_as(
+        rows: usize,
+        cols: usize,
+        data: &[f32],
+        format: WeightFormat,
+    ) -> anyhow::Result<PackedMatrix> {
         let expected = rows
             .checked_mul(cols)
             .ok_or_else(|| anyhow::anyhow!("matrix {rows}x{cols} is too large"))?;
@@ -40,23 +52,30 @@ impl PackedMatrix {
             "matrix {rows}x{cols} needs {expected} values, got {}",
             data.len()
         );
-        let panels = rows.div_ceil(NR);
-        let mut packed = vec![0.0f32; panels * NR * cols];
-        packed
-            .par_chunks_mut(NR * cols.max(1))
-            .enumerate()
-            .for_each(|(p, panel)| {
+        if let Some(v) = data.iter().find(|&&v| !format.holds_exactly(v)) {
+            anyhow::bail!(
+                "matrix {rows}x{cols} holds {v}, which {format:?} cannot represent exactly"
+            );
+        }
+        let panel_len = NR * cols.max(1);
+        let store = PanelStore::build(
+            format,
+            rows.div_ceil(NR) * panel_len,
+            panel_len,
+            |p, panel| {
+                panel.fill(0.0);
                 for j in 0..NR.min(rows - p * NR) {
                     let src = &data[(p * NR + j) * cols..][..cols];
                     for (k, &v) in src.iter().enumerate() {
                         panel[k * NR + j] = v;
                     }
                 }
-            });
+            },
+        );
         Ok(PackedMatrix {
             rows,
             cols,
-            data: packed,
+            data: store,
         })
     }
 
@@ -68,15 +87,19 @@ impl PackedMatrix {
         self.cols
     }
 
-    /// Copies row `r` (e.g. a token's embedding when the LM head is tied) into `out`.
+    pub fn format(&self) -> WeightFormat {
+        self.data.format()
+    }
+
+    /// Copies row `r` (a token's embedding) into `out`.
     pub fn copy_row(&self, r: usize, out: &mut [f32]) {
         assert!(
             r < self.rows && out.len() == self.cols,
             "row {r} out of range or wrong output length"
         );
-        let panel = &self.data[(r / NR) * NR * self.cols..];
+        let base = (r / NR) * NR * self.cols + r % NR;
         for (k, o) in out.iter_mut().enumerate() {
-            *o = panel[k * NR + r % NR];
+            *o = self.data.get(base + k * NR);
         }
     }
 }
@@ -183,6 +206,7 @@ unsafe fn run_panels(
     let (n, k) = (w.rows, w.cols);
     let tiles = m.div_ceil(MR_MAX);
     let mut edge = [0.0f32; MR_MAX * NR];
+    let mut widened = vec![0.0f32; KC * NR];
     for block in (0..tiles).step_by(TILES_PER_BLOCK) {
         let block_tiles = block..(block + TILES_PER_BLOCK).min(tiles);
         for kb in (0..k).step_by(KC) {
@@ -190,7 +214,10 @@ unsafe fn run_panels(
             let first = kb == 0;
             for p in panels.clone() {
                 let cols = NR.min(n - p * NR);
-                let b = w.data.as_ptr().add(p * NR * k + kb * NR);
+                let b = w
+                    .data
+                    .block(isa, p * NR * k + kb * NR, kc * NR, &mut widened)
+                    .as_ptr();
                 for t in block_tiles.clone() {
                     let rows = MR_MAX.min(m - t * MR_MAX);
                     let (a, a_row, a_k) = input.at(t, kb, k);

@@ -4,6 +4,7 @@
 pub mod attention;
 pub mod matmul;
 mod microkernel;
+mod panel_store;
 pub mod reduce;
 pub mod rmsnorm;
 pub mod rope;
@@ -12,6 +13,7 @@ pub mod swiglu;
 
 pub use attention::{paged_attention, AttentionShape, KvView, QueryRow};
 pub use matmul::{matmul, matmul_with, PackedMatrix};
+pub use panel_store::WeightFormat;
 pub use rmsnorm::{rmsnorm, rmsnorm_heads_in_place, rmsnorm_row_in_place};
 pub use rope::{apply_rope, RopeTable};
 pub use simd::{isa, Isa};

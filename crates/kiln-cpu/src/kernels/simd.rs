@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 pub enum Isa {
     /// Plain Rust loops that LLVM vectorises at the SSE2 baseline (multiply, then add).
     Portable,
-    /// 256-bit AVX2 with fused multiply-add, detected at run time.
+    /// 256-bit AVX2 with fused multiply-add (and F16C), detected at run time.
     Avx2Fma,
 }
 
@@ -29,7 +29,9 @@ impl Isa {
 fn avx2_fma_detected() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+            && std::arch::is_x86_feature_detected!("f16c")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

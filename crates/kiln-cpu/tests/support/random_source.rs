@@ -8,12 +8,25 @@ use super::rng::Rng;
 pub struct RandomSource {
     config: ModelConfig,
     seed: u64,
+    bf16: bool,
 }
 
 impl RandomSource {
     pub fn new(config: ModelConfig, seed: u64) -> RandomSource {
         config.validate("test model").expect("test config is valid");
-        RandomSource { config, seed }
+        RandomSource {
+            config,
+            seed,
+            bf16: false,
+        }
+    }
+
+    /// The same weights truncated to bf16, as a bf16 checkpoint would give them.
+    pub fn bf16(config: ModelConfig, seed: u64) -> RandomSource {
+        RandomSource {
+            bf16: true,
+            ..RandomSource::new(config, seed)
+        }
     }
 }
 
@@ -44,6 +57,13 @@ impl WeightSource for RandomSource {
                 let fan_in = *shape.last().unwrap() as f32;
                 rng.vec(n, 1.5 * 3f32.sqrt() / fan_in.sqrt())
             }
+        };
+        let data = if self.bf16 {
+            data.into_iter()
+                .map(|v: f32| f32::from_bits(v.to_bits() & 0xFFFF_0000))
+                .collect()
+        } else {
+            data
         };
         Ok(HostTensor { shape, data })
     }
