@@ -96,6 +96,25 @@ async fn a_client_that_goes_away_frees_its_sequence() {
     assert!(s.engine().stats().generated_tokens < 480);
 }
 
+#[tokio::test]
+async fn a_dropped_connection_cancels_a_whole_request() {
+    let s = server();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = s.app.clone();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let body = json!({"prompt": "a long story", "max_tokens": 480, "ignore_eos": true});
+    let sock = raw_request(addr, "/v1/completions", &body).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while s.engine().stats().running == 0 {
+        assert!(Instant::now() < deadline, "the request never started");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    drop(sock);
+    wait_idle(&s).await;
+    assert!(s.engine().stats().generated_tokens < 480);
+}
+
 /// Sends a raw HTTP/1.1 request and returns the stream positioned at the response.
 async fn raw_request(addr: std::net::SocketAddr, path: &str, body: &Value) -> BufReader<TcpStream> {
     let mut sock = TcpStream::connect(addr).await.expect("connect");
