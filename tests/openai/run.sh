@@ -24,7 +24,13 @@ SERVER=$!
 stop_server() {
   if kill -0 "$SERVER" 2>/dev/null; then kill -TERM "$SERVER" 2>/dev/null || true; fi
 }
-trap 'stop_server; echo "--- kiln serve log ---"; tail -n 40 "$LOG"; rm -f "$LOG"' EXIT
+on_exit() {
+  local rc=$?
+  stop_server
+  if [ "$rc" -ne 0 ]; then echo "--- kiln serve log ---"; tail -n 40 "$LOG"; fi
+  rm -f "$LOG"
+}
+trap on_exit EXIT
 
 export KILN_BASE_URL="http://127.0.0.1:$PORT"
 for _ in $(seq 1 300); do
