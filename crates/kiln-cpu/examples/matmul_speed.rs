@@ -1,47 +1,74 @@
-//! Speed of one matmul shape: `cargo run --release -p kiln-cpu --example matmul_speed -- M N K THREADS`.
-//! Reports wall-clock rates and rates per CPU-second; the latter stay meaningful on a machine
-//! shared with other work.
+//! Speed of one matmul shape:
+//! `cargo run --release -p kiln-cpu --example matmul_speed -- M N K THREADS [bf16]`.
+//! With `bf16` the weights are rounded to bf16 and so stored in 16 bits. Reports wall-clock
+//! rates and rates per CPU-second; the latter stay meaningful on a machine shared with other
+//! work.
+
+use std::time::Instant;
 
 use kiln_cpu::kernels::{matmul, PackedMatrix};
-use std::time::Instant;
-/// CPU time of all threads of this process, in seconds (robust to other load on the machine).
-fn cpu_s() -> f64 {
+
+/// CPU time of all threads of this process, in seconds.
+fn cpu_seconds() -> f64 {
     let mut ns = 0u64;
-    for e in std::fs::read_dir("/proc/self/task").unwrap() {
-        let p = e.unwrap().path().join("schedstat");
-        if let Ok(s) = std::fs::read_to_string(p) {
-            ns += s.split_whitespace().next().unwrap().parse::<u64>().unwrap();
+    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+        for task in tasks.flatten() {
+            let stat = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
+            ns += stat
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
         }
     }
     ns as f64 * 1e-9
 }
-fn main() {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
-        .map(|s| s.parse().unwrap())
-        .collect();
-    let (m, n, k, threads) = (args[0], args[1], args[2], args[3]);
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    anyhow::ensure!(args.len() >= 4, "usage: matmul_speed M N K THREADS [bf16]");
+    let dims: Vec<usize> = args[..4]
+        .iter()
+        .map(|a| a.parse())
+        .collect::<Result<_, _>>()?;
+    let (m, n, k, threads) = (dims[0], dims[1], dims[2], dims[3]);
+    let bf16 = args.get(4).is_some_and(|a| a == "bf16");
+
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
-        .build()
-        .unwrap();
+        .build()?;
     let w: Vec<f32> = (0..n * k)
         .map(|i| ((i * 7919) % 1000) as f32 * 1e-3)
+        .map(|v| {
+            if bf16 {
+                f32::from_bits(v.to_bits() & 0xFFFF_0000)
+            } else {
+                v
+            }
+        })
         .collect();
-    let p = PackedMatrix::pack(n, k, &w).unwrap();
+    let packed = PackedMatrix::pack(n, k, &w)?;
     let x: Vec<f32> = (0..m * k).map(|i| ((i * 31) % 100) as f32 * 1e-2).collect();
     let mut out = vec![0.0; m * n];
-    pool.install(|| matmul(&x, &p, &mut out));
-    let reps = (2e10 / (2.0 * (m * n * k) as f64)).clamp(3.0, 2000.0) as usize;
-    let (t, c) = (Instant::now(), cpu_s());
-    for _ in 0..reps {
-        pool.install(|| matmul(&x, &p, &mut out));
-    }
-    let s = t.elapsed().as_secs_f64() / reps as f64;
-    let cs = (cpu_s() - c) / reps as f64;
+    pool.install(|| kiln_cpu::kernels::matmul(&x, &packed, &mut out));
+
     let flop = 2.0 * (m * n * k) as f64;
+    let bytes = (n * k * if bf16 { 2 } else { 4 }) as f64;
+    let reps = (2e10 / flop).clamp(3.0, 2000.0) as usize;
+    let (wall, cpu) = (Instant::now(), cpu_seconds());
+    for _ in 0..reps {
+        pool.install(|| matmul(&x, &packed, &mut out));
+    }
+    let wall = wall.elapsed().as_secs_f64() / reps as f64;
+    let cpu = (cpu_seconds() - cpu) / reps as f64;
     println!(
-        "{m}x{n}x{k} t{threads}: wall {:.3} ms {:.1} GFLOP/s {:.1} GB/s | per cpu-second {:.1} GFLOP {:.1} GB",
-        s * 1e3, flop / s / 1e9, (n * k * 4) as f64 / s / 1e9, flop / cs / 1e9, (n * k * 4) as f64 / cs / 1e9
+        "{m}x{n}x{k} threads {threads} {:?}: {:.3} ms, {:.1} GFLOP/s, weights {:.1} GB/s | per CPU-second: {:.1} GFLOP, {:.1} GB",
+        packed.format(),
+        wall * 1e3,
+        flop / wall / 1e9,
+        bytes / wall / 1e9,
+        flop / cpu / 1e9,
+        bytes / cpu / 1e9,
     );
+    Ok(())
 }

@@ -11,7 +11,7 @@
 use rayon::prelude::*;
 
 use super::microkernel::{run_tile, Tile, MR_MAX, NR};
-use super::panel_store::{PanelStore, WeightFormat};
+use super::panel_store::{widen_block, PanelElem, PanelStore, WeightFormat};
 use super::simd::{isa, Isa};
 
 /// Block of k per pass: a 16-column panel block of 16 KiB stays in L1 while every row uses it.
@@ -193,8 +193,7 @@ pub fn matmul_with(isa: Isa, x: &[f32], w: &PackedMatrix, out: &mut [f32]) {
         });
 }
 
-/// Computes the output columns of a range of panels. For each output the k blocks run in
-/// increasing order, continuing the sums in `out`.
+/// Computes the output columns of a range of panels, for whichever format the weight has.
 unsafe fn run_panels(
     isa: Isa,
     input: &Input<'_>,
@@ -203,10 +202,42 @@ unsafe fn run_panels(
     out: *mut f32,
     panels: std::ops::Range<usize>,
 ) {
-    let (n, k) = (w.rows, w.cols);
+    let shape = Shape {
+        m,
+        n: w.rows,
+        k: w.cols,
+    };
+    match &w.data {
+        PanelStore::F32(d) => run_panels_of(isa, input, shape, d, out, panels),
+        PanelStore::Bf16(d) => run_panels_of(isa, input, shape, d, out, panels),
+        PanelStore::F16(d) => run_panels_of(isa, input, shape, d, out, panels),
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Shape {
+    m: usize,
+    n: usize,
+    k: usize,
+}
+
+/// For each output the k blocks run in increasing order, continuing the sums in `out`.
+///
+/// A 16-bit weight is widened inside the tile when one tile covers every row (decode: the
+/// widening hides in the multiply-add latency); with more rows each block is widened once
+/// into an L1 scratch that all tiles share. The values, hence the results, are the same.
+unsafe fn run_panels_of<B: PanelElem>(
+    isa: Isa,
+    input: &Input<'_>,
+    Shape { m, n, k }: Shape,
+    data: &[B],
+    out: *mut f32,
+    panels: std::ops::Range<usize>,
+) {
     let tiles = m.div_ceil(MR_MAX);
+    let widen_first = !B::IS_F32 && tiles > 1;
     let mut edge = [0.0f32; MR_MAX * NR];
-    let mut widened = vec![0.0f32; KC * NR];
+    let mut widened = vec![0.0f32; if widen_first { KC * NR } else { 0 }];
     for block in (0..tiles).step_by(TILES_PER_BLOCK) {
         let block_tiles = block..(block + TILES_PER_BLOCK).min(tiles);
         for kb in (0..k).step_by(KC) {
@@ -214,51 +245,61 @@ unsafe fn run_panels(
             let first = kb == 0;
             for p in panels.clone() {
                 let cols = NR.min(n - p * NR);
-                let b = w
-                    .data
-                    .block(isa, p * NR * k + kb * NR, kc * NR, &mut widened)
-                    .as_ptr();
+                let b = &data[p * NR * k + kb * NR..][..kc * NR];
+                if widen_first {
+                    widen_block(isa, b, &mut widened[..kc * NR]);
+                }
                 for t in block_tiles.clone() {
                     let rows = MR_MAX.min(m - t * MR_MAX);
                     let (a, a_row, a_k) = input.at(t, kb, k);
                     let c = out.add(t * MR_MAX * n + p * NR);
-                    if cols == NR {
-                        let tile = Tile {
-                            a,
-                            a_row,
-                            a_k,
-                            b,
-                            kc,
-                            c,
-                            ldc: n,
-                            first,
-                        };
-                        run_tile(isa, rows, &tile);
+                    // The last panel is partial: go through a full-width scratch tile.
+                    let (c_tile, ldc) = if cols == NR {
+                        (c, n)
                     } else {
-                        // The last panel is partial: go through a full-width scratch tile.
-                        let scratch = edge.as_mut_ptr();
-                        if !first {
-                            for i in 0..rows {
-                                std::ptr::copy_nonoverlapping(
-                                    c.add(i * n),
-                                    scratch.add(i * NR),
-                                    cols,
-                                );
-                            }
-                        }
-                        let tile = Tile {
-                            a,
-                            a_row,
-                            a_k,
-                            b,
-                            kc,
-                            c: scratch,
-                            ldc: NR,
-                            first,
-                        };
-                        run_tile(isa, rows, &tile);
+                        (edge.as_mut_ptr(), NR)
+                    };
+                    if cols < NR && !first {
                         for i in 0..rows {
-                            std::ptr::copy_nonoverlapping(scratch.add(i * NR), c.add(i * n), cols);
+                            std::ptr::copy_nonoverlapping(c.add(i * n), c_tile.add(i * NR), cols);
+                        }
+                    }
+                    if widen_first {
+                        let b = widened.as_ptr();
+                        run_tile(
+                            isa,
+                            rows,
+                            &Tile {
+                                a,
+                                a_row,
+                                a_k,
+                                b,
+                                kc,
+                                c: c_tile,
+                                ldc,
+                                first,
+                            },
+                        );
+                    } else {
+                        let b = b.as_ptr();
+                        run_tile(
+                            isa,
+                            rows,
+                            &Tile {
+                                a,
+                                a_row,
+                                a_k,
+                                b,
+                                kc,
+                                c: c_tile,
+                                ldc,
+                                first,
+                            },
+                        );
+                    }
+                    if cols < NR {
+                        for i in 0..rows {
+                            std::ptr::copy_nonoverlapping(c_tile.add(i * NR), c.add(i * n), cols);
                         }
                     }
                 }

@@ -4,6 +4,7 @@
 //! the number of rows in the batch and a row's place in it never change that chain; this is
 //! what makes the matmul batch invariant.
 
+use super::panel_store::PanelElem;
 use super::simd::Isa;
 
 /// Columns per tile: one packed panel of the weight.
@@ -14,14 +15,14 @@ pub(crate) const MR_MAX: usize = 6;
 /// One tile's operands.
 ///
 /// `a` points at `rows x kc` inputs, element `(i, k)` at `i * a_row + k * a_k`; `b` at `kc x NR`
-/// packed weights;
+/// packed weights (f32, or 16-bit values widened as they are loaded);
 /// `c` at `rows x NR` outputs with row stride `ldc`. When `first` is set the tile starts from
 /// zero, otherwise it continues the sums already in `c` (the next block of k).
-pub(crate) struct Tile {
+pub(crate) struct Tile<B> {
     pub a: *const f32,
     pub a_row: usize,
     pub a_k: usize,
-    pub b: *const f32,
+    pub b: *const B,
     pub kc: usize,
     pub c: *mut f32,
     pub ldc: usize,
@@ -33,24 +34,24 @@ pub(crate) struct Tile {
 /// # Safety
 /// The pointers in `tile` must be valid for the extents described on [`Tile`], and no other
 /// thread may touch the tile's outputs meanwhile. `isa` must be supported by this CPU.
-pub(crate) unsafe fn run_tile(isa: Isa, rows: usize, tile: &Tile) {
+pub(crate) unsafe fn run_tile<B: PanelElem>(isa: Isa, rows: usize, tile: &Tile<B>) {
     match isa {
         Isa::Portable => match rows {
-            1 => portable::<1>(tile),
-            2 => portable::<2>(tile),
-            3 => portable::<3>(tile),
-            4 => portable::<4>(tile),
-            5 => portable::<5>(tile),
-            _ => portable::<6>(tile),
+            1 => portable::<1, B>(tile),
+            2 => portable::<2, B>(tile),
+            3 => portable::<3, B>(tile),
+            4 => portable::<4, B>(tile),
+            5 => portable::<5, B>(tile),
+            _ => portable::<6, B>(tile),
         },
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2Fma => match rows {
-            1 => avx2::<1>(tile),
-            2 => avx2::<2>(tile),
-            3 => avx2::<3>(tile),
-            4 => avx2::<4>(tile),
-            5 => avx2::<5>(tile),
-            _ => avx2::<6>(tile),
+            1 => avx2::<1, B>(tile),
+            2 => avx2::<2, B>(tile),
+            3 => avx2::<3, B>(tile),
+            4 => avx2::<4, B>(tile),
+            5 => avx2::<5, B>(tile),
+            _ => avx2::<6, B>(tile),
         },
         #[cfg(not(target_arch = "x86_64"))]
         Isa::Avx2Fma => unreachable!("AVX2 is never selected off x86_64"),
@@ -58,7 +59,7 @@ pub(crate) unsafe fn run_tile(isa: Isa, rows: usize, tile: &Tile) {
 }
 
 /// Plain loops; LLVM turns the 16 columns into SSE2 multiplies and adds (never fused).
-unsafe fn portable<const MR: usize>(t: &Tile) {
+unsafe fn portable<const MR: usize, B: PanelElem>(t: &Tile<B>) {
     let mut acc = [[0.0f32; NR]; MR];
     if !t.first {
         for (i, row) in acc.iter_mut().enumerate() {
@@ -66,7 +67,7 @@ unsafe fn portable<const MR: usize>(t: &Tile) {
         }
     }
     for k in 0..t.kc {
-        let b = &*(t.b.add(k * NR) as *const [f32; NR]);
+        let b: [f32; NR] = std::array::from_fn(|j| (*t.b.add(k * NR + j)).widen());
         for (i, row) in acc.iter_mut().enumerate() {
             let a = *t.a.add(i * t.a_row + k * t.a_k);
             for j in 0..NR {
@@ -80,8 +81,8 @@ unsafe fn portable<const MR: usize>(t: &Tile) {
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn avx2<const MR: usize>(t: &Tile) {
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn avx2<const MR: usize, B: PanelElem>(t: &Tile<B>) {
     use std::arch::x86_64::*;
     let mut lo = [_mm256_setzero_ps(); MR];
     let mut hi = [_mm256_setzero_ps(); MR];
@@ -92,8 +93,7 @@ unsafe fn avx2<const MR: usize>(t: &Tile) {
         }
     }
     for k in 0..t.kc {
-        let b0 = _mm256_loadu_ps(t.b.add(k * NR));
-        let b1 = _mm256_loadu_ps(t.b.add(k * NR + 8));
+        let (b0, b1) = B::load16(t.b.add(k * NR));
         for i in 0..MR {
             let a = _mm256_broadcast_ss(&*t.a.add(i * t.a_row + k * t.a_k));
             lo[i] = _mm256_fmadd_ps(a, b0, lo[i]);

@@ -2,9 +2,8 @@
 //! matrix is exactly a bf16 or an f16 (weights that came from bf16 or f16 files).
 //!
 //! A 16-bit store holds exactly the same numbers as the f32 one, so a matmul gives the same
-//! bits either way; it only halves the memory a decode step streams. Blocks are widened to
-//! f32 in an L1-sized scratch just before the tiles use them. `KILN_CPU_WEIGHTS=f32` keeps
-//! every weight in f32 (for A/B runs).
+//! bits either way; it only halves the memory a decode step streams. `KILN_CPU_WEIGHTS=f32`
+//! keeps every weight in f32 (for A/B runs).
 
 use std::sync::OnceLock;
 
@@ -26,7 +25,7 @@ impl WeightFormat {
         match self {
             WeightFormat::F32 => true,
             WeightFormat::Bf16 => v.to_bits() & 0xFFFF == 0,
-            WeightFormat::F16 => half::f16::from_f32(v).to_f32().to_bits() == v.to_bits(),
+            WeightFormat::F16 => F16::narrow(v).widen().to_bits() == v.to_bits(),
         }
     }
 
@@ -53,68 +52,130 @@ fn compact_allowed() -> bool {
     })
 }
 
+/// A stored weight value; widening to f32 is exact.
+pub(crate) trait PanelElem: Copy + Default + Send + Sync + 'static {
+    const IS_F32: bool;
+    /// Only called with values the format holds exactly.
+    fn narrow(v: f32) -> Self;
+    fn widen(self) -> f32;
+    /// The 16 values at `p`, widened, as two 8-lane vectors.
+    ///
+    /// # Safety
+    /// `p` must be valid for 16 reads; the CPU must have AVX2 and F16C.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load16(p: *const Self) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256);
+}
+
+/// The high half of an f32.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(transparent)]
+pub(crate) struct Bf16(u16);
+
+/// IEEE half precision.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(transparent)]
+pub(crate) struct F16(u16);
+
+impl PanelElem for f32 {
+    const IS_F32: bool = true;
+    fn narrow(v: f32) -> Self {
+        v
+    }
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn load16(p: *const f32) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256) {
+        use std::arch::x86_64::*;
+        (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)))
+    }
+}
+
+impl PanelElem for Bf16 {
+    const IS_F32: bool = false;
+    fn narrow(v: f32) -> Self {
+        Bf16((v.to_bits() >> 16) as u16)
+    }
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        f32::from_bits((self.0 as u32) << 16)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn load16(p: *const Bf16) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256) {
+        use std::arch::x86_64::*;
+        let lo = _mm_loadu_si128(p as *const __m128i);
+        let hi = _mm_loadu_si128(p.add(8) as *const __m128i);
+        let widen = |h| _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+        (widen(lo), widen(hi))
+    }
+}
+
+impl PanelElem for F16 {
+    const IS_F32: bool = false;
+    fn narrow(v: f32) -> Self {
+        F16(half::f16::from_f32(v).to_bits())
+    }
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        half::f16::from_bits(self.0).to_f32()
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn load16(p: *const F16) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256) {
+        use std::arch::x86_64::*;
+        let lo = _mm_loadu_si128(p as *const __m128i);
+        let hi = _mm_loadu_si128(p.add(8) as *const __m128i);
+        (_mm256_cvtph_ps(lo), _mm256_cvtph_ps(hi))
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(crate) enum PanelStore {
     F32(Vec<f32>),
-    Bf16(Vec<u16>),
-    F16(Vec<u16>),
+    Bf16(Vec<Bf16>),
+    F16(Vec<F16>),
 }
 
-fn to_bf16(v: f32) -> u16 {
-    (v.to_bits() >> 16) as u16
-}
-
-fn from_bf16(h: u16) -> f32 {
-    f32::from_bits((h as u32) << 16)
-}
-
-fn to_f16(v: f32) -> u16 {
-    half::f16::from_f32(v).to_bits()
-}
-
-fn from_f16(h: u16) -> f32 {
-    half::f16::from_bits(h).to_f32()
+/// Fills `len` values, `chunk` at a time in parallel, narrowing what `fill` writes.
+fn build<T: PanelElem>(
+    len: usize,
+    chunk: usize,
+    fill: &(impl Fn(usize, &mut [f32]) + Sync),
+) -> Vec<T> {
+    let mut out = vec![T::default(); len];
+    out.par_chunks_mut(chunk).enumerate().for_each_init(
+        Vec::new,
+        |wide: &mut Vec<f32>, (i, dst)| {
+            wide.clear();
+            wide.resize(dst.len(), 0.0);
+            fill(i, wide);
+            for (d, &v) in dst.iter_mut().zip(wide.iter()) {
+                *d = T::narrow(v);
+            }
+        },
+    );
+    out
 }
 
 impl PanelStore {
-    /// Builds a store of `len` values in `format`, `fill` writing them as f32 chunk by chunk
-    /// (`chunk` values at a time, in parallel). Values must be exact in `format`.
+    /// A store of `len` values in `format`, `fill(i, chunk)` writing chunk `i` (of `chunk`
+    /// values) as f32. The values must be exact in `format`.
     pub fn build(
         format: WeightFormat,
         len: usize,
         chunk: usize,
         fill: impl Fn(usize, &mut [f32]) + Sync,
     ) -> PanelStore {
-        fn narrow<T: Copy + Default + Send>(
-            len: usize,
-            chunk: usize,
-            fill: &(impl Fn(usize, &mut [f32]) + Sync),
-            conv: fn(f32) -> T,
-        ) -> Vec<T> {
-            let mut out = vec![T::default(); len];
-            out.par_chunks_mut(chunk).enumerate().for_each_init(
-                Vec::new,
-                |wide: &mut Vec<f32>, (i, dst)| {
-                    wide.clear();
-                    wide.resize(dst.len(), 0.0);
-                    fill(i, wide);
-                    for (d, &v) in dst.iter_mut().zip(wide.iter()) {
-                        *d = conv(v);
-                    }
-                },
-            );
-            out
-        }
         match format {
-            WeightFormat::F32 => {
-                let mut out = vec![0.0f32; len];
-                out.par_chunks_mut(chunk)
-                    .enumerate()
-                    .for_each(|(i, dst)| fill(i, dst));
-                PanelStore::F32(out)
-            }
-            WeightFormat::Bf16 => PanelStore::Bf16(narrow(len, chunk, &fill, to_bf16)),
-            WeightFormat::F16 => PanelStore::F16(narrow(len, chunk, &fill, to_f16)),
+            WeightFormat::F32 => PanelStore::F32(build(len, chunk, &fill)),
+            WeightFormat::Bf16 => PanelStore::Bf16(build(len, chunk, &fill)),
+            WeightFormat::F16 => PanelStore::F16(build(len, chunk, &fill)),
         }
     }
 
@@ -129,82 +190,36 @@ impl PanelStore {
     pub fn get(&self, i: usize) -> f32 {
         match self {
             PanelStore::F32(d) => d[i],
-            PanelStore::Bf16(d) => from_bf16(d[i]),
-            PanelStore::F16(d) => from_f16(d[i]),
+            PanelStore::Bf16(d) => d[i].widen(),
+            PanelStore::F16(d) => d[i].widen(),
         }
-    }
-
-    /// The `len` values at `offset` as f32: in place for an f32 store, otherwise widened into
-    /// `scratch`.
-    pub fn block<'a>(
-        &'a self,
-        isa: Isa,
-        offset: usize,
-        len: usize,
-        scratch: &'a mut [f32],
-    ) -> &'a [f32] {
-        let scratch = &mut scratch[..len];
-        match self {
-            PanelStore::F32(d) => return &d[offset..offset + len],
-            PanelStore::Bf16(d) => widen_bf16(isa, &d[offset..offset + len], scratch),
-            PanelStore::F16(d) => widen_f16(isa, &d[offset..offset + len], scratch),
-        }
-        scratch
     }
 }
 
-fn widen_bf16(isa: Isa, src: &[u16], dst: &mut [f32]) {
+/// Widens `src` (a multiple of 16 values) into `dst`.
+pub(crate) fn widen_block<B: PanelElem>(isa: Isa, src: &[B], dst: &mut [f32]) {
+    assert!(
+        src.len() == dst.len() && src.len().is_multiple_of(16),
+        "widen_block lengths"
+    );
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx2Fma {
-        // SAFETY: the CPU has AVX2 (the ISA was detected); lengths are equal.
-        return unsafe { x86::widen_bf16(src, dst) };
+        // SAFETY: the CPU has AVX2 and F16C (detected with the ISA); lengths were checked.
+        return unsafe { widen_block_avx2(src, dst) };
     }
     let _ = isa;
-    for (d, &s) in dst.iter_mut().zip(src) {
-        *d = from_bf16(s);
-    }
-}
-
-fn widen_f16(isa: Isa, src: &[u16], dst: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2Fma {
-        // SAFETY: the CPU has AVX2 and F16C (detected with the ISA); lengths are equal.
-        return unsafe { x86::widen_f16(src, dst) };
-    }
-    let _ = isa;
-    for (d, &s) in dst.iter_mut().zip(src) {
-        *d = from_f16(s);
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d = s.widen();
     }
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn widen_block_avx2<B: PanelElem>(src: &[B], dst: &mut [f32]) {
     use std::arch::x86_64::*;
-
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn widen_bf16(src: &[u16], dst: &mut [f32]) {
-        let n = src.len().min(dst.len());
-        let body = n / 8 * 8;
-        for i in (0..body).step_by(8) {
-            let h = _mm_loadu_si128(src.as_ptr().add(i) as *const __m128i);
-            let w = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
-            _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_castsi256_ps(w));
-        }
-        for i in body..n {
-            dst[i] = f32::from_bits((src[i] as u32) << 16);
-        }
-    }
-
-    #[target_feature(enable = "avx2,f16c")]
-    pub(super) unsafe fn widen_f16(src: &[u16], dst: &mut [f32]) {
-        let n = src.len().min(dst.len());
-        let body = n / 8 * 8;
-        for i in (0..body).step_by(8) {
-            let h = _mm_loadu_si128(src.as_ptr().add(i) as *const __m128i);
-            _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
-        }
-        for i in body..n {
-            dst[i] = half::f16::from_bits(src[i]).to_f32();
-        }
+    for i in (0..src.len()).step_by(16) {
+        let (lo, hi) = B::load16(src.as_ptr().add(i));
+        _mm256_storeu_ps(dst.as_mut_ptr().add(i), lo);
+        _mm256_storeu_ps(dst.as_mut_ptr().add(i + 8), hi);
     }
 }
