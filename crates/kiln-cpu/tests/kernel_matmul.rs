@@ -6,9 +6,10 @@ mod support;
 use kiln_cpu::kernels::{matmul_with, Isa, PackedMatrix, WeightFormat};
 use support::{same_bits, Rng};
 
-/// `(rows, out features, in features)`: tile edges, partial panels, several k blocks, several
-/// blocks of rows.
-const SHAPES: [(usize, usize, usize); 8] = [
+/// `(rows, out features, in features)`: tile edges, partial panels, grouped panels of a single
+/// row, several k blocks, several blocks of rows.
+const SHAPES: [(usize, usize, usize); 9] = [
+    (1, 100, 300),
     (200, 20, 300),
     (1, 1, 1),
     (1, 17, 33),
@@ -57,7 +58,7 @@ fn matmul_matches_f64_reference() {
 
 #[test]
 fn each_row_is_the_same_bits_alone_and_in_any_batch() {
-    let (n, k) = (37, 300);
+    let (n, k) = (101, 300);
     let mut rng = Rng::new(99);
     let packed = PackedMatrix::pack(n, k, &rng.vec(n * k, 1.0)).unwrap();
     for isa in Isa::available() {
@@ -106,7 +107,7 @@ fn exact_in(format: WeightFormat, values: &[f32]) -> Vec<f32> {
 
 #[test]
 fn compact_storage_gives_the_same_bits_as_f32() {
-    let (n, k) = (45, 520);
+    let (n, k) = (90, 520);
     let mut rng = Rng::new(12);
     for format in [WeightFormat::Bf16, WeightFormat::F16] {
         let w = exact_in(format, &rng.vec(n * k, 0.5));
@@ -123,8 +124,8 @@ fn compact_storage_gives_the_same_bits_as_f32() {
             }
         }
         let mut row = poisoned(k);
-        compact.copy_row(44, &mut row);
-        assert_eq!(row, &w[44 * k..][..k]);
+        compact.copy_row(89, &mut row);
+        assert_eq!(row, &w[89 * k..][..k]);
     }
     // Full-precision values stay f32, and cannot be forced into a 16-bit format.
     let w = rng.vec(n * k, 0.5);

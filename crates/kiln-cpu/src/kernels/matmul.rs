@@ -10,7 +10,7 @@
 
 use rayon::prelude::*;
 
-use super::microkernel::{run_tile, Tile, MR_MAX, NR};
+use super::microkernel::{run_row_panels, run_tile, Tile, MR_MAX, NR, ROW_PANELS};
 use super::panel_store::{widen_block, PanelElem, PanelStore, WeightFormat};
 use super::simd::{isa, Isa};
 
@@ -243,7 +243,31 @@ unsafe fn run_panels_of<B: PanelElem>(
         for kb in (0..k).step_by(KC) {
             let kc = KC.min(k - kb);
             let first = kb == 0;
-            for p in panels.clone() {
+            // One row: full panels in groups, each group one pass over the row.
+            let mut grouped = panels.start;
+            if m == 1 {
+                while grouped + ROW_PANELS <= panels.end && (grouped + ROW_PANELS) * NR <= n {
+                    let (a, a_row, a_k) = input.at(0, kb, k);
+                    let b = data[grouped * NR * k + kb * NR..].as_ptr();
+                    let c = out.add(grouped * NR);
+                    run_row_panels(
+                        isa,
+                        &Tile {
+                            a,
+                            a_row,
+                            a_k,
+                            b,
+                            kc,
+                            c,
+                            ldc: n,
+                            first,
+                        },
+                        NR * k,
+                    );
+                    grouped += ROW_PANELS;
+                }
+            }
+            for p in grouped..panels.end {
                 let cols = NR.min(n - p * NR);
                 let b = &data[p * NR * k + kb * NR..][..kc * NR];
                 if widen_first {

@@ -18,6 +18,7 @@ pub(crate) const MR_MAX: usize = 6;
 /// packed weights (f32, or 16-bit values widened as they are loaded);
 /// `c` at `rows x NR` outputs with row stride `ldc`. When `first` is set the tile starts from
 /// zero, otherwise it continues the sums already in `c` (the next block of k).
+#[derive(Clone, Copy)]
 pub(crate) struct Tile<B> {
     pub a: *const f32,
     pub a_row: usize,
@@ -103,5 +104,54 @@ unsafe fn avx2<const MR: usize, B: PanelElem>(t: &Tile<B>) {
     for i in 0..MR {
         _mm256_storeu_ps(t.c.add(i * t.ldc), lo[i]);
         _mm256_storeu_ps(t.c.add(i * t.ldc + 8), hi[i]);
+    }
+}
+
+/// Panels a single-row tile covers at once: 8 independent chains keep the multiply-add units
+/// busy where one panel's 2 chains would wait on their latency.
+pub(crate) const ROW_PANELS: usize = 4;
+
+/// One input row against `ROW_PANELS` adjacent full panels (`b` then `b + b_stride`, ...),
+/// writing `ROW_PANELS * NR` consecutive outputs at `c`. Same chains as [`run_tile`].
+///
+/// # Safety
+/// As for [`run_tile`], for each of the panels.
+pub(crate) unsafe fn run_row_panels<B: PanelElem>(isa: Isa, tile: &Tile<B>, b_stride: usize) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2Fma => avx2_row_panels(tile, b_stride),
+        _ => {
+            for j in 0..ROW_PANELS {
+                let panel = Tile {
+                    b: tile.b.add(j * b_stride),
+                    c: tile.c.add(j * NR),
+                    ..*tile
+                };
+                run_tile(isa, 1, &panel);
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn avx2_row_panels<B: PanelElem>(t: &Tile<B>, b_stride: usize) {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm256_setzero_ps(); 2 * ROW_PANELS];
+    if !t.first {
+        for (j, v) in acc.iter_mut().enumerate() {
+            *v = _mm256_loadu_ps(t.c.add(j * 8));
+        }
+    }
+    for k in 0..t.kc {
+        let a = _mm256_broadcast_ss(&*t.a.add(k * t.a_k));
+        for j in 0..ROW_PANELS {
+            let (b0, b1) = B::load16(t.b.add(j * b_stride + k * NR));
+            acc[2 * j] = _mm256_fmadd_ps(a, b0, acc[2 * j]);
+            acc[2 * j + 1] = _mm256_fmadd_ps(a, b1, acc[2 * j + 1]);
+        }
+    }
+    for (j, v) in acc.iter().enumerate() {
+        _mm256_storeu_ps(t.c.add(j * 8), *v);
     }
 }
