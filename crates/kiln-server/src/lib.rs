@@ -19,5 +19,5 @@ pub mod state;
 
 pub use app::router;
 pub use error::ApiError;
-pub use serve::{serve, serve_blocking, serve_on, shutdown_signal, ServeOptions};
+pub use serve::{bind, serve, serve_blocking, serve_on, shutdown_signal, ServeOptions};
 pub use state::{AppState, Limits};

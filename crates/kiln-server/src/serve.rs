@@ -60,8 +60,19 @@ pub async fn serve(
     .await
 }
 
-/// [`serve`] on a tokio runtime of its own, for callers that are not async (the `kiln` binary).
+/// Binds the listening socket. The binary does this before loading a model, so that a busy
+/// port fails in a moment rather than after the weights have loaded.
+pub fn bind(host: &str, port: u16) -> anyhow::Result<std::net::TcpListener> {
+    let listener = std::net::TcpListener::bind((host, port))
+        .with_context(|| format!("cannot listen on {host}:{port} (is the port in use?)"))?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+/// Serves on `listener` (from [`bind`]) until SIGINT or SIGTERM, on a tokio runtime of its
+/// own, for callers that are not async (the `kiln` binary).
 pub fn serve_blocking(
+    listener: std::net::TcpListener,
     handle: EngineHandle,
     tokenizer: Tokenizer,
     model_name: String,
@@ -72,10 +83,22 @@ pub fn serve_blocking(
         .thread_name("kiln-http")
         .build()
         .context("cannot start the HTTP runtime")?;
-    let result = runtime.block_on(serve(handle.clone(), tokenizer, model_name, opts));
+    let engine = handle.clone();
+    let result = runtime.block_on(async move {
+        let listener = TcpListener::from_std(listener)?;
+        serve_on(
+            listener,
+            handle,
+            tokenizer,
+            model_name,
+            opts,
+            shutdown_signal(),
+        )
+        .await
+    });
     if result.is_err() {
-        // serve() stops the engine on its way out, except when it failed to start.
-        handle.shutdown();
+        // serve_on stops the engine on its way out, except when it failed to start.
+        engine.shutdown();
     }
     result
 }

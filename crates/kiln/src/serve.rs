@@ -61,6 +61,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .with_ansi(std::io::stderr().is_terminal())
         .try_init();
 
+    let listener = kiln_server::bind(&args.host, args.port)?;
     let t0 = Instant::now();
     let model = args.model.load()?;
     let backend = build_backend(&model, &args.device, args.kv_blocks * BLOCK_SIZE)?;
@@ -91,5 +92,5 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         },
         shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
     };
-    kiln_server::serve_blocking(engine, model.tokenizer, name, opts)
+    kiln_server::serve_blocking(listener, engine, model.tokenizer, name, opts)
 }
