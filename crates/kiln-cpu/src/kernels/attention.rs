@@ -1,7 +1,8 @@
 //! Causal attention over the paged KV cache, with GQA and an optional sliding window.
 //!
 //! Each (token, head) pair visits its keys in increasing absolute position and reduces them
-//! in that order, reading them through the sequence's block table. Whether the keys were
+//! in that order, reading them through the sequence's block table; the query heads that share
+//! a KV head run together so that each key and value is read once. Whether the keys were
 //! written in this step or earlier ones, alone or beside other sequences, the arithmetic is
 //! the same, so chunked prefill equals whole prefill equals decode, bit for bit.
 
@@ -31,6 +32,23 @@ impl AttentionShape {
     #[inline]
     pub fn slot(&self, block_table: &[u32], pos: usize) -> usize {
         block_table[pos / self.block_size] as usize * self.block_size + pos % self.block_size
+    }
+
+    /// The slots of positions `first..=last`, in position order, as one range per block.
+    #[inline]
+    pub fn slot_runs<'t>(
+        &self,
+        block_table: &'t [u32],
+        first: usize,
+        last: usize,
+    ) -> impl Iterator<Item = std::ops::Range<usize>> + 't {
+        let bs = self.block_size;
+        (first / bs..=last / bs).map(move |b| {
+            let start = if b == first / bs { first % bs } else { 0 };
+            let end = if b == last / bs { last % bs + 1 } else { bs };
+            let base = block_table[b] as usize * bs;
+            base + start..base + end
+        })
     }
 
     /// The first position a query at `pos` attends to.
@@ -93,42 +111,71 @@ pub fn paged_attention(
     );
     let group = heads / shape.num_kv_heads;
     let kv_dim = shape.kv_dim();
-    out.par_chunks_mut(hd)
+    // One task per (token, KV head): its query heads share every key and value read.
+    out.par_chunks_mut(group * hd)
         .enumerate()
-        .for_each_init(Vec::new, |scores: &mut Vec<f32>, (i, o)| {
-            let (t, h) = (i / heads, i % heads);
+        .for_each_init(Scratch::default, |s, (i, o)| {
+            let (t, kvh) = (i / shape.num_kv_heads, i % shape.num_kv_heads);
             let row = rows[t];
-            let qh = &q[t * q_stride + h * hd..][..hd];
-            let kv_off = (h / group) * hd;
+            let qs = &q[t * q_stride + kvh * group * hd..][..group * hd];
+            let kv_off = kvh * hd;
             let first = shape.first_key(row.pos);
+            let len = row.pos + 1 - first;
+            s.reset(group, len);
 
-            scores.clear();
-            let mut max = f32::NEG_INFINITY;
-            for p in first..=row.pos {
-                let slot = shape.slot(row.block_table, p);
-                let s = dot(qh, &k_cache[slot * kv_dim + kv_off..][..hd]) * scale;
-                if s > max {
-                    max = s;
+            let slots = shape.slot_runs(row.block_table, first, row.pos).flatten();
+            for (j, slot) in slots.enumerate() {
+                let k = &k_cache[slot * kv_dim + kv_off..][..hd];
+                for (g, max) in s.max.iter_mut().enumerate() {
+                    let score = dot(&qs[g * hd..][..hd], k) * scale;
+                    if score > *max {
+                        *max = score;
+                    }
+                    s.scores[g * len + j] = score;
                 }
-                scores.push(s);
             }
-            let mut sum = 0.0f32;
-            for s in scores.iter_mut() {
-                *s = (*s - max).exp();
-                sum += *s;
+            for (g, (sum, max)) in s.sum.iter_mut().zip(&s.max).enumerate() {
+                for e in &mut s.scores[g * len..][..len] {
+                    *e = (*e - max).exp();
+                    *sum += *e;
+                }
             }
 
             o.fill(0.0);
-            for (p, &weight) in (first..=row.pos).zip(scores.iter()) {
-                let slot = shape.slot(row.block_table, p);
+            let slots = shape.slot_runs(row.block_table, first, row.pos).flatten();
+            for (j, slot) in slots.enumerate() {
                 let v = &v_cache[slot * kv_dim + kv_off..][..hd];
-                for (acc, &x) in o.iter_mut().zip(v) {
-                    *acc += weight * x;
+                for (g, out_g) in o.chunks_exact_mut(hd).enumerate() {
+                    let weight = s.scores[g * len + j];
+                    for (acc, &x) in out_g.iter_mut().zip(v) {
+                        *acc += weight * x;
+                    }
                 }
             }
-            let inv = 1.0 / sum;
-            for acc in o.iter_mut() {
-                *acc *= inv;
+            for (out_g, sum) in o.chunks_exact_mut(hd).zip(&s.sum) {
+                let inv = 1.0 / sum;
+                for acc in out_g.iter_mut() {
+                    *acc *= inv;
+                }
             }
         });
+}
+
+/// Per-task buffers: `scores[g * len + j]` is query head g against the j-th visible key.
+#[derive(Default)]
+struct Scratch {
+    scores: Vec<f32>,
+    max: Vec<f32>,
+    sum: Vec<f32>,
+}
+
+impl Scratch {
+    fn reset(&mut self, group: usize, len: usize) {
+        self.scores.clear();
+        self.scores.resize(group * len, 0.0);
+        self.max.clear();
+        self.max.resize(group, f32::NEG_INFINITY);
+        self.sum.clear();
+        self.sum.resize(group, 0.0);
+    }
 }

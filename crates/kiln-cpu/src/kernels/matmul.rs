@@ -52,10 +52,12 @@ impl PackedMatrix {
             "matrix {rows}x{cols} needs {expected} values, got {}",
             data.len()
         );
-        if let Some(v) = data.iter().find(|&&v| !format.holds_exactly(v)) {
-            anyhow::bail!(
-                "matrix {rows}x{cols} holds {v}, which {format:?} cannot represent exactly"
-            );
+        if format != WeightFormat::F32 {
+            if let Some(v) = data.par_iter().find_any(|v| !format.holds_exactly(**v)) {
+                anyhow::bail!(
+                    "matrix {rows}x{cols} holds {v}, which {format:?} cannot represent exactly"
+                );
+            }
         }
         let panel_len = NR * cols.max(1);
         let store = PanelStore::build(

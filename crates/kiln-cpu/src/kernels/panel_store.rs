@@ -142,7 +142,7 @@ pub(crate) enum PanelStore {
     F16(Vec<F16>),
 }
 
-/// Fills `len` values, `chunk` at a time in parallel, narrowing what `fill` writes.
+/// Fills `len` 16-bit values, `chunk` at a time in parallel, narrowing what `fill` writes.
 fn build<T: PanelElem>(
     len: usize,
     chunk: usize,
@@ -173,7 +173,13 @@ impl PanelStore {
         fill: impl Fn(usize, &mut [f32]) + Sync,
     ) -> PanelStore {
         match format {
-            WeightFormat::F32 => PanelStore::F32(build(len, chunk, &fill)),
+            WeightFormat::F32 => {
+                let mut out = vec![0.0f32; len];
+                out.par_chunks_mut(chunk)
+                    .enumerate()
+                    .for_each(|(i, dst)| fill(i, dst));
+                PanelStore::F32(out)
+            }
             WeightFormat::Bf16 => PanelStore::Bf16(build(len, chunk, &fill)),
             WeightFormat::F16 => PanelStore::F16(build(len, chunk, &fill)),
         }
