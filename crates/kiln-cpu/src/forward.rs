@@ -2,6 +2,8 @@
 //! rows that want them. The model reads like the papers: norm, attention, residual, norm,
 //! feed-forward, residual.
 
+use std::borrow::Cow;
+
 use kiln_model::ModelConfig;
 use rayon::prelude::*;
 
@@ -41,6 +43,26 @@ struct Activations {
     act: Vec<f32>,
 }
 
+impl Activations {
+    /// Keeps only rows `keep` (ascending) of the residual stream and the Q/K/V rows, and
+    /// shrinks the other buffers to match.
+    fn keep_rows(&mut self, keep: &[usize], cfg: &ModelConfig) {
+        let stride = cfg.q_dim() + 2 * cfg.kv_dim();
+        for (buf, width) in [(&mut self.hidden, cfg.hidden_size), (&mut self.qkv, stride)] {
+            for (dst, &src) in keep.iter().enumerate() {
+                buf.copy_within(src * width..(src + 1) * width, dst * width);
+            }
+            buf.truncate(keep.len() * width);
+        }
+        let n = keep.len();
+        self.normed.truncate(n * cfg.hidden_size);
+        self.attn.truncate(n * cfg.q_dim());
+        self.proj.truncate(n * cfg.hidden_size);
+        self.gate_up.truncate(n * 2 * cfg.intermediate_size);
+        self.act.truncate(n * cfg.intermediate_size);
+    }
+}
+
 impl Model<'_> {
     /// Runs the step and returns `vocab_size` logits per entry of `plan.logit_rows`.
     pub fn forward(&self, kv: &mut PagedKvCache, plan: &StepPlan<'_>) -> Vec<f32> {
@@ -70,7 +92,7 @@ impl Model<'_> {
             self.attention_block(layer, index, kv, plan, &rope, &mut a);
             self.feed_forward_block(layer, &mut a);
         }
-        self.logits(&a.hidden, &plan.logit_rows)
+        self.logits(&a.hidden)
     }
 
     fn attention_block(
@@ -111,6 +133,14 @@ impl Model<'_> {
                 apply_rope(k, hd, cos, sin, cfg.rope_style);
             });
         kv.write(index, &plan.slots, &a.qkv, stride, q_dim, q_dim + kv_dim);
+        // In the last layer only the rows that want logits go on; the others' keys and values
+        // are in the cache, which is all later steps need of them.
+        let rows = if index + 1 == self.weights.layers.len() {
+            a.keep_rows(&plan.logit_rows, cfg);
+            Cow::Owned(plan.logit_rows.iter().map(|&r| plan.rows[r]).collect())
+        } else {
+            Cow::Borrowed(plan.rows.as_slice())
+        };
 
         let shape = AttentionShape {
             num_heads: cfg.num_heads,
@@ -125,15 +155,7 @@ impl Model<'_> {
             k: &cache.k,
             v: &cache.v,
         };
-        paged_attention(
-            &shape,
-            scale,
-            &a.qkv,
-            stride,
-            &plan.rows,
-            cache,
-            &mut a.attn,
-        );
+        paged_attention(&shape, scale, &a.qkv, stride, &rows, cache, &mut a.attn);
         matmul(&a.attn, &layer.o, &mut a.proj);
         add_assign(&mut a.hidden, &a.proj);
     }
@@ -151,21 +173,17 @@ impl Model<'_> {
         add_assign(&mut a.hidden, &a.proj);
     }
 
-    /// Final norm and LM head, for the wanted rows only.
-    fn logits(&self, hidden: &[f32], rows: &[usize]) -> Vec<f32> {
-        let width = self.cfg.hidden_size;
-        let mut picked = Vec::with_capacity(rows.len() * width);
-        for &r in rows {
-            picked.extend_from_slice(&hidden[r * width..][..width]);
-        }
-        let mut normed = vec![0.0; picked.len()];
+    /// Final norm and LM head of the rows left after the last layer.
+    fn logits(&self, hidden: &[f32]) -> Vec<f32> {
+        let rows = hidden.len() / self.cfg.hidden_size;
+        let mut normed = vec![0.0; hidden.len()];
         rmsnorm(
-            &picked,
+            hidden,
             &self.weights.output_norm,
             self.cfg.rms_norm_eps,
             &mut normed,
         );
-        let mut logits = vec![0.0; rows.len() * self.cfg.vocab_size];
+        let mut logits = vec![0.0; rows * self.cfg.vocab_size];
         matmul(&normed, &self.weights.lm_head, &mut logits);
         logits
     }
