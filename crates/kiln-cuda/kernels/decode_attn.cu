@@ -172,9 +172,11 @@ extern "C" __global__ void decode_attn_combine(const float* __restrict__ part_o,
     da_split(positions[row] + 1, max_splits, min_span, &n_splits, &span);
     const u64 base = ((u64)row * n_q + h) * max_splits;
     float mm = KILN_NEG_INF;
+#pragma unroll 4
     for (int s = 0; s < n_splits; ++s) mm = fmaxf(mm, part_ml[(base + s) * 2]);
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float ll = 0.f, oo = 0.f;
+#pragma unroll 4
         for (int s = 0; s < n_splits; ++s) {
             const float ms = part_ml[(base + s) * 2];
             const float sc = ms == KILN_NEG_INF ? 0.f : exp2f(ms - mm);

@@ -84,3 +84,104 @@ extern "C" __global__ void __launch_bounds__(256) skinny_gemm_32(float* y, const
 extern "C" __global__ void __launch_bounds__(256) skinny_gemm_64(float* y, const bf16_t* x, const bf16_t* w, int M, int N, int K) {
     skinny_body<8>(y, x, w, M, N, K);
 }
+
+// Pipelined variant (skinny_pipe_*): the same block shape, but each warp streams its weight
+// chunks through a private ring of S stages in shared memory with cp.async, so S - 1 chunks
+// (1 KB each per warp) stay in flight without holding registers; the plain kernel above keeps
+// only the two or three loads the compiler schedules ahead. Lane (g, t) copies and later reads
+// back only its own 2 x 16 bytes of each stage, so the ring needs no barrier inside the loop.
+// Chunk c (32 k) belongs to warp c % 8; a warp accumulates its chunks in order and the warps are
+// summed in index order, an order fixed by K alone: each row's bits do not depend on M.
+// Dynamic shared memory: SK_WARPS * S * 1 KB (the warp sums reuse it after the loop).
+
+template <int NT, int S>
+__device__ __forceinline__ void skinny_pipe_body(float* __restrict__ y, const bf16_t* __restrict__ x,
+                                                 const bf16_t* __restrict__ w, int M, int N, int K) {
+    extern __shared__ __align__(16) unsigned char sp_smem[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int row0 = blockIdx.x * 16;
+    const int ra = row0 + g, rb = row0 + g + 8;
+    const bool ra_ok = ra < N, rb_ok = rb < N;
+    const bf16_t* wa = w + (u64)(ra_ok ? ra : 0) * K;
+    const bf16_t* wb = w + (u64)(rb_ok ? rb : 0) * K;
+    // Stage s of this warp: 32 pieces of row a, then 32 of row b (16-byte strides, no conflicts).
+    uint4* ring = reinterpret_cast<uint4*>(sp_smem) + warp * S * 64;
+    const int chunks = (K + 31) / 32;
+    const int n_my = chunks > warp ? (chunks - warp + SK_WARPS - 1) / SK_WARPS : 0;
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+
+    // Copies this warp's i-th chunk into its stage; always commits a group (maybe empty) so the
+    // wait counts below hold at the tail.
+    auto issue = [&](int i) {
+        if (i < n_my) {
+            const int k = (warp + i * SK_WARPS) * 32 + t * 8;
+            const bool kin = k < K;
+            uint4* st = ring + (i % S) * 64;
+            cp_async_16(st + lane, wa + (kin ? k : 0), (kin && ra_ok) ? 16 : 0);
+            cp_async_16(st + 32 + lane, wb + (kin ? k : 0), (kin && rb_ok) ? 16 : 0);
+        }
+        cp_async_commit();
+    };
+    auto load_x = [&](int i, uint4* vx) {
+        const int k = (warp + i * SK_WARPS) * 32 + t * 8;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            const int m = j * 8 + g;
+            vx[j] = (i < n_my && k < K && m < M) ? ld_16(x + (u64)m * K + k) : zero;
+        }
+    };
+
+#pragma unroll
+    for (int i = 0; i < S - 1; ++i) issue(i);
+    float acc[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+    uint4 vx[NT], vn[NT];
+    load_x(0, vx);
+    for (int i = 0; i < n_my; ++i) {
+        cp_async_wait<S - 2>();  // this lane's copies of chunk i have landed
+        const uint4* st = ring + (i % S) * 64;
+        const uint4 va = st[lane], vb = st[32 + lane];
+        issue(i + S - 1);  // into the stage read one iteration ago
+        load_x(i + 1, vn);
+        const u32 a0[4] = {va.x, vb.x, va.y, vb.y};
+        const u32 a1[4] = {va.z, vb.z, va.w, vb.w};
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            const u32 b0[2] = {vx[j].x, vx[j].y};
+            const u32 b1[2] = {vx[j].z, vx[j].w};
+            mma_bf16_16816(acc[j], a0, b0);
+            mma_bf16_16816(acc[j], a1, b1);
+            vx[j] = vn[j];
+        }
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    float* red = reinterpret_cast<float*>(sp_smem);  // [SK_WARPS][NT][4][32]
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) red[((warp * NT + j) * 4 + q) * 32 + lane] = acc[j][q];
+    __syncthreads();
+    for (int e = threadIdx.x; e < NT * 4 * 32; e += blockDim.x) {
+        const int j = e / 128, q = (e / 32) % 4, l = e % 32;
+        float s = 0.f;
+#pragma unroll
+        for (int wi = 0; wi < SK_WARPS; ++wi) s += red[wi * NT * 128 + e];
+        const int n = row0 + (l >> 2) + ((q & 2) ? 8 : 0);
+        const int m = j * 8 + (l & 3) * 2 + (q & 1);
+        if (n < N && m < M) y[(u64)m * N + n] = s;
+    }
+}
+
+// Stage counts: 8 KB of ring per stage and block; the warp sums (4 KB * NT) must fit in the ring.
+#define SP_ENTRY(NAME, NT, S, MINB)                                                                  \
+    extern "C" __global__ void __launch_bounds__(256, MINB) NAME(float* y, const bf16_t* x,         \
+                                                                 const bf16_t* w, int M, int N, int K) { \
+        skinny_pipe_body<NT, S>(y, x, w, M, N, K);                                                   \
+    }
+SP_ENTRY(skinny_pipe_8, 1, 8, 3)
+SP_ENTRY(skinny_pipe_16, 2, 8, 3)
+SP_ENTRY(skinny_pipe_32, 4, 6, 2)
+SP_ENTRY(skinny_pipe_64, 8, 4, 2)

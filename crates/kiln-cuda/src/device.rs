@@ -117,13 +117,13 @@ impl Gpu {
     /// Kernels that use more than 48 KB of dynamic shared memory must say so first.
     fn raise_smem_limits(&self) -> Result<()> {
         use cudarc::driver::sys::CUfunction_attribute as FA;
-        for hd in crate::kernels::FLASH_HEAD_DIMS {
-            let f = self.func(&format!("flash_attn_hd{hd}"))?;
-            let bytes = crate::kernels::flash_smem_bytes(hd) as i32;
-            f.set_attribute(FA::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes)
-                .with_context(|| {
-                    format!("raising shared memory of flash_attn_hd{hd} to {bytes} bytes")
-                })?;
+        for (name, bytes) in crate::kernels::large_smem_kernels() {
+            let f = self.func(&name)?;
+            f.set_attribute(
+                FA::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes as i32,
+            )
+            .with_context(|| format!("raising shared memory of {name} to {bytes} bytes"))?;
         }
         Ok(())
     }

@@ -40,6 +40,10 @@ pub const SOURCES: &[KernelSource] = &[
             "skinny_gemm_16",
             "skinny_gemm_32",
             "skinny_gemm_64",
+            "skinny_pipe_8",
+            "skinny_pipe_16",
+            "skinny_pipe_32",
+            "skinny_pipe_64",
         ],
     },
     KernelSource {
@@ -51,6 +55,11 @@ pub const SOURCES: &[KernelSource] = &[
             "flash_attn_hd64",
             "flash_attn_hd128",
             "flash_attn_hd256",
+            "flash_attn2_hd16",
+            "flash_attn2_hd32",
+            "flash_attn2_hd64",
+            "flash_attn2_hd128",
+            "flash_attn2_hd256",
         ],
     },
     KernelSource {

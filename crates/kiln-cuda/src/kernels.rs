@@ -10,8 +10,9 @@ pub const FLASH_HEAD_DIMS: [usize; 5] = [16, 32, 64, 128, 256];
 /// Query rows per flash-attention tile.
 pub const FLASH_TILE_ROWS: usize = 64;
 /// Decode attention: at most this many KV splits per sequence, each at least this many keys.
-pub const DECODE_MAX_SPLITS: usize = 32;
-pub const DECODE_MIN_SPAN: usize = 128;
+/// (64 splits of 128 keys at depth 8k: 512 CTAs, all resident on an H200 at once.)
+pub const DECODE_MAX_SPLITS: usize = 64;
+pub const DECODE_MIN_SPAN: usize = 64;
 /// Query heads one decode CTA serves (more GQA heads take more CTAs).
 const DECODE_MAX_GROUP: usize = 8;
 /// Rows one skinny-GEMM launch takes at most.
@@ -25,10 +26,79 @@ fn flash_block_n(hd: usize) -> usize {
     }
 }
 
-/// Dynamic shared memory of flash_attn_hd{hd}: Q tile plus two stages of K and V, rows padded by 8.
-pub fn flash_smem_bytes(hd: usize) -> usize {
+/// Which variant of a kernel family a launch uses. The fast variants are the defaults; each
+/// has an off switch read once per process (see [`KernelChoice::from_env`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelChoice {
+    /// KILN_SKINNY_PIPE=0: the skinny GEMM without the cp.async weight ring (`skinny_gemm_*`).
+    pub skinny_pipe: bool,
+    /// KILN_FLASH_PAIRS=0: flash attention with one query head per CTA (`flash_attn_hd*`)
+    /// instead of two heads of a GQA group sharing each K/V tile (`flash_attn2_hd*`).
+    pub flash_pairs: bool,
+}
+
+impl KernelChoice {
+    pub const ALL_FAST: KernelChoice = KernelChoice {
+        skinny_pipe: true,
+        flash_pairs: true,
+    };
+    pub const ALL_PLAIN: KernelChoice = KernelChoice {
+        skinny_pipe: false,
+        flash_pairs: false,
+    };
+
+    /// The process-wide choice from the environment, read on first use.
+    pub fn from_env() -> KernelChoice {
+        static CHOICE: std::sync::OnceLock<KernelChoice> = std::sync::OnceLock::new();
+        *CHOICE.get_or_init(|| KernelChoice {
+            skinny_pipe: crate::switches::on("KILN_SKINNY_PIPE"),
+            flash_pairs: crate::switches::on("KILN_FLASH_PAIRS"),
+        })
+    }
+}
+
+/// Query heads one flash-attention CTA serves: 2 for even GQA groups when allowed, else 1.
+fn flash_heads_per_cta(pairs: bool, n_q: usize, n_kv: usize) -> usize {
+    if pairs && n_kv > 0 && (n_q / n_kv).is_multiple_of(2) {
+        2
+    } else {
+        1
+    }
+}
+
+/// Dynamic shared memory of a flash kernel serving `heads` query heads per CTA: their Q tiles
+/// plus two stages of K and V, rows padded by 8.
+pub fn flash_smem_bytes(hd: usize, heads: usize) -> usize {
     let ld = hd + 8;
-    (FLASH_TILE_ROWS * ld + 4 * flash_block_n(hd) * ld) * 2
+    (heads * FLASH_TILE_ROWS * ld + 4 * flash_block_n(hd) * ld) * 2
+}
+
+/// Row-fragment count (8 rows each) and ring stages of each pipelined skinny kernel.
+const SKINNY_PIPE_STAGES: [(usize, usize); 4] = [(1, 8), (2, 8), (4, 6), (8, 4)];
+
+/// Dynamic shared memory of skinny_pipe_{8 * nt}: 8 warps x stages x 1 KB.
+fn skinny_pipe_smem_bytes(nt: usize) -> usize {
+    let stages = SKINNY_PIPE_STAGES
+        .iter()
+        .find(|(n, _)| *n == nt)
+        .map_or(8, |(_, s)| *s);
+    8 * stages * 1024
+}
+
+/// Kernels that need more than the default 48 KB of dynamic shared memory, with their needs.
+pub fn large_smem_kernels() -> Vec<(String, usize)> {
+    let mut v = Vec::new();
+    for hd in FLASH_HEAD_DIMS {
+        v.push((format!("flash_attn_hd{hd}"), flash_smem_bytes(hd, 1)));
+        v.push((format!("flash_attn2_hd{hd}"), flash_smem_bytes(hd, 2)));
+    }
+    for (nt, _) in SKINNY_PIPE_STAGES {
+        v.push((
+            format!("skinny_pipe_{}", 8 * nt),
+            skinny_pipe_smem_bytes(nt),
+        ));
+    }
+    v
 }
 
 fn grid_1d(n: usize, block: usize, cap: usize) -> (u32, u32, u32) {
@@ -313,6 +383,21 @@ impl Gpu {
         n: usize,
         k: usize,
     ) -> Result<()> {
+        self.skinny_gemm_with(KernelChoice::from_env().skinny_pipe, y, x, w, rows, n, k)
+    }
+
+    /// [`Gpu::skinny_gemm`] with the variant given: `pipe` selects the cp.async-ring kernels.
+    #[allow(clippy::too_many_arguments)]
+    pub fn skinny_gemm_with(
+        &self,
+        pipe: bool,
+        y: u64,
+        x: u64,
+        w: u64,
+        rows: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<()> {
         if !k.is_multiple_of(8) {
             bail!("skinny GEMM needs the inner dimension to be a multiple of 8, got {k}");
         }
@@ -320,11 +405,13 @@ impl Gpu {
         let mut done = 0;
         while done < rows {
             let m = (rows - done).min(SKINNY_MAX_ROWS);
-            let name = match m {
-                1..=8 => "skinny_gemm_8",
-                9..=16 => "skinny_gemm_16",
-                17..=32 => "skinny_gemm_32",
-                _ => "skinny_gemm_64",
+            let nt = m.div_ceil(8).next_power_of_two();
+            let family = if pipe { "skinny_pipe" } else { "skinny_gemm" };
+            let name = format!("{family}_{}", 8 * nt);
+            let smem = if pipe {
+                skinny_pipe_smem_bytes(nt) as u32
+            } else {
+                0
             };
             let args = [
                 Arg::Ptr(y + (done * n * 4) as u64),
@@ -334,7 +421,7 @@ impl Gpu {
                 Arg::I32(ni),
                 Arg::I32(ki),
             ];
-            self.launch(name, (n.div_ceil(16) as u32, 1, 1), 256, 0, &args)?;
+            self.launch(&name, (n.div_ceil(16) as u32, 1, 1), 256, smem, &args)?;
             done += m;
         }
         Ok(())
@@ -344,6 +431,29 @@ impl Gpu {
     #[allow(clippy::too_many_arguments)]
     pub fn flash_attn(
         &self,
+        q: u64,
+        kv: KvView,
+        tiles: u64,
+        n_tiles: usize,
+        inp: &AttnInputs,
+        out: u64,
+        n_q: usize,
+        hd: usize,
+        window: usize,
+        scale: f32,
+    ) -> Result<()> {
+        let pairs = KernelChoice::from_env().flash_pairs;
+        self.flash_attn_with(
+            pairs, q, kv, tiles, n_tiles, inp, out, n_q, hd, window, scale,
+        )
+    }
+
+    /// [`Gpu::flash_attn`] with the variant given: `pairs` lets two heads of a GQA group share
+    /// a CTA (where the group is even). Both variants give the same bits.
+    #[allow(clippy::too_many_arguments)]
+    pub fn flash_attn_with(
+        &self,
+        pairs: bool,
         q: u64,
         kv: KvView,
         tiles: u64,
@@ -375,12 +485,17 @@ impl Gpu {
             Arg::I32(i32_of(window, "window")?),
             Arg::F32(scale * std::f32::consts::LOG2_E),
         ];
-        let smem = flash_smem_bytes(hd) as u32;
+        let heads = flash_heads_per_cta(pairs, n_q, kv.n_kv);
+        let name = if heads == 2 {
+            format!("flash_attn2_hd{hd}")
+        } else {
+            format!("flash_attn_hd{hd}")
+        };
         self.launch(
-            &format!("flash_attn_hd{hd}"),
-            (n_tiles as u32, n_q as u32, 1),
-            128,
-            smem,
+            &name,
+            (n_tiles as u32, (n_q / heads) as u32, 1),
+            128 * heads as u32,
+            flash_smem_bytes(hd, heads) as u32,
             &args,
         )
     }

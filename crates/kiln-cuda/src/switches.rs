@@ -12,7 +12,7 @@ pub struct Switches {
     pub split_decode: bool,
 }
 
-fn on(name: &str) -> bool {
+pub(crate) fn on(name: &str) -> bool {
     !matches!(
         std::env::var(name).as_deref(),
         Ok("0") | Ok("off") | Ok("false")
@@ -30,12 +30,15 @@ impl Switches {
 
     /// One line for logs and reports.
     pub fn describe(&self) -> String {
+        let k = crate::kernels::KernelChoice::from_env();
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} gemm_pin={}",
+            "skinny_gemm={} flash_attn={} split_decode={} gemm_pin={} skinny_pipe={} flash_pairs={}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
-            on("KILN_GEMM_PIN") as u8
+            on("KILN_GEMM_PIN") as u8,
+            k.skinny_pipe as u8,
+            k.flash_pairs as u8
         )
     }
 }

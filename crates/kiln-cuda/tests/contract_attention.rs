@@ -173,13 +173,32 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case) {
         )
     });
     let t_flash = timed(gpu, || {
-        gpu.flash_attn(
+        gpu.flash_attn_with(
+            true,
             dq.ptr(),
             kv,
             step.at(layout.tiles),
             plan.n_tiles,
             &inp,
             fast.ptr(),
+            n_q,
+            hd,
+            case.window,
+            scale,
+        )
+    });
+    // One query head per CTA must give the same bits as two heads sharing K/V tiles.
+    let single = gpu.alloc::<u16>(q.len()).unwrap();
+    single.fill_bytes(0xff).unwrap();
+    let t_single = timed(gpu, || {
+        gpu.flash_attn_with(
+            false,
+            dq.ptr(),
+            kv,
+            step.at(layout.tiles),
+            plan.n_tiles,
+            &inp,
+            single.ptr(),
             n_q,
             hd,
             case.window,
@@ -199,6 +218,20 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case) {
             scale,
         )
     });
+    let prefill_at = plan.n_decode * n_q * hd;
+    c.identical(
+        &format!(
+            "flash_attn one head per CTA ({:.3}ms) == head pairs ({:.3}ms) {name}",
+            t_single * 1e3,
+            t_flash * 1e3
+        ),
+        &single
+            .download(gpu, prefill_at, q.len() - prefill_at)
+            .unwrap(),
+        &fast
+            .download(gpu, prefill_at, q.len() - prefill_at)
+            .unwrap(),
+    );
     let fast = from_bf16(&fast.download(gpu, 0, q.len()).unwrap());
     let slow = from_bf16(&slow.download(gpu, 0, q.len()).unwrap());
 

@@ -53,6 +53,15 @@ fn rows_of(y: &[f32], n: usize, rows: &[usize]) -> Vec<f32> {
         .collect()
 }
 
+/// Name of a skinny variant in check lines.
+fn variant(pipe: bool) -> &'static str {
+    if pipe {
+        "pipe"
+    } else {
+        "plain"
+    }
+}
+
 #[test]
 fn skinny_gemm_contract() {
     let Some(gpu) = gpu_or_skip("skinny_gemm_contract") else {
@@ -69,71 +78,84 @@ fn skinny_gemm_contract() {
         (31, 96, 1024),
         (64, 512, 1024),
         (77, 96, 256),
+        (2, 40, 8),
+        (5, 300, 14336),
     ] {
         let p = Problem::new(&gpu, &mut rng, m, n, k);
-        // One poisoned row past the end must stay untouched.
-        let y = gpu.alloc::<f32>((m + 1) * n).unwrap();
-        y.fill_bytes(0xff).unwrap();
-        let secs = timed(&gpu, || {
-            gpu.skinny_gemm(y.ptr(), p.dx.ptr(), p.dw.ptr(), m, n, k)
-        });
-        let got = y.download(&gpu, 0, (m + 1) * n).unwrap();
         let all: Vec<usize> = (0..m).collect();
-        c.close(
-            &format!("m={m} n={n} k={k}"),
-            &got[..m * n],
-            &p.reference(&all),
-            p.atol(),
-            1e-5,
-            secs,
-        );
-        let untouched = got[m * n..].iter().all(|v| v.to_bits() == u32::MAX);
-        c.check(
-            untouched,
-            format!("m={m} n={n} k={k}: row past the end left poisoned"),
-        );
-        // Row invariance: each row alone gives the same bits as inside the batch.
-        let single = gpu.alloc::<f32>(n).unwrap();
-        let mut same = true;
-        for r in [0, m / 2, m - 1] {
-            gpu.skinny_gemm(single.ptr(), p.dx.at(r * k), p.dw.ptr(), 1, n, k)
-                .unwrap();
-            let alone = single.download(&gpu, 0, n).unwrap();
-            same &= alone
-                .iter()
-                .zip(&got[r * n..(r + 1) * n])
-                .all(|(a, b)| a.to_bits() == b.to_bits());
+        let want = p.reference(&all);
+        for pipe in [true, false] {
+            let v = variant(pipe);
+            // One poisoned row past the end must stay untouched.
+            let y = gpu.alloc::<f32>((m + 1) * n).unwrap();
+            y.fill_bytes(0xff).unwrap();
+            let secs = timed(&gpu, || {
+                gpu.skinny_gemm_with(pipe, y.ptr(), p.dx.ptr(), p.dw.ptr(), m, n, k)
+            });
+            let got = y.download(&gpu, 0, (m + 1) * n).unwrap();
+            c.close(
+                &format!("{v} m={m} n={n} k={k}"),
+                &got[..m * n],
+                &want,
+                p.atol(),
+                1e-5,
+                secs,
+            );
+            let untouched = got[m * n..].iter().all(|v| v.to_bits() == u32::MAX);
+            c.check(
+                untouched,
+                format!("{v} m={m} n={n} k={k}: row past the end left poisoned"),
+            );
+            // Row invariance: each row alone gives the same bits as inside the batch.
+            let single = gpu.alloc::<f32>(n).unwrap();
+            let mut same = true;
+            for r in [0, m / 2, m - 1] {
+                gpu.skinny_gemm_with(pipe, single.ptr(), p.dx.at(r * k), p.dw.ptr(), 1, n, k)
+                    .unwrap();
+                let alone = single.download(&gpu, 0, n).unwrap();
+                same &= alone
+                    .iter()
+                    .zip(&got[r * n..(r + 1) * n])
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+            }
+            c.check(
+                same,
+                format!("{v} m={m} n={n} k={k}: rows alone are bit-identical to rows in the batch"),
+            );
         }
-        c.check(
-            same,
-            format!("m={m} n={n} k={k}: rows alone are bit-identical to rows in the batch"),
-        );
     }
-    // Bandwidth on Llama-3-8B shapes at decode row counts.
+    // Bandwidth on Llama-3-8B shapes at decode row counts, both variants.
     for (m, n, k) in [
         (1, 6144, 4096),
+        (1, 4096, 4096),
         (1, 28672, 4096),
         (1, 4096, 14336),
+        (1, 128256, 4096),
+        (4, 28672, 4096),
         (8, 28672, 4096),
+        (16, 28672, 4096),
         (32, 28672, 4096),
         (64, 28672, 4096),
     ] {
         let p = Problem::new(&gpu, &mut rng, m, n, k);
         let y = gpu.alloc::<f32>(m * n).unwrap();
-        gpu.skinny_gemm(y.ptr(), p.dx.ptr(), p.dw.ptr(), m, n, k)
-            .unwrap();
-        let iters = 20;
-        let secs = timed(&gpu, || {
-            for _ in 0..iters {
-                gpu.skinny_gemm(y.ptr(), p.dx.ptr(), p.dw.ptr(), m, n, k)?;
-            }
-            Ok(())
-        }) / iters as f64;
-        let tbs = (n * k * 2) as f64 / secs / 1e12;
-        eprintln!(
-            "[skinny_gemm] BENCH m={m} n={n} k={k}: {:.1} us, weights read at {tbs:.2} TB/s",
-            secs * 1e6
-        );
+        for pipe in [true, false] {
+            gpu.skinny_gemm_with(pipe, y.ptr(), p.dx.ptr(), p.dw.ptr(), m, n, k)
+                .unwrap();
+            let iters = 20;
+            let secs = timed(&gpu, || {
+                for _ in 0..iters {
+                    gpu.skinny_gemm_with(pipe, y.ptr(), p.dx.ptr(), p.dw.ptr(), m, n, k)?;
+                }
+                Ok(())
+            }) / iters as f64;
+            let tbs = (n * k * 2) as f64 / secs / 1e12;
+            eprintln!(
+                "[skinny_gemm] BENCH {} m={m} n={n} k={k}: {:.1} us, weights read at {tbs:.2} TB/s",
+                variant(pipe),
+                secs * 1e6
+            );
+        }
     }
     c.finish();
 }

@@ -1,8 +1,10 @@
 //! Quick GPU benchmark of the CUDA backend on a dummy model (default dummy:llama3-8b):
 //! prefill tok/s at 2k and 8k (in 2048-token chunks, as the engine runs them), decode tok/s at
-//! batch 1 from depth 0 and 8k, and total decode tok/s at batch 8 and 32, each with the
-//! fraction of the H200 floor where one is known. Human lines on stderr, one JSON object on
-//! stdout. Usage: cuda_bench [PRESET] [decode]   ("decode": only decode at batch 1, depth 0)
+//! batch 1 from depth 0 and 8k, and total decode tok/s at batch 8, 32 and 128, each with the
+//! fraction of the H200 floor where one is known; short prompts (32 and 128 tokens, one step
+//! each: the CUDA graph prefill buckets) as mean milliseconds per prompt. Human lines on
+//! stderr, one JSON object on stdout; KILN_CUDA_GRAPHS=0 for the eager figures.
+//! Usage: cuda_bench [PRESET] [decode]   ("decode": only decode at batch 1, depth 0)
 
 use std::time::Instant;
 
@@ -11,7 +13,11 @@ use kiln_cuda::{CudaBackend, CudaOptions};
 use kiln_engine::{Backend, ChunkInput};
 use kiln_model::dummy::DummySource;
 
+mod attn_bench;
+
 const CHUNK: usize = 2048;
+/// Longest prefill measured, plus room for the decode steps after it.
+const MAX_CONTEXT: usize = 32_768 + 256;
 
 struct Bench {
     b: CudaBackend,
@@ -98,13 +104,17 @@ fn main() -> Result<()> {
     let preset = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "llama3-8b".into());
-    let decode_only = std::env::args().nth(2).as_deref() == Some("decode");
+    let mode = std::env::args().nth(2).unwrap_or_default();
+    if mode == "attn" {
+        return attn_bench::run();
+    }
+    let decode_only = mode == "decode";
     let src = DummySource::preset(&preset)?;
     let t = Instant::now();
     let opts = CudaOptions {
         prefill_chunk: CHUNK,
-        max_seqs: 64,
-        max_context: Some(16_384),
+        max_seqs: 128,
+        max_context: Some(MAX_CONTEXT),
         ..CudaOptions::default()
     };
     let b = CudaBackend::new(&src, opts, None).context("starting the CUDA backend")?;
@@ -126,7 +136,7 @@ fn main() -> Result<()> {
     let prefills: &[(usize, f64)] = if decode_only {
         &[]
     } else {
-        &[(2048, 54_000.0), (8192, 50_000.0)]
+        &[(2048, 54_000.0), (8192, 50_000.0), (32_768, 35_000.0)]
     };
     let decodes: &[(usize, usize, Option<f64>)] = if decode_only {
         &[(1, 0, Some(270.0))]
@@ -136,6 +146,7 @@ fn main() -> Result<()> {
             (1, 8192, Some(265.0)),
             (8, 512, None),
             (32, 512, None),
+            (128, 512, None),
         ]
     };
     for &(len, floor) in prefills {
@@ -148,6 +159,20 @@ fn main() -> Result<()> {
         );
         json.push(format!("\"prefill_{len}_tok_s\":{tps:.1}"));
     }
+    let short: &[usize] = if decode_only { &[] } else { &[32, 128] };
+    for &len in short {
+        const REPS: usize = 20;
+        let mut secs = 0.0;
+        for rep in 0..REPS {
+            secs += bench.prefill(len, 0, 1000 + rep)?.0;
+        }
+        let ms = secs / REPS as f64 * 1e3;
+        eprintln!(
+            "BENCH prompt {len}: {ms:.2} ms ({:.0} tok/s)",
+            len as f64 / ms * 1e3
+        );
+        json.push(format!("\"prompt_{len}_ms\":{ms:.3}"));
+    }
     for &(batch, depth, floor) in decodes {
         let tps = bench.decode(batch, depth, 64)?;
         let frac = floor
@@ -156,6 +181,9 @@ fn main() -> Result<()> {
         eprintln!("BENCH decode batch {batch} depth {depth}: {tps:.1} tok/s{frac}");
         json.push(format!("\"decode_b{batch}_d{depth}_tok_s\":{tps:.2}"));
     }
+    let g = bench.b.graph_counters();
+    eprintln!("graphs: {:?}", g);
+    json.push(format!("\"cuda_graphs\":{}", bench.b.graphs_on()));
     println!("{{{}}}", json.join(","));
     Ok(())
 }
