@@ -156,3 +156,8 @@ fn a_sequence_gets_the_same_logits_alone_and_in_any_batch() {
         }
     }
 }
+
+#[test]
+fn portable_kernels_pass_the_same_test() {
+    support::rerun_with_portable_kernels("a_sequence_gets_the_same_logits_alone_and_in_any_batch");
+}

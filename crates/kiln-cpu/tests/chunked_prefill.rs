@@ -74,3 +74,10 @@ fn whole_chunked_and_token_by_token_prefill_give_identical_logits() {
         }
     }
 }
+
+#[test]
+fn portable_kernels_pass_the_same_test() {
+    support::rerun_with_portable_kernels(
+        "whole_chunked_and_token_by_token_prefill_give_identical_logits",
+    );
+}

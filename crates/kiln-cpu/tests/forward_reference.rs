@@ -73,3 +73,10 @@ fn sliding_window_changes_the_result_once_the_sequence_outgrows_it() {
     let early: Vec<f32> = a[3].iter().map(|&v| v as f32).collect();
     assert!(max_rel_diff(&early, &b[3]) < TOLERANCE);
 }
+
+#[test]
+fn portable_kernels_pass_the_same_test() {
+    support::rerun_with_portable_kernels(
+        "prefill_and_decode_match_the_f64_reference_for_every_architecture",
+    );
+}

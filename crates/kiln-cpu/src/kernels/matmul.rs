@@ -169,10 +169,7 @@ pub fn matmul_with(isa: Isa, x: &[f32], w: &PackedMatrix, out: &mut [f32]) {
     );
     let m = x.len() / k;
     assert_eq!(out.len(), m * n, "matmul output has the wrong length");
-    assert!(
-        Isa::available().contains(&isa),
-        "{isa:?} is not supported by this CPU"
-    );
+    assert!(isa.is_supported(), "{isa:?} is not supported by this CPU");
     if m == 0 || n == 0 {
         return;
     }

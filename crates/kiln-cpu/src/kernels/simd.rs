@@ -18,11 +18,18 @@ pub enum Isa {
 impl Isa {
     /// The instruction sets this machine can run, the fastest last.
     pub fn available() -> Vec<Isa> {
-        let mut isas = vec![Isa::Portable];
-        if avx2_fma_detected() {
-            isas.push(Isa::Avx2Fma);
+        [Isa::Portable, Isa::Avx2Fma]
+            .into_iter()
+            .filter(|isa| isa.is_supported())
+            .collect()
+    }
+
+    /// Whether this CPU can run this instruction set.
+    pub fn is_supported(self) -> bool {
+        match self {
+            Isa::Portable => true,
+            Isa::Avx2Fma => avx2_fma_detected(),
         }
-        isas
     }
 }
 

@@ -80,3 +80,24 @@ pub fn max_rel_diff(a: &[f32], b: &[f64]) -> f64 {
         diff / scale
     }
 }
+
+/// Runs the named test of this test binary again in a child process with the portable
+/// kernels (`KILN_CPU_SIMD=portable`), so the exactness contract is checked for both
+/// instruction sets. Does nothing inside that child.
+pub fn rerun_with_portable_kernels(test_name: &str) {
+    if std::env::var("KILN_CPU_SIMD").is_ok_and(|v| v == "portable") {
+        return;
+    }
+    let exe = std::env::current_exe().expect("test binary path");
+    let output = std::process::Command::new(exe)
+        .args([test_name, "--exact", "--test-threads=1"])
+        .env("KILN_CPU_SIMD", "portable")
+        .output()
+        .expect("child test process starts");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("1 passed"),
+        "{test_name} with portable kernels:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
