@@ -28,7 +28,7 @@ results="$OUT/results.tsv"
 : > "$results"
 
 # Order: cheapest and most basic first, so a broken kernel shows before the model tests.
-order="kernels_compile unit contract_rows contract_gemm contract_attention backend_parity backend_invariance"
+order="kernels_compile unit contract_rows contract_gemm contract_attention backend_parity backend_invariance graphs_counts graphs_parity"
 for name in $order $(awk '$1=="test"{print $2}' "$manifest"); do
     path=$(awk -v n="$name" '$1=="test" && $2==n {print $3}' "$manifest")
     [ -n "$path" ] || continue
@@ -83,6 +83,13 @@ if [ -n "$bench" ]; then
         [ "$left" -gt 60 ] && left=60
         KILN_SKINNY_GEMM=0 RUST_BACKTRACE=0 timeout "$left" ".carry/$bench" llama3-8b decode > "$OUT/bench-no-skinny.json" 2> "$OUT/bench-no-skinny.log"
         grep -E "^BENCH" "$OUT/bench-no-skinny.log" | sed 's/^/    KILN_SKINNY_GEMM=0: /' | tee -a "$report"
+    fi
+    # A/B: decode at batch 1 with every step launched eagerly instead of as a CUDA graph.
+    left=$(( 470 - ($(date +%s) - start) ))
+    if [ $brc -eq 0 ] && [ "$left" -gt 30 ]; then
+        [ "$left" -gt 60 ] && left=60
+        KILN_CUDA_GRAPHS=0 RUST_BACKTRACE=0 timeout "$left" ".carry/$bench" llama3-8b decode > "$OUT/bench-no-graphs.json" 2> "$OUT/bench-no-graphs.log"
+        grep -E "^BENCH" "$OUT/bench-no-graphs.log" | sed 's/^/    KILN_CUDA_GRAPHS=0: /' | tee -a "$report"
     fi
     # Skinny GEMM bandwidth lines from the contract test, for the record.
     grep -h "BENCH" "$OUT"/test-contract_gemm.log 2>/dev/null | sed 's/^/    /' | tee -a "$report"

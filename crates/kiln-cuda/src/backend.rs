@@ -1,6 +1,6 @@
 //! The CUDA backend behind kiln_engine's Backend trait: loads the weights, sizes every buffer
-//! and the KV pool once, then runs each step with one input copy, the queued launches, one
-//! result copy and one host synchronisation.
+//! and the KV pool once, then runs each step with one input copy, the queued launches (or one
+//! CUDA graph launch, graphs.rs), one result copy and one host synchronisation.
 
 use anyhow::{bail, Context, Result};
 use kiln_engine::{Backend, ChunkInput, KvGeometry};
@@ -9,6 +9,8 @@ use kiln_model::{ModelConfig, WeightSource};
 use crate::device::{Gpu, PinnedBuf};
 use crate::forward::{Activations, StepContext};
 use crate::gemm_lt::LtGemm;
+use crate::graphs::{graphs_enabled_by_env, prefill_max_from_env, GraphCache, GraphCounters};
+use crate::graphs_pad::{pad_step, GraphBuckets, GraphShape};
 use crate::kv_cache::KvCache;
 use crate::step_plan::{pack_step, StepLayout, StepPlan};
 use crate::switches::Switches;
@@ -51,6 +53,7 @@ impl Default for CudaOptions {
 
 pub struct CudaBackend {
     // Field order is drop order: everything on the device goes before the context in `gpu`.
+    graphs: GraphCache,
     lt: LtGemm,
     act: Activations,
     kv: KvCache,
@@ -61,7 +64,45 @@ pub struct CudaBackend {
     layout: StepLayout,
     config: ModelConfig,
     switches: Switches,
+    opts: CudaOptions,
     gpu: Gpu,
+}
+
+/// Builds the StepContext of a backend from its fields, so that the graph cache and the GEMM
+/// state stay free to borrow mutably beside it.
+macro_rules! step_context {
+    ($b:expr) => {
+        StepContext {
+            gpu: &$b.gpu,
+            cfg: &$b.config,
+            w: &$b.weights,
+            kv: &$b.kv,
+            a: &$b.act,
+            layout: &$b.layout,
+            sw: $b.switches,
+        }
+    };
+}
+
+/// The KV budget in bytes: as asked, else a fraction of the free device memory.
+fn kv_budget(gpu: &Gpu, bytes: Option<usize>, fraction: f32) -> Result<usize> {
+    Ok(match bytes {
+        Some(b) => b,
+        None => {
+            let (free, _) = gpu.mem_info()?;
+            ((free.saturating_sub(512 << 20)) as f64 * fraction.clamp(0.0, 1.0) as f64) as usize
+        }
+    })
+}
+
+/// The KV pool for `budget` bytes plus one scratch block past the engine's blocks, which the
+/// inert padding rows of a graph step write to.
+fn kv_pool(gpu: &Gpu, c: &ModelConfig, block_size: usize, budget: usize) -> Result<KvCache> {
+    let per_block = KvCache::block_bytes(c, block_size);
+    if budget < per_block {
+        bail!("KV cache budget of {budget} bytes holds no block of {block_size} tokens ({per_block} bytes each)");
+    }
+    KvCache::new(gpu, c, block_size, budget + per_block)
 }
 
 enum Output {
@@ -116,28 +157,27 @@ impl CudaBackend {
             config.vocab_size,
         );
         let act = Activations::new(&gpu, &config, &probe)?;
-        let (free, _) = gpu.mem_info()?;
-        let budget = match opts.kv_cache_bytes {
-            Some(b) => b,
-            None => {
-                ((free.saturating_sub(512 << 20)) as f64
-                    * opts.kv_cache_fraction.clamp(0.0, 1.0) as f64) as usize
-            }
-        };
-        let kv = KvCache::new(&gpu, &config, opts.block_size, budget)?;
+        let budget = kv_budget(&gpu, opts.kv_cache_bytes, opts.kv_cache_fraction)?;
+        let kv = kv_pool(&gpu, &config, opts.block_size, budget)?;
+        // The last block is the scratch block: the engine sees the ones before it.
         let layout = StepLayout::new(
             max_tokens,
             opts.max_seqs,
             max_context,
             opts.block_size,
-            kv.num_blocks,
+            kv.num_blocks - 1,
             config.vocab_size,
         );
         debug_assert_eq!(layout.len, probe.len);
         let step_host = PinnedBuf::new(&gpu, layout.len)?;
         let logits_host = PinnedBuf::new(&gpu, opts.max_seqs * config.vocab_size)?;
         let ids_host = PinnedBuf::new(&gpu, opts.max_seqs)?;
-        Ok(CudaBackend {
+        let graphs = GraphCache::new(
+            GraphBuckets::new(&layout, prefill_max_from_env()),
+            graphs_enabled_by_env(),
+        );
+        let mut backend = CudaBackend {
+            graphs,
             lt,
             act,
             kv,
@@ -148,8 +188,13 @@ impl CudaBackend {
             layout,
             config,
             switches: Switches::from_env(),
+            opts,
             gpu,
-        })
+        };
+        if backend.graphs.enabled() {
+            backend.capture_startup_graphs();
+        }
+        Ok(backend)
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -160,11 +205,12 @@ impl CudaBackend {
         &self.gpu
     }
 
-    /// A few lines on what was set up: device, memory, switches, pinned GEMM algorithms.
+    /// A few lines on what was set up: device, memory, switches, CUDA graphs, pinned GEMM
+    /// algorithms.
     pub fn describe(&self) -> String {
         let gib = |b: usize| b as f64 / (1u64 << 30) as f64;
         let mut s = format!(
-            "device {} (sm_{}, {} SMs); weights {:.2} GiB; buffers {:.2} GiB; KV cache {:.2} GiB = {} blocks of {} tokens; \
+            "device {} (sm_{}, {} SMs); weights {:.2} GiB; buffers {:.2} GiB; KV cache {:.2} GiB = {} blocks of {} tokens (+1 scratch); \
              max {} tokens / {} sequences per step, context {}\nswitches: {}",
             self.gpu.name,
             self.gpu.arch,
@@ -172,13 +218,15 @@ impl CudaBackend {
             gib(self.weights.bytes),
             gib(self.act.bytes()),
             gib(self.kv.bytes()),
-            self.kv.num_blocks,
+            self.layout.num_blocks,
             self.kv.block_size,
             self.layout.max_tokens,
             self.layout.max_seqs,
             self.layout.max_context,
             self.switches.describe()
         );
+        s.push('\n');
+        s.push_str(&self.graphs.describe());
         for c in &self.lt.choices {
             s.push('\n');
             s.push_str(c);
@@ -192,18 +240,22 @@ impl CudaBackend {
         if plan.n_tokens == 0 {
             return Ok(plan);
         }
-        self.step_host
-            .copy_to_device(&self.gpu, self.act.step.ptr(), plan.upload_len)?;
-        let ctx = StepContext {
-            gpu: &self.gpu,
-            cfg: &self.config,
-            w: &self.weights,
-            kv: &self.kv,
-            a: &self.act,
-            layout: &self.layout,
-            sw: self.switches,
+        let shape = self.graphs.shape_for(&plan);
+        let scratch = self.scratch_slot()?;
+        let run = match shape {
+            Some(s) => pad_step(
+                self.step_host.as_mut_slice(),
+                &self.layout,
+                &plan,
+                &self.graphs.buckets,
+                s,
+                scratch,
+            )?,
+            None => plan.clone(),
         };
-        ctx.run(&mut self.lt, &plan)?;
+        self.step_host
+            .copy_to_device(&self.gpu, self.act.step.ptr(), run.upload_len)?;
+        self.launch_step(shape, &run)?;
         match out {
             Output::Logits => self.logits_host.copy_from_device(
                 &self.gpu,
@@ -222,6 +274,115 @@ impl CudaBackend {
         Ok(plan)
     }
 
+    /// Queues a step whose inputs are on the device: its shape's graph when there is one (a
+    /// shape seen for the first time is captured first), else every launch one by one.
+    fn launch_step(&mut self, shape: Option<GraphShape>, run: &StepPlan) -> Result<()> {
+        if let Some(s) = shape {
+            if !self.graphs.holds(s) {
+                let ctx = step_context!(self);
+                let lt = &mut self.lt;
+                if let Err(e) = self.graphs.capture(&self.gpu, s, || ctx.run(lt, run)) {
+                    let why = format!("{s:?}: {e:#}");
+                    tracing::warn!("CUDA graph capture failed, running eagerly from now: {why}");
+                    self.graphs.fail(why);
+                }
+            }
+            if self.graphs.holds(s) {
+                return self.graphs.replay(&self.gpu, s);
+            }
+        }
+        self.graphs.count_eager();
+        let ctx = step_context!(self);
+        ctx.run(&mut self.lt, run)
+    }
+
+    /// The KV slot that padding rows write to: the first of the scratch block.
+    fn scratch_slot(&self) -> Result<i32> {
+        i32::try_from(self.layout.num_blocks * self.layout.block_size)
+            .map_err(|_| anyhow::anyhow!("KV pool too large for 32-bit slot indices"))
+    }
+
+    /// Captures the decode and prefill buckets (time in the log and in describe()). A failure
+    /// turns graphs off with the reason and leaves the backend running eagerly.
+    fn capture_startup_graphs(&mut self) {
+        let shapes = self.graphs.buckets.startup_shapes();
+        self.capture_shapes(&shapes, "start-up");
+    }
+
+    /// Records every shape in `shapes` again (or for the first time).
+    fn capture_shapes(&mut self, shapes: &[GraphShape], why: &str) {
+        if shapes.is_empty() {
+            return;
+        }
+        let buckets = self.graphs.buckets.clone();
+        let ctx = step_context!(self);
+        let lt = &mut self.lt;
+        let captured = self.graphs.capture_all(&self.gpu, shapes, |s| {
+            // The inputs are not read while recording; the plan fixes every launch.
+            ctx.run(lt, &buckets.plan(s, 0))
+        });
+        match captured {
+            Ok(()) => tracing::info!("{why} capture: {}", self.graphs.describe()),
+            Err(e) => {
+                let why = format!("{why} capture: {e:#}");
+                tracing::warn!("CUDA graphs off: {why}");
+                self.graphs.fail(why);
+            }
+        }
+    }
+
+    /// Turns CUDA graphs on or off for the following steps (KILN_CUDA_GRAPHS=0 starts with
+    /// them off); turning them on captures the start-up buckets if that was not done yet.
+    pub fn set_graphs(&mut self, on: bool) -> Result<()> {
+        self.gpu.bind()?;
+        self.graphs.set_enabled(on);
+        if on && self.graphs.held_shapes().is_empty() {
+            self.capture_startup_graphs();
+        }
+        Ok(())
+    }
+
+    /// Whether steps may run as CUDA graphs.
+    pub fn graphs_on(&self) -> bool {
+        self.graphs.enabled()
+    }
+
+    pub fn graph_counters(&self) -> GraphCounters {
+        self.graphs.counters()
+    }
+
+    /// Shapes that hold a graph, in order.
+    pub fn graph_shapes(&self) -> Vec<GraphShape> {
+        self.graphs.held_shapes()
+    }
+
+    pub fn graph_buckets(&self) -> &GraphBuckets {
+        &self.graphs.buckets
+    }
+
+    /// Frees the KV pool and allocates a new one of `kv_cache_bytes` (None: the fraction of
+    /// free memory given at start), then records every held graph again, updated in place for
+    /// the new pool. Every sequence's cache is lost: the engine must start over.
+    pub fn rebuild_kv_cache(&mut self, kv_cache_bytes: Option<usize>) -> Result<KvGeometry> {
+        self.gpu.bind()?;
+        self.gpu.synchronize()?;
+        let bs = self.opts.block_size;
+        // A one-block stand-in, so the old pool's memory is free before the new one is sized.
+        let stand_in = KvCache::new(
+            &self.gpu,
+            &self.config,
+            bs,
+            KvCache::block_bytes(&self.config, bs),
+        )?;
+        drop(std::mem::replace(&mut self.kv, stand_in));
+        let budget = kv_budget(&self.gpu, kv_cache_bytes, self.opts.kv_cache_fraction)?;
+        self.kv = kv_pool(&self.gpu, &self.config, bs, budget)?;
+        self.layout.num_blocks = self.kv.num_blocks - 1;
+        let held = self.graphs.held_shapes();
+        self.capture_shapes(&held, "KV pool rebuild");
+        Ok(self.kv_geometry())
+    }
+
     /// Runs a step like [`Backend::forward`] but returns only the argmax token of each row that
     /// wants logits (chosen on the device; only the ids cross to the host).
     pub fn forward_greedy(&mut self, chunks: &[ChunkInput<'_>]) -> Result<Vec<u32>> {
@@ -237,7 +398,7 @@ impl Backend for CudaBackend {
     fn kv_geometry(&self) -> KvGeometry {
         KvGeometry {
             block_size: self.kv.block_size,
-            num_blocks: self.kv.num_blocks,
+            num_blocks: self.layout.num_blocks,
         }
     }
 

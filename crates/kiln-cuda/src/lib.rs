@@ -6,6 +6,8 @@ pub mod backend;
 pub mod device;
 pub mod forward;
 pub mod gemm_lt;
+pub mod graphs;
+pub mod graphs_pad;
 pub mod kernel_sources;
 pub mod kernels;
 pub mod kv_cache;
