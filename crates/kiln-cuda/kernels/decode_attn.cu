@@ -1,12 +1,14 @@
 // Decode attention: one query row per sequence, split over the KV length. The split count and
 // the split boundaries depend only on the sequence's own length, and every split visits its keys
 // in a fixed order, so a row's result is the same alone or in any batch. A CTA owns one split of
-// one KV head for up to 8 query heads of its GQA group; a combine kernel merges the splits in
-// index order. Cache layout: [block][kv_head][block_size][head_dim].
+// one KV head for up to 4 query heads of its GQA group; a combine kernel merges the splits in
+// index order. Cache layout: [block][kv_head][block_size][head_dim]. Each warp loads 8 keys per
+// round (the loads of a round are in flight together; fewer heads per CTA keep the registers).
 
 #define DA_WARPS 4
-#define DA_MAX_GROUP 8
-#define DA_KEYS 4
+#define DA_MAX_GROUP 4
+#define DA_KEYS 8
+#define DA_COMBINE_MAX_SPLITS 128
 
 // Split s of a length-L sequence covers [s * span, min(L, (s + 1) * span)).
 __device__ __forceinline__ void da_split(int len, int max_splits, int min_span, int* n_splits, int* span) {
@@ -149,38 +151,46 @@ __device__ __forceinline__ void decode_attn_body(
     }
 }
 
-#define DA_ENTRY(HD)                                                                                  \
-    extern "C" __global__ void __launch_bounds__(128) decode_attn_hd##HD(                            \
+#define DA_ENTRY(HD, MINB)                                                                                \
+    extern "C" __global__ void __launch_bounds__(128, MINB) decode_attn_hd##HD(                          \
         const bf16_t* q, const bf16_t* kc, const bf16_t* vc, const int* positions, const int* token_seq, \
         const int* bt_start, const int* block_tables, float* part_o, float* part_ml, int n_q, int n_kv, \
         int block_size, int window, float scale_log2, int max_splits, int min_span) {                \
         decode_attn_body<HD>(q, kc, vc, positions, token_seq, bt_start, block_tables, part_o, part_ml, \
                              n_q, n_kv, block_size, window, scale_log2, max_splits, min_span);        \
     }
-DA_ENTRY(16)
-DA_ENTRY(32)
-DA_ENTRY(64)
-DA_ENTRY(128)
-DA_ENTRY(256)
+// Four CTAs per SM where the registers allow it without spills.
+DA_ENTRY(16, 4)
+DA_ENTRY(32, 4)
+DA_ENTRY(64, 4)
+DA_ENTRY(128, 4)
+DA_ENTRY(256, 1)
 
-// out[row, h, :] = merge of the row's splits, in split order. Grid (n_q, rows), hd threads.
+// out[row, h, :] = merge of the row's splits, in split order. Grid (n_q, rows), hd threads. The
+// splits' (max, sum) pairs are staged in shared memory first, so the loop over splits reads
+// only the partial outputs, whose loads are independent of one another.
 extern "C" __global__ void decode_attn_combine(const float* __restrict__ part_o, const float* __restrict__ part_ml,
                                                const int* __restrict__ positions, bf16_t* __restrict__ out,
                                                int n_q, int hd, int max_splits, int min_span) {
+    __shared__ float sm_m[DA_COMBINE_MAX_SPLITS], sm_l[DA_COMBINE_MAX_SPLITS];
     const int h = blockIdx.x, row = blockIdx.y;
     int n_splits, span;
     da_split(positions[row] + 1, max_splits, min_span, &n_splits, &span);
     const u64 base = ((u64)row * n_q + h) * max_splits;
+    for (int s = threadIdx.x; s < n_splits; s += blockDim.x) {
+        sm_m[s] = part_ml[(base + s) * 2];
+        sm_l[s] = part_ml[(base + s) * 2 + 1];
+    }
+    __syncthreads();
     float mm = KILN_NEG_INF;
-#pragma unroll 4
-    for (int s = 0; s < n_splits; ++s) mm = fmaxf(mm, part_ml[(base + s) * 2]);
+    for (int s = 0; s < n_splits; ++s) mm = fmaxf(mm, sm_m[s]);
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float ll = 0.f, oo = 0.f;
-#pragma unroll 4
+#pragma unroll 16
         for (int s = 0; s < n_splits; ++s) {
-            const float ms = part_ml[(base + s) * 2];
+            const float ms = sm_m[s];
             const float sc = ms == KILN_NEG_INF ? 0.f : exp2f(ms - mm);
-            ll += part_ml[(base + s) * 2 + 1] * sc;
+            ll += sm_l[s] * sc;
             oo += part_o[(base + s) * hd + d] * sc;
         }
         out[((u64)row * n_q + h) * hd + d] = f32_to_bf16(ll > 0.f ? oo / ll : 0.f);

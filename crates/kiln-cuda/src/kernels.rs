@@ -14,7 +14,10 @@ pub const FLASH_TILE_ROWS: usize = 64;
 pub const DECODE_MAX_SPLITS: usize = 64;
 pub const DECODE_MIN_SPAN: usize = 64;
 /// Query heads one decode CTA serves (more GQA heads take more CTAs).
-const DECODE_MAX_GROUP: usize = 8;
+const DECODE_MAX_GROUP: usize = 4;
+/// decode_attn_combine stages at most this many splits in shared memory.
+const DECODE_COMBINE_MAX_SPLITS: usize = 128;
+const _: () = assert!(DECODE_MAX_SPLITS <= DECODE_COMBINE_MAX_SPLITS);
 /// Rows one skinny-GEMM launch takes at most.
 pub const SKINNY_MAX_ROWS: usize = 64;
 
