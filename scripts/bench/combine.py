@@ -34,12 +34,21 @@ def spread(samples, avg):
     return (min(s), max(s)) if s else (avg, avg)
 
 
+def median(xs):
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
 def llama_bench_rows(records):
-    """llama-bench: a pp test is a prefill row (at depth 0), a tg test a batch-1 decode row at its depth."""
+    """llama-bench: a pp test is a prefill row (at depth 0), a tg test a batch-1 decode row at its depth.
+    tok_s is the median of the runs, as kiln's (llama-bench's own figure, the mean, is kept as tok_s_mean)."""
     rows = []
     for r in records:
-        lo, hi = spread(r.get("samples_ts"), r["avg_ts"])
-        base = {"engine": "llama.cpp", "concurrency": 1, "tok_s": r["avg_ts"], "tok_s_min": lo, "tok_s_max": hi}
+        samples = r.get("samples_ts") or [r["avg_ts"]]
+        lo, hi = spread(samples, r["avg_ts"])
+        base = {"engine": "llama.cpp", "concurrency": 1, "tok_s": median(samples), "tok_s_min": lo, "tok_s_max": hi,
+                "tok_s_mean": r["avg_ts"]}
         depth = r.get("n_depth", 0)
         if r["n_prompt"] > 0 and r["n_gen"] == 0:
             if depth:  # a prompt on top of a filled cache: not a figure this table compares
@@ -108,22 +117,33 @@ def markdown(doc, comparison, has_floor):
     def num(x, fmt="{:,.1f}"):
         return "" if x is None else fmt.format(x)
 
-    head = ["test", "tokens", "streams", "kiln tok/s", "llama.cpp", "transformers", "kiln/llama.cpp",
-            "kiln/transformers"]
+    def pct(x):
+        return num(x and 100 * x, "{:.0f}%")
+
+    # Columns only for the engines this run measured.
+    present = [e for e in ENGINES if any(c[e] is not None for c in comparison)]
+    others = [e for e in present if e != "kiln"]
+    head = ["test", "tokens", "streams"] + [f"{e} tok/s" for e in present] + [f"kiln/{e}" for e in others]
     if has_floor:
-        head += ["floor tok/s", "kiln % floor", "llama.cpp % floor", "transformers % floor"]
+        head += ["floor tok/s"] + [f"{e} % floor" for e in present]
     lines = [f"{doc['model']} on {doc['device']}, commit {doc['commit']}, {doc['date']}", "",
              "| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * (len(head) - 3)) + "|"]
     for c in comparison:
-        cells = [c["test"], str(c["tokens"]), str(c["concurrency"]), num(c["kiln"]), num(c["llama.cpp"]),
-                 num(c["transformers"]), num(c["kiln_vs_llama.cpp"], "{:.2f}x"),
-                 num(c["kiln_vs_transformers"], "{:.2f}x")]
+        cells = [c["test"], str(c["tokens"]), str(c["concurrency"])] + [num(c[e]) for e in present]
+        cells += [num(c[f"kiln_vs_{e}"], "{:.2f}x") for e in others]
         if has_floor:
-            pct = lambda x: num(x and 100 * x, "{:.0f}%")  # noqa: E731
-            cells += [num(c["floor_tok_s"], "{:,.0f}"), pct(c["kiln_of_floor"]), pct(c["llama.cpp_of_floor"]),
-                      pct(c["transformers_of_floor"])]
+            cells += [num(c["floor_tok_s"], "{:,.0f}")] + [pct(c[f"{e}_of_floor"]) for e in present]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def llama_version(records):
+    """What llama-bench says about its build and settings, from its first record."""
+    if not records:
+        return None
+    r = records[0]
+    return (f"llama.cpp {r.get('build_commit', '?')} ({r.get('backends', '?')}, {r.get('n_threads', '?')} threads, "
+            f"ubatch {r.get('n_ubatch', '?')}, flash_attn {r.get('flash_attn', '?')}, {r.get('model_type', '')})")
 
 
 def main(argv=None):
@@ -143,12 +163,17 @@ def main(argv=None):
 
     kiln = json.load(open(a.kiln)) if a.kiln else {}
     rows = [dict(r, engine="kiln") for r in kiln.get("rows", [])]
+    versions = {}
     for p in a.llama_bench:
-        rows += llama_bench_rows(load_jsonl(p))
+        records = load_jsonl(p)
+        rows += llama_bench_rows(records)
+        versions.setdefault("llama.cpp", llama_version(records))
     for p in a.llama_batched:
         rows += batched_bench_rows(load_jsonl(p))
     hf = json.load(open(a.hf)) if a.hf else {}
     rows += [dict(r, engine="transformers") for r in hf.get("rows", [])]
+    if hf.get("versions"):
+        versions["transformers"] = f"{hf['versions']}, {hf.get('dtype', '?')} {hf.get('weights', '?')} weights"
     if not rows:
         sys.exit("no rows: give --kiln, --llama-bench, --llama-batched or --hf files")
 
@@ -166,7 +191,7 @@ def main(argv=None):
         "model": a.model or kiln.get("model", "unknown"),
         "model_info": info,
         "note": a.note,
-        "versions": {k: v for k, v in (("transformers", hf.get("versions")),) if v},
+        "versions": {k: v for k, v in versions.items() if v},
         "rows": rows,
     }
     comparison = compare(rows, floor)

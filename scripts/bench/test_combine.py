@@ -49,6 +49,7 @@ def main():
     assert cmp[("decode", 512, 8)]["kiln"] is None and cmp[("decode", 512, 8)]["kiln_vs_llama.cpp"] is None
     llama_min = [r for r in by_engine["llama.cpp"] if r["test"] == "prefill" and r["tokens"] == 2048][0]
     assert (llama_min["tok_s_min"], llama_min["tok_s_max"]) == (23850.0, 23970.0)
+    assert combine.median([3.0, 1.0, 2.0]) == 2.0 and combine.median([4.0, 1.0]) == 2.5
 
     # Floors of the Llama-3-8B shape: 7.50e9 matmul weights (embedding left out), 16-bit.
     P = 8030261248 - 128256 * 4096
@@ -65,13 +66,18 @@ def main():
 
     lines = table.splitlines()
     assert lines[0].startswith("random 8B on NVIDIA H200")
-    assert "| prefill | 2048 | 1 | 40,000.0 | 23,910.0 | 33,105.0 | 1.67x | 1.21x |" in table, table
+    assert "| prefill | 2048 | 1 | 40,000.0 | 23,910.0 | 33,105.0 | 1.67x | 1.21x | 50,815 | 79% | 47% | 65% |" in table, table
     assert "kiln % floor" in lines[2]
+    assert doc["versions"]["llama.cpp"].startswith("llama.cpp ?") and "float16 gguf" in doc["versions"]["transformers"]
     assert sum(1 for l in lines if l.startswith("| decode")) == 5
 
-    # Without floor figures the floor columns go away.
+    # Without floor figures the floor columns go away; without transformers, its columns.
     doc, table = run()
     assert "floor" not in doc and "floor" not in table
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        combine.main([f"--kiln={D}/kiln.json", "--llama-bench", f"{D}/llama-bench.jsonl"])
+    assert "transformers" not in out.getvalue() and "| prefill | 2048 | 1 | 40,000.0 | 23,910.0 | 1.67x |" in out.getvalue()
     print("test_combine: 1 passed, 0 failed")
 
 
