@@ -81,3 +81,29 @@ fn portable_kernels_pass_the_same_test() {
         "whole_chunked_and_token_by_token_prefill_give_identical_logits",
     );
 }
+
+#[test]
+fn a_prefill_without_logits_returns_none_and_changes_nothing_after_it() {
+    let src = RandomSource::new(configs::qwen2(), 5);
+    let tokens = random_tokens(20, 101, 6);
+    let table: Vec<u32> = (0..5).collect();
+    let mut b = backend(&src, 8, 4);
+    let silent = ChunkInput {
+        tokens: &tokens[..19],
+        start_pos: 0,
+        block_table: &table,
+        want_logits: false,
+    };
+    assert!(b.forward(&[silent]).unwrap().is_empty());
+    let last = ChunkInput {
+        tokens: &tokens[19..],
+        start_pos: 19,
+        block_table: &table,
+        want_logits: true,
+    };
+    let after_silent = b.forward(&[last]).unwrap();
+
+    let mut fresh = backend(&src, 8, 4);
+    let whole = run_in_chunks(&mut fresh, &tokens, &table, &[20]);
+    assert!(same_bits(&after_silent, &whole[0]));
+}
