@@ -3,7 +3,7 @@
 
 mod support;
 
-use kiln_cpu::kernels::{paged_attention, AttentionShape, KvView, QueryRow};
+use kiln_cpu::kernels::{paged_attention_with, AttentionShape, Isa, KvView, Queries, QueryRow};
 use support::{shuffled_blocks, Rng};
 
 /// Reference for one (query, head): softmax over positions `lo..=pos` of the sequence.
@@ -118,26 +118,27 @@ fn check(case: &Case, seed: u64, fence: bool) {
             });
         }
     }
-    let mut out = vec![f32::NAN; rows.len() * qd];
-    paged_attention(
-        &shape,
-        (1.0 / (case.head_dim as f64).sqrt()) as f32,
-        &q,
-        q_stride,
-        &rows,
-        KvView {
+    let scale = (1.0 / (case.head_dim as f64).sqrt()) as f32;
+    for isa in Isa::available() {
+        let mut out = vec![f32::NAN; rows.len() * qd];
+        let queries = Queries {
+            data: &q,
+            stride: q_stride,
+            rows: &rows,
+        };
+        let cache = KvView {
             k: &k_cache,
             v: &v_cache,
-        },
-        &mut out,
-    );
-    for (i, (got, want)) in out.chunks_exact(case.head_dim).zip(&expected).enumerate() {
-        for (d, (g, w)) in got.iter().zip(want).enumerate() {
-            assert!(
-                (*g as f64 - w).abs() <= 1e-5,
-                "heads {}/{} hd {} bs {} window {:?} fence {fence}: row {} head {} [{d}]: {g} vs {w}",
-                case.heads, case.kv_heads, case.head_dim, case.block_size, case.window, i / case.heads, i % case.heads
-            );
+        };
+        paged_attention_with(isa, &shape, scale, queries, cache, &mut out);
+        for (i, (got, want)) in out.chunks_exact(case.head_dim).zip(&expected).enumerate() {
+            for (d, (g, w)) in got.iter().zip(want).enumerate() {
+                assert!(
+                    (*g as f64 - w).abs() <= 1e-5,
+                    "{isa:?} heads {}/{} hd {} bs {} window {:?} fence {fence}: row {} head {} [{d}]: {g} vs {w}",
+                    case.heads, case.kv_heads, case.head_dim, case.block_size, case.window, i / case.heads, i % case.heads
+                );
+            }
         }
     }
 }

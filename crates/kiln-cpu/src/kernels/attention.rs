@@ -8,7 +8,8 @@
 
 use rayon::prelude::*;
 
-use super::reduce::dot;
+use super::reduce::{dot_with, Fused, MulAdd, Separate};
+use super::simd::{isa, Isa};
 
 /// Head layout of the attention and of the KV cache it reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,7 +77,7 @@ pub struct KvView<'a> {
     pub v: &'a [f32],
 }
 
-/// Attention for every query token.
+/// Attention for every query token, with the process's instruction set.
 ///
 /// `q` holds one row per token with row stride `q_stride`, the heads in its first
 /// `num_heads * head_dim` elements. `out` gets `[tokens, num_heads * head_dim]`. Scores are
@@ -90,18 +91,47 @@ pub fn paged_attention(
     cache: KvView<'_>,
     out: &mut [f32],
 ) {
-    let (k_cache, v_cache) = (cache.k, cache.v);
+    let queries = Queries {
+        data: q,
+        stride: q_stride,
+        rows,
+    };
+    paged_attention_with(isa(), shape, scale, queries, cache, out)
+}
+
+/// The query side of an attention call (see [`paged_attention`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Queries<'a> {
+    pub data: &'a [f32],
+    pub stride: usize,
+    pub rows: &'a [QueryRow<'a>],
+}
+
+/// [`paged_attention`] with an explicit instruction set (tests compare them).
+pub fn paged_attention_with(
+    isa: Isa,
+    shape: &AttentionShape,
+    scale: f32,
+    queries: Queries<'_>,
+    cache: KvView<'_>,
+    out: &mut [f32],
+) {
     let (hd, heads) = (shape.head_dim, shape.num_heads);
+    let Queries {
+        data: q,
+        stride,
+        rows,
+    } = queries;
     assert!(
         heads.is_multiple_of(shape.num_kv_heads),
         "query heads are not a multiple of KV heads"
     );
     assert!(
-        q_stride >= heads * hd,
+        stride >= heads * hd,
         "query row stride is shorter than the heads"
     );
     assert!(
-        rows.is_empty() || q.len() >= (rows.len() - 1) * q_stride + heads * hd,
+        rows.is_empty() || q.len() >= (rows.len() - 1) * stride + heads * hd,
         "query rows are short"
     );
     assert_eq!(
@@ -109,56 +139,94 @@ pub fn paged_attention(
         rows.len() * heads * hd,
         "attention output has the wrong length"
     );
-    let group = heads / shape.num_kv_heads;
-    let kv_dim = shape.kv_dim();
+    assert!(isa.is_supported(), "{isa:?} is not supported by this CPU");
+    let task = Task {
+        shape,
+        scale,
+        queries,
+        cache,
+        group: heads / shape.num_kv_heads,
+    };
     // One task per (token, KV head): its query heads share every key and value read.
-    out.par_chunks_mut(group * hd)
+    out.par_chunks_mut(task.group * hd)
         .enumerate()
-        .for_each_init(Scratch::default, |s, (i, o)| {
-            let (t, kvh) = (i / shape.num_kv_heads, i % shape.num_kv_heads);
-            let row = rows[t];
-            let qs = &q[t * q_stride + kvh * group * hd..][..group * hd];
-            let kv_off = kvh * hd;
-            let first = shape.first_key(row.pos);
-            let len = row.pos + 1 - first;
-            s.reset(group, len);
-
-            let slots = shape.slot_runs(row.block_table, first, row.pos).flatten();
-            for (j, slot) in slots.enumerate() {
-                let k = &k_cache[slot * kv_dim + kv_off..][..hd];
-                for (g, max) in s.max.iter_mut().enumerate() {
-                    let score = dot(&qs[g * hd..][..hd], k) * scale;
-                    if score > *max {
-                        *max = score;
-                    }
-                    s.scores[g * len + j] = score;
-                }
-            }
-            for (g, (sum, max)) in s.sum.iter_mut().zip(&s.max).enumerate() {
-                for e in &mut s.scores[g * len..][..len] {
-                    *e = (*e - max).exp();
-                    *sum += *e;
-                }
-            }
-
-            o.fill(0.0);
-            let slots = shape.slot_runs(row.block_table, first, row.pos).flatten();
-            for (j, slot) in slots.enumerate() {
-                let v = &v_cache[slot * kv_dim + kv_off..][..hd];
-                for (g, out_g) in o.chunks_exact_mut(hd).enumerate() {
-                    let weight = s.scores[g * len + j];
-                    for (acc, &x) in out_g.iter_mut().zip(v) {
-                        *acc += weight * x;
-                    }
-                }
-            }
-            for (out_g, sum) in o.chunks_exact_mut(hd).zip(&s.sum) {
-                let inv = 1.0 / sum;
-                for acc in out_g.iter_mut() {
-                    *acc *= inv;
-                }
-            }
+        .for_each_init(Scratch::default, |s, (i, o)| match isa {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the CPU has AVX2 and FMA (checked above).
+            Isa::Avx2Fma => unsafe { attend_fma(&task, s, i, o) },
+            _ => attend::<Separate>(&task, s, i, o),
         });
+}
+
+struct Task<'a> {
+    shape: &'a AttentionShape,
+    scale: f32,
+    queries: Queries<'a>,
+    cache: KvView<'a>,
+    group: usize,
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn attend_fma(task: &Task<'_>, s: &mut Scratch, i: usize, o: &mut [f32]) {
+    attend::<Fused>(task, s, i, o)
+}
+
+/// Task `i`: token `i / num_kv_heads`, KV head `i % num_kv_heads`, writing its query heads'
+/// outputs to `o`.
+#[inline(always)]
+fn attend<M: MulAdd>(task: &Task<'_>, s: &mut Scratch, i: usize, o: &mut [f32]) {
+    let Task {
+        shape,
+        scale,
+        queries,
+        cache,
+        group,
+    } = *task;
+    let (hd, kv_dim) = (shape.head_dim, shape.kv_dim());
+    let (t, kvh) = (i / shape.num_kv_heads, i % shape.num_kv_heads);
+    let row = queries.rows[t];
+    let qs = &queries.data[t * queries.stride + kvh * group * hd..][..group * hd];
+    let kv_off = kvh * hd;
+    let first = shape.first_key(row.pos);
+    let len = row.pos + 1 - first;
+    s.reset(group, len);
+
+    let slots = shape.slot_runs(row.block_table, first, row.pos).flatten();
+    for (j, slot) in slots.enumerate() {
+        let k = &cache.k[slot * kv_dim + kv_off..][..hd];
+        for (g, max) in s.max.iter_mut().enumerate() {
+            let score = dot_with::<M>(&qs[g * hd..][..hd], k) * scale;
+            if score > *max {
+                *max = score;
+            }
+            s.scores[g * len + j] = score;
+        }
+    }
+    for (g, (sum, max)) in s.sum.iter_mut().zip(&s.max).enumerate() {
+        for e in &mut s.scores[g * len..][..len] {
+            *e = (*e - max).exp();
+            *sum += *e;
+        }
+    }
+
+    o.fill(0.0);
+    let slots = shape.slot_runs(row.block_table, first, row.pos).flatten();
+    for (j, slot) in slots.enumerate() {
+        let v = &cache.v[slot * kv_dim + kv_off..][..hd];
+        for (g, out_g) in o.chunks_exact_mut(hd).enumerate() {
+            let weight = s.scores[g * len + j];
+            for (acc, &x) in out_g.iter_mut().zip(v) {
+                *acc = M::mul_add(weight, x, *acc);
+            }
+        }
+    }
+    for (out_g, sum) in o.chunks_exact_mut(hd).zip(&s.sum) {
+        let inv = 1.0 / sum;
+        for acc in out_g.iter_mut() {
+            *acc *= inv;
+        }
+    }
 }
 
 /// Per-task buffers: `scores[g * len + j]` is query head g against the j-th visible key.

@@ -11,7 +11,9 @@ pub mod rope;
 pub mod simd;
 pub mod swiglu;
 
-pub use attention::{paged_attention, AttentionShape, KvView, QueryRow};
+pub use attention::{
+    paged_attention, paged_attention_with, AttentionShape, KvView, Queries, QueryRow,
+};
 pub use matmul::{matmul, matmul_with, PackedMatrix};
 pub use panel_store::WeightFormat;
 pub use rmsnorm::{rmsnorm, rmsnorm_heads_in_place, rmsnorm_row_in_place};
