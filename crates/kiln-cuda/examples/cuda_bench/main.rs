@@ -1,10 +1,11 @@
 //! Quick GPU benchmark of the CUDA backend on a dummy model (default dummy:llama3-8b):
-//! prefill tok/s at 2k and 8k (in 2048-token chunks, as the engine runs them), decode tok/s at
+//! prefill tok/s at 2k, 8k and 32k (in 2048-token chunks, as the engine runs them), decode tok/s at
 //! batch 1 from depth 0 and 8k, and total decode tok/s at batch 8, 32 and 128, each with the
 //! fraction of the H200 floor where one is known; short prompts (32 and 128 tokens, one step
 //! each: the CUDA graph prefill buckets) as mean milliseconds per prompt. Human lines on
 //! stderr, one JSON object on stdout; KILN_CUDA_GRAPHS=0 for the eager figures.
-//! Usage: cuda_bench [PRESET] [decode]   ("decode": only decode at batch 1, depth 0)
+//! Usage: cuda_bench [PRESET] [decode|attn]   ("decode": only decode at batch 1, depth 0;
+//! "attn": the attention kernels alone on Llama-3-8B head shapes, see attn_bench.rs)
 
 use std::time::Instant;
 
