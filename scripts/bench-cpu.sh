@@ -8,7 +8,7 @@
 # Environment (all optional):
 #   MODELS="tiny llama3-1b"   presets to run          DTYPE=f32      weights in the GGUF (f32|f16|bf16)
 #   THREADS=$(nproc)          threads for both        REPEATS=3      timed runs per case
-#   PROMPT_tiny=512 GEN_tiny=128 PROMPT_llama3_1b=256 GEN_llama3_1b=32   case sizes per preset
+#   PROMPT_tiny=128,512,2048 GEN_tiny=128 PROMPT_llama3_1b=256 GEN_llama3_1b=32   case sizes per preset
 #   KILN_BENCH_DIR=/tmp/kiln-bench   GGUFs and raw outputs (reused between runs)
 #   KILN_BIN=...              a kiln binary (default: build it with cargo --release)
 #   LLAMA_BIN_DIR=/work/llamacpp-cpu/bin   llama.cpp binaries; built from LLAMA_SRC when missing
@@ -54,13 +54,13 @@ if [ ! -x "$LLAMA_BIN_DIR/llama-bench" ]; then
     LLAMA_BIN_DIR=$B/bin
 fi
 
-date_tag=$(date -u +%Y-%m-%d)
+date_tag=$(date -u +%Y-%m-%dT%H%M)
 load=$(cut -d' ' -f1-3 /proc/loadavg)
 note="${NOTE:-load average at start: $load on $(nproc) cores}"
 for m in $MODELS; do
     var=${m//-/_}
     prompt_var=PROMPT_$var gen_var=GEN_$var
-    case $m in tiny) dp=512 dg=128 ;; *) dp=256 dg=32 ;; esac
+    case $m in tiny) dp=128,512,2048 dg=128 ;; *) dp=256 dg=32 ;; esac
     P=${!prompt_var:-$dp}
     G=${!gen_var:-$dg}
     gguf=$DIR/$m-$DTYPE.gguf
