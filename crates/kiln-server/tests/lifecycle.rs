@@ -29,6 +29,8 @@ async fn health_models_and_metrics() {
 
     let body = json!({"prompt": "hello", "max_tokens": 5, "ignore_eos": true});
     send(&s.app, post("/v1/completions", body.to_string())).await;
+    // The response ends when its last token is sent; the engine frees the sequence just after.
+    wait_idle(&s).await;
     let (st, text) = send(&s.app, get("/metrics")).await;
     assert!(st.is_success());
     let value = |name: &str| -> f64 {
