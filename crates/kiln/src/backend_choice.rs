@@ -26,7 +26,23 @@ pub struct ModelArgs {
 
 impl ModelArgs {
     pub fn load(&self) -> anyhow::Result<LoadedModel> {
-        kiln_model::load(&self.model).with_context(|| format!("cannot load model `{}`", self.model))
+        let spec = resolve_default(&self.model);
+        kiln_model::load(&spec).with_context(|| format!("cannot load model `{spec}`"))
+    }
+}
+
+/// The default model's path is relative to the repository; run from elsewhere, kiln finds the
+/// shipped file where it was built from.
+fn resolve_default(spec: &str) -> String {
+    if spec != crate::DEFAULT_MODEL || std::path::Path::new(spec).exists() {
+        return spec.to_string();
+    }
+    let built_from = concat!(env!("CARGO_MANIFEST_DIR"), "/../../");
+    let shipped = std::path::Path::new(built_from).join(spec);
+    if shipped.exists() {
+        shipped.to_string_lossy().into_owned()
+    } else {
+        spec.to_string()
     }
 }
 
@@ -41,20 +57,6 @@ pub struct DeviceArgs {
 
 /// Tokens per KV block.
 pub const BLOCK_SIZE: usize = 16;
-
-/// Builds the backend for `model` with a CPU KV pool of `kv_tokens` tokens, for the default
-/// engine limits. Prefer [`build_backend_for`] when the engine's limits are known.
-pub fn build_backend(
-    model: &LoadedModel,
-    device: &DeviceArgs,
-    kv_tokens: usize,
-) -> anyhow::Result<Box<dyn Backend>> {
-    let cfg = EngineConfig {
-        max_context: model.config.max_position,
-        ..EngineConfig::default()
-    };
-    build_backend_for(model, device, &cfg, kv_tokens)
-}
 
 /// Builds the backend for `model`, sized for the engine limits in `cfg`: on the CPU a KV pool
 /// of `kv_tokens` tokens; on the GPU step buffers for `cfg` and a KV pool that takes most of

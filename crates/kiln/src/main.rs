@@ -9,8 +9,8 @@ mod tokenize;
 
 use clap::{Parser, Subcommand};
 
-/// The model used when `--model` is absent.
-pub const DEFAULT_MODEL: &str = "dummy:tiny";
+/// The model used when `--model` is absent: the small model kiln ships (models/README.md).
+pub const DEFAULT_MODEL: &str = "models/kiln-4m/kiln-4m-f16.gguf";
 
 #[derive(Debug, Parser)]
 #[command(

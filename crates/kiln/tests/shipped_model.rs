@@ -1,9 +1,6 @@
 //! The models kiln ships (models/, see models/README.md): the GGUF and the HF folder of each hold
 //! the same weights and give identical logits, and kiln's greedy output and logits match the
 //! reference that PyTorch computed at training time (reference.json).
-//!
-//! This file belongs in crates/kiln/tests/; it waits here until the trained models are committed
-//! to models/, since without them every test in it fails.
 
 use std::path::{Path, PathBuf};
 
