@@ -3,7 +3,7 @@
 //! CUDA graph launch, graphs.rs), one result copy and one host synchronisation.
 
 use anyhow::{bail, Context, Result};
-use kiln_engine::{Backend, ChunkInput, KvGeometry};
+use kiln_engine::{Backend, ChunkInput, KvGeometry, StepCapacity};
 use kiln_model::{ModelConfig, WeightSource};
 
 use crate::device::{Gpu, PinnedBuf};
@@ -400,6 +400,13 @@ impl Backend for CudaBackend {
             block_size: self.kv.block_size,
             num_blocks: self.layout.num_blocks,
         }
+    }
+
+    fn step_capacity(&self) -> Option<StepCapacity> {
+        Some(StepCapacity {
+            max_seqs: self.layout.max_seqs,
+            max_tokens: self.layout.max_tokens,
+        })
     }
 
     fn forward(&mut self, chunks: &[ChunkInput<'_>]) -> Result<Vec<f32>> {

@@ -9,6 +9,15 @@ pub struct KvGeometry {
     pub num_blocks: usize,
 }
 
+/// The most one step may hold, for a backend whose step buffers have a fixed size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepCapacity {
+    /// Chunks (sequences) in one step.
+    pub max_seqs: usize,
+    /// Tokens over all chunks of one step.
+    pub max_tokens: usize,
+}
+
 /// One sequence's share of a step: a prefill chunk or a single decode token.
 #[derive(Debug, Clone)]
 pub struct ChunkInput<'a> {
@@ -26,6 +35,12 @@ pub struct ChunkInput<'a> {
 /// nothing of requests, scheduling or HTTP.
 pub trait Backend: Send {
     fn kv_geometry(&self) -> KvGeometry;
+
+    /// The largest step the backend accepts; `None`: no fixed limit. The engine never schedules
+    /// a larger step, whatever its own configuration asks for.
+    fn step_capacity(&self) -> Option<StepCapacity> {
+        None
+    }
 
     /// Runs all chunks as one step. Returns one row of `vocab_size` logits for each chunk with
     /// `want_logits`, in chunk order, concatenated.

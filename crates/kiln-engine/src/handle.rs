@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use tokio::sync::mpsc as events;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, StepCapacity};
 use crate::engine::{Command, Engine, Submission};
 use crate::request::{GenEvent, GenerateRequest};
 
@@ -122,6 +122,7 @@ pub fn start(
     tokenizer: kiln_tokenizer::Tokenizer,
     cfg: EngineConfig,
 ) -> EngineHandle {
+    let cfg = fit_to_backend(cfg, backend.step_capacity());
     let geometry = backend.kv_geometry();
     let kv_capacity = geometry.num_blocks * geometry.block_size;
     let max_context = cfg.max_context.min(kv_capacity);
@@ -142,6 +143,30 @@ pub fn start(
         max_in_flight: cfg.max_num_seqs.max(1).saturating_add(cfg.max_queue),
         vocab_size,
     }
+}
+
+/// Lowers the engine's per-step limits to what the backend's step buffers hold, so that no
+/// step is ever scheduled that the backend must refuse.
+pub(crate) fn fit_to_backend(mut cfg: EngineConfig, cap: Option<StepCapacity>) -> EngineConfig {
+    let Some(cap) = cap else { return cfg };
+    if cfg.max_num_seqs > cap.max_seqs {
+        tracing::warn!(
+            "max_num_seqs {} lowered to {}: the backend's step buffers hold no more sequences",
+            cfg.max_num_seqs,
+            cap.max_seqs
+        );
+        cfg.max_num_seqs = cap.max_seqs;
+    }
+    if cfg.max_batched_tokens > cap.max_tokens {
+        tracing::warn!(
+            "max_batched_tokens {} lowered to {}: the backend's step buffers hold no more tokens",
+            cfg.max_batched_tokens,
+            cap.max_tokens
+        );
+        cfg.max_batched_tokens = cap.max_tokens;
+    }
+    cfg.prefill_chunk = cfg.prefill_chunk.min(cfg.max_batched_tokens);
+    cfg
 }
 
 impl EngineHandle {
@@ -222,6 +247,11 @@ impl EngineHandle {
     /// is smaller.
     pub fn max_context(&self) -> usize {
         self.max_context
+    }
+
+    /// Tokens the backend's KV pool holds in all.
+    pub fn kv_capacity(&self) -> usize {
+        self.kv_capacity
     }
 
     /// Stops admitting requests, cancels those in flight (each gets a final `Done` with

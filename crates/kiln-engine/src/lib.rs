@@ -12,6 +12,6 @@ pub mod scheduler;
 pub mod sequence;
 pub mod stop;
 
-pub use backend::{Backend, ChunkInput, KvGeometry};
+pub use backend::{Backend, ChunkInput, KvGeometry, StepCapacity};
 pub use handle::{start, EngineConfig, EngineHandle, EngineStats, RequestStream, SubmitError};
 pub use request::{Finish, FinishReason, GenEvent, GenerateRequest, SamplingParams, TokenEvent};

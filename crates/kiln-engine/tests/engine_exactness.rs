@@ -4,10 +4,10 @@
 mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use common::*;
-use kiln_engine::{Backend, ChunkInput, EngineConfig, FinishReason, KvGeometry};
+use kiln_engine::{Backend, ChunkInput, EngineConfig, FinishReason, KvGeometry, StepCapacity};
 
 /// Greedy decoding with no engine: the whole prompt in one chunk, then one token per step.
 fn plain_greedy_loop(prompt: &[u32], max_tokens: usize) -> Vec<u32> {
@@ -217,5 +217,66 @@ fn all_greedy_steps_take_the_backend_argmax_and_give_the_same_tokens() {
         argmax_steps.load(Ordering::SeqCst) > before,
         "greedy-only steps use forward_argmax"
     );
+    engine.shutdown();
+}
+
+/// The CPU backend with fixed step buffers, as the CUDA backend has: it refuses any step with
+/// more sequences or tokens than it was sized for, and records the largest step it saw.
+struct SizedCpu {
+    inner: kiln_cpu::CpuBackend,
+    cap: StepCapacity,
+    largest: Arc<Mutex<(usize, usize)>>,
+}
+
+impl Backend for SizedCpu {
+    fn kv_geometry(&self) -> KvGeometry {
+        self.inner.kv_geometry()
+    }
+
+    fn step_capacity(&self) -> Option<StepCapacity> {
+        Some(self.cap)
+    }
+
+    fn forward(&mut self, chunks: &[ChunkInput<'_>]) -> anyhow::Result<Vec<f32>> {
+        let tokens: usize = chunks.iter().map(|c| c.tokens.len()).sum();
+        {
+            let mut largest = self.largest.lock().unwrap();
+            largest.0 = largest.0.max(chunks.len());
+            largest.1 = largest.1.max(tokens);
+        }
+        anyhow::ensure!(
+            chunks.len() <= self.cap.max_seqs && tokens <= self.cap.max_tokens,
+            "step of {} sequences and {tokens} tokens exceeds {:?}",
+            chunks.len(),
+            self.cap
+        );
+        self.inner.forward(chunks)
+    }
+}
+
+#[test]
+fn an_engine_configured_beyond_the_backends_step_buffers_stays_within_them() {
+    let reqs = sixteen_requests();
+    let plain = engine(256, config());
+    let expected = run_concurrently(&plain, &reqs);
+    plain.shutdown();
+
+    let source = tiny();
+    let cap = StepCapacity {
+        max_seqs: 5,
+        max_tokens: 40,
+    };
+    let largest = Arc::new(Mutex::new((0, 0)));
+    let backend = SizedCpu {
+        inner: backend(&source, 256),
+        cap,
+        largest: largest.clone(),
+    };
+    // Asks for 32 sequences and 256 tokens a step; the backend holds 5 and 40.
+    let engine = kiln_engine::start(Box::new(backend), tokenizer(&source), config());
+    assert_eq!(run_concurrently(&engine, &reqs), expected);
+    let (seqs, tokens) = *largest.lock().unwrap();
+    assert_eq!(seqs, cap.max_seqs, "the engine fills the step buffers");
+    assert!(tokens <= cap.max_tokens);
     engine.shutdown();
 }

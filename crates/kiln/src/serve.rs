@@ -8,7 +8,7 @@ use clap::Args;
 use kiln_engine::EngineConfig;
 use kiln_server::{Limits, ServeOptions};
 
-use crate::backend_choice::{build_backend, DeviceArgs, ModelArgs, BLOCK_SIZE};
+use crate::backend_choice::{build_backend_for, DeviceArgs, ModelArgs, BLOCK_SIZE};
 
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
@@ -33,7 +33,7 @@ pub struct ServeArgs {
     /// Most prompt tokens of one sequence per step.
     #[arg(long, default_value_t = 512)]
     pub prefill_chunk: usize,
-    /// KV cache blocks (of 16 tokens) to allocate.
+    /// KV cache blocks (of 16 tokens) to allocate on the CPU; the GPU takes most of its free memory.
     #[arg(long, default_value_t = 1024)]
     pub kv_blocks: usize,
     /// Requests that may wait beyond the running ones; more get HTTP 429.
@@ -64,7 +64,6 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let listener = kiln_server::bind(&args.host, args.port)?;
     let t0 = Instant::now();
     let model = args.model.load()?;
-    let backend = build_backend(&model, &args.device, args.kv_blocks * BLOCK_SIZE)?;
     let cfg = EngineConfig {
         max_num_seqs: args.max_num_seqs,
         max_batched_tokens: args.max_batched_tokens,
@@ -72,6 +71,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         max_queue: args.max_queue,
         max_context: args.max_context.unwrap_or(model.config.max_position),
     };
+    // The GPU backend sizes its step buffers from the engine's limits.
+    let backend = build_backend_for(&model, &args.device, &cfg, args.kv_blocks * BLOCK_SIZE)?;
     let engine = kiln_engine::start(backend, model.tokenizer.clone(), cfg);
     let name = args
         .served_model_name
@@ -82,7 +83,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         args.model.model,
         t0.elapsed().as_secs_f64(),
         engine.max_context(),
-        args.kv_blocks,
+        engine.kv_capacity() / BLOCK_SIZE,
     );
     let opts = ServeOptions {
         host: args.host,
