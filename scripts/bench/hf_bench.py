@@ -43,18 +43,20 @@ from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 t_start = time.time()
 r = gguf.GGUFReader(a.gguf)
 arch = r.get_field("general.architecture").contents()
+# GGUF scalars come back as numpy types, which transformers' config validation refuses.
 g = lambda k: r.get_field(f"{arch}.{k}").contents()  # noqa: E731
 tensors = {t.name: t for t in r.tensors}
-n_head, n_kv, dim = g("attention.head_count"), g("attention.head_count_kv"), g("embedding_length")
-V = tensors["token_embd.weight"].shape[-1]
+n_head, n_kv, dim = int(g("attention.head_count")), int(g("attention.head_count_kv")), int(g("embedding_length"))
+V = int(tensors["token_embd.weight"].shape[-1])
 tied = "output.weight" not in tensors
 hd_field = r.get_field(f"{arch}.rope.dimension_count")
-head_dim = hd_field.contents() if hd_field else dim // n_head
+head_dim = int(hd_field.contents()) if hd_field else dim // n_head
 dtype = getattr(torch, a.dtype)
-cfg = LlamaConfig(hidden_size=dim, intermediate_size=g("feed_forward_length"), num_hidden_layers=g("block_count"),
+cfg = LlamaConfig(hidden_size=dim, intermediate_size=int(g("feed_forward_length")),
+                  num_hidden_layers=int(g("block_count")),
                   num_attention_heads=n_head, num_key_value_heads=n_kv, vocab_size=V,
                   head_dim=head_dim,
-                  max_position_embeddings=g("context_length"), rope_theta=float(g("rope.freq_base")),
+                  max_position_embeddings=int(g("context_length")), rope_theta=float(g("rope.freq_base")),
                   rms_norm_eps=float(g("attention.layer_norm_rms_epsilon")), tie_word_embeddings=tied,
                   torch_dtype=a.dtype, attn_implementation="sdpa")
 versions = f"torch {torch.__version__}, transformers {transformers.__version__}, {torch.cuda.get_device_name()}"
