@@ -45,6 +45,11 @@ pub struct BenchArgs {
     /// Most prompt tokens per forward, as the engine's prefill chunk.
     #[arg(long, default_value_t = 2048)]
     pub chunk: usize,
+    /// Decode with the logits copied to the host and sampled there, as the engine does for
+    /// sampled requests. By default greedy decode rows take the backend's on-device argmax
+    /// where it has one, as the engine does when every request of a step is greedy.
+    #[arg(long)]
+    pub host_sampling: bool,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
@@ -70,7 +75,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     plan.validate(model.config.max_position)
         .with_context(|| format!("model `{}`", model.name))?;
     let mut target = Target::build(&model, &args.device, &plan)?;
-    let rows = measure(target.backend(), &plan, model.config.vocab_size)?;
+    let rows = measure(
+        target.backend(),
+        &plan,
+        model.config.vocab_size,
+        args.host_sampling,
+    )?;
 
     let header = Header {
         date: report::utc_now(),
@@ -85,6 +95,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             "chunk": plan.chunk,
             "decode": plan.decode,
             "threads": args.device.threads,
+            "decode_sampling": if args.host_sampling { "host" } else { "device argmax where available" },
         }),
         memory: target.memory(),
     };
@@ -104,8 +115,10 @@ fn measure(
     backend: &mut dyn kiln_engine::Backend,
     plan: &Plan,
     vocab: usize,
+    host_sampling: bool,
 ) -> anyhow::Result<Vec<Row>> {
     let mut runner = Runner::new(backend, vocab, plan.chunk);
+    runner.set_device_argmax(!host_sampling);
     let mut rows = Vec::new();
     for &len in &plan.prefill {
         let t = runner

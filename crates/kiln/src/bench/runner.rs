@@ -49,6 +49,9 @@ pub struct Runner<'a> {
     chunk: usize,
     next_seq: u64,
     rng: u64,
+    /// Decode steps ask the backend for the argmax of each row (`forward_argmax`), falling back
+    /// to host sampling when it has none.
+    device_argmax: bool,
 }
 
 impl<'a> Runner<'a> {
@@ -61,7 +64,14 @@ impl<'a> Runner<'a> {
             chunk: chunk.max(1),
             next_seq: 0,
             rng: 0x6b69_6c6e,
+            device_argmax: false,
         }
+    }
+
+    /// Whether greedy decode steps take the backend's on-device argmax, as the engine's
+    /// greedy-only steps do.
+    pub fn set_device_argmax(&mut self, on: bool) {
+        self.device_argmax = on;
     }
 
     /// Prefills a prompt of `len` random tokens `warmup + repeats` times into the same blocks.
@@ -177,9 +187,20 @@ impl<'a> Runner<'a> {
                     want_logits: true,
                 })
                 .collect();
-            let logits = self.backend.forward(&chunks)?;
+            let argmax = if self.device_argmax {
+                self.backend.forward_argmax(&chunks)
+            } else {
+                None
+            };
+            let next = match argmax {
+                Some(ids) => ids?,
+                None => {
+                    let logits = self.backend.forward(&chunks)?;
+                    self.sample_rows(&logits)?
+                }
+            };
             drop(chunks);
-            tokens = self.sample_rows(&logits)?;
+            tokens = next;
             ensure!(
                 tokens.len() == concurrency,
                 "the backend returned {} logit rows for {concurrency} decode rows",

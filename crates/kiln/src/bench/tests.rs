@@ -161,3 +161,73 @@ fn bench_on_dummy_tiny_writes_every_case_to_json() {
         }
     }
 }
+
+/// The CPU backend with an argmax on its side, counting which path each decode step took.
+struct CountingArgmax {
+    inner: kiln_cpu::CpuBackend,
+    vocab: usize,
+    forwards: usize,
+    argmaxes: usize,
+}
+
+impl kiln_engine::Backend for CountingArgmax {
+    fn kv_geometry(&self) -> kiln_engine::KvGeometry {
+        self.inner.kv_geometry()
+    }
+
+    fn forward(&mut self, chunks: &[kiln_engine::ChunkInput<'_>]) -> anyhow::Result<Vec<f32>> {
+        self.forwards += 1;
+        self.inner.forward(chunks)
+    }
+
+    fn forward_argmax(
+        &mut self,
+        chunks: &[kiln_engine::ChunkInput<'_>],
+    ) -> Option<anyhow::Result<Vec<u32>>> {
+        self.argmaxes += 1;
+        let logits = match self.inner.forward(chunks) {
+            Ok(l) => l,
+            Err(e) => return Some(Err(e)),
+        };
+        let ids = logits
+            .chunks_exact(self.vocab)
+            .map(|row| {
+                let best = row
+                    .iter()
+                    .enumerate()
+                    .fold(0, |b, (i, &v)| if v > row[b] { i } else { b });
+                best as u32
+            })
+            .collect();
+        Some(Ok(ids))
+    }
+}
+
+#[test]
+fn decode_takes_the_device_argmax_unless_host_sampling_is_asked_for() {
+    use kiln_model::WeightSource;
+    let source = kiln_model::DummySource::preset("tiny").unwrap();
+    let opts = kiln_cpu::CpuOptions {
+        kv_blocks: 64,
+        block_size: 16,
+        threads: Some(1),
+    };
+    let vocab = source.config().vocab_size;
+    for device_argmax in [true, false] {
+        let mut backend = CountingArgmax {
+            inner: kiln_cpu::CpuBackend::new(&source, opts.clone(), None).unwrap(),
+            vocab,
+            forwards: 0,
+            argmaxes: 0,
+        };
+        let mut runner = Runner::new(&mut backend, vocab, 16);
+        runner.set_device_argmax(device_argmax);
+        let streams = runner.fill_streams(2, 10, 4).unwrap();
+        runner.decode(&streams, 2, 4, 0, 1).unwrap();
+        runner.release(streams);
+        drop(runner);
+        // The fill ran two prompts through forward; the 4 decode steps took one path.
+        let (forwards, argmaxes) = if device_argmax { (2, 4) } else { (6, 0) };
+        assert_eq!((backend.forwards, backend.argmaxes), (forwards, argmaxes));
+    }
+}
