@@ -215,7 +215,7 @@ fn decode_takes_the_device_argmax_unless_host_sampling_is_asked_for() {
     let vocab = source.config().vocab_size;
     for device_argmax in [true, false] {
         let mut backend = CountingArgmax {
-            inner: kiln_cpu::CpuBackend::new(&source, opts.clone(), None).unwrap(),
+            inner: kiln_cpu::CpuBackend::new(&source, opts, None).unwrap(),
             vocab,
             forwards: 0,
             argmaxes: 0,
