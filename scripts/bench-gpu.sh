@@ -98,7 +98,10 @@ run_llama_bench() {
         2> "$RAW/llama-bench-prefill.log" || { tail -5 "$RAW/llama-bench-prefill.log" >&2; return 1; }
     # Decode at each depth where this llama-bench has -d; else at depth 0 only.
     local depth_args=()
-    "$lb" --help 2>&1 | grep -q -- "--n-depth" && depth_args=(-d "$(echo "$DEPTHS" | tr ',' '\n' | grep -vx 512 | paste -sd,)")
+    # (Help read into a variable first: with pipefail, grep -q closing the pipe early fails the test.)
+    local help
+    help=$("$lb" --help 2>&1)
+    [[ $help == *--n-depth* ]] && depth_args=(-d "$(echo "$DEPTHS" | tr ',' '\n' | grep -vx 512 | paste -sd,)")
     "$lb" -m "$GGUF" -ngl 99 -fa 1 -ub 2048 -p 0 -n "$DECODE" "${depth_args[@]}" -r "$REPEATS" -o jsonl \
         > "$RAW/llama-bench-decode.jsonl" 2> "$RAW/llama-bench-decode.log" || { tail -5 "$RAW/llama-bench-decode.log" >&2; return 1; }
 }
