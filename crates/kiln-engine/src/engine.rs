@@ -141,12 +141,20 @@ impl Engine {
 
     fn serve(&mut self) {
         while self.wait_for_work() {
+            let started = Instant::now();
             let plan = self.scheduler.schedule();
+            let forward_started = Instant::now();
             let Some(output) = self.forward(&plan) else {
                 continue;
             };
+            let forward_s = forward_started.elapsed().as_secs_f64();
             let sampled = self.sample(&plan, output);
             self.postprocess(&plan, sampled);
+            let step_s = started.elapsed().as_secs_f64();
+            self.bump(|s| {
+                s.forward_seconds += forward_s;
+                s.step_seconds += step_s;
+            });
             self.publish_stats();
         }
         self.cancel_all();

@@ -76,7 +76,7 @@ fn too_long_message(prompt: usize, max_tokens: usize, context: usize, by_kv: boo
 }
 
 /// A snapshot of the engine, refreshed every step.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct EngineStats {
     pub running: usize,
     pub waiting: usize,
@@ -85,6 +85,10 @@ pub struct EngineStats {
     pub kv_blocks_used: usize,
     pub kv_blocks_free: usize,
     pub steps: u64,
+    /// Seconds spent in the backend's forward passes, over all steps.
+    pub forward_seconds: f64,
+    /// Seconds spent in whole steps (scheduling, forward, sampling, handing tokens out).
+    pub step_seconds: f64,
     /// Tokens run through the model: prompts, recomputation after preemption and decodes.
     pub tokens_processed: u64,
     pub generated_tokens: u64,

@@ -70,11 +70,13 @@ impl Histogram {
     }
 }
 
-/// A gauge read at scrape time (from the engine's stats).
+/// A value read at scrape time (from the engine's stats): a gauge, or a counter the engine
+/// keeps.
 pub struct Gauge {
     pub name: &'static str,
     pub help: &'static str,
     pub value: f64,
+    pub counter: bool,
 }
 
 #[derive(Debug)]
@@ -188,9 +190,10 @@ impl Metrics {
             "Seconds from request arrival to its last token.",
         );
         for g in gauges {
+            let kind = if g.counter { "counter" } else { "gauge" };
             let _ = writeln!(
                 out,
-                "# HELP {} {}\n# TYPE {} gauge\n{} {}",
+                "# HELP {} {}\n# TYPE {} {kind}\n{} {}",
                 g.name, g.help, g.name, g.name, g.value
             );
         }
@@ -268,6 +271,7 @@ mod tests {
             name: "kiln_requests_running",
             help: "Running.",
             value: 3.0,
+            counter: false,
         }]);
         assert_eq!(
             sample(

@@ -53,6 +53,13 @@ async fn health_models_and_metrics() {
         1.0
     );
     assert_eq!(value("kiln_requests_running"), 0.0);
+    // Prefill and four decode steps at least; the forward passes are part of the steps' time.
+    assert!(value("kiln_engine_steps_total") >= 5.0);
+    let (forward, step) = (
+        value("kiln_engine_forward_seconds_total"),
+        value("kiln_engine_step_seconds_total"),
+    );
+    assert!(forward > 0.0 && forward <= step, "{forward} {step}");
     assert_eq!(value("kiln_kv_blocks_used"), 0.0);
     assert_eq!(value("kiln_kv_blocks_free"), KV_BLOCKS as f64);
 }

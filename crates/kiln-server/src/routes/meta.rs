@@ -52,21 +52,43 @@ pub async fn metrics(State(st): State<Arc<AppState>>) -> Response {
             name: "kiln_requests_running",
             help: "Sequences the engine is running.",
             value: s.running as f64,
+            counter: false,
         },
         Gauge {
             name: "kiln_requests_waiting",
             help: "Sequences waiting for admission.",
             value: s.waiting as f64,
+            counter: false,
         },
         Gauge {
             name: "kiln_kv_blocks_used",
             help: "KV cache blocks in use.",
             value: s.kv_blocks_used as f64,
+            counter: false,
         },
         Gauge {
             name: "kiln_kv_blocks_free",
             help: "KV cache blocks free.",
             value: s.kv_blocks_free as f64,
+            counter: false,
+        },
+        Gauge {
+            name: "kiln_engine_steps_total",
+            help: "Engine steps run (each one forward pass over every scheduled sequence).",
+            value: s.steps as f64,
+            counter: true,
+        },
+        Gauge {
+            name: "kiln_engine_forward_seconds_total",
+            help: "Seconds the engine spent in the backend's forward passes.",
+            value: s.forward_seconds,
+            counter: true,
+        },
+        Gauge {
+            name: "kiln_engine_step_seconds_total",
+            help: "Seconds the engine spent in whole steps (schedule, forward, sample, hand out tokens).",
+            value: s.step_seconds,
+            counter: true,
         },
     ];
     let text = st.metrics.render(&gauges);
