@@ -6,7 +6,8 @@
 # Usage: scripts/loadtest-gpu.sh MODEL   (a .gguf, a Hugging Face folder or dummy:PRESET)
 # Environment: KILN_BIN (default .carry/bin/kiln, else target/release/kiln), OUT=./loadtest-out,
 #   PORT=8011, CONCURRENCY=1,8,32,128, DURATION=15 (seconds per level), MAX_TOKENS=64,
-#   DEVICE=cuda, MAX_SEQS=128 (--max-num-seqs: every client of the top level decodes at once)
+#   DEVICE=cuda, MAX_SEQS=128 (--max-num-seqs: every client of the top level decodes at once),
+#   LOGPROBS=0 (requests without logprobs: greedy steps then keep the logits on the device)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:?usage: scripts/loadtest-gpu.sh MODEL}
@@ -33,7 +34,8 @@ for _ in $(seq 600); do
     sleep 1
 done
 python3 scripts/loadtest.py --url "http://127.0.0.1:$PORT" --concurrency "${CONCURRENCY:-1,8,32,128}" \
-    --duration "${DURATION:-15}" --max-tokens "${MAX_TOKENS:-64}" --out "$OUT/loadtest.json" | tee "$OUT/loadtest.txt"
+    --duration "${DURATION:-15}" --max-tokens "${MAX_TOKENS:-64}" --out "$OUT/loadtest.json" \
+    $([ "${LOGPROBS:-1}" = 0 ] && echo --no-logprobs) | tee "$OUT/loadtest.txt"
 rc=${PIPESTATUS[0]}
 curl -s "http://127.0.0.1:$PORT/metrics" > "$OUT/metrics.txt" 2>/dev/null || true
 exit "$rc"
