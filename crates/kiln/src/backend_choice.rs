@@ -53,6 +53,17 @@ pub struct DeviceArgs {
     /// CPU worker threads (default: one per core).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// GPU memory for the KV cache, in GiB (default: 90% of what is free after the weights and
+    /// step buffers).
+    #[arg(long, value_parser = parse_gib)]
+    pub kv_cache_gb: Option<f64>,
+}
+
+fn parse_gib(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 1e6 => Ok(v),
+        _ => Err(format!("`{s}` is not a size in GiB (a positive number)")),
+    }
 }
 
 /// Tokens per KV block.
@@ -84,6 +95,9 @@ pub fn build_backend_for(
             max_seqs: cfg.max_num_seqs,
             max_batch_tokens: Some(cfg.max_batched_tokens),
             max_context: Some(cfg.max_context),
+            kv_cache_bytes: device
+                .kv_cache_gb
+                .map(|gb| (gb * (1u64 << 30) as f64) as usize),
             ..kiln_cuda::CudaOptions::default()
         };
         let backend = kiln_cuda::CudaBackend::new(model.weights.as_ref(), opts, Some(&progress))

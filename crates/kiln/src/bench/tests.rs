@@ -57,6 +57,14 @@ fn lists_and_devices_parse_and_bad_values_are_refused() {
     assert!(err.contains("`x`"), "{err}");
     assert!(parse(&["--device", "tpu"]).is_err());
     assert!(parse(&["--repeats", "-1"]).is_err());
+    assert_eq!(
+        parse(&["--kv-cache-gb", "1.5"]).unwrap().device.kv_cache_gb,
+        Some(1.5)
+    );
+    for bad in ["0", "nan", "lots"] {
+        let err = parse(&["--kv-cache-gb", bad]).unwrap_err().to_string();
+        assert!(err.contains("not a size in GiB"), "{err}");
+    }
 }
 
 #[test]
