@@ -1,11 +1,12 @@
 //! The model's weights as the CPU forward pass wants them: norms as plain vectors, every
-//! projection packed for the matmul (16 bits a value when that is exact), Q/K/V and gate/up
-//! fused into one matrix each.
+//! projection packed for the matmul (16 bits a value when that is exact; a GGUF's Q8_0, Q4_0,
+//! Q4_K and Q6_K blocks kept quantised and decoded inside the matmul), Q/K/V and gate/up fused
+//! into one matrix each.
 
 use anyhow::Context;
 use kiln_model::{ModelConfig, Role, TensorId, WeightSource};
 
-use crate::kernels::PackedMatrix;
+use crate::kernels::{PackedMatrix, QuantFormat, RowBlock};
 
 pub(crate) struct LayerWeights {
     pub attn_norm: Vec<f32>,
@@ -45,17 +46,20 @@ impl ModelWeights {
             done: 0,
             total: TensorId::all(&cfg).len(),
             cfg: &cfg,
+            keep_quantized: crate::kernels::quantized_weights_allowed(),
         };
         let (hidden, vocab) = (cfg.hidden_size, cfg.vocab_size);
 
-        let embedding = loader.fetch(TensorId::global(Role::TokenEmbd))?;
+        // Embedding rows are decoded one token at a time (`copy_row`), quantised or not.
+        let embedding = loader.fetch_matrix(TensorId::global(Role::TokenEmbd))?;
+        let embedding = loader.stack(hidden, &[embedding])?;
         let (embedding, lm_head) = if cfg.tie_embeddings {
-            (None, loader.pack(vocab, hidden, &embedding)?)
+            (None, embedding)
         } else {
-            let embedding = loader.pack(vocab, hidden, &embedding)?;
-            let head = loader.fetch(TensorId::global(Role::Output))?;
-            (Some(embedding), loader.pack(vocab, hidden, &head)?)
+            let head = loader.fetch_matrix(TensorId::global(Role::Output))?;
+            (Some(embedding), loader.stack(hidden, &[head])?)
         };
+        debug_assert_eq!(lm_head.rows(), vocab);
         let mut layers = Vec::with_capacity(cfg.num_layers);
         for layer in 0..cfg.num_layers {
             layers.push(loader.layer(layer)?);
@@ -85,13 +89,54 @@ struct Loader<'a> {
     progress: Option<&'a dyn Fn(usize, usize)>,
     done: usize,
     total: usize,
+    /// Keep block-quantised projections quantised (see `quantized_weights_allowed`).
+    keep_quantized: bool,
+}
+
+/// A projection weight as loaded: f32 values, or the file's quantised blocks.
+enum Fetched {
+    F32(Vec<f32>),
+    Quant {
+        format: QuantFormat,
+        rows: usize,
+        bytes: Vec<u8>,
+    },
+}
+
+impl Fetched {
+    fn block(&self) -> RowBlock<'_> {
+        match self {
+            Fetched::F32(d) => RowBlock::F32(d),
+            Fetched::Quant {
+                format,
+                rows,
+                bytes,
+            } => RowBlock::Quant {
+                format: *format,
+                rows: *rows,
+                bytes,
+            },
+        }
+    }
+}
+
+/// Decodes a block of rows to f32, exactly as the file's dequantisation does.
+fn expand(block: &RowBlock<'_>, cols: usize) -> anyhow::Result<Vec<f32>> {
+    match block {
+        RowBlock::F32(d) => Ok(d.to_vec()),
+        RowBlock::Quant {
+            format,
+            rows,
+            bytes,
+        } => {
+            let mut out = vec![0f32; rows * cols];
+            kiln_formats::dequantize_into(format.dtype(), bytes, &mut out)?;
+            Ok(out)
+        }
+    }
 }
 
 impl Loader<'_> {
-    fn pack(&self, rows: usize, cols: usize, data: &[f32]) -> anyhow::Result<PackedMatrix> {
-        self.pool.install(|| PackedMatrix::pack(rows, cols, data))
-    }
-
     /// One tensor, checked against the shape the config implies.
     fn fetch(&mut self, id: TensorId) -> anyhow::Result<Vec<f32>> {
         let shape = id.shape(self.cfg);
@@ -108,11 +153,50 @@ impl Loader<'_> {
             t.data.len(),
             shape
         );
+        self.tick();
+        Ok(t.data)
+    }
+
+    /// A projection's weight: its quantised blocks when the file stores it in a format the
+    /// matmul decodes, else f32 values.
+    fn fetch_matrix(&mut self, id: TensorId) -> anyhow::Result<Fetched> {
+        if self.keep_quantized {
+            let quant = self
+                .src
+                .load_quantized(id)
+                .with_context(|| format!("loading tensor {id}"))?;
+            if let Some(q) = quant {
+                if let Some(format) = QuantFormat::from_dtype(q.dtype) {
+                    let shape = id.shape(self.cfg);
+                    anyhow::ensure!(
+                        q.shape == shape,
+                        "tensor {id} has shape {:?}, the model config implies {shape:?}",
+                        q.shape
+                    );
+                    self.tick();
+                    return Ok(Fetched::Quant {
+                        format,
+                        rows: shape[0],
+                        bytes: q.data,
+                    });
+                }
+            }
+        }
+        Ok(Fetched::F32(self.fetch(id)?))
+    }
+
+    /// Stacks projections with `cols` columns into one matrix, each part in its own format.
+    fn stack(&self, cols: usize, parts: &[Fetched]) -> anyhow::Result<PackedMatrix> {
+        let blocks: Vec<RowBlock<'_>> = parts.iter().map(Fetched::block).collect();
+        self.pool
+            .install(|| PackedMatrix::stack(cols, &blocks, |b| expand(b, cols)))
+    }
+
+    fn tick(&mut self) {
         self.done += 1;
         if let Some(report) = self.progress {
             report(self.done, self.total);
         }
-        Ok(t.data)
     }
 
     fn layer(&mut self, layer: usize) -> anyhow::Result<LayerWeights> {
@@ -124,10 +208,13 @@ impl Loader<'_> {
         let inter = cfg.intermediate_size;
 
         let attn_norm = self.fetch(id(Role::AttnNorm))?;
-        let mut qkv = self.fetch(id(Role::Q))?;
-        qkv.extend(self.fetch(id(Role::K))?);
-        qkv.extend(self.fetch(id(Role::V))?);
-        let qkv = self.pack(q_dim + 2 * kv_dim, hidden, &qkv)?;
+        let qkv = [
+            self.fetch_matrix(id(Role::Q))?,
+            self.fetch_matrix(id(Role::K))?,
+            self.fetch_matrix(id(Role::V))?,
+        ];
+        let qkv = self.stack(hidden, &qkv)?;
+        debug_assert_eq!(qkv.rows(), q_dim + 2 * kv_dim);
         let qkv_bias = if cfg.qkv_bias {
             let mut bias = self.fetch(id(Role::QBias))?;
             bias.extend(self.fetch(id(Role::KBias))?);
@@ -144,14 +231,17 @@ impl Loader<'_> {
         } else {
             (None, None)
         };
-        let o = self.fetch(id(Role::O))?;
-        let o = self.pack(hidden, q_dim, &o)?;
+        let o = self.fetch_matrix(id(Role::O))?;
+        let o = self.stack(q_dim, &[o])?;
         let ffn_norm = self.fetch(id(Role::FfnNorm))?;
-        let mut gate_up = self.fetch(id(Role::Gate))?;
-        gate_up.extend(self.fetch(id(Role::Up))?);
-        let gate_up = self.pack(2 * inter, hidden, &gate_up)?;
-        let down = self.fetch(id(Role::Down))?;
-        let down = self.pack(hidden, inter, &down)?;
+        let gate_up = [
+            self.fetch_matrix(id(Role::Gate))?,
+            self.fetch_matrix(id(Role::Up))?,
+        ];
+        let gate_up = self.stack(hidden, &gate_up)?;
+        debug_assert_eq!(gate_up.rows(), 2 * inter);
+        let down = self.fetch_matrix(id(Role::Down))?;
+        let down = self.stack(inter, &[down])?;
         Ok(LayerWeights {
             attn_norm,
             qkv,

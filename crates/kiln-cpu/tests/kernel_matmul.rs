@@ -100,7 +100,7 @@ fn exact_in(format: WeightFormat, values: &[f32]) -> Vec<f32> {
         .map(|&v| match format {
             WeightFormat::Bf16 => f32::from_bits(v.to_bits() & 0xFFFF_0000),
             WeightFormat::F16 => half::f16::from_f32(v).to_f32(),
-            WeightFormat::F32 => v,
+            WeightFormat::F32 | WeightFormat::Quant(_) => v,
         })
         .collect()
 }

@@ -8,7 +8,7 @@ use anyhow::{anyhow, bail};
 use kiln_formats::GgufFile;
 
 use crate::permute::unpermute_rows;
-use crate::{HostTensor, ModelConfig, Role, TensorId, WeightSource};
+use crate::{HostTensor, ModelConfig, QuantTensor, Role, TensorId, WeightSource};
 use kiln_formats::dequant::to_f32;
 
 pub struct GgufSource {
@@ -84,5 +84,32 @@ impl WeightSource for GgufSource {
             _ => data,
         };
         Ok(HostTensor { shape, data })
+    }
+
+    fn load_quantized(&self, id: TensorId) -> anyhow::Result<Option<QuantTensor>> {
+        let path = self.file.path().display();
+        if !self.has(id) {
+            bail!("{path}: the model has no tensor {id}");
+        }
+        let view = self.file.tensor(&id.gguf_name())?;
+        if !view.dtype.is_quantized() || view.shape.len() != 2 {
+            return Ok(None);
+        }
+        let shape = view.shape.clone();
+        let rows = shape[0].max(1);
+        let row_bytes = view.data.len() / rows;
+        let c = &self.config;
+        let data = match id.role {
+            Role::Q if self.permuted_qk => unpermute_rows(view.data, rows, row_bytes, c.num_heads)?,
+            Role::K if self.permuted_qk => {
+                unpermute_rows(view.data, rows, row_bytes, c.num_kv_heads)?
+            }
+            _ => view.data.to_vec(),
+        };
+        Ok(Some(QuantTensor {
+            shape,
+            dtype: view.dtype,
+            data,
+        }))
     }
 }

@@ -22,4 +22,4 @@ pub use gguf_source::GgufSource;
 pub use hf_source::HfSource;
 pub use load::{load, LoadedModel, ModelDescription};
 pub use names::{Role, TensorId};
-pub use source::{DummyFill, HostTensor, WeightSource};
+pub use source::{DummyFill, HostTensor, QuantTensor, WeightSource};

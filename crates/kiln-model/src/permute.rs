@@ -22,13 +22,14 @@ fn hf_row(r: usize, head_dim: usize) -> usize {
     h * head_dim + t * (head_dim / 2) + j
 }
 
-/// Reorders the rows of a `[rows, cols]` tensor from GGUF's llama order to Hugging Face's.
-pub fn unpermute_rows(
-    data: &[f32],
+/// Reorders the rows of a `[rows, cols]` tensor from GGUF's llama order to Hugging Face's
+/// (values, or the bytes of quantised rows with `cols` bytes a row).
+pub fn unpermute_rows<T: Copy + Default + Send + Sync>(
+    data: &[T],
     rows: usize,
     cols: usize,
     n_head: usize,
-) -> anyhow::Result<Vec<f32>> {
+) -> anyhow::Result<Vec<T>> {
     reorder(data, rows, cols, n_head, |dst_row, head_dim| {
         // Inverse of hf_row: which GGUF row lands in Hugging Face row `dst_row`.
         let (h, within) = (dst_row / head_dim, dst_row % head_dim);
@@ -49,13 +50,13 @@ pub fn permute_rows(
 }
 
 /// Builds `out[row] = data[src(row)]` for every row.
-fn reorder(
-    data: &[f32],
+fn reorder<T: Copy + Default + Send + Sync>(
+    data: &[T],
     rows: usize,
     cols: usize,
     n_head: usize,
     src: impl Fn(usize, usize) -> usize + Sync,
-) -> anyhow::Result<Vec<f32>> {
+) -> anyhow::Result<Vec<T>> {
     ensure!(
         rows.checked_mul(cols) == Some(data.len()),
         "Q/K permutation: {} values do not form {rows} rows of {cols}",
@@ -66,7 +67,7 @@ fn reorder(
         "Q/K permutation: {rows} rows do not split into {n_head} heads of even size"
     );
     let head_dim = rows / n_head;
-    let mut out = vec![0f32; data.len()];
+    let mut out = vec![T::default(); data.len()];
     if cols == 0 {
         return Ok(out);
     }

@@ -1,5 +1,7 @@
 //! Weight sources: anything that can hand out a model's tensors by canonical name.
 
+use kiln_formats::DType;
+
 use crate::{ModelConfig, TensorId};
 
 /// A dense f32 tensor on the host, row-major, outermost dimension first.
@@ -7,6 +9,15 @@ use crate::{ModelConfig, TensorId};
 pub struct HostTensor {
     pub shape: Vec<usize>,
     pub data: Vec<f32>,
+}
+
+/// A tensor in its file's block quantisation (GGML Q8_0, Q4_0, Q4_K, Q6_K...): `shape[0]` rows
+/// of whole blocks, rows in the canonical order (as [`WeightSource::load_f32`] gives them).
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuantTensor {
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+    pub data: Vec<u8>,
 }
 
 /// How a dummy source fills a tensor, so that a device backend can generate the identical
@@ -30,6 +41,12 @@ pub trait WeightSource: Send + Sync {
     fn has(&self, id: TensorId) -> bool;
     /// The tensor, dequantised to f32.
     fn load_f32(&self, id: TensorId) -> anyhow::Result<HostTensor>;
+    /// The tensor in its stored block quantisation, for backends that compute from the blocks;
+    /// `None` when it is not block-quantised (or the source only gives f32). Dequantising it
+    /// gives exactly the values of `load_f32`.
+    fn load_quantized(&self, _id: TensorId) -> anyhow::Result<Option<QuantTensor>> {
+        Ok(None)
+    }
     /// For generated weights: how to produce this tensor without loading it. None for weights
     /// that come from a file.
     fn dummy_fill(&self, _id: TensorId) -> Option<DummyFill> {

@@ -3,8 +3,13 @@
 
 pub mod attention;
 pub mod matmul;
+mod matmul_input;
+mod matmul_panels;
 mod microkernel;
 mod panel_store;
+#[cfg(target_arch = "x86_64")]
+mod quant_decode_avx2;
+pub mod quant_panels;
 pub mod reduce;
 pub mod rmsnorm;
 pub mod rope;
@@ -14,8 +19,9 @@ pub mod swiglu;
 pub use attention::{
     paged_attention, paged_attention_with, AttentionShape, KvView, Queries, QueryRow,
 };
-pub use matmul::{matmul, matmul_with, PackedMatrix};
+pub use matmul::{matmul, matmul_with, PackedMatrix, RowBlock};
 pub use panel_store::WeightFormat;
+pub use quant_panels::{quantized_weights_allowed, QuantFormat};
 pub use rmsnorm::{rmsnorm, rmsnorm_heads_in_place, rmsnorm_row_in_place};
 pub use rope::{apply_rope, RopeTable};
 pub use simd::{isa, Isa};

@@ -1,14 +1,17 @@
-//! The storage behind packed weight panels: f32, or 16 bits a value when every value of the
-//! matrix is exactly a bf16 or an f16 (weights that came from bf16 or f16 files).
+//! The storage behind packed weight panels: f32, 16 bits a value when every value of the
+//! matrix is exactly a bf16 or an f16 (weights that came from bf16 or f16 files), or the
+//! file's own block quantisation (see `quant_panels`).
 //!
-//! A 16-bit store holds exactly the same numbers as the f32 one, so a matmul gives the same
-//! bits either way; it only halves the memory a decode step streams. `KILN_CPU_WEIGHTS=f32`
+//! A compact store holds exactly the same numbers as the f32 one, so a matmul gives the same
+//! bits either way; it only cuts the memory a decode step streams. `KILN_CPU_WEIGHTS=f32`
 //! keeps every weight in f32 (for A/B runs).
 
 use std::sync::OnceLock;
 
 use rayon::prelude::*;
 
+use super::microkernel::NR;
+use super::quant_panels::{QuantFormat, QuantPanels};
 use super::simd::Isa;
 
 /// How a packed matrix stores its values.
@@ -17,15 +20,19 @@ pub enum WeightFormat {
     F32,
     Bf16,
     F16,
+    /// Kept in the file's block quantisation; only built from the blocks themselves.
+    Quant(QuantFormat),
 }
 
 impl WeightFormat {
-    /// Whether `v` survives a round trip through this format bit for bit.
+    /// Whether `v` survives a round trip through this format bit for bit (never for a
+    /// quantised format: those are built from their blocks, not from values).
     pub fn holds_exactly(self, v: f32) -> bool {
         match self {
             WeightFormat::F32 => true,
             WeightFormat::Bf16 => v.to_bits() & 0xFFFF == 0,
             WeightFormat::F16 => F16::narrow(v).widen().to_bits() == v.to_bits(),
+            WeightFormat::Quant(_) => false,
         }
     }
 
@@ -43,7 +50,8 @@ impl WeightFormat {
     }
 }
 
-fn compact_allowed() -> bool {
+/// Whether weights may be stored in anything but f32 (`KILN_CPU_WEIGHTS=f32` says no).
+pub(crate) fn compact_allowed() -> bool {
     static ALLOWED: OnceLock<bool> = OnceLock::new();
     *ALLOWED.get_or_init(|| {
         std::env::var("KILN_CPU_WEIGHTS")
@@ -140,6 +148,7 @@ pub(crate) enum PanelStore {
     F32(Vec<f32>),
     Bf16(Vec<Bf16>),
     F16(Vec<F16>),
+    Quant(QuantPanels),
 }
 
 /// Fills `len` 16-bit values, `chunk` at a time in parallel, narrowing what `fill` writes.
@@ -182,6 +191,7 @@ impl PanelStore {
             }
             WeightFormat::Bf16 => PanelStore::Bf16(build(len, chunk, &fill)),
             WeightFormat::F16 => PanelStore::F16(build(len, chunk, &fill)),
+            WeightFormat::Quant(_) => unreachable!("quantised panels are built from blocks"),
         }
     }
 
@@ -190,14 +200,18 @@ impl PanelStore {
             PanelStore::F32(_) => WeightFormat::F32,
             PanelStore::Bf16(_) => WeightFormat::Bf16,
             PanelStore::F16(_) => WeightFormat::F16,
+            PanelStore::Quant(q) => WeightFormat::Quant(q.format()),
         }
     }
 
-    pub fn get(&self, i: usize) -> f32 {
+    /// Row `r`'s value at column `k` of a `cols`-column matrix.
+    pub fn get(&self, r: usize, k: usize, cols: usize) -> f32 {
+        let i = (r / NR) * NR * cols + k * NR + r % NR;
         match self {
             PanelStore::F32(d) => d[i],
             PanelStore::Bf16(d) => d[i].widen(),
             PanelStore::F16(d) => d[i].widen(),
+            PanelStore::Quant(q) => q.get(r, k),
         }
     }
 }

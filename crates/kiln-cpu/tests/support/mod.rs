@@ -3,6 +3,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod configs;
+pub mod quant_source;
 pub mod random_source;
 pub mod reference;
 pub mod rng;
