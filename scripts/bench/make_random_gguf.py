@@ -7,7 +7,10 @@ norms 1.0. A preset with a smaller vocabulary keeps the first tokens of the voca
 among them) and two control tokens at the end for BOS and EOS.
 
 Usage: python make_random_gguf.py --vocab VOCAB.gguf --out OUT.gguf --gguf-py DIR [--preset NAME]
-       [--dtype f16|bf16|f32] [--layers N] [--ctx N]
+       [--dtype f16|bf16|f32|q8_0|q4_0] [--layers N] [--ctx N]
+
+With q8_0 or q4_0 every matrix is quantised by gguf-py (as llama.cpp's quantizer would store it); norms
+stay F32.
 """
 import argparse
 import sys
@@ -30,7 +33,7 @@ ap.add_argument("--out", required=True)
 ap.add_argument("--gguf-py", default=".", help="folder of llama.cpp's gguf-py package")
 ap.add_argument("--preset", choices=sorted(PRESETS), help="reshape to a kiln dummy preset")
 ap.add_argument("--ctx", type=int, default=0, help="context_length to write (0: the preset's, else 131072)")
-ap.add_argument("--dtype", default="f16", choices=["f16", "bf16", "f32"])
+ap.add_argument("--dtype", default="f16", choices=["f16", "bf16", "f32", "q8_0", "q4_0"])
 ap.add_argument("--layers", type=int, default=0, help="override block_count (0: keep)")
 a = ap.parse_args()
 sys.path.insert(0, a.gguf_py)
@@ -79,7 +82,7 @@ over.update({
     f"{arch}.context_length": shape["ctx"], f"{arch}.block_count": nl, f"{arch}.embedding_length": d,
     f"{arch}.feed_forward_length": ff, f"{arch}.attention.head_count": nh, f"{arch}.attention.head_count_kv": nkv,
     f"{arch}.rope.dimension_count": hd, f"{arch}.vocab_size": V,
-    "general.file_type": {"f32": 0, "f16": 1, "bf16": 32}[a.dtype],
+    "general.file_type": {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "bf16": 32}[a.dtype],
 })
 if shape["rope_base"]:
     over[f"{arch}.rope.freq_base"] = shape["rope_base"]
@@ -102,8 +105,10 @@ for k in (f"{arch}.rope.dimension_count", f"{arch}.vocab_size"):
 rng = np.random.default_rng(0)
 pool = rng.standard_normal(1 << 26, dtype=np.float32) * 0.02
 qt = {"f16": gguf.GGMLQuantizationType.F16, "bf16": gguf.GGMLQuantizationType.BF16,
-      "f32": gguf.GGMLQuantizationType.F32}[a.dtype]
-np_type = {"f16": np.float16, "bf16": np.uint16, "f32": np.float32}[a.dtype]
+      "f32": gguf.GGMLQuantizationType.F32, "q8_0": gguf.GGMLQuantizationType.Q8_0,
+      "q4_0": gguf.GGMLQuantizationType.Q4_0}[a.dtype]
+quantized = a.dtype in ("q8_0", "q4_0")
+np_type = {"f16": np.float16, "bf16": np.uint16, "f32": np.float32}.get(a.dtype, np.uint8)
 elt = 4 if a.dtype == "f32" else 2
 
 
@@ -112,7 +117,18 @@ def conv(x):
         return x.astype(np.float16)
     if a.dtype == "f32":
         return x
+    if quantized:
+        return gguf.quants.quantize(x, qt)
     return (x.view(np.uint32) >> 16).astype(np.uint16)  # truncating bf16
+
+
+def stored(shp):
+    """The shape and byte count a matrix is declared with."""
+    if quantized:
+        block, block_bytes = gguf.GGML_QUANT_SIZES[qt]
+        row_bytes = shp[-1] // block * block_bytes
+        return (shp[0], row_bytes), shp[0] * row_bytes
+    return shp, int(np.prod(shp)) * elt
 
 
 def rnd(shape):
@@ -132,7 +148,8 @@ for i in range(nl):
                 (f"blk.{i}.ffn_down.weight", (d, ff), True)]
 for name, shp, mat in tensors:
     if mat:
-        w.add_tensor_info(name, shp, np_type, int(np.prod(shp)) * elt, qt)
+        decl, nbytes = stored(shp)
+        w.add_tensor_info(name, decl, np_type, nbytes, qt)
     else:
         w.add_tensor_info(name, shp, np.float32, int(np.prod(shp)) * 4, gguf.GGMLQuantizationType.F32)
 w.write_header_to_file()
