@@ -221,7 +221,11 @@ fn read_group(format: QuantFormat, row: &[u8], g: usize) -> RowGroup {
             out.s = [f16_at(block, 0) * sc as f32, f16_at(block, 2) * m as f32];
             let qs = &block[16 + 32 * (s / 2)..][..32];
             for (q, &b) in out.q.iter_mut().zip(qs) {
-                *q = if s.is_multiple_of(2) { b & 0x0F } else { b >> 4 } as i8;
+                *q = if s.is_multiple_of(2) {
+                    b & 0x0F
+                } else {
+                    b >> 4
+                } as i8;
             }
         }
         QuantFormat::Q6K => {
@@ -299,7 +303,11 @@ fn quant(format: QuantFormat, quants: &[u8], k: usize, j: usize) -> i32 {
         QuantFormat::Q8_0 | QuantFormat::Q6K => quants[k * NR + j] as i8 as i32,
         QuantFormat::Q4_0 | QuantFormat::Q4K => {
             let b = quants[k / 2 * NR + j];
-            (if k.is_multiple_of(2) { b & 0x0F } else { b >> 4 }) as i32
+            (if k.is_multiple_of(2) {
+                b & 0x0F
+            } else {
+                b >> 4
+            }) as i32
         }
     }
 }
