@@ -39,6 +39,23 @@ pub struct StreamSetup {
     pub metrics: Arc<Metrics>,
 }
 
+impl StreamSetup {
+    /// The setup of a stream that serves `plan`'s choices.
+    pub fn for_plan(
+        plan: &crate::protocol::plan::GenerationPlan,
+        arrived: Instant,
+        metrics: &Arc<Metrics>,
+    ) -> StreamSetup {
+        StreamSetup {
+            choices: plan.num_choices(),
+            prompt_tokens: plan.prompt_tokens(),
+            include_usage: plan.include_usage,
+            arrived,
+            metrics: metrics.clone(),
+        }
+    }
+}
+
 struct Driver<W> {
     writer: W,
     events: BoxStream<'static, (usize, GenEvent)>,

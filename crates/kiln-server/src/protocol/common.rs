@@ -27,6 +27,17 @@ pub struct StreamOptions {
     pub include_usage: Option<bool>,
 }
 
+/// Whether a stream ends with a usage chunk; `stream_options` without `stream: true` is refused.
+pub fn include_usage(stream: bool, options: Option<&StreamOptions>) -> Result<bool, ApiError> {
+    if options.is_some() && !stream {
+        return Err(ApiError::invalid_param(
+            "stream_options",
+            "`stream_options` is only allowed with `stream: true`.",
+        ));
+    }
+    Ok(options.and_then(|o| o.include_usage).unwrap_or(false))
+}
+
 /// The sampling and stopping fields as a request sent them, before validation.
 #[derive(Debug, Clone, Default)]
 pub struct SamplingFields<'a> {

@@ -18,7 +18,7 @@ use crate::protocol::chat::{
     AssistantMessage, ChatChoice, ChatChunk, ChatChunkChoice, ChatCompletion,
     ChatCompletionRequest, Delta,
 };
-use crate::protocol::common::{choices_per_prompt, max_tokens, top_logprobs, Usage};
+use crate::protocol::common::{choices_per_prompt, include_usage, max_tokens, top_logprobs, Usage};
 use crate::protocol::logprobs::{ChatLogprobs, ChatTokenLogprob};
 use crate::protocol::plan::GenerationPlan;
 use crate::sse::{sse_response, ChunkWriter, StreamSetup};
@@ -43,13 +43,7 @@ pub async fn chat_completions(
             include_usage: plan.include_usage,
             tokenizer: st.tokenizer.clone(),
         };
-        let setup = StreamSetup {
-            choices: plan.num_choices(),
-            prompt_tokens: plan.prompt_tokens(),
-            include_usage: plan.include_usage,
-            arrived,
-            metrics: st.metrics.clone(),
-        };
+        let setup = StreamSetup::for_plan(&plan, arrived, &st.metrics);
         return Ok(sse_response(writer, merge(streams), setup));
     }
     let outcomes = collect_all(streams, arrived, &st.metrics).await?;
@@ -105,12 +99,7 @@ fn plan(st: &AppState, body: &ChatCompletionRequest) -> Result<GenerationPlan, A
             ))
         }
     };
-    if body.stream_options.is_some() && !body.stream() {
-        return Err(ApiError::invalid_param(
-            "stream_options",
-            "`stream_options` is only allowed with `stream: true`.",
-        ));
-    }
+    let include_usage = include_usage(body.stream(), body.stream_options.as_ref())?;
     let messages = body.chat_messages()?;
     let template = st.tokenizer.chat_template().ok_or_else(|| {
         ApiError::invalid(
@@ -132,11 +121,7 @@ fn plan(st: &AppState, body: &ChatCompletionRequest) -> Result<GenerationPlan, A
         max_tokens_param: param,
         logprobs,
         stream: body.stream(),
-        include_usage: body
-            .stream_options
-            .as_ref()
-            .and_then(|o| o.include_usage)
-            .unwrap_or(false),
+        include_usage,
     })
 }
 

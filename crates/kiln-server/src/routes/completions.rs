@@ -15,7 +15,7 @@ use crate::error::ApiError;
 use crate::generation::{collect_all, finish_reason, merge, submit_all};
 use crate::json_body::{parse, read_limited};
 use crate::prompt::encode_prompt;
-use crate::protocol::common::{choices_per_prompt, max_tokens, top_logprobs, Usage};
+use crate::protocol::common::{choices_per_prompt, include_usage, max_tokens, top_logprobs, Usage};
 use crate::protocol::completion::{Completion, CompletionChoice, CompletionRequest, PromptInput};
 use crate::protocol::logprobs::CompletionLogprobs;
 use crate::protocol::plan::GenerationPlan;
@@ -56,13 +56,7 @@ pub async fn completions(
             echo: (0..plan.num_choices()).map(echo_of).collect(),
             offsets: vec![0; plan.num_choices()],
         };
-        let setup = StreamSetup {
-            choices: plan.num_choices(),
-            prompt_tokens: plan.prompt_tokens(),
-            include_usage: plan.include_usage,
-            arrived,
-            metrics: st.metrics.clone(),
-        };
+        let setup = StreamSetup::for_plan(&plan, arrived, &st.metrics);
         return Ok(sse_response(writer, merge(streams), setup));
     }
     let outcomes = collect_all(streams, arrived, &st.metrics).await?;
@@ -110,12 +104,7 @@ fn plan(st: &AppState, body: &CompletionRequest) -> Result<GenerationPlan, ApiEr
         .logprobs
         .map(|k| top_logprobs("logprobs", k))
         .transpose()?;
-    if body.stream_options.is_some() && !body.stream() {
-        return Err(ApiError::invalid_param(
-            "stream_options",
-            "`stream_options` is only allowed with `stream: true`.",
-        ));
-    }
+    let include_usage = include_usage(body.stream(), body.stream_options.as_ref())?;
     let prompts = body
         .prompt
         .inputs(st.tokenizer.vocab_size())?
@@ -133,11 +122,7 @@ fn plan(st: &AppState, body: &CompletionRequest) -> Result<GenerationPlan, ApiEr
         max_tokens_param: "max_tokens",
         logprobs,
         stream: body.stream(),
-        include_usage: body
-            .stream_options
-            .as_ref()
-            .and_then(|o| o.include_usage)
-            .unwrap_or(false),
+        include_usage,
     })
 }
 
