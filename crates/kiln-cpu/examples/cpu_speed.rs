@@ -3,6 +3,9 @@
 //! `cargo run --release -p kiln-cpu --example cpu_speed -- [PRESET] [PROMPT] [GENERATED] [THREADS]`
 //! (defaults: tiny 128 64, one thread per core). Decoding is greedy over the logits.
 
+#[path = "support/cpu_time.rs"]
+mod cpu_time;
+
 use std::time::Instant;
 
 use kiln_cpu::{CpuBackend, CpuOptions};
@@ -17,23 +20,6 @@ fn argmax(row: &[f32]) -> u32 {
         }
     }
     best as u32
-}
-
-/// CPU time of all threads of this process, in seconds: with other work on the machine,
-/// wall time alone understates the speed.
-fn cpu_seconds() -> f64 {
-    let mut ns = 0u64;
-    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
-        for task in tasks.flatten() {
-            let stat = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
-            ns += stat
-                .split_whitespace()
-                .next()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
-        }
-    }
-    ns as f64 * 1e-9
 }
 
 fn main() -> anyhow::Result<()> {
@@ -63,17 +49,17 @@ fn main() -> anyhow::Result<()> {
 
     let table: Vec<u32> = (0..blocks as u32).collect();
     let prompt: Vec<u32> = (0..prompt_len).map(|i| (i * 7919 % vocab) as u32).collect();
-    let (t1, c1) = (Instant::now(), cpu_seconds());
+    let (t1, c1) = (Instant::now(), cpu_time::cpu_seconds());
     let logits = backend.forward(&[ChunkInput {
         tokens: &prompt,
         start_pos: 0,
         block_table: &table,
         want_logits: true,
     }])?;
-    let (prefill_s, prefill_cpu) = (t1.elapsed().as_secs_f64(), cpu_seconds() - c1);
+    let (prefill_s, prefill_cpu) = (t1.elapsed().as_secs_f64(), cpu_time::cpu_seconds() - c1);
 
     let mut token = argmax(&logits);
-    let (t2, c2) = (Instant::now(), cpu_seconds());
+    let (t2, c2) = (Instant::now(), cpu_time::cpu_seconds());
     for pos in prompt_len..prompt_len + generated {
         let step = [token];
         let logits = backend.forward(&[ChunkInput {
@@ -84,7 +70,7 @@ fn main() -> anyhow::Result<()> {
         }])?;
         token = argmax(&logits);
     }
-    let (decode_s, decode_cpu) = (t2.elapsed().as_secs_f64(), cpu_seconds() - c2);
+    let (decode_s, decode_cpu) = (t2.elapsed().as_secs_f64(), cpu_time::cpu_seconds() - c2);
     println!(
         "{preset} ({:?}, {} threads): load {load_s:.2} s, prefill {prompt_len} tokens {:.1} tok/s, \
          decode {generated} tokens {:.2} tok/s; CPU-seconds: prefill {prefill_cpu:.2}, decode {decode_cpu:.2}",

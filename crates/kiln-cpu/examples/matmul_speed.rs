@@ -4,25 +4,12 @@
 //! rates and rates per CPU-second; the latter stay meaningful on a machine shared with other
 //! work.
 
+#[path = "support/cpu_time.rs"]
+mod cpu_time;
+
 use std::time::Instant;
 
 use kiln_cpu::kernels::{matmul, PackedMatrix};
-
-/// CPU time of all threads of this process, in seconds.
-fn cpu_seconds() -> f64 {
-    let mut ns = 0u64;
-    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
-        for task in tasks.flatten() {
-            let stat = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
-            ns += stat
-                .split_whitespace()
-                .next()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
-        }
-    }
-    ns as f64 * 1e-9
-}
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -55,7 +42,7 @@ fn main() -> anyhow::Result<()> {
     let flop = 2.0 * (m * n * k) as f64;
     let bytes = (n * k * if bf16 { 2 } else { 4 }) as f64;
     let reps = (4e10 / flop).clamp(5.0, 2000.0) as usize;
-    let (wall, cpu) = (Instant::now(), cpu_seconds());
+    let (wall, cpu) = (Instant::now(), cpu_time::cpu_seconds());
     let mut best = f64::INFINITY;
     for _ in 0..reps {
         let rep = Instant::now();
@@ -63,7 +50,7 @@ fn main() -> anyhow::Result<()> {
         best = best.min(rep.elapsed().as_secs_f64());
     }
     let wall = wall.elapsed().as_secs_f64() / reps as f64;
-    let cpu = (cpu_seconds() - cpu) / reps as f64;
+    let cpu = (cpu_time::cpu_seconds() - cpu) / reps as f64;
     println!(
         "{m}x{n}x{k} threads {threads} {:?}: {:.3} ms, {:.1} GFLOP/s, weights {:.1} GB/s | per CPU-second: {:.1} GFLOP, {:.1} GB | best: {:.1} GFLOP/s",
         packed.format(),
