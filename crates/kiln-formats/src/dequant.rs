@@ -99,7 +99,7 @@ fn q4_0(x: &[u8], y: &mut [f32]) {
 }
 
 /// The 6-bit scale and min of sub-block `j` (0..8) from Q4_K's packed 12 bytes.
-fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+pub fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {

@@ -20,6 +20,7 @@
 //! The K-quant scales are the reference's `d * scale` and `dmin * min` products, taken once here.
 
 use half::f16;
+use kiln_formats::dequant::scale_min_k4;
 use kiln_formats::DType;
 use rayon::prelude::*;
 
@@ -251,18 +252,6 @@ fn read_group(format: QuantFormat, row: &[u8], g: usize) -> RowGroup {
         }
     }
     out
-}
-
-/// The 6-bit scale and min of sub-block `j` (0..8) from Q4_K's packed 12 bytes.
-fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
-    if j < 4 {
-        (q[j] & 63, q[j + 4] & 63)
-    } else {
-        (
-            (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
-            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
-        )
-    }
 }
 
 /// Writes one row's group into lane `j` of a group record.
