@@ -3,30 +3,14 @@
 
 mod support;
 
-use kiln_cpu::CpuBackend;
 use kiln_engine::{Backend, ChunkInput};
 use support::{
-    backend, configs, random_tokens, run_in_chunks, same_bits, shuffled_blocks, RandomSource,
+    backend, configs, prefill_then_decode, random_tokens, run_in_chunks, same_bits,
+    shuffled_blocks, RandomSource,
 };
 
 const PROMPT: usize = 40;
 const DECODE: usize = 6;
-
-/// Prefills `tokens[..PROMPT]` in chunks of `sizes`, then decodes the rest one by one.
-/// Returns the logits at the end of each chunk and of each decode step.
-fn run(b: &mut CpuBackend, tokens: &[u32], table: &[u32], sizes: &[usize]) -> Vec<Vec<f32>> {
-    let mut rows = run_in_chunks(b, &tokens[..PROMPT], table, sizes);
-    for pos in PROMPT..tokens.len() {
-        let step = ChunkInput {
-            tokens: &tokens[pos..pos + 1],
-            start_pos: pos,
-            block_table: table,
-            want_logits: true,
-        };
-        rows.push(b.forward(&[step]).unwrap());
-    }
-    rows
-}
 
 #[test]
 fn whole_chunked_and_token_by_token_prefill_give_identical_logits() {
@@ -43,10 +27,10 @@ fn whole_chunked_and_token_by_token_prefill_give_identical_logits() {
                 .map(|c| c.to_vec())
                 .collect();
 
-            let whole = run(&mut b, &tokens, &tables[0], &[PROMPT]);
+            let whole = prefill_then_decode(&mut b, &tokens, &tables[0], &[PROMPT]);
             let chunk_sizes = [1, 3, 7, 16, 13];
-            let chunked = run(&mut b, &tokens, &tables[1], &chunk_sizes);
-            let one_by_one = run(&mut b, &tokens, &tables[2], &[1; PROMPT]);
+            let chunked = prefill_then_decode(&mut b, &tokens, &tables[1], &chunk_sizes);
+            let one_by_one = prefill_then_decode(&mut b, &tokens, &tables[2], &[1; PROMPT]);
 
             // Chunk ends: every position the chunked run produced logits for.
             let mut end = 0;

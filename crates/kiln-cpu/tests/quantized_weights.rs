@@ -6,12 +6,13 @@
 mod support;
 
 use kiln_cpu::kernels::{matmul_with, Isa, PackedMatrix, QuantFormat, RowBlock, WeightFormat};
-use kiln_engine::{Backend, ChunkInput};
 use kiln_formats::{dequantize_into, DType};
 use kiln_model::{ModelConfig, WeightSource};
 use support::quant_source::{random_blocks, QuantSource, FORMATS};
 use support::reference::reference_logits;
-use support::{backend, max_rel_diff, random_tokens, same_bits, shuffled_blocks, Rng};
+use support::{
+    backend, max_rel_diff, prefill_then_decode, random_tokens, same_bits, shuffled_blocks, Rng,
+};
 
 fn dequantized(dtype: DType, rows: usize, cols: usize, bytes: &[u8]) -> Vec<f32> {
     let mut out = vec![0f32; rows * cols];
@@ -129,26 +130,7 @@ fn quant_config() -> ModelConfig {
 fn run(src: &dyn WeightSource, tokens: &[u32]) -> Vec<Vec<f32>> {
     let mut b = backend(src, 16, 4);
     let table = &shuffled_blocks(16, 5)[..6];
-    let mut rows = Vec::new();
-    for (start, end) in [(0, 12), (12, 17)] {
-        let chunk = ChunkInput {
-            tokens: &tokens[start..end],
-            start_pos: start,
-            block_table: table,
-            want_logits: true,
-        };
-        rows.push(b.forward(&[chunk]).unwrap());
-    }
-    for pos in 17..tokens.len() {
-        let step = ChunkInput {
-            tokens: &tokens[pos..pos + 1],
-            start_pos: pos,
-            block_table: table,
-            want_logits: true,
-        };
-        rows.push(b.forward(&[step]).unwrap());
-    }
-    rows
+    prefill_then_decode(&mut b, tokens, table, &[12, 5])
 }
 
 #[test]

@@ -63,6 +63,28 @@ pub fn run_in_chunks(
     rows
 }
 
+/// Prefills the first `sizes.iter().sum()` tokens in chunks of `sizes`, then decodes the rest
+/// one by one. Returns the logits at the end of each chunk and of each decode step.
+pub fn prefill_then_decode(
+    b: &mut CpuBackend,
+    tokens: &[u32],
+    table: &[u32],
+    sizes: &[usize],
+) -> Vec<Vec<f32>> {
+    let prompt: usize = sizes.iter().sum();
+    let mut rows = run_in_chunks(b, &tokens[..prompt], table, sizes);
+    for pos in prompt..tokens.len() {
+        let step = ChunkInput {
+            tokens: &tokens[pos..pos + 1],
+            start_pos: pos,
+            block_table: table,
+            want_logits: true,
+        };
+        rows.push(b.forward(&[step]).unwrap());
+    }
+    rows
+}
+
 /// Whether two logit rows are the same bits.
 pub fn same_bits(a: &[f32], b: &[f32]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
