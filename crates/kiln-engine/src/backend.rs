@@ -1,5 +1,7 @@
 //! The one small trait between the engine and a compute backend (CPU, CUDA).
 
+use crate::sampler::{SampleError, Sampled};
+
 /// Shape of the paged KV cache a backend allocated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KvGeometry {
@@ -31,6 +33,25 @@ pub struct ChunkInput<'a> {
     pub want_logits: bool,
 }
 
+/// Most `top_logprobs` a backend is asked to compute on the device (the API's limit).
+pub const MAX_DEVICE_TOP_LOGPROBS: usize = 20;
+
+/// How one logits row is sampled: the host sampler's parameters without the penalties (which
+/// need the sequence's history), and the row's random draw.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RowSampling {
+    /// 0: greedy.
+    pub temperature: f32,
+    pub top_k: usize,
+    pub top_p: f32,
+    pub min_p: f32,
+    /// The row's uniform draw in [0, 1), `sampler::uniform(seed, index)`.
+    pub uniform: f64,
+    /// `Some(n)`: the chosen token's log-probability and the `n` most likely tokens'
+    /// (`n <= MAX_DEVICE_TOP_LOGPROBS`).
+    pub logprobs: Option<usize>,
+}
+
 /// A compute backend. It owns the weights and the KV pool and runs forward passes; it knows
 /// nothing of requests, scheduling or HTTP.
 pub trait Backend: Send {
@@ -54,6 +75,20 @@ pub trait Backend: Send {
     /// without penalties or log-probabilities. `None`: not supported, the engine calls `forward`.
     fn forward_argmax(&mut self, chunks: &[ChunkInput<'_>]) -> Option<anyhow::Result<Vec<u32>>> {
         let _ = chunks;
+        None
+    }
+
+    /// Runs the step like [`Backend::forward`] and samples each logits row with `rows` (one per
+    /// row, in order), returning only the chosen tokens and their log-probabilities. The result
+    /// must equal `sampler::sample` on the row's logits with the same parameters and draw, token
+    /// for token. `None`: not supported, the engine calls `forward` and samples on the host.
+    #[allow(clippy::type_complexity)]
+    fn forward_sample(
+        &mut self,
+        chunks: &[ChunkInput<'_>],
+        rows: &[RowSampling],
+    ) -> Option<anyhow::Result<Vec<Result<Sampled, SampleError>>>> {
+        let _ = (chunks, rows);
         None
     }
 }

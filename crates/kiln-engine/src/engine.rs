@@ -10,11 +10,11 @@ use std::time::Instant;
 use kiln_tokenizer::{StreamDecoder, Tokenizer};
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, RowSampling, MAX_DEVICE_TOP_LOGPROBS};
 use crate::batch_sampler::{self, SampleJob};
 use crate::handle::{EngineConfig, Shared};
 use crate::request::{Finish, FinishReason, GenEvent, GenerateRequest, TokenEvent};
-use crate::sampler::{self, History, Sampled};
+use crate::sampler::{self, History, SampleError, Sampled};
 use crate::scheduler::{ScheduledChunk, Scheduler, SchedulerConfig};
 use crate::sequence::{SeqId, Sequence};
 use crate::stop::{StopCheck, StopMatcher};
@@ -37,11 +37,14 @@ enum StepOutput {
     Logits(Vec<f32>),
     /// The argmax of each such row, picked by the backend (every row was plain greedy).
     Argmax(Vec<u32>),
+    /// Each such row sampled by the backend (no row had penalties).
+    Sampled(Vec<Result<Sampled, SampleError>>),
 }
 
-/// Set `KILN_DEVICE_ARGMAX=0` to always fetch logits, even for all-greedy steps.
-fn device_argmax_enabled() -> bool {
-    std::env::var("KILN_DEVICE_ARGMAX").map_or(true, |v| v != "0")
+/// `KILN_DEVICE_ARGMAX=0` fetches logits even for all-greedy steps; `KILN_DEVICE_SAMPLING=0`
+/// samples every other step on the host.
+fn switch_on(name: &str) -> bool {
+    std::env::var(name).map_or(true, |v| v != "0")
 }
 
 /// What the engine keeps for a request besides its tokens.
@@ -69,6 +72,30 @@ impl Active {
             && p.frequency_penalty == 0.0
             && self.req.logprobs.is_none()
     }
+
+    /// How the backend may sample this request's next token, unless it needs the host
+    /// (penalties read the sequence's history).
+    fn device_row(&self, generated: usize) -> Option<RowSampling> {
+        let p = &self.req.sampling;
+        let penalties =
+            p.repetition_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0;
+        if penalties
+            || self
+                .req
+                .logprobs
+                .is_some_and(|n| n > MAX_DEVICE_TOP_LOGPROBS)
+        {
+            return None;
+        }
+        Some(RowSampling {
+            temperature: p.temperature,
+            top_k: p.top_k,
+            top_p: p.top_p,
+            min_p: p.min_p,
+            uniform: sampler::uniform(self.seed, generated as u64),
+            logprobs: self.req.logprobs,
+        })
+    }
 }
 
 pub(crate) struct Engine {
@@ -85,6 +112,7 @@ pub(crate) struct Engine {
     /// Consecutive steps that ran nothing although requests were waiting.
     idle_steps: u32,
     device_argmax: bool,
+    device_sampling: bool,
 }
 
 impl Engine {
@@ -117,7 +145,8 @@ impl Engine {
             seed_source,
             stopping: false,
             idle_steps: 0,
-            device_argmax: device_argmax_enabled(),
+            device_argmax: switch_on("KILN_DEVICE_ARGMAX"),
+            device_sampling: switch_on("KILN_DEVICE_SAMPLING"),
         };
         engine.publish_stats();
         engine
@@ -243,24 +272,35 @@ impl Engine {
                 .iter()
                 .filter(|c| c.want_logits)
                 .all(|c| self.active.get(&c.seq).is_some_and(Active::plain_greedy));
+        let device_rows = if all_greedy || !self.device_sampling {
+            None
+        } else {
+            self.device_rows(plan)
+        };
         let inputs = self.scheduler.inputs(plan);
         let backend = &mut self.backend;
         let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            let argmax = if all_greedy {
-                backend.forward_argmax(&inputs)
-            } else {
-                None
-            };
-            match argmax {
-                Some(ids) => ids.map(StepOutput::Argmax),
-                None => backend.forward(&inputs).map(StepOutput::Logits),
+            if all_greedy {
+                if let Some(ids) = backend.forward_argmax(&inputs) {
+                    return ids.map(StepOutput::Argmax);
+                }
             }
+            if let Some(rows) = &device_rows {
+                if let Some(sampled) = backend.forward_sample(&inputs, rows) {
+                    return sampled.map(StepOutput::Sampled);
+                }
+            }
+            backend.forward(&inputs).map(StepOutput::Logits)
         }))
         .unwrap_or_else(|_| Err(anyhow::anyhow!("the backend panicked")));
         let checked = result.and_then(|output| match &output {
             StepOutput::Argmax(ids) if ids.len() != rows => Err(anyhow::anyhow!(
                 "the backend returned {} tokens for {rows} rows",
                 ids.len()
+            )),
+            StepOutput::Sampled(s) if s.len() != rows => Err(anyhow::anyhow!(
+                "the backend sampled {} tokens for {rows} rows",
+                s.len()
             )),
             StepOutput::Logits(l) if rows > 0 && (l.is_empty() || l.len() % rows != 0) => Err(
                 anyhow::anyhow!("the backend returned {} logits for {rows} rows", l.len()),
@@ -277,6 +317,17 @@ impl Engine {
                 None
             }
         }
+    }
+
+    /// Every logits row's device sampling, in plan order; None if a row needs the host.
+    fn device_rows(&self, plan: &[ScheduledChunk]) -> Option<Vec<RowSampling>> {
+        plan.iter()
+            .filter(|c| c.want_logits)
+            .map(|c| {
+                let generated = self.scheduler.get(c.seq)?.generated().len();
+                self.active.get(&c.seq)?.device_row(generated)
+            })
+            .collect()
     }
 
     /// An empty plan with requests waiting happens for one step after a sequence preempts
@@ -309,6 +360,10 @@ impl Engine {
                     })
                 });
                 return wanting.zip(chosen).collect();
+            }
+            StepOutput::Sampled(rows) => {
+                let rows = rows.into_iter().map(|r| r.map_err(|e| e.to_string()));
+                return wanting.zip(rows).collect();
             }
             StepOutput::Logits(logits) => logits,
         };

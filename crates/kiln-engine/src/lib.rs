@@ -8,10 +8,13 @@ mod engine;
 pub mod handle;
 pub mod request;
 pub mod sampler;
+pub mod sampling_weights;
 pub mod scheduler;
 pub mod sequence;
 pub mod stop;
 
-pub use backend::{Backend, ChunkInput, KvGeometry, StepCapacity};
+pub use backend::{
+    Backend, ChunkInput, KvGeometry, RowSampling, StepCapacity, MAX_DEVICE_TOP_LOGPROBS,
+};
 pub use handle::{start, EngineConfig, EngineHandle, EngineStats, RequestStream, SubmitError};
 pub use request::{Finish, FinishReason, GenEvent, GenerateRequest, SamplingParams, TokenEvent};

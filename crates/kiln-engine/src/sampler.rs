@@ -2,7 +2,9 @@
 //! random draw that depends only on the request's seed and the token's index, so a seed alone
 //! fixes the tokens whatever else runs in the batch and across preemption.
 
+use crate::backend::RowSampling;
 use crate::request::SamplingParams;
+use crate::sampling_weights as weights;
 
 /// The token the sampler chose, with the log-probabilities a client asked for.
 #[derive(Debug, Clone, PartialEq)]
@@ -52,10 +54,41 @@ pub fn sample(
     } else {
         logits
     };
+    choose(
+        logits,
+        adjusted,
+        params,
+        uniform(seed, draw_index),
+        logprobs,
+    )
+}
+
+/// Samples one row the way a backend's `forward_sample` must (no penalties): the reference
+/// the GPU sampler is tested against.
+pub fn sample_row(logits: &[f32], row: &RowSampling) -> Result<Sampled, SampleError> {
+    let params = SamplingParams {
+        temperature: row.temperature,
+        top_k: row.top_k,
+        top_p: row.top_p,
+        min_p: row.min_p,
+        ..SamplingParams::default()
+    };
+    choose(logits, logits, &params, row.uniform, row.logprobs)
+}
+
+/// Picks from `adjusted` (the logits after penalties) with the draw `u`; log-probabilities
+/// come from the raw `logits`.
+fn choose(
+    logits: &[f32],
+    adjusted: &[f32],
+    params: &SamplingParams,
+    u: f64,
+    logprobs: Option<usize>,
+) -> Result<Sampled, SampleError> {
     let id = if params.temperature <= 0.0 {
         argmax(adjusted).ok_or(SampleError::NoFiniteLogits)?
     } else {
-        draw(adjusted, params, uniform(seed, draw_index))?
+        draw(adjusted, params, u)?
     };
     let (logprob, top_logprobs) = match logprobs {
         Some(n) => {
@@ -134,82 +167,72 @@ fn argmax(logits: &[f32]) -> Option<u32> {
     best.map(|(i, _)| i)
 }
 
-/// Orders token ids most likely first, lower id first among equals.
-fn by_weight_desc(w: &[f64]) -> impl Fn(&u32, &u32) -> std::cmp::Ordering + '_ {
-    move |&a, &b| w[b as usize].total_cmp(&w[a as usize]).then(a.cmp(&b))
-}
-
-/// Temperature, then top-k, top-p and min-p over the softmax, then an inverse-CDF draw at `u`.
+/// Temperature, then top-k, top-p and min-p, then a draw at `u`, in the fixed-point arithmetic
+/// of [`crate::sampling_weights`] (which the GPU sampler reproduces bit for bit).
+///
+/// Candidates are ordered most likely first ([`order_key`], lower id first among equals); top-k
+/// and top-p keep a prefix of that order (top-p: the shortest whose weight reaches
+/// `ceil(top_p * total)`), min-p drops weights below `ceil(min_p * WEIGHT_ONE)`. The draw
+/// then walks the kept tokens in id order and takes the first whose running weight exceeds
+/// `draw_target(u, kept)`.
 fn draw(logits: &[f32], p: &SamplingParams, u: f64) -> Result<u32, SampleError> {
     let max = logits
         .iter()
         .copied()
         .filter(|l| l.is_finite())
         .fold(f32::NEG_INFINITY, f32::max);
-    if max == f32::NEG_INFINITY {
-        // Only +inf (or nothing finite): the argmax is the only sensible choice.
+    if max == f32::NEG_INFINITY || logits.contains(&f32::INFINITY) {
+        // Nothing finite, or an infinite logit: the argmax is the only sensible choice.
         return argmax(logits).ok_or(SampleError::NoFiniteLogits);
     }
     let inv_t = 1.0 / p.temperature as f64;
-    let weights: Vec<f64> = logits
+    let weights: Vec<u64> = logits
         .iter()
-        .map(|&l| {
-            if l.is_finite() {
-                ((l as f64 - max as f64) * inv_t).exp()
-            } else if l == f32::INFINITY {
-                f64::INFINITY
-            } else {
-                0.0
-            }
-        })
+        .map(|&l| weights::token_weight(l, max, inv_t))
         .collect();
-    if weights.iter().any(|w| w.is_infinite()) {
-        return argmax(logits).ok_or(SampleError::NoFiniteLogits);
-    }
-    let total: f64 = weights.iter().sum();
     let vocab = logits.len();
     let top_k = if p.top_k == 0 || p.top_k >= vocab {
         vocab
     } else {
         p.top_k
     };
-    let needs_order = top_k < vocab || p.top_p < 1.0;
-    let mut candidates: Vec<u32> = if needs_order {
-        ordered_candidates(&weights, total, top_k, p.top_p)
+    let mut kept: Vec<u32> = if top_k < vocab || p.top_p < 1.0 {
+        let total = weights.iter().sum();
+        let need = (p.top_p < 1.0).then(|| weights::top_p_need(p.top_p, total));
+        let mut ids = ordered_prefix(logits, &weights, top_k, need);
+        ids.sort_unstable();
+        ids
     } else {
-        (0..vocab as u32)
-            .filter(|&t| weights[t as usize] > 0.0)
-            .collect()
+        (0..vocab as u32).collect()
     };
-    if p.min_p > 0.0 {
-        let w_max = candidates
-            .iter()
-            .map(|&t| weights[t as usize])
-            .fold(0.0, f64::max);
-        let floor = p.min_p as f64 * w_max;
-        candidates.retain(|&t| weights[t as usize] >= floor);
-    }
-    let kept: f64 = candidates.iter().map(|&t| weights[t as usize]).sum();
-    let target = u * kept;
-    let mut acc = 0.0;
-    for &t in &candidates {
+    let floor = weights::min_p_floor(p.min_p);
+    kept.retain(|&t| weights[t as usize] >= floor.max(1));
+    let mass: u64 = kept.iter().map(|&t| weights[t as usize]).sum();
+    let target = weights::draw_target(u, mass);
+    let mut acc = 0u64;
+    for &t in &kept {
         acc += weights[t as usize];
         if acc > target {
             return Ok(t);
         }
     }
-    candidates
-        .last()
-        .copied()
-        .ok_or(SampleError::NoFiniteLogits)
+    Err(SampleError::NoFiniteLogits)
 }
 
-/// The top-k tokens, most likely first, cut to the smallest prefix whose probability mass
-/// reaches `top_p`. Sorts only as long a prefix as top-p needs.
-fn ordered_candidates(weights: &[f64], total: f64, top_k: usize, top_p: f32) -> Vec<u32> {
-    let mut ids: Vec<u32> = (0..weights.len() as u32).collect();
-    let order = by_weight_desc(weights);
-    let mut len = if top_p < 1.0 {
+/// Orders token ids most likely first, lower id first among equal logits.
+fn by_key_desc(logits: &[f32]) -> impl Fn(&u32, &u32) -> std::cmp::Ordering + '_ {
+    move |&a, &b| {
+        let key = |t: u32| weights::order_key(logits[t as usize]);
+        key(b).cmp(&key(a)).then(a.cmp(&b))
+    }
+}
+
+/// The first `top_k` tokens of the order, cut to the shortest prefix whose weight reaches
+/// `need` when there is one. Sorts only as long a prefix as the cut needs.
+fn ordered_prefix(logits: &[f32], weights: &[u64], top_k: usize, need: Option<u64>) -> Vec<u32> {
+    let mut ids: Vec<u32> = (0..logits.len() as u32).collect();
+    let order = by_key_desc(logits);
+    let mut len = if need.is_some() {
         FIRST_PREFIX.min(top_k)
     } else {
         top_k
@@ -219,12 +242,11 @@ fn ordered_candidates(weights: &[f64], total: f64, top_k: usize, top_p: f32) -> 
             ids.select_nth_unstable_by(len, &order);
         }
         ids[..len].sort_unstable_by(&order);
-        if top_p < 1.0 {
-            let mass = top_p as f64 * total;
-            let mut acc = 0.0;
+        if let Some(need) = need {
+            let mut acc = 0u64;
             for (i, &t) in ids[..len].iter().enumerate() {
                 acc += weights[t as usize];
-                if acc >= mass {
+                if acc >= need {
                     ids.truncate(i + 1);
                     return ids;
                 }
@@ -256,27 +278,19 @@ fn log_sum_exp(logits: &[f32]) -> Option<f64> {
     Some(max as f64 + sum.ln())
 }
 
-/// The `n` largest raw logits' ids, largest first, lower id first among equals.
+/// The `n` largest raw logits' ids in the sampler's order (NaN ranks with -inf).
 fn top_n(logits: &[f32], n: usize) -> Vec<u32> {
     let n = n.min(logits.len());
     if n == 0 {
         return Vec::new();
     }
-    let key = |t: u32| {
-        let l = logits[t as usize];
-        if l.is_nan() {
-            f32::NEG_INFINITY
-        } else {
-            l
-        }
-    };
-    let order = |a: &u32, b: &u32| key(*b).total_cmp(&key(*a)).then(a.cmp(b));
+    let order = by_key_desc(logits);
     let mut ids: Vec<u32> = (0..logits.len() as u32).collect();
     if n < ids.len() {
-        ids.select_nth_unstable_by(n, order);
+        ids.select_nth_unstable_by(n, &order);
     }
     ids.truncate(n);
-    ids.sort_unstable_by(order);
+    ids.sort_unstable_by(&order);
     ids
 }
 

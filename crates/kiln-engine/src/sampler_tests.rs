@@ -141,8 +141,9 @@ fn top_p_keeps_the_smallest_prefix_reaching_the_mass() {
 #[test]
 fn top_p_on_a_flat_row_grows_past_the_first_prefix() {
     let row = vec![0.0f32; 1000];
-    let w = vec![1.0f64; 1000];
-    let ids = ordered_candidates(&w, 1000.0, 1000, 0.9);
+    let w = vec![crate::sampling_weights::WEIGHT_ONE; 1000];
+    let need = crate::sampling_weights::top_p_need(0.9, 1000 * w[0]);
+    let ids = ordered_prefix(&row, &w, 1000, Some(need));
     assert_eq!(ids.len(), 900);
     assert_eq!(ids, (0..900).collect::<Vec<u32>>());
     let p = SamplingParams {

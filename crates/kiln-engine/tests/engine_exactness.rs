@@ -7,7 +7,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::*;
-use kiln_engine::{Backend, ChunkInput, EngineConfig, FinishReason, KvGeometry, StepCapacity};
+use kiln_engine::sampler::{sample_row, SampleError, Sampled};
+use kiln_engine::{
+    Backend, ChunkInput, EngineConfig, FinishReason, KvGeometry, RowSampling, StepCapacity,
+};
 
 /// Greedy decoding with no engine: the whole prompt in one chunk, then one token per step.
 fn plain_greedy_loop(prompt: &[u32], max_tokens: usize) -> Vec<u32> {
@@ -278,5 +281,96 @@ fn an_engine_configured_beyond_the_backends_step_buffers_stays_within_them() {
     let (seqs, tokens) = *largest.lock().unwrap();
     assert_eq!(seqs, cap.max_seqs, "the engine fills the step buffers");
     assert!(tokens <= cap.max_tokens);
+    engine.shutdown();
+}
+
+/// The CPU backend answering `forward_sample` with the host reference (`sampler::sample_row`),
+/// as a device sampler must, counting the rows it sampled.
+struct SamplingCpu {
+    inner: kiln_cpu::CpuBackend,
+    vocab: usize,
+    sampled_rows: Arc<AtomicUsize>,
+}
+
+impl Backend for SamplingCpu {
+    fn kv_geometry(&self) -> KvGeometry {
+        self.inner.kv_geometry()
+    }
+
+    fn forward(&mut self, chunks: &[ChunkInput<'_>]) -> anyhow::Result<Vec<f32>> {
+        self.inner.forward(chunks)
+    }
+
+    fn forward_sample(
+        &mut self,
+        chunks: &[ChunkInput<'_>],
+        rows: &[RowSampling],
+    ) -> Option<anyhow::Result<Vec<Result<Sampled, SampleError>>>> {
+        let logits = match self.inner.forward(chunks) {
+            Ok(l) => l,
+            Err(e) => return Some(Err(e)),
+        };
+        assert_eq!(
+            logits.len(),
+            rows.len() * self.vocab,
+            "one row per logits row"
+        );
+        self.sampled_rows.fetch_add(rows.len(), Ordering::SeqCst);
+        let out = logits
+            .chunks_exact(self.vocab)
+            .zip(rows)
+            .map(|(l, r)| sample_row(l, r))
+            .collect();
+        Some(Ok(out))
+    }
+}
+
+/// Seeded sampling with log-probabilities, with and without penalties.
+fn sampling_requests() -> Vec<kiln_engine::GenerateRequest> {
+    (0..12u32)
+        .map(|i| {
+            let mut r = seeded(prompt(5 + 7 * i as usize, i), 16, 500 + i as u64);
+            r.logprobs = Some(i as usize % 4);
+            r.sampling.min_p = if i % 3 == 0 { 0.05 } else { 0.0 };
+            if i % 4 == 3 {
+                r.sampling.presence_penalty = 0.5;
+            }
+            r
+        })
+        .collect()
+}
+
+#[test]
+fn backend_sampling_gives_the_host_samplers_tokens_and_logprobs() {
+    use kiln_model::WeightSource;
+    let reqs = sampling_requests();
+    let plain = engine(256, config());
+    let expected: Vec<_> = reqs.iter().map(|r| run(&plain, r.clone())).collect();
+    plain.shutdown();
+
+    let source = tiny();
+    let sampled_rows = Arc::new(AtomicUsize::new(0));
+    let backend = SamplingCpu {
+        inner: backend(&source, 256),
+        vocab: source.config().vocab_size,
+        sampled_rows: sampled_rows.clone(),
+    };
+    let engine = kiln_engine::start(Box::new(backend), tokenizer(&source), config());
+    // Alone: every step without a penalised request goes to the backend's sampler.
+    for (r, want) in reqs.iter().zip(&expected) {
+        let before = sampled_rows.load(Ordering::SeqCst);
+        let got = run(&engine, r.clone());
+        assert_eq!(
+            (&got.ids, &got.text, &got.logprobs, &got.top_logprobs),
+            (&want.ids, &want.text, &want.logprobs, &want.top_logprobs)
+        );
+        let by_backend = sampled_rows.load(Ordering::SeqCst) - before;
+        let penalised = r.sampling.presence_penalty != 0.0;
+        assert_eq!(by_backend, if penalised { 0 } else { r.max_tokens });
+    }
+    // Together: steps holding a penalised request fall back to the host, the others do not.
+    let together = run_concurrently(&engine, &reqs);
+    let want: Vec<Vec<u32>> = expected.iter().map(|o| o.ids.clone()).collect();
+    assert_eq!(together, want);
     engine.shutdown();
 }
