@@ -42,7 +42,7 @@ const INV_FACTORIAL: [u64; 13] = [
 
 /// `round(exp(x) * WEIGHT_ONE)` for `x <= 0`; 0 below the cut-off and for NaN.
 pub fn fixed_weight(x: f64) -> u64 {
-    if !(x >= CUTOFF) {
+    if x.is_nan() || x < CUTOFF {
         return 0;
     }
     let f = f64::from_bits;
