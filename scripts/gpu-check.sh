@@ -28,7 +28,7 @@ results="$OUT/results.tsv"
 : > "$results"
 
 # Order: cheapest and most basic first, so a broken kernel shows before the model tests.
-order="kernels_compile unit contract_rows contract_gemm contract_attention backend_parity backend_invariance graphs_counts graphs_parity"
+order="kernels_compile unit contract_rows contract_sampling contract_gemm contract_attention backend_parity backend_invariance graphs_counts graphs_parity"
 for name in $order $(awk '$1=="test"{print $2}' "$manifest"); do
     path=$(awk -v n="$name" '$1=="test" && $2==n {print $3}' "$manifest")
     [ -n "$path" ] || continue
@@ -91,8 +91,9 @@ if [ -n "$bench" ]; then
         KILN_CUDA_GRAPHS=0 RUST_BACKTRACE=0 timeout "$left" ".carry/$bench" llama3-8b decode > "$OUT/bench-no-graphs.json" 2> "$OUT/bench-no-graphs.log"
         grep -E "^BENCH" "$OUT/bench-no-graphs.log" | sed 's/^/    KILN_CUDA_GRAPHS=0: /' | tee -a "$report"
     fi
-    # Skinny GEMM bandwidth lines from the contract test, for the record.
+    # Skinny GEMM bandwidth and device sampling times from the contract tests, for the record.
     grep -h "BENCH" "$OUT"/test-contract_gemm.log 2>/dev/null | sed 's/^/    /' | tee -a "$report"
+    grep -h "sampling speed" "$OUT"/test-contract_sampling.log 2>/dev/null | sed 's/^/    /' | tee -a "$report"
 fi
 
 python3 - "$results" "$OUT/bench.json" "$OUT/report.json" <<'PY' 2>/dev/null || echo "(report.json not written: python3 missing)"

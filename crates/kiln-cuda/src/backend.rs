@@ -3,7 +3,8 @@
 //! CUDA graph launch, graphs.rs), one result copy and one host synchronisation.
 
 use anyhow::{bail, Context, Result};
-use kiln_engine::{Backend, ChunkInput, KvGeometry, StepCapacity};
+use kiln_engine::sampler::{SampleError, Sampled};
+use kiln_engine::{Backend, ChunkInput, KvGeometry, RowSampling, StepCapacity};
 use kiln_model::{ModelConfig, WeightSource};
 
 use crate::device::{Gpu, PinnedBuf};
@@ -12,6 +13,7 @@ use crate::gemm_lt::LtGemm;
 use crate::graphs::{graphs_enabled_by_env, prefill_max_from_env, GraphCache, GraphCounters};
 use crate::graphs_pad::{pad_step, GraphBuckets, GraphShape};
 use crate::kv_cache::KvCache;
+use crate::sampling::SamplingBuffers;
 use crate::step_plan::{pack_step, StepLayout, StepPlan};
 use crate::switches::Switches;
 use crate::weights::{load_weights, ModelWeights};
@@ -61,6 +63,7 @@ pub struct CudaBackend {
     step_host: PinnedBuf<i32>,
     logits_host: PinnedBuf<f32>,
     ids_host: PinnedBuf<i32>,
+    sampling: SamplingBuffers,
     layout: StepLayout,
     config: ModelConfig,
     switches: Switches,
@@ -105,9 +108,10 @@ fn kv_pool(gpu: &Gpu, c: &ModelConfig, block_size: usize, budget: usize) -> Resu
     KvCache::new(gpu, c, block_size, budget + per_block)
 }
 
-enum Output {
+enum Output<'a> {
     Logits,
     Argmax,
+    Sample(&'a [RowSampling]),
 }
 
 impl CudaBackend {
@@ -172,6 +176,7 @@ impl CudaBackend {
         let step_host = PinnedBuf::new(&gpu, layout.len)?;
         let logits_host = PinnedBuf::new(&gpu, opts.max_seqs * config.vocab_size)?;
         let ids_host = PinnedBuf::new(&gpu, opts.max_seqs)?;
+        let sampling = SamplingBuffers::new(&gpu, opts.max_seqs)?;
         let graphs = GraphCache::new(
             GraphBuckets::new(&layout, prefill_max_from_env()),
             graphs_enabled_by_env(),
@@ -185,6 +190,7 @@ impl CudaBackend {
             step_host,
             logits_host,
             ids_host,
+            sampling,
             layout,
             config,
             switches: Switches::from_env(),
@@ -216,7 +222,7 @@ impl CudaBackend {
             self.gpu.arch,
             self.gpu.sm_count,
             gib(self.weights.bytes),
-            gib(self.act.bytes()),
+            gib(self.act.bytes() + self.sampling.bytes()),
             gib(self.kv.bytes()),
             self.layout.num_blocks,
             self.kv.block_size,
@@ -234,7 +240,7 @@ impl CudaBackend {
         s
     }
 
-    fn step(&mut self, chunks: &[ChunkInput<'_>], out: Output) -> Result<StepPlan> {
+    fn step(&mut self, chunks: &[ChunkInput<'_>], out: Output<'_>) -> Result<StepPlan> {
         self.gpu.bind()?;
         let plan = pack_step(chunks, &self.layout, self.step_host.as_mut_slice())?;
         if plan.n_tokens == 0 {
@@ -265,6 +271,21 @@ impl CudaBackend {
             Output::Argmax => {
                 self.ids_host
                     .copy_from_device(&self.gpu, self.act.ids.ptr(), plan.n_logits)?
+            }
+            Output::Sample(rows) => {
+                if rows.len() != plan.n_logits {
+                    bail!(
+                        "{} sampling rows for {} logits rows",
+                        rows.len(),
+                        plan.n_logits
+                    );
+                }
+                self.sampling.queue(
+                    &self.gpu,
+                    self.act.logits.ptr(),
+                    rows,
+                    self.config.vocab_size,
+                )?
             }
         }
         // The step's one host synchronisation.
@@ -392,6 +413,20 @@ impl CudaBackend {
             .map(|&i| i as u32)
             .collect())
     }
+
+    /// Runs a step like [`Backend::forward`] and samples each row that wants logits on the
+    /// device with `rows`; only the chosen tokens and their log-probabilities reach the host.
+    pub fn forward_sampled(
+        &mut self,
+        chunks: &[ChunkInput<'_>],
+        rows: &[RowSampling],
+    ) -> Result<Vec<Result<Sampled, SampleError>>> {
+        let plan = self.step(chunks, Output::Sample(rows))?;
+        if plan.n_logits == 0 {
+            return Ok(Vec::new());
+        }
+        Ok(self.sampling.results(rows))
+    }
 }
 
 impl Backend for CudaBackend {
@@ -417,5 +452,20 @@ impl Backend for CudaBackend {
     /// The argmax of each logits row, chosen on the device: only the ids cross to the host.
     fn forward_argmax(&mut self, chunks: &[ChunkInput<'_>]) -> Option<Result<Vec<u32>>> {
         Some(self.forward_greedy(chunks))
+    }
+
+    /// Samples on the device (the host sampler's arithmetic, bit for bit): only the chosen
+    /// tokens cross to the host. `KILN_DEVICE_SAMPLING=0` leaves sampling to the host.
+    fn forward_sample(
+        &mut self,
+        chunks: &[ChunkInput<'_>],
+        rows: &[RowSampling],
+    ) -> Option<Result<Vec<Result<Sampled, SampleError>>>> {
+        if !self.switches.device_sampling
+            || !crate::sampling::supports(rows, self.config.vocab_size)
+        {
+            return None;
+        }
+        Some(self.forward_sampled(chunks, rows))
     }
 }

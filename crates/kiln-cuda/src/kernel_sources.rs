@@ -80,6 +80,11 @@ pub const SOURCES: &[KernelSource] = &[
         entries: &["dummy_fill_bf16", "fill_bf16"],
     },
     KernelSource {
+        name: "sample",
+        body: include_str!("../kernels/sample.cu"),
+        entries: &["sample_rows"],
+    },
+    KernelSource {
         name: "ref_attn",
         body: include_str!("../kernels/ref_attn.cu"),
         entries: &["ref_attn"],

@@ -12,6 +12,7 @@ pub mod kernel_sources;
 pub mod kernels;
 pub mod kv_cache;
 pub mod nvrtc_build;
+pub mod sampling;
 pub mod step_plan;
 pub mod switches;
 pub mod weights;

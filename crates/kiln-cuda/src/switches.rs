@@ -10,6 +10,8 @@ pub struct Switches {
     pub flash_attn: bool,
     /// KILN_SPLIT_DECODE=0: decode rows use the reference attention instead of the split kernel.
     pub split_decode: bool,
+    /// KILN_DEVICE_SAMPLING=0: logits rows go to the host to be sampled.
+    pub device_sampling: bool,
 }
 
 pub(crate) fn on(name: &str) -> bool {
@@ -25,6 +27,7 @@ impl Switches {
             skinny_gemm: on("KILN_SKINNY_GEMM"),
             flash_attn: on("KILN_FLASH_ATTN"),
             split_decode: on("KILN_SPLIT_DECODE"),
+            device_sampling: on("KILN_DEVICE_SAMPLING"),
         }
     }
 
@@ -32,10 +35,11 @@ impl Switches {
     pub fn describe(&self) -> String {
         let k = crate::kernels::KernelChoice::from_env();
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} gemm_pin={} skinny_pipe={} flash_pairs={}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} flash_pairs={}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
+            self.device_sampling as u8,
             on("KILN_GEMM_PIN") as u8,
             k.skinny_pipe as u8,
             k.flash_pairs as u8

@@ -41,10 +41,10 @@ enum StepOutput {
     Sampled(Vec<Result<Sampled, SampleError>>),
 }
 
-/// `KILN_DEVICE_ARGMAX=0` fetches logits even for all-greedy steps; `KILN_DEVICE_SAMPLING=0`
-/// samples every other step on the host.
-fn switch_on(name: &str) -> bool {
-    std::env::var(name).map_or(true, |v| v != "0")
+/// Set `KILN_DEVICE_ARGMAX=0` to always fetch logits, even for all-greedy steps. (Backends
+/// that sample on the device have their own switch, e.g. KILN_DEVICE_SAMPLING for CUDA.)
+fn device_argmax_enabled() -> bool {
+    std::env::var("KILN_DEVICE_ARGMAX").map_or(true, |v| v != "0")
 }
 
 /// What the engine keeps for a request besides its tokens.
@@ -112,7 +112,6 @@ pub(crate) struct Engine {
     /// Consecutive steps that ran nothing although requests were waiting.
     idle_steps: u32,
     device_argmax: bool,
-    device_sampling: bool,
 }
 
 impl Engine {
@@ -145,8 +144,7 @@ impl Engine {
             seed_source,
             stopping: false,
             idle_steps: 0,
-            device_argmax: switch_on("KILN_DEVICE_ARGMAX"),
-            device_sampling: switch_on("KILN_DEVICE_SAMPLING"),
+            device_argmax: device_argmax_enabled(),
         };
         engine.publish_stats();
         engine
@@ -272,7 +270,7 @@ impl Engine {
                 .iter()
                 .filter(|c| c.want_logits)
                 .all(|c| self.active.get(&c.seq).is_some_and(Active::plain_greedy));
-        let device_rows = if all_greedy || !self.device_sampling {
+        let device_rows = if all_greedy {
             None
         } else {
             self.device_rows(plan)
