@@ -7,7 +7,7 @@
 # Environment: KILN_BIN (default .carry/bin/kiln, else target/release/kiln), OUT=./loadtest-out,
 #   PORT=8011, CONCURRENCY=1,8,32,128, DURATION=15 (seconds per level), MAX_TOKENS=64,
 #   DEVICE=cuda, MAX_SEQS=128 (--max-num-seqs: every client of the top level decodes at once),
-#   LOGPROBS=0 (requests without logprobs: greedy steps then keep the logits on the device)
+#   LOGPROBS=0 (requests without logprobs), TEMPERATURE=0 (greedy), TOP_P=1
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:?usage: scripts/loadtest-gpu.sh MODEL}
@@ -35,6 +35,7 @@ for _ in $(seq 600); do
 done
 python3 scripts/loadtest.py --url "http://127.0.0.1:$PORT" --concurrency "${CONCURRENCY:-1,8,32,128}" \
     --duration "${DURATION:-15}" --max-tokens "${MAX_TOKENS:-64}" --out "$OUT/loadtest.json" \
+    --temperature "${TEMPERATURE:-0}" --top-p "${TOP_P:-1}" \
     $([ "${LOGPROBS:-1}" = 0 ] && echo --no-logprobs) | tee "$OUT/loadtest.txt"
 rc=${PIPESTATUS[0]}
 curl -s "http://127.0.0.1:$PORT/metrics" > "$OUT/metrics.txt" 2>/dev/null || true

@@ -85,7 +85,8 @@ def run_level(host, port, concurrency, args):
     body = {
         "prompt": args.prompt,
         "max_tokens": args.max_tokens,
-        "temperature": 0,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
         "ignore_eos": True,
         "stream": True,
         "stream_options": {"include_usage": True},
@@ -159,6 +160,8 @@ def main():
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
     ap.add_argument("--no-logprobs", dest="logprobs", action="store_false",
                     help="leave logprobs out of the requests (inter-token times are then per chunk)")
+    ap.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--out", default="loadtest.json")
     args = ap.parse_args()
 
@@ -172,6 +175,8 @@ def main():
         "max_model_len": model.get("max_model_len"),
         "max_tokens": args.max_tokens,
         "logprobs": args.logprobs,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
         "duration_s": args.duration,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "levels": [],
