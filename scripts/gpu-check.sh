@@ -77,12 +77,12 @@ if [ -n "$bench" ]; then
     brc=$?
     grep -E "^BENCH|loaded in|^device|^switches|^gemm" "$OUT/bench.log" | sed 's/^/    /' | tee -a "$report"
     [ $brc -ne 0 ] && say "    bench FAILED rc=$brc (see bench.log)" && tail -5 "$OUT/bench.log" | sed 's/^/    /' | tee -a "$report"
-    # A/B: decode at batch 1 with the decode rows through cuBLASLt instead of the skinny kernel.
+    # A/B: decode with the skinny GEMMs launched after their predecessors end (no PDL).
     left=$(( 470 - ($(date +%s) - start) ))
     if [ $brc -eq 0 ] && [ "$left" -gt 30 ]; then
         [ "$left" -gt 60 ] && left=60
-        KILN_SKINNY_GEMM=0 RUST_BACKTRACE=0 timeout "$left" ".carry/$bench" llama3-8b decode > "$OUT/bench-no-skinny.json" 2> "$OUT/bench-no-skinny.log"
-        grep -E "^BENCH" "$OUT/bench-no-skinny.log" | sed 's/^/    KILN_SKINNY_GEMM=0: /' | tee -a "$report"
+        KILN_PDL=0 RUST_BACKTRACE=0 timeout "$left" ".carry/$bench" llama3-8b decode > "$OUT/bench-no-pdl.json" 2> "$OUT/bench-no-pdl.log"
+        grep -E "^BENCH" "$OUT/bench-no-pdl.log" | sed 's/^/    KILN_PDL=0: /' | tee -a "$report"
     fi
     # A/B: decode at batch 1 with every step launched eagerly instead of as a CUDA graph.
     left=$(( 470 - ($(date +%s) - start) ))

@@ -107,3 +107,19 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
     __syncthreads();
     return scratch[0];
 }
+
+// Programmatic dependent launch (sm_90 and later; no-ops before). A kernel started with
+// Gpu::launch_dependent may run while the kernel before it finishes: pdl_wait() returns once
+// that kernel has ended and its writes are visible. pdl_trigger() lets the next such kernel
+// start now (it then waits in pdl_wait() for this one to end).
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_trigger() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}

@@ -172,6 +172,7 @@ DA_ENTRY(256, 1)
 extern "C" __global__ void decode_attn_combine(const float* __restrict__ part_o, const float* __restrict__ part_ml,
                                                const int* __restrict__ positions, bf16_t* __restrict__ out,
                                                int n_q, int hd, int max_splits, int min_span) {
+    pdl_trigger();
     __shared__ float sm_m[DA_COMBINE_MAX_SPLITS], sm_l[DA_COMBINE_MAX_SPLITS];
     const int h = blockIdx.x, row = blockIdx.y;
     int n_splits, span;

@@ -16,6 +16,7 @@ extern "C" __global__ void embed_gather(float* __restrict__ x, const bf16_t* __r
 extern "C" __global__ void rmsnorm_residual(float* __restrict__ x, const float* __restrict__ delta,
                                             const bf16_t* __restrict__ w, bf16_t* __restrict__ out,
                                             int hidden, float eps) {
+    pdl_trigger();
     __shared__ float scratch[32];
     const int t = blockIdx.x;
     float* xr = x + (u64)t * hidden;
@@ -39,6 +40,7 @@ extern "C" __global__ void rmsnorm_residual(float* __restrict__ x, const float* 
 extern "C" __global__ void final_norm_rows(const float* __restrict__ x, const float* __restrict__ delta,
                                            const int* __restrict__ rows, const bf16_t* __restrict__ w,
                                            bf16_t* __restrict__ out, int hidden, float eps) {
+    pdl_trigger();
     __shared__ float scratch[32];
     const int r = blockIdx.x;
     const u64 t = (u64)rows[r];
@@ -58,6 +60,7 @@ extern "C" __global__ void final_norm_rows(const float* __restrict__ x, const fl
 // gu[t] = [gate (inter) | up (inter)]; out[t, i] = bf16(silu(gate) * up).
 extern "C" __global__ void swiglu(const float* __restrict__ gu, bf16_t* __restrict__ out, int inter,
                                   int rows) {
+    pdl_trigger();
     const u64 n = (u64)rows * inter;
     for (u64 idx = (u64)blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += (u64)gridDim.x * blockDim.x) {
         const u64 t = idx / inter, i = idx % inter;

@@ -168,6 +168,64 @@ impl Gpu {
         Ok(())
     }
 
+    /// Launches like [`Gpu::launch`], as a programmatic dependent launch: the kernel may start
+    /// while the previous kernel on the stream still runs (once all of that one's CTAs are
+    /// resident or past `pdl_trigger()`), and must call `pdl_wait()` (common.cuh) before it
+    /// reads or writes anything a previous kernel touches.
+    pub fn launch_dependent(
+        &self,
+        name: &str,
+        grid: (u32, u32, u32),
+        block: u32,
+        smem: u32,
+        args: &[Arg],
+    ) -> Result<()> {
+        use cudarc::driver::sys;
+        let f = self.func(name)?;
+        // Every argument in an 8-byte slot; the driver reads each one's own size from its start
+        // (the low bytes, on this little-endian target).
+        let mut slots: Vec<u64> = args
+            .iter()
+            .map(|a| match *a {
+                Arg::Ptr(p) | Arg::U64(p) => p,
+                Arg::I32(v) => v as u32 as u64,
+                Arg::F32(v) => v.to_bits() as u64,
+            })
+            .collect();
+        let mut params: Vec<*mut std::ffi::c_void> = slots
+            .iter_mut()
+            .map(|s| s as *mut u64 as *mut std::ffi::c_void)
+            .collect();
+        // SAFETY: a plain C struct; zero is a valid pattern before the fields are set.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let cfg = sys::CUlaunchConfig {
+            gridDimX: grid.0,
+            gridDimY: grid.1,
+            gridDimZ: grid.2,
+            blockDimX: block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: smem,
+            hStream: self.stream.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        // SAFETY: argument lists match the kernel signatures in kernels/*.cu (see kernels.rs);
+        // `slots`, `params` and `attr` outlive the call, which copies them.
+        unsafe {
+            sys::cuLaunchKernelEx(
+                &cfg,
+                f.cu_function(),
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        }
+        .result()
+        .with_context(|| format!("launching {name} as a dependent launch"))
+    }
+
     pub fn synchronize(&self) -> Result<()> {
         self.stream
             .synchronize()

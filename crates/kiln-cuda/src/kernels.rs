@@ -4,6 +4,7 @@
 use anyhow::{bail, Result};
 
 use crate::device::{Arg, Gpu};
+pub use crate::switches::KernelChoice;
 
 /// Head dims with a flash-attention and a decode-attention instantiation.
 pub const FLASH_HEAD_DIMS: [usize; 5] = [16, 32, 64, 128, 256];
@@ -26,37 +27,6 @@ fn flash_block_n(hd: usize) -> usize {
         32
     } else {
         64
-    }
-}
-
-/// Which variant of a kernel family a launch uses. The fast variants are the defaults; each
-/// has an off switch read once per process (see [`KernelChoice::from_env`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KernelChoice {
-    /// KILN_SKINNY_PIPE=0: the skinny GEMM without the cp.async weight ring (`skinny_gemm_*`).
-    pub skinny_pipe: bool,
-    /// KILN_FLASH_PAIRS=0: flash attention with one query head per CTA (`flash_attn_hd*`)
-    /// instead of two heads of a GQA group sharing each K/V tile (`flash_attn2_hd*`).
-    pub flash_pairs: bool,
-}
-
-impl KernelChoice {
-    pub const ALL_FAST: KernelChoice = KernelChoice {
-        skinny_pipe: true,
-        flash_pairs: true,
-    };
-    pub const ALL_PLAIN: KernelChoice = KernelChoice {
-        skinny_pipe: false,
-        flash_pairs: false,
-    };
-
-    /// The process-wide choice from the environment, read on first use.
-    pub fn from_env() -> KernelChoice {
-        static CHOICE: std::sync::OnceLock<KernelChoice> = std::sync::OnceLock::new();
-        *CHOICE.get_or_init(|| KernelChoice {
-            skinny_pipe: crate::switches::on("KILN_SKINNY_PIPE"),
-            flash_pairs: crate::switches::on("KILN_FLASH_PAIRS"),
-        })
     }
 }
 
@@ -389,11 +359,30 @@ impl Gpu {
         self.skinny_gemm_with(KernelChoice::from_env().skinny_pipe, y, x, w, rows, n, k)
     }
 
-    /// [`Gpu::skinny_gemm`] with the variant given: `pipe` selects the cp.async-ring kernels.
+    /// [`Gpu::skinny_gemm`] with the variant given: `pipe` selects the cp.async-ring kernels
+    /// (launched as dependent launches unless KILN_PDL=0).
     #[allow(clippy::too_many_arguments)]
     pub fn skinny_gemm_with(
         &self,
         pipe: bool,
+        y: u64,
+        x: u64,
+        w: u64,
+        rows: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<()> {
+        let pdl = pipe && KernelChoice::from_env().pdl;
+        self.skinny_gemm_launch(pipe, pdl, y, x, w, rows, n, k)
+    }
+
+    /// [`Gpu::skinny_gemm_with`] with the launch kind given too: `pdl` (pipe kernels only)
+    /// starts each launch while the previous kernel finishes.
+    #[allow(clippy::too_many_arguments)]
+    pub fn skinny_gemm_launch(
+        &self,
+        pipe: bool,
+        pdl: bool,
         y: u64,
         x: u64,
         w: u64,
@@ -424,7 +413,12 @@ impl Gpu {
                 Arg::I32(ni),
                 Arg::I32(ki),
             ];
-            self.launch(&name, (n.div_ceil(16) as u32, 1, 1), 256, smem, &args)?;
+            let grid = (n.div_ceil(16) as u32, 1, 1);
+            if pipe && pdl {
+                self.launch_dependent(&name, grid, 256, smem, &args)?;
+            } else {
+                self.launch(&name, grid, 256, smem, &args)?;
+            }
             done += m;
         }
         Ok(())

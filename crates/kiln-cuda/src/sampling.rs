@@ -134,10 +134,7 @@ impl SamplingBuffers {
 
     /// The rows sampled by the last [`SamplingBuffers::queue`], once the stream is synchronised.
     pub fn results(&self, rows: &[RowSampling]) -> Vec<Result<Sampled, SampleError>> {
-        unpack(
-            &self.out_host.as_slice()[..rows.len() * OUT_WORDS],
-            rows,
-        )
+        unpack(&self.out_host.as_slice()[..rows.len() * OUT_WORDS], rows)
     }
 
     pub fn bytes(&self) -> usize {

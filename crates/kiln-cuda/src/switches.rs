@@ -33,16 +33,54 @@ impl Switches {
 
     /// One line for logs and reports.
     pub fn describe(&self) -> String {
-        let k = crate::kernels::KernelChoice::from_env();
+        let k = KernelChoice::from_env();
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} flash_pairs={}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} flash_pairs={} pdl={}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
             self.device_sampling as u8,
             on("KILN_GEMM_PIN") as u8,
             k.skinny_pipe as u8,
-            k.flash_pairs as u8
+            k.flash_pairs as u8,
+            k.pdl as u8
         )
+    }
+}
+
+/// Which variant of a kernel family a launch uses. The fast variants are the defaults; each
+/// has an off switch read once per process (see [`KernelChoice::from_env`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelChoice {
+    /// KILN_SKINNY_PIPE=0: the skinny GEMM without the cp.async weight ring (`skinny_gemm_*`).
+    pub skinny_pipe: bool,
+    /// KILN_FLASH_PAIRS=0: flash attention with one query head per CTA (`flash_attn_hd*`)
+    /// instead of two heads of a GQA group sharing each K/V tile (`flash_attn2_hd*`).
+    pub flash_pairs: bool,
+    /// KILN_PDL=0: the skinny GEMM launched after its predecessor ends, instead of as a
+    /// programmatic dependent launch that streams its first weights while that one finishes.
+    pub pdl: bool,
+}
+
+impl KernelChoice {
+    pub const ALL_FAST: KernelChoice = KernelChoice {
+        skinny_pipe: true,
+        flash_pairs: true,
+        pdl: true,
+    };
+    pub const ALL_PLAIN: KernelChoice = KernelChoice {
+        skinny_pipe: false,
+        flash_pairs: false,
+        pdl: false,
+    };
+
+    /// The process-wide choice from the environment, read on first use.
+    pub fn from_env() -> KernelChoice {
+        static CHOICE: std::sync::OnceLock<KernelChoice> = std::sync::OnceLock::new();
+        *CHOICE.get_or_init(|| KernelChoice {
+            skinny_pipe: on("KILN_SKINNY_PIPE"),
+            flash_pairs: on("KILN_FLASH_PAIRS"),
+            pdl: on("KILN_PDL"),
+        })
     }
 }

@@ -139,20 +139,24 @@ fn skinny_gemm_contract() {
     ] {
         let p = Problem::new(&gpu, &mut rng, m, n, k);
         let y = gpu.alloc::<f32>(m * n).unwrap();
-        for pipe in [true, false] {
-            gpu.skinny_gemm_with(pipe, y.ptr(), p.dx.ptr(), p.dw.ptr(), m, n, k)
-                .unwrap();
+        // Back-to-back launches, as in a decode step: with PDL each launch streams its first
+        // weights while the one before it finishes.
+        for (pipe, pdl) in [(true, true), (true, false), (false, false)] {
+            let launch =
+                || gpu.skinny_gemm_launch(pipe, pdl, y.ptr(), p.dx.ptr(), p.dw.ptr(), m, n, k);
+            launch().unwrap();
             let iters = 20;
             let secs = timed(&gpu, || {
                 for _ in 0..iters {
-                    gpu.skinny_gemm_with(pipe, y.ptr(), p.dx.ptr(), p.dw.ptr(), m, n, k)?;
+                    launch()?;
                 }
                 Ok(())
             }) / iters as f64;
             let tbs = (n * k * 2) as f64 / secs / 1e12;
             eprintln!(
-                "[skinny_gemm] BENCH {} m={m} n={n} k={k}: {:.1} us, weights read at {tbs:.2} TB/s",
+                "[skinny_gemm] BENCH {}{} m={m} n={n} k={k}: {:.1} us, weights read at {tbs:.2} TB/s",
                 variant(pipe),
+                if pdl { "+pdl" } else { "" },
                 secs * 1e6
             );
         }

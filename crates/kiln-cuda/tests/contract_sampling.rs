@@ -95,9 +95,8 @@ fn mismatch(
     if g.id != w.id {
         return Some(format!("token {} vs {}", g.id, w.id));
     }
-    let close = |a: f32, b: f32| {
-        a.to_bits() == b.to_bits() || (a as f64 - b as f64).abs() <= LOGPROB_ATOL
-    };
+    let close =
+        |a: f32, b: f32| a.to_bits() == b.to_bits() || (a as f64 - b as f64).abs() <= LOGPROB_ATOL;
     match (g.logprob, w.logprob) {
         (Some(a), Some(b)) if !close(a, b) => return Some(format!("logprob {a} vs {b}")),
         (a, b) if a.is_some() != b.is_some() => return Some(format!("logprob {a:?} vs {b:?}")),
@@ -158,12 +157,18 @@ fn device_sampling_equals_the_host_sampler() {
             format!(
                 "vocab {vocab}: {n} rows equal the host sampler ({:.3} ms){}",
                 secs * 1e3,
-                bad.first().map_or(String::new(), |b| format!("; first of {}: {b}", bad.len()))
+                bad.first()
+                    .map_or(String::new(), |b| format!("; first of {}: {b}", bad.len()))
             ),
         );
         // Alone equals batched, word for word.
         for i in [0, n / 2, n - 1] {
-            let (alone, _) = run(&gpu, &logits[i * vocab..(i + 1) * vocab], &rows[i..=i], vocab);
+            let (alone, _) = run(
+                &gpu,
+                &logits[i * vocab..(i + 1) * vocab],
+                &rows[i..=i],
+                vocab,
+            );
             c.identical(
                 &format!("vocab {vocab} row {i} alone vs in {n} rows"),
                 &alone,
@@ -282,7 +287,9 @@ fn backend_samples_fixture_models_like_the_host() {
             let rows: Vec<RowSampling> = (0..3).map(|i| params(step, i)).collect();
             let chunks: Vec<_> = seqs.iter().map(|s| s.chunk(0)).collect();
             let logits = kiln_engine::Backend::forward(&mut backend, &chunks).expect("forward");
-            let got = backend.forward_sampled(&chunks, &rows).expect("forward_sampled");
+            let got = backend
+                .forward_sampled(&chunks, &rows)
+                .expect("forward_sampled");
             for (i, r) in rows.iter().enumerate() {
                 let want = sample_row(&logits[i * vocab..(i + 1) * vocab], r);
                 if let Some(m) = mismatch(&got[i], &want) {
