@@ -19,6 +19,9 @@
 #define SMP_PARAM_WORDS 8
 #define SMP_OUT_WORDS (4 + 2 * SMP_MAX_TOP)
 #define SMP_NONE 0xffffffffu
+// Loads each thread issues before using them: a pass over a row is otherwise one L2 round trip
+// per element and thread.
+#define SMP_U 8
 
 // ---- the fixed-point weights (sampling_weights.rs) ----
 
@@ -124,11 +127,20 @@ __device__ u64 block_excl_scan_u64(u64 v, SmpShared& s) {
 __device__ void row_scan(const float* row, int vocab, SmpShared& s, int* arg, float* max_finite, bool* has_inf) {
     float best = KILN_NEG_INF, fin = KILN_NEG_INF;
     int bi = 0x7fffffff, inf = 0;
-    for (int i = threadIdx.x; i < vocab; i += SMP_THREADS) {
-        const float v = row[i];
-        if (v > best) { best = v; bi = i; }
-        if (isfinite(v) && v > fin) fin = v;
-        inf |= (v == __int_as_float(0x7f800000));
+    for (int base = 0; base < vocab; base += SMP_THREADS * SMP_U) {
+        float lv[SMP_U];
+#pragma unroll
+        for (int u = 0; u < SMP_U; ++u) {
+            const int i = base + u * SMP_THREADS + threadIdx.x;
+            lv[u] = i < vocab ? row[i] : KILN_NEG_INF;
+        }
+#pragma unroll
+        for (int u = 0; u < SMP_U; ++u) {
+            const float v = lv[u];
+            if (v > best) { best = v; bi = base + u * SMP_THREADS + threadIdx.x; }
+            if (isfinite(v) && v > fin) fin = v;
+            inf |= (v == __int_as_float(0x7f800000));
+        }
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
@@ -175,25 +187,33 @@ __device__ Cut select_cut(const float* row, int vocab, u64 need, float top_p, fl
         const int width = pass < 2 ? 11 : 10, shift = 32 - known - width;
         for (int b = threadIdx.x; b < SMP_BINS; b += SMP_THREADS) s.hist[b] = 0;
         __syncthreads();
-        for (int base = 0; base < vocab; base += SMP_THREADS) {
-            const int i = base + threadIdx.x;
-            u32 bin = SMP_NONE;
-            u64 v = 0;
-            if (i < vocab) {
-                const float l = row[i];
-                const u32 key = order_key(l);
-                if (known == 0 || (key >> (32 - known)) == prefix) {
-                    v = MASS ? token_weight(l, max, inv_t) : 1;
-                    if (v) bin = (key >> shift) & ((1u << width) - 1);
-                }
+        for (int base = 0; base < vocab; base += SMP_THREADS * SMP_U) {
+            float lv[SMP_U];
+#pragma unroll
+            for (int u = 0; u < SMP_U; ++u) {
+                const int i = base + u * SMP_THREADS + threadIdx.x;
+                lv[u] = i < vocab ? row[i] : 0.f;
             }
-            // Lanes with the same bin add once: a few atomics per warp, not 32 on one address.
-            const u32 peers = __match_any_sync(0xffffffffu, bin);
-            // Weights are below 2^45: 32 halves of 22 bits cannot overflow 32 bits.
-            const u32 lo = __reduce_add_sync(peers, (u32)(v & 0x3fffff));
-            const u32 hi = __reduce_add_sync(peers, (u32)(v >> 22));
-            if (bin != SMP_NONE && lane == __ffs(peers) - 1)
-                atomicAdd(&s.hist[bin], ((u64)hi << 22) + lo);
+#pragma unroll
+            for (int u = 0; u < SMP_U; ++u) {
+                const int i = base + u * SMP_THREADS + threadIdx.x;
+                u32 bin = SMP_NONE;
+                u64 v = 0;
+                if (i < vocab) {
+                    const u32 key = order_key(lv[u]);
+                    if (known == 0 || (key >> (32 - known)) == prefix) {
+                        v = MASS ? token_weight(lv[u], max, inv_t) : 1;
+                        if (v) bin = (key >> shift) & ((1u << width) - 1);
+                    }
+                }
+                // Lanes with the same bin add once: a few atomics per warp, not 32 on one address.
+                const u32 peers = __match_any_sync(0xffffffffu, bin);
+                // Weights are below 2^45: 32 halves of 22 bits cannot overflow 32 bits.
+                const u32 lo = __reduce_add_sync(peers, (u32)(v & 0x3fffff));
+                const u32 hi = __reduce_add_sync(peers, (u32)(v >> 22));
+                if (bin != SMP_NONE && lane == __ffs(peers) - 1)
+                    atomicAdd(&s.hist[bin], ((u64)hi << 22) + lo);
+            }
         }
         __syncthreads();
         // Thread t owns bins 2047-2t and 2046-2t: a suffix scan from the top bin.
@@ -225,7 +245,19 @@ __device__ Cut select_cut(const float* row, int vocab, u64 need, float top_p, fl
 }
 
 // Warp ranges for walks in id order: warp w owns ids [w * span, (w + 1) * span).
-__device__ __forceinline__ int walk_span(int vocab) { return (((vocab + SMP_WARPS - 1) / SMP_WARPS) + 31) & ~31; }
+__device__ __forceinline__ int walk_span(int vocab) {
+    const int step = 32 * SMP_U;
+    return ((vocab + SMP_WARPS - 1) / SMP_WARPS + step - 1) / step * step;
+}
+
+// This lane's SMP_U logits of the warp's walk at offset j: ids start + j + 32 u + lane.
+__device__ __forceinline__ void walk_load(const float* row, int vocab, int first, float* lv) {
+#pragma unroll
+    for (int u = 0; u < SMP_U; ++u) {
+        const int i = first + 32 * u + (threadIdx.x & 31);
+        lv[u] = i < vocab ? row[i] : KILN_NEG_INF;
+    }
+}
 
 __device__ __forceinline__ u32 lanes_below() { return (1u << (threadIdx.x & 31)) - 1; }
 
@@ -233,9 +265,14 @@ __device__ __forceinline__ u32 lanes_below() { return (1u << (threadIdx.x & 31))
 __device__ void tie_bases(const float* row, int vocab, Cut cut, SmpShared& s) {
     const int warp = threadIdx.x >> 5, span = walk_span(vocab), start = warp * span;
     u64 n = 0;
-    for (int j = 0; j < span; j += 32) {
-        const int i = start + j + (threadIdx.x & 31);
-        n += __popc(__ballot_sync(0xffffffffu, i < vocab && order_key(row[i]) == cut.key));
+    for (int j = 0; j < span; j += 32 * SMP_U) {
+        float lv[SMP_U];
+        walk_load(row, vocab, start + j, lv);
+#pragma unroll
+        for (int u = 0; u < SMP_U; ++u) {
+            const int i = start + j + 32 * u + (threadIdx.x & 31);
+            n += __popc(__ballot_sync(0xffffffffu, i < vocab && order_key(lv[u]) == cut.key));
+        }
     }
     __syncthreads();
     if ((threadIdx.x & 31) == 0) s.warp_b[warp] = n;
@@ -250,9 +287,8 @@ __device__ void tie_bases(const float* row, int vocab, Cut cut, SmpShared& s) {
 
 // Weight of token i if the cut and the min-p floor keep it, else 0. `ties_before` counts the
 // tokens with the cut's key before i; the ballot keeps it up to date for the warp.
-__device__ __forceinline__ u64 kept_weight(const float* row, int vocab, int i, Cut cut, u64 floor_w, float max,
+__device__ __forceinline__ u64 kept_weight(float l, int vocab, int i, Cut cut, u64 floor_w, float max,
                                            double inv_t, u64& ties_before) {
-    const float l = i < vocab ? row[i] : KILN_NEG_INF;
     const u32 key = order_key(l);
     const bool tie = i < vocab && key == cut.key;
     const u32 ballot = __ballot_sync(0xffffffffu, tie);
@@ -287,7 +323,13 @@ __device__ int draw_token(const float* row, int vocab, const int* prm, float max
     tie_bases(row, vocab, cut, s);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, span = walk_span(vocab), start = warp * span;
     u64 ties = s.warp_a[warp], mass = 0;
-    for (int j = 0; j < span; j += 32) mass += kept_weight(row, vocab, start + j + lane, cut, floor_w, max, inv_t, ties);
+    for (int j = 0; j < span; j += 32 * SMP_U) {
+        float lv[SMP_U];
+        walk_load(row, vocab, start + j, lv);
+#pragma unroll
+        for (int u = 0; u < SMP_U; ++u)
+            mass += kept_weight(lv[u], vocab, start + j + 32 * u + lane, cut, floor_w, max, inv_t, ties);
+    }
     mass = warp_sum_u64(mass);
     __syncthreads();
     if (lane == 0) s.warp_b[warp] = mass;
@@ -308,20 +350,28 @@ __device__ int draw_token(const float* row, int vocab, const int* prm, float max
         const u64 target = s.word[1];
         u64 acc = 0;
         ties = s.warp_a[warp];
-        for (int j = 0; j < span; j += 32) {
-            const u64 w = kept_weight(row, vocab, start + j + lane, cut, floor_w, max, inv_t, ties);
-            u64 incl = w;
+        bool found = false;
+        for (int j = 0; j < span && !found; j += 32 * SMP_U) {
+            float lv[SMP_U];
+            walk_load(row, vocab, start + j, lv);
 #pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                const u64 n = __shfl_up_sync(0xffffffffu, incl, o);
-                if (lane >= o) incl += n;
+            for (int u = 0; u < SMP_U; ++u) {
+                if (found) break;
+                const int first = start + j + 32 * u;
+                const u64 w = kept_weight(lv[u], vocab, first + lane, cut, floor_w, max, inv_t, ties);
+                u64 incl = w;
+#pragma unroll
+                for (int o = 1; o < 32; o <<= 1) {
+                    const u64 n = __shfl_up_sync(0xffffffffu, incl, o);
+                    if (lane >= o) incl += n;
+                }
+                const u32 over = __ballot_sync(0xffffffffu, acc + incl > target);
+                if (over) {
+                    if (lane == 0) s.word[2] = (u64)(first + __ffs(over) - 1);
+                    found = true;
+                }
+                acc += __shfl_sync(0xffffffffu, incl, 31);
             }
-            const u32 over = __ballot_sync(0xffffffffu, acc + incl > target);
-            if (over) {
-                if (lane == 0) s.word[2] = (u64)(start + j + __ffs(over) - 1);
-                break;
-            }
-            acc += __shfl_sync(0xffffffffu, incl, 31);
         }
     }
     __syncthreads();
@@ -332,9 +382,17 @@ __device__ int draw_token(const float* row, int vocab, const int* prm, float max
 // in order, then a fixed tree.
 __device__ double row_lse(const float* row, int vocab, float max, SmpShared& s) {
     double sum = 0.0;
-    for (int i = threadIdx.x; i < vocab; i += SMP_THREADS) {
-        const float l = row[i];
-        if (isfinite(l)) sum = __dadd_rn(sum, exp(__dsub_rn((double)l, (double)max)));
+    for (int base = 0; base < vocab; base += SMP_THREADS * SMP_U) {
+        float lv[SMP_U];
+#pragma unroll
+        for (int u = 0; u < SMP_U; ++u) {
+            const int i = base + u * SMP_THREADS + threadIdx.x;
+            lv[u] = i < vocab ? row[i] : KILN_NEG_INF;
+        }
+        // In id order, as the loop without the batching would add them.
+#pragma unroll
+        for (int u = 0; u < SMP_U; ++u)
+            if (isfinite(lv[u])) sum = __dadd_rn(sum, exp(__dsub_rn((double)lv[u], (double)max)));
     }
     sum = block_sum_f64(sum, s);
     return __dadd_rn((double)max, log(sum));
@@ -348,16 +406,21 @@ __device__ void top_tokens(const float* row, int vocab, int n, SmpShared& s) {
     __syncthreads();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, span = walk_span(vocab), start = warp * span;
     u64 ties = s.warp_a[warp];
-    for (int j = 0; j < span; j += 32) {
-        const int i = start + j + lane;
-        const u32 key = i < vocab ? order_key(row[i]) : 0;
-        const bool tie = i < vocab && key == cut.key;
-        const u32 ballot = __ballot_sync(0xffffffffu, tie);
-        const u64 rank = ties + __popc(ballot & lanes_below());
-        ties += __popc(ballot);
-        if (i < vocab && (key > cut.key || (tie && rank < cut.ties))) {
-            const int slot = atomicAdd(&s.n_top, 1);
-            if (slot < SMP_MAX_TOP) s.top_ids[slot] = i;
+    for (int j = 0; j < span; j += 32 * SMP_U) {
+        float lv[SMP_U];
+        walk_load(row, vocab, start + j, lv);
+#pragma unroll
+        for (int u = 0; u < SMP_U; ++u) {
+            const int i = start + j + 32 * u + lane;
+            const u32 key = i < vocab ? order_key(lv[u]) : 0;
+            const bool tie = i < vocab && key == cut.key;
+            const u32 ballot = __ballot_sync(0xffffffffu, tie);
+            const u64 rank = ties + __popc(ballot & lanes_below());
+            ties += __popc(ballot);
+            if (i < vocab && (key > cut.key || (tie && rank < cut.ties))) {
+                const int slot = atomicAdd(&s.n_top, 1);
+                if (slot < SMP_MAX_TOP) s.top_ids[slot] = i;
+            }
         }
     }
     __syncthreads();
