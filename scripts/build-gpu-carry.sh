@@ -55,6 +55,8 @@ if [ "${KILN_CARRY_SKIP_BIN:-0}" != 1 ]; then
         echo "WARNING: the kiln binary did not build; the GPU checks do not need it" >&2
     fi
 fi
+# The commit the executables were built from (the GPU machine's copy may have no history).
+echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates || echo +changes)" > "$carry/commit.txt"
 # The kernel sources travel with the repository; nothing else is needed there.
 size=$(du -sm "$carry" | cut -f1)
 echo "carry: ${size} MB in $carry:" >&2

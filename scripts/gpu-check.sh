@@ -21,7 +21,8 @@ if [ ! -f "$manifest" ]; then
     say "FAIL: $manifest missing (run scripts/build-gpu-carry.sh on the build machine first)"
     exit 1
 fi
-say "kiln gpu-check $(date -u +%Y-%m-%dT%H:%M:%SZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+commit=$(cat .carry/commit.txt 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
+say "kiln gpu-check $(date -u +%Y-%m-%dT%H:%M:%SZ) commit $commit"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1 | tee -a "$report"
 start=$(date +%s)
 results="$OUT/results.tsv"
