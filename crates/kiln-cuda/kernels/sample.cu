@@ -121,6 +121,16 @@ __device__ u64 block_excl_scan_u64(u64 v, SmpShared& s) {
     return base + incl - v;
 }
 
+// This thread's SMP_U logits of a block-strided pass at `base`: ids base + u * SMP_THREADS + tid,
+// `fill` past the end.
+__device__ __forceinline__ void strided_load(const float* row, int vocab, int base, float fill, float* lv) {
+#pragma unroll
+    for (int u = 0; u < SMP_U; ++u) {
+        const int i = base + u * SMP_THREADS + threadIdx.x;
+        lv[u] = i < vocab ? row[i] : fill;
+    }
+}
+
 // The row's argmax as the host defines it (+inf beats every finite value, NaN and -inf never
 // win, the lowest id among equals; -1 if nothing qualifies), its largest finite logit, and
 // whether it holds +inf.
@@ -129,11 +139,7 @@ __device__ void row_scan(const float* row, int vocab, SmpShared& s, int* arg, fl
     int bi = 0x7fffffff, inf = 0;
     for (int base = 0; base < vocab; base += SMP_THREADS * SMP_U) {
         float lv[SMP_U];
-#pragma unroll
-        for (int u = 0; u < SMP_U; ++u) {
-            const int i = base + u * SMP_THREADS + threadIdx.x;
-            lv[u] = i < vocab ? row[i] : KILN_NEG_INF;
-        }
+        strided_load(row, vocab, base, KILN_NEG_INF, lv);
 #pragma unroll
         for (int u = 0; u < SMP_U; ++u) {
             const float v = lv[u];
@@ -189,11 +195,7 @@ __device__ Cut select_cut(const float* row, int vocab, u64 need, float top_p, fl
         __syncthreads();
         for (int base = 0; base < vocab; base += SMP_THREADS * SMP_U) {
             float lv[SMP_U];
-#pragma unroll
-            for (int u = 0; u < SMP_U; ++u) {
-                const int i = base + u * SMP_THREADS + threadIdx.x;
-                lv[u] = i < vocab ? row[i] : 0.f;
-            }
+            strided_load(row, vocab, base, 0.f, lv);
 #pragma unroll
             for (int u = 0; u < SMP_U; ++u) {
                 const int i = base + u * SMP_THREADS + threadIdx.x;
@@ -384,11 +386,7 @@ __device__ double row_lse(const float* row, int vocab, float max, SmpShared& s) 
     double sum = 0.0;
     for (int base = 0; base < vocab; base += SMP_THREADS * SMP_U) {
         float lv[SMP_U];
-#pragma unroll
-        for (int u = 0; u < SMP_U; ++u) {
-            const int i = base + u * SMP_THREADS + threadIdx.x;
-            lv[u] = i < vocab ? row[i] : KILN_NEG_INF;
-        }
+        strided_load(row, vocab, base, KILN_NEG_INF, lv);
         // In id order, as the loop without the batching would add them.
 #pragma unroll
         for (int u = 0; u < SMP_U; ++u)

@@ -93,9 +93,9 @@ extern "C" __global__ void __launch_bounds__(256) skinny_gemm_64(float* y, const
 // back only its own 2 x 16 bytes of each stage, so the ring needs no barrier inside the loop.
 // Chunk c (32 k) belongs to warp c % 8; a warp accumulates its chunks in order and the warps are
 // summed in index order, an order fixed by K alone: each row's bits do not depend on M.
-// Dynamic shared memory: SK_WARPS * S * 1 KB (the warp sums reuse it after the loop).
+// Dynamic shared memory: W * S * 1 KB (the warp sums reuse it after the loop).
 
-template <int NT, int S>
+template <int NT, int S, int W>
 __device__ __forceinline__ void skinny_pipe_body(float* __restrict__ y, const bf16_t* __restrict__ x,
                                                  const bf16_t* __restrict__ w, int M, int N, int K) {
     extern __shared__ __align__(16) unsigned char sp_smem[];
@@ -110,14 +110,14 @@ __device__ __forceinline__ void skinny_pipe_body(float* __restrict__ y, const bf
     // Stage s of this warp: 32 pieces of row a, then 32 of row b (16-byte strides, no conflicts).
     uint4* ring = reinterpret_cast<uint4*>(sp_smem) + warp * S * 64;
     const int chunks = (K + 31) / 32;
-    const int n_my = chunks > warp ? (chunks - warp + SK_WARPS - 1) / SK_WARPS : 0;
+    const int n_my = chunks > warp ? (chunks - warp + W - 1) / W : 0;
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
 
     // Copies this warp's i-th chunk into its stage; always commits a group (maybe empty) so the
     // wait counts below hold at the tail.
     auto issue = [&](int i) {
         if (i < n_my) {
-            const int k = (warp + i * SK_WARPS) * 32 + t * 8;
+            const int k = (warp + i * W) * 32 + t * 8;
             const bool kin = k < K;
             uint4* st = ring + (i % S) * 64;
             cp_async_16(st + lane, wa + (kin ? k : 0), (kin && ra_ok) ? 16 : 0);
@@ -126,7 +126,7 @@ __device__ __forceinline__ void skinny_pipe_body(float* __restrict__ y, const bf
         cp_async_commit();
     };
     auto load_x = [&](int i, uint4* vx) {
-        const int k = (warp + i * SK_WARPS) * 32 + t * 8;
+        const int k = (warp + i * W) * 32 + t * 8;
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
             const int m = j * 8 + g;
@@ -163,7 +163,7 @@ __device__ __forceinline__ void skinny_pipe_body(float* __restrict__ y, const bf
     }
     cp_async_wait<0>();
     __syncthreads();
-    float* red = reinterpret_cast<float*>(sp_smem);  // [SK_WARPS][NT][4][32]
+    float* red = reinterpret_cast<float*>(sp_smem);  // [W][NT][4][32]
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -173,20 +173,27 @@ __device__ __forceinline__ void skinny_pipe_body(float* __restrict__ y, const bf
         const int j = e / 128, q = (e / 32) % 4, l = e % 32;
         float s = 0.f;
 #pragma unroll
-        for (int wi = 0; wi < SK_WARPS; ++wi) s += red[wi * NT * 128 + e];
+        for (int wi = 0; wi < W; ++wi) s += red[wi * NT * 128 + e];
         const int n = row0 + (l >> 2) + ((q & 2) ? 8 : 0);
         const int m = j * 8 + (l & 3) * 2 + (q & 1);
         if (n < N && m < M) y[(u64)m * N + n] = s;
     }
 }
 
-// Stage counts: 8 KB of ring per stage and block; the warp sums (4 KB * NT) must fit in the ring.
-#define SP_ENTRY(NAME, NT, S, MINB)                                                                  \
-    extern "C" __global__ void __launch_bounds__(256, MINB) NAME(float* y, const bf16_t* x,         \
-                                                                 const bf16_t* w, int M, int N, int K) { \
-        skinny_pipe_body<NT, S>(y, x, w, M, N, K);                                                   \
+// Stage counts: W KB of ring per stage and block; the warp sums (W * NT * 512 bytes) must fit in
+// the ring. skinny_wide_* run 16 warps per CTA: twice the streams per SM for long K, where the
+// 8-warp CTAs of a 4096-row weight are too few to fill the machine (a different, equally fixed
+// summation order).
+#define SP_ENTRY(NAME, NT, S, W, MINB)                                                               \
+    extern "C" __global__ void __launch_bounds__(32 * W, MINB) NAME(float* y, const bf16_t* x,      \
+                                                                    const bf16_t* w, int M, int N, int K) { \
+        skinny_pipe_body<NT, S, W>(y, x, w, M, N, K);                                                \
     }
-SP_ENTRY(skinny_pipe_8, 1, 8, 3)
-SP_ENTRY(skinny_pipe_16, 2, 8, 3)
-SP_ENTRY(skinny_pipe_32, 4, 6, 2)
-SP_ENTRY(skinny_pipe_64, 8, 4, 2)
+SP_ENTRY(skinny_pipe_8, 1, 8, 8, 3)
+SP_ENTRY(skinny_pipe_16, 2, 8, 8, 3)
+SP_ENTRY(skinny_pipe_32, 4, 6, 8, 2)
+SP_ENTRY(skinny_pipe_64, 8, 4, 8, 2)
+SP_ENTRY(skinny_wide_8, 1, 6, 16, 2)
+SP_ENTRY(skinny_wide_16, 2, 6, 16, 2)
+SP_ENTRY(skinny_wide_32, 4, 4, 16, 2)
+SP_ENTRY(skinny_wide_64, 8, 4, 16, 1)

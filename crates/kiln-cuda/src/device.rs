@@ -7,9 +7,7 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use cudarc::driver::sys::CUdevice_attribute as Attr;
-use cudarc::driver::{
-    result as drv, CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::{result as drv, CudaContext, CudaFunction, CudaModule, CudaStream};
 use cudarc::nvrtc::Ptx;
 
 use crate::kernel_sources::SOURCES;
@@ -149,23 +147,7 @@ impl Gpu {
         smem: u32,
         args: &[Arg],
     ) -> Result<()> {
-        let f = self.func(name)?;
-        let mut b = self.stream.launch_builder(f);
-        for a in args {
-            match a {
-                Arg::Ptr(p) | Arg::U64(p) => b.arg(p),
-                Arg::I32(v) => b.arg(v),
-                Arg::F32(v) => b.arg(v),
-            };
-        }
-        let cfg = LaunchConfig {
-            grid_dim: grid,
-            block_dim: (block, 1, 1),
-            shared_mem_bytes: smem,
-        };
-        // SAFETY: argument lists match the kernel signatures in kernels/*.cu (see kernels.rs).
-        unsafe { b.launch(cfg) }.with_context(|| format!("launching {name}"))?;
-        Ok(())
+        self.launch_ex(name, grid, block, smem, args, false)
     }
 
     /// Launches like [`Gpu::launch`], as a programmatic dependent launch: the kernel may start
@@ -179,6 +161,18 @@ impl Gpu {
         block: u32,
         smem: u32,
         args: &[Arg],
+    ) -> Result<()> {
+        self.launch_ex(name, grid, block, smem, args, true)
+    }
+
+    fn launch_ex(
+        &self,
+        name: &str,
+        grid: (u32, u32, u32),
+        block: u32,
+        smem: u32,
+        args: &[Arg],
+        dependent: bool,
     ) -> Result<()> {
         use cudarc::driver::sys;
         let f = self.func(name)?;
@@ -210,7 +204,7 @@ impl Gpu {
             sharedMemBytes: smem,
             hStream: self.stream.cu_stream(),
             attrs: &mut attr,
-            numAttrs: 1,
+            numAttrs: dependent as u32,
         };
         // SAFETY: argument lists match the kernel signatures in kernels/*.cu (see kernels.rs);
         // `slots`, `params` and `attr` outlive the call, which copies them.
@@ -223,7 +217,7 @@ impl Gpu {
             )
         }
         .result()
-        .with_context(|| format!("launching {name} as a dependent launch"))
+        .with_context(|| format!("launching {name}"))
     }
 
     pub fn synchronize(&self) -> Result<()> {

@@ -19,8 +19,6 @@ const DECODE_MAX_GROUP: usize = 4;
 /// decode_attn_combine stages at most this many splits in shared memory.
 const DECODE_COMBINE_MAX_SPLITS: usize = 128;
 const _: () = assert!(DECODE_MAX_SPLITS <= DECODE_COMBINE_MAX_SPLITS);
-/// Rows one skinny-GEMM launch takes at most.
-pub const SKINNY_MAX_ROWS: usize = 64;
 
 fn flash_block_n(hd: usize) -> usize {
     if hd >= 256 {
@@ -46,18 +44,6 @@ pub fn flash_smem_bytes(hd: usize, heads: usize) -> usize {
     (heads * FLASH_TILE_ROWS * ld + 4 * flash_block_n(hd) * ld) * 2
 }
 
-/// Row-fragment count (8 rows each) and ring stages of each pipelined skinny kernel.
-const SKINNY_PIPE_STAGES: [(usize, usize); 4] = [(1, 8), (2, 8), (4, 6), (8, 4)];
-
-/// Dynamic shared memory of skinny_pipe_{8 * nt}: 8 warps x stages x 1 KB.
-fn skinny_pipe_smem_bytes(nt: usize) -> usize {
-    let stages = SKINNY_PIPE_STAGES
-        .iter()
-        .find(|(n, _)| *n == nt)
-        .map_or(8, |(_, s)| *s);
-    8 * stages * 1024
-}
-
 /// Kernels that need more than the default 48 KB of dynamic shared memory, with their needs.
 pub fn large_smem_kernels() -> Vec<(String, usize)> {
     let mut v = Vec::new();
@@ -65,12 +51,7 @@ pub fn large_smem_kernels() -> Vec<(String, usize)> {
         v.push((format!("flash_attn_hd{hd}"), flash_smem_bytes(hd, 1)));
         v.push((format!("flash_attn2_hd{hd}"), flash_smem_bytes(hd, 2)));
     }
-    for (nt, _) in SKINNY_PIPE_STAGES {
-        v.push((
-            format!("skinny_pipe_{}", 8 * nt),
-            skinny_pipe_smem_bytes(nt),
-        ));
-    }
+    v.extend(crate::skinny::large_smem_kernels());
     v
 }
 
@@ -343,85 +324,6 @@ impl Gpu {
             0,
             &args,
         )
-    }
-
-    /// y[m, n] = x[m, :] . w[n, :] for m < rows, in launches of at most 64 rows. Each row's
-    /// result is the same whatever `rows` is. Needs k % 8 == 0 and 16-byte aligned x and w.
-    pub fn skinny_gemm(
-        &self,
-        y: u64,
-        x: u64,
-        w: u64,
-        rows: usize,
-        n: usize,
-        k: usize,
-    ) -> Result<()> {
-        self.skinny_gemm_with(KernelChoice::from_env().skinny_pipe, y, x, w, rows, n, k)
-    }
-
-    /// [`Gpu::skinny_gemm`] with the variant given: `pipe` selects the cp.async-ring kernels
-    /// (launched as dependent launches unless KILN_PDL=0).
-    #[allow(clippy::too_many_arguments)]
-    pub fn skinny_gemm_with(
-        &self,
-        pipe: bool,
-        y: u64,
-        x: u64,
-        w: u64,
-        rows: usize,
-        n: usize,
-        k: usize,
-    ) -> Result<()> {
-        let pdl = pipe && KernelChoice::from_env().pdl;
-        self.skinny_gemm_launch(pipe, pdl, y, x, w, rows, n, k)
-    }
-
-    /// [`Gpu::skinny_gemm_with`] with the launch kind given too: `pdl` (pipe kernels only)
-    /// starts each launch while the previous kernel finishes.
-    #[allow(clippy::too_many_arguments)]
-    pub fn skinny_gemm_launch(
-        &self,
-        pipe: bool,
-        pdl: bool,
-        y: u64,
-        x: u64,
-        w: u64,
-        rows: usize,
-        n: usize,
-        k: usize,
-    ) -> Result<()> {
-        if !k.is_multiple_of(8) {
-            bail!("skinny GEMM needs the inner dimension to be a multiple of 8, got {k}");
-        }
-        let (ni, ki) = (i32_of(n, "n")?, i32_of(k, "k")?);
-        let mut done = 0;
-        while done < rows {
-            let m = (rows - done).min(SKINNY_MAX_ROWS);
-            let nt = m.div_ceil(8).next_power_of_two();
-            let family = if pipe { "skinny_pipe" } else { "skinny_gemm" };
-            let name = format!("{family}_{}", 8 * nt);
-            let smem = if pipe {
-                skinny_pipe_smem_bytes(nt) as u32
-            } else {
-                0
-            };
-            let args = [
-                Arg::Ptr(y + (done * n * 4) as u64),
-                Arg::Ptr(x + (done * k * 2) as u64),
-                Arg::Ptr(w),
-                Arg::I32(m as i32),
-                Arg::I32(ni),
-                Arg::I32(ki),
-            ];
-            let grid = (n.div_ceil(16) as u32, 1, 1);
-            if pipe && pdl {
-                self.launch_dependent(&name, grid, 256, smem, &args)?;
-            } else {
-                self.launch(&name, grid, 256, smem, &args)?;
-            }
-            done += m;
-        }
-        Ok(())
     }
 
     /// Prefill attention over `n_tiles` tiles (device array of {tok0, n_rows, seq, pos0}).

@@ -13,6 +13,7 @@ pub mod kernels;
 pub mod kv_cache;
 pub mod nvrtc_build;
 pub mod sampling;
+pub mod skinny;
 pub mod step_plan;
 pub mod switches;
 pub mod weights;

@@ -35,13 +35,14 @@ impl Switches {
     pub fn describe(&self) -> String {
         let k = KernelChoice::from_env();
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} flash_pairs={} pdl={}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_wide={} flash_pairs={} pdl={}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
             self.device_sampling as u8,
             on("KILN_GEMM_PIN") as u8,
             k.skinny_pipe as u8,
+            k.skinny_wide as u8,
             k.flash_pairs as u8,
             k.pdl as u8
         )
@@ -60,6 +61,9 @@ pub struct KernelChoice {
     /// KILN_PDL=0: the skinny GEMM launched after its predecessor ends, instead of as a
     /// programmatic dependent launch that streams its first weights while that one finishes.
     pub pdl: bool,
+    /// KILN_SKINNY_WIDE=1 (off by default): inner dimensions of 8192 and more take the 16-warp
+    /// ring kernels (`skinny_wide_*`).
+    pub skinny_wide: bool,
 }
 
 impl KernelChoice {
@@ -67,11 +71,13 @@ impl KernelChoice {
         skinny_pipe: true,
         flash_pairs: true,
         pdl: true,
+        skinny_wide: false,
     };
     pub const ALL_PLAIN: KernelChoice = KernelChoice {
         skinny_pipe: false,
         flash_pairs: false,
         pdl: false,
+        skinny_wide: false,
     };
 
     /// The process-wide choice from the environment, read on first use.
@@ -81,6 +87,7 @@ impl KernelChoice {
             skinny_pipe: on("KILN_SKINNY_PIPE"),
             flash_pairs: on("KILN_FLASH_PAIRS"),
             pdl: on("KILN_PDL"),
+            skinny_wide: std::env::var("KILN_SKINNY_WIDE").as_deref() == Ok("1"),
         })
     }
 }

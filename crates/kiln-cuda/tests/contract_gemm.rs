@@ -7,6 +7,7 @@ mod common;
 use common::{from_bf16, gpu_or_skip, timed, to_bf16, Checks, Rng};
 use kiln_cuda::device::{DevBuf, Gpu};
 use kiln_cuda::gemm_lt::LtGemm;
+use kiln_cuda::skinny::SkinnyKind;
 
 struct Problem {
     n: usize,
@@ -53,15 +54,6 @@ fn rows_of(y: &[f32], n: usize, rows: &[usize]) -> Vec<f32> {
         .collect()
 }
 
-/// Name of a skinny variant in check lines.
-fn variant(pipe: bool) -> &'static str {
-    if pipe {
-        "pipe"
-    } else {
-        "plain"
-    }
-}
-
 #[test]
 fn skinny_gemm_contract() {
     let Some(gpu) = gpu_or_skip("skinny_gemm_contract") else {
@@ -80,17 +72,19 @@ fn skinny_gemm_contract() {
         (77, 96, 256),
         (2, 40, 8),
         (5, 300, 14336),
+        (9, 250, 8200),
+        (64, 70, 16384),
     ] {
         let p = Problem::new(&gpu, &mut rng, m, n, k);
         let all: Vec<usize> = (0..m).collect();
         let want = p.reference(&all);
-        for pipe in [true, false] {
-            let v = variant(pipe);
+        for kind in SkinnyKind::ALL {
+            let v = kind.name();
             // One poisoned row past the end must stay untouched.
             let y = gpu.alloc::<f32>((m + 1) * n).unwrap();
             y.fill_bytes(0xff).unwrap();
             let secs = timed(&gpu, || {
-                gpu.skinny_gemm_with(pipe, y.ptr(), p.dx.ptr(), p.dw.ptr(), m, n, k)
+                gpu.skinny_gemm_launch(kind, true, y.ptr(), p.dx.ptr(), p.dw.ptr(), m, n, k)
             });
             let got = y.download(&gpu, 0, (m + 1) * n).unwrap();
             c.close(
@@ -110,8 +104,17 @@ fn skinny_gemm_contract() {
             let single = gpu.alloc::<f32>(n).unwrap();
             let mut same = true;
             for r in [0, m / 2, m - 1] {
-                gpu.skinny_gemm_with(pipe, single.ptr(), p.dx.at(r * k), p.dw.ptr(), 1, n, k)
-                    .unwrap();
+                gpu.skinny_gemm_launch(
+                    kind,
+                    true,
+                    single.ptr(),
+                    p.dx.at(r * k),
+                    p.dw.ptr(),
+                    1,
+                    n,
+                    k,
+                )
+                .unwrap();
                 let alone = single.download(&gpu, 0, n).unwrap();
                 same &= alone
                     .iter()
@@ -141,9 +144,15 @@ fn skinny_gemm_contract() {
         let y = gpu.alloc::<f32>(m * n).unwrap();
         // Back-to-back launches, as in a decode step: with PDL each launch streams its first
         // weights while the one before it finishes.
-        for (pipe, pdl) in [(true, true), (true, false), (false, false)] {
+        for (kind, pdl) in [
+            (SkinnyKind::Pipe, true),
+            (SkinnyKind::Pipe, false),
+            (SkinnyKind::Wide, true),
+            (SkinnyKind::Wide, false),
+            (SkinnyKind::Plain, false),
+        ] {
             let launch =
-                || gpu.skinny_gemm_launch(pipe, pdl, y.ptr(), p.dx.ptr(), p.dw.ptr(), m, n, k);
+                || gpu.skinny_gemm_launch(kind, pdl, y.ptr(), p.dx.ptr(), p.dw.ptr(), m, n, k);
             launch().unwrap();
             let iters = 20;
             let secs = timed(&gpu, || {
@@ -155,7 +164,7 @@ fn skinny_gemm_contract() {
             let tbs = (n * k * 2) as f64 / secs / 1e12;
             eprintln!(
                 "[skinny_gemm] BENCH {}{} m={m} n={n} k={k}: {:.1} us, weights read at {tbs:.2} TB/s",
-                variant(pipe),
+                kind.name(),
                 if pdl { "+pdl" } else { "" },
                 secs * 1e6
             );

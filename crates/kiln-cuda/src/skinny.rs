@@ -1,0 +1,163 @@
+//! Launchers of the decode-shaped GEMM (kernels/skinny_gemm.cu): which kernel family, how much
+//! shared memory, how many threads, and whether it starts as a dependent launch.
+
+use anyhow::{bail, Result};
+
+use crate::device::{Arg, Gpu};
+use crate::switches::KernelChoice;
+
+/// Rows one skinny-GEMM launch takes at most.
+pub const SKINNY_MAX_ROWS: usize = 64;
+
+/// Which skinny kernel family a launch uses. Each gives every row the same bits whatever the
+/// row count; the families differ from one another in summation order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SkinnyKind {
+    /// `skinny_gemm_*`: weights loaded straight into registers.
+    Plain,
+    /// `skinny_pipe_*`: 8 warps, each streaming its chunks through a cp.async ring.
+    Pipe,
+    /// `skinny_wide_*`: the ring kernel with 16 warps per CTA.
+    Wide,
+}
+
+impl SkinnyKind {
+    pub const ALL: [SkinnyKind; 3] = [SkinnyKind::Pipe, SkinnyKind::Wide, SkinnyKind::Plain];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SkinnyKind::Plain => "plain",
+            SkinnyKind::Pipe => "pipe",
+            SkinnyKind::Wide => "wide",
+        }
+    }
+
+    fn family(self) -> &'static str {
+        match self {
+            SkinnyKind::Plain => "skinny_gemm",
+            SkinnyKind::Pipe => "skinny_pipe",
+            SkinnyKind::Wide => "skinny_wide",
+        }
+    }
+
+    fn warps(self) -> usize {
+        match self {
+            SkinnyKind::Wide => 16,
+            _ => 8,
+        }
+    }
+
+    /// Ring stages of the kernel for `nt` fragments of 8 rows (as in the SP_ENTRY lines).
+    fn stages(self, nt: usize) -> usize {
+        match (self, nt) {
+            (SkinnyKind::Plain, _) => 0,
+            (SkinnyKind::Pipe, 1 | 2) => 8,
+            (SkinnyKind::Pipe, 4) => 6,
+            (SkinnyKind::Wide, 1 | 2) => 6,
+            _ => 4,
+        }
+    }
+
+    /// Dynamic shared memory: warps x stages x 1 KB.
+    fn smem_bytes(self, nt: usize) -> usize {
+        self.warps() * self.stages(nt) * 1024
+    }
+
+    /// Whether its kernels wait for their predecessor in-kernel (and so may start early).
+    fn can_start_early(self) -> bool {
+        self != SkinnyKind::Plain
+    }
+}
+
+/// The ring kernels with more than 48 KB of dynamic shared memory, with their needs.
+pub fn large_smem_kernels() -> Vec<(String, usize)> {
+    let mut v = Vec::new();
+    for kind in [SkinnyKind::Pipe, SkinnyKind::Wide] {
+        for nt in [1, 2, 4, 8] {
+            v.push((format!("{}_{}", kind.family(), 8 * nt), kind.smem_bytes(nt)));
+        }
+    }
+    v
+}
+
+/// Inner dimension from which KILN_SKINNY_WIDE=1 takes the 16-warp kernels.
+pub const WIDE_MIN_K: usize = 8192;
+
+impl KernelChoice {
+    /// The skinny family for an inner dimension of `k`. It depends on the weight's shape only,
+    /// never on the row count.
+    pub fn skinny_kind(&self, k: usize) -> SkinnyKind {
+        if !self.skinny_pipe {
+            SkinnyKind::Plain
+        } else if self.skinny_wide && k >= WIDE_MIN_K {
+            SkinnyKind::Wide
+        } else {
+            SkinnyKind::Pipe
+        }
+    }
+}
+
+impl Gpu {
+    /// y[m, n] = x[m, :] . w[n, :] for m < rows, in launches of at most 64 rows. Each row's
+    /// result is the same whatever `rows` is. Needs k % 8 == 0 and 16-byte aligned x and w.
+    pub fn skinny_gemm(
+        &self,
+        y: u64,
+        x: u64,
+        w: u64,
+        rows: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<()> {
+        let c = KernelChoice::from_env();
+        let kind = c.skinny_kind(k);
+        self.skinny_gemm_launch(kind, c.pdl, y, x, w, rows, n, k)
+    }
+
+    /// [`Gpu::skinny_gemm`] with the kernel family given, and `pdl`: ring kernels start as
+    /// dependent launches, streaming their first weights while the previous kernel finishes.
+    #[allow(clippy::too_many_arguments)]
+    pub fn skinny_gemm_launch(
+        &self,
+        kind: SkinnyKind,
+        pdl: bool,
+        y: u64,
+        x: u64,
+        w: u64,
+        rows: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<()> {
+        if !k.is_multiple_of(8) {
+            bail!("skinny GEMM needs the inner dimension to be a multiple of 8, got {k}");
+        }
+        let as_i32 = |v: usize, what: &str| {
+            i32::try_from(v).map_err(|_| anyhow::anyhow!("{what} = {v} does not fit 32 bits"))
+        };
+        let (ni, ki) = (as_i32(n, "n")?, as_i32(k, "k")?);
+        let threads = 32 * kind.warps() as u32;
+        let mut done = 0;
+        while done < rows {
+            let m = (rows - done).min(SKINNY_MAX_ROWS);
+            let nt = m.div_ceil(8).next_power_of_two();
+            let name = format!("{}_{}", kind.family(), 8 * nt);
+            let smem = kind.smem_bytes(nt) as u32;
+            let args = [
+                Arg::Ptr(y + (done * n * 4) as u64),
+                Arg::Ptr(x + (done * k * 2) as u64),
+                Arg::Ptr(w),
+                Arg::I32(m as i32),
+                Arg::I32(ni),
+                Arg::I32(ki),
+            ];
+            let grid = (n.div_ceil(16) as u32, 1, 1);
+            if pdl && kind.can_start_early() {
+                self.launch_dependent(&name, grid, threads, smem, &args)?;
+            } else {
+                self.launch(&name, grid, threads, smem, &args)?;
+            }
+            done += m;
+        }
+        Ok(())
+    }
+}
