@@ -53,7 +53,7 @@ impl SkinnyKind {
             (SkinnyKind::Plain, _) => 0,
             (SkinnyKind::Pipe, 1 | 2) => 8,
             (SkinnyKind::Pipe, 4) => 6,
-            (SkinnyKind::Wide, 1 | 2) => 6,
+            (SkinnyKind::Wide, 1 | 2) => 7,
             _ => 4,
         }
     }
@@ -80,16 +80,20 @@ pub fn large_smem_kernels() -> Vec<(String, usize)> {
     v
 }
 
-/// Inner dimension from which KILN_SKINNY_WIDE=1 takes the 16-warp kernels.
+/// Weights with an inner dimension or an output count of at least these take the 16-warp
+/// kernels: on the H200 they read Llama-3-8B's gate/up, down and LM head faster than the 8-warp
+/// ones (3.71 / 3.58 / 3.89 TB/s against 3.58 / 2.92 / 3.78), while QKV and the output
+/// projection are faster with 8 warps (docs/BENCH.md).
 pub const WIDE_MIN_K: usize = 8192;
+pub const WIDE_MIN_N: usize = 16384;
 
 impl KernelChoice {
-    /// The skinny family for an inner dimension of `k`. It depends on the weight's shape only,
-    /// never on the row count.
-    pub fn skinny_kind(&self, k: usize) -> SkinnyKind {
+    /// The skinny family for an `n` x `k` weight. It depends on the weight's shape only, never
+    /// on the row count.
+    pub fn skinny_kind(&self, n: usize, k: usize) -> SkinnyKind {
         if !self.skinny_pipe {
             SkinnyKind::Plain
-        } else if self.skinny_wide && k >= WIDE_MIN_K {
+        } else if self.skinny_wide && (k >= WIDE_MIN_K || n >= WIDE_MIN_N) {
             SkinnyKind::Wide
         } else {
             SkinnyKind::Pipe
@@ -110,7 +114,7 @@ impl Gpu {
         k: usize,
     ) -> Result<()> {
         let c = KernelChoice::from_env();
-        let kind = c.skinny_kind(k);
+        let kind = c.skinny_kind(n, k);
         self.skinny_gemm_launch(kind, c.pdl, y, x, w, rows, n, k)
     }
 

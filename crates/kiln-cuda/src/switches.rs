@@ -61,8 +61,8 @@ pub struct KernelChoice {
     /// KILN_PDL=0: the skinny GEMM launched after its predecessor ends, instead of as a
     /// programmatic dependent launch that streams its first weights while that one finishes.
     pub pdl: bool,
-    /// KILN_SKINNY_WIDE=1 (off by default): inner dimensions of 8192 and more take the 16-warp
-    /// ring kernels (`skinny_wide_*`).
+    /// KILN_SKINNY_WIDE=0: every weight takes the 8-warp ring kernels, also the large ones that
+    /// otherwise take the 16-warp `skinny_wide_*` (see skinny.rs).
     pub skinny_wide: bool,
 }
 
@@ -71,7 +71,7 @@ impl KernelChoice {
         skinny_pipe: true,
         flash_pairs: true,
         pdl: true,
-        skinny_wide: false,
+        skinny_wide: true,
     };
     pub const ALL_PLAIN: KernelChoice = KernelChoice {
         skinny_pipe: false,
@@ -87,7 +87,7 @@ impl KernelChoice {
             skinny_pipe: on("KILN_SKINNY_PIPE"),
             flash_pairs: on("KILN_FLASH_PAIRS"),
             pdl: on("KILN_PDL"),
-            skinny_wide: std::env::var("KILN_SKINNY_WIDE").as_deref() == Ok("1"),
+            skinny_wide: on("KILN_SKINNY_WIDE"),
         })
     }
 }
