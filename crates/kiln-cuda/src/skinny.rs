@@ -80,20 +80,52 @@ pub fn large_smem_kernels() -> Vec<(String, usize)> {
     v
 }
 
-/// Weights with an inner dimension or an output count of at least these take the 16-warp
-/// kernels: on the H200 they read Llama-3-8B's gate/up, down and LM head faster than the 8-warp
-/// ones (3.71 / 3.58 / 3.89 TB/s against 3.58 / 2.92 / 3.78), while QKV and the output
-/// projection are faster with 8 warps (docs/BENCH.md).
+/// Which weights take the 16-warp kernels. The rule looks at the weight's shape only, never at
+/// the row count, so a row's bits stay the same in any batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WideRule {
+    /// KILN_SKINNY_WIDE=0: none.
+    Off,
+    /// KILN_SKINNY_WIDE=longk: inner dimension of at least WIDE_MIN_K (Llama-3-8B's down).
+    LongK,
+    /// KILN_SKINNY_WIDE=large: also an output count of at least WIDE_MIN_N (gate/up, LM head).
+    Large,
+}
+
+/// Weights with an inner dimension or an output count of at least these count as long / large.
 pub const WIDE_MIN_K: usize = 8192;
 pub const WIDE_MIN_N: usize = 16384;
 
+impl WideRule {
+    /// On the H200 with Llama-3-8B, `Large` decodes 2.6% faster at batch 1 and 6.8% at 32 but
+    /// 3% slower at 8 and 11% at 128 (the 16-warp kernels lose at 33-64 rows); `LongK` sits
+    /// between. Off keeps the batched throughput (docs/BENCH.md).
+    pub const DEFAULT: WideRule = WideRule::Off;
+
+    pub fn from_env() -> WideRule {
+        match std::env::var("KILN_SKINNY_WIDE").as_deref() {
+            Ok("0") | Ok("off") => WideRule::Off,
+            Ok("longk") => WideRule::LongK,
+            Ok("large") | Ok("1") => WideRule::Large,
+            _ => WideRule::DEFAULT,
+        }
+    }
+
+    fn takes(self, n: usize, k: usize) -> bool {
+        match self {
+            WideRule::Off => false,
+            WideRule::LongK => k >= WIDE_MIN_K,
+            WideRule::Large => k >= WIDE_MIN_K || n >= WIDE_MIN_N,
+        }
+    }
+}
+
 impl KernelChoice {
-    /// The skinny family for an `n` x `k` weight. It depends on the weight's shape only, never
-    /// on the row count.
+    /// The skinny family for an `n` x `k` weight.
     pub fn skinny_kind(&self, n: usize, k: usize) -> SkinnyKind {
         if !self.skinny_pipe {
             SkinnyKind::Plain
-        } else if self.skinny_wide && (k >= WIDE_MIN_K || n >= WIDE_MIN_N) {
+        } else if self.skinny_wide.takes(n, k) {
             SkinnyKind::Wide
         } else {
             SkinnyKind::Pipe

@@ -35,14 +35,14 @@ impl Switches {
     pub fn describe(&self) -> String {
         let k = KernelChoice::from_env();
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_wide={} flash_pairs={} pdl={}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_wide={:?} flash_pairs={} pdl={}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
             self.device_sampling as u8,
             on("KILN_GEMM_PIN") as u8,
             k.skinny_pipe as u8,
-            k.skinny_wide as u8,
+            k.skinny_wide,
             k.flash_pairs as u8,
             k.pdl as u8
         )
@@ -61,9 +61,8 @@ pub struct KernelChoice {
     /// KILN_PDL=0: the skinny GEMM launched after its predecessor ends, instead of as a
     /// programmatic dependent launch that streams its first weights while that one finishes.
     pub pdl: bool,
-    /// KILN_SKINNY_WIDE=0: every weight takes the 8-warp ring kernels, also the large ones that
-    /// otherwise take the 16-warp `skinny_wide_*` (see skinny.rs).
-    pub skinny_wide: bool,
+    /// Which weights take the 16-warp `skinny_wide_*` kernels (KILN_SKINNY_WIDE, skinny.rs).
+    pub skinny_wide: crate::skinny::WideRule,
 }
 
 impl KernelChoice {
@@ -71,13 +70,13 @@ impl KernelChoice {
         skinny_pipe: true,
         flash_pairs: true,
         pdl: true,
-        skinny_wide: true,
+        skinny_wide: crate::skinny::WideRule::DEFAULT,
     };
     pub const ALL_PLAIN: KernelChoice = KernelChoice {
         skinny_pipe: false,
         flash_pairs: false,
         pdl: false,
-        skinny_wide: false,
+        skinny_wide: crate::skinny::WideRule::Off,
     };
 
     /// The process-wide choice from the environment, read on first use.
@@ -87,7 +86,7 @@ impl KernelChoice {
             skinny_pipe: on("KILN_SKINNY_PIPE"),
             flash_pairs: on("KILN_FLASH_PAIRS"),
             pdl: on("KILN_PDL"),
-            skinny_wide: on("KILN_SKINNY_WIDE"),
+            skinny_wide: crate::skinny::WideRule::from_env(),
         })
     }
 }

@@ -4,8 +4,9 @@
 //! fraction of the H200 floor where one is known; short prompts (32 and 128 tokens, one step
 //! each: the CUDA graph prefill buckets) as mean milliseconds per prompt. Human lines on
 //! stderr, one JSON object on stdout; KILN_CUDA_GRAPHS=0 for the eager figures.
-//! Usage: cuda_bench [PRESET] [decode|attn]   ("decode": only decode at batch 1, depth 0;
-//! "attn": the attention kernels alone on Llama-3-8B head shapes, see attn_bench.rs)
+//! Usage: cuda_bench [PRESET] [decode|decode-batch|attn]   ("decode": only decode at batch 1,
+//! depth 0; "decode-batch": decode at batch 1, 8, 32 and 128 only; "attn": the attention kernels
+//! alone on Llama-3-8B head shapes, see attn_bench.rs)
 
 use std::time::Instant;
 
@@ -109,7 +110,7 @@ fn main() -> Result<()> {
     if mode == "attn" {
         return attn_bench::run();
     }
-    let decode_only = mode == "decode";
+    let decode_only = mode == "decode" || mode == "decode-batch";
     let src = DummySource::preset(&preset)?;
     let t = Instant::now();
     let opts = CudaOptions {
@@ -139,8 +140,15 @@ fn main() -> Result<()> {
     } else {
         &[(2048, 54_000.0), (8192, 50_000.0), (32_768, 35_000.0)]
     };
-    let decodes: &[(usize, usize, Option<f64>)] = if decode_only {
+    let decodes: &[(usize, usize, Option<f64>)] = if mode == "decode" {
         &[(1, 0, Some(270.0))]
+    } else if mode == "decode-batch" {
+        &[
+            (1, 0, Some(270.0)),
+            (8, 512, None),
+            (32, 512, None),
+            (128, 512, None),
+        ]
     } else {
         &[
             (1, 0, Some(270.0)),
