@@ -193,6 +193,11 @@ SP_ENTRY(skinny_pipe_8, 1, 8, 8, 3)
 SP_ENTRY(skinny_pipe_16, 2, 8, 8, 3)
 SP_ENTRY(skinny_pipe_32, 4, 6, 8, 2)
 SP_ENTRY(skinny_pipe_64, 8, 4, 8, 2)
+// skinny_deep_*: the 8-warp kernel with a 14-stage ring (112 KB, two CTAs per SM) for long K,
+// where 256 CTAs of a 4096-row weight keep too few bytes in flight with 8 stages. The stage
+// count does not change which warp sums which chunk: the bits equal skinny_pipe_*'s.
+SP_ENTRY(skinny_deep_8, 1, 14, 8, 2)
+SP_ENTRY(skinny_deep_16, 2, 14, 8, 2)
 SP_ENTRY(skinny_wide_8, 1, 7, 16, 2)
 SP_ENTRY(skinny_wide_16, 2, 7, 16, 2)
 SP_ENTRY(skinny_wide_32, 4, 4, 16, 2)

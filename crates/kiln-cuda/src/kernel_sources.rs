@@ -44,6 +44,8 @@ pub const SOURCES: &[KernelSource] = &[
             "skinny_pipe_16",
             "skinny_pipe_32",
             "skinny_pipe_64",
+            "skinny_deep_8",
+            "skinny_deep_16",
             "skinny_wide_8",
             "skinny_wide_16",
             "skinny_wide_32",

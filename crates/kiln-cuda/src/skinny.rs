@@ -17,25 +17,37 @@ pub enum SkinnyKind {
     Plain,
     /// `skinny_pipe_*`: 8 warps, each streaming its chunks through a cp.async ring.
     Pipe,
+    /// `skinny_deep_*` up to 16 rows, else `skinny_pipe_*`: a 14-stage ring, the same bits as
+    /// `Pipe` (for long K).
+    Deep,
     /// `skinny_wide_*`: the ring kernel with 16 warps per CTA.
     Wide,
 }
 
 impl SkinnyKind {
-    pub const ALL: [SkinnyKind; 3] = [SkinnyKind::Pipe, SkinnyKind::Wide, SkinnyKind::Plain];
+    pub const ALL: [SkinnyKind; 4] = [
+        SkinnyKind::Pipe,
+        SkinnyKind::Deep,
+        SkinnyKind::Wide,
+        SkinnyKind::Plain,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             SkinnyKind::Plain => "plain",
             SkinnyKind::Pipe => "pipe",
+            SkinnyKind::Deep => "deep",
             SkinnyKind::Wide => "wide",
         }
     }
 
-    fn family(self) -> &'static str {
+    /// The kernel family for `nt` fragments of 8 rows.
+    fn family(self, nt: usize) -> &'static str {
         match self {
             SkinnyKind::Plain => "skinny_gemm",
             SkinnyKind::Pipe => "skinny_pipe",
+            SkinnyKind::Deep if nt <= 2 => "skinny_deep",
+            SkinnyKind::Deep => "skinny_pipe",
             SkinnyKind::Wide => "skinny_wide",
         }
     }
@@ -51,8 +63,9 @@ impl SkinnyKind {
     fn stages(self, nt: usize) -> usize {
         match (self, nt) {
             (SkinnyKind::Plain, _) => 0,
+            (SkinnyKind::Deep, 1 | 2) => 14,
             (SkinnyKind::Pipe, 1 | 2) => 8,
-            (SkinnyKind::Pipe, 4) => 6,
+            (SkinnyKind::Pipe | SkinnyKind::Deep, 4) => 6,
             (SkinnyKind::Wide, 1 | 2) => 7,
             _ => 4,
         }
@@ -72,9 +85,12 @@ impl SkinnyKind {
 /// The ring kernels with more than 48 KB of dynamic shared memory, with their needs.
 pub fn large_smem_kernels() -> Vec<(String, usize)> {
     let mut v = Vec::new();
-    for kind in [SkinnyKind::Pipe, SkinnyKind::Wide] {
+    for kind in [SkinnyKind::Pipe, SkinnyKind::Deep, SkinnyKind::Wide] {
         for nt in [1, 2, 4, 8] {
-            v.push((format!("{}_{}", kind.family(), 8 * nt), kind.smem_bytes(nt)));
+            let name = format!("{}_{}", kind.family(nt), 8 * nt);
+            if !v.iter().any(|(n, _)| *n == name) {
+                v.push((name, kind.smem_bytes(nt)));
+            }
         }
     }
     v
@@ -127,6 +143,8 @@ impl KernelChoice {
             SkinnyKind::Plain
         } else if self.skinny_wide.takes(n, k) {
             SkinnyKind::Wide
+        } else if self.skinny_deep && k >= WIDE_MIN_K {
+            SkinnyKind::Deep
         } else {
             SkinnyKind::Pipe
         }
@@ -176,7 +194,7 @@ impl Gpu {
         while done < rows {
             let m = (rows - done).min(SKINNY_MAX_ROWS);
             let nt = m.div_ceil(8).next_power_of_two();
-            let name = format!("{}_{}", kind.family(), 8 * nt);
+            let name = format!("{}_{}", kind.family(nt), 8 * nt);
             let smem = kind.smem_bytes(nt) as u32;
             let args = [
                 Arg::Ptr(y + (done * n * 4) as u64),

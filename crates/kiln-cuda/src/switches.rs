@@ -35,13 +35,14 @@ impl Switches {
     pub fn describe(&self) -> String {
         let k = KernelChoice::from_env();
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_wide={:?} flash_pairs={} pdl={}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={:?} flash_pairs={} pdl={}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
             self.device_sampling as u8,
             on("KILN_GEMM_PIN") as u8,
             k.skinny_pipe as u8,
+            k.skinny_deep as u8,
             k.skinny_wide,
             k.flash_pairs as u8,
             k.pdl as u8
@@ -63,6 +64,9 @@ pub struct KernelChoice {
     pub pdl: bool,
     /// Which weights take the 16-warp `skinny_wide_*` kernels (KILN_SKINNY_WIDE, skinny.rs).
     pub skinny_wide: crate::skinny::WideRule,
+    /// KILN_SKINNY_DEEP=0: long-K weights (k >= 8192) use the 8-stage ring instead of the
+    /// 14-stage `skinny_deep_*` (same bits).
+    pub skinny_deep: bool,
 }
 
 impl KernelChoice {
@@ -71,12 +75,14 @@ impl KernelChoice {
         flash_pairs: true,
         pdl: true,
         skinny_wide: crate::skinny::WideRule::DEFAULT,
+        skinny_deep: true,
     };
     pub const ALL_PLAIN: KernelChoice = KernelChoice {
         skinny_pipe: false,
         flash_pairs: false,
         pdl: false,
         skinny_wide: crate::skinny::WideRule::Off,
+        skinny_deep: false,
     };
 
     /// The process-wide choice from the environment, read on first use.
@@ -87,6 +93,7 @@ impl KernelChoice {
             flash_pairs: on("KILN_FLASH_PAIRS"),
             pdl: on("KILN_PDL"),
             skinny_wide: crate::skinny::WideRule::from_env(),
+            skinny_deep: on("KILN_SKINNY_DEEP"),
         })
     }
 }

@@ -78,6 +78,7 @@ fn skinny_gemm_contract() {
         let p = Problem::new(&gpu, &mut rng, m, n, k);
         let all: Vec<usize> = (0..m).collect();
         let want = p.reference(&all);
+        let mut pipe_bits = Vec::new();
         for kind in SkinnyKind::ALL {
             let v = kind.name();
             // One poisoned row past the end must stay untouched.
@@ -87,6 +88,17 @@ fn skinny_gemm_contract() {
                 gpu.skinny_gemm_launch(kind, true, y.ptr(), p.dx.ptr(), p.dw.ptr(), m, n, k)
             });
             let got = y.download(&gpu, 0, (m + 1) * n).unwrap();
+            // The deeper ring only prefetches further: the same sums in the same order.
+            let bits: Vec<u32> = got[..m * n].iter().map(|v| v.to_bits()).collect();
+            match kind {
+                SkinnyKind::Pipe => pipe_bits = bits,
+                SkinnyKind::Deep => c.identical(
+                    &format!("deep == pipe m={m} n={n} k={k}"),
+                    &bits,
+                    &pipe_bits,
+                ),
+                _ => {}
+            }
             c.close(
                 &format!("{v} m={m} n={n} k={k}"),
                 &got[..m * n],
@@ -147,6 +159,7 @@ fn skinny_gemm_contract() {
         for (kind, pdl) in [
             (SkinnyKind::Pipe, true),
             (SkinnyKind::Pipe, false),
+            (SkinnyKind::Deep, true),
             (SkinnyKind::Wide, true),
             (SkinnyKind::Wide, false),
             (SkinnyKind::Plain, false),
