@@ -67,7 +67,10 @@ __device__ __forceinline__ float key_logit(u32 key) {
 // ---- block-wide reductions in a fixed order ----
 
 struct SmpShared {
-    u64 hist[SMP_BINS];
+    union {
+        u64 hist[SMP_BINS];  // weight per bin
+        u32 count[SMP_BINS];  // tokens per bin
+    };
     u64 red[SMP_WARPS];
     double redd[SMP_WARPS];
     float redf[SMP_WARPS];
@@ -208,9 +211,14 @@ __device__ Cut select_cut(const float* row, int vocab, u64 need, float top_p, fl
                         if (v) bin = (key >> shift) & ((1u << width) - 1);
                     }
                 }
-                // Lanes with the same bin add once: a few atomics per warp, not 32 on one address.
+                if (!MASS) {
+                    // Counts: native 32-bit shared atomics.
+                    if (bin != SMP_NONE) atomicAdd(&s.count[bin], 1u);
+                    continue;
+                }
+                // Lanes with the same bin add once: a few 64-bit atomics per warp, not 32 on one
+                // address. Weights are below 2^45: 32 halves of 22 bits cannot overflow 32 bits.
                 const u32 peers = __match_any_sync(0xffffffffu, bin);
-                // Weights are below 2^45: 32 halves of 22 bits cannot overflow 32 bits.
                 const u32 lo = __reduce_add_sync(peers, (u32)(v & 0x3fffff));
                 const u32 hi = __reduce_add_sync(peers, (u32)(v >> 22));
                 if (bin != SMP_NONE && lane == __ffs(peers) - 1)
@@ -220,7 +228,8 @@ __device__ Cut select_cut(const float* row, int vocab, u64 need, float top_p, fl
         __syncthreads();
         // Thread t owns bins 2047-2t and 2046-2t: a suffix scan from the top bin.
         const int hi_bin = SMP_BINS - 1 - 2 * (int)threadIdx.x, lo_bin = hi_bin - 1;
-        const u64 vh = s.hist[hi_bin], vl = s.hist[lo_bin];
+        const u64 vh = MASS ? s.hist[hi_bin] : s.count[hi_bin];
+        const u64 vl = MASS ? s.hist[lo_bin] : s.count[lo_bin];
         if (MASS && pass == 0 && top_p >= 0.f) {
             const u64 total = block_sum_u64(vh + vl, s);
             need = (u64)ceil(__dmul_rn((double)top_p, __ull2double_rn(total)));
