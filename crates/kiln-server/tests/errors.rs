@@ -51,6 +51,14 @@ async fn malformed_json_and_wrong_types() {
 
     let (st, body) = send_json(&s.app, post(COMPLETIONS, r#"{"prompt": {"a": 1}}"#)).await;
     expect_error(st, &body, 400);
+
+    // The sampling fields are shared with chat; a type error still names its field.
+    let (st, body) = send_json(
+        &s.app,
+        post(COMPLETIONS, r#"{"prompt": "x", "temperature": "hot"}"#),
+    )
+    .await;
+    assert_eq!(expect_error(st, &body, 400)["param"], "temperature");
 }
 
 #[tokio::test]

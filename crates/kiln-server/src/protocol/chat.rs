@@ -3,38 +3,30 @@
 use kiln_tokenizer::ChatMessage;
 use serde::{Deserialize, Serialize};
 
-use super::common::{SamplingFields, StopSpec, StreamOptions, Usage};
+use super::common::{request_with_sampling, StreamOptions, Usage};
 use super::logprobs::ChatLogprobs;
 use crate::error::ApiError;
 
-#[derive(Debug, Clone, Deserialize)]
-pub struct ChatCompletionRequest {
-    /// Optional here (some clients omit it); when given it must name the served model.
-    pub model: Option<String>,
-    pub messages: Vec<MessageIn>,
-    pub max_tokens: Option<i64>,
-    pub max_completion_tokens: Option<i64>,
-    pub temperature: Option<f64>,
-    pub top_p: Option<f64>,
-    pub top_k: Option<i64>,
-    pub min_p: Option<f64>,
-    pub presence_penalty: Option<f64>,
-    pub frequency_penalty: Option<f64>,
-    pub repetition_penalty: Option<f64>,
-    pub seed: Option<i64>,
-    pub stop: Option<StopSpec>,
-    pub stop_token_ids: Option<Vec<i64>>,
-    pub ignore_eos: Option<bool>,
-    pub n: Option<i64>,
-    pub stream: Option<bool>,
-    pub stream_options: Option<StreamOptions>,
-    pub logprobs: Option<bool>,
-    pub top_logprobs: Option<i64>,
-    /// Accepted only when empty: kiln does not bias logits.
-    pub logit_bias: Option<serde_json::Map<String, serde_json::Value>>,
-    /// Accepted only when absent or empty: kiln does not call tools.
-    pub tools: Option<Vec<serde_json::Value>>,
-    pub response_format: Option<ResponseFormat>,
+request_with_sampling! {
+    /// The body as sent; the macro adds the sampling and stopping fields (`temperature`...).
+    #[derive(Debug, Clone, Deserialize)]
+    pub struct ChatCompletionRequest {
+        /// Optional here (some clients omit it); when given it must name the served model.
+        pub model: Option<String>,
+        pub messages: Vec<MessageIn>,
+        pub max_tokens: Option<i64>,
+        pub max_completion_tokens: Option<i64>,
+        pub n: Option<i64>,
+        pub stream: Option<bool>,
+        pub stream_options: Option<StreamOptions>,
+        pub logprobs: Option<bool>,
+        pub top_logprobs: Option<i64>,
+        /// Accepted only when empty: kiln does not bias logits.
+        pub logit_bias: Option<serde_json::Map<String, serde_json::Value>>,
+        /// Accepted only when absent or empty: kiln does not call tools.
+        pub tools: Option<Vec<serde_json::Value>>,
+        pub response_format: Option<ResponseFormat>,
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -68,22 +60,6 @@ pub struct ContentPart {
 const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
 
 impl ChatCompletionRequest {
-    pub fn sampling_fields(&self) -> SamplingFields<'_> {
-        SamplingFields {
-            temperature: self.temperature,
-            top_p: self.top_p,
-            top_k: self.top_k,
-            min_p: self.min_p,
-            presence_penalty: self.presence_penalty,
-            frequency_penalty: self.frequency_penalty,
-            repetition_penalty: self.repetition_penalty,
-            seed: self.seed,
-            stop: self.stop.as_ref(),
-            stop_token_ids: self.stop_token_ids.as_deref(),
-            ignore_eos: self.ignore_eos,
-        }
-    }
-
     /// Refuses features kiln does not implement, rather than silently ignoring them.
     pub fn check_unsupported(&self) -> Result<(), ApiError> {
         if self.tools.as_ref().is_some_and(|t| !t.is_empty()) {

@@ -54,6 +54,48 @@ pub struct SamplingFields<'a> {
     pub ignore_eos: Option<bool>,
 }
 
+/// Declares a request struct (`pub struct Name { ... }`) with the sampling and stopping fields
+/// appended, and `Name::sampling_fields` to read them. The fields are written into the struct,
+/// not `#[serde(flatten)]`ed, because flatten loses the field name in type errors (`param`).
+macro_rules! request_with_sampling {
+    ($(#[$attr:meta])* pub struct $name:ident { $($fields:tt)* }) => {
+        $(#[$attr])*
+        pub struct $name {
+            $($fields)*
+            pub temperature: Option<f64>,
+            pub top_p: Option<f64>,
+            pub top_k: Option<i64>,
+            pub min_p: Option<f64>,
+            pub presence_penalty: Option<f64>,
+            pub frequency_penalty: Option<f64>,
+            pub repetition_penalty: Option<f64>,
+            pub seed: Option<i64>,
+            pub stop: Option<$crate::protocol::common::StopSpec>,
+            pub stop_token_ids: Option<Vec<i64>>,
+            pub ignore_eos: Option<bool>,
+        }
+
+        impl $name {
+            pub fn sampling_fields(&self) -> $crate::protocol::common::SamplingFields<'_> {
+                $crate::protocol::common::SamplingFields {
+                    temperature: self.temperature,
+                    top_p: self.top_p,
+                    top_k: self.top_k,
+                    min_p: self.min_p,
+                    presence_penalty: self.presence_penalty,
+                    frequency_penalty: self.frequency_penalty,
+                    repetition_penalty: self.repetition_penalty,
+                    seed: self.seed,
+                    stop: self.stop.as_ref(),
+                    stop_token_ids: self.stop_token_ids.as_deref(),
+                    ignore_eos: self.ignore_eos,
+                }
+            }
+        }
+    };
+}
+pub(crate) use request_with_sampling;
+
 /// Validated sampling and stopping settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sampling {

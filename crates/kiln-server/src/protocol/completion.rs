@@ -2,39 +2,31 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::common::{SamplingFields, StopSpec, StreamOptions, Usage};
+use super::common::{request_with_sampling, StreamOptions, Usage};
 use super::logprobs::CompletionLogprobs;
 use crate::error::ApiError;
 
 /// Most prompts one request may batch.
 pub const MAX_PROMPTS: usize = 128;
 
-#[derive(Debug, Clone, Deserialize)]
-pub struct CompletionRequest {
-    pub model: Option<String>,
-    pub prompt: Prompt,
-    pub max_tokens: Option<i64>,
-    pub temperature: Option<f64>,
-    pub top_p: Option<f64>,
-    pub top_k: Option<i64>,
-    pub min_p: Option<f64>,
-    pub presence_penalty: Option<f64>,
-    pub frequency_penalty: Option<f64>,
-    pub repetition_penalty: Option<f64>,
-    pub seed: Option<i64>,
-    pub stop: Option<StopSpec>,
-    pub stop_token_ids: Option<Vec<i64>>,
-    pub ignore_eos: Option<bool>,
-    pub n: Option<i64>,
-    pub best_of: Option<i64>,
-    pub stream: Option<bool>,
-    pub stream_options: Option<StreamOptions>,
-    /// Number of alternatives per token to report (0 reports only the chosen token's).
-    pub logprobs: Option<i64>,
-    /// Return the prompt text before the completion.
-    pub echo: Option<bool>,
-    pub suffix: Option<String>,
-    pub logit_bias: Option<serde_json::Map<String, serde_json::Value>>,
+request_with_sampling! {
+    /// The body as sent; the macro adds the sampling and stopping fields (`temperature`...).
+    #[derive(Debug, Clone, Deserialize)]
+    pub struct CompletionRequest {
+        pub model: Option<String>,
+        pub prompt: Prompt,
+        pub max_tokens: Option<i64>,
+        pub n: Option<i64>,
+        pub best_of: Option<i64>,
+        pub stream: Option<bool>,
+        pub stream_options: Option<StreamOptions>,
+        /// Number of alternatives per token to report (0 reports only the chosen token's).
+        pub logprobs: Option<i64>,
+        /// Return the prompt text before the completion.
+        pub echo: Option<bool>,
+        pub suffix: Option<String>,
+        pub logit_bias: Option<serde_json::Map<String, serde_json::Value>>,
+    }
 }
 
 /// The four prompt forms OpenAI accepts.
@@ -107,22 +99,6 @@ fn check_ids(ids: &[i64], vocab_size: usize, param: &str) -> Result<Vec<u32>, Ap
 }
 
 impl CompletionRequest {
-    pub fn sampling_fields(&self) -> SamplingFields<'_> {
-        SamplingFields {
-            temperature: self.temperature,
-            top_p: self.top_p,
-            top_k: self.top_k,
-            min_p: self.min_p,
-            presence_penalty: self.presence_penalty,
-            frequency_penalty: self.frequency_penalty,
-            repetition_penalty: self.repetition_penalty,
-            seed: self.seed,
-            stop: self.stop.as_ref(),
-            stop_token_ids: self.stop_token_ids.as_deref(),
-            ignore_eos: self.ignore_eos,
-        }
-    }
-
     /// Refuses features kiln does not implement, rather than silently ignoring them.
     pub fn check_unsupported(&self, n: usize) -> Result<(), ApiError> {
         if self.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
