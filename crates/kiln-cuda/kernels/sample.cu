@@ -216,13 +216,17 @@ __device__ Cut select_cut(const float* row, int vocab, u64 need, float top_p, fl
                     if (bin != SMP_NONE) atomicAdd(&s.count[bin], 1u);
                     continue;
                 }
-                // Lanes with the same bin add once: a few 64-bit atomics per warp, not 32 on one
-                // address. Weights are below 2^45: 32 halves of 22 bits cannot overflow 32 bits.
-                const u32 peers = __match_any_sync(0xffffffffu, bin);
-                const u32 lo = __reduce_add_sync(peers, (u32)(v & 0x3fffff));
-                const u32 hi = __reduce_add_sync(peers, (u32)(v >> 22));
-                if (bin != SMP_NONE && lane == __ffs(peers) - 1)
-                    atomicAdd(&s.hist[bin], ((u64)hi << 22) + lo);
+                // A warp whose lanes share one bin (flat rows: most of them) adds once, summed
+                // in 22-bit halves (weights are below 2^45: 32 halves fit 32 bits); otherwise
+                // each lane adds its own. Warp matching costs more than either.
+                const u32 b0 = __shfl_sync(0xffffffffu, bin, 0);
+                if (__all_sync(0xffffffffu, bin == b0)) {
+                    const u32 lo = __reduce_add_sync(0xffffffffu, (u32)(v & 0x3fffff));
+                    const u32 hi = __reduce_add_sync(0xffffffffu, (u32)(v >> 22));
+                    if (b0 != SMP_NONE && lane == 0) atomicAdd(&s.hist[b0], ((u64)hi << 22) + lo);
+                } else if (bin != SMP_NONE) {
+                    atomicAdd(&s.hist[bin], v);
+                }
             }
         }
         __syncthreads();
