@@ -109,7 +109,7 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 }
 
 // Programmatic dependent launch (sm_90 and later; no-ops before). A kernel started with
-// Gpu::launch_dependent may run while the kernel before it finishes: pdl_wait() returns once
+// Gpu::launch_with(.., dependent) may run while the kernel before it finishes: pdl_wait() returns once
 // that kernel has ended and its writes are visible. pdl_trigger() lets the next such kernel
 // start now (it then waits in pdl_wait() for this one to end).
 __device__ __forceinline__ void pdl_wait() {
@@ -122,4 +122,12 @@ __device__ __forceinline__ void pdl_trigger() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
+}
+
+// The first statement of every kernel that may be started as a dependent launch: let the next
+// one start launching, then wait for the previous one to end. Launch latency overlaps the
+// previous kernel's tail; every memory access still comes after it, as in plain order.
+__device__ __forceinline__ void pdl_enter() {
+    pdl_trigger();
+    pdl_wait();
 }

@@ -156,6 +156,7 @@ __device__ __forceinline__ void decode_attn_body(
         const bf16_t* q, const bf16_t* kc, const bf16_t* vc, const int* positions, const int* token_seq, \
         const int* bt_start, const int* block_tables, float* part_o, float* part_ml, int n_q, int n_kv, \
         int block_size, int window, float scale_log2, int max_splits, int min_span) {                \
+        pdl_enter();                                                                                  \
         decode_attn_body<HD>(q, kc, vc, positions, token_seq, bt_start, block_tables, part_o, part_ml, \
                              n_q, n_kv, block_size, window, scale_log2, max_splits, min_span);        \
     }
@@ -172,7 +173,7 @@ DA_ENTRY(256, 1)
 extern "C" __global__ void decode_attn_combine(const float* __restrict__ part_o, const float* __restrict__ part_ml,
                                                const int* __restrict__ positions, bf16_t* __restrict__ out,
                                                int n_q, int hd, int max_splits, int min_span) {
-    pdl_trigger();
+    pdl_enter();
     __shared__ float sm_m[DA_COMBINE_MAX_SPLITS], sm_l[DA_COMBINE_MAX_SPLITS];
     const int h = blockIdx.x, row = blockIdx.y;
     int n_splits, span;

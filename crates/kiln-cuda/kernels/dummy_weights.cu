@@ -18,12 +18,14 @@ __device__ __forceinline__ float dummy_value(u64 seed, u64 index) {
 
 // dst[i] = bf16(dummy_value(seed, i)) for i < n.
 extern "C" __global__ void dummy_fill_bf16(bf16_t* __restrict__ dst, u64 n, u64 seed) {
+    pdl_enter();
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
         dst[i] = f32_to_bf16(dummy_value(seed, i));
 }
 
 // dst[i] = bf16(value) for i < n (norm weights are 1.0).
 extern "C" __global__ void fill_bf16(bf16_t* __restrict__ dst, u64 n, float value) {
+    pdl_enter();
     const bf16_t v = f32_to_bf16(value);
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) dst[i] = v;
 }

@@ -6,6 +6,7 @@
 // x[t, :] = embedding[tokens[t], :] as f32. Token ids were checked on the host.
 extern "C" __global__ void embed_gather(float* __restrict__ x, const bf16_t* __restrict__ emb,
                                         const int* __restrict__ tokens, int hidden) {
+    pdl_enter();
     const int t = blockIdx.x;
     const bf16_t* row = emb + (u64)tokens[t] * hidden;
     float* out = x + (u64)t * hidden;
@@ -16,7 +17,7 @@ extern "C" __global__ void embed_gather(float* __restrict__ x, const bf16_t* __r
 extern "C" __global__ void rmsnorm_residual(float* __restrict__ x, const float* __restrict__ delta,
                                             const bf16_t* __restrict__ w, bf16_t* __restrict__ out,
                                             int hidden, float eps) {
-    pdl_trigger();
+    pdl_enter();
     __shared__ float scratch[32];
     const int t = blockIdx.x;
     float* xr = x + (u64)t * hidden;
@@ -40,7 +41,7 @@ extern "C" __global__ void rmsnorm_residual(float* __restrict__ x, const float* 
 extern "C" __global__ void final_norm_rows(const float* __restrict__ x, const float* __restrict__ delta,
                                            const int* __restrict__ rows, const bf16_t* __restrict__ w,
                                            bf16_t* __restrict__ out, int hidden, float eps) {
-    pdl_trigger();
+    pdl_enter();
     __shared__ float scratch[32];
     const int r = blockIdx.x;
     const u64 t = (u64)rows[r];
@@ -60,7 +61,7 @@ extern "C" __global__ void final_norm_rows(const float* __restrict__ x, const fl
 // gu[t] = [gate (inter) | up (inter)]; out[t, i] = bf16(silu(gate) * up).
 extern "C" __global__ void swiglu(const float* __restrict__ gu, bf16_t* __restrict__ out, int inter,
                                   int rows) {
-    pdl_trigger();
+    pdl_enter();
     const u64 n = (u64)rows * inter;
     for (u64 idx = (u64)blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += (u64)gridDim.x * blockDim.x) {
         const u64 t = idx / inter, i = idx % inter;
@@ -72,6 +73,7 @@ extern "C" __global__ void swiglu(const float* __restrict__ gu, bf16_t* __restri
 
 // ids[r] = argmax over logits[r, :]; ties go to the smallest index, NaN never wins.
 extern "C" __global__ void argmax_rows(const float* __restrict__ logits, int* __restrict__ ids, int vocab) {
+    pdl_enter();
     __shared__ float sv[32];
     __shared__ int si[32];
     const float* row = logits + (u64)blockIdx.x * vocab;
@@ -98,11 +100,13 @@ extern "C" __global__ void argmax_rows(const float* __restrict__ logits, int* __
 }
 
 extern "C" __global__ void f32_to_bf16_copy(bf16_t* __restrict__ dst, const float* __restrict__ src, u64 n) {
+    pdl_enter();
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
         dst[i] = f32_to_bf16(src[i]);
 }
 
 extern "C" __global__ void bf16_to_f32_copy(float* __restrict__ dst, const bf16_t* __restrict__ src, u64 n) {
+    pdl_enter();
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
         dst[i] = bf16_to_f32(src[i]);
 }

@@ -191,7 +191,7 @@ __device__ __forceinline__ void flash_attn_body(const bf16_t* __restrict__ q, co
         const bf16_t* q, const bf16_t* kc, const bf16_t* vc, const AttnTile* tiles, const int* bt_start, \
         const int* block_tables, bf16_t* out, int n_q, int n_kv, int block_size, int window,            \
         float scale_log2) {                                                                             \
-        pdl_trigger();                                                                                  \
+        pdl_enter();                                                                                    \
         flash_attn_body<HD, BN, HP>(q, kc, vc, tiles, bt_start, block_tables, out, n_q, n_kv, block_size, \
                                     window, scale_log2);                                                \
     }

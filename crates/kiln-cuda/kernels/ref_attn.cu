@@ -8,7 +8,7 @@ extern "C" __global__ void ref_attn(const bf16_t* __restrict__ q, const bf16_t* 
                                     const int* __restrict__ block_tables, bf16_t* __restrict__ out,
                                     int n_tokens, int n_q, int n_kv, int hd, int block_size, int window,
                                     float scale_log2) {
-    pdl_trigger();
+    pdl_enter();
     const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (warp >= n_tokens * n_q) return;
     const int t = warp / n_q, h = warp % n_q;

@@ -6,6 +6,7 @@
 // table[(p * half + i) * 2 + {0, 1}] = (cos, sin)(p * inv_freq[i]) * attn_factor.
 extern "C" __global__ void rope_table_build(float* __restrict__ table, const float* __restrict__ inv_freq,
                                             int max_pos, int half, float attn_factor) {
+    pdl_enter();
     const u64 n = (u64)max_pos * half;
     for (u64 idx = (u64)blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += (u64)gridDim.x * blockDim.x) {
         const double angle = (double)(idx / half) * (double)inv_freq[idx % half];
@@ -28,6 +29,7 @@ extern "C" __global__ void qkv_prepare(const float* __restrict__ qkv, const bf16
                                        const int* __restrict__ slots, bf16_t* __restrict__ q_out,
                                        bf16_t* __restrict__ k_cache, bf16_t* __restrict__ v_cache,
                                        int n_q, int n_kv, int hd, int neox, int block_size, float eps) {
+    pdl_enter();
     __shared__ float buf[4][256];
     const int t = blockIdx.x;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;

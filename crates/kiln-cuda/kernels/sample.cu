@@ -457,6 +457,7 @@ __device__ void top_tokens(const float* row, int vocab, int n, SmpShared& s) {
 extern "C" __global__ void __launch_bounds__(SMP_THREADS, 1)
     sample_rows(const float* __restrict__ logits, const int* __restrict__ params, int* __restrict__ out, int rows, int vocab) {
     __shared__ SmpShared s;
+    pdl_enter();
     for (int r = blockIdx.x; r < rows; r += gridDim.x) {
         const float* row = logits + (u64)r * vocab;
         const int* prm = params + r * SMP_PARAM_WORDS;

@@ -16,7 +16,7 @@ template <int NT>
 __device__ __forceinline__ void skinny_body(float* __restrict__ y, const bf16_t* __restrict__ x,
                                             const bf16_t* __restrict__ w, int M, int N, int K) {
     __shared__ float red[SK_WARPS][NT][4][32];
-    pdl_trigger();
+    pdl_enter();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     const int row0 = blockIdx.x * 16;
@@ -136,7 +136,7 @@ __device__ __forceinline__ void skinny_pipe_body(float* __restrict__ y, const bf
 
 #pragma unroll
     for (int i = 0; i < S - 1; ++i) issue(i);
-    // Launched as a dependent (Gpu::launch_dependent): the weights above stream in while the
+    // Started as a dependent launch (Gpu::launch_with): the weights above stream in while the
     // previous kernel finishes; x and y belong to it until here.
     pdl_wait();
     float acc[NT][4];

@@ -147,25 +147,15 @@ impl Gpu {
         smem: u32,
         args: &[Arg],
     ) -> Result<()> {
-        self.launch_ex(name, grid, block, smem, args, false)
+        let dependent = crate::switches::KernelChoice::from_env().pdl;
+        self.launch_with(name, grid, block, smem, args, dependent)
     }
 
-    /// Launches like [`Gpu::launch`], as a programmatic dependent launch: the kernel may start
-    /// while the previous kernel on the stream still runs (once all of that one's CTAs are
-    /// resident or past `pdl_trigger()`), and must call `pdl_wait()` (common.cuh) before it
-    /// reads or writes anything a previous kernel touches.
-    pub fn launch_dependent(
-        &self,
-        name: &str,
-        grid: (u32, u32, u32),
-        block: u32,
-        smem: u32,
-        args: &[Arg],
-    ) -> Result<()> {
-        self.launch_ex(name, grid, block, smem, args, true)
-    }
-
-    fn launch_ex(
+    /// Launches `name`; `dependent`: as a programmatic dependent launch, which may start while
+    /// the previous kernel on the stream still runs (once all of that one's CTAs are resident
+    /// or past `pdl_trigger()`). Every kernel calls `pdl_wait()` (common.cuh) before it touches
+    /// memory a previous kernel may use, so the results are those of plain order.
+    pub fn launch_with(
         &self,
         name: &str,
         grid: (u32, u32, u32),

@@ -75,11 +75,6 @@ impl SkinnyKind {
     fn smem_bytes(self, nt: usize) -> usize {
         self.warps() * self.stages(nt) * 1024
     }
-
-    /// Whether its kernels wait for their predecessor in-kernel (and so may start early).
-    fn can_start_early(self) -> bool {
-        self != SkinnyKind::Plain
-    }
 }
 
 /// The ring kernels with more than 48 KB of dynamic shared memory, with their needs.
@@ -168,8 +163,8 @@ impl Gpu {
         self.skinny_gemm_launch(kind, c.pdl, y, x, w, rows, n, k)
     }
 
-    /// [`Gpu::skinny_gemm`] with the kernel family given, and `pdl`: ring kernels start as
-    /// dependent launches, streaming their first weights while the previous kernel finishes.
+    /// [`Gpu::skinny_gemm`] with the kernel family given, and `pdl`: start as dependent
+    /// launches (the ring kernels stream their first weights while the previous kernel ends).
     #[allow(clippy::too_many_arguments)]
     pub fn skinny_gemm_launch(
         &self,
@@ -205,11 +200,7 @@ impl Gpu {
                 Arg::I32(ki),
             ];
             let grid = (n.div_ceil(16) as u32, 1, 1);
-            if pdl && kind.can_start_early() {
-                self.launch_dependent(&name, grid, threads, smem, &args)?;
-            } else {
-                self.launch(&name, grid, threads, smem, &args)?;
-            }
+            self.launch_with(&name, grid, threads, smem, &args, pdl)?;
             done += m;
         }
         Ok(())

@@ -59,8 +59,9 @@ pub struct KernelChoice {
     /// KILN_FLASH_PAIRS=0: flash attention with one query head per CTA (`flash_attn_hd*`)
     /// instead of two heads of a GQA group sharing each K/V tile (`flash_attn2_hd*`).
     pub flash_pairs: bool,
-    /// KILN_PDL=0: the skinny GEMM launched after its predecessor ends, instead of as a
-    /// programmatic dependent launch that streams its first weights while that one finishes.
+    /// KILN_PDL=0: every kernel launched after its predecessor ends, instead of as a
+    /// programmatic dependent launch (launch overlapped with the predecessor's tail; the skinny
+    /// GEMM also streams its first weights meanwhile).
     pub pdl: bool,
     /// Which weights take the 16-warp `skinny_wide_*` kernels (KILN_SKINNY_WIDE, skinny.rs).
     pub skinny_wide: crate::skinny::WideRule,
