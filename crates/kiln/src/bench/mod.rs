@@ -15,7 +15,7 @@ use serde_json::json;
 use crate::backend_choice::{DeviceArgs, ModelArgs};
 use plan::{parse_list, Plan};
 use report::{Header, Row};
-use runner::Runner;
+use runner::{DecodeMode, Runner};
 use target::Target;
 
 #[derive(Debug, Clone, Args)]
@@ -50,12 +50,38 @@ pub struct BenchArgs {
     /// where it has one, as the engine does when every request of a step is greedy.
     #[arg(long)]
     pub host_sampling: bool,
+    /// Decode with this temperature (and `--top-p`), each stream with its own seed: sampled
+    /// on the device where the backend can (only the chosen ids cross to the host), else on
+    /// the host; with `--host-sampling` always on the host. 0: greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Nucleus cut for `--temperature`.
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
 }
 
 impl BenchArgs {
+    fn decode_mode(&self) -> anyhow::Result<DecodeMode> {
+        let sampling = kiln_engine::SamplingParams {
+            temperature: self.temperature,
+            top_p: self.top_p,
+            ..Default::default()
+        };
+        sampling.validate().map_err(|e| anyhow::anyhow!(e))?;
+        Ok(match (self.temperature > 0.0, self.host_sampling) {
+            (false, false) => DecodeMode::Greedy,
+            (false, true) => DecodeMode::HostGreedy,
+            (true, on_host) => DecodeMode::Sampled {
+                temperature: self.temperature,
+                top_p: self.top_p,
+                on_host,
+            },
+        })
+    }
+
     fn plan(&self) -> Plan {
         Plan {
             prefill: self.prefill.clone(),
@@ -69,18 +95,33 @@ impl BenchArgs {
     }
 }
 
+fn describe_mode(mode: DecodeMode) -> String {
+    match mode {
+        DecodeMode::Greedy => "greedy, device argmax where available".into(),
+        DecodeMode::HostGreedy => "greedy, on the host".into(),
+        DecodeMode::Sampled {
+            temperature,
+            top_p,
+            on_host,
+        } => format!(
+            "temperature {temperature}, top-p {top_p}, {}",
+            if on_host {
+                "on the host"
+            } else {
+                "on the device where available"
+            }
+        ),
+    }
+}
+
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let plan = args.plan();
     let model = args.model.load()?;
     plan.validate(model.config.max_position)
         .with_context(|| format!("model `{}`", model.name))?;
     let mut target = Target::build(&model, &args.device, &plan)?;
-    let rows = measure(
-        target.backend(),
-        &plan,
-        model.config.vocab_size,
-        args.host_sampling,
-    )?;
+    let mode = args.decode_mode()?;
+    let rows = measure(target.backend(), &plan, model.config.vocab_size, mode)?;
 
     let header = Header {
         date: report::utc_now(),
@@ -95,7 +136,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             "chunk": plan.chunk,
             "decode": plan.decode,
             "threads": args.device.threads,
-            "decode_sampling": if args.host_sampling { "host" } else { "device argmax where available" },
+            "decode_sampling": describe_mode(mode),
         }),
         memory: target.memory(),
     };
@@ -115,10 +156,10 @@ fn measure(
     backend: &mut dyn kiln_engine::Backend,
     plan: &Plan,
     vocab: usize,
-    host_sampling: bool,
+    mode: DecodeMode,
 ) -> anyhow::Result<Vec<Row>> {
     let mut runner = Runner::new(backend, vocab, plan.chunk);
-    runner.set_device_argmax(!host_sampling);
+    runner.set_mode(mode);
     let mut rows = Vec::new();
     for &len in &plan.prefill {
         let t = runner

@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use anyhow::{anyhow, ensure};
 use kiln_engine::block_manager::BlockManager;
-use kiln_engine::sampler::{sample, splitmix64, History};
-use kiln_engine::{Backend, ChunkInput, SamplingParams};
+use kiln_engine::sampler::{sample, sample_row, splitmix64, uniform, History};
+use kiln_engine::{Backend, ChunkInput, RowSampling, SamplingParams};
 
 use super::stats::Spread;
 
@@ -35,6 +35,24 @@ pub struct DecodeTiming {
     pub elapsed_s: Spread,
 }
 
+/// How decode rows pick their tokens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum DecodeMode {
+    /// Greedy: the backend's own argmax (`forward_argmax`) where it has one, as the engine
+    /// does when every request of a step is greedy.
+    Greedy,
+    /// Greedy from logits copied to the host.
+    HostGreedy,
+    /// Temperature and top-p with a per-stream seed: the backend's own sampler
+    /// (`forward_sample`) where it has one and `on_host` is false, else logits copied to the
+    /// host and sampled there, on one thread.
+    Sampled {
+        temperature: f32,
+        top_p: f32,
+        on_host: bool,
+    },
+}
+
 /// Streams filled to a depth, ready to decode from it.
 pub struct Streams {
     ids: Vec<u64>,
@@ -49,9 +67,7 @@ pub struct Runner<'a> {
     chunk: usize,
     next_seq: u64,
     rng: u64,
-    /// Decode steps ask the backend for the argmax of each row (`forward_argmax`), falling back
-    /// to host sampling when it has none.
-    device_argmax: bool,
+    mode: DecodeMode,
 }
 
 impl<'a> Runner<'a> {
@@ -64,14 +80,14 @@ impl<'a> Runner<'a> {
             chunk: chunk.max(1),
             next_seq: 0,
             rng: 0x6b69_6c6e,
-            device_argmax: false,
+            mode: DecodeMode::HostGreedy,
         }
     }
 
     /// Whether greedy decode steps take the backend's on-device argmax, as the engine's
     /// greedy-only steps do.
-    pub fn set_device_argmax(&mut self, on: bool) {
-        self.device_argmax = on;
+    pub fn set_mode(&mut self, mode: DecodeMode) {
+        self.mode = mode;
     }
 
     /// Prefills a prompt of `len` random tokens `warmup + repeats` times into the same blocks.
@@ -88,7 +104,7 @@ impl<'a> Runner<'a> {
             let started = Instant::now();
             let logits = self.run_prompt(seq, &prompt, 0, true)?;
             let forward_s = started.elapsed().as_secs_f64();
-            self.sample_rows(&logits)?;
+            greedy_rows(&logits, self.vocab)?;
             let ttft_s = started.elapsed().as_secs_f64();
             if run >= warmup {
                 forward.push(forward_s);
@@ -187,18 +203,7 @@ impl<'a> Runner<'a> {
                     want_logits: true,
                 })
                 .collect();
-            let argmax = if self.device_argmax {
-                self.backend.forward_argmax(&chunks)
-            } else {
-                None
-            };
-            let next = match argmax {
-                Some(ids) => ids?,
-                None => {
-                    let logits = self.backend.forward(&chunks)?;
-                    self.sample_rows(&logits)?
-                }
-            };
+            let next = step_tokens(&mut *self.backend, self.mode, self.vocab, &chunks, step)?;
             drop(chunks);
             tokens = next;
             ensure!(
@@ -234,29 +239,6 @@ impl<'a> Runner<'a> {
         Ok(logits)
     }
 
-    /// The engine's greedy choice for each row of logits.
-    fn sample_rows(&self, logits: &[f32]) -> anyhow::Result<Vec<u32>> {
-        ensure!(
-            !logits.is_empty() && logits.len().is_multiple_of(self.vocab),
-            "the backend returned {} logits, not whole rows of {}",
-            logits.len(),
-            self.vocab
-        );
-        let greedy = SamplingParams::default();
-        let history = History {
-            prompt: &[],
-            generated: &[],
-        };
-        logits
-            .chunks_exact(self.vocab)
-            .map(|row| {
-                sample(row, &greedy, history, 0, 0, None)
-                    .map(|s| s.id)
-                    .map_err(|e| anyhow!("sampling the benchmark's token: {e}"))
-            })
-            .collect()
-    }
-
     fn new_sequence(&mut self, tokens: usize) -> anyhow::Result<u64> {
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -282,4 +264,88 @@ impl<'a> Runner<'a> {
 fn spread(samples: &[f64]) -> anyhow::Result<Spread> {
     Spread::of(samples)
         .ok_or_else(|| anyhow!("no usable timing (no repeat ran, or a clock failed)"))
+}
+
+/// One decode step's forward on `backend` and the next token of every stream, as `mode` says.
+fn step_tokens(
+    backend: &mut dyn Backend,
+    mode: DecodeMode,
+    vocab: usize,
+    chunks: &[ChunkInput<'_>],
+    step: usize,
+) -> anyhow::Result<Vec<u32>> {
+    let (temperature, top_p, on_host) = match mode {
+        DecodeMode::Greedy => {
+            if let Some(ids) = backend.forward_argmax(chunks) {
+                return ids;
+            }
+            let logits = backend.forward(chunks)?;
+            return greedy_rows(&logits, vocab);
+        }
+        DecodeMode::HostGreedy => {
+            let logits = backend.forward(chunks)?;
+            return greedy_rows(&logits, vocab);
+        }
+        DecodeMode::Sampled {
+            temperature,
+            top_p,
+            on_host,
+        } => (temperature, top_p, on_host),
+    };
+    let rows: Vec<RowSampling> = (0..chunks.len())
+        .map(|i| RowSampling {
+            temperature,
+            top_k: 0,
+            top_p,
+            min_p: 0.0,
+            uniform: uniform(i as u64, step as u64),
+            logprobs: None,
+        })
+        .collect();
+    let device = if on_host {
+        None
+    } else {
+        backend.forward_sample(chunks, &rows)
+    };
+    let sampled = match device {
+        Some(sampled) => sampled?,
+        None => {
+            let logits = backend.forward(chunks)?;
+            logits
+                .chunks_exact(vocab)
+                .zip(&rows)
+                .map(|(row, r)| sample_row(row, r))
+                .collect()
+        }
+    };
+    sampled
+        .into_iter()
+        .map(|s| {
+            s.map(|s| s.id)
+                .map_err(|e| anyhow!("sampling the benchmark's token: {e}"))
+        })
+        .collect()
+}
+
+/// The engine's greedy choice for each row of logits.
+fn greedy_rows(logits: &[f32], vocab: usize) -> anyhow::Result<Vec<u32>> {
+    ensure!(
+        !logits.is_empty() && logits.len().is_multiple_of(vocab),
+        "the backend returned {} logits, not whole rows of {}",
+        logits.len(),
+        vocab
+    );
+    let greedy = SamplingParams::default();
+    let history = History {
+        prompt: &[],
+        generated: &[],
+    };
+    logits
+        .chunks_exact(vocab)
+        .map(|row| {
+            sample(row, &greedy, history, 0, 0, None)
+                .map(|s| s.id)
+                .map_err(|e| anyhow!("sampling the benchmark's token: {e}"))
+        })
+        .collect()
 }

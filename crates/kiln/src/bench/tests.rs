@@ -229,7 +229,11 @@ fn decode_takes_the_device_argmax_unless_host_sampling_is_asked_for() {
             argmaxes: 0,
         };
         let mut runner = Runner::new(&mut backend, vocab, 16);
-        runner.set_device_argmax(device_argmax);
+        runner.set_mode(if device_argmax {
+            DecodeMode::Greedy
+        } else {
+            DecodeMode::HostGreedy
+        });
         let streams = runner.fill_streams(2, 10, 4).unwrap();
         runner.decode(&streams, 2, 4, 0, 1).unwrap();
         runner.release(streams);
@@ -237,5 +241,77 @@ fn decode_takes_the_device_argmax_unless_host_sampling_is_asked_for() {
         // The fill ran two prompts through forward; the 4 decode steps took one path.
         let (forwards, argmaxes) = if device_argmax { (2, 4) } else { (6, 0) };
         assert_eq!((backend.forwards, backend.argmaxes), (forwards, argmaxes));
+    }
+}
+
+/// The CPU backend with a sampler on its side (the host reference, as a device sampler must
+/// match it), counting the decode steps that used it.
+struct CountingSampler {
+    inner: kiln_cpu::CpuBackend,
+    vocab: usize,
+    samples: usize,
+}
+
+impl kiln_engine::Backend for CountingSampler {
+    fn kv_geometry(&self) -> kiln_engine::KvGeometry {
+        self.inner.kv_geometry()
+    }
+
+    fn forward(&mut self, chunks: &[kiln_engine::ChunkInput<'_>]) -> anyhow::Result<Vec<f32>> {
+        self.inner.forward(chunks)
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn forward_sample(
+        &mut self,
+        chunks: &[kiln_engine::ChunkInput<'_>],
+        rows: &[kiln_engine::RowSampling],
+    ) -> Option<
+        anyhow::Result<
+            Vec<Result<kiln_engine::sampler::Sampled, kiln_engine::sampler::SampleError>>,
+        >,
+    > {
+        self.samples += 1;
+        let logits = match self.inner.forward(chunks) {
+            Ok(l) => l,
+            Err(e) => return Some(Err(e)),
+        };
+        let rows = logits
+            .chunks_exact(self.vocab)
+            .zip(rows)
+            .map(|(l, r)| kiln_engine::sampler::sample_row(l, r))
+            .collect();
+        Some(Ok(rows))
+    }
+}
+
+#[test]
+fn sampled_decode_takes_the_backends_sampler_unless_host_sampling_is_asked_for() {
+    use kiln_model::WeightSource;
+    let source = kiln_model::DummySource::preset("tiny").unwrap();
+    let opts = kiln_cpu::CpuOptions {
+        kv_blocks: 64,
+        block_size: 16,
+        threads: Some(1),
+    };
+    let vocab = source.config().vocab_size;
+    for on_host in [false, true] {
+        let mut backend = CountingSampler {
+            inner: kiln_cpu::CpuBackend::new(&source, opts, None).unwrap(),
+            vocab,
+            samples: 0,
+        };
+        let mut runner = Runner::new(&mut backend, vocab, 16);
+        runner.set_mode(DecodeMode::Sampled {
+            temperature: 0.8,
+            top_p: 0.95,
+            on_host,
+        });
+        let streams = runner.fill_streams(3, 10, 4).unwrap();
+        let timing = runner.decode(&streams, 3, 5, 0, 1).unwrap();
+        assert_eq!((timing.concurrency, timing.steps), (3, 5));
+        runner.release(streams);
+        drop(runner);
+        assert_eq!(backend.samples, if on_host { 0 } else { 5 });
     }
 }
