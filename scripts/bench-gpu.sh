@@ -15,7 +15,8 @@
 #   RAW=/tmp/kiln-bench/gpu-run   raw outputs, kept while the machine stays warm: a part left out with
 #     SKIP_*=1 reuses its output from an earlier call (a part that runs replaces it)
 #   KILN_BIN              kiln binary (default: .carry/bin/kiln, else target*/release/kiln)
-#   KILN_COMMIT           commit recorded with the figures (no git checkout there)
+#   KILN_COMMIT           commit recorded with the figures (default: .carry/commit.txt, which
+#                         scripts/build-gpu-carry.sh writes; the machine's copy has no history)
 #   SKIP_GGUF=1 SKIP_BUILD=1 SKIP_LLAMA=1 SKIP_BATCHED=1 SKIP_KILN=1 SKIP_HF=1   leave a part out
 #   PREFILL=2048,8192,32768 DECODE=128 DEPTHS=0,512,8192 STREAMS=1,8,32 REPEATS=3
 #   GGUF=/tmp/kiln-bench/llama3-8b-f16.gguf   PYTHON=python3   LLAMA_BUILD=/tmp/llamacpp-build
@@ -23,6 +24,7 @@
 #   KILN_DEVICE=cuda (cpu: to try the script on a machine without a GPU, with a small GGUF)
 set -uo pipefail
 cd "$(dirname "$0")/.."
+[ -z "${KILN_COMMIT:-}" ] && [ -f .carry/commit.txt ] && export KILN_COMMIT="$(cat .carry/commit.txt)"
 ROOT=$PWD
 if [ $# -lt 1 ] || [ ! -d "$1" ]; then
     echo "usage: scripts/bench-gpu.sh LLAMA_SRC [VOCAB_GGUF]   (LLAMA_SRC: a llama.cpp source folder)" >&2

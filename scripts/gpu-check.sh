@@ -23,6 +23,7 @@ if [ ! -f "$manifest" ]; then
 fi
 commit=$(cat .carry/commit.txt 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
 say "kiln gpu-check $(date -u +%Y-%m-%dT%H:%M:%SZ) commit $commit"
+export KILN_COMMIT="${KILN_COMMIT:-$commit}"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1 | tee -a "$report"
 start=$(date +%s)
 results="$OUT/results.tsv"
