@@ -211,8 +211,8 @@ impl kiln_engine::Backend for CountingArgmax {
     }
 }
 
-#[test]
-fn decode_takes_the_device_argmax_unless_host_sampling_is_asked_for() {
+/// A fresh CPU backend on dummy:tiny (one thread, 64 blocks) and its vocabulary size.
+fn tiny_cpu() -> (kiln_cpu::CpuBackend, usize) {
     use kiln_model::WeightSource;
     let source = kiln_model::DummySource::preset("tiny").unwrap();
     let opts = kiln_cpu::CpuOptions {
@@ -221,25 +221,40 @@ fn decode_takes_the_device_argmax_unless_host_sampling_is_asked_for() {
         threads: Some(1),
     };
     let vocab = source.config().vocab_size;
-    for device_argmax in [true, false] {
+    (
+        kiln_cpu::CpuBackend::new(&source, opts, None).unwrap(),
+        vocab,
+    )
+}
+
+/// Fills `streams` prompts of 10 tokens and decodes `steps` steps on all of them in `mode`.
+fn decode_with(
+    backend: &mut dyn kiln_engine::Backend,
+    vocab: usize,
+    mode: DecodeMode,
+    streams: usize,
+    steps: usize,
+) {
+    let mut runner = Runner::new(backend, vocab, 16);
+    runner.set_mode(mode);
+    let filled = runner.fill_streams(streams, 10, 4).unwrap();
+    let timing = runner.decode(&filled, streams, steps, 0, 1).unwrap();
+    assert_eq!((timing.concurrency, timing.steps), (streams, steps));
+    runner.release(filled);
+}
+
+#[test]
+fn decode_takes_the_device_argmax_unless_host_sampling_is_asked_for() {
+    for (mode, forwards, argmaxes) in [(DecodeMode::Greedy, 2, 4), (DecodeMode::HostGreedy, 6, 0)] {
+        let (inner, vocab) = tiny_cpu();
         let mut backend = CountingArgmax {
-            inner: kiln_cpu::CpuBackend::new(&source, opts, None).unwrap(),
+            inner,
             vocab,
             forwards: 0,
             argmaxes: 0,
         };
-        let mut runner = Runner::new(&mut backend, vocab, 16);
-        runner.set_mode(if device_argmax {
-            DecodeMode::Greedy
-        } else {
-            DecodeMode::HostGreedy
-        });
-        let streams = runner.fill_streams(2, 10, 4).unwrap();
-        runner.decode(&streams, 2, 4, 0, 1).unwrap();
-        runner.release(streams);
-        drop(runner);
+        decode_with(&mut backend, vocab, mode, 2, 4);
         // The fill ran two prompts through forward; the 4 decode steps took one path.
-        let (forwards, argmaxes) = if device_argmax { (2, 4) } else { (6, 0) };
         assert_eq!((backend.forwards, backend.argmaxes), (forwards, argmaxes));
     }
 }
@@ -287,31 +302,19 @@ impl kiln_engine::Backend for CountingSampler {
 
 #[test]
 fn sampled_decode_takes_the_backends_sampler_unless_host_sampling_is_asked_for() {
-    use kiln_model::WeightSource;
-    let source = kiln_model::DummySource::preset("tiny").unwrap();
-    let opts = kiln_cpu::CpuOptions {
-        kv_blocks: 64,
-        block_size: 16,
-        threads: Some(1),
-    };
-    let vocab = source.config().vocab_size;
     for on_host in [false, true] {
+        let (inner, vocab) = tiny_cpu();
         let mut backend = CountingSampler {
-            inner: kiln_cpu::CpuBackend::new(&source, opts, None).unwrap(),
+            inner,
             vocab,
             samples: 0,
         };
-        let mut runner = Runner::new(&mut backend, vocab, 16);
-        runner.set_mode(DecodeMode::Sampled {
+        let mode = DecodeMode::Sampled {
             temperature: 0.8,
             top_p: 0.95,
             on_host,
-        });
-        let streams = runner.fill_streams(3, 10, 4).unwrap();
-        let timing = runner.decode(&streams, 3, 5, 0, 1).unwrap();
-        assert_eq!((timing.concurrency, timing.steps), (3, 5));
-        runner.release(streams);
-        drop(runner);
+        };
+        decode_with(&mut backend, vocab, mode, 3, 5);
         assert_eq!(backend.samples, if on_host { 0 } else { 5 });
     }
 }
