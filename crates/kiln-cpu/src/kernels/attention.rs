@@ -8,7 +8,7 @@
 
 use rayon::prelude::*;
 
-use super::reduce::{dot_with, exp_softmax, Fused, MulAdd, Separate};
+use super::reduce::{dot_with, Fused, MulAdd, Separate};
 use super::simd::{isa, Isa};
 
 /// Head layout of the attention and of the KV cache it reads.
@@ -146,7 +146,6 @@ pub fn paged_attention_with(
         queries,
         cache,
         group: heads / shape.num_kv_heads,
-        polynomial_exp: polynomial_exp(),
     };
     // One task per (token, KV head): its query heads share every key and value read.
     out.par_chunks_mut(task.group * hd)
@@ -165,14 +164,6 @@ struct Task<'a> {
     queries: Queries<'a>,
     cache: KvView<'a>,
     group: usize,
-    polynomial_exp: bool,
-}
-
-/// KILN_CPU_EXP=libm: the softmax takes the C library's exp instead of the vectorised
-/// polynomial (a different last bit on some scores).
-fn polynomial_exp() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("KILN_CPU_EXP").as_deref() != Ok("libm"))
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -191,7 +182,6 @@ fn attend<M: MulAdd>(task: &Task<'_>, s: &mut Scratch, i: usize, o: &mut [f32]) 
         queries,
         cache,
         group,
-        polynomial_exp,
     } = *task;
     let (hd, kv_dim) = (shape.head_dim, shape.kv_dim());
     let (t, kvh) = (i / shape.num_kv_heads, i % shape.num_kv_heads);
@@ -214,18 +204,8 @@ fn attend<M: MulAdd>(task: &Task<'_>, s: &mut Scratch, i: usize, o: &mut [f32]) 
         }
     }
     for (g, (sum, max)) in s.sum.iter_mut().zip(&s.max).enumerate() {
-        let row = &mut s.scores[g * len..][..len];
-        // Two loops: the exponentials vectorise, the sum keeps its key order.
-        if polynomial_exp {
-            for e in row.iter_mut() {
-                *e = exp_softmax::<M>(*e - max);
-            }
-        } else {
-            for e in row.iter_mut() {
-                *e = (*e - max).exp();
-            }
-        }
-        for e in row.iter() {
+        for e in &mut s.scores[g * len..][..len] {
+            *e = (*e - max).exp();
             *sum += *e;
         }
     }
