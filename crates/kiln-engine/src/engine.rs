@@ -66,25 +66,15 @@ impl Active {
     /// Argmax of the raw logits is all this request needs.
     fn plain_greedy(&self) -> bool {
         let p = &self.req.sampling;
-        p.temperature <= 0.0
-            && p.repetition_penalty == 1.0
-            && p.presence_penalty == 0.0
-            && p.frequency_penalty == 0.0
-            && self.req.logprobs.is_none()
+        p.temperature <= 0.0 && !p.has_penalties() && self.req.logprobs.is_none()
     }
 
     /// How the backend may sample this request's next token, unless it needs the host
     /// (penalties read the sequence's history).
     fn device_row(&self, generated: usize) -> Option<RowSampling> {
         let p = &self.req.sampling;
-        let penalties =
-            p.repetition_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0;
-        if penalties
-            || self
-                .req
-                .logprobs
-                .is_some_and(|n| n > MAX_DEVICE_TOP_LOGPROBS)
-        {
+        let top = self.req.logprobs.unwrap_or(0);
+        if p.has_penalties() || top > MAX_DEVICE_TOP_LOGPROBS {
             return None;
         }
         Some(RowSampling {

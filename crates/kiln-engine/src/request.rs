@@ -37,6 +37,13 @@ impl Default for SamplingParams {
 }
 
 impl SamplingParams {
+    /// Whether a penalty changes the logits (penalties read the sequence's history).
+    pub fn has_penalties(&self) -> bool {
+        self.repetition_penalty != 1.0
+            || self.presence_penalty != 0.0
+            || self.frequency_penalty != 0.0
+    }
+
     /// Checks every value is usable; the error names the bad one.
     pub fn validate(&self) -> Result<(), String> {
         let values = [

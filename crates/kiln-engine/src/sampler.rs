@@ -48,7 +48,7 @@ pub fn sample(
     logprobs: Option<usize>,
 ) -> Result<Sampled, SampleError> {
     let penalised;
-    let adjusted: &[f32] = if has_penalties(params) {
+    let adjusted: &[f32] = if params.has_penalties() {
         penalised = apply_penalties(logits, params, history)?;
         &penalised
     } else {
@@ -107,10 +107,6 @@ fn choose(
         logprob,
         top_logprobs,
     })
-}
-
-fn has_penalties(p: &SamplingParams) -> bool {
-    p.repetition_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0
 }
 
 /// Repetition penalty over prompt and generated tokens (as Hugging Face and vLLM do); presence
