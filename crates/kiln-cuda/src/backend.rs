@@ -272,21 +272,12 @@ impl CudaBackend {
                 self.ids_host
                     .copy_from_device(&self.gpu, self.act.ids.ptr(), plan.n_logits)?
             }
-            Output::Sample(rows) => {
-                if rows.len() != plan.n_logits {
-                    bail!(
-                        "{} sampling rows for {} logits rows",
-                        rows.len(),
-                        plan.n_logits
-                    );
-                }
-                self.sampling.queue(
-                    &self.gpu,
-                    self.act.logits.ptr(),
-                    rows,
-                    self.config.vocab_size,
-                )?
-            }
+            Output::Sample(rows) => self.sampling.queue(
+                &self.gpu,
+                self.act.logits.ptr(),
+                rows,
+                self.config.vocab_size,
+            )?,
         }
         // The step's one host synchronisation.
         self.gpu
@@ -421,6 +412,11 @@ impl CudaBackend {
         chunks: &[ChunkInput<'_>],
         rows: &[RowSampling],
     ) -> Result<Vec<Result<Sampled, SampleError>>> {
+        // Checked before the step runs: a mismatch is the caller's bug, not the GPU's.
+        let wanted = chunks.iter().filter(|c| c.want_logits).count();
+        if rows.len() != wanted {
+            bail!("{} sampling rows for {wanted} logits rows", rows.len());
+        }
         let plan = self.step(chunks, Output::Sample(rows))?;
         if plan.n_logits == 0 {
             return Ok(Vec::new());

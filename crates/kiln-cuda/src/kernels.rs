@@ -59,7 +59,7 @@ fn grid_1d(n: usize, block: usize, cap: usize) -> (u32, u32, u32) {
     (n.div_ceil(block).clamp(1, cap) as u32, 1, 1)
 }
 
-fn i32_of(v: usize, what: &str) -> Result<i32> {
+pub(crate) fn i32_of(v: usize, what: &str) -> Result<i32> {
     i32::try_from(v)
         .map_err(|_| anyhow::anyhow!("{what} = {v} does not fit a 32-bit kernel argument"))
 }

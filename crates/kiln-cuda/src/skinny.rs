@@ -4,6 +4,7 @@
 use anyhow::{bail, Result};
 
 use crate::device::{Arg, Gpu};
+use crate::kernels::i32_of;
 use crate::switches::KernelChoice;
 
 /// Rows one skinny-GEMM launch takes at most.
@@ -180,10 +181,7 @@ impl Gpu {
         if !k.is_multiple_of(8) {
             bail!("skinny GEMM needs the inner dimension to be a multiple of 8, got {k}");
         }
-        let as_i32 = |v: usize, what: &str| {
-            i32::try_from(v).map_err(|_| anyhow::anyhow!("{what} = {v} does not fit 32 bits"))
-        };
-        let (ni, ki) = (as_i32(n, "n")?, as_i32(k, "k")?);
+        let (ni, ki) = (i32_of(n, "n")?, i32_of(k, "k")?);
         let threads = 32 * kind.warps() as u32;
         let mut done = 0;
         while done < rows {
