@@ -153,24 +153,30 @@ pub fn start(
 /// step is ever scheduled that the backend must refuse.
 pub(crate) fn fit_to_backend(mut cfg: EngineConfig, cap: Option<StepCapacity>) -> EngineConfig {
     let Some(cap) = cap else { return cfg };
-    if cfg.max_num_seqs > cap.max_seqs {
-        tracing::warn!(
-            "max_num_seqs {} lowered to {}: the backend's step buffers hold no more sequences",
-            cfg.max_num_seqs,
-            cap.max_seqs
-        );
-        cfg.max_num_seqs = cap.max_seqs;
-    }
-    if cfg.max_batched_tokens > cap.max_tokens {
-        tracing::warn!(
-            "max_batched_tokens {} lowered to {}: the backend's step buffers hold no more tokens",
-            cfg.max_batched_tokens,
-            cap.max_tokens
-        );
-        cfg.max_batched_tokens = cap.max_tokens;
-    }
+    lower(
+        &mut cfg.max_num_seqs,
+        cap.max_seqs,
+        "max_num_seqs",
+        "sequences",
+    );
+    lower(
+        &mut cfg.max_batched_tokens,
+        cap.max_tokens,
+        "max_batched_tokens",
+        "tokens",
+    );
     cfg.prefill_chunk = cfg.prefill_chunk.min(cfg.max_batched_tokens);
     cfg
+}
+
+/// `*value = min(*value, cap)`, saying so when it lowers it.
+fn lower(value: &mut usize, cap: usize, name: &str, what: &str) {
+    if *value > cap {
+        tracing::warn!(
+            "{name} {value} lowered to {cap}: the backend's step buffers hold no more {what}"
+        );
+        *value = cap;
+    }
 }
 
 impl EngineHandle {
