@@ -86,13 +86,15 @@ if [ -n "$bench" ]; then
         KILN_PDL=0 RUST_BACKTRACE=0 timeout "$left" ".carry/$bench" llama3-8b decode > "$OUT/bench-no-pdl.json" 2> "$OUT/bench-no-pdl.log"
         grep -E "^BENCH" "$OUT/bench-no-pdl.log" | sed 's/^/    KILN_PDL=0: /' | tee -a "$report"
     fi
-    # A/B: the 16-warp skinny kernels for the large weights (gate/up, down, LM head).
-    left=$(( 470 - ($(date +%s) - start) ))
-    if [ $brc -eq 0 ] && [ "$left" -gt 30 ]; then
-        [ "$left" -gt 60 ] && left=60
-        KILN_SKINNY_WIDE=large RUST_BACKTRACE=0 timeout "$left" ".carry/$bench" llama3-8b decode-batch > "$OUT/bench-wide.json" 2> "$OUT/bench-wide.log"
-        grep -E "^BENCH" "$OUT/bench-wide.log" | sed 's/^/    KILN_SKINNY_WIDE=large: /' | tee -a "$report"
-    fi
+    # A/B: the 8-warp skinny kernels at every row count, then only above 32 rows a launch.
+    for wide in 0 rows; do
+        left=$(( 470 - ($(date +%s) - start) ))
+        if [ $brc -eq 0 ] && [ "$left" -gt 30 ]; then
+            [ "$left" -gt 60 ] && left=60
+            KILN_SKINNY_WIDE=$wide RUST_BACKTRACE=0 timeout "$left" ".carry/$bench" llama3-8b decode-batch > "$OUT/bench-wide-$wide.json" 2> "$OUT/bench-wide-$wide.log"
+            grep -E "^BENCH" "$OUT/bench-wide-$wide.log" | sed "s/^/    KILN_SKINNY_WIDE=$wide: /" | tee -a "$report"
+        fi
+    done
     # A/B: decode at batch 1 with every step launched eagerly instead of as a CUDA graph.
     left=$(( 470 - ($(date +%s) - start) ))
     if [ $brc -eq 0 ] && [ "$left" -gt 30 ]; then

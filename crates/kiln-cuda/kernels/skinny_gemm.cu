@@ -86,16 +86,18 @@ extern "C" __global__ void __launch_bounds__(256) skinny_gemm_64(float* y, const
     skinny_body<8>(y, x, w, M, N, K);
 }
 
-// Pipelined variant (skinny_pipe_*): the same block shape, but each warp streams its weight
-// chunks through a private ring of S stages in shared memory with cp.async, so S - 1 chunks
-// (1 KB each per warp) stay in flight without holding registers; the plain kernel above keeps
-// only the two or three loads the compiler schedules ahead. Lane (g, t) copies and later reads
-// back only its own 2 x 16 bytes of each stage, so the ring needs no barrier inside the loop.
-// Chunk c (32 k) belongs to warp c % 8; a warp accumulates its chunks in order and the warps are
-// summed in index order, an order fixed by K alone: each row's bits do not depend on M.
+// Ring kernels (skinny_pipe_*, skinny_deep_*, skinny_wide*_*): the same block shape, but each
+// warp streams its weight chunks through a private ring of S stages in shared memory with
+// cp.async, so S - 1 chunks (1 KB each per warp) stay in flight without holding registers; the
+// plain kernel above keeps only the two or three loads the compiler schedules ahead. Lane (g, t)
+// copies and later reads back only its own 2 x 16 bytes of each stage, so the ring needs no
+// barrier inside the loop. Chunk c (32 k) belongs to warp c % W; a warp accumulates its chunks in
+// order and the warps are summed in index order, an order fixed by K and W alone: each row's
+// bits do not depend on M. XP: x for the next chunk is loaded one chunk ahead (registers for
+// latency); without it, just before use (fewer registers, for the many-row kernels).
 // Dynamic shared memory: W * S * 1 KB (the warp sums reuse it after the loop).
 
-template <int NT, int S, int W>
+template <int NT, int S, int W, bool XP>
 __device__ __forceinline__ void skinny_pipe_body(float* __restrict__ y, const bf16_t* __restrict__ x,
                                                  const bf16_t* __restrict__ w, int M, int N, int K) {
     extern __shared__ __align__(16) unsigned char sp_smem[];
@@ -143,13 +145,14 @@ __device__ __forceinline__ void skinny_pipe_body(float* __restrict__ y, const bf
 #pragma unroll
     for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
     uint4 vx[NT], vn[NT];
-    load_x(0, vx);
+    if (XP) load_x(0, vx);
     for (int i = 0; i < n_my; ++i) {
         cp_async_wait<S - 2>();  // this lane's copies of chunk i have landed
         const uint4* st = ring + (i % S) * 64;
         const uint4 va = st[lane], vb = st[32 + lane];
         issue(i + S - 1);  // into the stage read one iteration ago
-        load_x(i + 1, vn);
+        if (XP) load_x(i + 1, vn);
+        else load_x(i, vx);
         const u32 a0[4] = {va.x, vb.x, va.y, vb.y};
         const u32 a1[4] = {va.z, vb.z, va.w, vb.w};
 #pragma unroll
@@ -158,7 +161,7 @@ __device__ __forceinline__ void skinny_pipe_body(float* __restrict__ y, const bf
             const u32 b1[2] = {vx[j].z, vx[j].w};
             mma_bf16_16816(acc[j], a0, b0);
             mma_bf16_16816(acc[j], a1, b1);
-            vx[j] = vn[j];
+            if (XP) vx[j] = vn[j];
         }
     }
     cp_async_wait<0>();
@@ -181,24 +184,29 @@ __device__ __forceinline__ void skinny_pipe_body(float* __restrict__ y, const bf
 }
 
 // Stage counts: W KB of ring per stage and block; the warp sums (W * NT * 512 bytes) must fit in
-// the ring. skinny_wide_* run 16 warps per CTA: twice the streams per SM for long K, where the
-// 8-warp CTAs of a 4096-row weight are too few to fill the machine (a different, equally fixed
-// summation order). Two CTAs of 16 warps x 7 stages fill an SM's 227 KB.
-#define SP_ENTRY(NAME, NT, S, W, MINB)                                                               \
+// the ring. The entries and their shared memory are listed again in src/skinny.rs (ENTRIES).
+#define SP_ENTRY(NAME, NT, S, W, XP, MINB)                                                           \
     extern "C" __global__ void __launch_bounds__(32 * W, MINB) NAME(float* y, const bf16_t* x,      \
                                                                     const bf16_t* w, int M, int N, int K) { \
-        skinny_pipe_body<NT, S, W>(y, x, w, M, N, K);                                                \
+        skinny_pipe_body<NT, S, W, XP>(y, x, w, M, N, K);                                            \
     }
-SP_ENTRY(skinny_pipe_8, 1, 8, 8, 3)
-SP_ENTRY(skinny_pipe_16, 2, 8, 8, 3)
-SP_ENTRY(skinny_pipe_32, 4, 6, 8, 2)
-SP_ENTRY(skinny_pipe_64, 8, 4, 8, 2)
+// skinny_pipe_*: 8 warps (8 streams over K).
+SP_ENTRY(skinny_pipe_8, 1, 8, 8, true, 3)
+SP_ENTRY(skinny_pipe_16, 2, 8, 8, true, 3)
+SP_ENTRY(skinny_pipe_32, 4, 6, 8, true, 2)
+SP_ENTRY(skinny_pipe_64, 8, 4, 8, false, 2)
 // skinny_deep_*: the 8-warp kernel with a 14-stage ring (112 KB, two CTAs per SM) for long K,
 // where 256 CTAs of a 4096-row weight keep too few bytes in flight with 8 stages. The stage
 // count does not change which warp sums which chunk: the bits equal skinny_pipe_*'s.
-SP_ENTRY(skinny_deep_8, 1, 14, 8, 2)
-SP_ENTRY(skinny_deep_16, 2, 14, 8, 2)
-SP_ENTRY(skinny_wide_8, 1, 7, 16, 2)
-SP_ENTRY(skinny_wide_16, 2, 7, 16, 2)
-SP_ENTRY(skinny_wide_32, 4, 4, 16, 2)
-SP_ENTRY(skinny_wide_64, 8, 4, 16, 1)
+SP_ENTRY(skinny_deep_8, 1, 14, 8, true, 2)
+SP_ENTRY(skinny_deep_16, 2, 14, 8, true, 2)
+// skinny_wide*_*: 16 warps (16 streams over K), the default family: twice the streams per SM,
+// which is what a weight read at the bandwidth limit needs (docs/CUDA.md). The ring depth and the
+// CTAs per SM differ between entries, the bits do not: skinny_wide_8 (7 stages, 2 CTAs per SM)
+// for weights of at most two CTAs per SM (4096 rows on an H200), skinny_wide4_8 (4 stages, 3 per
+// SM) for larger ones.
+SP_ENTRY(skinny_wide_8, 1, 7, 16, true, 2)
+SP_ENTRY(skinny_wide4_8, 1, 4, 16, true, 3)
+SP_ENTRY(skinny_wide_16, 2, 4, 16, true, 2)
+SP_ENTRY(skinny_wide_32, 4, 4, 16, false, 2)
+SP_ENTRY(skinny_wide_64, 8, 4, 16, false, 1)

@@ -114,16 +114,21 @@ impl Gpu {
 
     /// Kernels that use more than 48 KB of dynamic shared memory must say so first.
     fn raise_smem_limits(&self) -> Result<()> {
-        use cudarc::driver::sys::CUfunction_attribute as FA;
         for (name, bytes) in crate::kernels::large_smem_kernels() {
-            let f = self.func(&name)?;
-            f.set_attribute(
+            self.allow_smem(&name, bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Lets kernel `name` use up to `bytes` of dynamic shared memory.
+    pub fn allow_smem(&self, name: &str, bytes: usize) -> Result<()> {
+        use cudarc::driver::sys::CUfunction_attribute as FA;
+        self.func(name)?
+            .set_attribute(
                 FA::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 bytes as i32,
             )
-            .with_context(|| format!("raising shared memory of {name} to {bytes} bytes"))?;
-        }
-        Ok(())
+            .with_context(|| format!("raising shared memory of {name} to {bytes} bytes"))
     }
 
     pub fn func(&self, name: &str) -> Result<&CudaFunction> {

@@ -47,6 +47,7 @@ pub const SOURCES: &[KernelSource] = &[
             "skinny_deep_8",
             "skinny_deep_16",
             "skinny_wide_8",
+            "skinny_wide4_8",
             "skinny_wide_16",
             "skinny_wide_32",
             "skinny_wide_64",

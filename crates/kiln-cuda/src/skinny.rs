@@ -1,5 +1,5 @@
-//! Launchers of the decode-shaped GEMM (kernels/skinny_gemm.cu): which kernel family, how much
-//! shared memory, how many threads, and whether it starts as a dependent launch.
+//! Launchers of the decode-shaped GEMM (kernels/skinny_gemm.cu): which kernel family and entry,
+//! how much shared memory, how many threads, and whether it starts as a dependent launch.
 
 use anyhow::{bail, Result};
 
@@ -10,26 +10,78 @@ use crate::switches::KernelChoice;
 /// Rows one skinny-GEMM launch takes at most.
 pub const SKINNY_MAX_ROWS: usize = 64;
 
+/// One kernel entry, as in the SP_ENTRY lines of skinny_gemm.cu.
+struct Entry {
+    name: &'static str,
+    /// 8-row fragments per launch.
+    nt: usize,
+    warps: usize,
+    /// Ring stages (0: the plain kernel, no ring).
+    stages: usize,
+}
+
+impl Entry {
+    /// Dynamic shared memory: warps x stages x 1 KB.
+    fn smem_bytes(&self) -> usize {
+        self.warps * self.stages * 1024
+    }
+}
+
+const fn e(name: &'static str, nt: usize, warps: usize, stages: usize) -> Entry {
+    Entry {
+        name,
+        nt,
+        warps,
+        stages,
+    }
+}
+
+const ENTRIES: &[Entry] = &[
+    e("skinny_gemm_8", 1, 8, 0),
+    e("skinny_gemm_16", 2, 8, 0),
+    e("skinny_gemm_32", 4, 8, 0),
+    e("skinny_gemm_64", 8, 8, 0),
+    e("skinny_pipe_8", 1, 8, 8),
+    e("skinny_pipe_16", 2, 8, 8),
+    e("skinny_pipe_32", 4, 8, 6),
+    e("skinny_pipe_64", 8, 8, 4),
+    e("skinny_deep_8", 1, 8, 14),
+    e("skinny_deep_16", 2, 8, 14),
+    e("skinny_wide_8", 1, 16, 7),
+    e("skinny_wide4_8", 1, 16, 4),
+    e("skinny_wide_16", 2, 16, 4),
+    e("skinny_wide_32", 4, 16, 4),
+    e("skinny_wide_64", 8, 16, 4),
+];
+
+fn entry(name: &str) -> &'static Entry {
+    ENTRIES
+        .iter()
+        .find(|e| e.name == name)
+        .expect("every skinny entry name is in ENTRIES")
+}
+
 /// Which skinny kernel family a launch uses. Each gives every row the same bits whatever the
-/// row count; the families differ from one another in summation order.
+/// row count; the families differ from one another in summation order, except `Pipe` and `Deep`
+/// (the same order with different ring depths).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SkinnyKind {
-    /// `skinny_gemm_*`: weights loaded straight into registers.
+    /// `skinny_gemm_*`: weights loaded straight into registers, 8 warps.
     Plain,
     /// `skinny_pipe_*`: 8 warps, each streaming its chunks through a cp.async ring.
     Pipe,
     /// `skinny_deep_*` up to 16 rows, else `skinny_pipe_*`: a 14-stage ring, the same bits as
     /// `Pipe` (for long K).
     Deep,
-    /// `skinny_wide_*`: the ring kernel with 16 warps per CTA.
+    /// `skinny_wide*_*`: the ring kernel with 16 warps per CTA (the default).
     Wide,
 }
 
 impl SkinnyKind {
     pub const ALL: [SkinnyKind; 4] = [
+        SkinnyKind::Wide,
         SkinnyKind::Pipe,
         SkinnyKind::Deep,
-        SkinnyKind::Wide,
         SkinnyKind::Plain,
     ];
 
@@ -42,104 +94,93 @@ impl SkinnyKind {
         }
     }
 
-    /// The kernel family for `nt` fragments of 8 rows.
-    fn family(self, nt: usize) -> &'static str {
-        match self {
-            SkinnyKind::Plain => "skinny_gemm",
-            SkinnyKind::Pipe => "skinny_pipe",
-            SkinnyKind::Deep if nt <= 2 => "skinny_deep",
-            SkinnyKind::Deep => "skinny_pipe",
-            SkinnyKind::Wide => "skinny_wide",
-        }
-    }
-
-    fn warps(self) -> usize {
-        match self {
-            SkinnyKind::Wide => 16,
-            _ => 8,
-        }
-    }
-
-    /// Ring stages of the kernel for `nt` fragments of 8 rows (as in the SP_ENTRY lines).
-    fn stages(self, nt: usize) -> usize {
-        match (self, nt) {
-            (SkinnyKind::Plain, _) => 0,
-            (SkinnyKind::Deep, 1 | 2) => 14,
-            (SkinnyKind::Pipe, 1 | 2) => 8,
-            (SkinnyKind::Pipe | SkinnyKind::Deep, 4) => 6,
-            (SkinnyKind::Wide, 1 | 2) => 7,
-            _ => 4,
-        }
-    }
-
-    /// Dynamic shared memory: warps x stages x 1 KB.
-    fn smem_bytes(self, nt: usize) -> usize {
-        self.warps() * self.stages(nt) * 1024
+    /// The entry for `nt` fragments of 8 rows of a weight of `tiles` 16-row tiles, on a GPU of
+    /// `sms` multiprocessors. Within a family the choice never changes a row's bits.
+    fn entry(self, nt: usize, tiles: usize, sms: usize) -> &'static Entry {
+        let name = match (self, nt) {
+            (SkinnyKind::Plain, 1) => "skinny_gemm_8",
+            (SkinnyKind::Plain, 2) => "skinny_gemm_16",
+            (SkinnyKind::Plain, 4) => "skinny_gemm_32",
+            (SkinnyKind::Plain, _) => "skinny_gemm_64",
+            (SkinnyKind::Deep, 1) => "skinny_deep_8",
+            (SkinnyKind::Deep, 2) => "skinny_deep_16",
+            (SkinnyKind::Pipe, 1) => "skinny_pipe_8",
+            (SkinnyKind::Pipe, 2) => "skinny_pipe_16",
+            (SkinnyKind::Pipe | SkinnyKind::Deep, 4) => "skinny_pipe_32",
+            (SkinnyKind::Pipe | SkinnyKind::Deep, _) => "skinny_pipe_64",
+            // All CTAs of a small weight fit at two per SM: the deeper ring then keeps more
+            // bytes in flight; a larger weight wants the third CTA per SM instead.
+            (SkinnyKind::Wide, 1) if tiles <= 2 * sms => "skinny_wide_8",
+            (SkinnyKind::Wide, 1) => "skinny_wide4_8",
+            (SkinnyKind::Wide, 2) => "skinny_wide_16",
+            (SkinnyKind::Wide, 4) => "skinny_wide_32",
+            (SkinnyKind::Wide, _) => "skinny_wide_64",
+        };
+        entry(name)
     }
 }
 
 /// The ring kernels with more than 48 KB of dynamic shared memory, with their needs.
 pub fn large_smem_kernels() -> Vec<(String, usize)> {
-    let mut v = Vec::new();
-    for kind in [SkinnyKind::Pipe, SkinnyKind::Deep, SkinnyKind::Wide] {
-        for nt in [1, 2, 4, 8] {
-            let name = format!("{}_{}", kind.family(nt), 8 * nt);
-            if !v.iter().any(|(n, _)| *n == name) {
-                v.push((name, kind.smem_bytes(nt)));
-            }
-        }
-    }
-    v
+    ENTRIES
+        .iter()
+        .filter(|e| e.smem_bytes() > 48 * 1024)
+        .map(|e| (e.name.to_string(), e.smem_bytes()))
+        .collect()
 }
 
-/// Which weights take the 16-warp kernels. The rule looks at the weight's shape only, never at
-/// the row count, so a row's bits stay the same in any batch.
+/// Which family the decode rows take (KILN_SKINNY_WIDE).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WideRule {
-    /// KILN_SKINNY_WIDE=0: none.
+    /// KILN_SKINNY_WIDE=0: the 8-warp families at every row count.
     Off,
-    /// KILN_SKINNY_WIDE=longk: inner dimension of at least WIDE_MIN_K (Llama-3-8B's down).
-    LongK,
-    /// KILN_SKINNY_WIDE=large: also an output count of at least WIDE_MIN_N (gate/up, LM head).
-    Large,
+    /// The default: the 16-warp family at every row count.
+    On,
+    /// KILN_SKINNY_WIDE=rows: 16 warps for launches of up to WIDE_MAX_ROWS rows, 8 above, the
+    /// fastest kernel at every batch size. Not batch-invariant: a row's bits then depend on how
+    /// many decode rows share its step.
+    ByRows,
 }
 
-/// Weights with an inner dimension or an output count of at least these count as long / large.
-pub const WIDE_MIN_K: usize = 8192;
-pub const WIDE_MIN_N: usize = 16384;
+/// Launches of more rows than this take the 8-warp kernels under [`WideRule::ByRows`]: from 33
+/// rows on, the 16-warp kernels (one CTA per SM at 64 rows) read weights 15-25% slower.
+pub const WIDE_MAX_ROWS: usize = 32;
 
 impl WideRule {
-    /// On the H200 with Llama-3-8B, `Large` decodes 2.6% faster at batch 1 and 6.8% at 32 but
-    /// 3% slower at 8 and 11% at 128 (the 16-warp kernels lose at 33-64 rows); `LongK` sits
-    /// between. Off keeps the batched throughput (docs/BENCH.md).
-    pub const DEFAULT: WideRule = WideRule::Off;
+    /// The 16-warp family is faster from 1 to 32 rows on every Llama-3-8B weight (most of all on
+    /// the 4096-row ones) and 15-25% slower from 33 to 64 (docs/BENCH.md).
+    pub const DEFAULT: WideRule = WideRule::On;
 
     pub fn from_env() -> WideRule {
         match std::env::var("KILN_SKINNY_WIDE").as_deref() {
             Ok("0") | Ok("off") => WideRule::Off,
-            Ok("longk") => WideRule::LongK,
-            Ok("large") | Ok("1") => WideRule::Large,
+            Ok("rows") => WideRule::ByRows,
+            Ok("1") | Ok("on") => WideRule::On,
             _ => WideRule::DEFAULT,
         }
     }
 
-    fn takes(self, n: usize, k: usize) -> bool {
+    fn takes(self, rows: usize) -> bool {
         match self {
             WideRule::Off => false,
-            WideRule::LongK => k >= WIDE_MIN_K,
-            WideRule::Large => k >= WIDE_MIN_K || n >= WIDE_MIN_N,
+            WideRule::On => true,
+            WideRule::ByRows => rows <= WIDE_MAX_ROWS,
         }
     }
 }
 
+/// Long-K weights take `Deep` rather than `Pipe` in the 8-warp family.
+pub const DEEP_MIN_K: usize = 8192;
+
 impl KernelChoice {
-    /// The skinny family for an `n` x `k` weight.
-    pub fn skinny_kind(&self, n: usize, k: usize) -> SkinnyKind {
+    /// The skinny family for a launch of `rows` (at most 64) rows of an `n` x `k` weight. Only
+    /// [`WideRule::ByRows`] lets the row count matter.
+    pub fn skinny_kind(&self, rows: usize, k: usize) -> SkinnyKind {
         if !self.skinny_pipe {
             SkinnyKind::Plain
-        } else if self.skinny_wide.takes(n, k) {
+        } else if self.skinny_wide.takes(rows) {
             SkinnyKind::Wide
-        } else if self.skinny_deep && k >= WIDE_MIN_K {
+        } else if self.skinny_deep && k >= DEEP_MIN_K {
             SkinnyKind::Deep
         } else {
             SkinnyKind::Pipe
@@ -149,7 +190,8 @@ impl KernelChoice {
 
 impl Gpu {
     /// y[m, n] = x[m, :] . w[n, :] for m < rows, in launches of at most 64 rows. Each row's
-    /// result is the same whatever `rows` is. Needs k % 8 == 0 and 16-byte aligned x and w.
+    /// result is the same whatever `rows` is (unless KILN_SKINNY_WIDE=rows). Needs k % 8 == 0
+    /// and 16-byte aligned x and w.
     pub fn skinny_gemm(
         &self,
         y: u64,
@@ -160,8 +202,7 @@ impl Gpu {
         k: usize,
     ) -> Result<()> {
         let c = KernelChoice::from_env();
-        let kind = c.skinny_kind(n, k);
-        self.skinny_gemm_launch(kind, c.pdl, y, x, w, rows, n, k)
+        self.skinny_rows(|m| c.skinny_kind(m, k), c.pdl, y, x, w, rows, n, k)
     }
 
     /// [`Gpu::skinny_gemm`] with the kernel family given, and `pdl`: start as dependent
@@ -178,29 +219,120 @@ impl Gpu {
         n: usize,
         k: usize,
     ) -> Result<()> {
+        self.skinny_rows(|_| kind, pdl, y, x, w, rows, n, k)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn skinny_rows(
+        &self,
+        kind_of: impl Fn(usize) -> SkinnyKind,
+        pdl: bool,
+        y: u64,
+        x: u64,
+        w: u64,
+        rows: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<()> {
         if !k.is_multiple_of(8) {
             bail!("skinny GEMM needs the inner dimension to be a multiple of 8, got {k}");
         }
         let (ni, ki) = (i32_of(n, "n")?, i32_of(k, "k")?);
-        let threads = 32 * kind.warps() as u32;
+        let tiles = n.div_ceil(16);
         let mut done = 0;
         while done < rows {
             let m = (rows - done).min(SKINNY_MAX_ROWS);
             let nt = m.div_ceil(8).next_power_of_two();
-            let name = format!("{}_{}", kind.family(nt), 8 * nt);
-            let smem = kind.smem_bytes(nt) as u32;
-            let args = [
-                Arg::Ptr(y + (done * n * 4) as u64),
-                Arg::Ptr(x + (done * k * 2) as u64),
-                Arg::Ptr(w),
-                Arg::I32(m as i32),
-                Arg::I32(ni),
-                Arg::I32(ki),
-            ];
-            let grid = (n.div_ceil(16) as u32, 1, 1);
-            self.launch_with(&name, grid, threads, smem, &args, pdl)?;
+            let e = kind_of(m).entry(nt, tiles, self.sm_count as usize);
+            let (yd, xd) = (y + (done * n * 4) as u64, x + (done * k * 2) as u64);
+            self.launch_entry(e, pdl, yd, xd, w, m, ni, ki)?;
             done += m;
         }
         Ok(())
+    }
+
+    /// One launch of the skinny entry `name` (at most as many rows as it takes): for tests
+    /// and benchmarks that compare the entries of one family.
+    #[allow(clippy::too_many_arguments)]
+    pub fn skinny_entry_launch(
+        &self,
+        name: &str,
+        pdl: bool,
+        y: u64,
+        x: u64,
+        w: u64,
+        rows: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<()> {
+        let Some(e) = ENTRIES.iter().find(|e| e.name == name) else {
+            bail!("no skinny GEMM entry {name}");
+        };
+        if rows == 0 || rows > 8 * e.nt || !k.is_multiple_of(8) {
+            bail!(
+                "{name} takes 1..={} rows and k % 8 == 0, got {rows} rows, k = {k}",
+                8 * e.nt
+            );
+        }
+        self.launch_entry(e, pdl, y, x, w, rows, i32_of(n, "n")?, i32_of(k, "k")?)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn launch_entry(
+        &self,
+        e: &Entry,
+        pdl: bool,
+        y: u64,
+        x: u64,
+        w: u64,
+        rows: usize,
+        n: i32,
+        k: i32,
+    ) -> Result<()> {
+        let args = [
+            Arg::Ptr(y),
+            Arg::Ptr(x),
+            Arg::Ptr(w),
+            Arg::I32(rows as i32),
+            Arg::I32(n),
+            Arg::I32(k),
+        ];
+        let grid = ((n as u32).div_ceil(16), 1, 1);
+        let threads = 32 * e.warps as u32;
+        self.launch_with(e.name, grid, threads, e.smem_bytes() as u32, &args, pdl)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_has_an_entry_for_every_fragment_count() {
+        for kind in SkinnyKind::ALL {
+            for nt in [1, 2, 4, 8] {
+                for tiles in [1, 256, 8016] {
+                    let e = kind.entry(nt, tiles, 132);
+                    assert_eq!(e.nt, nt, "{} for {nt} fragments", e.name);
+                    // The warp sums reuse the ring after the loop.
+                    if e.stages > 0 {
+                        assert!(e.smem_bytes() >= e.warps * nt * 512, "{}", e.name);
+                        assert!(e.smem_bytes() <= 227 * 1024, "{}", e.name);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn wide_rule_by_rows_switches_at_the_limit() {
+        let mut c = KernelChoice::ALL_FAST;
+        assert_eq!(c.skinny_kind(64, 4096), SkinnyKind::Wide);
+        c.skinny_wide = WideRule::ByRows;
+        assert_eq!(c.skinny_kind(WIDE_MAX_ROWS, 4096), SkinnyKind::Wide);
+        assert_eq!(c.skinny_kind(WIDE_MAX_ROWS + 1, 4096), SkinnyKind::Pipe);
+        assert_eq!(c.skinny_kind(WIDE_MAX_ROWS + 1, 14336), SkinnyKind::Deep);
+        c.skinny_wide = WideRule::Off;
+        assert_eq!(c.skinny_kind(1, 14336), SkinnyKind::Deep);
     }
 }

@@ -63,10 +63,11 @@ pub struct KernelChoice {
     /// programmatic dependent launch (launch overlapped with the predecessor's tail; the skinny
     /// GEMM also streams its first weights meanwhile).
     pub pdl: bool,
-    /// Which weights take the 16-warp `skinny_wide_*` kernels (KILN_SKINNY_WIDE, skinny.rs).
+    /// Which launches take the 16-warp `skinny_wide*_*` kernels (KILN_SKINNY_WIDE, skinny.rs):
+    /// all by default, none with KILN_SKINNY_WIDE=0 (the 8-warp `skinny_pipe_*`).
     pub skinny_wide: crate::skinny::WideRule,
-    /// KILN_SKINNY_DEEP=0: long-K weights (k >= 8192) use the 8-stage ring instead of the
-    /// 14-stage `skinny_deep_*` (same bits).
+    /// KILN_SKINNY_DEEP=0: in the 8-warp family, long-K weights (k >= 8192) use the 8-stage
+    /// ring instead of the 14-stage `skinny_deep_*` (same bits).
     pub skinny_deep: bool,
 }
 

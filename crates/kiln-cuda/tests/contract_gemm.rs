@@ -7,7 +7,7 @@ mod common;
 use common::{from_bf16, gpu_or_skip, timed, to_bf16, Checks, Rng};
 use kiln_cuda::device::{DevBuf, Gpu};
 use kiln_cuda::gemm_lt::LtGemm;
-use kiln_cuda::skinny::SkinnyKind;
+use kiln_cuda::skinny::{SkinnyKind, SKINNY_MAX_ROWS};
 
 struct Problem {
     n: usize,
@@ -90,6 +90,21 @@ fn skinny_gemm_contract() {
             let got = y.download(&gpu, 0, (m + 1) * n).unwrap();
             // The deeper ring only prefetches further: the same sums in the same order.
             let bits: Vec<u32> = got[..m * n].iter().map(|v| v.to_bits()).collect();
+            if kind == SkinnyKind::Wide && m <= 8 {
+                // Both 8-row wide entries (7 stages / 4 stages): one order, the same bits.
+                for name in ["skinny_wide_8", "skinny_wide4_8"] {
+                    let yo = gpu.alloc::<f32>(m * n).unwrap();
+                    gpu.skinny_entry_launch(name, true, yo.ptr(), p.dx.ptr(), p.dw.ptr(), m, n, k)
+                        .unwrap();
+                    let other: Vec<u32> = yo
+                        .download(&gpu, 0, m * n)
+                        .unwrap()
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect();
+                    c.identical(&format!("{name} == wide m={m} n={n} k={k}"), &other, &bits);
+                }
+            }
             match kind {
                 SkinnyKind::Pipe => pipe_bits = bits,
                 SkinnyKind::Deep => c.identical(
@@ -139,48 +154,58 @@ fn skinny_gemm_contract() {
             );
         }
     }
-    // Bandwidth on Llama-3-8B shapes at decode row counts, both variants.
-    for (m, n, k) in [
-        (1, 6144, 4096),
-        (1, 4096, 4096),
-        (1, 28672, 4096),
-        (1, 4096, 14336),
-        (1, 128256, 4096),
-        (4, 28672, 4096),
-        (8, 28672, 4096),
-        (16, 28672, 4096),
-        (32, 28672, 4096),
-        (64, 28672, 4096),
+    // Bandwidth on Llama-3-8B shapes at decode row counts, per family. Each launch reads one of
+    // several copies of the weight, together well past the 50 MB L2, as in a decode step where
+    // every layer has its own weights: the same copy back to back would be partly served from L2.
+    let x = gpu.alloc::<u16>(SKINNY_MAX_ROWS * 14336).unwrap();
+    x.upload(0, &to_bf16(&rng.vec(SKINNY_MAX_ROWS * 14336, 1.0)))
+        .unwrap();
+    for (n, k) in [
+        (6144, 4096),
+        (4096, 4096),
+        (28672, 4096),
+        (4096, 14336),
+        (128256, 4096),
     ] {
-        let p = Problem::new(&gpu, &mut rng, m, n, k);
-        let y = gpu.alloc::<f32>(m * n).unwrap();
-        // Back-to-back launches, as in a decode step: with PDL each launch streams its first
-        // weights while the one before it finishes.
-        for (kind, pdl) in [
-            (SkinnyKind::Pipe, true),
-            (SkinnyKind::Pipe, false),
-            (SkinnyKind::Deep, true),
-            (SkinnyKind::Wide, true),
-            (SkinnyKind::Wide, false),
-            (SkinnyKind::Plain, false),
-        ] {
-            let launch =
-                || gpu.skinny_gemm_launch(kind, pdl, y.ptr(), p.dx.ptr(), p.dw.ptr(), m, n, k);
-            launch().unwrap();
-            let iters = 20;
-            let secs = timed(&gpu, || {
-                for _ in 0..iters {
-                    launch()?;
-                }
-                Ok(())
-            }) / iters as f64;
-            let tbs = (n * k * 2) as f64 / secs / 1e12;
-            eprintln!(
-                "[skinny_gemm] BENCH {}{} m={m} n={n} k={k}: {:.1} us, weights read at {tbs:.2} TB/s",
-                kind.name(),
-                if pdl { "+pdl" } else { "" },
-                secs * 1e6
-            );
+        let host = to_bf16(&rng.vec(n * k, 1.0));
+        let copies: Vec<DevBuf<u16>> = (0..(600usize << 20).div_ceil(n * k * 2))
+            .map(|_| {
+                let w = gpu.alloc::<u16>(n * k).unwrap();
+                w.upload(0, &host).unwrap();
+                w
+            })
+            .collect();
+        let y = gpu.alloc::<f32>(SKINNY_MAX_ROWS * n).unwrap();
+        for m in [1, 2, 8, 16, 32, 64] {
+            for (kind, pdl) in [
+                (SkinnyKind::Wide, true),
+                (SkinnyKind::Wide, false),
+                (SkinnyKind::Pipe, true),
+                (SkinnyKind::Deep, true),
+                (SkinnyKind::Plain, false),
+            ] {
+                let mut turn = 0;
+                let mut launch = || {
+                    turn += 1;
+                    let w = copies[turn % copies.len()].ptr();
+                    gpu.skinny_gemm_launch(kind, pdl, y.ptr(), x.ptr(), w, m, n, k)
+                };
+                launch().unwrap();
+                let iters = 30;
+                let secs = timed(&gpu, || {
+                    for _ in 0..iters {
+                        launch()?;
+                    }
+                    Ok(())
+                }) / iters as f64;
+                let tbs = (n * k * 2) as f64 / secs / 1e12;
+                eprintln!(
+                    "[skinny_gemm] BENCH {}{} m={m} n={n} k={k}: {:.1} us, weights read at {tbs:.2} TB/s",
+                    kind.name(),
+                    if pdl { "+pdl" } else { "" },
+                    secs * 1e6
+                );
+            }
         }
     }
     c.finish();

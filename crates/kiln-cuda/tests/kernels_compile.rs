@@ -1,5 +1,6 @@
 //! Every kernel module compiles with NVRTC for sm_90 (H100/H200), with no GPU needed.
 //! Skips with a printed reason when libnvrtc is missing, unless KILN_REQUIRE_NVRTC=1.
+//! KILN_DUMP_CUBIN=DIR writes each module's cubin there (read it with `cuobjdump -sass`).
 
 use kiln_cuda::kernel_sources::SOURCES;
 use kiln_cuda::nvrtc_build::{compile_cubin_with_log, nvrtc_present, nvrtc_version};
@@ -21,6 +22,11 @@ fn kernels_compile() {
         let t = std::time::Instant::now();
         match compile_cubin_with_log(src, 90, &["--ptxas-options=-v"]) {
             Ok((cubin, log)) => {
+                // KILN_DUMP_CUBIN=DIR keeps each module's cubin, for cuobjdump -sass.
+                if let Ok(dir) = std::env::var("KILN_DUMP_CUBIN") {
+                    std::fs::write(format!("{dir}/{}.cubin", src.name), &cubin)
+                        .expect("writing the cubin");
+                }
                 eprintln!(
                     "PASS compile {}.cu: {} bytes in {:.2}s",
                     src.name,
