@@ -94,23 +94,29 @@ extern "C" __global__ void __launch_bounds__(256) skinny_gemm_64(float* y, const
 // barrier inside the loop. Chunk c (32 k) belongs to warp c % W; a warp accumulates its chunks in
 // order and the warps are summed in index order, an order fixed by K and W alone: each row's
 // bits do not depend on M. XP: x for the next chunk is loaded one chunk ahead (registers for
-// latency); without it, just before use (fewer registers, for the many-row kernels).
-// Dynamic shared memory: W * S * 1 KB (the warp sums reuse it after the loop).
+// latency); without it, just before use (fewer registers, for the many-row kernels). RT: 16-row
+// weight tiles per CTA, each x fragment feeding the MMAs of all of them (the order per output is
+// unchanged). Dynamic shared memory: W * S * RT KB (the warp sums reuse it after the loop).
 
-template <int NT, int S, int W, bool XP>
+template <int NT, int S, int W, bool XP, int RT>
 __device__ __forceinline__ void skinny_pipe_body(float* __restrict__ y, const bf16_t* __restrict__ x,
                                                  const bf16_t* __restrict__ w, int M, int N, int K) {
     extern __shared__ __align__(16) unsigned char sp_smem[];
     pdl_trigger();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
-    const int row0 = blockIdx.x * 16;
-    const int ra = row0 + g, rb = row0 + g + 8;
-    const bool ra_ok = ra < N, rb_ok = rb < N;
-    const bf16_t* wa = w + (u64)(ra_ok ? ra : 0) * K;
-    const bf16_t* wb = w + (u64)(rb_ok ? rb : 0) * K;
-    // Stage s of this warp: 32 pieces of row a, then 32 of row b (16-byte strides, no conflicts).
-    uint4* ring = reinterpret_cast<uint4*>(sp_smem) + warp * S * 64;
+    const int row0 = blockIdx.x * 16 * RT;
+    // This lane's weight rows: g and g + 8 of each of the RT 16-row tiles.
+    const bf16_t* wr[2 * RT];
+    bool rok[2 * RT];
+#pragma unroll
+    for (int r = 0; r < 2 * RT; ++r) {
+        const int row = row0 + (r >> 1) * 16 + (r & 1) * 8 + g;
+        rok[r] = row < N;
+        wr[r] = w + (u64)(rok[r] ? row : 0) * K;
+    }
+    // Stage s of this warp: 32 pieces of each of the 2 * RT rows (16-byte strides, no conflicts).
+    uint4* ring = reinterpret_cast<uint4*>(sp_smem) + warp * S * 64 * RT;
     const int chunks = (K + 31) / 32;
     const int n_my = chunks > warp ? (chunks - warp + W - 1) / W : 0;
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
@@ -121,9 +127,10 @@ __device__ __forceinline__ void skinny_pipe_body(float* __restrict__ y, const bf
         if (i < n_my) {
             const int k = (warp + i * W) * 32 + t * 8;
             const bool kin = k < K;
-            uint4* st = ring + (i % S) * 64;
-            cp_async_16(st + lane, wa + (kin ? k : 0), (kin && ra_ok) ? 16 : 0);
-            cp_async_16(st + 32 + lane, wb + (kin ? k : 0), (kin && rb_ok) ? 16 : 0);
+            uint4* st = ring + (i % S) * 64 * RT;
+#pragma unroll
+            for (int r = 0; r < 2 * RT; ++r)
+                cp_async_16(st + r * 32 + lane, wr[r] + (kin ? k : 0), (kin && rok[r]) ? 16 : 0);
         }
         cp_async_commit();
     };
@@ -141,72 +148,89 @@ __device__ __forceinline__ void skinny_pipe_body(float* __restrict__ y, const bf
     // Started as a dependent launch (Gpu::launch_with): the weights above stream in while the
     // previous kernel finishes; x and y belong to it until here.
     pdl_wait();
-    float acc[NT][4];
+    float acc[RT][NT][4];
 #pragma unroll
-    for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+    for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+        for (int j = 0; j < NT; ++j) acc[rt][j][0] = acc[rt][j][1] = acc[rt][j][2] = acc[rt][j][3] = 0.f;
     uint4 vx[NT], vn[NT];
     if (XP) load_x(0, vx);
     for (int i = 0; i < n_my; ++i) {
         cp_async_wait<S - 2>();  // this lane's copies of chunk i have landed
-        const uint4* st = ring + (i % S) * 64;
-        const uint4 va = st[lane], vb = st[32 + lane];
+        const uint4* st = ring + (i % S) * 64 * RT;
+        uint4 va[RT], vb[RT];
+#pragma unroll
+        for (int rt = 0; rt < RT; ++rt) {
+            va[rt] = st[2 * rt * 32 + lane];
+            vb[rt] = st[(2 * rt + 1) * 32 + lane];
+        }
         issue(i + S - 1);  // into the stage read one iteration ago
         if (XP) load_x(i + 1, vn);
         else load_x(i, vx);
-        const u32 a0[4] = {va.x, vb.x, va.y, vb.y};
-        const u32 a1[4] = {va.z, vb.z, va.w, vb.w};
 #pragma unroll
-        for (int j = 0; j < NT; ++j) {
-            const u32 b0[2] = {vx[j].x, vx[j].y};
-            const u32 b1[2] = {vx[j].z, vx[j].w};
-            mma_bf16_16816(acc[j], a0, b0);
-            mma_bf16_16816(acc[j], a1, b1);
-            if (XP) vx[j] = vn[j];
+        for (int rt = 0; rt < RT; ++rt) {
+            const u32 a0[4] = {va[rt].x, vb[rt].x, va[rt].y, vb[rt].y};
+            const u32 a1[4] = {va[rt].z, vb[rt].z, va[rt].w, vb[rt].w};
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                const u32 b0[2] = {vx[j].x, vx[j].y};
+                const u32 b1[2] = {vx[j].z, vx[j].w};
+                mma_bf16_16816(acc[rt][j], a0, b0);
+                mma_bf16_16816(acc[rt][j], a1, b1);
+            }
+        }
+        if (XP) {
+#pragma unroll
+            for (int j = 0; j < NT; ++j) vx[j] = vn[j];
         }
     }
     cp_async_wait<0>();
     __syncthreads();
-    float* red = reinterpret_cast<float*>(sp_smem);  // [W][NT][4][32]
+    float* red = reinterpret_cast<float*>(sp_smem);  // [W][RT][NT][4][32]
 #pragma unroll
-    for (int j = 0; j < NT; ++j)
+    for (int rt = 0; rt < RT; ++rt)
 #pragma unroll
-        for (int q = 0; q < 4; ++q) red[((warp * NT + j) * 4 + q) * 32 + lane] = acc[j][q];
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int q = 0; q < 4; ++q)
+                red[(((warp * RT + rt) * NT + j) * 4 + q) * 32 + lane] = acc[rt][j][q];
     __syncthreads();
-    for (int e = threadIdx.x; e < NT * 4 * 32; e += blockDim.x) {
-        const int j = e / 128, q = (e / 32) % 4, l = e % 32;
+    for (int e = threadIdx.x; e < RT * NT * 4 * 32; e += blockDim.x) {
+        const int rt = e / (NT * 128), j = (e / 128) % NT, q = (e / 32) % 4, l = e % 32;
         float s = 0.f;
 #pragma unroll
-        for (int wi = 0; wi < W; ++wi) s += red[wi * NT * 128 + e];
-        const int n = row0 + (l >> 2) + ((q & 2) ? 8 : 0);
+        for (int wi = 0; wi < W; ++wi) s += red[wi * RT * NT * 128 + e];
+        const int n = row0 + rt * 16 + (l >> 2) + ((q & 2) ? 8 : 0);
         const int m = j * 8 + (l & 3) * 2 + (q & 1);
         if (n < N && m < M) y[(u64)m * N + n] = s;
     }
 }
 
-// Stage counts: W KB of ring per stage and block; the warp sums (W * NT * 512 bytes) must fit in
-// the ring. The entries and their shared memory are listed again in src/skinny.rs (ENTRIES).
-#define SP_ENTRY(NAME, NT, S, W, XP, MINB)                                                           \
+// Stage counts: W * RT KB of ring per stage and block; the warp sums (W * RT * NT * 512 bytes)
+// must fit in the ring. The entries and their shared memory are listed again in src/skinny.rs (ENTRIES).
+#define SP_ENTRY(NAME, NT, S, W, XP, MINB, RT)                                                       \
     extern "C" __global__ void __launch_bounds__(32 * W, MINB) NAME(float* y, const bf16_t* x,      \
                                                                     const bf16_t* w, int M, int N, int K) { \
-        skinny_pipe_body<NT, S, W, XP>(y, x, w, M, N, K);                                            \
+        skinny_pipe_body<NT, S, W, XP, RT>(y, x, w, M, N, K);                                        \
     }
 // skinny_pipe_*: 8 warps (8 streams over K).
-SP_ENTRY(skinny_pipe_8, 1, 8, 8, true, 3)
-SP_ENTRY(skinny_pipe_16, 2, 8, 8, true, 3)
-SP_ENTRY(skinny_pipe_32, 4, 6, 8, true, 2)
-SP_ENTRY(skinny_pipe_64, 8, 4, 8, false, 2)
+SP_ENTRY(skinny_pipe_8, 1, 8, 8, true, 3, 1)
+SP_ENTRY(skinny_pipe_16, 2, 8, 8, true, 3, 1)
+SP_ENTRY(skinny_pipe_32, 4, 6, 8, true, 2, 1)
+SP_ENTRY(skinny_pipe_64, 8, 4, 8, false, 2, 1)
 // skinny_deep_*: the 8-warp kernel with a 14-stage ring (112 KB, two CTAs per SM) for long K,
 // where 256 CTAs of a 4096-row weight keep too few bytes in flight with 8 stages. The stage
 // count does not change which warp sums which chunk: the bits equal skinny_pipe_*'s.
-SP_ENTRY(skinny_deep_8, 1, 14, 8, true, 2)
-SP_ENTRY(skinny_deep_16, 2, 14, 8, true, 2)
+SP_ENTRY(skinny_deep_8, 1, 14, 8, true, 2, 1)
+SP_ENTRY(skinny_deep_16, 2, 14, 8, true, 2, 1)
 // skinny_wide*_*: 16 warps (16 streams over K), the default family: twice the streams per SM,
 // which is what a weight read at the bandwidth limit needs (docs/CUDA.md). The ring depth and the
 // CTAs per SM differ between entries, the bits do not: skinny_wide_8 (7 stages, 2 CTAs per SM)
 // for weights of at most two CTAs per SM (4096 rows on an H200), skinny_wide4_8 (4 stages, 3 per
-// SM) for larger ones.
-SP_ENTRY(skinny_wide_8, 1, 7, 16, true, 2)
-SP_ENTRY(skinny_wide4_8, 1, 4, 16, true, 3)
-SP_ENTRY(skinny_wide_16, 2, 4, 16, true, 2)
-SP_ENTRY(skinny_wide_32, 4, 4, 16, false, 2)
-SP_ENTRY(skinny_wide_64, 8, 4, 16, false, 1)
+// SM) for larger ones. skinny_wide_64 (one CTA per SM by registers) takes two weight tiles per
+// CTA: each x fragment then serves 32 weight rows, which halves the x re-reads that bound 64 rows.
+SP_ENTRY(skinny_wide_8, 1, 7, 16, true, 2, 1)
+SP_ENTRY(skinny_wide4_8, 1, 4, 16, true, 3, 1)
+SP_ENTRY(skinny_wide_16, 2, 4, 16, true, 2, 1)
+SP_ENTRY(skinny_wide_32, 4, 4, 16, false, 2, 1)
+SP_ENTRY(skinny_wide_64, 8, 4, 16, false, 1, 2)
