@@ -86,8 +86,8 @@ if [ -n "$bench" ]; then
         KILN_PDL=0 RUST_BACKTRACE=0 timeout "$left" ".carry/$bench" llama3-8b decode > "$OUT/bench-no-pdl.json" 2> "$OUT/bench-no-pdl.log"
         grep -E "^BENCH" "$OUT/bench-no-pdl.log" | sed 's/^/    KILN_PDL=0: /' | tee -a "$report"
     fi
-    # A/B: the 8-warp skinny kernels at every row count, then only above 32 rows a launch.
-    for wide in 0 rows; do
+    # A/B: the 8-warp skinny kernels (the 16-warp ones are the default).
+    for wide in 0; do
         left=$(( 470 - ($(date +%s) - start) ))
         if [ $brc -eq 0 ] && [ "$left" -gt 30 ]; then
             [ "$left" -gt 60 ] && left=60

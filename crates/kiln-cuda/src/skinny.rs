@@ -143,56 +143,16 @@ pub fn large_smem_kernels() -> Vec<(String, usize)> {
         .collect()
 }
 
-/// Which family the decode rows take (KILN_SKINNY_WIDE).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WideRule {
-    /// KILN_SKINNY_WIDE=0: the 8-warp families at every row count.
-    Off,
-    /// The default: the 16-warp family at every row count.
-    On,
-    /// KILN_SKINNY_WIDE=rows: 16 warps for launches of up to WIDE_MAX_ROWS rows, 8 above, the
-    /// fastest kernel at every batch size. Not batch-invariant: a row's bits then depend on how
-    /// many decode rows share its step.
-    ByRows,
-}
-
-/// Launches of more rows than this take the 8-warp kernels under [`WideRule::ByRows`]: from 33
-/// rows on, the 16-warp kernels (one CTA per SM at 64 rows) read weights 15-25% slower.
-pub const WIDE_MAX_ROWS: usize = 32;
-
-impl WideRule {
-    /// The 16-warp family is faster from 1 to 32 rows on every Llama-3-8B weight (most of all on
-    /// the 4096-row ones) and 15-25% slower from 33 to 64 (docs/BENCH.md).
-    pub const DEFAULT: WideRule = WideRule::On;
-
-    pub fn from_env() -> WideRule {
-        match std::env::var("KILN_SKINNY_WIDE").as_deref() {
-            Ok("0") | Ok("off") => WideRule::Off,
-            Ok("rows") => WideRule::ByRows,
-            Ok("1") | Ok("on") => WideRule::On,
-            _ => WideRule::DEFAULT,
-        }
-    }
-
-    fn takes(self, rows: usize) -> bool {
-        match self {
-            WideRule::Off => false,
-            WideRule::On => true,
-            WideRule::ByRows => rows <= WIDE_MAX_ROWS,
-        }
-    }
-}
-
 /// Long-K weights take `Deep` rather than `Pipe` in the 8-warp family.
 pub const DEEP_MIN_K: usize = 8192;
 
 impl KernelChoice {
-    /// The skinny family for a launch of `rows` (at most 64) rows of an `n` x `k` weight. Only
-    /// [`WideRule::ByRows`] lets the row count matter.
-    pub fn skinny_kind(&self, rows: usize, k: usize) -> SkinnyKind {
+    /// The skinny family for a weight of inner dimension `k`: never a function of the row
+    /// count, so a row's bits do not depend on its batch.
+    pub fn skinny_kind(&self, k: usize) -> SkinnyKind {
         if !self.skinny_pipe {
             SkinnyKind::Plain
-        } else if self.skinny_wide.takes(rows) {
+        } else if self.skinny_wide {
             SkinnyKind::Wide
         } else if self.skinny_deep && k >= DEEP_MIN_K {
             SkinnyKind::Deep
@@ -204,8 +164,7 @@ impl KernelChoice {
 
 impl Gpu {
     /// y[m, n] = x[m, :] . w[n, :] for m < rows, in launches of at most 64 rows. Each row's
-    /// result is the same whatever `rows` is (unless KILN_SKINNY_WIDE=rows). Needs k % 8 == 0
-    /// and 16-byte aligned x and w.
+    /// result is the same whatever `rows` is. Needs k % 8 == 0 and 16-byte aligned x and w.
     pub fn skinny_gemm(
         &self,
         y: u64,
@@ -216,7 +175,7 @@ impl Gpu {
         k: usize,
     ) -> Result<()> {
         let c = KernelChoice::from_env();
-        self.skinny_rows(|m| c.skinny_kind(m, k), c.pdl, y, x, w, rows, n, k)
+        self.skinny_gemm_launch(c.skinny_kind(k), c.pdl, y, x, w, rows, n, k)
     }
 
     /// [`Gpu::skinny_gemm`] with the kernel family given, and `pdl`: start as dependent
@@ -225,21 +184,6 @@ impl Gpu {
     pub fn skinny_gemm_launch(
         &self,
         kind: SkinnyKind,
-        pdl: bool,
-        y: u64,
-        x: u64,
-        w: u64,
-        rows: usize,
-        n: usize,
-        k: usize,
-    ) -> Result<()> {
-        self.skinny_rows(|_| kind, pdl, y, x, w, rows, n, k)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn skinny_rows(
-        &self,
-        kind_of: impl Fn(usize) -> SkinnyKind,
         pdl: bool,
         y: u64,
         x: u64,
@@ -257,7 +201,7 @@ impl Gpu {
         while done < rows {
             let m = (rows - done).min(SKINNY_MAX_ROWS);
             let nt = m.div_ceil(8).next_power_of_two();
-            let e = kind_of(m).entry(nt, tiles, self.sm_count as usize);
+            let e = kind.entry(nt, tiles, self.sm_count as usize);
             let (yd, xd) = (y + (done * n * 4) as u64, x + (done * k * 2) as u64);
             self.launch_entry(e, pdl, yd, xd, w, m, ni, ki)?;
             done += m;
@@ -339,14 +283,13 @@ mod tests {
     }
 
     #[test]
-    fn wide_rule_by_rows_switches_at_the_limit() {
+    fn the_family_depends_on_the_switches_and_k_only() {
         let mut c = KernelChoice::ALL_FAST;
-        assert_eq!(c.skinny_kind(64, 4096), SkinnyKind::Wide);
-        c.skinny_wide = WideRule::ByRows;
-        assert_eq!(c.skinny_kind(WIDE_MAX_ROWS, 4096), SkinnyKind::Wide);
-        assert_eq!(c.skinny_kind(WIDE_MAX_ROWS + 1, 4096), SkinnyKind::Pipe);
-        assert_eq!(c.skinny_kind(WIDE_MAX_ROWS + 1, 14336), SkinnyKind::Deep);
-        c.skinny_wide = WideRule::Off;
-        assert_eq!(c.skinny_kind(1, 14336), SkinnyKind::Deep);
+        assert_eq!(c.skinny_kind(14336), SkinnyKind::Wide);
+        c.skinny_wide = false;
+        assert_eq!(c.skinny_kind(4096), SkinnyKind::Pipe);
+        assert_eq!(c.skinny_kind(DEEP_MIN_K), SkinnyKind::Deep);
+        c.skinny_pipe = false;
+        assert_eq!(c.skinny_kind(4096), SkinnyKind::Plain);
     }
 }

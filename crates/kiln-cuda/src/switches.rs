@@ -35,7 +35,7 @@ impl Switches {
     pub fn describe(&self) -> String {
         let k = KernelChoice::from_env();
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={:?} flash_pairs={} pdl={}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} flash_pairs={} pdl={}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -43,7 +43,7 @@ impl Switches {
             on("KILN_GEMM_PIN") as u8,
             k.skinny_pipe as u8,
             k.skinny_deep as u8,
-            k.skinny_wide,
+            k.skinny_wide as u8,
             k.flash_pairs as u8,
             k.pdl as u8
         )
@@ -63,9 +63,9 @@ pub struct KernelChoice {
     /// programmatic dependent launch (launch overlapped with the predecessor's tail; the skinny
     /// GEMM also streams its first weights meanwhile).
     pub pdl: bool,
-    /// Which launches take the 16-warp `skinny_wide*_*` kernels (KILN_SKINNY_WIDE, skinny.rs):
-    /// all by default, none with KILN_SKINNY_WIDE=0 (the 8-warp `skinny_pipe_*`).
-    pub skinny_wide: crate::skinny::WideRule,
+    /// KILN_SKINNY_WIDE=0: the skinny GEMM runs 8 warps per CTA (`skinny_pipe_*`,
+    /// `skinny_deep_*`) instead of 16 (`skinny_wide*_*`), a different summation order.
+    pub skinny_wide: bool,
     /// KILN_SKINNY_DEEP=0: in the 8-warp family, long-K weights (k >= 8192) use the 8-stage
     /// ring instead of the 14-stage `skinny_deep_*` (same bits).
     pub skinny_deep: bool,
@@ -76,14 +76,14 @@ impl KernelChoice {
         skinny_pipe: true,
         flash_pairs: true,
         pdl: true,
-        skinny_wide: crate::skinny::WideRule::DEFAULT,
+        skinny_wide: true,
         skinny_deep: true,
     };
     pub const ALL_PLAIN: KernelChoice = KernelChoice {
         skinny_pipe: false,
         flash_pairs: false,
         pdl: false,
-        skinny_wide: crate::skinny::WideRule::Off,
+        skinny_wide: false,
         skinny_deep: false,
     };
 
@@ -94,7 +94,7 @@ impl KernelChoice {
             skinny_pipe: on("KILN_SKINNY_PIPE"),
             flash_pairs: on("KILN_FLASH_PAIRS"),
             pdl: on("KILN_PDL"),
-            skinny_wide: crate::skinny::WideRule::from_env(),
+            skinny_wide: on("KILN_SKINNY_WIDE"),
             skinny_deep: on("KILN_SKINNY_DEEP"),
         })
     }
