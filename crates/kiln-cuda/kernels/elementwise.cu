@@ -13,11 +13,28 @@ extern "C" __global__ void embed_gather(float* __restrict__ x, const bf16_t* __r
     for (int i = threadIdx.x; i < hidden; i += blockDim.x) out[i] = bf16_to_f32(row[i]);
 }
 
+// The norm weight's first NORM_WPRE elements per thread (all of them for hidden <= 8 x block, the
+// launch's rule): loaded before pdl_wait, so when started as a dependent launch the weight comes
+// in while the previous kernel ends (it never changes); the rest are read when used.
+#define NORM_WPRE 8
+
+__device__ __forceinline__ void norm_weight_prefetch(const bf16_t* __restrict__ w, int hidden,
+                                                     bf16_t (&wv)[NORM_WPRE]) {
+#pragma unroll
+    for (int j = 0; j < NORM_WPRE; ++j) {
+        const int i = threadIdx.x + j * blockDim.x;
+        wv[j] = i < hidden ? w[i] : (bf16_t)0;
+    }
+}
+
 // x[t] += delta[t] (when delta is not null), then out[t] = bf16(x[t] * rsqrt(mean(x^2) + eps) * w).
 extern "C" __global__ void rmsnorm_residual(float* __restrict__ x, const float* __restrict__ delta,
                                             const bf16_t* __restrict__ w, bf16_t* __restrict__ out,
                                             int hidden, float eps) {
-    pdl_enter();
+    pdl_trigger();
+    bf16_t wv[NORM_WPRE];
+    norm_weight_prefetch(w, hidden, wv);
+    pdl_wait();
     __shared__ float scratch[32];
     const int t = blockIdx.x;
     float* xr = x + (u64)t * hidden;
@@ -33,7 +50,13 @@ extern "C" __global__ void rmsnorm_residual(float* __restrict__ x, const float* 
     }
     const float inv = rsqrtf(block_sum(ss, scratch) / (float)hidden + eps);
     bf16_t* o = out + (u64)t * hidden;
-    for (int i = threadIdx.x; i < hidden; i += blockDim.x) o[i] = f32_to_bf16(xr[i] * inv * bf16_to_f32(w[i]));
+#pragma unroll
+    for (int j = 0; j < NORM_WPRE; ++j) {
+        const int i = threadIdx.x + j * blockDim.x;
+        if (i < hidden) o[i] = f32_to_bf16(xr[i] * inv * bf16_to_f32(wv[j]));
+    }
+    for (int i = threadIdx.x + NORM_WPRE * blockDim.x; i < hidden; i += blockDim.x)
+        o[i] = f32_to_bf16(xr[i] * inv * bf16_to_f32(w[i]));
 }
 
 // For each output row r: v = x[rows[r]] + delta[rows[r]], out[r] = bf16(rmsnorm(v) * w).
@@ -41,7 +64,10 @@ extern "C" __global__ void rmsnorm_residual(float* __restrict__ x, const float* 
 extern "C" __global__ void final_norm_rows(const float* __restrict__ x, const float* __restrict__ delta,
                                            const int* __restrict__ rows, const bf16_t* __restrict__ w,
                                            bf16_t* __restrict__ out, int hidden, float eps) {
-    pdl_enter();
+    pdl_trigger();
+    bf16_t wv[NORM_WPRE];
+    norm_weight_prefetch(w, hidden, wv);
+    pdl_wait();
     __shared__ float scratch[32];
     const int r = blockIdx.x;
     const u64 t = (u64)rows[r];
@@ -54,7 +80,12 @@ extern "C" __global__ void final_norm_rows(const float* __restrict__ x, const fl
     }
     const float inv = rsqrtf(block_sum(ss, scratch) / (float)hidden + eps);
     bf16_t* o = out + (u64)r * hidden;
-    for (int i = threadIdx.x; i < hidden; i += blockDim.x)
+#pragma unroll
+    for (int j = 0; j < NORM_WPRE; ++j) {
+        const int i = threadIdx.x + j * blockDim.x;
+        if (i < hidden) o[i] = f32_to_bf16((xr[i] + dr[i]) * inv * bf16_to_f32(wv[j]));
+    }
+    for (int i = threadIdx.x + NORM_WPRE * blockDim.x; i < hidden; i += blockDim.x)
         o[i] = f32_to_bf16((xr[i] + dr[i]) * inv * bf16_to_f32(w[i]));
 }
 
