@@ -86,13 +86,6 @@ if [ -n "$bench" ]; then
         KILN_PDL=0 RUST_BACKTRACE=0 timeout "$left" ".carry/$bench" llama3-8b decode > "$OUT/bench-no-pdl.json" 2> "$OUT/bench-no-pdl.log"
         grep -E "^BENCH" "$OUT/bench-no-pdl.log" | sed 's/^/    KILN_PDL=0: /' | tee -a "$report"
     fi
-    # A/B: decode attention merged by a combine kernel of its own instead of the last split CTA.
-    left=$(( 470 - ($(date +%s) - start) ))
-    if [ $brc -eq 0 ] && [ "$left" -gt 30 ]; then
-        [ "$left" -gt 60 ] && left=60
-        KILN_FUSED_COMBINE=0 RUST_BACKTRACE=0 timeout "$left" ".carry/$bench" llama3-8b decode > "$OUT/bench-combine.json" 2> "$OUT/bench-combine.log"
-        grep -E "^BENCH" "$OUT/bench-combine.log" | sed 's/^/    KILN_FUSED_COMBINE=0: /' | tee -a "$report"
-    fi
     # A/B: the 8-warp skinny kernels (the 16-warp ones are the default).
     for wide in 0; do
         left=$(( 470 - ($(date +%s) - start) ))
