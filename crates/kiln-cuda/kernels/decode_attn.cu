@@ -1,9 +1,8 @@
 // Decode attention: one query row per sequence, split over the KV length. The split count and
 // the split boundaries depend only on the sequence's own length, and every split visits its keys
 // in a fixed order, so a row's result is the same alone or in any batch. A CTA owns one split of
-// one KV head for up to 4 query heads of its GQA group; the splits are merged in index order,
-// by the last split CTA of each (row, head group) to finish (`counters` given), or by the
-// decode_attn_combine kernel. Cache layout: [block][kv_head][block_size][head_dim]. Each warp loads 8 keys per
+// one KV head for up to 4 query heads of its GQA group; a combine kernel merges the splits in
+// index order. Cache layout: [block][kv_head][block_size][head_dim]. Each warp loads 8 keys per
 // round (the loads of a round are in flight together; fewer heads per CTA keep the registers).
 
 #define DA_WARPS 4
@@ -40,65 +39,12 @@ __device__ __forceinline__ void load_bf16_row(const bf16_t* p, float* out) {
     }
 }
 
-// out_row = merge of the n_splits partials at base (row * n_q + head) * max_splits, in split order:
-// sum_s o_s 2^(m_s - M) / sum_s l_s 2^(m_s - M). Threads take elements d, d + blockDim.x, ...;
-// sm_m / sm_l stage the splits' (max, sum) pairs so the split loop reads only the partial outputs.
-// Partials are read through L2 (__ldcg): the fused merge reads what other CTAs just wrote.
-__device__ __forceinline__ void da_merge_head(const float* __restrict__ part_o, const float* __restrict__ part_ml,
-                                              u64 base, int n_splits, int hd, bf16_t* __restrict__ out_row,
-                                              float* sm_m, float* sm_l) {
-    for (int s = threadIdx.x; s < n_splits; s += blockDim.x) {
-        sm_m[s] = __ldcg(part_ml + (base + s) * 2);
-        sm_l[s] = __ldcg(part_ml + (base + s) * 2 + 1);
-    }
-    __syncthreads();
-    float mm = KILN_NEG_INF;
-    for (int s = 0; s < n_splits; ++s) mm = fmaxf(mm, sm_m[s]);
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float ll = 0.f, oo = 0.f;
-#pragma unroll 16
-        for (int s = 0; s < n_splits; ++s) {
-            const float ms = sm_m[s];
-            const float sc = ms == KILN_NEG_INF ? 0.f : exp2f(ms - mm);
-            ll += sm_l[s] * sc;
-            oo += __ldcg(part_o + (base + s) * hd + d) * sc;
-        }
-        out_row[d] = f32_to_bf16(ll > 0.f ? oo / ll : 0.f);
-    }
-    __syncthreads();  // the staging is free for the next head
-}
-
-// The last of a (row, head group)'s split CTAs to get here merges the group's heads; it finds
-// the counter at n_splits - 1 and leaves it at 0 for the next launch. Not inlined: the split
-// loop keeps its registers.
-__device__ __noinline__ void da_merge_if_last(const float* part_o, const float* part_ml, int* counters,
-                                              bf16_t* out, int row, int n_q, int h0, int nh, int hd,
-                                              int n_splits, int max_splits) {
-    __shared__ int is_last;
-    __shared__ float sm_m[DA_COMBINE_MAX_SPLITS], sm_l[DA_COMBINE_MAX_SPLITS];
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int* c = counters + (u64)row * gridDim.y + blockIdx.y;
-        is_last = atomicAdd(c, 1) == n_splits - 1;
-        if (is_last) *c = 0;
-    }
-    __syncthreads();
-    if (!is_last) return;
-    __threadfence();
-    for (int h = 0; h < nh; ++h) {
-        const u64 head = (u64)row * n_q + h0 + h;
-        da_merge_head(part_o, part_ml, head * max_splits, n_splits, hd, out + head * hd, sm_m, sm_l);
-    }
-}
-
 template <int HD>
 __device__ __forceinline__ void decode_attn_body(
     const bf16_t* __restrict__ q, const bf16_t* __restrict__ k_cache, const bf16_t* __restrict__ v_cache,
     const int* __restrict__ positions, const int* __restrict__ token_seq, const int* __restrict__ bt_start,
     const int* __restrict__ block_tables, float* __restrict__ part_o, float* __restrict__ part_ml,
-    int n_q, int n_kv, int block_size, int window, float scale_log2, int max_splits, int min_span,
-    int* __restrict__ counters, bf16_t* __restrict__ out) {
+    int n_q, int n_kv, int block_size, int window, float scale_log2, int max_splits, int min_span) {
     // Elements of a head per lane; heads narrower than a warp leave the upper lanes idle.
     constexpr int PER = HD >= 32 ? HD / 32 : 1;
     constexpr int ACTIVE = HD / PER;
@@ -203,19 +149,16 @@ __device__ __forceinline__ void decode_attn_body(
         part_o[pi * HD + d] = oo;
         if (d == 0) { part_ml[pi * 2] = mm; part_ml[pi * 2 + 1] = ll; }
     }
-    if (counters) da_merge_if_last(part_o, part_ml, counters, out, row, n_q, h0, nh, HD, n_splits, max_splits);
 }
 
 #define DA_ENTRY(HD, MINB)                                                                                \
     extern "C" __global__ void __launch_bounds__(128, MINB) decode_attn_hd##HD(                          \
         const bf16_t* q, const bf16_t* kc, const bf16_t* vc, const int* positions, const int* token_seq, \
         const int* bt_start, const int* block_tables, float* part_o, float* part_ml, int n_q, int n_kv, \
-        int block_size, int window, float scale_log2, int max_splits, int min_span, int* counters,    \
-        bf16_t* out) {                                                                                \
+        int block_size, int window, float scale_log2, int max_splits, int min_span) {                \
         pdl_enter();                                                                                  \
         decode_attn_body<HD>(q, kc, vc, positions, token_seq, bt_start, block_tables, part_o, part_ml, \
-                             n_q, n_kv, block_size, window, scale_log2, max_splits, min_span,         \
-                             counters, out);                                                          \
+                             n_q, n_kv, block_size, window, scale_log2, max_splits, min_span);        \
     }
 // Four CTAs per SM where the registers allow it without spills.
 DA_ENTRY(16, 4)
@@ -224,8 +167,9 @@ DA_ENTRY(64, 4)
 DA_ENTRY(128, 4)
 DA_ENTRY(256, 1)
 
-// out[row, h, :] = merge of the row's splits, in split order, as a kernel of its own (when the
-// split kernel gets no counters). Grid (n_q, rows), hd threads; the same merge, the same bits.
+// out[row, h, :] = merge of the row's splits, in split order. Grid (n_q, rows), hd threads. The
+// splits' (max, sum) pairs are staged in shared memory first, so the loop over splits reads
+// only the partial outputs, whose loads are independent of one another.
 extern "C" __global__ void decode_attn_combine(const float* __restrict__ part_o, const float* __restrict__ part_ml,
                                                const int* __restrict__ positions, bf16_t* __restrict__ out,
                                                int n_q, int hd, int max_splits, int min_span) {
@@ -234,6 +178,23 @@ extern "C" __global__ void decode_attn_combine(const float* __restrict__ part_o,
     const int h = blockIdx.x, row = blockIdx.y;
     int n_splits, span;
     da_split(positions[row] + 1, max_splits, min_span, &n_splits, &span);
-    const u64 head = (u64)row * n_q + h;
-    da_merge_head(part_o, part_ml, head * max_splits, n_splits, hd, out + head * hd, sm_m, sm_l);
+    const u64 base = ((u64)row * n_q + h) * max_splits;
+    for (int s = threadIdx.x; s < n_splits; s += blockDim.x) {
+        sm_m[s] = part_ml[(base + s) * 2];
+        sm_l[s] = part_ml[(base + s) * 2 + 1];
+    }
+    __syncthreads();
+    float mm = KILN_NEG_INF;
+    for (int s = 0; s < n_splits; ++s) mm = fmaxf(mm, sm_m[s]);
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float ll = 0.f, oo = 0.f;
+#pragma unroll 16
+        for (int s = 0; s < n_splits; ++s) {
+            const float ms = sm_m[s];
+            const float sc = ms == KILN_NEG_INF ? 0.f : exp2f(ms - mm);
+            ll += sm_l[s] * sc;
+            oo += part_o[(base + s) * hd + d] * sc;
+        }
+        out[((u64)row * n_q + h) * hd + d] = f32_to_bf16(ll > 0.f ? oo / ll : 0.f);
+    }
 }

@@ -7,7 +7,7 @@ use kiln_model::ModelConfig;
 
 use crate::device::{DevBuf, Gpu};
 use crate::gemm_lt::LtGemm;
-use crate::kernels::{AttnInputs, DecodeScratch, DECODE_MAX_SPLITS};
+use crate::kernels::{AttnInputs, DECODE_MAX_SPLITS};
 use crate::kv_cache::KvCache;
 use crate::step_plan::{StepLayout, StepPlan};
 use crate::switches::Switches;
@@ -25,8 +25,6 @@ pub struct Activations {
     pub act: DevBuf<u16>,
     pub part_o: DevBuf<f32>,
     pub part_ml: DevBuf<f32>,
-    /// Decode attention's arrival counters (zero between launches).
-    pub attn_count: DevBuf<i32>,
     pub logit_in: DevBuf<u16>,
     pub logits: DevBuf<f32>,
     pub ids: DevBuf<i32>,
@@ -49,7 +47,6 @@ impl Activations {
             act: gpu.alloc(t * c.intermediate_size)?,
             part_o: gpu.alloc(s * c.num_heads * DECODE_MAX_SPLITS * c.head_dim)?,
             part_ml: gpu.alloc(s * c.num_heads * DECODE_MAX_SPLITS * 2)?,
-            attn_count: gpu.alloc(s * c.num_heads)?,
             logit_in: gpu.alloc(s * c.hidden_size)?,
             logits: gpu.alloc(s * c.vocab_size)?,
             ids: gpu.alloc(s)?,
@@ -68,7 +65,6 @@ impl Activations {
             + self.act.bytes()
             + self.part_o.bytes()
             + self.part_ml.bytes()
-            + self.attn_count.bytes()
             + self.logit_in.bytes()
             + self.logits.bytes()
             + self.ids.bytes()
@@ -267,16 +263,12 @@ impl StepContext<'_> {
         }
         let d = plan.n_decode;
         if self.sw.split_decode {
-            let scratch = DecodeScratch {
-                part_o: a.part_o.ptr(),
-                part_ml: a.part_ml.ptr(),
-                counters: self.sw.fused_combine.then(|| a.attn_count.ptr()),
-            };
             g.decode_attn(
                 a.q.ptr(),
                 kv,
                 inp,
-                &scratch,
+                a.part_o.ptr(),
+                a.part_ml.ptr(),
                 a.attn.ptr(),
                 d,
                 nq,

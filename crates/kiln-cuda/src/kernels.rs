@@ -64,17 +64,6 @@ pub(crate) fn i32_of(v: usize, what: &str) -> Result<i32> {
         .map_err(|_| anyhow::anyhow!("{what} = {v} does not fit a 32-bit kernel argument"))
 }
 
-/// Decode attention's workspace: per-split partial outputs and (max, sum) pairs, rows * n_q *
-/// DECODE_MAX_SPLITS of each, and for the fused merge one arrival counter per row and head group
-/// (rows * n_q at most, zero between launches).
-#[derive(Debug, Clone, Copy)]
-pub struct DecodeScratch {
-    pub part_o: u64,
-    pub part_ml: u64,
-    /// None: merge with the separate `decode_attn_combine` kernel.
-    pub counters: Option<u64>,
-}
-
 /// Where a layer's KV cache lives and how it is laid out.
 #[derive(Debug, Clone, Copy)]
 pub struct KvView {
@@ -411,15 +400,15 @@ impl Gpu {
     }
 
     /// Decode attention for `rows` single-token rows (flat tokens 0..rows), split over the KV
-    /// length, then merged in split order: by the last split CTA of each head group to finish
-    /// when `scratch.counters` is set, else by `decode_attn_combine` (the same bits).
+    /// length, then merged. `part_o`/`part_ml` hold rows * n_q * DECODE_MAX_SPLITS partials.
     #[allow(clippy::too_many_arguments)]
     pub fn decode_attn(
         &self,
         q: u64,
         kv: KvView,
         inp: &AttnInputs,
-        scratch: &DecodeScratch,
+        part_o: u64,
+        part_ml: u64,
         out: u64,
         rows: usize,
         n_q: usize,
@@ -443,8 +432,8 @@ impl Gpu {
             Arg::Ptr(inp.token_seq),
             Arg::Ptr(inp.bt_start),
             Arg::Ptr(inp.block_tables),
-            Arg::Ptr(scratch.part_o),
-            Arg::Ptr(scratch.part_ml),
+            Arg::Ptr(part_o),
+            Arg::Ptr(part_ml),
             Arg::I32(n_q as i32),
             Arg::I32(kv.n_kv as i32),
             Arg::I32(kv.block_size as i32),
@@ -452,8 +441,6 @@ impl Gpu {
             Arg::F32(scale * std::f32::consts::LOG2_E),
             Arg::I32(DECODE_MAX_SPLITS as i32),
             Arg::I32(DECODE_MIN_SPAN as i32),
-            Arg::Ptr(scratch.counters.unwrap_or(0)),
-            Arg::Ptr(out),
         ];
         let grid = (
             DECODE_MAX_SPLITS as u32,
@@ -461,12 +448,9 @@ impl Gpu {
             rows as u32,
         );
         self.launch(&format!("decode_attn_hd{hd}"), grid, 128, 0, &args)?;
-        if scratch.counters.is_some() {
-            return Ok(());
-        }
         let args = [
-            Arg::Ptr(scratch.part_o),
-            Arg::Ptr(scratch.part_ml),
+            Arg::Ptr(part_o),
+            Arg::Ptr(part_ml),
             Arg::Ptr(inp.positions),
             Arg::Ptr(out),
             Arg::I32(n_q as i32),

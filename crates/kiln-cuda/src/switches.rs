@@ -12,9 +12,6 @@ pub struct Switches {
     pub split_decode: bool,
     /// KILN_DEVICE_SAMPLING=0: logits rows go to the host to be sampled.
     pub device_sampling: bool,
-    /// KILN_FUSED_COMBINE=0: decode attention's splits are merged by a kernel of their own
-    /// instead of by the last split CTA to finish (same bits).
-    pub fused_combine: bool,
 }
 
 pub(crate) fn on(name: &str) -> bool {
@@ -31,7 +28,6 @@ impl Switches {
             flash_attn: on("KILN_FLASH_ATTN"),
             split_decode: on("KILN_SPLIT_DECODE"),
             device_sampling: on("KILN_DEVICE_SAMPLING"),
-            fused_combine: on("KILN_FUSED_COMBINE"),
         }
     }
 
@@ -39,11 +35,10 @@ impl Switches {
     pub fn describe(&self) -> String {
         let k = KernelChoice::from_env();
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} fused_combine={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} flash_pairs={} pdl={}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} flash_pairs={} pdl={}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
-            self.fused_combine as u8,
             self.device_sampling as u8,
             on("KILN_GEMM_PIN") as u8,
             k.skinny_pipe as u8,

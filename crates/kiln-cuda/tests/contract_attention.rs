@@ -7,7 +7,7 @@ mod common;
 
 use common::{from_bf16, gpu_or_skip, rb, round_bf16, timed, to_bf16, Checks, Rng};
 use kiln_cuda::device::Gpu;
-use kiln_cuda::kernels::{AttnInputs, DecodeScratch, KvView, DECODE_MAX_SPLITS};
+use kiln_cuda::kernels::{AttnInputs, KvView, DECODE_MAX_SPLITS};
 use kiln_cuda::step_plan::{pack_step, StepLayout};
 use kiln_engine::ChunkInput;
 
@@ -157,19 +157,13 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case) {
         gpu.alloc::<f32>(rows * n_q * DECODE_MAX_SPLITS * 2)
             .unwrap(),
     );
-    // The merge by the last split CTA to finish (counters) and by the combine kernel.
-    let counters = gpu.alloc::<i32>(rows * n_q).unwrap();
-    let scratch = |fused: bool| DecodeScratch {
-        part_o: po.ptr(),
-        part_ml: pm.ptr(),
-        counters: fused.then(|| counters.ptr()),
-    };
     let t_dec = timed(gpu, || {
         gpu.decode_attn(
             dq.ptr(),
             kv,
             &inp,
-            &scratch(true),
+            po.ptr(),
+            pm.ptr(),
             fast.ptr(),
             plan.n_decode,
             n_q,
@@ -178,40 +172,6 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case) {
             scale,
         )
     });
-    let combined = gpu.alloc::<u16>(q.len()).unwrap();
-    combined.fill_bytes(0xff).unwrap();
-    let t_comb = timed(gpu, || {
-        gpu.decode_attn(
-            dq.ptr(),
-            kv,
-            &inp,
-            &scratch(false),
-            combined.ptr(),
-            plan.n_decode,
-            n_q,
-            hd,
-            case.window,
-            scale,
-        )
-    });
-    let dec_len = plan.n_decode * n_q * hd;
-    c.identical(
-        &format!(
-            "decode_attn merged by the last split ({:.3}ms) == by the combine kernel ({:.3}ms) {name}",
-            t_dec * 1e3,
-            t_comb * 1e3
-        ),
-        &fast.download(gpu, 0, dec_len).unwrap(),
-        &combined.download(gpu, 0, dec_len).unwrap(),
-    );
-    c.check(
-        counters
-            .download(gpu, 0, rows * n_q)
-            .unwrap()
-            .iter()
-            .all(|&v| v == 0),
-        format!("decode_attn arrival counters back at zero {name}"),
-    );
     let t_flash = timed(gpu, || {
         gpu.flash_attn_with(
             true,

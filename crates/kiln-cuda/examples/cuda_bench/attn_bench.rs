@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use kiln_cuda::device::Gpu;
-use kiln_cuda::kernels::{AttnInputs, DecodeScratch, KvView, DECODE_MAX_SPLITS};
+use kiln_cuda::kernels::{AttnInputs, KvView, DECODE_MAX_SPLITS};
 use kiln_cuda::step_plan::{pack_step, StepLayout};
 use kiln_engine::ChunkInput;
 
@@ -141,17 +141,23 @@ pub fn run() -> Result<()> {
 
     let po = gpu.alloc::<f32>(N_Q * DECODE_MAX_SPLITS * HD)?;
     let pm = gpu.alloc::<f32>(N_Q * DECODE_MAX_SPLITS * 2)?;
-    let counters = gpu.alloc::<i32>(N_Q)?;
-    let scratch = DecodeScratch {
-        part_o: po.ptr(),
-        part_ml: pm.ptr(),
-        counters: Some(counters.ptr()),
-    };
     for depth in [512usize, 8192, 32_000] {
         let st = Step::new(&gpu, &table, depth, 1)?;
         let inp = st.inputs();
         let secs = time(&gpu, 20, || {
-            gpu.decode_attn(q.ptr(), kv, &inp, &scratch, out.ptr(), 1, N_Q, HD, 0, scale)
+            gpu.decode_attn(
+                q.ptr(),
+                kv,
+                &inp,
+                po.ptr(),
+                pm.ptr(),
+                out.ptr(),
+                1,
+                N_Q,
+                HD,
+                0,
+                scale,
+            )
         })?;
         let bytes = ((depth + 1) * N_KV * HD * 2 * 2) as f64;
         eprintln!(
