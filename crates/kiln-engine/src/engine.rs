@@ -160,6 +160,9 @@ impl Engine {
         while self.wait_for_work() {
             let started = Instant::now();
             let plan = self.scheduler.schedule();
+            // Gauges as of this step, before any of its tokens reach a client: a reader who has
+            // a token never sees the sequence still waiting or its blocks not yet taken.
+            self.publish_stats();
             let forward_started = Instant::now();
             let Some(output) = self.forward(&plan) else {
                 continue;
