@@ -27,6 +27,19 @@ __device__ __forceinline__ void norm_weight_prefetch(const bf16_t* __restrict__ 
     }
 }
 
+// o[i] = bf16(v(i) * inv * w[i]) over the row: the prefetched weights first, then the rest.
+template <typename V>
+__device__ __forceinline__ void norm_store(bf16_t* __restrict__ o, int hidden, float inv,
+                                           const bf16_t (&wv)[NORM_WPRE], const bf16_t* __restrict__ w, V v) {
+#pragma unroll
+    for (int j = 0; j < NORM_WPRE; ++j) {
+        const int i = threadIdx.x + j * blockDim.x;
+        if (i < hidden) o[i] = f32_to_bf16(v(i) * inv * bf16_to_f32(wv[j]));
+    }
+    for (int i = threadIdx.x + NORM_WPRE * blockDim.x; i < hidden; i += blockDim.x)
+        o[i] = f32_to_bf16(v(i) * inv * bf16_to_f32(w[i]));
+}
+
 // x[t] += delta[t] (when delta is not null), then out[t] = bf16(x[t] * rsqrt(mean(x^2) + eps) * w).
 extern "C" __global__ void rmsnorm_residual(float* __restrict__ x, const float* __restrict__ delta,
                                             const bf16_t* __restrict__ w, bf16_t* __restrict__ out,
@@ -49,14 +62,7 @@ extern "C" __global__ void rmsnorm_residual(float* __restrict__ x, const float* 
         ss += v * v;
     }
     const float inv = rsqrtf(block_sum(ss, scratch) / (float)hidden + eps);
-    bf16_t* o = out + (u64)t * hidden;
-#pragma unroll
-    for (int j = 0; j < NORM_WPRE; ++j) {
-        const int i = threadIdx.x + j * blockDim.x;
-        if (i < hidden) o[i] = f32_to_bf16(xr[i] * inv * bf16_to_f32(wv[j]));
-    }
-    for (int i = threadIdx.x + NORM_WPRE * blockDim.x; i < hidden; i += blockDim.x)
-        o[i] = f32_to_bf16(xr[i] * inv * bf16_to_f32(w[i]));
+    norm_store(out + (u64)t * hidden, hidden, inv, wv, w, [&](int i) { return xr[i]; });
 }
 
 // For each output row r: v = x[rows[r]] + delta[rows[r]], out[r] = bf16(rmsnorm(v) * w).
@@ -79,14 +85,7 @@ extern "C" __global__ void final_norm_rows(const float* __restrict__ x, const fl
         ss += v * v;
     }
     const float inv = rsqrtf(block_sum(ss, scratch) / (float)hidden + eps);
-    bf16_t* o = out + (u64)r * hidden;
-#pragma unroll
-    for (int j = 0; j < NORM_WPRE; ++j) {
-        const int i = threadIdx.x + j * blockDim.x;
-        if (i < hidden) o[i] = f32_to_bf16((xr[i] + dr[i]) * inv * bf16_to_f32(wv[j]));
-    }
-    for (int i = threadIdx.x + NORM_WPRE * blockDim.x; i < hidden; i += blockDim.x)
-        o[i] = f32_to_bf16((xr[i] + dr[i]) * inv * bf16_to_f32(w[i]));
+    norm_store(out + (u64)r * hidden, hidden, inv, wv, w, [&](int i) { return xr[i] + dr[i]; });
 }
 
 // gu[t] = [gate (inter) | up (inter)]; out[t, i] = bf16(silu(gate) * up).
