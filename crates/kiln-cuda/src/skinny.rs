@@ -68,11 +68,8 @@ const ENTRIES: &[Entry] = &[
     two_tiles("skinny_wide_64", 8, 4),
 ];
 
-fn entry(name: &str) -> &'static Entry {
-    ENTRIES
-        .iter()
-        .find(|e| e.name == name)
-        .expect("every skinny entry name is in ENTRIES")
+fn find_entry(name: &str) -> Option<&'static Entry> {
+    ENTRIES.iter().find(|e| e.name == name)
 }
 
 /// Which skinny kernel family a launch uses. Each gives every row the same bits whatever the
@@ -130,7 +127,7 @@ impl SkinnyKind {
             (SkinnyKind::Wide, 4) => "skinny_wide_32",
             (SkinnyKind::Wide, _) => "skinny_wide_64",
         };
-        entry(name)
+        find_entry(name).expect("every name above is in ENTRIES")
     }
 }
 
@@ -223,7 +220,7 @@ impl Gpu {
         n: usize,
         k: usize,
     ) -> Result<()> {
-        let Some(e) = ENTRIES.iter().find(|e| e.name == name) else {
+        let Some(e) = find_entry(name) else {
             bail!("no skinny GEMM entry {name}");
         };
         if rows == 0 || rows > 8 * e.nt || !k.is_multiple_of(8) {
