@@ -103,6 +103,24 @@ fn stacked_formats_give_the_bits_of_the_f32_stack() {
     }
 }
 
+/// A k that is not a whole number of the single-row decode block (64): the last block is
+/// shorter, and only the panels of the row pass may be decoded (a 64 x 96 Q8_0 down projection
+/// once read past its last panel).
+#[test]
+fn a_short_last_k_block_stays_inside_the_matrix() {
+    let mut rng = Rng::new(23);
+    for (rows, cols) in [(64, 96), (64, 160), (80, 32)] {
+        for dtype in [DType::Q8_0, DType::Q4_0] {
+            let bytes = random_blocks(dtype, rows, cols, 1.0, &mut rng);
+            let format = QuantFormat::from_dtype(dtype).unwrap();
+            let quant = PackedMatrix::from_quantized(format, rows, cols, &bytes).unwrap();
+            let values = dequantized(dtype, rows, cols, &bytes);
+            let wide = PackedMatrix::pack_as(rows, cols, &values, WeightFormat::F32).unwrap();
+            products_equal(&quant, &wide, &format!("{dtype} {rows}x{cols}"), &mut rng);
+        }
+    }
+}
+
 #[test]
 fn malformed_blocks_are_refused() {
     let bytes = vec![0u8; 34 * 8 - 1];

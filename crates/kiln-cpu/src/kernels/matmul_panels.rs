@@ -105,7 +105,10 @@ unsafe fn run_quantized(job: &Job<'_>, q: &QuantPanels, panels: Range<usize>) {
         while p + ROW_PANELS <= panels.end && (p + ROW_PANELS) * NR <= job.n {
             for kb in (0..k).step_by(ROW_KC) {
                 let kc = ROW_KC.min(k - kb);
-                for (j, dst) in scratch.chunks_exact_mut(kc * NR).enumerate() {
+                // A short last block (k not a multiple of ROW_KC) uses only the front of the
+                // scratch: exactly ROW_PANELS panels, never the ones past this pass.
+                let used = &mut scratch[..ROW_PANELS * kc * NR];
+                for (j, dst) in used.chunks_exact_mut(kc * NR).enumerate() {
                     q.decode(isa, p + j, kb, kc, dst);
                 }
                 row_panels(job, p, kb, kc, scratch.as_ptr(), kc * NR);
