@@ -9,8 +9,8 @@ mod cpu_time;
 use std::time::Instant;
 
 use kiln_cpu::{CpuBackend, CpuOptions};
-use kiln_engine::{Backend, ChunkInput};
 use kiln_model::{DummySource, WeightSource};
+use kiln_step::{Backend, ChunkInput};
 
 fn argmax(row: &[f32]) -> u32 {
     let mut best = 0;

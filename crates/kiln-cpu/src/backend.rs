@@ -1,9 +1,11 @@
-//! [`CpuBackend`]: weights, KV pool and thread pool, behind the engine's `Backend` trait.
+//! [`CpuBackend`]: weights, KV pool and thread pool, behind `kiln_step::Backend`. A step runs
+//! the layer program (`kiln_model::run_step`) through the CPU's ops; argmax and sampling, when
+//! asked, are the reference sampler's on the step's logits.
 
-use kiln_engine::{Backend, ChunkInput, KvGeometry};
-use kiln_model::{ModelConfig, WeightSource};
+use kiln_model::{run_step, ModelConfig, ModelSpec, WeightSource};
+use kiln_step::{Backend, ChunkInput, KvGeometry, StepLimits, StepOutput, Want};
 
-use crate::forward::{Model, RopeFreqs};
+use crate::forward::CpuOps;
 use crate::kv_cache::PagedKvCache;
 use crate::step_plan::StepPlan;
 use crate::weights::ModelWeights;
@@ -32,8 +34,8 @@ impl Default for CpuOptions {
 /// The CPU reference backend: f32 weights and compute, batch invariant bit for bit.
 pub struct CpuBackend {
     config: ModelConfig,
+    spec: ModelSpec,
     weights: ModelWeights,
-    rope: RopeFreqs,
     kv: PagedKvCache,
     pool: rayon::ThreadPool,
 }
@@ -59,24 +61,18 @@ impl CpuBackend {
             builder = builder.num_threads(n);
         }
         let pool = builder.build()?;
-        let weights = ModelWeights::load(weights, &pool, progress)?;
+        let spec = config.spec();
+        let weights = ModelWeights::load(weights, &spec, &pool, progress)?;
         let geometry = KvGeometry {
             block_size: opts.block_size,
             num_blocks: opts.kv_blocks,
         };
-        let kv = PagedKvCache::new(
-            config.num_layers,
-            geometry,
-            config.num_kv_heads * config.head_dim,
-        )?;
-        let rope = RopeFreqs {
-            inv_freq: config.rope_inv_freq(),
-            attention_factor: config.rope_attention_factor(),
-        };
+        let kv_dims: Vec<usize> = spec.layers.iter().map(|l| l.attn.kv_dim()).collect();
+        let kv = PagedKvCache::new(&kv_dims, geometry)?;
         Ok(CpuBackend {
             config,
+            spec,
             weights,
-            rope,
             kv,
             pool,
         })
@@ -98,17 +94,23 @@ impl Backend for CpuBackend {
         self.kv.geometry
     }
 
-    fn forward(&mut self, chunks: &[ChunkInput<'_>]) -> anyhow::Result<Vec<f32>> {
-        let plan = StepPlan::new(chunks, self.kv.geometry, self.config.vocab_size)?;
-        if plan.tokens.is_empty() {
-            return Ok(Vec::new());
-        }
-        let model = Model {
-            cfg: &self.config,
-            weights: &self.weights,
-            rope: &self.rope,
+    fn step(&mut self, chunks: &[ChunkInput<'_>], want: Want<'_>) -> anyhow::Result<StepOutput> {
+        let limits = StepLimits {
+            kv: self.kv.geometry,
+            vocab_size: self.spec.vocab_size,
+            max_context: None,
+            capacity: None,
         };
-        let kv = &mut self.kv;
-        Ok(self.pool.install(|| model.forward(kv, &plan)))
+        let plan = StepPlan::new(chunks, &limits)?;
+        if plan.tokens.is_empty() {
+            return want.from_logits(Vec::new(), self.spec.vocab_size);
+        }
+        let (spec, weights, kv) = (&self.spec, &self.weights, &mut self.kv);
+        let logits = self.pool.install(|| -> anyhow::Result<Vec<f32>> {
+            let mut ops = CpuOps::new(spec, weights, kv, &plan);
+            run_step(spec, &mut ops)?;
+            Ok(ops.logits)
+        })?;
+        want.from_logits(logits, self.spec.vocab_size)
     }
 }

@@ -1,191 +1,248 @@
-//! One step of the decoder over all its tokens: embeddings, the layers, and logits for the
-//! rows that want them. The model reads like the papers: norm, attention, residual, norm,
-//! feed-forward, residual.
+//! The layer program's ops on the CPU (`kiln_model::program::StepOps`): each op is one or two
+//! kernel calls over the step's activations. The order of the ops is the model's, written once
+//! in kiln-model; nothing here decides it.
 
 use std::borrow::Cow;
 
-use kiln_model::ModelConfig;
+use anyhow::Result;
+use kiln_model::{LayerWeight, ModelSpec, StepOps};
 use rayon::prelude::*;
 
 use crate::kernels::{
     apply_rope, matmul, paged_attention, rmsnorm, rmsnorm_heads_in_place, swiglu, AttentionShape,
-    KvView, RopeTable,
+    KvView, QueryRow, RopeTable,
 };
 use crate::kv_cache::PagedKvCache;
 use crate::step_plan::StepPlan;
-use crate::weights::{LayerWeights, ModelWeights};
+use crate::weights::ModelWeights;
 
 /// Rows per parallel task for the cheap per-row work between matmuls.
 const MIN_ROWS_PER_TASK: usize = 16;
 
-/// RoPE's inverse frequencies and cos/sin factor, computed once from the config.
-pub(crate) struct RopeFreqs {
-    pub inv_freq: Vec<f32>,
-    pub attention_factor: f32,
-}
-
-/// Everything a step reads but does not change.
-pub(crate) struct Model<'a> {
-    pub cfg: &'a ModelConfig,
-    pub weights: &'a ModelWeights,
-    pub rope: &'a RopeFreqs,
-}
-
-/// Per-step activations, `[tokens, width]` each.
+/// Per-step activations, `[rows, width]` each, sized for the widest layer.
 struct Activations {
-    /// The residual stream.
+    /// The residual stream (`x`).
     hidden: Vec<f32>,
     normed: Vec<f32>,
     qkv: Vec<f32>,
     attn: Vec<f32>,
+    /// `delta`: the last block's output.
     proj: Vec<f32>,
     gate_up: Vec<f32>,
     act: Vec<f32>,
 }
 
-impl Activations {
-    /// Keeps only rows `keep` (ascending) of the residual stream and the Q/K/V rows, and
-    /// shrinks the other buffers to match.
-    fn keep_rows(&mut self, keep: &[usize], cfg: &ModelConfig) {
-        let stride = cfg.q_dim() + 2 * cfg.kv_dim();
-        for (buf, width) in [(&mut self.hidden, cfg.hidden_size), (&mut self.qkv, stride)] {
-            for (dst, &src) in keep.iter().enumerate() {
-                buf.copy_within(src * width..(src + 1) * width, dst * width);
-            }
-            buf.truncate(keep.len() * width);
+/// One step's ops: the model, the cache it writes, the step's rows and activations.
+pub(crate) struct CpuOps<'a> {
+    spec: &'a ModelSpec,
+    weights: &'a ModelWeights,
+    kv: &'a mut PagedKvCache,
+    plan: &'a StepPlan<'a>,
+    /// cos/sin of every row's position, one table per RoPE of the spec.
+    ropes: Vec<RopeTable>,
+    a: Activations,
+    /// Rows still computed: every token, until `keep_logit_rows`.
+    rows: Cow<'a, [QueryRow<'a>]>,
+    /// `proj` holds a block's output not yet added to `hidden`.
+    pending: bool,
+    /// Row stride of `qkv` as the last QKV projection wrote it.
+    qkv_stride: usize,
+    /// The step's result, filled by `logits`.
+    pub logits: Vec<f32>,
+}
+
+impl<'a> CpuOps<'a> {
+    pub fn new(
+        spec: &'a ModelSpec,
+        weights: &'a ModelWeights,
+        kv: &'a mut PagedKvCache,
+        plan: &'a StepPlan<'a>,
+    ) -> CpuOps<'a> {
+        let t = plan.tokens.len();
+        let hidden = spec.hidden_size;
+        let widest = |f: fn(&kiln_model::LayerSpec) -> usize| t * spec.max_over_layers(f);
+        let a = Activations {
+            hidden: vec![0.0; t * hidden],
+            normed: vec![0.0; t * hidden],
+            qkv: vec![0.0; widest(|l| l.attn.qkv_rows())],
+            attn: vec![0.0; widest(|l| l.attn.q_dim())],
+            proj: vec![0.0; t * hidden],
+            gate_up: vec![0.0; widest(|l| 2 * l.ffn.intermediate())],
+            act: vec![0.0; widest(|l| l.ffn.intermediate())],
+        };
+        let ropes = spec
+            .ropes
+            .iter()
+            .map(|r| RopeTable::new(&r.inv_freq, r.attention_factor, &plan.positions))
+            .collect();
+        CpuOps {
+            spec,
+            weights,
+            kv,
+            plan,
+            ropes,
+            a,
+            rows: Cow::Borrowed(plan.rows.as_slice()),
+            pending: false,
+            qkv_stride: 0,
+            logits: Vec::new(),
         }
-        let n = keep.len();
-        self.normed.truncate(n * cfg.hidden_size);
-        self.attn.truncate(n * cfg.q_dim());
-        self.proj.truncate(n * cfg.hidden_size);
-        self.gate_up.truncate(n * 2 * cfg.intermediate_size);
-        self.act.truncate(n * cfg.intermediate_size);
+    }
+
+    fn n(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// `hidden += proj` if a block's output is pending.
+    fn add_pending(&mut self) {
+        if std::mem::take(&mut self.pending) {
+            let n = self.n() * self.spec.hidden_size;
+            add_assign(&mut self.a.hidden[..n], &self.a.proj[..n]);
+        }
     }
 }
 
-impl Model<'_> {
-    /// Runs the step and returns `vocab_size` logits per entry of `plan.logit_rows`.
-    pub fn forward(&self, kv: &mut PagedKvCache, plan: &StepPlan<'_>) -> Vec<f32> {
-        let cfg = self.cfg;
-        let tokens = plan.tokens.len();
-        let (hidden, inter) = (cfg.hidden_size, cfg.intermediate_size);
-        let q_dim = cfg.num_heads * cfg.head_dim;
-        let kv_dim = cfg.num_kv_heads * cfg.head_dim;
-        let mut a = Activations {
-            hidden: vec![0.0; tokens * hidden],
-            normed: vec![0.0; tokens * hidden],
-            qkv: vec![0.0; tokens * (q_dim + 2 * kv_dim)],
-            attn: vec![0.0; tokens * q_dim],
-            proj: vec![0.0; tokens * hidden],
-            gate_up: vec![0.0; tokens * 2 * inter],
-            act: vec![0.0; tokens * inter],
-        };
-        for (row, &token) in a.hidden.chunks_exact_mut(hidden).zip(&plan.tokens) {
+impl StepOps for CpuOps<'_> {
+    fn embed(&mut self) -> Result<()> {
+        let h = self.spec.hidden_size;
+        for (row, &token) in self.a.hidden.chunks_exact_mut(h).zip(&self.plan.tokens) {
             self.weights.embed(token, row);
         }
-        let rope = RopeTable::new(
-            &self.rope.inv_freq,
-            self.rope.attention_factor,
-            &plan.positions,
-        );
-        for (index, layer) in self.weights.layers.iter().enumerate() {
-            self.attention_block(layer, index, kv, plan, &rope, &mut a);
-            self.feed_forward_block(layer, &mut a);
-        }
-        self.logits(&a.hidden)
+        Ok(())
     }
 
-    fn attention_block(
-        &self,
-        layer: &LayerWeights,
-        index: usize,
-        kv: &mut PagedKvCache,
-        plan: &StepPlan<'_>,
-        rope: &RopeTable,
-        a: &mut Activations,
-    ) {
-        let cfg = self.cfg;
-        let (hd, eps) = (cfg.head_dim, cfg.rms_norm_eps);
-        let q_dim = cfg.num_heads * hd;
-        let kv_dim = cfg.num_kv_heads * hd;
-        let stride = q_dim + 2 * kv_dim;
+    fn add_norm(&mut self, layer: usize, weight: LayerWeight) -> Result<()> {
+        self.add_pending();
+        let n = self.n() * self.spec.hidden_size;
+        let w = self.weights.layers[layer].norm(weight);
+        let eps = self.spec.layers[layer].norm_eps;
+        rmsnorm(&self.a.hidden[..n], w, eps, &mut self.a.normed[..n]);
+        Ok(())
+    }
 
-        rmsnorm(&a.hidden, &layer.attn_norm, eps, &mut a.normed);
-        matmul(&a.normed, &layer.qkv, &mut a.qkv);
-        a.qkv
-            .par_chunks_mut(stride)
+    fn linear(&mut self, layer: usize, weight: LayerWeight) -> Result<()> {
+        let w = self.weights.layers[layer].matrix(weight);
+        let (n, a) = (self.n(), &mut self.a);
+        let (x, y): (&[f32], &mut [f32]) = match weight {
+            LayerWeight::Qkv => (&a.normed, &mut a.qkv),
+            LayerWeight::O => (&a.attn, &mut a.proj),
+            LayerWeight::GateUp => (&a.normed, &mut a.gate_up),
+            LayerWeight::Down => (&a.act, &mut a.proj),
+            other => anyhow::bail!("{other:?} is not a projection"),
+        };
+        matmul(&x[..n * w.cols()], w, &mut y[..n * w.rows()]);
+        match weight {
+            LayerWeight::Qkv => self.qkv_stride = w.rows(),
+            LayerWeight::O | LayerWeight::Down => self.pending = true,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn qkv_rope_kv(&mut self, layer: usize) -> Result<()> {
+        let spec = &self.spec.layers[layer];
+        let at = &spec.attn;
+        let (hd, eps) = (at.head_dim, spec.norm_eps);
+        let (q_dim, kv_dim, stride) = (at.q_dim(), at.kv_dim(), at.qkv_rows());
+        let lw = &self.weights.layers[layer];
+        let bias = lw.vector(LayerWeight::QkvBias);
+        let norms = lw
+            .vector(LayerWeight::QNorm)
+            .zip(lw.vector(LayerWeight::KNorm));
+        let rope = &self.ropes[at.rope];
+        let style = self.spec.ropes[at.rope].style;
+        let qkv = &mut self.a.qkv[..self.rows.len() * stride];
+        qkv.par_chunks_mut(stride)
             .enumerate()
             .with_min_len(MIN_ROWS_PER_TASK)
             .for_each(|(t, row)| {
-                if let Some(bias) = &layer.qkv_bias {
+                if let Some(bias) = bias {
                     for (x, b) in row.iter_mut().zip(bias) {
                         *x += b;
                     }
                 }
                 let (q, rest) = row.split_at_mut(q_dim);
                 let k = &mut rest[..kv_dim];
-                if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+                if let Some((qn, kn)) = norms {
                     rmsnorm_heads_in_place(q, qn, eps);
                     rmsnorm_heads_in_place(k, kn, eps);
                 }
                 let (cos, sin) = rope.row(t);
-                apply_rope(q, hd, cos, sin, cfg.rope_style);
-                apply_rope(k, hd, cos, sin, cfg.rope_style);
+                apply_rope(q, hd, cos, sin, style);
+                apply_rope(k, hd, cos, sin, style);
             });
-        kv.write(index, &plan.slots, &a.qkv, stride, q_dim, q_dim + kv_dim);
-        // In the last layer only the rows that want logits go on; the others' keys and values
-        // are in the cache, which is all later steps need of them.
-        let rows = if index + 1 == self.weights.layers.len() {
-            a.keep_rows(&plan.logit_rows, cfg);
-            Cow::Owned(plan.logit_rows.iter().map(|&r| plan.rows[r]).collect())
-        } else {
-            Cow::Borrowed(plan.rows.as_slice())
-        };
+        self.kv
+            .write(layer, &self.plan.slots, qkv, stride, q_dim, q_dim + kv_dim);
+        Ok(())
+    }
 
+    fn keep_logit_rows(&mut self) -> Result<()> {
+        let keep = &self.plan.logit_rows;
+        let h = self.spec.hidden_size;
+        let stride = self.qkv_stride;
+        self.add_pending();
+        for (buf, width) in [(&mut self.a.hidden, h), (&mut self.a.qkv, stride)] {
+            for (dst, &src) in keep.iter().enumerate() {
+                buf.copy_within(src * width..(src + 1) * width, dst * width);
+            }
+        }
+        self.rows = Cow::Owned(keep.iter().map(|&r| self.plan.rows[r]).collect());
+        Ok(())
+    }
+
+    fn attention(&mut self, layer: usize) -> Result<()> {
+        let at = &self.spec.layers[layer].attn;
         let shape = AttentionShape {
-            num_heads: cfg.num_heads,
-            num_kv_heads: cfg.num_kv_heads,
-            head_dim: hd,
-            block_size: kv.geometry.block_size,
-            window: cfg.sliding_window,
+            num_heads: at.num_heads,
+            num_kv_heads: at.num_kv_heads,
+            head_dim: at.head_dim,
+            block_size: self.kv.geometry.block_size,
+            window: at.window,
         };
-        let scale = (1.0 / (hd as f64).sqrt()) as f32;
-        let cache = &kv.layers[index];
-        let cache = KvView {
-            k: &cache.k,
-            v: &cache.v,
-        };
-        paged_attention(&shape, scale, &a.qkv, stride, &rows, cache, &mut a.attn);
-        matmul(&a.attn, &layer.o, &mut a.proj);
-        add_assign(&mut a.hidden, &a.proj);
-    }
-
-    fn feed_forward_block(&self, layer: &LayerWeights, a: &mut Activations) {
-        rmsnorm(
-            &a.hidden,
-            &layer.ffn_norm,
-            self.cfg.rms_norm_eps,
-            &mut a.normed,
+        let cache = self.kv.layer(layer);
+        let stride = at.qkv_rows();
+        let n = self.rows.len();
+        paged_attention(
+            &shape,
+            at.scale,
+            &self.a.qkv[..n * stride],
+            stride,
+            &self.rows,
+            KvView {
+                k: &cache.k,
+                v: &cache.v,
+            },
+            &mut self.a.attn[..n * at.q_dim()],
         );
-        matmul(&a.normed, &layer.gate_up, &mut a.gate_up);
-        swiglu(&a.gate_up, self.cfg.intermediate_size, &mut a.act);
-        matmul(&a.act, &layer.down, &mut a.proj);
-        add_assign(&mut a.hidden, &a.proj);
+        Ok(())
     }
 
-    /// Final norm and LM head of the rows left after the last layer.
-    fn logits(&self, hidden: &[f32]) -> Vec<f32> {
-        let rows = hidden.len() / self.cfg.hidden_size;
+    fn ffn_activation(&mut self, layer: usize) -> Result<()> {
+        let inter = self.spec.layers[layer].ffn.intermediate();
+        let n = self.n();
+        swiglu(
+            &self.a.gate_up[..n * 2 * inter],
+            inter,
+            &mut self.a.act[..n * inter],
+        );
+        Ok(())
+    }
+
+    fn logits(&mut self) -> Result<()> {
+        self.add_pending();
+        let h = self.spec.hidden_size;
+        let hidden = &self.a.hidden[..self.n() * h];
         let mut normed = vec![0.0; hidden.len()];
         rmsnorm(
             hidden,
             &self.weights.output_norm,
-            self.cfg.rms_norm_eps,
+            self.spec.norm_eps,
             &mut normed,
         );
-        let mut logits = vec![0.0; rows * self.cfg.vocab_size];
+        let mut logits = vec![0.0; self.n() * self.spec.vocab_size];
         matmul(&normed, &self.weights.lm_head, &mut logits);
-        logits
+        self.logits = logits;
+        Ok(())
     }
 }
 

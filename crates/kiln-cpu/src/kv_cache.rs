@@ -1,47 +1,54 @@
-//! The paged KV cache: one pool of `num_blocks * block_size` slots per layer, allocated once.
+//! The paged KV cache: one pool of `num_blocks * block_size` slots per layer, each slot as
+//! wide as that layer's K (or V) rows, allocated once.
 
-use kiln_engine::KvGeometry;
+use kiln_step::KvGeometry;
 
 pub(crate) struct LayerKv {
     /// `[slots, kv_dim]`.
     pub k: Vec<f32>,
     pub v: Vec<f32>,
+    kv_dim: usize,
 }
 
 pub(crate) struct PagedKvCache {
     pub geometry: KvGeometry,
-    kv_dim: usize,
-    pub layers: Vec<LayerKv>,
+    layers: Vec<LayerKv>,
 }
 
 impl PagedKvCache {
-    pub fn new(
-        num_layers: usize,
-        geometry: KvGeometry,
-        kv_dim: usize,
-    ) -> anyhow::Result<PagedKvCache> {
-        let slots = geometry.num_blocks.checked_mul(geometry.block_size);
-        let per_layer = slots.and_then(|s| s.checked_mul(kv_dim));
-        let total_bytes = per_layer.and_then(|n| n.checked_mul(2 * 4 * num_layers));
-        let (Some(per_layer), Some(_)) = (per_layer, total_bytes) else {
-            anyhow::bail!(
+    /// A pool for layers whose K and V rows are `kv_dims` wide, one entry per layer.
+    pub fn new(kv_dims: &[usize], geometry: KvGeometry) -> anyhow::Result<PagedKvCache> {
+        let too_big = || {
+            anyhow::anyhow!(
                 "a KV cache of {} blocks of {} tokens does not fit in memory",
                 geometry.num_blocks,
                 geometry.block_size
-            );
+            )
         };
-        let mut layers = Vec::with_capacity(num_layers);
-        for _ in 0..num_layers {
+        let slots = geometry
+            .num_blocks
+            .checked_mul(geometry.block_size)
+            .ok_or_else(too_big)?;
+        let total: Option<usize> = kv_dims
+            .iter()
+            .try_fold(0usize, |acc, d| acc.checked_add(slots.checked_mul(*d)?));
+        total
+            .and_then(|n| n.checked_mul(2 * 4))
+            .ok_or_else(too_big)?;
+        let mut layers = Vec::with_capacity(kv_dims.len());
+        for &kv_dim in kv_dims {
+            let per_layer = slots * kv_dim;
             layers.push(LayerKv {
                 k: zeroed(per_layer)?,
                 v: zeroed(per_layer)?,
+                kv_dim,
             });
         }
-        Ok(PagedKvCache {
-            geometry,
-            kv_dim,
-            layers,
-        })
+        Ok(PagedKvCache { geometry, layers })
+    }
+
+    pub fn layer(&self, layer: usize) -> &LayerKv {
+        &self.layers[layer]
     }
 
     /// Stores each token's K and V rows (`kv_dim` elements at `row * stride + k_offset` and
@@ -55,8 +62,8 @@ impl PagedKvCache {
         k_offset: usize,
         v_offset: usize,
     ) {
-        let d = self.kv_dim;
         let cache = &mut self.layers[layer];
+        let d = cache.kv_dim;
         for (t, &slot) in slots.iter().enumerate() {
             let row = &src[t * stride..][..stride];
             cache.k[slot * d..][..d].copy_from_slice(&row[k_offset..][..d]);

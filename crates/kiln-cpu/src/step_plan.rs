@@ -1,8 +1,7 @@
-//! One step's chunks flattened into token rows, checked before any arithmetic runs.
+//! One step's chunks flattened into token rows, checked (`kiln_step::StepLimits`) before any
+//! arithmetic runs.
 
-use std::collections::HashSet;
-
-use kiln_engine::{ChunkInput, KvGeometry};
+use kiln_step::{ChunkInput, StepLimits};
 
 use crate::kernels::QueryRow;
 
@@ -19,11 +18,8 @@ pub(crate) struct StepPlan<'a> {
 
 impl<'a> StepPlan<'a> {
     /// Flattens `chunks`, or says which chunk is malformed and how.
-    pub fn new(
-        chunks: &[ChunkInput<'a>],
-        geometry: KvGeometry,
-        vocab_size: usize,
-    ) -> anyhow::Result<StepPlan<'a>> {
+    pub fn new(chunks: &[ChunkInput<'a>], limits: &StepLimits) -> anyhow::Result<StepPlan<'a>> {
+        limits.check(chunks)?;
         let total: usize = chunks.iter().map(|c| c.tokens.len()).sum();
         let mut plan = StepPlan {
             tokens: Vec::with_capacity(total),
@@ -32,53 +28,20 @@ impl<'a> StepPlan<'a> {
             rows: Vec::with_capacity(total),
             logit_rows: Vec::new(),
         };
-        let bs = geometry.block_size;
-        for (i, chunk) in chunks.iter().enumerate() {
-            anyhow::ensure!(!chunk.tokens.is_empty(), "chunk {i} has no tokens");
-            let end = chunk
-                .start_pos
-                .checked_add(chunk.tokens.len())
-                .ok_or_else(|| {
-                    anyhow::anyhow!("chunk {i}: start position {} overflows", chunk.start_pos)
-                })?;
-            let covered = chunk.block_table.len().saturating_mul(bs);
-            anyhow::ensure!(
-                covered >= end,
-                "chunk {i}: its block table covers {covered} positions, the chunk reaches position {end}"
-            );
-            if let Some(bad) = chunk.block_table[..end.div_ceil(bs)]
-                .iter()
-                .find(|&&b| b as usize >= geometry.num_blocks)
-            {
-                anyhow::bail!(
-                    "chunk {i}: block id {bad} is outside the KV pool of {} blocks",
-                    geometry.num_blocks
-                );
-            }
-            if let Some(bad) = chunk.tokens.iter().find(|&&t| t as usize >= vocab_size) {
-                anyhow::bail!(
-                    "chunk {i}: token id {bad} is outside the vocabulary of {vocab_size} tokens"
-                );
-            }
+        for chunk in chunks {
             for (offset, &token) in chunk.tokens.iter().enumerate() {
                 let pos = chunk.start_pos + offset;
-                let row = QueryRow {
-                    pos,
-                    block_table: chunk.block_table,
-                };
                 plan.tokens.push(token);
                 plan.positions.push(pos);
-                plan.slots
-                    .push(chunk.block_table[pos / bs] as usize * bs + pos % bs);
-                plan.rows.push(row);
+                plan.slots.push(limits.kv.slot(chunk.block_table, pos));
+                plan.rows.push(QueryRow {
+                    pos,
+                    block_table: chunk.block_table,
+                });
             }
             if chunk.want_logits {
                 plan.logit_rows.push(plan.tokens.len() - 1);
             }
-        }
-        let mut seen = HashSet::with_capacity(plan.slots.len());
-        if let Some(dup) = plan.slots.iter().find(|&&s| !seen.insert(s)) {
-            anyhow::bail!("two tokens of one step write KV slot {dup}: the block tables overlap");
         }
         Ok(plan)
     }

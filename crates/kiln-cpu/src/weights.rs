@@ -1,25 +1,39 @@
-//! The model's weights as the CPU forward pass wants them: norms as plain vectors, every
-//! projection packed for the matmul (16 bits a value when that is exact; a GGUF's Q8_0, Q4_0,
-//! Q4_K and Q6_K blocks kept quantised and decoded inside the matmul), Q/K/V and gate/up fused
-//! into one matrix each.
+//! The model's weights as the CPU forward pass wants them, in the fused layout of
+//! `kiln_model::schema`: norms and biases as plain vectors, every projection packed for the
+//! matmul (16 bits a value when that is exact; a GGUF's Q8_0, Q4_0, Q4_K and Q6_K blocks kept
+//! quantised and decoded inside the matmul).
 
 use anyhow::Context;
-use kiln_model::{ModelConfig, Role, TensorId, WeightSource};
+use kiln_model::schema::{self, Fused, GlobalWeight, LayerWeight};
+use kiln_model::{ModelConfig, ModelSpec, TensorId, WeightSource};
 
 use crate::kernels::{PackedMatrix, QuantFormat, RowBlock};
 
+/// One layer's weights as the schema names them (`kiln_model::schema`): vectors (norms, biases)
+/// as plain f32, matrices packed for the matmul.
 pub(crate) struct LayerWeights {
-    pub attn_norm: Vec<f32>,
-    /// `[q_dim + 2 * kv_dim, hidden]`: Q, K and V rows stacked.
-    pub qkv: PackedMatrix,
-    pub qkv_bias: Option<Vec<f32>>,
-    pub q_norm: Option<Vec<f32>>,
-    pub k_norm: Option<Vec<f32>>,
-    pub o: PackedMatrix,
-    pub ffn_norm: Vec<f32>,
-    /// `[2 * intermediate, hidden]`: gate rows, then up rows.
-    pub gate_up: PackedMatrix,
-    pub down: PackedMatrix,
+    vectors: [Option<Vec<f32>>; LayerWeight::ALL.len()],
+    matrices: [Option<PackedMatrix>; LayerWeight::ALL.len()],
+}
+
+impl LayerWeights {
+    /// A vector weight the layer has (norm or bias), None when the spec has no such weight.
+    pub fn vector(&self, w: LayerWeight) -> Option<&[f32]> {
+        self.vectors[w.index()].as_deref()
+    }
+
+    /// A matrix weight; every layer has its projections.
+    pub fn matrix(&self, w: LayerWeight) -> &PackedMatrix {
+        self.matrices[w.index()]
+            .as_ref()
+            .unwrap_or_else(|| panic!("layer has no {w:?} matrix"))
+    }
+
+    /// A vector weight the layer must have.
+    pub fn norm(&self, w: LayerWeight) -> &[f32] {
+        self.vector(w)
+            .unwrap_or_else(|| panic!("layer has no {w:?} weight"))
+    }
 }
 
 pub(crate) struct ModelWeights {
@@ -31,10 +45,11 @@ pub(crate) struct ModelWeights {
 }
 
 impl ModelWeights {
-    /// Loads every tensor once, reporting `(loaded, total)` after each.
+    /// Loads every weight of the schema once, reporting `(loaded, total)` after each tensor.
     /// Packing runs on `pool`; `progress` is called on this thread.
     pub fn load(
         src: &dyn WeightSource,
+        spec: &ModelSpec,
         pool: &rayon::ThreadPool,
         progress: Option<&dyn Fn(usize, usize)>,
     ) -> anyhow::Result<ModelWeights> {
@@ -44,31 +59,44 @@ impl ModelWeights {
             pool,
             progress,
             done: 0,
-            total: TensorId::all(&cfg).len(),
+            total: schema::tensors_to_load(spec, src),
             cfg: &cfg,
             keep_quantized: crate::kernels::quantized_weights_allowed(),
         };
-        let (hidden, vocab) = (cfg.hidden_size, cfg.vocab_size);
-
-        // Embedding rows are decoded one token at a time (`copy_row`), quantised or not.
-        let embedding = loader.fetch_matrix(TensorId::global(Role::TokenEmbd))?;
-        let embedding = loader.stack(hidden, &[embedding])?;
-        let (embedding, lm_head) = if cfg.tie_embeddings {
-            (None, embedding)
-        } else {
-            let head = loader.fetch_matrix(TensorId::global(Role::Output))?;
-            (Some(embedding), loader.stack(hidden, &[head])?)
-        };
-        debug_assert_eq!(lm_head.rows(), vocab);
-        let mut layers = Vec::with_capacity(cfg.num_layers);
-        for layer in 0..cfg.num_layers {
-            layers.push(loader.layer(layer)?);
+        let (mut embedding, mut lm_head, mut output_norm) = (None, None, None);
+        for f in schema::global_weights(spec) {
+            match f.weight {
+                // Embedding rows are decoded one token at a time (`copy_row`), quantised or not.
+                GlobalWeight::Embedding => embedding = Some(loader.matrix(&f)?),
+                GlobalWeight::LmHead => lm_head = Some(loader.matrix(&f)?),
+                GlobalWeight::OutputNorm => output_norm = Some(loader.vector(&f)?),
+            }
         }
-        let output_norm = loader.fetch(TensorId::global(Role::OutputNorm))?;
+        let embedding = embedding.context("the schema has no embedding")?;
+        let (embedding, lm_head) = match lm_head {
+            Some(head) => (Some(embedding), head),
+            None => (None, embedding),
+        };
+        debug_assert_eq!(lm_head.rows(), spec.vocab_size);
+        let mut layers = Vec::with_capacity(spec.layers.len());
+        for (l, layer) in spec.layers.iter().enumerate() {
+            let mut w = LayerWeights {
+                vectors: Default::default(),
+                matrices: Default::default(),
+            };
+            for f in schema::layer_weights(l, layer, spec.hidden_size) {
+                let i = f.weight.index();
+                match f.cols {
+                    Some(_) => w.matrices[i] = Some(loader.matrix(&f)?),
+                    None => w.vectors[i] = Some(loader.vector(&f)?),
+                }
+            }
+            layers.push(w);
+        }
         Ok(ModelWeights {
             embedding,
             layers,
-            output_norm,
+            output_norm: output_norm.context("the schema has no output norm")?,
             lm_head,
         })
     }
@@ -199,59 +227,31 @@ impl Loader<'_> {
         }
     }
 
-    fn layer(&mut self, layer: usize) -> anyhow::Result<LayerWeights> {
-        let cfg = self.cfg;
-        let id = |role| TensorId::layer(layer, role);
-        let hidden = cfg.hidden_size;
-        let q_dim = cfg.num_heads * cfg.head_dim;
-        let kv_dim = cfg.num_kv_heads * cfg.head_dim;
-        let inter = cfg.intermediate_size;
+    /// A fused matrix of the schema: its parts fetched (quantised where the matmul decodes
+    /// them) and stacked.
+    fn matrix<W>(&mut self, f: &Fused<W>) -> anyhow::Result<PackedMatrix> {
+        let cols = f.cols.context("a matrix weight without columns")?;
+        let parts = f
+            .parts
+            .iter()
+            .map(|p| self.fetch_matrix(p.id))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let m = self.stack(cols, &parts)?;
+        debug_assert_eq!(m.rows(), f.rows());
+        Ok(m)
+    }
 
-        let attn_norm = self.fetch(id(Role::AttnNorm))?;
-        let qkv = [
-            self.fetch_matrix(id(Role::Q))?,
-            self.fetch_matrix(id(Role::K))?,
-            self.fetch_matrix(id(Role::V))?,
-        ];
-        let qkv = self.stack(hidden, &qkv)?;
-        debug_assert_eq!(qkv.rows(), q_dim + 2 * kv_dim);
-        let qkv_bias = if cfg.qkv_bias {
-            let mut bias = self.fetch(id(Role::QBias))?;
-            bias.extend(self.fetch(id(Role::KBias))?);
-            bias.extend(self.fetch(id(Role::VBias))?);
-            Some(bias)
-        } else {
-            None
-        };
-        let (q_norm, k_norm) = if cfg.qk_norm {
-            (
-                Some(self.fetch(id(Role::QNorm))?),
-                Some(self.fetch(id(Role::KNorm))?),
-            )
-        } else {
-            (None, None)
-        };
-        let o = self.fetch_matrix(id(Role::O))?;
-        let o = self.stack(q_dim, &[o])?;
-        let ffn_norm = self.fetch(id(Role::FfnNorm))?;
-        let gate_up = [
-            self.fetch_matrix(id(Role::Gate))?,
-            self.fetch_matrix(id(Role::Up))?,
-        ];
-        let gate_up = self.stack(hidden, &gate_up)?;
-        debug_assert_eq!(gate_up.rows(), 2 * inter);
-        let down = self.fetch_matrix(id(Role::Down))?;
-        let down = self.stack(inter, &[down])?;
-        Ok(LayerWeights {
-            attn_norm,
-            qkv,
-            qkv_bias,
-            q_norm,
-            k_norm,
-            o,
-            ffn_norm,
-            gate_up,
-            down,
-        })
+    /// A fused vector of the schema: its parts one after another, absent ones as the schema
+    /// says.
+    fn vector<W>(&mut self, f: &Fused<W>) -> anyhow::Result<Vec<f32>> {
+        let mut out = Vec::with_capacity(f.len());
+        for p in &f.parts {
+            if f.loads(p, self.src) {
+                out.extend(self.fetch(p.id)?);
+            } else {
+                out.resize(out.len() + p.rows, 0.0);
+            }
+        }
+        Ok(out)
     }
 }

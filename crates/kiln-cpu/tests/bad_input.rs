@@ -4,8 +4,8 @@
 mod support;
 
 use kiln_cpu::{CpuBackend, CpuOptions};
-use kiln_engine::{Backend, ChunkInput};
 use kiln_model::{HostTensor, ModelConfig, Role, TensorId, WeightSource};
+use kiln_step::{Backend, ChunkInput};
 use support::{backend, configs, same_bits, RandomSource};
 
 fn chunk<'a>(tokens: &'a [u32], start_pos: usize, table: &'a [u32]) -> ChunkInput<'a> {

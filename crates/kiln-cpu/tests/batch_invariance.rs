@@ -5,7 +5,7 @@
 mod support;
 
 use kiln_cpu::{CpuBackend, CpuOptions};
-use kiln_engine::{Backend, ChunkInput};
+use kiln_step::{Backend, ChunkInput};
 use support::{configs, random_tokens, same_bits, shuffled_blocks, RandomSource, Rng};
 
 const BLOCK: usize = 4;

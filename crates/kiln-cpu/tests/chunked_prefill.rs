@@ -3,7 +3,7 @@
 
 mod support;
 
-use kiln_engine::{Backend, ChunkInput};
+use kiln_step::{Backend, ChunkInput};
 use support::{
     backend, configs, prefill_then_decode, random_tokens, run_in_chunks, same_bits,
     shuffled_blocks, RandomSource,

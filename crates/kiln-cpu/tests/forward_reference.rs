@@ -2,8 +2,8 @@
 
 mod support;
 
-use kiln_engine::{Backend, ChunkInput};
 use kiln_model::WeightSource;
+use kiln_step::{Backend, ChunkInput};
 use support::reference::reference_logits;
 use support::{backend, configs, max_rel_diff, random_tokens, shuffled_blocks, RandomSource};
 
@@ -60,6 +60,7 @@ fn sliding_window_changes_the_result_once_the_sequence_outgrows_it() {
     let full = RandomSource::new(
         kiln_model::ModelConfig {
             sliding_window: None,
+            layer_types: None,
             ..configs::mistral()
         },
         11,

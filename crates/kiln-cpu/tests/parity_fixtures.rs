@@ -9,8 +9,8 @@ mod fixtures;
 
 use fixtures::{argmax, rel_err, Fixture};
 use kiln_cpu::{CpuBackend, CpuOptions};
-use kiln_engine::{Backend, ChunkInput};
 use kiln_model::{GgufSource, HfSource, WeightSource};
+use kiln_step::{Backend, ChunkInput};
 
 const TOLERANCE: f32 = 1e-4;
 const BLOCK: usize = 16;

@@ -1,6 +1,6 @@
 // Sampling and log-probabilities on the device, so only the chosen tokens reach the host.
 //
-// The arithmetic is kiln_engine::sampling_weights', operation for operation: single IEEE f64
+// The arithmetic is kiln_step::sampling_weights', operation for operation: single IEEE f64
 // operations through __d*_rn intrinsics (never contracted into FMAs), constants given by their
 // bits, and fixed-point integer weights whose sums are exact in any order. So every row picks
 // the token the host sampler picks, bit for bit (tests/contract_sampling.rs). One CTA of 1024

@@ -1,11 +1,13 @@
-//! The CUDA backend behind kiln_engine's Backend trait: loads the weights, sizes every buffer
+//! The CUDA backend behind kiln_step's Backend trait: loads the weights, sizes every buffer
 //! and the KV pool once, then runs each step with one input copy, the queued launches (or one
 //! CUDA graph launch, graphs.rs), one result copy and one host synchronisation.
 
 use anyhow::{bail, Context, Result};
-use kiln_engine::sampler::{SampleError, Sampled};
-use kiln_engine::{Backend, ChunkInput, KvGeometry, RowSampling, StepCapacity};
-use kiln_model::{ModelConfig, WeightSource};
+use kiln_model::{ModelConfig, ModelSpec, WeightSource};
+use kiln_step::{
+    Backend, ChunkInput, KvGeometry, RowSampling, SampleError, Sampled, StepCapacity, StepOutput,
+    Want,
+};
 
 use crate::device::{Gpu, PinnedBuf};
 use crate::forward::{Activations, StepContext};
@@ -66,6 +68,7 @@ pub struct CudaBackend {
     sampling: SamplingBuffers,
     layout: StepLayout,
     config: ModelConfig,
+    spec: ModelSpec,
     switches: Switches,
     opts: CudaOptions,
     gpu: Gpu,
@@ -77,7 +80,7 @@ macro_rules! step_context {
     ($b:expr) => {
         StepContext {
             gpu: &$b.gpu,
-            cfg: &$b.config,
+            spec: &$b.spec,
             w: &$b.weights,
             kv: &$b.kv,
             a: &$b.act,
@@ -100,18 +103,12 @@ fn kv_budget(gpu: &Gpu, bytes: Option<usize>, fraction: f32) -> Result<usize> {
 
 /// The KV pool for `budget` bytes plus one scratch block past the engine's blocks, which the
 /// inert padding rows of a graph step write to.
-fn kv_pool(gpu: &Gpu, c: &ModelConfig, block_size: usize, budget: usize) -> Result<KvCache> {
+fn kv_pool(gpu: &Gpu, c: &ModelSpec, block_size: usize, budget: usize) -> Result<KvCache> {
     let per_block = KvCache::block_bytes(c, block_size);
     if budget < per_block {
         bail!("KV cache budget of {budget} bytes holds no block of {block_size} tokens ({per_block} bytes each)");
     }
     KvCache::new(gpu, c, block_size, budget + per_block)
-}
-
-enum Output<'a> {
-    Logits,
-    Argmax,
-    Sample(&'a [RowSampling]),
 }
 
 impl CudaBackend {
@@ -122,32 +119,30 @@ impl CudaBackend {
     ) -> Result<CudaBackend> {
         let config = weights.config().clone();
         config.validate("CUDA backend")?;
+        let spec = config.spec();
         if opts.block_size < 16 {
             bail!("KV block size must be 16 or more, got {}", opts.block_size);
         }
         if opts.max_seqs == 0 || opts.prefill_chunk == 0 {
             bail!("max_seqs and prefill_chunk must be positive");
         }
-        if !crate::kernels::FLASH_HEAD_DIMS.contains(&config.head_dim) {
-            bail!(
-                "CUDA backend supports head dims {:?}, the model has {}",
-                crate::kernels::FLASH_HEAD_DIMS,
-                config.head_dim
-            );
+        for (l, layer) in spec.layers.iter().enumerate() {
+            let hd = layer.attn.head_dim;
+            if !crate::kernels::FLASH_HEAD_DIMS.contains(&hd) {
+                bail!(
+                    "CUDA backend supports head dims {:?}, layer {l} of the model has {hd}",
+                    crate::kernels::FLASH_HEAD_DIMS
+                );
+            }
         }
         let max_context = opts.max_context.unwrap_or(config.max_position).max(1);
         let max_tokens = opts
             .max_batch_tokens
             .unwrap_or(opts.prefill_chunk + opts.max_seqs);
         let gpu = Gpu::new(opts.device)?;
-        let weights_dev = load_weights(&gpu, weights, max_context, progress)?;
+        let weights_dev = load_weights(&gpu, weights, &spec, max_context, progress)?;
         let mut lt = LtGemm::new(&gpu, opts.prefill_chunk)?;
-        for (n, k) in [
-            (config.q_dim() + 2 * config.kv_dim(), config.hidden_size),
-            (config.hidden_size, config.q_dim()),
-            (2 * config.intermediate_size, config.hidden_size),
-            (config.hidden_size, config.intermediate_size),
-        ] {
+        for (n, k) in gemm_shapes(&spec) {
             lt.pin_shape(&gpu, n, k)
                 .with_context(|| format!("choosing the GEMM algorithm for {n}x{k}"))?;
         }
@@ -160,9 +155,9 @@ impl CudaBackend {
             1,
             config.vocab_size,
         );
-        let act = Activations::new(&gpu, &config, &probe)?;
+        let act = Activations::new(&gpu, &spec, &probe)?;
         let budget = kv_budget(&gpu, opts.kv_cache_bytes, opts.kv_cache_fraction)?;
-        let kv = kv_pool(&gpu, &config, opts.block_size, budget)?;
+        let kv = kv_pool(&gpu, &spec, opts.block_size, budget)?;
         // The last block is the scratch block: the engine sees the ones before it.
         let layout = StepLayout::new(
             max_tokens,
@@ -193,6 +188,7 @@ impl CudaBackend {
             sampling,
             layout,
             config,
+            spec,
             switches: Switches::from_env(),
             opts,
             gpu,
@@ -240,7 +236,9 @@ impl CudaBackend {
         s
     }
 
-    fn step(&mut self, chunks: &[ChunkInput<'_>], out: Output<'_>) -> Result<StepPlan> {
+    /// Runs one step on the device and leaves on the host what `out` asks for: the logits
+    /// rows, the device argmax, or the device sampler's picks (which must be supported).
+    fn run_step(&mut self, chunks: &[ChunkInput<'_>], out: Want<'_>) -> Result<StepPlan> {
         self.gpu.bind()?;
         let plan = pack_step(chunks, &self.layout, self.step_host.as_mut_slice())?;
         if plan.n_tokens == 0 {
@@ -263,16 +261,16 @@ impl CudaBackend {
             .copy_to_device(&self.gpu, self.act.step.ptr(), run.upload_len)?;
         self.launch_step(shape, &run)?;
         match out {
-            Output::Logits => self.logits_host.copy_from_device(
+            Want::Logits => self.logits_host.copy_from_device(
                 &self.gpu,
                 self.act.logits.ptr(),
                 plan.n_logits * self.config.vocab_size,
             )?,
-            Output::Argmax => {
+            Want::Argmax => {
                 self.ids_host
                     .copy_from_device(&self.gpu, self.act.ids.ptr(), plan.n_logits)?
             }
-            Output::Sample(rows) => self.sampling.queue(
+            Want::Sample(rows) => self.sampling.queue(
                 &self.gpu,
                 self.act.logits.ptr(),
                 rows,
@@ -382,13 +380,13 @@ impl CudaBackend {
         // A one-block stand-in, so the old pool's memory is free before the new one is sized.
         let stand_in = KvCache::new(
             &self.gpu,
-            &self.config,
+            &self.spec,
             bs,
-            KvCache::block_bytes(&self.config, bs),
+            KvCache::block_bytes(&self.spec, bs),
         )?;
         drop(std::mem::replace(&mut self.kv, stand_in));
         let budget = kv_budget(&self.gpu, kv_cache_bytes, self.opts.kv_cache_fraction)?;
-        self.kv = kv_pool(&self.gpu, &self.config, bs, budget)?;
+        self.kv = kv_pool(&self.gpu, &self.spec, bs, budget)?;
         self.layout.num_blocks = self.kv.num_blocks - 1;
         let held = self.graphs.held_shapes();
         self.capture_shapes(&held, "KV pool rebuild");
@@ -398,7 +396,7 @@ impl CudaBackend {
     /// Runs a step like [`Backend::forward`] but returns only the argmax token of each row that
     /// wants logits (chosen on the device; only the ids cross to the host).
     pub fn forward_greedy(&mut self, chunks: &[ChunkInput<'_>]) -> Result<Vec<u32>> {
-        let plan = self.step(chunks, Output::Argmax)?;
+        let plan = self.run_step(chunks, Want::Argmax)?;
         Ok(self.ids_host.as_slice()[..plan.n_logits]
             .iter()
             .map(|&i| i as u32)
@@ -417,12 +415,32 @@ impl CudaBackend {
         if rows.len() != wanted {
             bail!("{} sampling rows for {wanted} logits rows", rows.len());
         }
-        let plan = self.step(chunks, Output::Sample(rows))?;
+        let plan = self.run_step(chunks, Want::Sample(rows))?;
         if plan.n_logits == 0 {
             return Ok(Vec::new());
         }
         Ok(self.sampling.results(rows))
     }
+}
+
+/// The (n, k) of every projection of the model, each once: the shapes cuBLASLt pins.
+fn gemm_shapes(spec: &ModelSpec) -> Vec<(usize, usize)> {
+    let h = spec.hidden_size;
+    let mut shapes = Vec::new();
+    for l in &spec.layers {
+        let inter = l.ffn.intermediate();
+        for s in [
+            (l.attn.qkv_rows(), h),
+            (h, l.attn.q_dim()),
+            (2 * inter, h),
+            (h, inter),
+        ] {
+            if !shapes.contains(&s) {
+                shapes.push(s);
+            }
+        }
+    }
+    shapes
 }
 
 impl Backend for CudaBackend {
@@ -440,28 +458,33 @@ impl Backend for CudaBackend {
         })
     }
 
-    fn forward(&mut self, chunks: &[ChunkInput<'_>]) -> Result<Vec<f32>> {
-        let plan = self.step(chunks, Output::Logits)?;
-        Ok(self.logits_host.as_slice()[..plan.n_logits * self.config.vocab_size].to_vec())
-    }
-
-    /// The argmax of each logits row, chosen on the device: only the ids cross to the host.
-    fn forward_argmax(&mut self, chunks: &[ChunkInput<'_>]) -> Option<Result<Vec<u32>>> {
-        Some(self.forward_greedy(chunks))
-    }
-
-    /// Samples on the device (the host sampler's arithmetic, bit for bit): only the chosen
-    /// tokens cross to the host. `KILN_DEVICE_SAMPLING=0` leaves sampling to the host.
-    fn forward_sample(
-        &mut self,
-        chunks: &[ChunkInput<'_>],
-        rows: &[RowSampling],
-    ) -> Option<Result<Vec<Result<Sampled, SampleError>>>> {
-        if !self.switches.device_sampling
-            || !crate::sampling::supports(rows, self.config.vocab_size)
-        {
-            return None;
+    /// Logits and argmax come from the device as asked. Sampling runs on the device (the host
+    /// sampler's arithmetic, bit for bit) unless `KILN_DEVICE_SAMPLING=0` or the rows ask for
+    /// more than the kernel does; then the logits come to the host and the reference sampler
+    /// picks.
+    fn step(&mut self, chunks: &[ChunkInput<'_>], want: Want<'_>) -> Result<StepOutput> {
+        let vocab = self.config.vocab_size;
+        match want {
+            Want::Logits => {
+                let plan = self.run_step(chunks, Want::Logits)?;
+                let logits = self.logits_host.as_slice()[..plan.n_logits * vocab].to_vec();
+                Ok(StepOutput::Logits(logits))
+            }
+            Want::Argmax => {
+                let ids = self.forward_greedy(chunks)?;
+                Ok(StepOutput::Tokens(
+                    ids.into_iter().map(|id| Ok(Sampled::id_only(id))).collect(),
+                ))
+            }
+            Want::Sample(rows)
+                if self.switches.device_sampling && crate::sampling::supports(rows, vocab) =>
+            {
+                Ok(StepOutput::Tokens(self.forward_sampled(chunks, rows)?))
+            }
+            Want::Sample(_) => {
+                let logits = self.forward(chunks)?;
+                want.from_logits(logits, vocab)
+            }
         }
-        Some(self.forward_sampled(chunks, rows))
     }
 }

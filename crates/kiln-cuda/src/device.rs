@@ -232,6 +232,46 @@ impl Gpu {
     }
 }
 
+/// A device address of elements of T: offsets and row slices are counted in elements, never
+/// in bytes computed by hand. Kernels take the plain address ([`DevPtr::addr`]).
+#[derive(Debug)]
+pub struct DevPtr<T> {
+    addr: u64,
+    _t: PhantomData<T>,
+}
+
+impl<T> Clone for DevPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for DevPtr<T> {}
+
+impl<T> DevPtr<T> {
+    /// The address `addr`, holding elements of T.
+    pub fn new(addr: u64) -> DevPtr<T> {
+        DevPtr {
+            addr,
+            _t: PhantomData,
+        }
+    }
+
+    pub fn addr(self) -> u64 {
+        self.addr
+    }
+
+    /// `elems` elements further on.
+    pub fn offset(self, elems: usize) -> DevPtr<T> {
+        DevPtr::new(self.addr + (elems * std::mem::size_of::<T>()) as u64)
+    }
+
+    /// Row `row` of a row-major matrix `width` elements wide that starts here.
+    pub fn row(self, row: usize, width: usize) -> DevPtr<T> {
+        self.offset(row * width)
+    }
+}
+
 /// A device allocation of `len` elements of T at a fixed address, freed on drop.
 pub struct DevBuf<T> {
     ptr: u64,
@@ -267,9 +307,14 @@ impl<T: Copy + Default> DevBuf<T> {
         self.ptr
     }
 
+    /// The buffer's start as a typed pointer.
+    pub fn dev_ptr(&self) -> DevPtr<T> {
+        DevPtr::new(self.ptr)
+    }
+
     /// Address of element `i`.
     pub fn at(&self, i: usize) -> u64 {
-        self.ptr + (i * std::mem::size_of::<T>()) as u64
+        self.dev_ptr().offset(i).addr()
     }
 
     pub fn len(&self) -> usize {

@@ -1,11 +1,13 @@
-//! One step's forward pass on the device: every launch of every layer, reading the per-step
-//! inputs from the persistent step buffer. Rows 0..n_decode are decode rows (skinny GEMM,
-//! split-KV attention); the rest are prefill rows (cuBLASLt, flash attention).
+//! The layer program's ops on the device (`kiln_model::program::StepOps`): every launch of a
+//! step, reading the per-step inputs from the persistent step buffer. Rows 0..n_decode are
+//! decode rows (skinny GEMM, split-KV attention); the rest are prefill rows (cuBLASLt, flash
+//! attention). The order of the ops is the model's, written once in kiln-model; an eager step
+//! and a graph capture run the same code, so they queue the same launches in the same order.
 
-use anyhow::Result;
-use kiln_model::ModelConfig;
+use anyhow::{bail, Result};
+use kiln_model::{run_step, LayerWeight, ModelSpec, RopeStyle, StepOps};
 
-use crate::device::{DevBuf, Gpu};
+use crate::device::{DevBuf, DevPtr, Gpu};
 use crate::gemm_lt::LtGemm;
 use crate::kernels::{AttnInputs, DECODE_MAX_SPLITS};
 use crate::kv_cache::KvCache;
@@ -13,7 +15,8 @@ use crate::step_plan::{StepLayout, StepPlan};
 use crate::switches::Switches;
 use crate::weights::ModelWeights;
 
-/// Activation buffers, sized once for the largest step, at fixed addresses.
+/// Activation buffers, sized once for the largest step and the widest layer, at fixed
+/// addresses.
 pub struct Activations {
     pub x: DevBuf<f32>,
     pub delta: DevBuf<f32>,
@@ -33,22 +36,26 @@ pub struct Activations {
 }
 
 impl Activations {
-    pub fn new(gpu: &Gpu, c: &ModelConfig, l: &StepLayout) -> Result<Activations> {
-        let (t, s) = (l.max_tokens, l.max_seqs);
-        let qkv_n = c.q_dim() + 2 * c.kv_dim();
+    pub fn new(gpu: &Gpu, spec: &ModelSpec, l: &StepLayout) -> Result<Activations> {
+        let (t, s, h) = (l.max_tokens, l.max_seqs, spec.hidden_size);
+        let widest = |f: fn(&kiln_model::LayerSpec) -> usize| spec.max_over_layers(f);
+        let q_dim = widest(|l| l.attn.q_dim());
+        let heads = widest(|l| l.attn.num_heads);
+        let head_dim = widest(|l| l.attn.head_dim);
+        let inter = widest(|l| l.ffn.intermediate());
         Ok(Activations {
-            x: gpu.alloc(t * c.hidden_size)?,
-            delta: gpu.alloc(t * c.hidden_size)?,
-            normed: gpu.alloc(t * c.hidden_size)?,
-            qkv: gpu.alloc(t * qkv_n)?,
-            q: gpu.alloc(t * c.q_dim())?,
-            attn: gpu.alloc(t * c.q_dim())?,
-            gu: gpu.alloc(t * 2 * c.intermediate_size)?,
-            act: gpu.alloc(t * c.intermediate_size)?,
-            part_o: gpu.alloc(s * c.num_heads * DECODE_MAX_SPLITS * c.head_dim)?,
-            part_ml: gpu.alloc(s * c.num_heads * DECODE_MAX_SPLITS * 2)?,
-            logit_in: gpu.alloc(s * c.hidden_size)?,
-            logits: gpu.alloc(s * c.vocab_size)?,
+            x: gpu.alloc(t * h)?,
+            delta: gpu.alloc(t * h)?,
+            normed: gpu.alloc(t * h)?,
+            qkv: gpu.alloc(t * widest(|l| l.attn.qkv_rows()))?,
+            q: gpu.alloc(t * q_dim)?,
+            attn: gpu.alloc(t * q_dim)?,
+            gu: gpu.alloc(t * 2 * inter)?,
+            act: gpu.alloc(t * inter)?,
+            part_o: gpu.alloc(s * heads * DECODE_MAX_SPLITS * head_dim)?,
+            part_ml: gpu.alloc(s * heads * DECODE_MAX_SPLITS * 2)?,
+            logit_in: gpu.alloc(s * h)?,
+            logits: gpu.alloc(s * spec.vocab_size)?,
             ids: gpu.alloc(s)?,
             step: gpu.alloc(l.len)?,
         })
@@ -75,7 +82,7 @@ impl Activations {
 /// Everything a step's launches read.
 pub struct StepContext<'a> {
     pub gpu: &'a Gpu,
-    pub cfg: &'a ModelConfig,
+    pub spec: &'a ModelSpec,
     pub w: &'a ModelWeights,
     pub kv: &'a KvCache,
     pub a: &'a Activations,
@@ -84,175 +91,149 @@ pub struct StepContext<'a> {
 }
 
 impl StepContext<'_> {
+    /// Queues the whole forward pass of a packed step; the logits of the rows that need them end
+    /// in `a.logits` and their argmax in `a.ids`.
+    pub fn run(&self, lt: &mut LtGemm, plan: &StepPlan) -> Result<()> {
+        let mut ops = CudaOps {
+            ctx: self,
+            lt,
+            plan,
+            pending: false,
+        };
+        run_step(self.spec, &mut ops)
+    }
+
     fn step_ptr(&self, section: usize) -> u64 {
         self.a.step.at(section)
     }
 
-    /// y = x . w^T for `plan.n_tokens` rows: decode rows through the skinny kernel, prefill rows
-    /// through cuBLASLt (or every row through cuBLASLt with KILN_SKINNY_GEMM=0).
-    #[allow(clippy::too_many_arguments)]
-    fn gemm(
-        &self,
-        lt: &mut LtGemm,
-        plan: &StepPlan,
-        y: u64,
-        x: u64,
-        w: u64,
-        n: usize,
-        k: usize,
-    ) -> Result<()> {
-        let (t, d) = (
-            plan.n_tokens,
-            if self.sw.skinny_gemm {
-                plan.n_decode
-            } else {
-                0
-            },
-        );
-        self.gpu.skinny_gemm(y, x, w, d, n, k)?;
-        lt.matmul(
-            self.gpu,
-            y + (d * n * 4) as u64,
-            x + (d * k * 2) as u64,
-            w,
-            t - d,
-            n,
-            k,
-        )
-    }
-
-    /// Queues the whole forward pass of a packed step; the logits of the rows that need them end
-    /// in `a.logits` and their argmax in `a.ids`.
-    pub fn run(&self, lt: &mut LtGemm, plan: &StepPlan) -> Result<()> {
-        let (g, c, a, l) = (self.gpu, self.cfg, self.a, self.layout);
-        let (t, h, hd) = (plan.n_tokens, c.hidden_size, c.head_dim);
-        let (nq, inter) = (c.num_heads, c.intermediate_size);
-        let qkv_n = c.q_dim() + 2 * c.kv_dim();
-        let window = c.sliding_window.unwrap_or(0);
-        let scale = 1.0 / (hd as f32).sqrt();
-        let neox = matches!(c.rope_style, kiln_model::RopeStyle::Neox);
-        let inp = AttnInputs {
+    fn attn_inputs(&self) -> AttnInputs {
+        let l = self.layout;
+        AttnInputs {
             positions: self.step_ptr(l.positions),
             token_seq: self.step_ptr(l.token_seq),
             bt_start: self.step_ptr(l.bt_start),
             block_tables: self.step_ptr(l.block_tables),
-        };
-        let opt = |b: &Option<DevBuf<u16>>| b.as_ref().map_or(0, |b| b.ptr());
-        g.embed_gather(a.x.ptr(), self.w.embed.ptr(), self.step_ptr(l.tokens), t, h)?;
-        for (li, lw) in self.w.layers.iter().enumerate() {
-            let kv = self.kv.view(li);
-            let delta = if li == 0 { 0 } else { a.delta.ptr() };
-            g.rmsnorm_residual(
-                a.x.ptr(),
-                delta,
-                lw.attn_norm.ptr(),
-                a.normed.ptr(),
-                t,
-                h,
-                c.rms_norm_eps,
-            )?;
-            self.gemm(
-                lt,
-                plan,
-                a.qkv.ptr(),
-                a.normed.ptr(),
-                lw.wqkv.ptr(),
-                qkv_n,
-                h,
-            )?;
-            g.qkv_prepare(
-                a.qkv.ptr(),
-                opt(&lw.qkv_bias),
-                opt(&lw.q_norm),
-                opt(&lw.k_norm),
-                self.w.rope.ptr(),
-                inp.positions,
-                self.step_ptr(l.slots),
-                a.q.ptr(),
-                kv,
-                t,
-                nq,
-                hd,
-                neox,
-                c.rms_norm_eps,
-            )?;
-            self.attention(plan, kv, &inp, window, scale)?;
-            self.gemm(
-                lt,
-                plan,
-                a.delta.ptr(),
-                a.attn.ptr(),
-                lw.wo.ptr(),
-                h,
-                c.q_dim(),
-            )?;
-            g.rmsnorm_residual(
-                a.x.ptr(),
-                a.delta.ptr(),
-                lw.ffn_norm.ptr(),
-                a.normed.ptr(),
-                t,
-                h,
-                c.rms_norm_eps,
-            )?;
-            self.gemm(
-                lt,
-                plan,
-                a.gu.ptr(),
-                a.normed.ptr(),
-                lw.w_gate_up.ptr(),
-                2 * inter,
-                h,
-            )?;
-            g.swiglu(a.gu.ptr(), a.act.ptr(), inter, t)?;
-            self.gemm(
-                lt,
-                plan,
-                a.delta.ptr(),
-                a.act.ptr(),
-                lw.w_down.ptr(),
-                h,
-                inter,
-            )?;
         }
-        let r = plan.n_logits;
-        g.final_norm_rows(
-            a.x.ptr(),
-            a.delta.ptr(),
-            self.step_ptr(l.logits_rows),
-            self.w.out_norm.ptr(),
-            a.logit_in.ptr(),
-            r,
-            h,
-            c.rms_norm_eps,
-        )?;
-        // Logits rows always take the skinny kernel, so a row's logits never depend on the step.
-        g.skinny_gemm(
-            a.logits.ptr(),
-            a.logit_in.ptr(),
-            self.w.lm_head_ptr(),
-            r,
-            c.vocab_size,
-            h,
-        )?;
-        g.argmax_rows(a.logits.ptr(), a.ids.ptr(), r, c.vocab_size)
+    }
+}
+
+/// One step's ops on the device.
+struct CudaOps<'c, 'a> {
+    ctx: &'c StepContext<'a>,
+    lt: &'c mut LtGemm,
+    plan: &'c StepPlan,
+    /// `delta` holds a block's output not yet added to `x`.
+    pending: bool,
+}
+
+impl CudaOps<'_, '_> {
+    /// y = x . w^T for `plan.n_tokens` rows: decode rows through the skinny kernel, prefill rows
+    /// through cuBLASLt (or every row through cuBLASLt with KILN_SKINNY_GEMM=0).
+    fn gemm(&mut self, y: DevPtr<f32>, x: DevPtr<u16>, w: u64, n: usize, k: usize) -> Result<()> {
+        let (g, plan) = (self.ctx.gpu, self.plan);
+        let t = plan.n_tokens;
+        let d = if self.ctx.sw.skinny_gemm {
+            plan.n_decode
+        } else {
+            0
+        };
+        g.skinny_gemm(y.addr(), x.addr(), w, d, n, k)?;
+        self.lt
+            .matmul(g, y.row(d, n).addr(), x.row(d, k).addr(), w, t - d, n, k)
+    }
+}
+
+impl StepOps for CudaOps<'_, '_> {
+    fn embed(&mut self) -> Result<()> {
+        let c = self.ctx;
+        c.gpu.embed_gather(
+            c.a.x.ptr(),
+            c.w.embed.ptr(),
+            c.step_ptr(c.layout.tokens),
+            self.plan.n_tokens,
+            c.spec.hidden_size,
+        )
     }
 
-    fn attention(
-        &self,
-        plan: &StepPlan,
-        kv: crate::kernels::KvView,
-        inp: &AttnInputs,
-        window: usize,
-        scale: f32,
-    ) -> Result<()> {
-        let (g, c, a) = (self.gpu, self.cfg, self.a);
-        let (nq, hd) = (c.num_heads, c.head_dim);
-        if !self.sw.flash_attn {
+    fn add_norm(&mut self, layer: usize, weight: LayerWeight) -> Result<()> {
+        let c = self.ctx;
+        let delta = if std::mem::take(&mut self.pending) {
+            c.a.delta.ptr()
+        } else {
+            0
+        };
+        c.gpu.rmsnorm_residual(
+            c.a.x.ptr(),
+            delta,
+            c.w.layers[layer].ptr(weight),
+            c.a.normed.ptr(),
+            self.plan.n_tokens,
+            c.spec.hidden_size,
+            c.spec.layers[layer].norm_eps,
+        )
+    }
+
+    fn linear(&mut self, layer: usize, weight: LayerWeight) -> Result<()> {
+        let c = self.ctx;
+        let (spec, a) = (&c.spec.layers[layer], c.a);
+        let h = c.spec.hidden_size;
+        let inter = spec.ffn.intermediate();
+        let (y, x, n, k) = match weight {
+            LayerWeight::Qkv => (&a.qkv, &a.normed, spec.attn.qkv_rows(), h),
+            LayerWeight::O => (&a.delta, &a.attn, h, spec.attn.q_dim()),
+            LayerWeight::GateUp => (&a.gu, &a.normed, 2 * inter, h),
+            LayerWeight::Down => (&a.delta, &a.act, h, inter),
+            other => bail!("{other:?} is not a projection"),
+        };
+        let w = c.w.layers[layer].ptr(weight);
+        self.gemm(y.dev_ptr(), x.dev_ptr(), w, n, k)?;
+        self.pending |= matches!(weight, LayerWeight::O | LayerWeight::Down);
+        Ok(())
+    }
+
+    fn qkv_rope_kv(&mut self, layer: usize) -> Result<()> {
+        let c = self.ctx;
+        let (spec, lw, a) = (&c.spec.layers[layer], &c.w.layers[layer], c.a);
+        let at = &spec.attn;
+        let neox = matches!(c.spec.rope(layer).style, RopeStyle::Neox);
+        c.gpu.qkv_prepare(
+            a.qkv.ptr(),
+            lw.ptr(LayerWeight::QkvBias),
+            lw.ptr(LayerWeight::QNorm),
+            lw.ptr(LayerWeight::KNorm),
+            c.w.ropes[at.rope].ptr(),
+            c.step_ptr(c.layout.positions),
+            c.step_ptr(c.layout.slots),
+            a.q.ptr(),
+            c.kv.view(layer),
+            self.plan.n_tokens,
+            at.num_heads,
+            at.head_dim,
+            neox,
+            spec.norm_eps,
+        )
+    }
+
+    /// Every row runs on: the launches keep their shapes (and a graph its buckets), and the
+    /// rows that want logits are picked by `logits`.
+    fn keep_logit_rows(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn attention(&mut self, layer: usize) -> Result<()> {
+        let c = self.ctx;
+        let (g, a, plan) = (c.gpu, c.a, self.plan);
+        let at = &c.spec.layers[layer].attn;
+        let (nq, hd, scale) = (at.num_heads, at.head_dim, at.scale);
+        let window = at.window.unwrap_or(0);
+        let kv = c.kv.view(layer);
+        let inp = c.attn_inputs();
+        if !c.sw.flash_attn {
             return g.ref_attn(
                 a.q.ptr(),
                 kv,
-                inp,
+                &inp,
                 a.attn.ptr(),
                 plan.n_tokens,
                 nq,
@@ -262,11 +243,11 @@ impl StepContext<'_> {
             );
         }
         let d = plan.n_decode;
-        if self.sw.split_decode {
+        if c.sw.split_decode {
             g.decode_attn(
                 a.q.ptr(),
                 kv,
-                inp,
+                &inp,
                 a.part_o.ptr(),
                 a.part_ml.ptr(),
                 a.attn.ptr(),
@@ -277,19 +258,57 @@ impl StepContext<'_> {
                 scale,
             )?;
         } else {
-            g.ref_attn(a.q.ptr(), kv, inp, a.attn.ptr(), d, nq, hd, window, scale)?;
+            g.ref_attn(a.q.ptr(), kv, &inp, a.attn.ptr(), d, nq, hd, window, scale)?;
         }
         g.flash_attn(
             a.q.ptr(),
             kv,
-            self.step_ptr(self.layout.tiles),
+            c.step_ptr(c.layout.tiles),
             plan.n_tiles,
-            inp,
+            &inp,
             a.attn.ptr(),
             nq,
             hd,
             window,
             scale,
         )
+    }
+
+    fn ffn_activation(&mut self, layer: usize) -> Result<()> {
+        let c = self.ctx;
+        let inter = c.spec.layers[layer].ffn.intermediate();
+        c.gpu
+            .swiglu(c.a.gu.ptr(), c.a.act.ptr(), inter, self.plan.n_tokens)
+    }
+
+    fn logits(&mut self) -> Result<()> {
+        let c = self.ctx;
+        let (g, a, s) = (c.gpu, c.a, c.spec);
+        let r = self.plan.n_logits;
+        let delta = if std::mem::take(&mut self.pending) {
+            a.delta.ptr()
+        } else {
+            0
+        };
+        g.final_norm_rows(
+            a.x.ptr(),
+            delta,
+            c.step_ptr(c.layout.logits_rows),
+            c.w.out_norm.ptr(),
+            a.logit_in.ptr(),
+            r,
+            s.hidden_size,
+            s.norm_eps,
+        )?;
+        // Logits rows always take the skinny kernel, so a row's logits never depend on the step.
+        g.skinny_gemm(
+            a.logits.ptr(),
+            a.logit_in.ptr(),
+            c.w.lm_head_ptr(),
+            r,
+            s.vocab_size,
+            s.hidden_size,
+        )?;
+        g.argmax_rows(a.logits.ptr(), a.ids.ptr(), r, s.vocab_size)
     }
 }

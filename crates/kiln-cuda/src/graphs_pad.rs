@@ -178,7 +178,7 @@ pub fn pad_step(
 mod tests {
     use super::*;
     use crate::step_plan::pack_step;
-    use kiln_engine::ChunkInput;
+    use kiln_step::ChunkInput;
 
     fn layout() -> StepLayout {
         StepLayout::new(300, 40, 1024, 16, 64, 1000)

@@ -2,8 +2,8 @@
 //! words, one CTA per row, and only the chosen ids and log-probabilities copied back.
 
 use anyhow::Result;
-use kiln_engine::sampler::{SampleError, Sampled};
-use kiln_engine::{RowSampling, MAX_DEVICE_TOP_LOGPROBS};
+use kiln_step::{RowSampling, MAX_DEVICE_TOP_LOGPROBS};
+use kiln_step::{SampleError, Sampled};
 
 use crate::device::{Arg, DevBuf, Gpu, PinnedBuf};
 

@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Result};
 
-use crate::device::{Arg, Gpu};
+use crate::device::{Arg, DevPtr, Gpu};
 use crate::kernels::i32_of;
 use crate::switches::KernelChoice;
 
@@ -199,7 +199,8 @@ impl Gpu {
             let m = (rows - done).min(SKINNY_MAX_ROWS);
             let nt = m.div_ceil(8).next_power_of_two();
             let e = kind.entry(nt, tiles, self.sm_count as usize);
-            let (yd, xd) = (y + (done * n * 4) as u64, x + (done * k * 2) as u64);
+            let yd = DevPtr::<f32>::new(y).row(done, n).addr();
+            let xd = DevPtr::<u16>::new(x).row(done, k).addr();
             self.launch_entry(e, pdl, yd, xd, w, m, ni, ki)?;
             done += m;
         }

@@ -1,11 +1,11 @@
-//! Host side of a step: checks the chunks and packs every per-step input (token ids,
+//! Host side of a step: checks the chunks (`kiln_step::StepLimits`) and packs every per-step input (token ids,
 //! positions, KV slots, token -> sequence, block tables, attention tiles, logits rows) into one
 //! i32 array with fixed section offsets, uploaded in one copy into a persistent device buffer.
 //! Decode rows (single-token chunks) come first so that GEMMs route them by position: rows
 //! 0..n_decode go to the skinny kernel, the rest to the tensor-core path.
 
-use anyhow::{bail, Result};
-use kiln_engine::ChunkInput;
+use anyhow::Result;
+use kiln_step::{ChunkInput, KvGeometry, StepCapacity, StepLimits};
 
 use crate::kernels::FLASH_TILE_ROWS;
 
@@ -95,63 +95,30 @@ pub fn is_decode(chunk: &ChunkInput<'_>) -> bool {
     chunk.tokens.len() == 1
 }
 
-fn check_chunk(i: usize, c: &ChunkInput<'_>, l: &StepLayout) -> Result<()> {
-    if c.tokens.is_empty() {
-        bail!("chunk {i} has no tokens");
+impl StepLayout {
+    /// What the layout accepts, for `kiln_step`'s checks.
+    pub fn limits(&self) -> StepLimits {
+        StepLimits {
+            kv: KvGeometry {
+                block_size: self.block_size,
+                num_blocks: self.num_blocks,
+            },
+            vocab_size: self.vocab_size,
+            max_context: Some(self.max_context),
+            capacity: Some(StepCapacity {
+                max_seqs: self.max_seqs,
+                max_tokens: self.max_tokens,
+            }),
+        }
     }
-    let end = c.start_pos + c.tokens.len();
-    if end > l.max_context {
-        bail!(
-            "chunk {i} reaches position {end}, beyond the backend's context of {} tokens",
-            l.max_context
-        );
-    }
-    if let Some(t) = c.tokens.iter().find(|&&t| t as usize >= l.vocab_size) {
-        bail!(
-            "chunk {i} has token id {t}, outside the vocabulary of {}",
-            l.vocab_size
-        );
-    }
-    let needed = end.div_ceil(l.block_size);
-    if c.block_table.len() < needed {
-        bail!(
-            "chunk {i} covers {end} positions but its block table has {} blocks of {}",
-            c.block_table.len(),
-            l.block_size
-        );
-    }
-    if let Some(b) = c.block_table[..needed]
-        .iter()
-        .find(|&&b| b as usize >= l.num_blocks)
-    {
-        bail!(
-            "chunk {i} uses KV block {b}, outside the pool of {} blocks",
-            l.num_blocks
-        );
-    }
-    Ok(())
 }
 
 /// Packs `chunks` into `buf` (at least `layout.len` long). Fails with a clear error, touching no
 /// device state, when a chunk is malformed or the step exceeds the configured capacities.
 pub fn pack_step(chunks: &[ChunkInput<'_>], l: &StepLayout, buf: &mut [i32]) -> Result<StepPlan> {
-    if chunks.len() > l.max_seqs {
-        bail!(
-            "step has {} sequences; the backend was sized for {}",
-            chunks.len(),
-            l.max_seqs
-        );
-    }
+    let limits = l.limits();
+    limits.check(chunks)?;
     let n_tokens: usize = chunks.iter().map(|c| c.tokens.len()).sum();
-    if n_tokens > l.max_tokens {
-        bail!(
-            "step has {n_tokens} tokens; the backend was sized for {} per step",
-            l.max_tokens
-        );
-    }
-    for (i, c) in chunks.iter().enumerate() {
-        check_chunk(i, c, l)?;
-    }
     // Decode chunks first, each group in the order given.
     let order: Vec<usize> = (0..chunks.len())
         .filter(|&i| is_decode(&chunks[i]))
@@ -173,8 +140,7 @@ pub fn pack_step(chunks: &[ChunkInput<'_>], l: &StepLayout, buf: &mut [i32]) -> 
             let p = c.start_pos + j;
             buf[l.tokens + t + j] = tok as i32;
             buf[l.positions + t + j] = p as i32;
-            buf[l.slots + t + j] =
-                (c.block_table[p / l.block_size] as usize * l.block_size + p % l.block_size) as i32;
+            buf[l.slots + t + j] = limits.kv.slot(c.block_table, p) as i32;
             buf[l.token_seq + t + j] = seq as i32;
         }
         if !is_decode(c) {
@@ -262,76 +228,5 @@ mod tests {
             &[1, 2, 3, 4, 5, 6, 7]
         );
         assert_eq!(plan.upload_len, l.block_tables + 7);
-    }
-
-    #[test]
-    fn malformed_steps_are_refused_with_a_reason() {
-        let l = layout();
-        let mut buf = vec![0i32; l.len];
-        let err = |chunks: &[ChunkInput<'_>], buf: &mut [i32]| {
-            pack_step(chunks, &l, buf).unwrap_err().to_string()
-        };
-        assert!(err(
-            &[ChunkInput {
-                tokens: &[],
-                start_pos: 0,
-                block_table: &[0],
-                want_logits: true
-            }],
-            &mut buf
-        )
-        .contains("no tokens"));
-        assert!(err(
-            &[ChunkInput {
-                tokens: &[1000],
-                start_pos: 0,
-                block_table: &[0],
-                want_logits: true
-            }],
-            &mut buf
-        )
-        .contains("vocabulary"));
-        assert!(err(
-            &[ChunkInput {
-                tokens: &[1; 17],
-                start_pos: 0,
-                block_table: &[0],
-                want_logits: true
-            }],
-            &mut buf
-        )
-        .contains("block table"));
-        assert!(err(
-            &[ChunkInput {
-                tokens: &[1],
-                start_pos: 0,
-                block_table: &[64],
-                want_logits: true
-            }],
-            &mut buf
-        )
-        .contains("outside the pool"));
-        assert!(err(
-            &[ChunkInput {
-                tokens: &[1],
-                start_pos: 1024,
-                block_table: &[0; 65],
-                want_logits: true
-            }],
-            &mut buf
-        )
-        .contains("context"));
-        let many: Vec<u32> = vec![1; 257];
-        let table: Vec<u32> = (0..17).collect();
-        assert!(err(
-            &[ChunkInput {
-                tokens: &many,
-                start_pos: 0,
-                block_table: &table,
-                want_logits: true
-            }],
-            &mut buf
-        )
-        .contains("per step"));
     }
 }

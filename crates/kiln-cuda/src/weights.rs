@@ -1,28 +1,26 @@
-//! The model's weights on the device, in bf16, laid out once at load: Q/K/V fused into one
-//! matrix and gate/up into another, so a layer runs four GEMMs. Dummy models are generated on
+//! The model's weights on the device, in bf16, laid out once at load in the fused layout of
+//! `kiln_model::schema` (Q/K/V one matrix, gate/up another, so a layer runs four GEMMs). Dummy models are generated on
 //! the device by the same pure function the host uses, so an 8B dummy model loads in seconds.
 
 use anyhow::{bail, ensure, Context, Result};
-use kiln_model::{DummyFill, ModelConfig, Role, TensorId, WeightSource};
+use kiln_model::schema::{self, Fused, GlobalWeight, LayerWeight};
+use kiln_model::{DummyFill, ModelSpec, TensorId, WeightSource};
 
 use crate::device::{DevBuf, Gpu};
 
 /// f32 staging for file weights: uploaded in pieces of this many elements, converted on the device.
 const STAGING_ELEMS: usize = 1 << 24;
 
+/// One layer's weights as the schema names them (`kiln_model::schema`), each in one buffer.
 pub struct LayerWeights {
-    pub attn_norm: DevBuf<u16>,
-    /// [q_dim + 2 kv_dim, hidden]: Q rows, then K, then V.
-    pub wqkv: DevBuf<u16>,
-    /// [q_dim + 2 kv_dim] when the model has QKV biases.
-    pub qkv_bias: Option<DevBuf<u16>>,
-    pub q_norm: Option<DevBuf<u16>>,
-    pub k_norm: Option<DevBuf<u16>>,
-    pub wo: DevBuf<u16>,
-    pub ffn_norm: DevBuf<u16>,
-    /// [2 intermediate, hidden]: gate rows, then up.
-    pub w_gate_up: DevBuf<u16>,
-    pub w_down: DevBuf<u16>,
+    bufs: [Option<DevBuf<u16>>; LayerWeight::ALL.len()],
+}
+
+impl LayerWeights {
+    /// The weight's address; 0 when the layer has none (optional bias and Q/K norms).
+    pub fn ptr(&self, w: LayerWeight) -> u64 {
+        self.bufs[w.index()].as_ref().map_or(0, |b| b.ptr())
+    }
 }
 
 pub struct ModelWeights {
@@ -31,8 +29,9 @@ pub struct ModelWeights {
     /// None when the LM head is the embedding.
     pub lm_head: Option<DevBuf<u16>>,
     pub layers: Vec<LayerWeights>,
-    /// cos/sin per (position, pair), times the attention factor: [max_pos][head_dim / 2][2].
-    pub rope: DevBuf<f32>,
+    /// One per RoPE of the spec: cos/sin per (position, pair), times the attention factor,
+    /// [max_pos][pairs][2].
+    pub ropes: Vec<DevBuf<f32>>,
     pub rope_positions: usize,
     pub bytes: usize,
 }
@@ -98,160 +97,103 @@ impl Loader<'_> {
         Ok(())
     }
 
-    fn tensor(&mut self, id: TensorId, len: usize) -> Result<DevBuf<u16>> {
-        let buf = self.alloc(len)?;
-        self.put(id, &buf, 0, len)?;
+    /// A fused weight of the schema in one buffer: each part at its offset, absent parts left
+    /// as the schema says (the buffer starts cleared, so zeros need no write).
+    fn fused<W>(&mut self, f: &Fused<W>) -> Result<DevBuf<u16>> {
+        let buf = self.alloc(f.len())?;
+        let cols = f.cols.unwrap_or(1);
+        for (part, at) in f.offsets() {
+            if f.loads(&part, self.src) {
+                self.put(part.id, &buf, at, part.rows * cols)?;
+            }
+        }
         Ok(buf)
     }
-
-    fn optional(&mut self, id: TensorId, len: usize) -> Result<Option<DevBuf<u16>>> {
-        if self.src.has(id) {
-            Ok(Some(self.tensor(id, len)?))
-        } else {
-            Ok(None)
-        }
-    }
 }
 
-fn tensor_count(c: &ModelConfig, src: &dyn WeightSource) -> usize {
-    let mut n = 2 + usize::from(src.has(TensorId::global(Role::Output)));
-    for l in 0..c.num_layers {
-        for role in [
-            Role::AttnNorm,
-            Role::Q,
-            Role::K,
-            Role::V,
-            Role::QBias,
-            Role::KBias,
-            Role::VBias,
-            Role::QNorm,
-            Role::KNorm,
-            Role::O,
-            Role::FfnNorm,
-            Role::Gate,
-            Role::Up,
-            Role::Down,
-        ] {
-            n += usize::from(src.has(TensorId::layer(l, role)));
-        }
-    }
-    n
-}
-
-/// Loads every weight of `src` onto the device, and builds the RoPE table for `rope_positions`.
+/// Loads every weight of the schema of `spec` onto the device, and builds each RoPE table
+/// for `rope_positions`.
 pub fn load_weights(
     gpu: &Gpu,
     src: &dyn WeightSource,
+    spec: &ModelSpec,
     rope_positions: usize,
     progress: Option<&dyn Fn(usize, usize)>,
 ) -> Result<ModelWeights> {
-    let c = src.config().clone();
-    let (h, q, kv, inter, hd) = (
-        c.hidden_size,
-        c.q_dim(),
-        c.kv_dim(),
-        c.intermediate_size,
-        c.head_dim,
-    );
-    for (what, v) in [
-        ("hidden size", h),
-        ("intermediate size", inter),
-        ("q dim", q),
-        ("kv dim", kv),
-    ] {
-        if !v.is_multiple_of(8) {
-            bail!("CUDA backend needs the {what} to be a multiple of 8, the model has {v}");
+    let h = spec.hidden_size;
+    for (l, layer) in spec.layers.iter().enumerate() {
+        for (what, v) in [
+            ("hidden size", h),
+            ("intermediate size", layer.ffn.intermediate()),
+            ("q dim", layer.attn.q_dim()),
+            ("kv dim", layer.attn.kv_dim()),
+        ] {
+            if !v.is_multiple_of(8) {
+                bail!("CUDA backend needs the {what} to be a multiple of 8, layer {l} has {v}");
+            }
         }
+        let pairs = spec.rope(l).inv_freq.len();
+        ensure!(
+            2 * pairs == layer.attn.head_dim,
+            "layer {l}: RoPE gives {pairs} frequencies for head dim {}",
+            layer.attn.head_dim
+        );
     }
     let mut ld = Loader {
         gpu,
         src,
         staging: None,
         done: 0,
-        total: tensor_count(&c, src),
+        total: schema::tensors_to_load(spec, src),
         progress,
         bytes: 0,
     };
-    let embed = ld.tensor(TensorId::global(Role::TokenEmbd), c.vocab_size * h)?;
-    let out_norm = ld.tensor(TensorId::global(Role::OutputNorm), h)?;
-    let lm_head = if c.tie_embeddings {
-        None
-    } else {
-        Some(ld.tensor(TensorId::global(Role::Output), c.vocab_size * h)?)
-    };
-    let mut layers = Vec::with_capacity(c.num_layers);
-    for l in 0..c.num_layers {
-        let id = |role| TensorId::layer(l, role);
-        let attn_norm = ld.tensor(id(Role::AttnNorm), h)?;
-        let wqkv = ld.alloc((q + 2 * kv) * h)?;
-        ld.put(id(Role::Q), &wqkv, 0, q * h)?;
-        ld.put(id(Role::K), &wqkv, q * h, kv * h)?;
-        ld.put(id(Role::V), &wqkv, (q + kv) * h, kv * h)?;
-        let qkv_bias = if [Role::QBias, Role::KBias, Role::VBias]
-            .iter()
-            .any(|r| src.has(id(*r)))
-        {
-            // A missing part stays zero (the buffer starts cleared).
-            let b = ld.alloc(q + 2 * kv)?;
-            for (role, off, len) in [
-                (Role::QBias, 0, q),
-                (Role::KBias, q, kv),
-                (Role::VBias, q + kv, kv),
-            ] {
-                if src.has(id(role)) {
-                    ld.put(id(role), &b, off, len)?;
-                }
-            }
-            Some(b)
-        } else {
-            None
-        };
-        let q_norm = ld.optional(id(Role::QNorm), hd)?;
-        let k_norm = ld.optional(id(Role::KNorm), hd)?;
-        let wo = ld.tensor(id(Role::O), h * q)?;
-        let ffn_norm = ld.tensor(id(Role::FfnNorm), h)?;
-        let w_gate_up = ld.alloc(2 * inter * h)?;
-        ld.put(id(Role::Gate), &w_gate_up, 0, inter * h)?;
-        ld.put(id(Role::Up), &w_gate_up, inter * h, inter * h)?;
-        let w_down = ld.tensor(id(Role::Down), h * inter)?;
-        layers.push(LayerWeights {
-            attn_norm,
-            wqkv,
-            qkv_bias,
-            q_norm,
-            k_norm,
-            wo,
-            ffn_norm,
-            w_gate_up,
-            w_down,
-        });
+    let (mut embed, mut lm_head, mut out_norm) = (None, None, None);
+    for f in schema::global_weights(spec) {
+        let buf = ld.fused(&f)?;
+        match f.weight {
+            GlobalWeight::Embedding => embed = Some(buf),
+            GlobalWeight::LmHead => lm_head = Some(buf),
+            GlobalWeight::OutputNorm => out_norm = Some(buf),
+        }
     }
-    let inv_freq = c.rope_inv_freq();
-    ensure!(
-        inv_freq.len() == hd / 2,
-        "RoPE gave {} frequencies for head dim {hd}",
-        inv_freq.len()
-    );
-    let freq = gpu.alloc::<f32>(inv_freq.len())?;
-    freq.upload(0, &inv_freq)?;
-    let rope = gpu.alloc::<f32>(rope_positions * hd)?;
-    gpu.rope_table_build(
-        rope.ptr(),
-        freq.ptr(),
-        rope_positions,
-        hd / 2,
-        c.rope_attention_factor(),
-    )?;
+    let mut layers = Vec::with_capacity(spec.layers.len());
+    for (l, layer) in spec.layers.iter().enumerate() {
+        let mut w = LayerWeights {
+            bufs: Default::default(),
+        };
+        for f in schema::layer_weights(l, layer, h) {
+            w.bufs[f.weight.index()] = Some(ld.fused(&f)?);
+        }
+        layers.push(w);
+    }
+    let mut ropes = Vec::with_capacity(spec.ropes.len());
+    let mut rope_bytes = 0;
+    for rope in &spec.ropes {
+        let pairs = rope.inv_freq.len();
+        let freq = gpu.alloc::<f32>(pairs)?;
+        freq.upload(0, &rope.inv_freq)?;
+        let table = gpu.alloc::<f32>(rope_positions * 2 * pairs)?;
+        gpu.rope_table_build(
+            table.ptr(),
+            freq.ptr(),
+            rope_positions,
+            pairs,
+            rope.attention_factor,
+        )?;
+        gpu.synchronize().context("building the RoPE table")?;
+        rope_bytes += table.bytes();
+        ropes.push(table);
+    }
     gpu.synchronize()
         .context("building the weights on the device")?;
-    let bytes = ld.bytes + rope.bytes();
     Ok(ModelWeights {
-        embed,
-        out_norm,
+        embed: embed.context("the schema has no embedding")?,
+        out_norm: out_norm.context("the schema has no output norm")?,
         lm_head,
         layers,
-        rope,
+        ropes,
         rope_positions,
-        bytes,
+        bytes: ld.bytes + rope_bytes,
     })
 }

@@ -8,9 +8,9 @@ mod models;
 
 use common::{gpu_or_skip, Checks};
 use kiln_cuda::CudaBackend;
-use kiln_engine::{Backend, ChunkInput};
 use kiln_model::dummy::DummySource;
 use kiln_model::WeightSource;
+use kiln_step::{Backend, ChunkInput};
 use models::{cuda_backend, dummy_mid, Blocks, Seq};
 
 const PROMPT: usize = 3000;

@@ -9,9 +9,9 @@ mod models;
 
 use common::{gpu_or_skip, Checks};
 use kiln_cpu::{CpuBackend, CpuOptions};
-use kiln_engine::{Backend, ChunkInput};
 use kiln_model::dummy::DummySource;
 use kiln_model::WeightSource;
+use kiln_step::{Backend, ChunkInput};
 use models::{argmax, cuda_backend, dummy_mid, fixture_reference, fixture_sources, rel_err};
 
 const STEPS: usize = 32;

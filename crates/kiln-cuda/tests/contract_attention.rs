@@ -9,7 +9,7 @@ use common::{from_bf16, gpu_or_skip, rb, round_bf16, timed, to_bf16, Checks, Rng
 use kiln_cuda::device::Gpu;
 use kiln_cuda::kernels::{AttnInputs, KvView, DECODE_MAX_SPLITS};
 use kiln_cuda::step_plan::{pack_step, StepLayout};
-use kiln_engine::ChunkInput;
+use kiln_step::ChunkInput;
 
 const BS: usize = 16;
 

@@ -11,8 +11,8 @@ mod models;
 use common::{gpu_or_skip, timed, Checks, Rng};
 use kiln_cuda::device::Gpu;
 use kiln_cuda::sampling::{pack_params, unpack, OUT_WORDS, PARAM_WORDS};
-use kiln_engine::sampler::{sample_row, SampleError, Sampled};
-use kiln_engine::RowSampling;
+use kiln_step::sampling::{sample_row, SampleError, Sampled};
+use kiln_step::RowSampling;
 
 /// Log-probabilities: the device's f64 log-sum-exp sums in another order than the host's.
 const LOGPROB_ATOL: f64 = 2e-5;
@@ -245,7 +245,7 @@ fn backend_samples_fixture_models_like_the_host() {
     }
     let mut c = Checks::new("backend_sampling");
     let params = |step: u64, i: usize| {
-        let u = kiln_engine::sampler::uniform(11 + i as u64, step);
+        let u = kiln_step::sampling::uniform(11 + i as u64, step);
         let base = RowSampling {
             temperature: 0.0,
             top_k: 0,
@@ -273,7 +273,7 @@ fn backend_samples_fixture_models_like_the_host() {
     };
     for (name, src) in fixture_sources() {
         let mut backend = cuda_backend(src.as_ref(), 512);
-        let bs = kiln_engine::Backend::kv_geometry(&backend).block_size;
+        let bs = kiln_step::Backend::kv_geometry(&backend).block_size;
         let mut blocks = Blocks::new(&backend);
         let mut seqs: Vec<Seq> = (0..3)
             .map(|i| {
@@ -286,7 +286,7 @@ fn backend_samples_fixture_models_like_the_host() {
         for step in 0..12u64 {
             let rows: Vec<RowSampling> = (0..3).map(|i| params(step, i)).collect();
             let chunks: Vec<_> = seqs.iter().map(|s| s.chunk(0)).collect();
-            let logits = kiln_engine::Backend::forward(&mut backend, &chunks).expect("forward");
+            let logits = kiln_step::Backend::forward(&mut backend, &chunks).expect("forward");
             let got = backend
                 .forward_sampled(&chunks, &rows)
                 .expect("forward_sampled");

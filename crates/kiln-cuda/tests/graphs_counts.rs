@@ -12,8 +12,8 @@ use common::{gpu_or_skip, Checks};
 use kiln_cuda::graphs::GraphCounters;
 use kiln_cuda::kv_cache::KvCache;
 use kiln_cuda::CudaBackend;
-use kiln_engine::{Backend, ChunkInput};
 use kiln_model::WeightSource;
+use kiln_step::{Backend, ChunkInput};
 use models::{cuda_backend, dummy_mid, Blocks};
 
 const STEPS: usize = 100;
@@ -130,7 +130,7 @@ fn gpu_graphs_capture_once_per_shape_and_update_in_place() {
     let geo = b
         .rebuild_kv_cache(Some(bytes))
         .expect("rebuilding the KV pool");
-    let block = KvCache::block_bytes(src.config(), geo.block_size);
+    let block = KvCache::block_bytes(&src.config().spec(), geo.block_size);
     let r = b.graph_counters();
     c.check(
         geo.num_blocks == bytes / block,

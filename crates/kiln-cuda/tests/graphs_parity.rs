@@ -10,9 +10,9 @@ mod models;
 
 use common::{gpu_or_skip, Checks};
 use kiln_cuda::CudaBackend;
-use kiln_engine::{Backend, ChunkInput};
 use kiln_model::dummy::DummySource;
 use kiln_model::WeightSource;
+use kiln_step::{Backend, ChunkInput};
 use models::{argmax, cuda_backend, fixture_sources, Blocks};
 
 const GEN: usize = 256;

@@ -1,7 +1,5 @@
-//! Samples every logits row of a step, spread over threads when the rows are many: sampling a
-//! large vocabulary is a few hundred microseconds a row, which adds up at 64 sequences.
-
-use std::sync::OnceLock;
+//! Samples every logits row of a step that needs the host (penalties read the history), spread
+//! over threads when the rows are many (`kiln_step::par`).
 
 use crate::request::SamplingParams;
 use crate::sampler::{self, History, SampleError, Sampled};
@@ -29,35 +27,10 @@ impl SampleJob<'_> {
     }
 }
 
-/// Logits values below which one thread samples everything (thread start-up would dominate).
-const SERIAL_WORK: usize = 1 << 18;
-
 /// Samples each job; results in job order. Each result depends only on its own job.
 pub(crate) fn sample_all(jobs: &[SampleJob<'_>]) -> Vec<Result<Sampled, SampleError>> {
     let work: usize = jobs.iter().map(|j| j.row.len()).sum();
-    let threads = cores().min(jobs.len());
-    if threads <= 1 || work < SERIAL_WORK {
-        return jobs.iter().map(SampleJob::run).collect();
-    }
-    let per_thread = jobs.len().div_ceil(threads);
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = jobs
-            .chunks(per_thread)
-            .map(|group| scope.spawn(move || group.iter().map(SampleJob::run).collect::<Vec<_>>()))
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| {
-                h.join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
-    })
-}
-
-fn cores() -> usize {
-    static CORES: OnceLock<usize> = OnceLock::new();
-    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    kiln_step::par::map_rows(jobs, work, SampleJob::run)
 }
 
 #[cfg(test)]
@@ -96,7 +69,7 @@ mod tests {
             })
             .collect();
         assert!(
-            jobs.len() * vocab >= SERIAL_WORK,
+            jobs.len() * vocab >= kiln_step::par::SERIAL_WORK,
             "big enough to take the parallel path"
         );
         let serial: Vec<_> = jobs.iter().map(SampleJob::run).collect();

@@ -3,8 +3,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::backend::KvGeometry;
 use crate::sequence::SeqId;
+use kiln_step::KvGeometry;
 
 #[derive(Debug)]
 pub struct BlockManager {

@@ -7,39 +7,16 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
+use kiln_step::{Backend, RowSampling, StepOutput, Want};
 use kiln_tokenizer::{StreamDecoder, Tokenizer};
-use tokio::sync::mpsc::UnboundedSender;
 
-use crate::backend::{Backend, RowSampling, MAX_DEVICE_TOP_LOGPROBS};
 use crate::batch_sampler::{self, SampleJob};
-use crate::handle::{EngineConfig, Shared};
-use crate::request::{Finish, FinishReason, GenEvent, GenerateRequest, TokenEvent};
-use crate::sampler::{self, History, SampleError, Sampled};
+use crate::output::Active;
+use crate::sampler::{self, History, Sampled};
 use crate::scheduler::{ScheduledChunk, Scheduler, SchedulerConfig};
 use crate::sequence::{SeqId, Sequence};
-use crate::stop::{StopCheck, StopMatcher};
-
-pub(crate) enum Command {
-    Submit(Submission),
-    Shutdown,
-}
-
-pub(crate) struct Submission {
-    pub id: SeqId,
-    pub req: GenerateRequest,
-    pub events: UnboundedSender<GenEvent>,
-    pub submitted: Instant,
-}
-
-/// What a step's forward pass gave back.
-enum StepOutput {
-    /// One row of logits per chunk that wants them.
-    Logits(Vec<f32>),
-    /// The argmax of each such row, picked by the backend (every row was plain greedy).
-    Argmax(Vec<u32>),
-    /// Each such row sampled by the backend (no row had penalties).
-    Sampled(Vec<Result<Sampled, SampleError>>),
-}
+use crate::shared::{Command, EngineConfig, EngineStats, Shared, Submission};
+use crate::stop::StopMatcher;
 
 /// Set `KILN_DEVICE_ARGMAX=0` to always fetch logits, even for all-greedy steps. (Backends
 /// that sample on the device have their own switch, e.g. KILN_DEVICE_SAMPLING for CUDA.)
@@ -47,54 +24,13 @@ fn device_argmax_enabled() -> bool {
     std::env::var("KILN_DEVICE_ARGMAX").map_or(true, |v| v != "0")
 }
 
-/// What the engine keeps for a request besides its tokens.
-struct Active {
-    /// The request without its prompt (which the scheduler's sequence holds).
-    req: GenerateRequest,
-    prompt_tokens: usize,
-    seed: u64,
-    /// Length (prompt + generated) at which generation ends with `Length`.
-    max_len: usize,
-    events: UnboundedSender<GenEvent>,
-    decoder: StreamDecoder,
-    stop: StopMatcher,
-    submitted: Instant,
-    time_to_first_token: Option<f64>,
-}
-
-impl Active {
-    /// Argmax of the raw logits is all this request needs.
-    fn plain_greedy(&self) -> bool {
-        let p = &self.req.sampling;
-        p.temperature <= 0.0 && !p.has_penalties() && self.req.logprobs.is_none()
-    }
-
-    /// How the backend may sample this request's next token, unless it needs the host
-    /// (penalties read the sequence's history).
-    fn device_row(&self, generated: usize) -> Option<RowSampling> {
-        let p = &self.req.sampling;
-        let top = self.req.logprobs.unwrap_or(0);
-        if p.has_penalties() || top > MAX_DEVICE_TOP_LOGPROBS {
-            return None;
-        }
-        Some(RowSampling {
-            temperature: p.temperature,
-            top_k: p.top_k,
-            top_p: p.top_p,
-            min_p: p.min_p,
-            uniform: sampler::uniform(self.seed, generated as u64),
-            logprobs: self.req.logprobs,
-        })
-    }
-}
-
 pub(crate) struct Engine {
     backend: Box<dyn Backend>,
-    tokenizer: Tokenizer,
-    scheduler: Scheduler,
-    active: HashMap<SeqId, Active>,
-    commands: mpsc::Receiver<Command>,
-    shared: Arc<Shared>,
+    pub(crate) tokenizer: Tokenizer,
+    pub(crate) scheduler: Scheduler,
+    pub(crate) active: HashMap<SeqId, Active>,
+    pub(crate) commands: mpsc::Receiver<Command>,
+    pub(crate) shared: Arc<Shared>,
     max_context: usize,
     /// Seeds for requests that bring none.
     seed_source: u64,
@@ -209,7 +145,7 @@ impl Engine {
         }
     }
 
-    fn admit(&mut self, mut s: Submission) {
+    pub(crate) fn admit(&mut self, mut s: Submission) {
         let seed = s.req.sampling.seed.unwrap_or_else(|| {
             self.seed_source = self.seed_source.wrapping_add(1);
             sampler::splitmix64(self.seed_source)
@@ -268,30 +204,19 @@ impl Engine {
         } else {
             self.device_rows(plan)
         };
+        let want = match (all_greedy, &device_rows) {
+            (true, _) => Want::Argmax,
+            (false, Some(rows)) => Want::Sample(rows),
+            (false, None) => Want::Logits,
+        };
         let inputs = self.scheduler.inputs(plan);
         let backend = &mut self.backend;
-        let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            if all_greedy {
-                if let Some(ids) = backend.forward_argmax(&inputs) {
-                    return ids.map(StepOutput::Argmax);
-                }
-            }
-            if let Some(rows) = &device_rows {
-                if let Some(sampled) = backend.forward_sample(&inputs, rows) {
-                    return sampled.map(StepOutput::Sampled);
-                }
-            }
-            backend.forward(&inputs).map(StepOutput::Logits)
-        }))
-        .unwrap_or_else(|_| Err(anyhow::anyhow!("the backend panicked")));
+        let result = std::panic::catch_unwind(AssertUnwindSafe(|| backend.step(&inputs, want)))
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("the backend panicked")));
         let checked = result.and_then(|output| match &output {
-            StepOutput::Argmax(ids) if ids.len() != rows => Err(anyhow::anyhow!(
+            StepOutput::Tokens(t) if t.len() != rows => Err(anyhow::anyhow!(
                 "the backend returned {} tokens for {rows} rows",
-                ids.len()
-            )),
-            StepOutput::Sampled(s) if s.len() != rows => Err(anyhow::anyhow!(
-                "the backend sampled {} tokens for {rows} rows",
-                s.len()
+                t.len()
             )),
             StepOutput::Logits(l) if rows > 0 && (l.is_empty() || l.len() % rows != 0) => Err(
                 anyhow::anyhow!("the backend returned {} logits for {rows} rows", l.len()),
@@ -342,17 +267,7 @@ impl Engine {
     ) -> Vec<(SeqId, Result<Sampled, String>)> {
         let wanting = plan.iter().filter(|c| c.want_logits).map(|c| c.seq);
         let logits = match output {
-            StepOutput::Argmax(ids) => {
-                let chosen = ids.into_iter().map(|id| {
-                    Ok(Sampled {
-                        id,
-                        logprob: None,
-                        top_logprobs: Vec::new(),
-                    })
-                });
-                return wanting.zip(chosen).collect();
-            }
-            StepOutput::Sampled(rows) => {
+            StepOutput::Tokens(rows) => {
                 let rows = rows.into_iter().map(|r| r.map_err(|e| e.to_string()));
                 return wanting.zip(rows).collect();
             }
@@ -408,118 +323,13 @@ impl Engine {
         }
     }
 
-    fn accept(&mut self, id: SeqId, s: Sampled) {
-        self.scheduler.push_token(id, s.id);
-        self.bump(|st| st.generated_tokens += 1);
-        let len = self.scheduler.get(id).map_or(0, |q| q.tokens.len());
-        let Some(a) = self.active.get_mut(&id) else {
-            return;
-        };
-        if a.time_to_first_token.is_none() {
-            a.time_to_first_token = Some(a.submitted.elapsed().as_secs_f64());
-        }
-        let ends_turn = (!a.req.ignore_eos && self.tokenizer.eos_ids().contains(&s.id))
-            || a.req.stop_token_ids.contains(&s.id);
-        let (text, stop_string) = if ends_turn {
-            (String::new(), false)
-        } else {
-            match a.stop.push(&a.decoder.push(s.id)) {
-                StopCheck::Emit(text) => (text, false),
-                StopCheck::Stopped(text) => (text, true),
-            }
-        };
-        let reason = if ends_turn || stop_string {
-            Some(FinishReason::Stop)
-        } else {
-            (len >= a.max_len).then_some(FinishReason::Length)
-        };
-        let event = TokenEvent {
-            id: s.id,
-            text,
-            logprob: s.logprob,
-            top_logprobs: s.top_logprobs,
-        };
-        let sent = a.events.send(GenEvent::Token(event)).is_ok();
-        if stop_string {
-            self.finish(id, FinishReason::Stop, false);
-        } else if let Some(reason) = reason {
-            self.finish(id, reason, true);
-        } else if !sent {
-            self.retire(id);
-            self.bump(|st| st.requests_cancelled += 1);
-        }
-    }
-
-    /// Ends a request and sends `Done`. `flush`: release the text still held back (unless
-    /// it completes a stop string); false after a stop string matched, when the rest is cut.
-    fn finish(&mut self, id: SeqId, mut reason: FinishReason, flush: bool) {
-        let Some(mut a) = self.active.remove(&id) else {
-            return;
-        };
-        let mut trailing = String::new();
-        if flush {
-            // Text the decoder or the stop matcher still holds; it may yet complete a stop string.
-            match a.stop.push(&a.decoder.finish()) {
-                StopCheck::Emit(text) => trailing = text + &a.stop.finish(),
-                StopCheck::Stopped(text) => {
-                    trailing = text;
-                    reason = FinishReason::Stop;
-                }
-            }
-        }
-        let seq = self.scheduler.remove(id);
-        self.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
-        let finish = Finish {
-            reason,
-            prompt_tokens: a.prompt_tokens,
-            completion_tokens: seq.map_or(0, |s| s.generated().len()),
-            trailing_text: trailing,
-            time_to_first_token: a.time_to_first_token,
-        };
-        let _ = a.events.send(GenEvent::Done(finish));
-        match reason {
-            FinishReason::Cancelled => self.bump(|s| s.requests_cancelled += 1),
-            _ => self.bump(|s| s.requests_finished += 1),
-        }
-    }
-
-    /// Ends a request with an error event.
-    fn fail(&mut self, id: SeqId, message: String) {
-        if let Some(a) = self.active.get(&id) {
-            let _ = a.events.send(GenEvent::Error(message));
-        }
-        self.retire(id);
-        self.bump(|s| s.requests_failed += 1);
-    }
-
-    /// Forgets a request and frees its blocks, sending nothing.
-    fn retire(&mut self, id: SeqId) {
-        self.scheduler.remove(id);
-        if self.active.remove(&id).is_some() {
-            self.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
-        }
-    }
-
-    /// At shutdown: every request still in flight, and any still in the channel, is cancelled.
-    fn cancel_all(&mut self) {
-        while let Ok(command) = self.commands.try_recv() {
-            if let Command::Submit(s) = command {
-                self.admit(s);
-            }
-        }
-        let ids: Vec<SeqId> = self.active.keys().copied().collect();
-        for id in ids {
-            self.finish(id, FinishReason::Cancelled, true);
-        }
-    }
-
-    fn bump(&self, f: impl FnOnce(&mut crate::handle::EngineStats)) {
+    pub(crate) fn bump(&self, f: impl FnOnce(&mut EngineStats)) {
         if let Ok(mut s) = self.shared.stats.lock() {
             f(&mut s);
         }
     }
 
-    fn publish_stats(&self) {
+    pub(crate) fn publish_stats(&self) {
         let blocks = self.scheduler.blocks();
         let (running, waiting) = (self.scheduler.num_running(), self.scheduler.num_waiting());
         let preemptions = self.scheduler.preemptions();

@@ -1,43 +1,19 @@
 //! The engine's public face: start it on a backend, submit requests from any thread or task,
 //! read each request's events from its stream, watch stats, shut it down.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
 use tokio::sync::mpsc as events;
 
-use crate::backend::{Backend, StepCapacity};
-use crate::engine::{Command, Engine, Submission};
+use kiln_step::{Backend, StepCapacity};
+
+use crate::engine::Engine;
 use crate::request::{GenEvent, GenerateRequest};
-
-/// Limits of the engine loop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EngineConfig {
-    /// Sequences decoded together at most.
-    pub max_num_seqs: usize,
-    /// Tokens per step, decode and prefill together.
-    pub max_batched_tokens: usize,
-    /// Most prompt tokens one sequence runs in a step.
-    pub prefill_chunk: usize,
-    /// Requests that may wait beyond the `max_num_seqs` running ones.
-    pub max_queue: usize,
-    /// Longest sequence (prompt plus generated tokens). The KV pool may lower it further.
-    pub max_context: usize,
-}
-
-impl Default for EngineConfig {
-    fn default() -> Self {
-        EngineConfig {
-            max_num_seqs: 64,
-            max_batched_tokens: 2048,
-            prefill_chunk: 2048,
-            max_queue: 1024,
-            max_context: 4096,
-        }
-    }
-}
+use crate::shared::{Command, Shared, Submission};
+pub use crate::shared::{EngineConfig, EngineStats};
 
 /// Why a request was refused at submission; nothing was queued.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -73,39 +49,6 @@ fn too_long_message(prompt: usize, max_tokens: usize, context: usize, by_kv: boo
             prompt + max_tokens
         )
     }
-}
-
-/// A snapshot of the engine, refreshed every step.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
-pub struct EngineStats {
-    pub running: usize,
-    pub waiting: usize,
-    pub kv_block_size: usize,
-    pub kv_blocks_total: usize,
-    pub kv_blocks_used: usize,
-    pub kv_blocks_free: usize,
-    pub steps: u64,
-    /// Seconds spent in the backend's forward passes, over all steps.
-    pub forward_seconds: f64,
-    /// Seconds spent in whole steps (scheduling, forward, sampling, handing tokens out).
-    pub step_seconds: f64,
-    /// Tokens run through the model: prompts, recomputation after preemption and decodes.
-    pub tokens_processed: u64,
-    pub generated_tokens: u64,
-    pub preemptions: u64,
-    pub requests_finished: u64,
-    pub requests_cancelled: u64,
-    pub requests_failed: u64,
-}
-
-/// State shared between the handles and the engine thread.
-#[derive(Debug, Default)]
-pub(crate) struct Shared {
-    pub stats: Mutex<EngineStats>,
-    /// Submitted and not yet finished.
-    pub in_flight: AtomicUsize,
-    pub shutting_down: AtomicBool,
-    pub next_id: AtomicU64,
 }
 
 /// A cheap, clonable handle to a running engine.

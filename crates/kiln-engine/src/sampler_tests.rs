@@ -140,12 +140,8 @@ fn top_p_keeps_the_smallest_prefix_reaching_the_mass() {
 
 #[test]
 fn top_p_on_a_flat_row_grows_past_the_first_prefix() {
+    // (The prefix itself is checked in kiln_step::sampling's tests.)
     let row = vec![0.0f32; 1000];
-    let w = vec![crate::sampling_weights::WEIGHT_ONE; 1000];
-    let need = crate::sampling_weights::top_p_need(0.9, 1000 * w[0]);
-    let ids = ordered_prefix(&row, &w, 1000, Some(need));
-    assert_eq!(ids.len(), 900);
-    assert_eq!(ids, (0..900).collect::<Vec<u32>>());
     let p = SamplingParams {
         temperature: 1.0,
         top_p: 0.9,
@@ -250,4 +246,34 @@ fn logprobs_are_the_log_softmax_of_the_raw_logits() {
         .unwrap()
         .top_logprobs
         .is_empty());
+}
+
+#[test]
+fn without_penalties_the_engine_samples_as_the_row_sampler_does() {
+    let row = logits_of(&[0.4, 0.3, 0.2, 0.1]);
+    let p = SamplingParams {
+        temperature: 0.7,
+        top_k: 3,
+        top_p: 0.95,
+        min_p: 0.01,
+        ..Default::default()
+    };
+    let history = History {
+        prompt: &[1, 2],
+        generated: &[3],
+    };
+    for index in 0..50 {
+        let r = kiln_step::RowSampling {
+            temperature: p.temperature,
+            top_k: p.top_k,
+            top_p: p.top_p,
+            min_p: p.min_p,
+            uniform: uniform(9, index),
+            logprobs: Some(2),
+        };
+        assert_eq!(
+            sample(&row, &p, history, 9, index, Some(2)),
+            sample_row(&row, &r)
+        );
+    }
 }

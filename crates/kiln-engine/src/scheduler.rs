@@ -5,9 +5,9 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::backend::{ChunkInput, KvGeometry};
 use crate::block_manager::BlockManager;
 use crate::sequence::{SeqId, Sequence};
+use kiln_step::{ChunkInput, KvGeometry};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SchedulerConfig {

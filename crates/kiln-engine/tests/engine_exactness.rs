@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::*;
-use kiln_engine::sampler::{sample_row, SampleError, Sampled};
+use kiln_engine::sampler::{sample_row, Sampled};
 use kiln_engine::{
-    Backend, ChunkInput, EngineConfig, FinishReason, KvGeometry, RowSampling, StepCapacity,
+    Backend, ChunkInput, EngineConfig, FinishReason, KvGeometry, StepCapacity, StepOutput, Want,
 };
 
 /// Greedy decoding with no engine: the whole prompt in one chunk, then one token per step.
@@ -150,7 +150,7 @@ fn seeded_sampling_is_reproducible_and_seeds_differ() {
     engine.shutdown();
 }
 
-/// The CPU backend answering `forward_argmax` as a device-side argmax would (lowest id among
+/// The CPU backend answering `Want::Argmax` as a device-side argmax would (lowest id among
 /// equal maxima), counting the steps that took that path.
 struct ArgmaxCpu {
     inner: kiln_cpu::CpuBackend,
@@ -163,16 +163,12 @@ impl Backend for ArgmaxCpu {
         self.inner.kv_geometry()
     }
 
-    fn forward(&mut self, chunks: &[ChunkInput<'_>]) -> anyhow::Result<Vec<f32>> {
-        self.inner.forward(chunks)
-    }
-
-    fn forward_argmax(&mut self, chunks: &[ChunkInput<'_>]) -> Option<anyhow::Result<Vec<u32>>> {
+    fn step(&mut self, chunks: &[ChunkInput<'_>], want: Want<'_>) -> anyhow::Result<StepOutput> {
+        if want != Want::Argmax {
+            return self.inner.step(chunks, want);
+        }
         self.argmax_steps.fetch_add(1, Ordering::SeqCst);
-        let logits = match self.inner.forward(chunks) {
-            Ok(l) => l,
-            Err(e) => return Some(Err(e)),
-        };
+        let logits = self.inner.forward(chunks)?;
         let ids = logits
             .chunks_exact(self.vocab)
             .map(|row| {
@@ -182,10 +178,10 @@ impl Backend for ArgmaxCpu {
                         best = i;
                     }
                 }
-                best as u32
+                Ok(Sampled::id_only(best as u32))
             })
             .collect();
-        Some(Ok(ids))
+        Ok(StepOutput::Tokens(ids))
     }
 }
 
@@ -218,7 +214,7 @@ fn all_greedy_steps_take_the_backend_argmax_and_give_the_same_tokens() {
     assert_eq!(got, want);
     assert!(
         argmax_steps.load(Ordering::SeqCst) > before,
-        "greedy-only steps use forward_argmax"
+        "greedy-only steps ask for the argmax"
     );
     engine.shutdown();
 }
@@ -240,7 +236,7 @@ impl Backend for SizedCpu {
         Some(self.cap)
     }
 
-    fn forward(&mut self, chunks: &[ChunkInput<'_>]) -> anyhow::Result<Vec<f32>> {
+    fn step(&mut self, chunks: &[ChunkInput<'_>], want: Want<'_>) -> anyhow::Result<StepOutput> {
         let tokens: usize = chunks.iter().map(|c| c.tokens.len()).sum();
         {
             let mut largest = self.largest.lock().unwrap();
@@ -253,7 +249,7 @@ impl Backend for SizedCpu {
             chunks.len(),
             self.cap
         );
-        self.inner.forward(chunks)
+        self.inner.step(chunks, want)
     }
 }
 
@@ -284,7 +280,7 @@ fn an_engine_configured_beyond_the_backends_step_buffers_stays_within_them() {
     engine.shutdown();
 }
 
-/// The CPU backend answering `forward_sample` with the host reference (`sampler::sample_row`),
+/// The CPU backend answering `Want::Sample` with the host reference (`sampler::sample_row`),
 /// as a device sampler must, counting the rows it sampled.
 struct SamplingCpu {
     inner: kiln_cpu::CpuBackend,
@@ -297,19 +293,11 @@ impl Backend for SamplingCpu {
         self.inner.kv_geometry()
     }
 
-    fn forward(&mut self, chunks: &[ChunkInput<'_>]) -> anyhow::Result<Vec<f32>> {
-        self.inner.forward(chunks)
-    }
-
-    fn forward_sample(
-        &mut self,
-        chunks: &[ChunkInput<'_>],
-        rows: &[RowSampling],
-    ) -> Option<anyhow::Result<Vec<Result<Sampled, SampleError>>>> {
-        let logits = match self.inner.forward(chunks) {
-            Ok(l) => l,
-            Err(e) => return Some(Err(e)),
+    fn step(&mut self, chunks: &[ChunkInput<'_>], want: Want<'_>) -> anyhow::Result<StepOutput> {
+        let Want::Sample(rows) = want else {
+            return self.inner.step(chunks, want);
         };
+        let logits = self.inner.forward(chunks)?;
         assert_eq!(
             logits.len(),
             rows.len() * self.vocab,
@@ -321,7 +309,7 @@ impl Backend for SamplingCpu {
             .zip(rows)
             .map(|(l, r)| sample_row(l, r))
             .collect();
-        Some(Ok(out))
+        Ok(StepOutput::Tokens(out))
     }
 }
 

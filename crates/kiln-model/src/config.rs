@@ -1,42 +1,13 @@
-//! Hyper-parameters of a decoder-only transformer, as every backend needs them.
+//! Hyper-parameters of a decoder-only transformer, as the files give them.
 //!
 //! Parsing lives next door: [`crate::config_gguf`] reads GGUF metadata, [`crate::config_hf`]
-//! reads a Hugging Face `config.json`, and [`crate::rope`] turns the RoPE settings into
-//! frequencies.
+//! reads a Hugging Face `config.json` (both with the defaults of [`crate::arch`]), and
+//! [`crate::rope`] turns the RoPE settings into frequencies. What each layer computes is
+//! derived from this once, in [`crate::spec`]; backends read that, not these fields.
 
 use anyhow::{bail, ensure};
 
-/// The architectures kiln runs. Each row of the table differs in a few switches only
-/// (see [`ModelConfig`]); there is one forward pass per backend, not one per model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Arch {
-    /// Llama 2 / 3.x (and models shaped like them).
-    Llama,
-    /// Mistral: llama with a sliding attention window.
-    Mistral,
-    /// Qwen2 / Qwen2.5: bias on Q, K and V.
-    Qwen2,
-    /// Qwen3: RMSNorm on each head of Q and K, no QKV bias.
-    Qwen3,
-}
-
-impl Arch {
-    pub fn name(self) -> &'static str {
-        match self {
-            Arch::Llama => "llama",
-            Arch::Mistral => "mistral",
-            Arch::Qwen2 => "qwen2",
-            Arch::Qwen3 => "qwen3",
-        }
-    }
-}
-
-impl std::fmt::Display for Arch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
+use crate::arch::Arch;
 
 /// How RoPE pairs the elements of a head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -78,6 +49,26 @@ pub enum RopeScaling {
     FreqFactors(Vec<f32>),
 }
 
+/// How one layer attends (transformers' `layer_types` values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum LayerType {
+    /// Every earlier token.
+    FullAttention,
+    /// The last `sliding_window` tokens.
+    SlidingAttention,
+}
+
+impl LayerType {
+    /// Parses a `layer_types` entry.
+    pub fn from_hf(name: &str) -> Option<LayerType> {
+        match name {
+            "full_attention" => Some(LayerType::FullAttention),
+            "sliding_attention" => Some(LayerType::SlidingAttention),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ModelConfig {
     pub arch: Arch,
@@ -95,8 +86,11 @@ pub struct ModelConfig {
     /// every source ends up Neox; Normal stays supported for completeness and tests.
     pub rope_style: RopeStyle,
     pub max_position: usize,
-    /// Each token attends to at most this many tokens (itself included), when set.
+    /// Each token of a sliding layer attends to at most this many tokens (itself included).
     pub sliding_window: Option<usize>,
+    /// Each layer's attention (transformers' `layer_types`); None: every layer slides when
+    /// `sliding_window` is set.
+    pub layer_types: Option<Vec<LayerType>>,
     pub qkv_bias: bool,
     pub qk_norm: bool,
     /// The LM head reuses the token embedding.
@@ -178,6 +172,14 @@ impl ModelConfig {
         );
         if self.sliding_window == Some(0) {
             bail!("{origin}: sliding window must be positive");
+        }
+        if let Some(types) = &self.layer_types {
+            ensure!(
+                types.len() == self.num_layers,
+                "{origin}: {} layer types for {} layers",
+                types.len(),
+                self.num_layers
+            );
         }
         match &self.rope_scaling {
             RopeScaling::None => {}

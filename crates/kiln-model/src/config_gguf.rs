@@ -29,14 +29,13 @@ impl ModelConfig {
         };
 
         let sliding_window = opt("attention.sliding_window")?.filter(|w| *w > 0);
-        let arch = match arch_name {
-            // llama.cpp converts Mistral to the llama architecture; the window tells them apart.
-            "llama" if sliding_window.is_some() => Arch::Mistral,
-            "llama" => Arch::Llama,
-            "qwen2" => Arch::Qwen2,
-            "qwen3" => Arch::Qwen3,
-            other => bail!("{origin}: unsupported architecture '{other}'; kiln runs llama, mistral, qwen2 and qwen3 models"),
-        };
+        let arch = Arch::from_gguf(arch_name, sliding_window.is_some()).ok_or_else(|| {
+            anyhow!(
+                "{origin}: unsupported architecture '{arch_name}'; kiln runs {} models",
+                Arch::supported_list()
+            )
+        })?;
+        let info = arch.info();
 
         let hidden_size = req("embedding_length")?;
         let num_heads = req("attention.head_count")?;
@@ -96,14 +95,15 @@ impl ModelConfig {
             rope_style: RopeStyle::Neox,
             max_position: opt("context_length")?.unwrap_or(4096),
             sliding_window,
-            qkv_bias: has(Role::QBias),
+            layer_types: None,
+            qkv_bias: [Role::QBias, Role::KBias, Role::VBias].into_iter().any(has),
             qk_norm: has(Role::QNorm),
             tie_embeddings: g
                 .tensor_info(&TensorId::global(Role::Output).gguf_name())
                 .is_none(),
         };
-        if arch == Arch::Qwen3 && !config.qk_norm {
-            bail!("{origin}: qwen3 model without attn_q_norm tensors");
+        if info.qk_norm && !config.qk_norm {
+            bail!("{origin}: {arch} model without attn_q_norm tensors");
         }
         config.validate(&origin)?;
         Ok(config)

@@ -8,10 +8,9 @@ use std::path::Path;
 use anyhow::{anyhow, bail, Context};
 use serde_json::{Map, Value};
 
+use crate::arch::{ArchInfo, WindowRule};
 use crate::rope::yarn_mscale;
-use crate::{Arch, ModelConfig, RopeScaling, RopeStyle};
-
-const SUPPORTED: &str = "kiln runs llama, mistral, qwen2 and qwen3 models";
+use crate::{Arch, LayerType, ModelConfig, RopeScaling, RopeStyle};
 
 impl ModelConfig {
     /// Parses a `config.json` file, naming it in every error.
@@ -38,10 +37,8 @@ impl ModelConfig {
             .usize("num_attention_heads")?
             .ok_or_else(|| anyhow!("'num_attention_heads' is missing"))?;
         let num_kv_heads = j.usize("num_key_value_heads")?.unwrap_or(num_heads);
-        let default_head_dim = match arch {
-            Arch::Qwen3 => 128,
-            _ => hidden_size / num_heads.max(1),
-        };
+        let info = arch.info();
+        let default_head_dim = info.hf.head_dim.unwrap_or(hidden_size / num_heads.max(1));
         let head_dim = j.usize("head_dim")?.unwrap_or(default_head_dim);
 
         let act = j.str("hidden_act")?.unwrap_or("silu");
@@ -52,32 +49,21 @@ impl ModelConfig {
             bail!("'mlp_bias' is not supported");
         }
         let attention_bias = j.bool("attention_bias")?.unwrap_or(false);
-        let qkv_bias = match arch {
-            Arch::Qwen2 => true,
+        let qkv_bias = match info.qkv_bias {
+            true => true,
             // Llama's attention_bias also adds a bias to the output projection, which the
             // architecture table does not carry.
-            _ if attention_bias => bail!("'attention_bias' is only supported for qwen2"),
-            _ => false,
+            false if attention_bias => bail!("'attention_bias' is only supported for qwen2"),
+            false => false,
         };
 
-        let max_position = j.usize("max_position_embeddings")?.unwrap_or(match arch {
-            Arch::Llama => 2048,
-            Arch::Mistral => 131_072,
-            Arch::Qwen2 | Arch::Qwen3 => 32_768,
-        });
-        let sliding_window = match arch {
-            Arch::Mistral => j.usize("sliding_window")?,
-            Arch::Qwen2 | Arch::Qwen3 if j.bool("use_sliding_window")?.unwrap_or(false) => {
-                // Qwen windows only the layers from max_window_layers on; all-or-nothing here.
-                let from = j.usize("max_window_layers")?.unwrap_or(28);
-                let layers = j.usize("num_hidden_layers")?.unwrap_or(0);
-                if from < layers {
-                    bail!("per-layer sliding windows (use_sliding_window with max_window_layers {from} < {layers} layers) are not supported");
-                }
-                None
-            }
-            _ => None,
-        };
+        let max_position = j
+            .usize("max_position_embeddings")?
+            .unwrap_or(info.hf.max_position);
+        let num_layers = j
+            .usize("num_hidden_layers")?
+            .ok_or_else(|| anyhow!("'num_hidden_layers' is missing"))?;
+        let (sliding_window, layer_types) = parse_windows(&j, info, num_layers)?;
 
         let (rope_theta, rope_scaling) = parse_rope(&j, max_position)?;
         let config = ModelConfig {
@@ -89,9 +75,7 @@ impl ModelConfig {
             intermediate_size: j
                 .usize("intermediate_size")?
                 .ok_or_else(|| anyhow!("'intermediate_size' is missing"))?,
-            num_layers: j
-                .usize("num_hidden_layers")?
-                .ok_or_else(|| anyhow!("'num_hidden_layers' is missing"))?,
+            num_layers,
             num_heads,
             num_kv_heads,
             head_dim,
@@ -101,8 +85,9 @@ impl ModelConfig {
             rope_style: RopeStyle::Neox,
             max_position,
             sliding_window,
+            layer_types,
             qkv_bias,
-            qk_norm: arch == Arch::Qwen3,
+            qk_norm: info.qk_norm,
             tie_embeddings: j.bool("tie_word_embeddings")?.unwrap_or(false),
         };
         config.validate("config.json")?;
@@ -112,38 +97,78 @@ impl ModelConfig {
 
 fn detect_arch(j: &Json) -> anyhow::Result<Arch> {
     let model_type = j.str("model_type")?;
-    let from_type = |t: &str| match t {
-        "llama" => Some(Arch::Llama),
-        "mistral" => Some(Arch::Mistral),
-        "qwen2" => Some(Arch::Qwen2),
-        "qwen3" => Some(Arch::Qwen3),
-        _ => None,
-    };
-    if let Some(a) = model_type.and_then(from_type) {
-        return Ok(a);
-    }
     let class = match j.0.get("architectures") {
         Some(Value::Array(a)) => a.first().and_then(Value::as_str),
         _ => None,
     };
-    let from_class = |c: &str| match c {
-        "LlamaForCausalLM" => Some(Arch::Llama),
-        "MistralForCausalLM" => Some(Arch::Mistral),
-        "Qwen2ForCausalLM" => Some(Arch::Qwen2),
-        "Qwen3ForCausalLM" => Some(Arch::Qwen3),
-        _ => None,
-    };
-    if let Some(a) = class.and_then(from_class) {
+    if let Some(a) = Arch::from_hf(model_type, class) {
         return Ok(a);
     }
+    let supported = format!("kiln runs {} models", Arch::supported_list());
     match (model_type, class) {
-        (None, None) => bail!("neither 'model_type' nor 'architectures' is given; {SUPPORTED}"),
+        (None, None) => bail!("neither 'model_type' nor 'architectures' is given; {supported}"),
         (t, c) => bail!(
-            "unsupported architecture (model_type '{}', architectures '{}'); {SUPPORTED}",
+            "unsupported architecture (model_type '{}', architectures '{}'); {supported}",
             t.unwrap_or("-"),
             c.unwrap_or("-")
         ),
     }
+}
+
+/// The window and which layers slide: transformers 5's `layer_types` when the config has it,
+/// else the architecture's rule (Qwen: `use_sliding_window` from `max_window_layers` on).
+fn parse_windows(
+    j: &Json,
+    info: &ArchInfo,
+    num_layers: usize,
+) -> anyhow::Result<(Option<usize>, Option<Vec<LayerType>>)> {
+    let rule = info.window;
+    // A null sliding_window means none; a missing one, the architecture's default.
+    let given = || -> anyhow::Result<Option<usize>> {
+        match j.0.get("sliding_window") {
+            None => Ok(info.hf.sliding_window),
+            Some(_) => j.usize("sliding_window"),
+        }
+    };
+    let window = match rule {
+        WindowRule::None => return Ok((None, None)),
+        WindowRule::AllLayers => given()?,
+        WindowRule::FromMaxWindowLayers => match j.bool("use_sliding_window")?.unwrap_or(false) {
+            true => given()?,
+            false => None,
+        },
+    };
+    let types = match j.0.get("layer_types") {
+        Some(Value::Array(items)) => {
+            let types = items
+                .iter()
+                .map(|v| {
+                    v.as_str().and_then(LayerType::from_hf).ok_or_else(|| {
+                        anyhow!("'layer_types' entry {v} is not supported (full_attention and sliding_attention are)")
+                    })
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            Some(types)
+        }
+        None | Some(Value::Null) => match rule {
+            WindowRule::FromMaxWindowLayers => {
+                let from = j
+                    .usize("max_window_layers")?
+                    .unwrap_or(info.hf.max_window_layers);
+                let types = (0..num_layers)
+                    .map(|l| match l >= from {
+                        true => LayerType::SlidingAttention,
+                        false => LayerType::FullAttention,
+                    })
+                    .collect();
+                Some(types)
+            }
+            _ => None,
+        },
+        Some(other) => bail!("'layer_types' should be a list, found {other}"),
+    };
+    // Without a window every layer attends to everything, whatever its type says.
+    Ok((window, types.filter(|_| window.is_some())))
 }
 
 /// RoPE base and scaling from transformers 5's `rope_parameters` or the older `rope_theta` +

@@ -8,6 +8,7 @@ use anyhow::{anyhow, bail};
 use kiln_formats::GgufFile;
 
 use crate::permute::unpermute_rows;
+use crate::schema::IfAbsent;
 use crate::{HostTensor, ModelConfig, QuantTensor, Role, TensorId, WeightSource};
 use kiln_formats::dequant::to_f32;
 
@@ -28,11 +29,14 @@ impl GgufSource {
     pub fn new(file: Arc<GgufFile>) -> anyhow::Result<GgufSource> {
         let config = ModelConfig::from_gguf(&file)?;
         let permuted_qk = file.architecture()? == "llama";
-        for id in TensorId::all(&config) {
+        for (id, if_absent) in crate::schema::tensors(&config.spec()) {
             let name = id.gguf_name();
-            let info = file
-                .tensor_info(&name)
-                .ok_or_else(|| anyhow!("{}: tensor '{name}' is missing", file.path().display()))?;
+            let Some(info) = file.tensor_info(&name) else {
+                if if_absent == IfAbsent::Zeros {
+                    continue;
+                }
+                bail!("{}: tensor '{name}' is missing", file.path().display());
+            };
             let want = id.shape(&config);
             if info.shape != want {
                 bail!(
@@ -60,7 +64,7 @@ impl WeightSource for GgufSource {
     }
 
     fn has(&self, id: TensorId) -> bool {
-        id.exists_in(&self.config)
+        id.exists_in(&self.config) && self.file.tensor_info(&id.gguf_name()).is_some()
     }
 
     fn load_f32(&self, id: TensorId) -> anyhow::Result<HostTensor> {

@@ -5,6 +5,7 @@ use std::path::Path;
 use anyhow::{anyhow, bail};
 use kiln_formats::SafetensorsModel;
 
+use crate::schema::IfAbsent;
 use crate::{HostTensor, ModelConfig, TensorId, WeightSource};
 use kiln_formats::dequant::to_f32;
 
@@ -19,9 +20,12 @@ impl HfSource {
     pub fn open(dir: &Path) -> anyhow::Result<HfSource> {
         let config = ModelConfig::from_hf_file(&dir.join("config.json"))?;
         let weights = SafetensorsModel::open(dir)?;
-        for id in TensorId::all(&config) {
+        for (id, if_absent) in crate::schema::tensors(&config.spec()) {
             let name = id.hf_name();
             if !weights.has(&name) {
+                if if_absent == IfAbsent::Zeros {
+                    continue;
+                }
                 bail!("{}: tensor '{name}' is missing", dir.display());
             }
             let view = weights.tensor(&name)?;
@@ -48,7 +52,7 @@ impl WeightSource for HfSource {
     }
 
     fn has(&self, id: TensorId) -> bool {
-        id.exists_in(&self.config)
+        id.exists_in(&self.config) && self.weights.has(&id.hf_name())
     }
 
     fn load_f32(&self, id: TensorId) -> anyhow::Result<HostTensor> {

@@ -1,25 +1,33 @@
-//! What a model is, independent of where it runs: the architecture table ([`Arch`]), the
-//! hyper-parameters ([`ModelConfig`]), canonical tensor names ([`TensorId`]) and the sources
-//! that produce weights by those names ([`WeightSource`]): GGUF files, Hugging Face folders and
+//! What a model is, independent of where it runs: the architecture table ([`arch`]), the
+//! hyper-parameters as files give them ([`ModelConfig`]), what each layer computes
+//! ([`spec`]), the fused weights backends hold ([`schema`]), the layer program every backend
+//! runs ([`program`]), canonical tensor names ([`TensorId`]) and the sources that produce
+//! weights by those names ([`WeightSource`]): GGUF files, Hugging Face folders and
 //! deterministic dummy weights.
 
+pub mod arch;
 pub mod config;
 mod config_gguf;
 mod config_hf;
 pub mod dummy;
 pub mod gguf_source;
 pub mod hf_source;
-pub mod load;
 pub mod names;
 pub mod permute;
 pub mod presets;
+pub mod program;
 pub mod rope;
+pub mod schema;
 pub mod source;
+pub mod spec;
 
-pub use config::{Arch, ModelConfig, RopeScaling, RopeStyle};
+pub use arch::{Arch, ArchInfo, ARCHS};
+pub use config::{LayerType, ModelConfig, RopeScaling, RopeStyle};
 pub use dummy::{dummy_value, DummySource};
 pub use gguf_source::GgufSource;
 pub use hf_source::HfSource;
-pub use load::{load, LoadedModel, ModelDescription};
 pub use names::{Role, TensorId};
+pub use program::{run_step, StepOps};
+pub use schema::{GlobalWeight, LayerWeight};
 pub use source::{DummyFill, HostTensor, QuantTensor, WeightSource};
+pub use spec::{Activation, AttnSpec, FfnSpec, LayerSpec, ModelSpec, RopeSpec};

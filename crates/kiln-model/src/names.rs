@@ -182,27 +182,26 @@ impl TensorId {
         }
     }
 
-    /// Whether a model of this configuration has this tensor.
+    /// Whether a model of this configuration has this tensor (the schema names it).
     pub fn exists_in(&self, c: &ModelConfig) -> bool {
-        let placed = match self.layer {
-            Some(l) => self.role.is_per_layer() && l < c.num_layers,
-            None => !self.role.is_per_layer(),
-        };
-        placed
-            && match self.role {
-                Role::Output => !c.tie_embeddings,
-                Role::QBias | Role::KBias | Role::VBias => c.qkv_bias,
-                Role::QNorm | Role::KNorm => c.qk_norm,
-                _ => true,
+        let spec = c.spec();
+        match self.layer {
+            Some(l) if l < spec.layers.len() && self.role.is_per_layer() => {
+                crate::schema::layer_weights(l, &spec.layers[l], spec.hidden_size)
+                    .iter()
+                    .any(|f| f.parts.iter().any(|p| p.id == *self))
             }
+            Some(_) => false,
+            None => crate::schema::global_weights(&spec)
+                .iter()
+                .any(|f| f.parts.iter().any(|p| p.id == *self)),
+        }
     }
 
-    /// Every tensor a model of this configuration has, globals first, then layer by layer.
+    /// Every tensor a model of this configuration has, globals first, then layer by layer
+    /// (the parts of [`crate::schema`]'s weights, in load order).
     pub fn all(c: &ModelConfig) -> Vec<TensorId> {
-        let globals = GLOBAL.iter().map(|e| TensorId::global(e.0));
-        let layers =
-            (0..c.num_layers).flat_map(|l| PER_LAYER.iter().map(move |e| TensorId::layer(l, e.0)));
-        globals.chain(layers).filter(|id| id.exists_in(c)).collect()
+        crate::schema::all_tensors(&c.spec())
     }
 }
 

@@ -29,6 +29,7 @@ pub fn preset(name: &str) -> Option<ModelConfig> {
         rope_style: RopeStyle::Neox,
         max_position: 131_072,
         sliding_window: None,
+        layer_types: None,
         qkv_bias: false,
         qk_norm: false,
         tie_embeddings: false,

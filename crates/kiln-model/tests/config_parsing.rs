@@ -97,12 +97,33 @@ fn mistral_window_and_qwen_windows() {
     assert_eq!((c.arch, c.sliding_window), (Arch::Mistral, Some(4096)));
     let c = hf(r#", "model_type": "mistral", "sliding_window": null"#).unwrap();
     assert_eq!(c.sliding_window, None);
-    // Qwen's sliding_window is ignored unless use_sliding_window; per-layer windows are refused.
+    // Qwen's sliding_window is ignored unless use_sliding_window, and then windows the layers
+    // from max_window_layers on (transformers' default window: 4096).
     let c = hf(r#", "model_type": "qwen2", "sliding_window": 4096"#).unwrap();
     assert_eq!(c.sliding_window, None);
-    let err = hf(r#", "model_type": "qwen2", "use_sliding_window": true, "max_window_layers": 1"#)
-        .unwrap_err();
-    assert!(format!("{err:#}").contains("per-layer sliding"), "{err:#}");
+    let c = hf(r#", "model_type": "qwen2", "use_sliding_window": true, "max_window_layers": 1"#)
+        .unwrap();
+    let windows: Vec<_> = c.spec().layers.iter().map(|l| l.attn.window).collect();
+    assert_eq!(windows, [None, Some(4096)]);
+    // transformers 5's layer_types, when given, say it directly.
+    let c = hf(
+        r#", "model_type": "qwen3", "use_sliding_window": true, "sliding_window": 8,
+        "layer_types": ["sliding_attention", "full_attention"]"#,
+    )
+    .unwrap();
+    let windows: Vec<_> = c.spec().layers.iter().map(|l| l.attn.window).collect();
+    assert_eq!(windows, [Some(8), None]);
+    let err = hf(r#", "model_type": "qwen3", "use_sliding_window": true,
+        "layer_types": ["sliding_attention", "chunked_attention"]"#)
+    .unwrap_err();
+    assert!(format!("{err:#}").contains("chunked_attention"), "{err:#}");
+    let err = hf(r#", "model_type": "qwen3", "use_sliding_window": true,
+        "layer_types": ["sliding_attention"]"#)
+    .unwrap_err();
+    assert!(
+        format!("{err:#}").contains("1 layer types for 2 layers"),
+        "{err:#}"
+    );
 }
 
 #[test]

@@ -177,8 +177,10 @@ async fn shutdown_finishes_short_requests_and_cancels_long_streams() {
             break;
         }
     }
-    // A short whole request in flight when the signal comes.
-    let short = json!({"prompt": "hi", "max_tokens": 3, "ignore_eos": true});
+    // A short whole request in flight when the signal comes: 20 tokens, a few tens of
+    // milliseconds on dummy:tiny, long enough to be seen running between two polls (3 tokens
+    // could start and finish between them) and well inside the grace period.
+    let short = json!({"prompt": "hi", "max_tokens": 20, "ignore_eos": true});
     let mut whole = raw_request(addr, "/v1/completions", &short).await;
     let deadline = Instant::now() + Duration::from_secs(20);
     while engine.stats().running + engine.stats().waiting < 2 {

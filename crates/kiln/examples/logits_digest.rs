@@ -7,7 +7,7 @@
 //! `MODEL@LEN` sets the prompt length, default 40).
 
 use anyhow::{bail, Context, Result};
-use kiln_engine::{Backend, ChunkInput, RowSampling};
+use kiln_step::{Backend, ChunkInput, RowSampling};
 
 const DECODE_STEPS: usize = 6;
 
@@ -201,7 +201,7 @@ fn main() -> Result<()> {
             Some((p, l)) => (p, l.parse::<usize>().context("prompt length")?),
             None => (spec.as_str(), 40),
         };
-        let model = kiln_model::load(path).with_context(|| format!("loading {path}"))?;
+        let model = kiln_load::load(path).with_context(|| format!("loading {path}"))?;
         let vocab = model.config.vocab_size;
         let context = (len + 64).next_multiple_of(16);
         match device.as_str() {

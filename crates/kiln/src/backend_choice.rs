@@ -6,7 +6,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use kiln_engine::{Backend, EngineConfig};
-use kiln_model::LoadedModel;
+use kiln_load::LoadedModel;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Device {
@@ -27,7 +27,7 @@ pub struct ModelArgs {
 impl ModelArgs {
     pub fn load(&self) -> anyhow::Result<LoadedModel> {
         let spec = resolve_default(&self.model);
-        kiln_model::load(&spec).with_context(|| format!("cannot load model `{spec}`"))
+        kiln_load::load(&spec).with_context(|| format!("cannot load model `{spec}`"))
     }
 }
 

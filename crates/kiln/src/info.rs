@@ -2,7 +2,8 @@
 //! as text or as one JSON object.
 
 use clap::Args;
-use kiln_model::{LoadedModel, RopeScaling};
+use kiln_load::LoadedModel;
+use kiln_model::RopeScaling;
 
 use crate::backend_choice::ModelArgs;
 

@@ -19,6 +19,7 @@ fn base() -> ModelConfig {
         rope_style: RopeStyle::Neox,
         max_position: 512,
         sliding_window: None,
+        layer_types: None,
         qkv_bias: false,
         qk_norm: false,
         tie_embeddings: false,
@@ -46,6 +47,7 @@ pub fn mistral() -> ModelConfig {
         num_kv_heads: 1,
         intermediate_size: 300,
         sliding_window: Some(5),
+        layer_types: None,
         rope_style: RopeStyle::Normal,
         ..base()
     }

@@ -9,8 +9,8 @@ pub mod reference;
 pub mod rng;
 
 use kiln_cpu::{CpuBackend, CpuOptions};
-use kiln_engine::{Backend, ChunkInput};
 use kiln_model::WeightSource;
+use kiln_step::{Backend, ChunkInput};
 
 pub use random_source::RandomSource;
 pub use rng::Rng;

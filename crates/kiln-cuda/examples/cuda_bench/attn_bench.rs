@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use kiln_cuda::device::Gpu;
 use kiln_cuda::kernels::{AttnInputs, KvView, DECODE_MAX_SPLITS};
 use kiln_cuda::step_plan::{pack_step, StepLayout};
-use kiln_engine::ChunkInput;
+use kiln_step::ChunkInput;
 
 const N_Q: usize = 32;
 const N_KV: usize = 8;

@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use kiln_cuda::{CudaBackend, CudaOptions};
-use kiln_engine::{Backend, ChunkInput};
 use kiln_model::dummy::DummySource;
+use kiln_step::{Backend, ChunkInput};
 
 mod attn_bench;
 

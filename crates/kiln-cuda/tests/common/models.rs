@@ -4,9 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use kiln_cuda::{CudaBackend, CudaOptions};
-use kiln_engine::{Backend, ChunkInput};
 use kiln_model::dummy::DummySource;
 use kiln_model::{Arch, ModelConfig, RopeScaling, RopeStyle, WeightSource};
+use kiln_step::{Backend, ChunkInput};
 
 /// tests/fixtures: $KILN_FIXTURES, else next to the sources this was built from, else under the
 /// current directory (a prebuilt test binary run from the repository root elsewhere).
@@ -77,6 +77,7 @@ pub fn dummy_mid() -> DummySource {
         rope_style: RopeStyle::Neox,
         max_position: 8192,
         sliding_window: None,
+        layer_types: None,
         qkv_bias: false,
         qk_norm: false,
         tie_embeddings: false,

@@ -54,7 +54,7 @@ pub fn start_engine(cfg: EngineConfig) -> (EngineHandle, Tokenizer) {
 }
 
 pub fn start_engine_with_kv(cfg: EngineConfig, kv_blocks: usize) -> (EngineHandle, Tokenizer) {
-    let model = kiln_model::load(MODEL).expect("dummy:tiny loads");
+    let model = kiln_load::load(MODEL).expect("dummy:tiny loads");
     let opts = CpuOptions {
         kv_blocks,
         block_size: 16,

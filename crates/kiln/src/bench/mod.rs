@@ -190,7 +190,7 @@ fn measure(
 }
 
 /// The model's shape and size, enough for a script to work out bytes and FLOPs per token.
-fn model_info(model: &kiln_model::LoadedModel) -> serde_json::Value {
+fn model_info(model: &kiln_load::LoadedModel) -> serde_json::Value {
     let c = &model.config;
     json!({
         "arch": c.arch.name(),

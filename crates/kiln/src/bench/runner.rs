@@ -7,8 +7,10 @@ use std::time::Instant;
 
 use anyhow::{anyhow, ensure};
 use kiln_engine::block_manager::BlockManager;
-use kiln_engine::sampler::{sample, sample_row, splitmix64, uniform, History};
-use kiln_engine::{Backend, ChunkInput, RowSampling, SamplingParams};
+use kiln_engine::sampler::{sample, History};
+use kiln_engine::SamplingParams;
+use kiln_step::sampling::{sample_row, splitmix64, uniform};
+use kiln_step::{Backend, ChunkInput, RowSampling, SampleError, Sampled, StepOutput, Want};
 
 use super::stats::Spread;
 
@@ -38,14 +40,14 @@ pub struct DecodeTiming {
 /// How decode rows pick their tokens.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum DecodeMode {
-    /// Greedy: the backend's own argmax (`forward_argmax`) where it has one, as the engine
-    /// does when every request of a step is greedy.
+    /// Greedy: the backend's argmax (`Want::Argmax`, on the device where it has one), as the
+    /// engine asks when every request of a step is greedy.
     Greedy,
     /// Greedy from logits copied to the host.
     HostGreedy,
-    /// Temperature and top-p with a per-stream seed: the backend's own sampler
-    /// (`forward_sample`) where it has one and `on_host` is false, else logits copied to the
-    /// host and sampled there, on one thread.
+    /// Temperature and top-p with a per-stream seed: the backend's sampler (`Want::Sample`, on
+    /// the device where it has one) unless `on_host`, which copies the logits to the host and
+    /// samples them there, on one thread.
     Sampled {
         temperature: f32,
         top_p: f32,
@@ -275,17 +277,8 @@ fn step_tokens(
     step: usize,
 ) -> anyhow::Result<Vec<u32>> {
     let (temperature, top_p, on_host) = match mode {
-        DecodeMode::Greedy => {
-            if let Some(ids) = backend.forward_argmax(chunks) {
-                return ids;
-            }
-            let logits = backend.forward(chunks)?;
-            return greedy_rows(&logits, vocab);
-        }
-        DecodeMode::HostGreedy => {
-            let logits = backend.forward(chunks)?;
-            return greedy_rows(&logits, vocab);
-        }
+        DecodeMode::Greedy => return tokens_of(backend.step(chunks, Want::Argmax)?),
+        DecodeMode::HostGreedy => return greedy_rows(&backend.forward(chunks)?, vocab),
         DecodeMode::Sampled {
             temperature,
             top_p,
@@ -302,21 +295,22 @@ fn step_tokens(
             logprobs: None,
         })
         .collect();
-    let device = if on_host {
-        None
-    } else {
-        backend.forward_sample(chunks, &rows)
-    };
-    let sampled = match device {
-        Some(sampled) => sampled?,
-        None => {
-            let logits = backend.forward(chunks)?;
-            logits
-                .chunks_exact(vocab)
-                .zip(&rows)
-                .map(|(row, r)| sample_row(row, r))
-                .collect()
-        }
+    if !on_host {
+        return tokens_of(backend.step(chunks, Want::Sample(&rows))?);
+    }
+    let logits = backend.forward(chunks)?;
+    let sampled: Vec<Result<Sampled, SampleError>> = logits
+        .chunks_exact(vocab)
+        .zip(&rows)
+        .map(|(row, r)| sample_row(row, r))
+        .collect();
+    tokens_of(StepOutput::Tokens(sampled))
+}
+
+/// The token ids of a step that returned tokens.
+fn tokens_of(output: StepOutput) -> anyhow::Result<Vec<u32>> {
+    let StepOutput::Tokens(sampled) = output else {
+        anyhow::bail!("the backend returned logits where tokens were asked");
     };
     sampled
         .into_iter()

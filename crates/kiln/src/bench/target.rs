@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use kiln_engine::Backend;
-use kiln_model::LoadedModel;
+use kiln_load::LoadedModel;
 
 use crate::backend_choice::{Device, DeviceArgs, BLOCK_SIZE};
 
@@ -124,7 +124,9 @@ fn build_cuda(model: &LoadedModel, plan: &Plan) -> anyhow::Result<kiln_cuda::Cud
     let cfg = &model.config;
     let blocks = plan.kv_blocks(BLOCK_SIZE);
     let opts = kiln_cuda::CudaOptions {
-        kv_cache_bytes: Some(blocks * kiln_cuda::kv_cache::KvCache::block_bytes(cfg, BLOCK_SIZE)),
+        kv_cache_bytes: Some(
+            blocks * kiln_cuda::kv_cache::KvCache::block_bytes(&cfg.spec(), BLOCK_SIZE),
+        ),
         block_size: BLOCK_SIZE,
         prefill_chunk: plan.chunk,
         max_seqs: plan.max_concurrency(),

@@ -178,25 +178,22 @@ struct CountingArgmax {
     argmaxes: usize,
 }
 
-impl kiln_engine::Backend for CountingArgmax {
-    fn kv_geometry(&self) -> kiln_engine::KvGeometry {
+impl kiln_step::Backend for CountingArgmax {
+    fn kv_geometry(&self) -> kiln_step::KvGeometry {
         self.inner.kv_geometry()
     }
 
-    fn forward(&mut self, chunks: &[kiln_engine::ChunkInput<'_>]) -> anyhow::Result<Vec<f32>> {
-        self.forwards += 1;
-        self.inner.forward(chunks)
-    }
-
-    fn forward_argmax(
+    fn step(
         &mut self,
-        chunks: &[kiln_engine::ChunkInput<'_>],
-    ) -> Option<anyhow::Result<Vec<u32>>> {
+        chunks: &[kiln_step::ChunkInput<'_>],
+        want: kiln_step::Want<'_>,
+    ) -> anyhow::Result<kiln_step::StepOutput> {
+        let logits = self.inner.forward(chunks)?;
+        if want != kiln_step::Want::Argmax {
+            self.forwards += 1;
+            return want.from_logits(logits, self.vocab);
+        }
         self.argmaxes += 1;
-        let logits = match self.inner.forward(chunks) {
-            Ok(l) => l,
-            Err(e) => return Some(Err(e)),
-        };
         let ids = logits
             .chunks_exact(self.vocab)
             .map(|row| {
@@ -204,10 +201,10 @@ impl kiln_engine::Backend for CountingArgmax {
                     .iter()
                     .enumerate()
                     .fold(0, |b, (i, &v)| if v > row[b] { i } else { b });
-                best as u32
+                Ok(kiln_step::Sampled::id_only(best as u32))
             })
             .collect();
-        Some(Ok(ids))
+        Ok(kiln_step::StepOutput::Tokens(ids))
     }
 }
 
@@ -229,7 +226,7 @@ fn tiny_cpu() -> (kiln_cpu::CpuBackend, usize) {
 
 /// Fills `streams` prompts of 10 tokens and decodes `steps` steps on all of them in `mode`.
 fn decode_with(
-    backend: &mut dyn kiln_engine::Backend,
+    backend: &mut dyn kiln_step::Backend,
     vocab: usize,
     mode: DecodeMode,
     streams: usize,
@@ -267,36 +264,27 @@ struct CountingSampler {
     samples: usize,
 }
 
-impl kiln_engine::Backend for CountingSampler {
-    fn kv_geometry(&self) -> kiln_engine::KvGeometry {
+impl kiln_step::Backend for CountingSampler {
+    fn kv_geometry(&self) -> kiln_step::KvGeometry {
         self.inner.kv_geometry()
     }
 
-    fn forward(&mut self, chunks: &[kiln_engine::ChunkInput<'_>]) -> anyhow::Result<Vec<f32>> {
-        self.inner.forward(chunks)
-    }
-
-    #[allow(clippy::type_complexity)]
-    fn forward_sample(
+    fn step(
         &mut self,
-        chunks: &[kiln_engine::ChunkInput<'_>],
-        rows: &[kiln_engine::RowSampling],
-    ) -> Option<
-        anyhow::Result<
-            Vec<Result<kiln_engine::sampler::Sampled, kiln_engine::sampler::SampleError>>,
-        >,
-    > {
-        self.samples += 1;
-        let logits = match self.inner.forward(chunks) {
-            Ok(l) => l,
-            Err(e) => return Some(Err(e)),
+        chunks: &[kiln_step::ChunkInput<'_>],
+        want: kiln_step::Want<'_>,
+    ) -> anyhow::Result<kiln_step::StepOutput> {
+        let kiln_step::Want::Sample(rows) = want else {
+            return self.inner.step(chunks, want);
         };
+        self.samples += 1;
+        let logits = self.inner.forward(chunks)?;
         let rows = logits
             .chunks_exact(self.vocab)
             .zip(rows)
-            .map(|(l, r)| kiln_engine::sampler::sample_row(l, r))
+            .map(|(l, r)| kiln_step::sample_row(l, r))
             .collect();
-        Some(Ok(rows))
+        Ok(kiln_step::StepOutput::Tokens(rows))
     }
 }
 

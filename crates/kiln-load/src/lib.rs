@@ -1,5 +1,7 @@
 //! One entry point for every kind of model a user can name: a `.gguf` file, a Hugging Face
-//! folder, or `dummy:PRESET`.
+//! folder, or `dummy:PRESET`. It pairs the weights (kiln-model) with the tokenizer
+//! (kiln-tokenizer), which is why it is a crate of its own: backends depend on kiln-model and
+//! never pull in a tokenizer.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -9,8 +11,8 @@ use anyhow::{anyhow, bail, Context};
 use kiln_formats::GgufFile;
 use kiln_tokenizer::Tokenizer;
 
-use crate::presets::PRESETS;
-use crate::{DummySource, GgufSource, HfSource, ModelConfig, TensorId, WeightSource};
+use kiln_model::presets::PRESETS;
+use kiln_model::{DummySource, GgufSource, HfSource, ModelConfig, TensorId, WeightSource};
 
 /// A model ready to hand to a backend: its weights (not yet read: files stay memory-mapped and
 /// tensors are decoded when a backend asks), its configuration and its tokenizer.

@@ -1,9 +1,11 @@
-//! `kiln_model::load` for each kind of spec: GGUF file, Hugging Face folder, dummy preset.
+//! `kiln_load::load` for each kind of spec: GGUF file, Hugging Face folder, dummy preset.
 
-mod support;
+#[path = "../../kiln-model/tests/support/fixtures.rs"]
+mod fixtures;
 
-use kiln_model::{load, Arch, Role, TensorId};
-use support::fixtures::{Fixture, FIXTURES};
+use fixtures::{Fixture, FIXTURES};
+use kiln_load::load;
+use kiln_model::{Arch, Role, TensorId};
 
 #[test]
 fn both_copies_of_each_fixture_load_with_the_same_tokenization() {
@@ -69,7 +71,7 @@ fn bad_specs_are_clear_errors() {
         "{err}"
     );
     // A folder without config.json.
-    let dir = support::fixtures::fixtures_dir();
+    let dir = fixtures::fixtures_dir();
     let err = format!("{:#}", load(dir.to_str().unwrap()).unwrap_err());
     assert!(err.contains("config.json"), "{err}");
     // A file that is not GGUF.

@@ -1,0 +1,154 @@
+//! The layer program: the order of a forward step, written once for every backend. A backend
+//! implements [`StepOps`] at its fused-kernel granularity; [`run_step`] calls the ops in the
+//! model's order, reading the per-layer spec. Under CUDA graph capture the program issues the
+//! same launches in the same order as an eager step, since it is the same code.
+//!
+//! The ops work on activations the backend owns, named by their role:
+//!
+//! - `x`: the residual stream, `[tokens, hidden]`;
+//! - `delta`: what the last block (attention or feed-forward) adds to `x`, pending until the
+//!   next norm adds it (so a backend may fuse the add into the norm);
+//! - `normed`: the input of the next projection;
+//! - `qkv`, `attn`, `gate_up`, `act`: the projections' outputs and the attention and
+//!   activation results in between.
+
+use anyhow::Result;
+
+use crate::schema::LayerWeight;
+use crate::spec::{FfnSpec, ModelSpec};
+
+/// What a backend must provide for [`run_step`]. `layer` indexes the spec's layers; the
+/// backend reads that layer's [`crate::spec::LayerSpec`] for shapes, windows, eps and RoPE.
+pub trait StepOps {
+    /// `x` = the embedding rows of the step's tokens.
+    fn embed(&mut self) -> Result<()>;
+
+    /// `x += delta` when a block left one pending, then `normed = rmsnorm(x) * weight`
+    /// (`weight`: [`LayerWeight::AttnNorm`] or [`LayerWeight::FfnNorm`]).
+    fn add_norm(&mut self, layer: usize, weight: LayerWeight) -> Result<()>;
+
+    /// One projection by a matrix of the schema, from and to the activations its role implies:
+    /// `Qkv`: normed -> qkv; `O`: attn -> delta; `GateUp`: normed -> gate_up; `Down`: act ->
+    /// delta (the two that write `delta` leave it pending).
+    fn linear(&mut self, layer: usize, weight: LayerWeight) -> Result<()>;
+
+    /// Finishes `qkv`: bias, per-head Q/K norms, RoPE at each token's position; writes K and V
+    /// to the layer's KV cache at each token's slot.
+    fn qkv_rope_kv(&mut self, layer: usize) -> Result<()>;
+
+    /// From here on only the rows whose logits the step returns matter: a backend may drop the
+    /// others (their K and V are in the cache, which is all later steps need of them).
+    fn keep_logit_rows(&mut self) -> Result<()>;
+
+    /// `attn` = attention of each row's Q over its sequence's cached K and V (causal, within
+    /// the layer's window).
+    fn attention(&mut self, layer: usize) -> Result<()>;
+
+    /// `act` = the layer's activation of `gate_up` (`act(gate) * up`).
+    fn ffn_activation(&mut self, layer: usize) -> Result<()>;
+
+    /// `x + delta` at the rows that want logits, the final norm, the LM head.
+    fn logits(&mut self) -> Result<()>;
+}
+
+/// One forward step of `spec` through `ops`.
+pub fn run_step(spec: &ModelSpec, ops: &mut impl StepOps) -> Result<()> {
+    ops.embed()?;
+    let last = spec.layers.len().saturating_sub(1);
+    for (l, layer) in spec.layers.iter().enumerate() {
+        ops.add_norm(l, LayerWeight::AttnNorm)?;
+        ops.linear(l, LayerWeight::Qkv)?;
+        ops.qkv_rope_kv(l)?;
+        if l == last {
+            ops.keep_logit_rows()?;
+        }
+        ops.attention(l)?;
+        ops.linear(l, LayerWeight::O)?;
+        ops.add_norm(l, LayerWeight::FfnNorm)?;
+        match layer.ffn {
+            FfnSpec::Gated { .. } => {
+                ops.linear(l, LayerWeight::GateUp)?;
+                ops.ffn_activation(l)?;
+                ops.linear(l, LayerWeight::Down)?;
+            }
+        }
+    }
+    ops.logits()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::presets::preset;
+
+    /// Records the calls, to pin the order down.
+    #[derive(Default)]
+    struct Trace(Vec<String>);
+
+    impl StepOps for Trace {
+        fn embed(&mut self) -> Result<()> {
+            self.0.push("embed".into());
+            Ok(())
+        }
+        fn add_norm(&mut self, layer: usize, weight: LayerWeight) -> Result<()> {
+            self.0.push(format!("{layer}:add_norm {weight:?}"));
+            Ok(())
+        }
+        fn linear(&mut self, layer: usize, weight: LayerWeight) -> Result<()> {
+            self.0.push(format!("{layer}:linear {weight:?}"));
+            Ok(())
+        }
+        fn qkv_rope_kv(&mut self, layer: usize) -> Result<()> {
+            self.0.push(format!("{layer}:qkv_rope_kv"));
+            Ok(())
+        }
+        fn keep_logit_rows(&mut self) -> Result<()> {
+            self.0.push("keep_logit_rows".into());
+            Ok(())
+        }
+        fn attention(&mut self, layer: usize) -> Result<()> {
+            self.0.push(format!("{layer}:attention"));
+            Ok(())
+        }
+        fn ffn_activation(&mut self, layer: usize) -> Result<()> {
+            self.0.push(format!("{layer}:ffn_activation"));
+            Ok(())
+        }
+        fn logits(&mut self) -> Result<()> {
+            self.0.push("logits".into());
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_program_is_norm_attention_norm_ffn_per_layer() {
+        let mut c = preset("tiny").unwrap();
+        c.num_layers = 2;
+        let mut t = Trace::default();
+        run_step(&c.spec(), &mut t).unwrap();
+        let layer = |l: usize, last: bool| {
+            let mut v = vec![
+                format!("{l}:add_norm AttnNorm"),
+                format!("{l}:linear Qkv"),
+                format!("{l}:qkv_rope_kv"),
+            ];
+            if last {
+                v.push("keep_logit_rows".into());
+            }
+            v.extend([
+                format!("{l}:attention"),
+                format!("{l}:linear O"),
+                format!("{l}:add_norm FfnNorm"),
+                format!("{l}:linear GateUp"),
+                format!("{l}:ffn_activation"),
+                format!("{l}:linear Down"),
+            ]);
+            v
+        };
+        let mut want = vec!["embed".to_string()];
+        want.extend(layer(0, false));
+        want.extend(layer(1, true));
+        want.push("logits".into());
+        assert_eq!(t.0, want);
+    }
+}

@@ -1,0 +1,88 @@
+//! The one trait between the engine and a compute backend (CPU, CUDA): run a step, return what
+//! the caller asked for.
+
+use anyhow::{bail, Result};
+
+use crate::chunk::{ChunkInput, KvGeometry, StepCapacity};
+use crate::sampling::{sample_row, sample_rows, RowSampling, SampleError, Sampled};
+
+/// What a step must return for its logits rows (one per chunk with `want_logits`, in chunk
+/// order).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Want<'a> {
+    /// The raw logits, `vocab_size` per row: the caller samples (penalties need the history).
+    Logits,
+    /// Each row's argmax: the lowest id among equal maxima, NaN never chosen. A backend may
+    /// pick it where the logits are, so that they need not travel.
+    Argmax,
+    /// Each row sampled with its entry (one per row): exactly what [`sample_row`] picks from
+    /// the row's logits, with the log-probabilities it asks for.
+    Sample(&'a [RowSampling]),
+}
+
+impl Want<'_> {
+    /// The answer to this request from logits on the host: how a backend that only computes
+    /// logits (or whose device path is switched off) honours `Argmax` and `Sample`.
+    pub fn from_logits(&self, logits: Vec<f32>, vocab: usize) -> Result<StepOutput> {
+        Ok(match self {
+            Want::Logits => StepOutput::Logits(logits),
+            Want::Argmax => {
+                let greedy = RowSampling {
+                    temperature: 0.0,
+                    top_k: 0,
+                    top_p: 1.0,
+                    min_p: 0.0,
+                    uniform: 0.0,
+                    logprobs: None,
+                };
+                StepOutput::Tokens(
+                    logits
+                        .chunks_exact(vocab.max(1))
+                        .map(|row| sample_row(row, &greedy))
+                        .collect(),
+                )
+            }
+            Want::Sample(rows) => {
+                let n = logits.len() / vocab.max(1);
+                if rows.len() != n {
+                    bail!("{} sampling rows for {n} logits rows", rows.len());
+                }
+                StepOutput::Tokens(sample_rows(&logits, vocab, rows))
+            }
+        })
+    }
+}
+
+/// What a step returned.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StepOutput {
+    /// For [`Want::Logits`]: the rows, concatenated.
+    Logits(Vec<f32>),
+    /// For [`Want::Argmax`] and [`Want::Sample`]: one token per row, or why that row has none.
+    Tokens(Vec<Result<Sampled, SampleError>>),
+}
+
+/// A compute backend. It owns the weights and the KV pool and runs forward passes; it knows
+/// nothing of requests, scheduling or HTTP.
+pub trait Backend: Send {
+    fn kv_geometry(&self) -> KvGeometry;
+
+    /// The largest step the backend accepts; `None`: no fixed limit. The engine never schedules
+    /// a larger step, whatever its own configuration asks for.
+    fn step_capacity(&self) -> Option<StepCapacity> {
+        None
+    }
+
+    /// Runs all chunks as one step and returns what `want` asks for, one answer per chunk with
+    /// `want_logits`, in chunk order. A chunk's answer must not depend on the other chunks of
+    /// the step (batch invariance). Nothing runs when the step is malformed.
+    fn step(&mut self, chunks: &[ChunkInput<'_>], want: Want<'_>) -> Result<StepOutput>;
+
+    /// The step's logits rows: `step` with [`Want::Logits`].
+    fn forward(&mut self, chunks: &[ChunkInput<'_>]) -> Result<Vec<f32>> {
+        match self.step(chunks, Want::Logits)? {
+            StepOutput::Logits(logits) => Ok(logits),
+            StepOutput::Tokens(_) => bail!("the backend returned tokens where logits were asked"),
+        }
+    }
+}
