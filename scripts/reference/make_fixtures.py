@@ -4,14 +4,14 @@ architecture kiln runs, saved both as a Hugging Face folder and as a GGUF of the
 with reference logits from transformers for a fixed prompt and its greedy continuation.
 
 Usage (CPU is enough; takes about a minute):
-    python scripts/reference/make_fixtures.py [--out tests/fixtures]
+    python scripts/reference/make_fixtures.py [--out tests/fixtures] [--only NAME]
 
 Needs torch, transformers==5.17.0, tokenizers and gguf (see scripts/reference/requirements.txt).
 
 For each fixture NAME the script writes
     NAME/hf/{config.json, model.safetensors, tokenizer.json, tokenizer_config.json}
     NAME/model.gguf       same weights in F32, llama.cpp's tensor names and Q/K row order,
-                          tokenizer as gpt2 BPE metadata
+                          tokenizer as gpt2 BPE metadata (not for HF_ONLY_FIXTURES)
     llama/model-q8_0.gguf the same with 2-D weights quantised to Q8_0
     NAME/logits.f32       little-endian f32 [steps, vocab]: row k holds the logits that choose
                           continuation token k (row 0 is the prompt's last position)
@@ -98,10 +98,22 @@ FIXTURES = {
             rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=64
         ),
     ),
+    # Per-layer windows: Qwen2's use_sliding_window with max_window_layers 1, so layer 0 attends
+    # to everything and layer 1 through a 16-token window (shorter than the prompt).
+    "qwen2_window": dict(
+        model_type="qwen2",
+        use_sliding_window=True,
+        sliding_window=16,
+        max_window_layers=1,
+        tie_word_embeddings=True,
+        rope_parameters=dict(rope_type="default", rope_theta=10000.0),
+    ),
 }
 
 # Fixtures that also get a Q8_0 GGUF, to exercise dequantisation together with the Q/K un-permutation.
 Q8_FIXTURES = {"llama"}
+# Fixtures without a GGUF: llama.cpp's qwen2 metadata has no way to window some layers only.
+HF_ONLY_FIXTURES = {"qwen2_window"}
 
 # Training text for the tokenizer, and the source of the prompt.
 CORPUS = """\
@@ -344,7 +356,8 @@ def make_fixture(out: Path, name: str, spec: dict, tok: Tokenizer, prompt: list[
     for extra in ("generation_config.json",):
         (d / "hf" / extra).unlink(missing_ok=True)
     PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=BOS, eos_token=EOS).save_pretrained(d / "hf")
-    write_gguf(d / "model.gguf", name, model32, tok)
+    if name not in HF_ONLY_FIXTURES:
+        write_gguf(d / "model.gguf", name, model32, tok)
     if name in Q8_FIXTURES:
         write_gguf(d / "model-q8_0.gguf", name, model32, tok, q8=True)
     rows.astype("<f4").tofile(d / "logits.f32")
@@ -370,6 +383,7 @@ def make_fixture(out: Path, name: str, spec: dict, tok: Tokenizer, prompt: list[
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[2] / "tests" / "fixtures")
+    ap.add_argument("--only", action="append", help="build only this fixture (repeatable); the others stay")
     args = ap.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
     tok = train_tokenizer()
@@ -377,8 +391,11 @@ def main() -> None:
     assert len(prompt) >= PROMPT_LEN, f"prompt has only {len(prompt)} tokens"
     prompt = prompt[:PROMPT_LEN]
     args.out.mkdir(parents=True, exist_ok=True)
-    summary = {}
+    index = args.out / "index.json"
+    summary = json.loads(index.read_text()) if args.only and index.exists() else {}
     for name, spec in FIXTURES.items():
+        if args.only and name not in args.only:
+            continue
         ref = make_fixture(args.out, name, spec, tok, prompt)
         summary[name] = {k: ref[k] for k in ("seed", "min_margin", "max_abs_logit", "fp32_max_abs_err")}
         print(f"{name}: seed {ref['seed']}, min margin {ref['min_margin']:.4f}, "

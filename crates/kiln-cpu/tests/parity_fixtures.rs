@@ -7,9 +7,9 @@
 #[path = "../../kiln-model/tests/support/fixtures.rs"]
 mod fixtures;
 
-use fixtures::{argmax, rel_err, Fixture};
+use fixtures::{argmax, rel_err, Fixture, HF_ONLY_FIXTURES};
 use kiln_cpu::{CpuBackend, CpuOptions};
-use kiln_model::{GgufSource, HfSource, WeightSource};
+use kiln_model::{DummyFill, GgufSource, HfSource, HostTensor, ModelConfig, TensorId, WeightSource};
 use kiln_step::{Backend, ChunkInput};
 
 const TOLERANCE: f32 = 1e-4;
@@ -103,5 +103,57 @@ fn cpu_matches_transformers_on_every_fixture() {
              min greedy margin {:.3}",
             f.name, f.min_margin
         );
+    }
+}
+
+/// A source with another configuration over the same weights: the fixture with its layer
+/// types changed.
+struct Reconfigured<'a> {
+    inner: &'a dyn WeightSource,
+    config: ModelConfig,
+}
+
+impl WeightSource for Reconfigured<'_> {
+    fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+    fn has(&self, id: TensorId) -> bool {
+        self.inner.has(id)
+    }
+    fn load_f32(&self, id: TensorId) -> anyhow::Result<HostTensor> {
+        self.inner.load_f32(id)
+    }
+    fn dummy_fill(&self, _id: TensorId) -> Option<DummyFill> {
+        None
+    }
+}
+
+/// Qwen2 with a window on layer 1 only (max_window_layers 1): the per-layer spec, checked
+/// against transformers. Windowing every layer or none gives other logits, so the test fails
+/// if the layers' windows are not each their own.
+#[test]
+fn cpu_matches_transformers_with_per_layer_windows() {
+    for name in HF_ONLY_FIXTURES {
+        let f = Fixture::load(name);
+        let hf = HfSource::open(&f.hf_dir).unwrap();
+        let windows: Vec<_> = hf.config().spec().layers.iter().map(|l| l.attn.window).collect();
+        assert_eq!(windows, [None, Some(16)], "{name}");
+        let rows = greedy_logits(&hf, &f);
+        let err = check_against_reference(&f, "hf", &rows);
+        eprintln!("{name}: max relative error {err:.2e}");
+        for (what, window) in [("no layer", None), ("every layer", Some(16))] {
+            let mut config = hf.config().clone();
+            config.layer_types = None;
+            config.sliding_window = window;
+            let other = Reconfigured {
+                inner: &hf,
+                config,
+            };
+            let first = greedy_logits(&other, &f).remove(0);
+            assert!(
+                rel_err(&first, f.row(0)) > 100.0 * TOLERANCE,
+                "{name}: windowing {what} gives the same logits; the test cannot tell"
+            );
+        }
     }
 }
