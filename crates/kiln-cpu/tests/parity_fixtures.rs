@@ -9,7 +9,9 @@ mod fixtures;
 
 use fixtures::{argmax, rel_err, Fixture, HF_ONLY_FIXTURES};
 use kiln_cpu::{CpuBackend, CpuOptions};
-use kiln_model::{DummyFill, GgufSource, HfSource, HostTensor, ModelConfig, TensorId, WeightSource};
+use kiln_model::{
+    DummyFill, GgufSource, HfSource, HostTensor, ModelConfig, TensorId, WeightSource,
+};
 use kiln_step::{Backend, ChunkInput};
 
 const TOLERANCE: f32 = 1e-4;
@@ -136,7 +138,13 @@ fn cpu_matches_transformers_with_per_layer_windows() {
     for name in HF_ONLY_FIXTURES {
         let f = Fixture::load(name);
         let hf = HfSource::open(&f.hf_dir).unwrap();
-        let windows: Vec<_> = hf.config().spec().layers.iter().map(|l| l.attn.window).collect();
+        let windows: Vec<_> = hf
+            .config()
+            .spec()
+            .layers
+            .iter()
+            .map(|l| l.attn.window)
+            .collect();
         assert_eq!(windows, [None, Some(16)], "{name}");
         let rows = greedy_logits(&hf, &f);
         let err = check_against_reference(&f, "hf", &rows);
@@ -145,10 +153,7 @@ fn cpu_matches_transformers_with_per_layer_windows() {
             let mut config = hf.config().clone();
             config.layer_types = None;
             config.sliding_window = window;
-            let other = Reconfigured {
-                inner: &hf,
-                config,
-            };
+            let other = Reconfigured { inner: &hf, config };
             let first = greedy_logits(&other, &f).remove(0);
             assert!(
                 rel_err(&first, f.row(0)) > 100.0 * TOLERANCE,
