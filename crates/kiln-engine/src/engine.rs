@@ -10,8 +10,8 @@ use std::time::Instant;
 use kiln_step::{Backend, RowSampling, StepOutput, Want};
 use kiln_tokenizer::{StreamDecoder, Tokenizer};
 
+use crate::active::Active;
 use crate::batch_sampler::{self, SampleJob};
-use crate::output::Active;
 use crate::sampler::{self, History, Sampled};
 use crate::scheduler::{ScheduledChunk, Scheduler, SchedulerConfig};
 use crate::sequence::{SeqId, Sequence};

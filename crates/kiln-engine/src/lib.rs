@@ -3,6 +3,7 @@
 //! The backend interface itself lives in `kiln_step`; it is re-exported here for the engine's
 //! users.
 
+mod active;
 mod batch_sampler;
 pub mod block_manager;
 mod engine;

@@ -1,61 +1,15 @@
-//! The request-output half of the engine: what it keeps for each request besides its tokens,
-//! and what happens to a sampled token on its way to the client (detokenising, stop strings,
-//! end of turn, length limit), and how a request ends (finished, failed, cancelled).
+//! The request-output half of the engine: what happens to a sampled token on its way to the
+//! client (detokenising, stop strings, end of turn, length limit), and how a request ends
+//! (finished, failed, cancelled).
 
 use std::sync::atomic::Ordering;
-use std::time::Instant;
-
-use kiln_step::{RowSampling, MAX_DEVICE_TOP_LOGPROBS};
-use kiln_tokenizer::StreamDecoder;
-use tokio::sync::mpsc::UnboundedSender;
 
 use crate::engine::Engine;
-use crate::request::{Finish, FinishReason, GenEvent, GenerateRequest, TokenEvent};
-use crate::sampler::{self, Sampled};
+use crate::request::{Finish, FinishReason, GenEvent, TokenEvent};
+use crate::sampler::Sampled;
 use crate::sequence::SeqId;
 use crate::shared::Command;
-use crate::stop::{StopCheck, StopMatcher};
-
-/// What the engine keeps for a request besides its tokens.
-pub(crate) struct Active {
-    /// The request without its prompt (which the scheduler's sequence holds).
-    pub req: GenerateRequest,
-    pub prompt_tokens: usize,
-    pub seed: u64,
-    /// Length (prompt + generated) at which generation ends with `Length`.
-    pub max_len: usize,
-    pub events: UnboundedSender<GenEvent>,
-    pub decoder: StreamDecoder,
-    pub stop: StopMatcher,
-    pub submitted: Instant,
-    pub time_to_first_token: Option<f64>,
-}
-
-impl Active {
-    /// Argmax of the raw logits is all this request needs.
-    pub fn plain_greedy(&self) -> bool {
-        let p = &self.req.sampling;
-        p.temperature <= 0.0 && !p.has_penalties() && self.req.logprobs.is_none()
-    }
-
-    /// How the backend may sample this request's next token, unless it needs the host
-    /// (penalties read the sequence's history).
-    pub fn device_row(&self, generated: usize) -> Option<RowSampling> {
-        let p = &self.req.sampling;
-        let top = self.req.logprobs.unwrap_or(0);
-        if p.has_penalties() || top > MAX_DEVICE_TOP_LOGPROBS {
-            return None;
-        }
-        Some(RowSampling {
-            temperature: p.temperature,
-            top_k: p.top_k,
-            top_p: p.top_p,
-            min_p: p.min_p,
-            uniform: sampler::uniform(self.seed, generated as u64),
-            logprobs: self.req.logprobs,
-        })
-    }
-}
+use crate::stop::StopCheck;
 
 impl Engine {
     pub(crate) fn accept(&mut self, id: SeqId, s: Sampled) {

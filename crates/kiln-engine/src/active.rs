@@ -1,0 +1,53 @@
+//! What the engine keeps for a request besides its tokens, and how its next token may be
+//! chosen by the backend.
+
+use std::time::Instant;
+
+use kiln_step::{RowSampling, MAX_DEVICE_TOP_LOGPROBS};
+use kiln_tokenizer::StreamDecoder;
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::request::{GenEvent, GenerateRequest};
+use crate::sampler;
+use crate::stop::StopMatcher;
+
+/// What the engine keeps for a request besides its tokens.
+pub(crate) struct Active {
+    /// The request without its prompt (which the scheduler's sequence holds).
+    pub req: GenerateRequest,
+    pub prompt_tokens: usize,
+    pub seed: u64,
+    /// Length (prompt + generated) at which generation ends with `Length`.
+    pub max_len: usize,
+    pub events: UnboundedSender<GenEvent>,
+    pub decoder: StreamDecoder,
+    pub stop: StopMatcher,
+    pub submitted: Instant,
+    pub time_to_first_token: Option<f64>,
+}
+
+impl Active {
+    /// Argmax of the raw logits is all this request needs.
+    pub fn plain_greedy(&self) -> bool {
+        let p = &self.req.sampling;
+        p.temperature <= 0.0 && !p.has_penalties() && self.req.logprobs.is_none()
+    }
+
+    /// How the backend may sample this request's next token, unless it needs the host
+    /// (penalties read the sequence's history).
+    pub fn device_row(&self, generated: usize) -> Option<RowSampling> {
+        let p = &self.req.sampling;
+        let top = self.req.logprobs.unwrap_or(0);
+        if p.has_penalties() || top > MAX_DEVICE_TOP_LOGPROBS {
+            return None;
+        }
+        Some(RowSampling {
+            temperature: p.temperature,
+            top_k: p.top_k,
+            top_p: p.top_p,
+            min_p: p.min_p,
+            uniform: sampler::uniform(self.seed, generated as u64),
+            logprobs: self.req.logprobs,
+        })
+    }
+}
