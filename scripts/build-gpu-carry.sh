@@ -46,6 +46,9 @@ rm "$carry/tests.txt"
 echo "building the cuda_bench example (release)..." >&2
 cargo build -p kiln-cuda --release --example cuda_bench
 add bench cuda_bench "$CARGO_TARGET_DIR/release/examples/cuda_bench"
+echo "building the logits_digest example (release)..." >&2
+cargo build -p kiln --release --example logits_digest
+add digest logits_digest "$CARGO_TARGET_DIR/release/examples/logits_digest"
 
 if [ "${KILN_CARRY_SKIP_BIN:-0}" != 1 ]; then
     echo "building the kiln binary (release)..." >&2
@@ -57,6 +60,10 @@ if [ "${KILN_CARRY_SKIP_BIN:-0}" != 1 ]; then
 fi
 # The commit the executables were built from (the GPU machine's copy may have no history).
 echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates || echo +changes)" > "$carry/commit.txt"
+# xz keeps the carry small (gpu-check.sh unpacks it there); KILN_CARRY_XZ=0 leaves it plain.
+if [ "${KILN_CARRY_XZ:-1}" != 0 ]; then
+    xz -T2 -6 "$carry"/bin/*
+fi
 # The kernel sources travel with the repository; nothing else is needed there.
 size=$(du -sm "$carry" | cut -f1)
 echo "carry: ${size} MB in $carry:" >&2

@@ -4,6 +4,13 @@
 # Needs the executables from scripts/build-gpu-carry.sh in .carry/. Writes under $OUT
 # (default ./gpu-check-out): one log per executable, report.txt, report.json; prints the
 # summary last. Whole run bounded to about 8 minutes.
+#
+# Usage: scripts/gpu-check.sh [PART...]   PARTs: tests, bench (the default: both), digests,
+# base-bench. `digests` runs the logits_digest example on the fixtures and the 8B dummy
+# presets; with a baseline build in .carry-base/ (logits_digest, cuda_bench built from an
+# earlier commit) it runs that too and diffs the two, and `base-bench` times the baseline's
+# cuda_bench right after this build's, for a same-call A/B of a change that must not move
+# speed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/gpu-check-out}"
@@ -21,6 +28,10 @@ if [ ! -f "$manifest" ]; then
     say "FAIL: $manifest missing (run scripts/build-gpu-carry.sh on the build machine first)"
     exit 1
 fi
+parts="${*:-tests bench}"
+want() { case " $parts " in *" $1 "*) return 0 ;; esac; return 1; }
+# Carried binaries may travel xz-compressed.
+for f in .carry/bin/*.xz .carry-base/*.xz; do [ -f "$f" ] && xz -df "$f"; done
 commit=$(cat .carry/commit.txt 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
 say "kiln gpu-check $(date -u +%Y-%m-%dT%H:%M:%SZ) commit $commit"
 export KILN_COMMIT="${KILN_COMMIT:-$commit}"
@@ -31,7 +42,8 @@ results="$OUT/results.tsv"
 
 # Order: cheapest and most basic first, so a broken kernel shows before the model tests.
 order="kernels_compile unit contract_rows contract_sampling contract_gemm contract_attention backend_parity backend_invariance graphs_counts graphs_parity"
-for name in $order $(awk '$1=="test"{print $2}' "$manifest"); do
+want tests || order=""
+for name in $order $(want tests && awk '$1=="test"{print $2}' "$manifest"); do
     path=$(awk -v n="$name" '$1=="test" && $2==n {print $3}' "$manifest")
     [ -n "$path" ] || continue
     grep -q "^$name	" "$results" && continue
@@ -62,15 +74,61 @@ done
 # The parity test again with every fast path off: if it fails above and passes here, the
 # fault is in a fast kernel (flash/decode attention or the skinny GEMM), not in the plumbing.
 parity=$(awk '$1=="test" && $2=="backend_parity" {print $3}' "$manifest")
-if [ -n "$parity" ] && [ $(( $(date +%s) - start )) -lt 200 ]; then
+if want tests && [ -n "$parity" ] && [ $(( $(date +%s) - start )) -lt 200 ]; then
     log="$OUT/test-backend_parity-reference-paths.log"
     KILN_FLASH_ATTN=0 KILN_SKINNY_GEMM=0 KILN_SPLIT_DECODE=0 timeout 60 ".carry/$parity" --test-threads=1 --nocapture > "$log" 2>&1
     rc=$?
     say "backend_parity with KILN_FLASH_ATTN=0 KILN_SKINNY_GEMM=0 KILN_SPLIT_DECODE=0: rc=$rc, $(grep -c '\] PASS ' "$log") pass, $(grep -c '\] FAIL \|panicked' "$log") fail (diagnostic only)"
 fi
 
+# Greedy tokens and logits digests of this build, and of the baseline build when one travelled:
+# a change that must move no bit shows no difference.
+digest=$(awk '$1=="digest"{print $3}' "$manifest")
+if want digests && [ -n "$digest" ]; then
+    models=""
+    for d in tests/fixtures/*/; do
+        for g in "$d"*.gguf; do [ -f "$g" ] && models="$models $g"; done
+        [ -f "$d/hf/config.json" ] && models="$models ${d}hf"
+    done
+    models="$models dummy:llama3-8b@300 dummy:qwen3-8b@300 dummy:mistral-7b@4200"
+    for build in new base; do
+        bin=".carry/$digest"; [ $build = base ] && bin=.carry-base/logits_digest
+        [ -x "$bin" ] || continue
+        : > "$OUT/digests-$build.txt"
+        for m in $models; do
+            timeout 120 "$bin" cuda "$m" >> "$OUT/digests-$build.txt" 2> "$OUT/digests-$build.err" \
+                || echo "$m cuda: FAILED ($(tail -1 "$OUT/digests-$build.err"))" >> "$OUT/digests-$build.txt"
+        done
+    done
+    say "digests: $(grep -c digest "$OUT/digests-new.txt") cases, $(grep -c FAILED "$OUT/digests-new.txt") failed"
+    if [ -s "$OUT/digests-base.txt" ]; then
+        # Every case the baseline ran must appear in this build's lines unchanged (a model the
+        # baseline cannot load is listed apart).
+        grep -v FAILED "$OUT/digests-base.txt" | sort > "$OUT/d-base"
+        sort "$OUT/digests-new.txt" > "$OUT/d-new"
+        moved=$(comm -23 "$OUT/d-base" "$OUT/d-new")
+        if [ -z "$moved" ]; then
+            say "digests: identical to the baseline on all $(wc -l < "$OUT/d-base") cases it ran"
+        else
+            say "digests: DIFFER from the baseline (baseline lines not matched):"
+            echo "$moved" | head -20 | cut -c1-200 | tee -a "$report"
+        fi
+        grep FAILED "$OUT/digests-base.txt" | sed 's/^/    baseline: /' | cut -c1-160 | tee -a "$report"
+        rm -f "$OUT/d-base" "$OUT/d-new"
+    fi
+fi
+
 bench=$(awk '$1=="bench"{print $3}' "$manifest")
-if [ -n "$bench" ]; then
+if want base-bench && [ -x .carry-base/cuda_bench ] && [ -n "$bench" ]; then
+    # The same benchmark twice, this build then the baseline, then this build again: the spread of
+    # the two runs of this build is the noise the difference must exceed.
+    for run in new base new2; do
+        bin=".carry/$bench"; [ $run = base ] && bin=.carry-base/cuda_bench
+        RUST_BACKTRACE=0 timeout 170 "$bin" llama3-8b > "$OUT/ab-$run.json" 2> "$OUT/ab-$run.log"
+        grep -E "^BENCH" "$OUT/ab-$run.log" | sed "s/^/    $run: /" | tee -a "$report"
+    done
+fi
+if want bench && [ -n "$bench" ]; then
     say "benchmark (dummy:llama3-8b):"
     # Everything ends by about 470 s (under 8 minutes with start-up).
     left=$(( 470 - ($(date +%s) - start) ))
@@ -113,7 +171,7 @@ try:
     bench = json.load(open(sys.argv[2]))
 except Exception:
     bench = None
-json.dump({"tests": tests, "bench": bench, "ok": all(t["status"] == "ok" for t in tests) and bench is not None}, open(sys.argv[3], "w"), indent=1)
+json.dump({"tests": tests, "bench": bench, "ok": all(t["status"] == "ok" for t in tests)}, open(sys.argv[3], "w"), indent=1)
 PY
 
 total=$(( $(date +%s) - start ))
