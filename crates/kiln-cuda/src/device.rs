@@ -1,5 +1,6 @@
 //! The device: availability checks that never panic, the context and its one stream, the
-//! compiled kernel modules, and plain device buffers that stay where they were allocated.
+//! compiled kernel modules, raw launches, and plain device buffers that stay where they were
+//! allocated. Knows no launcher: `Gpu::new` (kernels.rs) opens a device with their needs.
 
 use std::collections::HashMap;
 use std::marker::PhantomData;
@@ -52,6 +53,11 @@ pub enum Arg {
     U64(u64),
 }
 
+/// `v` as a 32-bit kernel argument, or an error naming it.
+pub(crate) fn i32_of(v: usize, what: &str) -> Result<i32> {
+    i32::try_from(v).map_err(|_| anyhow!("{what} = {v} does not fit a 32-bit kernel argument"))
+}
+
 /// One device with its context, stream and loaded kernels.
 pub struct Gpu {
     pub ctx: Arc<CudaContext>,
@@ -60,13 +66,17 @@ pub struct Gpu {
     pub arch: u32,
     pub sm_count: u32,
     pub name: String,
+    /// Whether [`Gpu::launch`] starts kernels as programmatic dependent launches.
+    pdl: bool,
     funcs: HashMap<&'static str, CudaFunction>,
     _modules: Vec<Arc<CudaModule>>,
 }
 
 impl Gpu {
-    /// Opens device `ordinal`, compiles (or loads cached) kernels for its architecture.
-    pub fn new(ordinal: usize) -> Result<Gpu> {
+    /// Opens device `ordinal` and loads every kernel module, compiled (or cached) for its
+    /// architecture; `pdl`: how [`Gpu::launch`] starts kernels. Kernels keep the default
+    /// shared-memory limit until [`Gpu::allow_smem`] raises it.
+    pub fn open(ordinal: usize, pdl: bool) -> Result<Gpu> {
         if let Some(why) = unavailable_reason() {
             bail!("CUDA backend unavailable: {why}");
         }
@@ -99,25 +109,16 @@ impl Gpu {
             }
             modules.push(module);
         }
-        let gpu = Gpu {
+        Ok(Gpu {
             ctx,
             stream,
             arch,
             sm_count,
             name,
+            pdl,
             funcs,
             _modules: modules,
-        };
-        gpu.raise_smem_limits()?;
-        Ok(gpu)
-    }
-
-    /// Kernels that use more than 48 KB of dynamic shared memory must say so first.
-    fn raise_smem_limits(&self) -> Result<()> {
-        for (name, bytes) in crate::kernels::large_smem_kernels() {
-            self.allow_smem(&name, bytes)?;
-        }
-        Ok(())
+        })
     }
 
     /// Lets kernel `name` use up to `bytes` of dynamic shared memory.
@@ -152,8 +153,7 @@ impl Gpu {
         smem: u32,
         args: &[Arg],
     ) -> Result<()> {
-        let dependent = crate::switches::KernelChoice::from_env().pdl;
-        self.launch_with(name, grid, block, smem, args, dependent)
+        self.launch_with(name, grid, block, smem, args, self.pdl)
     }
 
     /// Launches `name`; `dependent`: as a programmatic dependent launch, which may start while

@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Result};
 
-use crate::device::{Arg, Gpu};
+use crate::device::{i32_of, Arg, Gpu};
 pub use crate::switches::KernelChoice;
 
 /// Head dims with a flash-attention and a decode-attention instantiation.
@@ -59,11 +59,6 @@ fn grid_1d(n: usize, block: usize, cap: usize) -> (u32, u32, u32) {
     (n.div_ceil(block).clamp(1, cap) as u32, 1, 1)
 }
 
-pub(crate) fn i32_of(v: usize, what: &str) -> Result<i32> {
-    i32::try_from(v)
-        .map_err(|_| anyhow::anyhow!("{what} = {v} does not fit a 32-bit kernel argument"))
-}
-
 /// Where a layer's KV cache lives and how it is laid out.
 #[derive(Debug, Clone, Copy)]
 pub struct KvView {
@@ -84,6 +79,17 @@ pub struct AttnInputs {
 }
 
 impl Gpu {
+    /// Opens device `ordinal` with its kernels compiled (or cached), PDL as the switches say,
+    /// and every kernel allowed the shared memory its launcher asks for (above 48 KB a kernel
+    /// must say so first).
+    pub fn new(ordinal: usize) -> Result<Gpu> {
+        let gpu = Gpu::open(ordinal, KernelChoice::from_env().pdl)?;
+        for (name, bytes) in large_smem_kernels() {
+            gpu.allow_smem(&name, bytes)?;
+        }
+        Ok(gpu)
+    }
+
     pub fn embed_gather(
         &self,
         x: u64,

@@ -3,8 +3,7 @@
 
 use anyhow::{bail, Result};
 
-use crate::device::{Arg, DevPtr, Gpu};
-use crate::kernels::i32_of;
+use crate::device::{i32_of, Arg, DevPtr, Gpu};
 use crate::switches::KernelChoice;
 
 /// Rows one skinny-GEMM launch takes at most.
