@@ -10,6 +10,7 @@ mod forward;
 pub mod kernels;
 mod kv_cache;
 mod step_plan;
+pub mod switches;
 mod weights;
 
 pub use backend::{CpuBackend, CpuOptions};

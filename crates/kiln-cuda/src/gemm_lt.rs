@@ -11,6 +11,7 @@ use anyhow::{anyhow, bail, Result};
 use cudarc::cublaslt::sys as lt;
 
 use crate::device::{DevBuf, Gpu};
+use crate::switches::Switches;
 
 const WORKSPACE_BYTES: usize = 64 << 20;
 
@@ -110,7 +111,7 @@ impl LtGemm {
                 "transb",
             )?;
         }
-        let pin = std::env::var("KILN_GEMM_PIN").as_deref() != Ok("0");
+        let pin = Switches::from_env().gemm_pin;
         Ok(LtGemm {
             handle,
             desc,

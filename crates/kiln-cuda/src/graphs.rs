@@ -12,6 +12,7 @@ use cudarc::driver::{result as drv, sys};
 
 use crate::device::Gpu;
 use crate::graphs_pad::{GraphBuckets, GraphShape};
+use crate::switches::Switches;
 
 /// How often each graph operation happened since the backend started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -30,17 +31,13 @@ pub struct GraphCounters {
 
 /// Whether KILN_CUDA_GRAPHS leaves graphs on (anything but 0/off/false).
 pub fn graphs_enabled_by_env() -> bool {
-    !matches!(
-        std::env::var("KILN_CUDA_GRAPHS").as_deref(),
-        Ok("0") | Ok("off") | Ok("false")
-    )
+    Switches::from_env().cuda_graphs
 }
 
 /// Largest prefill bucket: KILN_CUDA_GRAPH_PREFILL (0: no prefill graphs), else the default.
 pub fn prefill_max_from_env() -> usize {
-    std::env::var("KILN_CUDA_GRAPH_PREFILL")
-        .ok()
-        .and_then(|v| v.parse().ok())
+    Switches::from_env()
+        .graph_prefill_max
         .unwrap_or(crate::graphs_pad::DEFAULT_PREFILL_MAX)
 }
 

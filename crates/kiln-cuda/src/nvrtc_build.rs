@@ -9,6 +9,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use cudarc::nvrtc::{result as nv, sys};
 
 use crate::kernel_sources::KernelSource;
+use crate::switches::{kernel_cache, KernelCache};
 
 /// Whether libnvrtc can be loaded. Never panics.
 pub fn nvrtc_present() -> bool {
@@ -53,10 +54,12 @@ fn fnv1a(parts: &[&[u8]]) -> u64 {
 }
 
 fn cache_dir() -> Option<PathBuf> {
-    match std::env::var("KILN_KERNEL_CACHE") {
-        Ok(v) if v == "off" || v == "0" => None,
-        Ok(v) if !v.is_empty() => Some(PathBuf::from(v)),
-        _ => std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/kiln/kernels")),
+    match kernel_cache() {
+        KernelCache::Off => None,
+        KernelCache::Dir(d) => Some(d.clone()),
+        KernelCache::Home => {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/kiln/kernels"))
+        }
     }
 }
 

@@ -1,5 +1,9 @@
-//! Off switches for every optimisation, read once when the backend starts, so that an A/B run
-//! or a bisection is one environment variable away.
+//! Every KILN_* variable the CUDA backend reads, parsed here and only here, once per process,
+//! so that an A/B run or a bisection is one environment variable away and every module sees
+//! the same values.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
 
 /// Which fast paths are on. All default to on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -12,46 +16,20 @@ pub struct Switches {
     pub split_decode: bool,
     /// KILN_DEVICE_SAMPLING=0: logits rows go to the host to be sampled.
     pub device_sampling: bool,
-}
-
-pub(crate) fn on(name: &str) -> bool {
-    !matches!(
-        std::env::var(name).as_deref(),
-        Ok("0") | Ok("off") | Ok("false")
-    )
-}
-
-impl Switches {
-    pub fn from_env() -> Switches {
-        Switches {
-            skinny_gemm: on("KILN_SKINNY_GEMM"),
-            flash_attn: on("KILN_FLASH_ATTN"),
-            split_decode: on("KILN_SPLIT_DECODE"),
-            device_sampling: on("KILN_DEVICE_SAMPLING"),
-        }
-    }
-
-    /// One line for logs and reports.
-    pub fn describe(&self) -> String {
-        let k = KernelChoice::from_env();
-        format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} flash_pairs={} pdl={}",
-            self.skinny_gemm as u8,
-            self.flash_attn as u8,
-            self.split_decode as u8,
-            self.device_sampling as u8,
-            on("KILN_GEMM_PIN") as u8,
-            k.skinny_pipe as u8,
-            k.skinny_deep as u8,
-            k.skinny_wide as u8,
-            k.flash_pairs as u8,
-            k.pdl as u8
-        )
-    }
+    /// KILN_GEMM_PIN=0 (only "0"): cuBLASLt picks its algorithm per call instead of one pinned
+    /// per weight shape.
+    pub gemm_pin: bool,
+    /// KILN_CUDA_GRAPHS=0: every step runs launch by launch.
+    pub cuda_graphs: bool,
+    /// KILN_CUDA_GRAPH_PREFILL=N: the largest prefill bucket with a graph (0: none); None when
+    /// unset or not a number, for the default of graphs_pad.rs.
+    pub graph_prefill_max: Option<usize>,
+    /// The kernel variants.
+    pub kernels: KernelChoice,
 }
 
 /// Which variant of a kernel family a launch uses. The fast variants are the defaults; each
-/// has an off switch read once per process (see [`KernelChoice::from_env`]).
+/// has an off switch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KernelChoice {
     /// KILN_SKINNY_PIPE=0: the skinny GEMM without the cp.async weight ring (`skinny_gemm_*`).
@@ -71,6 +49,96 @@ pub struct KernelChoice {
     pub skinny_deep: bool,
 }
 
+/// Where compiled kernels are cached: KILN_KERNEL_CACHE=DIR, `off` (or 0) for nowhere, else
+/// under the home folder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KernelCache {
+    Home,
+    Off,
+    Dir(PathBuf),
+}
+
+/// Everything read from the environment, once.
+struct Env {
+    switches: Switches,
+    kernel_cache: KernelCache,
+}
+
+fn env() -> &'static Env {
+    static ENV: OnceLock<Env> = OnceLock::new();
+    ENV.get_or_init(|| Env::read(|name| std::env::var(name).ok()))
+}
+
+impl Env {
+    /// Parses the variables `var` gives (None: unset, or not Unicode, which counts as unset).
+    fn read(var: impl Fn(&str) -> Option<String>) -> Env {
+        // On unless the variable is 0, off or false.
+        let on = |name| !matches!(var(name).as_deref(), Some("0" | "off" | "false"));
+        Env {
+            switches: Switches {
+                skinny_gemm: on("KILN_SKINNY_GEMM"),
+                flash_attn: on("KILN_FLASH_ATTN"),
+                split_decode: on("KILN_SPLIT_DECODE"),
+                device_sampling: on("KILN_DEVICE_SAMPLING"),
+                gemm_pin: var("KILN_GEMM_PIN").as_deref() != Some("0"),
+                cuda_graphs: on("KILN_CUDA_GRAPHS"),
+                graph_prefill_max: var("KILN_CUDA_GRAPH_PREFILL").and_then(|v| v.parse().ok()),
+                kernels: KernelChoice {
+                    skinny_pipe: on("KILN_SKINNY_PIPE"),
+                    flash_pairs: on("KILN_FLASH_PAIRS"),
+                    pdl: on("KILN_PDL"),
+                    skinny_wide: on("KILN_SKINNY_WIDE"),
+                    skinny_deep: on("KILN_SKINNY_DEEP"),
+                },
+            },
+            kernel_cache: match var("KILN_KERNEL_CACHE") {
+                Some(v) if v == "off" || v == "0" => KernelCache::Off,
+                Some(v) if !v.is_empty() => KernelCache::Dir(PathBuf::from(v)),
+                _ => KernelCache::Home,
+            },
+        }
+    }
+}
+
+/// The kernel cache the environment asks for.
+pub fn kernel_cache() -> &'static KernelCache {
+    &env().kernel_cache
+}
+
+impl Switches {
+    /// The process-wide switches, read from the environment on first use.
+    pub fn from_env() -> Switches {
+        env().switches
+    }
+
+    /// One line for logs and reports, naming every switch.
+    pub fn describe(&self) -> String {
+        let k = self.kernels;
+        let prefill = self
+            .graph_prefill_max
+            .map_or("default".to_string(), |n| n.to_string());
+        let cache = match kernel_cache() {
+            KernelCache::Home => "home".to_string(),
+            KernelCache::Off => "off".to_string(),
+            KernelCache::Dir(d) => d.display().to_string(),
+        };
+        format!(
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} flash_pairs={} pdl={} cuda_graphs={} graph_prefill={prefill} kernel_cache={cache}",
+            self.skinny_gemm as u8,
+            self.flash_attn as u8,
+            self.split_decode as u8,
+            self.device_sampling as u8,
+            self.gemm_pin as u8,
+            k.skinny_pipe as u8,
+            k.skinny_deep as u8,
+            k.skinny_wide as u8,
+            k.flash_pairs as u8,
+            k.pdl as u8,
+            self.cuda_graphs as u8,
+        )
+    }
+}
+
 impl KernelChoice {
     pub const ALL_FAST: KernelChoice = KernelChoice {
         skinny_pipe: true,
@@ -87,15 +155,70 @@ impl KernelChoice {
         skinny_deep: false,
     };
 
-    /// The process-wide choice from the environment, read on first use.
+    /// The process-wide choice, read from the environment on first use.
     pub fn from_env() -> KernelChoice {
-        static CHOICE: std::sync::OnceLock<KernelChoice> = std::sync::OnceLock::new();
-        *CHOICE.get_or_init(|| KernelChoice {
-            skinny_pipe: on("KILN_SKINNY_PIPE"),
-            flash_pairs: on("KILN_FLASH_PAIRS"),
-            pdl: on("KILN_PDL"),
-            skinny_wide: on("KILN_SKINNY_WIDE"),
-            skinny_deep: on("KILN_SKINNY_DEEP"),
+        Switches::from_env().kernels
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(vars: &[(&str, &str)]) -> Env {
+        Env::read(|name| {
+            vars.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.to_string())
         })
+    }
+
+    #[test]
+    fn everything_is_on_by_default() {
+        let e = read(&[]);
+        let s = e.switches;
+        assert!(s.skinny_gemm && s.flash_attn && s.split_decode && s.device_sampling);
+        assert!(s.gemm_pin && s.cuda_graphs);
+        assert_eq!(s.graph_prefill_max, None);
+        assert_eq!(s.kernels, KernelChoice::ALL_FAST);
+        assert_eq!(e.kernel_cache, KernelCache::Home);
+    }
+
+    #[test]
+    fn each_variable_turns_off_its_own_switch() {
+        for off in ["0", "off", "false"] {
+            let e = read(&[
+                ("KILN_SKINNY_PIPE", off),
+                ("KILN_FLASH_PAIRS", off),
+                ("KILN_PDL", off),
+                ("KILN_SKINNY_WIDE", off),
+                ("KILN_SKINNY_DEEP", off),
+            ]);
+            assert_eq!(e.switches.kernels, KernelChoice::ALL_PLAIN);
+            assert!(e.switches.skinny_gemm && e.switches.cuda_graphs);
+            let s = read(&[("KILN_CUDA_GRAPHS", off), ("KILN_DEVICE_SAMPLING", off)]).switches;
+            assert!(!s.cuda_graphs && !s.device_sampling && s.flash_attn);
+        }
+        // KILN_GEMM_PIN takes only 0.
+        assert!(!read(&[("KILN_GEMM_PIN", "0")]).switches.gemm_pin);
+        assert!(read(&[("KILN_GEMM_PIN", "off")]).switches.gemm_pin);
+        assert!(read(&[("KILN_SKINNY_GEMM", "1")]).switches.skinny_gemm);
+    }
+
+    #[test]
+    fn values_parse_as_documented() {
+        let prefill = |v| {
+            read(&[("KILN_CUDA_GRAPH_PREFILL", v)])
+                .switches
+                .graph_prefill_max
+        };
+        assert_eq!(prefill("0"), Some(0));
+        assert_eq!(prefill("2048"), Some(2048));
+        assert_eq!(prefill("many"), None);
+        let cache = |v| read(&[("KILN_KERNEL_CACHE", v)]).kernel_cache;
+        assert_eq!(cache("off"), KernelCache::Off);
+        assert_eq!(cache("0"), KernelCache::Off);
+        assert_eq!(cache(""), KernelCache::Home);
+        assert_eq!(cache("/tmp/k"), KernelCache::Dir("/tmp/k".into()));
     }
 }

@@ -6,8 +6,6 @@
 //! bits either way; it only cuts the memory a decode step streams. `KILN_CPU_WEIGHTS=f32`
 //! keeps every weight in f32 (for A/B runs).
 
-use std::sync::OnceLock;
-
 use rayon::prelude::*;
 
 use super::microkernel::NR;
@@ -52,12 +50,7 @@ impl WeightFormat {
 
 /// Whether weights may be stored in anything but f32 (`KILN_CPU_WEIGHTS=f32` says no).
 pub(crate) fn compact_allowed() -> bool {
-    static ALLOWED: OnceLock<bool> = OnceLock::new();
-    *ALLOWED.get_or_init(|| {
-        std::env::var("KILN_CPU_WEIGHTS")
-            .map(|v| v != "f32")
-            .unwrap_or(true)
-    })
+    crate::switches::Switches::get().compact_weights
 }
 
 /// A stored weight value; widening to f32 is exact.

@@ -34,11 +34,7 @@ pub(crate) const GROUP: usize = 32;
 /// Whether the loader keeps block-quantised weights quantised. `KILN_CPU_QUANT=0` (or
 /// `KILN_CPU_WEIGHTS=f32`) expands them at load instead: the same logits, more memory.
 pub fn quantized_weights_allowed() -> bool {
-    static ALLOWED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ALLOWED.get_or_init(|| {
-        super::panel_store::compact_allowed()
-            && std::env::var("KILN_CPU_QUANT").map_or(true, |v| v != "0")
-    })
+    super::panel_store::compact_allowed() && crate::switches::Switches::get().quant_weights
 }
 
 /// A block-quantised encoding the matmul can read.

@@ -51,10 +51,7 @@ fn avx2_fma_detected() -> bool {
 pub fn isa() -> Isa {
     static CHOSEN: OnceLock<Isa> = OnceLock::new();
     *CHOSEN.get_or_init(|| {
-        let forced_portable = std::env::var("KILN_CPU_SIMD")
-            .map(|v| matches!(v.as_str(), "portable" | "off" | "0"))
-            .unwrap_or(false);
-        if !forced_portable && avx2_fma_detected() {
+        if !crate::switches::Switches::get().simd_portable && avx2_fma_detected() {
             Isa::Avx2Fma
         } else {
             Isa::Portable
