@@ -68,7 +68,7 @@ pub struct Gpu {
     pub name: String,
     /// Whether [`Gpu::launch`] starts kernels as programmatic dependent launches.
     pdl: bool,
-    funcs: HashMap<&'static str, CudaFunction>,
+    funcs: HashMap<String, CudaFunction>,
     _modules: Vec<Arc<CudaModule>>,
 }
 
@@ -101,11 +101,11 @@ impl Gpu {
             let module = ctx
                 .load_module(Ptx::from_binary(compiled.cubin))
                 .with_context(|| format!("loading kernel module {}.cu", src.name))?;
-            for entry in src.entries {
+            for entry in src.entries()? {
                 let f = module
-                    .load_function(entry)
+                    .load_function(&entry)
                     .with_context(|| format!("kernel {entry} in {}.cu", src.name))?;
-                funcs.insert(*entry, f);
+                funcs.insert(entry, f);
             }
             modules.push(module);
         }

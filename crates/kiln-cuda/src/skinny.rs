@@ -1,17 +1,21 @@
 //! Launchers of the decode-shaped GEMM (kernels/skinny_gemm.cu): which kernel family and entry,
 //! how much shared memory, how many threads, and whether it starts as a dependent launch.
 
-use anyhow::{bail, Result};
+use std::sync::OnceLock;
+
+use anyhow::{anyhow, bail, Result};
 
 use crate::device::{i32_of, Arg, DevPtr, Gpu};
+use crate::kernel_entries::EntryPoint;
+use crate::kernel_sources::source;
 use crate::switches::KernelChoice;
 
 /// Rows one skinny-GEMM launch takes at most.
 pub const SKINNY_MAX_ROWS: usize = 64;
 
-/// One kernel entry, as in the SP_ENTRY lines of skinny_gemm.cu.
+/// One kernel entry of skinny_gemm.cu.
 struct Entry {
-    name: &'static str,
+    name: String,
     /// 8-row fragments per launch.
     nt: usize,
     warps: usize,
@@ -26,49 +30,51 @@ impl Entry {
     fn smem_bytes(&self) -> usize {
         self.warps * self.stages * 1024 * self.tiles
     }
-}
 
-const fn e(name: &'static str, nt: usize, warps: usize, stages: usize) -> Entry {
-    Entry {
-        name,
-        nt,
-        warps,
-        stages,
-        tiles: 1,
+    /// The shape of a kernel as its source gives it: a ring kernel from its line
+    /// `SP_ENTRY(NAME, NT, S, W, XP, MINB, RT)`; a register kernel (`skinny_gemm_*`, no ring,
+    /// one tile) from its `__launch_bounds__(threads)` and its name, which ends in the rows
+    /// it takes.
+    fn from_source(p: &EntryPoint) -> Result<Entry> {
+        let num = |v: Option<&str>, what: &str| {
+            v.and_then(|s| s.trim().parse::<usize>().ok())
+                .ok_or_else(|| anyhow!("skinny entry {}: no number for {what}", p.name))
+        };
+        let name = p.name.clone();
+        if p.macro_args.is_empty() {
+            let threads = num(p.launch_bounds.first().map(String::as_str), "threads")?;
+            let rows = num(p.name.rsplit('_').next(), "rows")?;
+            return Ok(Entry {
+                name,
+                nt: rows / 8,
+                warps: threads / 32,
+                stages: 0,
+                tiles: 1,
+            });
+        }
+        Ok(Entry {
+            nt: num(p.arg("NT"), "NT")?,
+            warps: num(p.arg("W"), "W")?,
+            stages: num(p.arg("S"), "S")?,
+            tiles: num(p.arg("RT"), "RT")?,
+            name,
+        })
     }
 }
 
-/// A 16-warp entry of two weight tiles per CTA.
-const fn two_tiles(name: &'static str, nt: usize, stages: usize) -> Entry {
-    Entry {
-        name,
-        nt,
-        warps: 16,
-        stages,
-        tiles: 2,
-    }
+/// Every entry of skinny_gemm.cu, read from its source once.
+fn entries() -> &'static [Entry] {
+    static ENTRIES: OnceLock<Vec<Entry>> = OnceLock::new();
+    ENTRIES.get_or_init(|| read_entries().expect("skinny_gemm.cu's entries (unit-tested)"))
 }
 
-const ENTRIES: &[Entry] = &[
-    e("skinny_gemm_8", 1, 8, 0),
-    e("skinny_gemm_16", 2, 8, 0),
-    e("skinny_gemm_32", 4, 8, 0),
-    e("skinny_gemm_64", 8, 8, 0),
-    e("skinny_pipe_8", 1, 8, 8),
-    e("skinny_pipe_16", 2, 8, 8),
-    e("skinny_pipe_32", 4, 8, 6),
-    e("skinny_pipe_64", 8, 8, 4),
-    e("skinny_deep_8", 1, 8, 14),
-    e("skinny_deep_16", 2, 8, 14),
-    e("skinny_wide_8", 1, 16, 7),
-    e("skinny_wide4_8", 1, 16, 4),
-    e("skinny_wide_16", 2, 16, 4),
-    e("skinny_wide_32", 4, 16, 4),
-    two_tiles("skinny_wide_64", 8, 4),
-];
+fn read_entries() -> Result<Vec<Entry>> {
+    let src = source("skinny_gemm").ok_or_else(|| anyhow!("no skinny_gemm.cu module"))?;
+    src.entry_points()?.iter().map(Entry::from_source).collect()
+}
 
 fn find_entry(name: &str) -> Option<&'static Entry> {
-    ENTRIES.iter().find(|e| e.name == name)
+    entries().iter().find(|e| e.name == name)
 }
 
 /// Which skinny kernel family a launch uses. Each gives every row the same bits whatever the
@@ -126,13 +132,13 @@ impl SkinnyKind {
             (SkinnyKind::Wide, 4) => "skinny_wide_32",
             (SkinnyKind::Wide, _) => "skinny_wide_64",
         };
-        find_entry(name).expect("every name above is in ENTRIES")
+        find_entry(name).expect("every name above is an entry of skinny_gemm.cu")
     }
 }
 
 /// The ring kernels with more than 48 KB of dynamic shared memory, with their needs.
 pub fn large_smem_kernels() -> Vec<(String, usize)> {
-    ENTRIES
+    entries()
         .iter()
         .filter(|e| e.smem_bytes() > 48 * 1024)
         .map(|e| (e.name.to_string(), e.smem_bytes()))
@@ -254,7 +260,7 @@ impl Gpu {
         ];
         let grid = ((n as u32).div_ceil(16 * e.tiles as u32), 1, 1);
         let threads = 32 * e.warps as u32;
-        self.launch_with(e.name, grid, threads, e.smem_bytes() as u32, &args, pdl)
+        self.launch_with(&e.name, grid, threads, e.smem_bytes() as u32, &args, pdl)
     }
 }
 
@@ -277,6 +283,33 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The table as it was written by hand before it was read from skinny_gemm.cu.
+    #[test]
+    fn the_entries_read_from_the_source_have_their_shapes() {
+        let want = [
+            ("skinny_gemm_8", 1, 8, 0, 1),
+            ("skinny_gemm_16", 2, 8, 0, 1),
+            ("skinny_gemm_32", 4, 8, 0, 1),
+            ("skinny_gemm_64", 8, 8, 0, 1),
+            ("skinny_pipe_8", 1, 8, 8, 1),
+            ("skinny_pipe_16", 2, 8, 8, 1),
+            ("skinny_pipe_32", 4, 8, 6, 1),
+            ("skinny_pipe_64", 8, 8, 4, 1),
+            ("skinny_deep_8", 1, 8, 14, 1),
+            ("skinny_deep_16", 2, 8, 14, 1),
+            ("skinny_wide_8", 1, 16, 7, 1),
+            ("skinny_wide4_8", 1, 16, 4, 1),
+            ("skinny_wide_16", 2, 16, 4, 1),
+            ("skinny_wide_32", 4, 16, 4, 1),
+            ("skinny_wide_64", 8, 16, 4, 2),
+        ];
+        let got: Vec<_> = entries()
+            .iter()
+            .map(|e| (e.name.as_str(), e.nt, e.warps, e.stages, e.tiles))
+            .collect();
+        assert_eq!(got, want);
     }
 
     #[test]

@@ -39,7 +39,14 @@ fn kernels_compile() {
                 }) {
                     eprintln!("    {}", line.trim());
                 }
-                for entry in src.entries {
+                let entries = match src.entries() {
+                    Ok(e) => e,
+                    Err(e) => {
+                        failures.push(format!("{e:#}"));
+                        continue;
+                    }
+                };
+                for entry in entries {
                     // The ELF string table holds every kernel's symbol name.
                     let found = cubin
                         .windows(entry.len() + 1)
