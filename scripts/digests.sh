@@ -8,6 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build -q -p kiln --example logits_digest
 bin=target/debug/examples/logits_digest
+shopt -s nullglob
 models=()
 for f in tests/fixtures/*/; do
     name=$(basename "$f")

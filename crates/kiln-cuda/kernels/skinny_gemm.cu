@@ -207,7 +207,7 @@ __device__ __forceinline__ void skinny_pipe_body(float* __restrict__ y, const bf
 }
 
 // Stage counts: W * RT KB of ring per stage and block; the warp sums (W * RT * NT * 512 bytes)
-// must fit in the ring. The entries and their shared memory are listed again in src/skinny.rs (ENTRIES).
+// must fit in the ring. src/skinny.rs reads the entries and their shapes from these lines.
 #define SP_ENTRY(NAME, NT, S, W, XP, MINB, RT)                                                       \
     extern "C" __global__ void __launch_bounds__(32 * W, MINB) NAME(float* y, const bf16_t* x,      \
                                                                     const bf16_t* w, int M, int N, int K) { \
