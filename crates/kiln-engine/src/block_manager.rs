@@ -1,8 +1,11 @@
-//! Owns the KV cache's fixed-size blocks: the free list, each sequence's block table and a
-//! reference count per block (so that a prefix cache can later share blocks between sequences).
+//! Owns the KV cache's fixed-size blocks: the free list, each sequence's block table, a
+//! reference count per block, and the prefix cache: full blocks whose keys and values were
+//! computed stay findable by their tokens after their sequence lets go, until the pool needs
+//! them (least recently used first). A block held by a sequence is never evicted.
 
 use std::collections::{HashMap, VecDeque};
 
+use crate::prefix_cache::{PrefixIndex, PrefixStats, ROOT};
 use crate::sequence::SeqId;
 use kiln_step::KvGeometry;
 
@@ -10,19 +13,33 @@ use kiln_step::KvGeometry;
 pub struct BlockManager {
     block_size: usize,
     ref_counts: Vec<u32>,
-    /// Blocks with no reference, the least recently freed first.
+    /// Blocks with no reference and no cached contents, the least recently freed first.
     free: VecDeque<u32>,
     tables: HashMap<SeqId, Vec<u32>>,
+    /// None: the prefix cache is off.
+    cache: Option<PrefixIndex>,
+    /// Per sequence, the keys of its leading blocks whose contents are known (cached or hit).
+    chains: HashMap<SeqId, Vec<u64>>,
 }
 
 impl BlockManager {
+    /// A pool without a prefix cache.
     pub fn new(geometry: KvGeometry) -> BlockManager {
         BlockManager {
             block_size: geometry.block_size.max(1),
             ref_counts: vec![0; geometry.num_blocks],
             free: (0..geometry.num_blocks as u32).collect(),
             tables: HashMap::new(),
+            cache: None,
+            chains: HashMap::new(),
         }
+    }
+
+    /// A pool whose full computed blocks are kept for reuse (see [`BlockManager::take_cached`]).
+    pub fn with_prefix_cache(geometry: KvGeometry) -> BlockManager {
+        let mut m = BlockManager::new(geometry);
+        m.cache = Some(PrefixIndex::new(geometry.num_blocks));
+        m
     }
 
     pub fn block_size(&self) -> usize {
@@ -33,12 +50,28 @@ impl BlockManager {
         self.ref_counts.len()
     }
 
+    /// Blocks a sequence may take: the free ones and the cached ones nobody holds.
     pub fn num_free(&self) -> usize {
-        self.free.len()
+        self.free.len() + self.cache.as_ref().map_or(0, PrefixIndex::num_idle)
     }
 
     pub fn num_used(&self) -> usize {
         self.num_blocks() - self.num_free()
+    }
+
+    /// Blocks whose contents the prefix cache can hand out (held or idle).
+    pub fn num_cached(&self) -> usize {
+        self.cache.as_ref().map_or(0, PrefixIndex::num_cached)
+    }
+
+    pub fn prefix_stats(&self) -> PrefixStats {
+        self.cache
+            .as_ref()
+            .map_or(PrefixStats::default(), |c| c.stats)
+    }
+
+    pub fn prefix_cache_on(&self) -> bool {
+        self.cache.is_some()
     }
 
     /// Tokens the whole pool holds.
@@ -63,20 +96,24 @@ impl BlockManager {
     }
 
     /// Extends `seq`'s table to cover `tokens` positions. All or nothing: returns false and
-    /// allocates nothing when the free list is too short.
+    /// allocates nothing when the free list is too short. Plain free blocks go first; then the
+    /// least recently used cached ones are evicted.
     pub fn grow(&mut self, seq: SeqId, tokens: usize) -> bool {
         let missing = self.missing_blocks(seq, tokens);
-        if missing > self.free.len() {
+        if missing > self.num_free() {
             return false;
         }
-        let table = self.tables.entry(seq).or_default();
         for _ in 0..missing {
-            let block = self
-                .free
-                .pop_front()
-                .expect("free list length checked above");
+            let block = match self.free.pop_front() {
+                Some(b) => b,
+                None => self
+                    .cache
+                    .as_mut()
+                    .and_then(PrefixIndex::evict)
+                    .expect("free count checked above"),
+            };
             self.ref_counts[block as usize] = 1;
-            table.push(block);
+            self.tables.entry(seq).or_default().push(block);
         }
         true
     }
@@ -93,18 +130,71 @@ impl BlockManager {
         }
     }
 
-    /// Drops `seq`'s references; blocks nobody else holds go back to the free list.
-    /// Returns how many blocks became free.
+    /// Gives `seq` (which holds no blocks) the longest run of cached blocks that hold the
+    /// leading tokens of `tokens`, at most `max_blocks`, by reference. Returns how many.
+    pub fn take_cached(&mut self, seq: SeqId, tokens: &[u32], max_blocks: usize) -> usize {
+        let bs = self.block_size;
+        debug_assert!(self.table(seq).is_empty());
+        let Some(cache) = self.cache.as_mut() else {
+            return 0;
+        };
+        let full = (tokens.len() / bs).min(max_blocks);
+        cache.stats.queried_tokens += (full * bs) as u64;
+        let mut chain = Vec::new();
+        let mut table = Vec::new();
+        for b in 0..full {
+            let parent = chain.last().copied().unwrap_or(ROOT);
+            let Some((block, key)) = cache.find(parent, &tokens[b * bs..(b + 1) * bs]) else {
+                break;
+            };
+            cache.unpark(block);
+            self.ref_counts[block as usize] += 1;
+            chain.push(key);
+            table.push(block);
+        }
+        cache.stats.hit_tokens += (table.len() * bs) as u64;
+        let hit = table.len();
+        if hit > 0 {
+            self.tables.insert(seq, table);
+            self.chains.insert(seq, chain);
+        }
+        hit
+    }
+
+    /// Records that `seq`'s first `blocks` blocks hold the keys and values of `tokens` as a
+    /// fresh computation would: they become findable by later sequences.
+    pub fn cache_computed(&mut self, seq: SeqId, tokens: &[u32], blocks: usize) {
+        let bs = self.block_size;
+        let Some(cache) = self.cache.as_mut() else {
+            return;
+        };
+        let table = self.tables.get(&seq).map_or(&[][..], Vec::as_slice);
+        let chain = self.chains.entry(seq).or_default();
+        let blocks = blocks.min(table.len()).min(tokens.len() / bs);
+        for b in chain.len()..blocks {
+            let parent = chain.last().copied().unwrap_or(ROOT);
+            chain.push(cache.insert(table[b], parent, &tokens[b * bs..(b + 1) * bs]));
+        }
+    }
+
+    /// Drops `seq`'s references; blocks nobody else holds go back to the free list, or stay
+    /// cached (idle) when their contents are known. Returns how many blocks nobody holds now.
     pub fn release(&mut self, seq: SeqId) -> usize {
+        self.chains.remove(&seq);
         let Some(table) = self.tables.remove(&seq) else {
             return 0;
         };
         let mut freed = 0;
-        for block in table {
+        // Tail first: a chain's later blocks become the least recently used, so eviction takes
+        // them before the blocks every longer match starts with.
+        for block in table.into_iter().rev() {
             let rc = &mut self.ref_counts[block as usize];
             *rc -= 1;
             if *rc == 0 {
-                self.free.push_back(block);
+                match self.cache.as_mut() {
+                    Some(c) if c.is_cached(block) => c.park(block),
+                    _ => self.free.push_back(block),
+                }
                 freed += 1;
             }
         }
@@ -188,5 +278,78 @@ mod tests {
         assert_eq!(m.num_free(), 4);
         assert!(!m.share(3, first), "a free block cannot be shared");
         assert!(!m.share(3, 99));
+    }
+
+    fn cached_manager(num_blocks: usize) -> BlockManager {
+        BlockManager::with_prefix_cache(KvGeometry {
+            block_size: 4,
+            num_blocks,
+        })
+    }
+
+    #[test]
+    fn computed_blocks_are_found_by_their_tokens_after_release() {
+        let mut m = cached_manager(8);
+        let tokens: Vec<u32> = (0..10).collect();
+        assert!(m.grow(1, 10));
+        m.cache_computed(1, &tokens, 2);
+        assert_eq!(m.num_cached(), 2);
+        let held = m.table(1)[..2].to_vec();
+        // Held blocks can be shared while their sequence runs.
+        assert_eq!(m.take_cached(2, &tokens, 8), 2);
+        assert_eq!(m.table(2), held.as_slice());
+        assert_eq!(m.ref_count(held[0]), 2);
+        m.release(1);
+        m.release(2);
+        // Idle, still cached, still counted free.
+        assert_eq!((m.num_free(), m.num_cached()), (8, 2));
+        // Another prompt sharing only the first block finds only it.
+        let other: Vec<u32> = (0..4).chain(90..96).collect();
+        assert_eq!(m.take_cached(3, &other, 8), 1);
+        assert_eq!(m.table(3), &held[..1]);
+        // The limit is respected, and a different first token misses everything.
+        m.release(3);
+        assert_eq!(m.take_cached(4, &tokens, 1), 1);
+        let mut changed = tokens.clone();
+        changed[0] = 7;
+        assert_eq!(m.take_cached(5, &changed, 8), 0);
+        assert!(m.table(5).is_empty());
+        let s = m.prefix_stats();
+        assert_eq!((s.queried_tokens, s.hit_tokens), (8 + 8 + 4 + 8, 8 + 4 + 4));
+    }
+
+    #[test]
+    fn cached_blocks_go_last_and_least_recently_used_first() {
+        let mut m = cached_manager(4);
+        let a: Vec<u32> = (0..4).collect();
+        let b: Vec<u32> = (10..14).collect();
+        assert!(m.grow(1, 4));
+        m.cache_computed(1, &a, 1);
+        assert!(m.grow(2, 4));
+        m.cache_computed(2, &b, 1);
+        m.release(1);
+        m.release(2);
+        // Two plain blocks are free: they are used before any cached one.
+        assert!(m.grow(3, 8));
+        assert_eq!(m.num_cached(), 2);
+        // Then the least recently released cached block (a's) is evicted first.
+        assert!(m.grow(3, 12));
+        assert_eq!(m.num_cached(), 1);
+        assert_eq!(m.take_cached(4, &a, 1), 0);
+        assert_eq!(m.take_cached(5, &b, 1), 1);
+        // b is held again: it cannot be evicted, so the pool is full.
+        assert!(!m.grow(3, 16));
+        assert_eq!(m.prefix_stats().evictions, 1);
+    }
+
+    #[test]
+    fn without_the_cache_nothing_is_kept() {
+        let mut m = manager(4);
+        let a: Vec<u32> = (0..8).collect();
+        assert!(m.grow(1, 8));
+        m.cache_computed(1, &a, 2);
+        m.release(1);
+        assert_eq!(m.take_cached(2, &a, 2), 0);
+        assert_eq!((m.num_cached(), m.num_free()), (0, 4));
     }
 }

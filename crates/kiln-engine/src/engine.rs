@@ -24,6 +24,11 @@ fn device_argmax_enabled() -> bool {
     std::env::var("KILN_DEVICE_ARGMAX").map_or(true, |v| v != "0")
 }
 
+/// Set `KILN_PREFIX_CACHE=0` to turn the prefix cache off whatever the configuration says.
+fn prefix_cache_enabled() -> bool {
+    std::env::var("KILN_PREFIX_CACHE").map_or(true, |v| v != "0")
+}
+
 pub(crate) struct Engine {
     backend: Box<dyn Backend>,
     pub(crate) tokenizer: Tokenizer,
@@ -53,6 +58,7 @@ impl Engine {
             max_num_seqs: cfg.max_num_seqs,
             max_batched_tokens: cfg.max_batched_tokens,
             prefill_chunk: cfg.prefill_chunk,
+            prefix_cache: cfg.prefix_cache && prefix_cache_enabled(),
         };
         let scheduler = Scheduler::new(sched_cfg, backend.kv_geometry());
         let seed_source = {
@@ -333,6 +339,7 @@ impl Engine {
         let blocks = self.scheduler.blocks();
         let (running, waiting) = (self.scheduler.num_running(), self.scheduler.num_waiting());
         let preemptions = self.scheduler.preemptions();
+        let prefix = blocks.prefix_stats();
         self.bump(|s| {
             s.running = running;
             s.waiting = waiting;
@@ -340,6 +347,11 @@ impl Engine {
             s.kv_blocks_total = blocks.num_blocks();
             s.kv_blocks_used = blocks.num_used();
             s.kv_blocks_free = blocks.num_free();
+            s.kv_blocks_cached = blocks.num_cached();
+            s.prefix_cache_on = blocks.prefix_cache_on();
+            s.prefix_queried_tokens = prefix.queried_tokens;
+            s.prefix_hit_tokens = prefix.hit_tokens;
+            s.prefix_evictions = prefix.evictions;
             s.preemptions = preemptions;
         });
     }

@@ -9,6 +9,7 @@ pub mod block_manager;
 mod engine;
 pub mod handle;
 mod output;
+pub mod prefix_cache;
 pub mod request;
 pub mod sampler;
 pub mod scheduler;

@@ -76,6 +76,7 @@ impl Engine {
         let finish = Finish {
             reason,
             prompt_tokens: a.prompt_tokens,
+            cached_tokens: seq.as_ref().map_or(0, |s| s.cached_tokens),
             completion_tokens: seq.map_or(0, |s| s.generated().len()),
             trailing_text: trailing,
             time_to_first_token: a.time_to_first_token,

@@ -121,6 +121,8 @@ pub enum FinishReason {
 pub struct Finish {
     pub reason: FinishReason,
     pub prompt_tokens: usize,
+    /// Prompt tokens whose keys and values came from the prefix cache.
+    pub cached_tokens: usize,
     pub completion_tokens: usize,
     /// Text held back at the end (after the last token event), if any.
     pub trailing_text: String,

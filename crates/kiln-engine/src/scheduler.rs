@@ -1,7 +1,13 @@
 //! Decides each step's tokens: the decode token of every running sequence plus prefill chunks,
 //! all under one token budget (chunked prefill, as vLLM v1 and nano-vllm do). Admits waiting
-//! sequences while KV blocks last and, when they run out, preempts the newest running sequence
-//! (its blocks are freed and it is recomputed later from its tokens).
+//! sequences while KV blocks last, starting each from the longest prefix the prefix cache holds,
+//! and, when blocks run out, preempts the newest running sequence (its blocks are freed, its
+//! computed blocks stay cached, and it is recomputed later from its tokens).
+//!
+//! A prefill chunk is never a single token and never leaves a single token behind: a lone token
+//! takes the decode path, whose arithmetic differs (within bf16) from a prefill row's on the GPU,
+//! and every split of a prompt (into chunks, or into a cached prefix and the rest) must give the
+//! bits of the prompt run whole.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -17,6 +23,8 @@ pub struct SchedulerConfig {
     pub max_batched_tokens: usize,
     /// Most prompt tokens one sequence runs in a step.
     pub prefill_chunk: usize,
+    /// Keep computed blocks for later sequences with the same leading tokens.
+    pub prefix_cache: bool,
 }
 
 /// One sequence's tokens `start..start + len` in a step.
@@ -48,10 +56,15 @@ impl Scheduler {
             max_num_seqs: cfg.max_num_seqs.clamp(1, max_batched_tokens),
             max_batched_tokens,
             prefill_chunk: cfg.prefill_chunk.max(1),
+            prefix_cache: cfg.prefix_cache,
+        };
+        let blocks = match cfg.prefix_cache {
+            true => BlockManager::with_prefix_cache(geometry),
+            false => BlockManager::new(geometry),
         };
         Scheduler {
             cfg,
-            blocks: BlockManager::new(geometry),
+            blocks,
             seqs: HashMap::new(),
             waiting: VecDeque::new(),
             running: Vec::new(),
@@ -92,12 +105,19 @@ impl Scheduler {
             let Some(&id) = self.waiting.front() else {
                 break;
             };
-            let Some(chunk) = self.next_chunk(id, budget) else {
+            self.take_cached_prefix(id);
+            let admitted = match self.next_chunk(id, budget) {
+                Some(chunk) if self.blocks.grow(id, chunk.start + chunk.len) => Some(chunk),
+                _ => None,
+            };
+            let Some(chunk) = admitted else {
+                // Not this step: give the cached prefix back (it stays cached) and keep waiting.
+                self.blocks.release(id);
+                if let Some(seq) = self.seqs.get_mut(&id) {
+                    (seq.num_computed, seq.prefill_upto) = (0, 0);
+                }
                 break;
             };
-            if !self.blocks.grow(id, chunk.start + chunk.len) {
-                break;
-            }
             self.waiting.pop_front();
             self.running.push(id);
             budget -= chunk.len;
@@ -106,10 +126,41 @@ impl Scheduler {
         plan
     }
 
-    /// The next chunk of `id`'s pending tokens, at most `limit` long.
+    /// Starts a sequence that holds no blocks from the longest cached run of its leading
+    /// blocks, leaving at least two tokens to prefill (see the module's note).
+    fn take_cached_prefix(&mut self, id: SeqId) {
+        let bs = self.blocks.block_size();
+        let Some(seq) = self.seqs.get(&id) else {
+            return;
+        };
+        if seq.num_computed > 0 || !self.blocks.table(id).is_empty() {
+            return;
+        }
+        let max_blocks = seq.tokens.len().saturating_sub(2) / bs;
+        let hit = self.blocks.take_cached(id, &seq.tokens, max_blocks);
+        let seq = self.seqs.get_mut(&id).expect("looked up above");
+        (seq.num_computed, seq.prefill_upto) = (hit * bs, hit * bs);
+        if seq.generated().is_empty() {
+            seq.cached_tokens = hit * bs;
+        }
+    }
+
+    /// The next chunk of `id`'s pending tokens, at most `limit` long. A sequence with more than
+    /// one token pending gets a chunk of two or more that leaves none or two or more, or none
+    /// this step (unless the limits themselves are under two tokens).
     fn next_chunk(&self, id: SeqId, limit: usize) -> Option<ScheduledChunk> {
         let seq = self.seqs.get(&id)?;
-        let len = seq.pending().min(self.cfg.prefill_chunk).min(limit);
+        let pending = seq.pending();
+        let mut len = pending.min(self.cfg.prefill_chunk).min(limit);
+        let splittable = self.cfg.prefill_chunk.min(self.cfg.max_batched_tokens) >= 3;
+        if pending >= 2 && splittable {
+            if pending - len == 1 {
+                len -= 1;
+            }
+            if len < 2 {
+                return None;
+            }
+        }
         (len > 0).then(|| ScheduledChunk {
             seq: id,
             start: seq.num_computed,
@@ -136,7 +187,7 @@ impl Scheduler {
     fn preempt(&mut self, id: SeqId) {
         self.blocks.release(id);
         if let Some(seq) = self.seqs.get_mut(&id) {
-            seq.num_computed = 0;
+            (seq.num_computed, seq.prefill_upto) = (0, 0);
         }
         self.waiting.push_front(id);
         self.preemptions += 1;
@@ -155,11 +206,19 @@ impl Scheduler {
             .collect()
     }
 
-    /// Records that the plan ran: its tokens are now in the cache.
+    /// Records that the plan ran: its tokens are now in the KV cache, and the blocks its
+    /// prefill chunks completed become findable in the prefix cache.
     pub fn complete(&mut self, plan: &[ScheduledChunk]) {
+        let bs = self.blocks.block_size();
         for c in plan {
-            if let Some(seq) = self.seqs.get_mut(&c.seq) {
-                seq.num_computed = seq.num_computed.max(c.start + c.len);
+            let Some(seq) = self.seqs.get_mut(&c.seq) else {
+                continue;
+            };
+            seq.num_computed = seq.num_computed.max(c.start + c.len);
+            if c.len >= 2 && c.start == seq.prefill_upto {
+                seq.prefill_upto = c.start + c.len;
+                self.blocks
+                    .cache_computed(c.seq, &seq.tokens, seq.prefill_upto / bs);
             }
         }
     }

@@ -5,6 +5,7 @@ fn scheduler(max_num_seqs: usize, budget: usize, chunk: usize, blocks: usize) ->
         max_num_seqs,
         max_batched_tokens: budget,
         prefill_chunk: chunk,
+        prefix_cache: false,
     };
     Scheduler::new(
         cfg,
@@ -236,4 +237,124 @@ fn running_sequences_never_outnumber_the_token_budget() {
     assert_eq!((s.num_running(), s.num_waiting()), (3, 2));
     // Each running sequence decodes every step.
     assert_eq!(step(&mut s, 9).len(), 3);
+}
+
+fn cached_scheduler(budget: usize, chunk: usize, blocks: usize) -> Scheduler {
+    let cfg = SchedulerConfig {
+        max_num_seqs: 8,
+        max_batched_tokens: budget,
+        prefill_chunk: chunk,
+        prefix_cache: true,
+    };
+    Scheduler::new(
+        cfg,
+        KvGeometry {
+            block_size: 4,
+            num_blocks: blocks,
+        },
+    )
+}
+
+/// Runs steps until `id` has sampled `n` tokens, then takes it out; returns every chunk of it.
+fn run_to(s: &mut Scheduler, id: SeqId, n: usize) -> Vec<ScheduledChunk> {
+    let mut chunks = Vec::new();
+    while s.get(id).is_some_and(|q| q.generated().len() < n) {
+        chunks.extend(step(s, 7).into_iter().filter(|c| c.seq == id));
+    }
+    s.remove(id);
+    chunks
+}
+
+#[test]
+fn no_prefill_chunk_is_a_single_token_or_leaves_one() {
+    // Prompt 9 with chunks of 4: 4 + 5 would leave 1 after the first 4 + 4, so 4 + 3 + 2.
+    let mut s = scheduler(4, 100, 4, 16);
+    s.add(Sequence::new(1, (0..9).collect()));
+    let lens: Vec<usize> = run_to(&mut s, 1, 2).iter().map(|c| c.len).collect();
+    assert_eq!(lens, [4, 3, 2, 1]);
+    // A budget that would cut a prompt to one token leaves it for the next step.
+    let mut s = scheduler(4, 5, 2048, 16);
+    s.add(Sequence::new(1, vec![1, 2, 3, 4]));
+    s.add(Sequence::new(2, vec![5, 6]));
+    let plan = step(&mut s, 9);
+    assert_eq!(plan, vec![chunk(1, 0, 4, true)]);
+    assert_eq!(
+        step(&mut s, 9),
+        vec![chunk(1, 4, 1, true), chunk(2, 0, 2, true)]
+    );
+    // A one-token prompt is a decode row, as before.
+    let mut s = scheduler(4, 100, 4, 16);
+    s.add(Sequence::new(1, vec![3]));
+    assert_eq!(step(&mut s, 9), vec![chunk(1, 0, 1, true)]);
+}
+
+#[test]
+fn a_repeated_prompt_starts_after_its_cached_blocks() {
+    let mut s = cached_scheduler(100, 2048, 16);
+    let prompt: Vec<u32> = (0..14).collect();
+    s.add(Sequence::new(1, prompt.clone()));
+    run_to(&mut s, 1, 3);
+    // Blocks 0..3 (12 tokens) were prefilled; the generated tokens were decoded, not cached.
+    assert_eq!(s.blocks().num_cached(), 3);
+    s.add(Sequence::new(2, prompt.clone()));
+    let first = step(&mut s, 7);
+    assert_eq!(first, vec![chunk(2, 12, 2, true)]);
+    assert_eq!(s.get(2).unwrap().cached_tokens, 12);
+    // All of a prompt cached: the last block is recomputed so that two tokens run.
+    s.remove(2);
+    let whole: Vec<u32> = (0..12).collect();
+    s.add(Sequence::new(3, whole));
+    assert_eq!(step(&mut s, 7), vec![chunk(3, 8, 4, true)]);
+    assert_eq!(s.get(3).unwrap().cached_tokens, 8);
+    // One token more than the cached blocks: two blocks hit, six tokens run.
+    s.remove(3);
+    let mut longer = prompt.clone();
+    longer.truncate(13);
+    s.add(Sequence::new(4, longer));
+    assert_eq!(step(&mut s, 7), vec![chunk(4, 8, 5, true)]);
+}
+
+#[test]
+fn a_cached_prefix_is_given_back_when_the_rest_does_not_fit() {
+    let mut s = cached_scheduler(100, 2048, 4);
+    let prompt: Vec<u32> = (0..9).collect();
+    s.add(Sequence::new(1, prompt.clone()));
+    run_to(&mut s, 1, 1);
+    // Another sequence holds 3 of the 4 blocks (the tail block of the first prompt was evicted
+    // for it, the head stays cached); the repeat (1 cached + 2 new) cannot start.
+    s.add(Sequence::new(2, (50..61).collect()));
+    step(&mut s, 7);
+    s.add(Sequence::new(3, prompt));
+    let plan = step(&mut s, 7);
+    assert!(plan.iter().all(|c| c.seq != 3), "{plan:?}");
+    assert_eq!(s.get(3).unwrap().num_computed, 0);
+    assert!(s.blocks().table(3).is_empty());
+    s.remove(2);
+    assert_eq!(step(&mut s, 7), vec![chunk(3, 4, 5, true)]);
+}
+
+#[test]
+fn blocks_become_cached_as_the_chunk_that_completes_them_runs() {
+    // Chunks of 18 over blocks of 4: a chunk ends inside a block, and only the blocks it
+    // completed are cached, in the same step, with no extra pass.
+    let mut s = cached_scheduler(100, 18, 32);
+    let p: Vec<u32> = (0..40).collect();
+    s.add(Sequence::new(1, p.clone()));
+    assert_eq!(step(&mut s, 7), vec![chunk(1, 0, 18, false)]);
+    assert_eq!(s.blocks().num_cached(), 4);
+    // A sequence arriving now finds what is computed so far, and no more.
+    s.add(Sequence::new(2, p.clone()));
+    let plan = step(&mut s, 7);
+    assert_eq!(plan, vec![chunk(1, 18, 18, false), chunk(2, 16, 18, false)]);
+    assert_eq!(s.get(2).unwrap().cached_tokens, 16);
+    // Both computed blocks 4..9 in that step; the second copy is not cached twice.
+    assert_eq!(s.blocks().num_cached(), 9);
+    step(&mut s, 7);
+    assert_eq!(s.blocks().num_cached(), 10);
+    // Decode rows are never cached: generated tokens fill block 10, which stays uncached.
+    for _ in 0..4 {
+        step(&mut s, 7);
+    }
+    assert_eq!(s.get(1).unwrap().tokens.len(), 45);
+    assert_eq!(s.blocks().num_cached(), 10);
 }

@@ -11,6 +11,12 @@ pub struct Sequence {
     /// Leading tokens whose keys and values are in the cache. After a preemption this drops
     /// to 0 and the sequence is recomputed from its tokens.
     pub num_computed: usize,
+    /// Leading tokens whose keys and values came from prefill chunks (or the prefix cache),
+    /// as a fresh prefill of the same tokens computes them: what may be cached. A decode row
+    /// (one token alone) computes them another way on the GPU, so it ends this run.
+    pub prefill_upto: usize,
+    /// Prompt tokens the prefix cache supplied when the sequence was first admitted.
+    pub cached_tokens: usize,
 }
 
 impl Sequence {
@@ -20,6 +26,8 @@ impl Sequence {
             prompt_len: prompt.len(),
             tokens: prompt,
             num_computed: 0,
+            prefill_upto: 0,
+            cached_tokens: 0,
         }
     }
 

@@ -23,6 +23,9 @@ pub struct EngineConfig {
     pub max_queue: usize,
     /// Longest sequence (prompt plus generated tokens). The KV pool may lower it further.
     pub max_context: usize,
+    /// Keep computed prompt blocks for later requests that start with the same tokens
+    /// (`KILN_PREFIX_CACHE=0` turns it off too).
+    pub prefix_cache: bool,
 }
 
 impl Default for EngineConfig {
@@ -33,6 +36,7 @@ impl Default for EngineConfig {
             prefill_chunk: 2048,
             max_queue: 1024,
             max_context: 4096,
+            prefix_cache: true,
         }
     }
 }
@@ -45,7 +49,18 @@ pub struct EngineStats {
     pub kv_block_size: usize,
     pub kv_blocks_total: usize,
     pub kv_blocks_used: usize,
+    /// Free blocks include the cached ones nobody holds (taken, least recently used first,
+    /// when the pool needs them).
     pub kv_blocks_free: usize,
+    /// Blocks whose contents the prefix cache can hand to a new request.
+    pub kv_blocks_cached: usize,
+    pub prefix_cache_on: bool,
+    /// Prompt tokens looked up in the prefix cache (full blocks of admitted prompts).
+    pub prefix_queried_tokens: u64,
+    /// Of those, tokens found cached.
+    pub prefix_hit_tokens: u64,
+    /// Cached blocks reused for new data.
+    pub prefix_evictions: u64,
     pub steps: u64,
     /// Seconds spent in the backend's forward passes, over all steps.
     pub forward_seconds: f64,

@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::generation::{cancelled_error, finish_reason, ChoiceClock};
 use crate::metrics::Metrics;
-use crate::protocol::common::Usage;
+use crate::protocol::common::{cached_prompt_tokens, Usage};
 use crate::ApiError;
 
 /// The chunk shapes of one endpoint.
@@ -33,6 +33,8 @@ pub trait ChunkWriter: Send + 'static {
 /// What the driver needs besides the events.
 pub struct StreamSetup {
     pub choices: usize,
+    /// Choices per prompt.
+    pub n: usize,
     pub prompt_tokens: usize,
     pub include_usage: bool,
     pub arrived: Instant,
@@ -48,6 +50,7 @@ impl StreamSetup {
     ) -> StreamSetup {
         StreamSetup {
             choices: plan.num_choices(),
+            n: plan.n,
             prompt_tokens: plan.prompt_tokens(),
             include_usage: plan.include_usage,
             arrived,
@@ -62,6 +65,8 @@ struct Driver<W> {
     setup: StreamSetup,
     clock: ChoiceClock,
     completion_tokens: usize,
+    /// Each finished choice's cached prompt tokens, by choice index.
+    cached: Vec<(usize, usize)>,
     pending: VecDeque<Event>,
     done: bool,
 }
@@ -82,6 +87,7 @@ impl<W: ChunkWriter> Driver<W> {
             GenEvent::Done(f) => {
                 self.clock.on_done(&f, &self.setup.metrics);
                 self.completion_tokens += f.completion_tokens;
+                self.cached.push((index, f.cached_tokens));
                 if f.reason == FinishReason::Cancelled {
                     self.fail(cancelled_error());
                 } else {
@@ -110,7 +116,8 @@ impl<W: ChunkWriter> Driver<W> {
     fn end(&mut self) {
         self.clock.on_request_end(&self.setup.metrics);
         if self.setup.include_usage {
-            let usage = Usage::new(self.setup.prompt_tokens, self.completion_tokens);
+            let cached = cached_prompt_tokens(self.cached.drain(..), self.setup.n);
+            let usage = Usage::new(self.setup.prompt_tokens, self.completion_tokens, cached);
             let chunk = self.writer.usage(usage);
             self.pending.push_back(data(&chunk));
         }
@@ -137,6 +144,7 @@ pub fn sse_response<W: ChunkWriter>(
         setup,
         clock,
         completion_tokens: 0,
+        cached: Vec::new(),
         pending,
         done: false,
     };

@@ -94,7 +94,13 @@ async fn stream_chunks_add_up_to_the_whole_answer() {
     assert_eq!(finishes, vec![&json!("length")]);
     let last = chunks.last().unwrap();
     assert_eq!(last["choices"], json!([]));
-    assert_eq!(last["usage"], whole["usage"]);
+    for field in ["prompt_tokens", "completion_tokens", "total_tokens"] {
+        assert_eq!(last["usage"][field], whole["usage"][field], "{field}");
+    }
+    // The same prompt a second time: its full blocks of 16 came from the prefix cache, all
+    // but the last two tokens' worth (50 tokens: 3 blocks).
+    assert_eq!(whole["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    assert_eq!(last["usage"]["prompt_tokens_details"]["cached_tokens"], 48);
     assert!(chunks[..chunks.len() - 1]
         .iter()
         .all(|c| c["usage"].is_null() && c.get("usage").is_some()));

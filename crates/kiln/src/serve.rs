@@ -42,6 +42,10 @@ pub struct ServeArgs {
     /// Longest sequence (prompt plus completion); defaults to the model's context length.
     #[arg(long)]
     pub max_context: Option<usize>,
+    /// Recompute every prompt from its first token instead of reusing the KV blocks of earlier
+    /// requests that began with the same tokens (`KILN_PREFIX_CACHE=0` does the same).
+    #[arg(long)]
+    pub no_prefix_cache: bool,
     /// Largest request body in bytes; larger ones get HTTP 413.
     #[arg(long, default_value_t = 8 * 1024 * 1024)]
     pub max_body_bytes: usize,
@@ -70,6 +74,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         prefill_chunk: args.prefill_chunk,
         max_queue: args.max_queue,
         max_context: args.max_context.unwrap_or(model.config.max_position),
+        prefix_cache: !args.no_prefix_cache,
     };
     // The GPU backend sizes its step buffers from the engine's limits.
     let backend = build_backend_for(&model, &args.device, &cfg, args.kv_blocks * BLOCK_SIZE)?;

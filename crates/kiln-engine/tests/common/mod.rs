@@ -41,6 +41,7 @@ pub fn config() -> EngineConfig {
         prefill_chunk: 64,
         max_queue: 64,
         max_context: 1024,
+        prefix_cache: true,
     }
 }
 
@@ -63,6 +64,7 @@ pub fn collect(mut stream: kiln_engine::RequestStream) -> Outcome {
         finish: Finish {
             reason: kiln_engine::FinishReason::Cancelled,
             prompt_tokens: 0,
+            cached_tokens: 0,
             completion_tokens: 0,
             trailing_text: String::new(),
             time_to_first_token: None,

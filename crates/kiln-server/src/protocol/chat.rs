@@ -292,10 +292,9 @@ mod tests {
         assert!(serde_json::to_value(&c).unwrap().get("usage").is_none());
         c.usage = Some(None);
         assert!(serde_json::to_value(&c).unwrap()["usage"].is_null());
-        c.usage = Some(Some(Usage::new(3, 4)));
-        assert_eq!(
-            serde_json::to_value(&c).unwrap()["usage"]["total_tokens"],
-            7
-        );
+        c.usage = Some(Some(Usage::new(3, 4, 2)));
+        let v = serde_json::to_value(&c).unwrap();
+        assert_eq!(v["usage"]["total_tokens"], 7);
+        assert_eq!(v["usage"]["prompt_tokens_details"]["cached_tokens"], 2);
     }
 }

@@ -247,16 +247,38 @@ pub struct Usage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
     pub total_tokens: usize,
+    pub prompt_tokens_details: PromptTokensDetails,
+}
+
+/// OpenAI's `usage.prompt_tokens_details`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct PromptTokensDetails {
+    /// Prompt tokens served from the prefix cache instead of computed.
+    pub cached_tokens: usize,
 }
 
 impl Usage {
-    pub fn new(prompt_tokens: usize, completion_tokens: usize) -> Usage {
+    pub fn new(prompt_tokens: usize, completion_tokens: usize, cached_tokens: usize) -> Usage {
         Usage {
             prompt_tokens,
             completion_tokens,
             total_tokens: prompt_tokens + completion_tokens,
+            prompt_tokens_details: PromptTokensDetails { cached_tokens },
         }
     }
+}
+
+/// The cached tokens a request's usage reports: each prompt once, by its first choice (choice
+/// `p * n` of prompt-major order; the other choices of a prompt may have shared its blocks).
+pub fn cached_prompt_tokens(
+    per_choice: impl IntoIterator<Item = (usize, usize)>,
+    n: usize,
+) -> usize {
+    per_choice
+        .into_iter()
+        .filter(|(index, _)| index % n.max(1) == 0)
+        .map(|(_, cached)| cached)
+        .sum()
 }
 
 #[cfg(test)]

@@ -18,7 +18,9 @@ use crate::protocol::chat::{
     AssistantMessage, ChatChoice, ChatChunk, ChatChunkChoice, ChatCompletion,
     ChatCompletionRequest, Delta,
 };
-use crate::protocol::common::{choices_per_prompt, include_usage, max_tokens, top_logprobs, Usage};
+use crate::protocol::common::{
+    cached_prompt_tokens, choices_per_prompt, include_usage, max_tokens, top_logprobs, Usage,
+};
 use crate::protocol::logprobs::{ChatLogprobs, ChatTokenLogprob};
 use crate::protocol::plan::GenerationPlan;
 use crate::sse::{sse_response, ChunkWriter, StreamSetup};
@@ -48,6 +50,13 @@ pub async fn chat_completions(
     }
     let outcomes = collect_all(streams, arrived, &st.metrics).await?;
     let completion_tokens = outcomes.iter().map(|o| o.finish.completion_tokens).sum();
+    let cached = cached_prompt_tokens(
+        outcomes
+            .iter()
+            .enumerate()
+            .map(|(i, o)| (i, o.finish.cached_tokens)),
+        plan.n,
+    );
     let choices = outcomes
         .into_iter()
         .enumerate()
@@ -73,7 +82,7 @@ pub async fn chat_completions(
         created,
         model: st.model_name.clone(),
         choices,
-        usage: Usage::new(plan.prompt_tokens(), completion_tokens),
+        usage: Usage::new(plan.prompt_tokens(), completion_tokens, cached),
     };
     Ok(Json(response).into_response())
 }

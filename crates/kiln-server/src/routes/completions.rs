@@ -15,7 +15,9 @@ use crate::error::ApiError;
 use crate::generation::{collect_all, finish_reason, merge, submit_all};
 use crate::json_body::{parse, read_limited};
 use crate::prompt::encode_prompt;
-use crate::protocol::common::{choices_per_prompt, include_usage, max_tokens, top_logprobs, Usage};
+use crate::protocol::common::{
+    cached_prompt_tokens, choices_per_prompt, include_usage, max_tokens, top_logprobs, Usage,
+};
 use crate::protocol::completion::{Completion, CompletionChoice, CompletionRequest, PromptInput};
 use crate::protocol::logprobs::CompletionLogprobs;
 use crate::protocol::plan::GenerationPlan;
@@ -61,6 +63,13 @@ pub async fn completions(
     }
     let outcomes = collect_all(streams, arrived, &st.metrics).await?;
     let completion_tokens = outcomes.iter().map(|o| o.finish.completion_tokens).sum();
+    let cached = cached_prompt_tokens(
+        outcomes
+            .iter()
+            .enumerate()
+            .map(|(i, o)| (i, o.finish.cached_tokens)),
+        plan.n,
+    );
     let choices = outcomes
         .into_iter()
         .enumerate()
@@ -89,7 +98,11 @@ pub async fn completions(
         created,
         model: st.model_name.clone(),
         choices,
-        usage: Some(Some(Usage::new(plan.prompt_tokens(), completion_tokens))),
+        usage: Some(Some(Usage::new(
+            plan.prompt_tokens(),
+            completion_tokens,
+            cached,
+        ))),
     };
     Ok(Json(response).into_response())
 }

@@ -73,6 +73,30 @@ pub async fn metrics(State(st): State<Arc<AppState>>) -> Response {
             counter: false,
         },
         Gauge {
+            name: "kiln_kv_blocks_cached",
+            help: "KV cache blocks the prefix cache can hand to a new request (held or idle).",
+            value: s.kv_blocks_cached as f64,
+            counter: false,
+        },
+        Gauge {
+            name: "kiln_prefix_cache_queried_tokens_total",
+            help: "Prompt tokens looked up in the prefix cache (full blocks of admitted prompts).",
+            value: s.prefix_queried_tokens as f64,
+            counter: true,
+        },
+        Gauge {
+            name: "kiln_prefix_cache_hit_tokens_total",
+            help: "Prompt tokens found in the prefix cache, not computed again.",
+            value: s.prefix_hit_tokens as f64,
+            counter: true,
+        },
+        Gauge {
+            name: "kiln_prefix_cache_evictions_total",
+            help: "Cached KV blocks given to new data because the pool needed them.",
+            value: s.prefix_evictions as f64,
+            counter: true,
+        },
+        Gauge {
             name: "kiln_engine_steps_total",
             help: "Engine steps run (each one forward pass over every scheduled sequence).",
             value: s.steps as f64,

@@ -42,6 +42,7 @@ pub fn engine_config() -> EngineConfig {
         prefill_chunk: 64,
         max_queue: 64,
         max_context: MAX_CONTEXT,
+        prefix_cache: true,
     }
 }
 
