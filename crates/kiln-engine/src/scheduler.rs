@@ -150,17 +150,8 @@ impl Scheduler {
     /// this step (unless the limits themselves are under two tokens).
     fn next_chunk(&self, id: SeqId, limit: usize) -> Option<ScheduledChunk> {
         let seq = self.seqs.get(&id)?;
-        let pending = seq.pending();
-        let mut len = pending.min(self.cfg.prefill_chunk).min(limit);
         let splittable = self.cfg.prefill_chunk.min(self.cfg.max_batched_tokens) >= 3;
-        if pending >= 2 && splittable {
-            if pending - len == 1 {
-                len -= 1;
-            }
-            if len < 2 {
-                return None;
-            }
-        }
+        let len = chunk_len(seq.pending(), self.cfg.prefill_chunk.min(limit), splittable);
         (len > 0).then(|| ScheduledChunk {
             seq: id,
             start: seq.num_computed,
@@ -274,6 +265,23 @@ impl Scheduler {
 
     pub fn preemptions(&self) -> u64 {
         self.preemptions
+    }
+}
+
+/// How many of a sequence's `pending` tokens its next chunk runs, at most `limit`: with more
+/// than one pending, at least two and never leaving exactly one (0: none now, the budget is too
+/// small). `splittable`: chunks of three or more can ever be run (else any split is allowed,
+/// since nothing else would make progress).
+pub fn chunk_len(pending: usize, limit: usize, splittable: bool) -> usize {
+    let len = pending.min(limit);
+    if pending < 2 || !splittable {
+        return len;
+    }
+    let len = if pending - len == 1 { len - 1 } else { len };
+    if len < 2 {
+        0
+    } else {
+        len
     }
 }
 

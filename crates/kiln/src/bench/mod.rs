@@ -58,6 +58,14 @@ pub struct BenchArgs {
     /// Nucleus cut for `--temperature`.
     #[arg(long, default_value_t = 1.0)]
     pub top_p: f32,
+    /// Histories whose time to first token is measured with the history in the prefix cache,
+    /// against the same prompt cold, each followed by `--new-turn` new tokens ("none": no
+    /// resumed cases).
+    #[arg(long, default_value = "none", value_parser = parse_list)]
+    pub resumed: std::vec::Vec<usize>,
+    /// New tokens after each `--resumed` history.
+    #[arg(long, default_value_t = 100)]
+    pub new_turn: usize,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
@@ -91,6 +99,8 @@ impl BenchArgs {
             repeats: self.repeats,
             warmup: self.warmup,
             chunk: self.chunk,
+            resumed: self.resumed.clone(),
+            new_turn: self.new_turn,
         }
     }
 }
@@ -135,6 +145,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             "warmup": plan.warmup,
             "chunk": plan.chunk,
             "decode": plan.decode,
+            "new_turn": plan.new_turn,
             "threads": args.device.threads,
             "decode_sampling": describe_mode(mode),
         }),
@@ -168,6 +179,18 @@ fn measure(
         let row = Row::Prefill(t);
         eprintln!("prefill {len}: {:.1} tok/s", row.tok_s().median);
         rows.push(row);
+    }
+    for &history in &plan.resumed {
+        let t = runner
+            .resumed(history, plan.new_turn, plan.warmup, plan.repeats)
+            .with_context(|| format!("resumed prompt of {history} + {} tokens", plan.new_turn))?;
+        eprintln!(
+            "resumed {history}+{}: TTFT {:.1} ms, cold {:.1} ms",
+            plan.new_turn,
+            t.ttft_s.median * 1e3,
+            t.cold_ttft_s.median * 1e3
+        );
+        rows.push(Row::Resumed(t));
     }
     if plan.decode == 0 {
         return Ok(rows);

@@ -20,6 +20,9 @@ pub struct Plan {
     pub warmup: usize,
     /// Most prompt tokens in one forward (the engine's prefill chunk).
     pub chunk: usize,
+    /// Histories whose resumed TTFT is measured (prefix cached), each with `new_turn` more.
+    pub resumed: Vec<usize>,
+    pub new_turn: usize,
 }
 
 impl Plan {
@@ -28,8 +31,12 @@ impl Plan {
         ensure!(self.repeats > 0, "--repeats must be at least 1");
         ensure!(self.chunk > 0, "--chunk must be at least 1");
         ensure!(
-            !self.prefill.is_empty() || self.decode > 0,
-            "nothing to measure: give --prefill lengths or a --decode count above 0"
+            !self.prefill.is_empty() || self.decode > 0 || !self.resumed.is_empty(),
+            "nothing to measure: give --prefill or --resumed lengths or a --decode count above 0"
+        );
+        ensure!(
+            self.resumed.is_empty() || self.new_turn >= 2,
+            "--new-turn must be at least 2 tokens"
         );
         if let Some(&l) = self.prefill.iter().find(|&&l| l == 0) {
             bail!("--prefill lengths must be at least 1, got {l}");
@@ -59,7 +66,14 @@ impl Plan {
 
     /// The longest sequence any case runs.
     pub fn longest_sequence(&self) -> usize {
-        let prefill = self.prefill.iter().copied().max().unwrap_or(0);
+        let resumed = self.resumed.iter().map(|h| h + self.new_turn).max();
+        let prefill = self
+            .prefill
+            .iter()
+            .copied()
+            .chain(resumed)
+            .max()
+            .unwrap_or(0);
         let decode = if self.decode > 0 {
             self.depths.iter().copied().max().unwrap_or(0) + self.decode
         } else {
@@ -83,7 +97,14 @@ impl Plan {
         } else {
             0
         };
-        prefill.max(decode).max(1)
+        // A resumed case keeps the history cached while the new prompt runs beside it.
+        let resumed = self
+            .resumed
+            .iter()
+            .map(|h| 2 * (h + self.new_turn).div_ceil(block_size))
+            .max()
+            .unwrap_or(0);
+        prefill.max(decode).max(resumed).max(1)
     }
 }
 
@@ -122,6 +143,8 @@ mod tests {
             repeats: 3,
             warmup: 1,
             chunk: 2048,
+            resumed: vec![],
+            new_turn: 100,
         }
     }
 

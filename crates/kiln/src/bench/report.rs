@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use super::runner::{DecodeTiming, PrefillTiming};
+use super::runner::{DecodeTiming, PrefillTiming, ResumedTiming};
 use super::stats::{rate, Spread};
 use super::target::Memory;
 
@@ -13,6 +13,7 @@ use super::target::Memory;
 pub enum Row {
     Prefill(PrefillTiming),
     Decode(DecodeTiming),
+    Resumed(ResumedTiming),
 }
 
 impl Row {
@@ -21,6 +22,8 @@ impl Row {
         match self {
             Row::Prefill(p) => p.forward_s.map(|t| rate(p.tokens, t)),
             Row::Decode(d) => d.elapsed_s.map(|t| rate(d.steps * d.concurrency, t)),
+            // Tokens of the prompt over the time to its first token.
+            Row::Resumed(r) => r.ttft_s.map(|t| rate(r.history + r.new_tokens, t)),
         }
     }
 
@@ -62,6 +65,25 @@ impl Row {
                     "step_ms_max": step_ms.max,
                 })
             }
+            Row::Resumed(r) => {
+                let (ttft, cold) = (r.ttft_s.map(|t| t * 1e3), r.cold_ttft_s.map(|t| t * 1e3));
+                json!({
+                    "engine": "kiln",
+                    "test": "resumed",
+                    "tokens": r.history + r.new_tokens,
+                    "concurrency": 1,
+                    "cached_tokens": r.cached,
+                    "new_tokens": r.new_tokens,
+                    "tok_s": tok_s.median,
+                    "ttft_ms": ttft.median,
+                    "ttft_ms_min": ttft.min,
+                    "ttft_ms_max": ttft.max,
+                    "cold_ttft_ms": cold.median,
+                    "cold_ttft_ms_min": cold.min,
+                    "cold_ttft_ms_max": cold.max,
+                    "resumed_over_cold": ttft.median / cold.median,
+                })
+            }
         }
     }
 
@@ -87,6 +109,18 @@ impl Row {
                 format!(
                     "step {:.2} ms",
                     d.elapsed_s.median * 1e3 / d.steps.max(1) as f64
+                ),
+            ],
+            Row::Resumed(r) => [
+                format!("resumed {}+{}", r.history, r.new_tokens),
+                r.cached.to_string(),
+                "1".into(),
+                range,
+                "-".into(),
+                format!(
+                    "TTFT {:.1} ms (cold {:.1} ms)",
+                    r.ttft_s.median * 1e3,
+                    r.cold_ttft_s.median * 1e3
                 ),
             ],
         }

@@ -8,6 +8,7 @@ use std::time::Instant;
 use anyhow::{anyhow, ensure};
 use kiln_engine::block_manager::BlockManager;
 use kiln_engine::sampler::{sample, History};
+use kiln_engine::scheduler::chunk_len;
 use kiln_engine::SamplingParams;
 use kiln_step::sampling::{sample_row, splitmix64, uniform};
 use kiln_step::{Backend, ChunkInput, RowSampling, SampleError, Sampled, StepOutput, Want};
@@ -24,6 +25,20 @@ pub struct PrefillTiming {
     /// The forwards of all chunks, up to the last chunk's logits on the host.
     pub forward_s: Spread,
     /// Start of the prompt to the first token sampled.
+    pub ttft_s: Spread,
+}
+
+/// A prompt whose leading tokens are cached, against the same prompt cold, in seconds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResumedTiming {
+    /// Tokens of history (cached) and of the new turn after it.
+    pub history: usize,
+    pub new_tokens: usize,
+    /// Prompt tokens the cache held.
+    pub cached: usize,
+    /// Start of the prompt to its first token, with nothing cached.
+    pub cold_ttft_s: Spread,
+    /// The same with the history cached.
     pub ttft_s: Spread,
 }
 
@@ -74,7 +89,8 @@ pub struct Runner<'a> {
 
 impl<'a> Runner<'a> {
     pub fn new(backend: &'a mut dyn Backend, vocab: usize, chunk: usize) -> Runner<'a> {
-        let blocks = BlockManager::new(backend.kv_geometry());
+        // Blocks become findable only where a case asks (`resumed`); lookups only there too.
+        let blocks = BlockManager::with_prefix_cache(backend.kv_geometry());
         Runner {
             backend,
             blocks,
@@ -118,6 +134,65 @@ impl<'a> Runner<'a> {
             tokens: len,
             forward_s: spread(&forward)?,
             ttft_s: spread(&ttft)?,
+        })
+    }
+
+    /// The first token of a prompt of `history` tokens and a new turn of `new_tokens`: cold,
+    /// then with the history's blocks in the prefix cache (as the engine finds them when a chat
+    /// sends its conversation again), `warmup + repeats` times each.
+    pub fn resumed(
+        &mut self,
+        history: usize,
+        new_tokens: usize,
+        warmup: usize,
+        repeats: usize,
+    ) -> anyhow::Result<ResumedTiming> {
+        let mut prompt = self.random_tokens(history);
+        prompt.extend(self.random_tokens(new_tokens));
+        let bs = self.blocks.block_size();
+        let mut cold = Vec::new();
+        for run in 0..warmup + repeats {
+            let seq = self.new_sequence(prompt.len())?;
+            let started = Instant::now();
+            let logits = self.run_prompt(seq, &prompt, 0, true)?;
+            greedy_rows(&logits, self.vocab)?;
+            if run >= warmup {
+                cold.push(started.elapsed().as_secs_f64());
+            }
+            self.blocks.release(seq);
+        }
+        // The earlier turn: its blocks become cached as its prefill runs.
+        let earlier = self.new_sequence(history)?;
+        self.run_prompt(earlier, &prompt[..history], 0, false)?;
+        self.blocks.cache_computed(earlier, &prompt, history / bs);
+        self.blocks.release(earlier);
+        let mut warm = Vec::new();
+        let mut cached = 0;
+        for run in 0..warmup + repeats {
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            let started = Instant::now();
+            let hit = self
+                .blocks
+                .take_cached(seq, &prompt, prompt.len().saturating_sub(2) / bs);
+            ensure!(
+                self.blocks.grow(seq, prompt.len()),
+                "the KV pool has no room for the resumed prompt"
+            );
+            let logits = self.run_prompt(seq, &prompt[hit * bs..], hit * bs, true)?;
+            greedy_rows(&logits, self.vocab)?;
+            if run >= warmup {
+                warm.push(started.elapsed().as_secs_f64());
+            }
+            cached = hit * bs;
+            self.blocks.release(seq);
+        }
+        Ok(ResumedTiming {
+            history,
+            new_tokens,
+            cached,
+            cold_ttft_s: spread(&cold)?,
+            ttft_s: spread(&warm)?,
         })
     }
 
@@ -228,7 +303,9 @@ impl<'a> Runner<'a> {
         let mut logits = Vec::new();
         let mut at = 0;
         while at < tokens.len() {
-            let end = (at + self.chunk).min(tokens.len());
+            // Cut as the scheduler cuts: no chunk of one token, none leaving one.
+            let len = chunk_len(tokens.len() - at, self.chunk, self.chunk >= 3);
+            let end = at + len;
             let chunk = ChunkInput {
                 tokens: &tokens[at..end],
                 start_pos: start + at,

@@ -306,3 +306,37 @@ fn sampled_decode_takes_the_backends_sampler_unless_host_sampling_is_asked_for()
         assert_eq!(backend.samples, if on_host { 0 } else { 5 });
     }
 }
+
+#[test]
+fn the_resumed_case_finds_the_history_cached_and_reports_both_ttfts() {
+    let (mut backend, vocab) = tiny_cpu();
+    let mut runner = Runner::new(&mut backend, vocab, 16);
+    // 70 tokens of history: 4 full blocks of 16 are cached; 10 new tokens follow.
+    let t = runner.resumed(70, 10, 0, 2).unwrap();
+    assert_eq!((t.history, t.new_tokens, t.cached), (70, 10, 64));
+    assert!(t.ttft_s.median > 0.0 && t.cold_ttft_s.median > 0.0);
+    let row = Row::Resumed(t).to_json();
+    assert_eq!(row["test"], "resumed");
+    assert_eq!(row["tokens"], 80);
+    assert_eq!(row["cached_tokens"], 64);
+    assert!(row["cold_ttft_ms"].as_f64().unwrap() > 0.0);
+    // The same through the command line's plan.
+    let a = parse(&[
+        "--model",
+        "dummy:tiny",
+        "--device",
+        "cpu",
+        "--prefill",
+        "none",
+        "--decode",
+        "0",
+        "--resumed",
+        "48",
+        "--new-turn",
+        "20",
+        "--repeats",
+        "1",
+    ])
+    .unwrap();
+    run(a).unwrap();
+}
