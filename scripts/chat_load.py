@@ -1,15 +1,21 @@
 """A multi-turn chat workload for an OpenAI-compatible server, the case a prompt cache is for: C clients,
 each holding one conversation of T turns that starts with a system prompt shared by every client. Each
-turn sends the whole conversation so far (streamed /v1/chat/completions, greedy) and appends the reply
-and a new user message. Prints one JSON line: output tok/s over the run, TTFT percentiles per turn
-number, and the prompt and cached tokens the server reported (usage.prompt_tokens_details).
-Usage: chat_load.py URL MODEL CLIENTS TURNS SYSTEM_WORDS USER_WORDS MAX_TOKENS [LABEL]"""
+turn sends the whole conversation so far (streamed /v1/chat/completions, greedy, every reply
+MAX_TOKENS long) and appends the reply and a new user message. With MODE `unique` every request is
+instead a new conversation with a system prompt of its own: nothing can be reused (the cost of a cache
+that never hits). Tokens are counted by their log-probability entries, so that a token whose text is
+held back (a partial UTF-8 sequence) still counts and still marks the first token. Prints one JSON
+line: output tok/s over the run, TTFT percentiles (also per turn number), and the prompt and cached
+tokens the server reported (usage.prompt_tokens_details).
+Usage: chat_load.py URL MODEL CLIENTS TURNS SYSTEM_WORDS USER_WORDS MAX_TOKENS [LABEL [MODE]]"""
 import asyncio, json, random, sys, time
 import aiohttp
 
 url, model = sys.argv[1], sys.argv[2]
 clients, turns, system_words, user_words, max_tokens = map(int, sys.argv[3:8])
 label = sys.argv[8] if len(sys.argv) > 8 else url
+mode = sys.argv[9] if len(sys.argv) > 9 else "shared"
+assert mode in ("shared", "unique"), mode
 VOCAB = ("time file system process memory kernel thread network packet socket buffer queue "
          "signal device driver module page table cache disk block inode mount user group shell "
          "command option value string number list map key index record field").split()
@@ -20,12 +26,15 @@ def words(seed, n):
     return " ".join(r.choice(VOCAB) for _ in range(n))
 
 
-SYSTEM = "You answer questions about operating systems. " + words(1, system_words)
+def system(seed):
+    # The seed's words first: unique conversations share no block past the template's start.
+    return words(seed, system_words) + ". You answer questions about operating systems."
 
 
 async def turn(sess, messages):
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0,
-            "stream": True, "stream_options": {"include_usage": True}}
+            "ignore_eos": True, "logprobs": True, "stream": True,
+            "stream_options": {"include_usage": True}}
     t0 = time.perf_counter(); first = None; text = []; n = 0; usage = None; err = None
     try:
         async with sess.post(url + "/v1/chat/completions", json=body) as r:
@@ -45,7 +54,10 @@ async def turn(sess, messages):
                     for ch in j.get("choices") or []:
                         piece = (ch.get("delta") or {}).get("content")
                         if piece:
-                            n += 1; text.append(piece)
+                            text.append(piece)
+                        tokens = len(((ch.get("logprobs") or {}).get("content")) or [])
+                        if tokens:
+                            n += tokens
                             if first is None:
                                 first = time.perf_counter()
     except Exception as e:  # a lost stream counts as an error
@@ -56,8 +68,10 @@ async def turn(sess, messages):
 
 
 async def conversation(sess, c, out):
-    messages = [{"role": "system", "content": SYSTEM}]
+    messages = [{"role": "system", "content": system(1)}]
     for t in range(turns):
+        if mode == "unique":
+            messages = [{"role": "system", "content": system(10_000 + 100 * c + t)}]
         messages.append({"role": "user", "content": f"Client {c}, question {t}: " + words(1000 * c + t, user_words)})
         res = await turn(sess, messages)
         res["turn"] = t
@@ -83,7 +97,7 @@ async def main():
             by_turn.setdefault(o["turn"], []).append(o["ttft"])
     toks = sum(o["n"] for o in ok)
     print(json.dumps({
-        "label": label, "clients": clients, "turns": turns, "requests": len(out),
+        "label": label, "mode": mode, "clients": clients, "turns": turns, "requests": len(out),
         "errors": len(out) - len(ok), "first_error": next((o["err"] for o in out if o["err"]), None),
         "wall_s": round(wall, 3), "output_tokens": toks, "tok_s": round(toks / wall, 1),
         "ttft_p50_ms": round(1e3 * pct(ttft, 0.5), 1) if ttft else None,
