@@ -42,6 +42,7 @@ fn main() -> anyhow::Result<()> {
         kv_blocks: blocks,
         block_size,
         threads,
+        host_blocks: 0,
     };
     let t0 = Instant::now();
     let mut backend = CpuBackend::new(&src, opts, None)?;

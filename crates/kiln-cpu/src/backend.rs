@@ -19,6 +19,10 @@ pub struct CpuOptions {
     pub block_size: usize,
     /// Worker threads; `None` uses one per core.
     pub threads: Option<usize>,
+    /// Block copies the host tier of the prefix cache keeps (0: none). On the CPU the pool is
+    /// host memory already; the tier is there so that the engine's use of it is the same (and
+    /// tested) on every backend.
+    pub host_blocks: usize,
 }
 
 impl Default for CpuOptions {
@@ -27,6 +31,7 @@ impl Default for CpuOptions {
             kv_blocks: 256,
             block_size: 16,
             threads: None,
+            host_blocks: 0,
         }
     }
 }
@@ -68,7 +73,7 @@ impl CpuBackend {
             num_blocks: opts.kv_blocks,
         };
         let kv_dims: Vec<usize> = spec.layers.iter().map(|l| l.attn.kv_dim()).collect();
-        let kv = PagedKvCache::new(&kv_dims, geometry)?;
+        let kv = PagedKvCache::new(&kv_dims, geometry, opts.host_blocks)?;
         Ok(CpuBackend {
             config,
             spec,
@@ -92,6 +97,14 @@ impl CpuBackend {
 impl Backend for CpuBackend {
     fn kv_geometry(&self) -> KvGeometry {
         self.kv.geometry
+    }
+
+    fn host_blocks(&self) -> usize {
+        self.kv.host_blocks
+    }
+
+    fn copy_blocks(&mut self, copies: &[kiln_step::BlockCopy]) -> anyhow::Result<()> {
+        copies.iter().try_for_each(|&c| self.kv.copy_block(c))
     }
 
     fn step(&mut self, chunks: &[ChunkInput<'_>], want: Want<'_>) -> anyhow::Result<StepOutput> {

@@ -13,11 +13,19 @@ pub(crate) struct LayerKv {
 pub(crate) struct PagedKvCache {
     pub geometry: KvGeometry,
     layers: Vec<LayerKv>,
+    /// The host tier: `host_blocks` block copies per layer, laid out like the pool.
+    host: Vec<LayerKv>,
+    pub host_blocks: usize,
 }
 
 impl PagedKvCache {
-    /// A pool for layers whose K and V rows are `kv_dims` wide, one entry per layer.
-    pub fn new(kv_dims: &[usize], geometry: KvGeometry) -> anyhow::Result<PagedKvCache> {
+    /// A pool for layers whose K and V rows are `kv_dims` wide, one entry per layer, and a host
+    /// tier of `host_blocks` block copies.
+    pub fn new(
+        kv_dims: &[usize],
+        geometry: KvGeometry,
+        host_blocks: usize,
+    ) -> anyhow::Result<PagedKvCache> {
         let too_big = || {
             anyhow::anyhow!(
                 "a KV cache of {} blocks of {} tokens does not fit in memory",
@@ -35,16 +43,56 @@ impl PagedKvCache {
         total
             .and_then(|n| n.checked_mul(2 * 4))
             .ok_or_else(too_big)?;
-        let mut layers = Vec::with_capacity(kv_dims.len());
-        for &kv_dim in kv_dims {
-            let per_layer = slots * kv_dim;
-            layers.push(LayerKv {
-                k: zeroed(per_layer)?,
-                v: zeroed(per_layer)?,
-                kv_dim,
-            });
+        let host_slots = host_blocks
+            .checked_mul(geometry.block_size)
+            .ok_or_else(too_big)?;
+        let alloc = |slots: usize| -> anyhow::Result<Vec<LayerKv>> {
+            kv_dims
+                .iter()
+                .map(|&kv_dim| {
+                    let n = slots.checked_mul(kv_dim).ok_or_else(too_big)?;
+                    Ok(LayerKv {
+                        k: zeroed(n)?,
+                        v: zeroed(n)?,
+                        kv_dim,
+                    })
+                })
+                .collect()
+        };
+        Ok(PagedKvCache {
+            geometry,
+            layers: alloc(slots)?,
+            host: alloc(host_slots)?,
+            host_blocks,
+        })
+    }
+
+    /// Copies one block of every layer to a host slot or back.
+    pub fn copy_block(&mut self, copy: kiln_step::BlockCopy) -> anyhow::Result<()> {
+        use kiln_step::BlockCopy;
+        let (block, slot, to_host) = match copy {
+            BlockCopy::ToHost { block, slot } => (block as usize, slot, true),
+            BlockCopy::ToDevice { slot, block } => (block as usize, slot, false),
+        };
+        anyhow::ensure!(
+            block < self.geometry.num_blocks && slot < self.host_blocks,
+            "block copy {copy:?} is outside the pool of {} blocks or the {} host slots",
+            self.geometry.num_blocks,
+            self.host_blocks
+        );
+        let bs = self.geometry.block_size;
+        for (pool, host) in self.layers.iter_mut().zip(&mut self.host) {
+            let n = bs * pool.kv_dim;
+            let (p, h) = (block * n..(block + 1) * n, slot * n..(slot + 1) * n);
+            for (pool, host) in [(&mut pool.k, &mut host.k), (&mut pool.v, &mut host.v)] {
+                if to_host {
+                    host[h.clone()].copy_from_slice(&pool[p.clone()]);
+                } else {
+                    pool[p.clone()].copy_from_slice(&host[h.clone()]);
+                }
+            }
         }
-        Ok(PagedKvCache { geometry, layers })
+        Ok(())
     }
 
     pub fn layer(&self, layer: usize) -> &LayerKv {
@@ -73,7 +121,7 @@ impl PagedKvCache {
 
     /// Fills every slot with NaN, so that reading a slot no step wrote shows in the logits.
     pub fn poison(&mut self) {
-        for layer in &mut self.layers {
+        for layer in self.layers.iter_mut().chain(&mut self.host) {
             layer.k.fill(f32::NAN);
             layer.v.fill(f32::NAN);
         }

@@ -107,6 +107,7 @@ fn bad_weights_and_options_are_errors() {
         kv_blocks,
         block_size,
         threads,
+        host_blocks: 0,
     };
     for (o, expected) in [
         (opts(0, 16, None), "at least one block"),

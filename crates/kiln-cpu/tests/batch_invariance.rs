@@ -85,6 +85,7 @@ fn new_backend(src: &RandomSource, threads: Option<usize>) -> CpuBackend {
             kv_blocks: POOL,
             block_size: BLOCK,
             threads,
+            host_blocks: 0,
         },
         None,
     )

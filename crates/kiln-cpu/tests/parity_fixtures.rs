@@ -27,6 +27,7 @@ fn greedy_logits(source: &dyn WeightSource, f: &Fixture) -> Vec<Vec<f32>> {
         kv_blocks: blocks,
         block_size: BLOCK,
         threads: None,
+        host_blocks: 0,
     };
     let mut backend = CpuBackend::new(source, opts, None).unwrap();
     let table: Vec<u32> = (0..blocks as u32).collect();

@@ -14,6 +14,7 @@ use crate::forward::{Activations, StepContext};
 use crate::gemm_lt::LtGemm;
 use crate::graphs::{graphs_enabled_by_env, prefill_max_from_env, GraphCache, GraphCounters};
 use crate::graphs_pad::{pad_step, GraphBuckets, GraphShape};
+use crate::host_tier::HostTier;
 use crate::kv_cache::KvCache;
 use crate::sampling::SamplingBuffers;
 use crate::step_plan::{pack_step, StepLayout, StepPlan};
@@ -38,6 +39,8 @@ pub struct CudaOptions {
     pub max_batch_tokens: Option<usize>,
     /// Longest sequence; None: the model's max_position.
     pub max_context: Option<usize>,
+    /// Pinned host memory for the prefix cache's host tier, in bytes (0: none).
+    pub host_cache_bytes: usize,
 }
 
 impl Default for CudaOptions {
@@ -51,6 +54,7 @@ impl Default for CudaOptions {
             max_seqs: 256,
             max_batch_tokens: None,
             max_context: None,
+            host_cache_bytes: 0,
         }
     }
 }
@@ -60,6 +64,7 @@ pub struct CudaBackend {
     graphs: GraphCache,
     lt: LtGemm,
     act: Activations,
+    host_tier: Option<HostTier>,
     kv: KvCache,
     weights: ModelWeights,
     step_host: PinnedBuf<i32>,
@@ -168,6 +173,7 @@ impl CudaBackend {
             config.vocab_size,
         );
         debug_assert_eq!(layout.len, probe.len);
+        let host_tier = HostTier::new(&gpu, &kv, opts.host_cache_bytes)?;
         let step_host = PinnedBuf::new(&gpu, layout.len)?;
         let logits_host = PinnedBuf::new(&gpu, opts.max_seqs * config.vocab_size)?;
         let ids_host = PinnedBuf::new(&gpu, opts.max_seqs)?;
@@ -180,6 +186,7 @@ impl CudaBackend {
             graphs,
             lt,
             act,
+            host_tier,
             kv,
             weights: weights_dev,
             step_host,
@@ -212,7 +219,7 @@ impl CudaBackend {
     pub fn describe(&self) -> String {
         let gib = |b: usize| b as f64 / (1u64 << 30) as f64;
         let mut s = format!(
-            "device {} (sm_{}, {} SMs); weights {:.2} GiB; buffers {:.2} GiB; KV cache {:.2} GiB = {} blocks of {} tokens (+1 scratch); \
+            "device {} (sm_{}, {} SMs); weights {:.2} GiB; buffers {:.2} GiB; KV cache {:.2} GiB = {} blocks of {} tokens (+1 scratch), host tier {:.2} GiB; \
              max {} tokens / {} sequences per step, context {}\nswitches: {}",
             self.gpu.name,
             self.gpu.arch,
@@ -222,6 +229,7 @@ impl CudaBackend {
             gib(self.kv.bytes()),
             self.layout.num_blocks,
             self.kv.block_size,
+            gib(self.host_tier.as_ref().map_or(0, HostTier::bytes)),
             self.layout.max_tokens,
             self.layout.max_seqs,
             self.layout.max_context,
@@ -456,6 +464,22 @@ impl Backend for CudaBackend {
             max_seqs: self.layout.max_seqs,
             max_tokens: self.layout.max_tokens,
         })
+    }
+
+    fn host_blocks(&self) -> usize {
+        self.host_tier.as_ref().map_or(0, |h| h.slots)
+    }
+
+    /// Queued on the step stream: the next step's kernels run after them.
+    fn copy_blocks(&mut self, copies: &[kiln_step::BlockCopy]) -> Result<()> {
+        if copies.is_empty() {
+            return Ok(());
+        }
+        self.gpu.bind()?;
+        match self.host_tier.as_mut() {
+            Some(h) => h.copy(&self.gpu, &self.kv, copies),
+            None => bail!("the CUDA backend was started without a host tier"),
+        }
     }
 
     /// Logits and argmax come from the device as asked. Sampling runs on the device (the host

@@ -426,25 +426,41 @@ impl<T: Copy + Default> PinnedBuf<T> {
 
     /// Queues a copy of elements `0..n` to `dst` on the stream.
     pub fn copy_to_device(&self, gpu: &Gpu, dst: u64, n: usize) -> Result<()> {
-        let n = n.min(self.len);
-        if n == 0 {
-            return Ok(());
-        }
-        // SAFETY: pinned source of n elements; dst was sized by the caller.
-        unsafe { drv::memcpy_htod_async(dst, &self.as_slice()[..n], gpu.stream.cu_stream()) }
-            .map_err(|e| anyhow!("queueing the step input copy: {e:?}"))
+        self.copy_range_to_device(gpu, 0, dst, n)
     }
 
     /// Queues a copy of n elements from `src` into elements `0..n`.
     pub fn copy_from_device(&mut self, gpu: &Gpu, src: u64, n: usize) -> Result<()> {
-        let n = n.min(self.len);
-        if n == 0 {
+        self.copy_range_from_device(gpu, src, 0, n)
+    }
+
+    /// Queues a copy of elements `from..from + n` to `dst` on the stream.
+    pub fn copy_range_to_device(&self, gpu: &Gpu, from: usize, dst: u64, n: usize) -> Result<()> {
+        let end = from.saturating_add(n).min(self.len);
+        if end <= from {
+            return Ok(());
+        }
+        // SAFETY: pinned source of the checked range; dst was sized by the caller.
+        unsafe { drv::memcpy_htod_async(dst, &self.as_slice()[from..end], gpu.stream.cu_stream()) }
+            .map_err(|e| anyhow!("queueing a host to device copy: {e:?}"))
+    }
+
+    /// Queues a copy of n elements from `src` into elements `to..to + n`.
+    pub fn copy_range_from_device(
+        &mut self,
+        gpu: &Gpu,
+        src: u64,
+        to: usize,
+        n: usize,
+    ) -> Result<()> {
+        let end = to.saturating_add(n).min(self.len);
+        if end <= to {
             return Ok(());
         }
         let stream = gpu.stream.cu_stream();
-        // SAFETY: pinned destination of n elements; src holds n elements.
-        unsafe { drv::memcpy_dtoh_async(&mut self.as_mut_slice()[..n], src, stream) }
-            .map_err(|e| anyhow!("queueing the result copy: {e:?}"))
+        // SAFETY: pinned destination of the checked range; src holds that many elements.
+        unsafe { drv::memcpy_dtoh_async(&mut self.as_mut_slice()[to..end], src, stream) }
+            .map_err(|e| anyhow!("queueing a device to host copy: {e:?}"))
     }
 }
 

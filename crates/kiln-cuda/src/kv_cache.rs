@@ -12,8 +12,9 @@ use crate::kernels::KvView;
 pub struct KvCache {
     k: DevBuf<u16>,
     v: DevBuf<u16>,
-    /// Per layer: its first element in `k` and `v`, and its KV head count.
-    layers: Vec<(usize, usize)>,
+    /// Per layer: its first element in `k` and `v`, its KV head count, and the elements one
+    /// block of it holds (of K, and again of V).
+    layers: Vec<(usize, usize, usize)>,
     pub num_blocks: usize,
     pub block_size: usize,
 }
@@ -43,8 +44,9 @@ impl KvCache {
         let mut layers = Vec::with_capacity(spec.layers.len());
         let mut at = 0;
         for l in &spec.layers {
-            layers.push((at, l.attn.num_kv_heads));
-            at += num_blocks * block_size * l.attn.kv_dim();
+            let block_elems = block_size * l.attn.kv_dim();
+            layers.push((at, l.attn.num_kv_heads, block_elems));
+            at += num_blocks * block_elems;
         }
         let k = gpu.alloc(at)?;
         let v = gpu.alloc(at)?;
@@ -58,13 +60,27 @@ impl KvCache {
     }
 
     pub fn view(&self, layer: usize) -> KvView {
-        let (at, n_kv) = self.layers[layer];
+        let (at, n_kv, _) = self.layers[layer];
         KvView {
             k: self.k.at(at),
             v: self.v.at(at),
             n_kv,
             block_size: self.block_size,
         }
+    }
+
+    /// Where `block` of every layer lives: per layer the K address, the V address and the
+    /// elements of each.
+    pub fn block_spans(&self, block: u32) -> impl Iterator<Item = (u64, u64, usize)> + '_ {
+        self.layers.iter().map(move |&(at, _, n)| {
+            let first = at + block as usize * n;
+            (self.k.at(first), self.v.at(first), n)
+        })
+    }
+
+    /// Elements one block takes over every layer, K and V.
+    pub fn block_elems(&self) -> usize {
+        self.layers.iter().map(|&(_, _, n)| 2 * n).sum()
     }
 
     pub fn bytes(&self) -> usize {

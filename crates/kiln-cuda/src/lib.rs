@@ -8,6 +8,7 @@ pub mod forward;
 pub mod gemm_lt;
 pub mod graphs;
 pub mod graphs_pad;
+pub mod host_tier;
 pub mod kernel_entries;
 pub mod kernel_sources;
 pub mod kernels;

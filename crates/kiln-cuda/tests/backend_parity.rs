@@ -79,6 +79,7 @@ fn compare(
             kv_blocks: 64,
             block_size: 16,
             threads: None,
+            host_blocks: 0,
         },
         None,
     )

@@ -142,3 +142,79 @@ fn a_resumed_prompt_gives_the_logits_of_a_fresh_one() {
     }
     c.finish();
 }
+
+/// Blocks copied to the host tier, overwritten in the pool by another prompt, and copied back
+/// into other blocks give the resumed sequence the logits of a fresh one.
+fn host_round_trip(c: &mut Checks, name: &str, src: &dyn WeightSource, long: usize) {
+    let opts = kiln_cuda::CudaOptions {
+        kv_cache_bytes: Some(1 << 30),
+        host_cache_bytes: 256 << 20,
+        max_seqs: 8,
+        max_batch_tokens: Some(2048 + 40),
+        max_context: Some(src.config().max_position.min(8192)),
+        ..kiln_cuda::CudaOptions::default()
+    };
+    let mut b = CudaBackend::new(src, opts, None).expect("CUDA backend");
+    let vocab = src.config().vocab_size;
+    let bs = b.kv_geometry().block_size;
+    assert!(
+        b.host_blocks() > long / bs,
+        "{name}: host tier of {}",
+        b.host_blocks()
+    );
+    let mut blocks = Blocks::new(&b);
+    let base: Vec<u32> = (0..long).map(|i| ((i * 7919 + 5) % vocab) as u32).collect();
+    let full = long / bs;
+    let fresh_table = blocks.take(long + DECODE_STEPS + 1, bs);
+    let fresh = run(&mut b, &base, 0, &fresh_table, 512);
+    // Compute the prompt, save its full blocks, then overwrite them with another prompt.
+    let first = blocks.take(long + 1, bs);
+    run(&mut b, &base, 0, &first, 2048);
+    let save: Vec<kiln_step::BlockCopy> = (0..full)
+        .map(|i| kiln_step::BlockCopy::ToHost {
+            block: first[i],
+            slot: i,
+        })
+        .collect();
+    b.copy_blocks(&save).expect("to host");
+    let other: Vec<u32> = (0..long).map(|i| ((i * 31 + 9) % vocab) as u32).collect();
+    run(&mut b, &other, 0, &first, 2048);
+    // Back into blocks of a new table; the tail runs there too.
+    let table = blocks.take(long + DECODE_STEPS + 1, bs);
+    let restore: Vec<kiln_step::BlockCopy> = (0..full)
+        .map(|i| kiln_step::BlockCopy::ToDevice {
+            slot: i,
+            block: table[i],
+        })
+        .collect();
+    b.copy_blocks(&restore).expect("to device");
+    let shared = full.min((long - 2) / bs);
+    let resumed = run(&mut b, &base, shared * bs, &table, 512);
+    for (i, (r, f)) in resumed.iter().zip(&fresh).enumerate() {
+        let row = if i == 0 {
+            "prompt".into()
+        } else {
+            format!("decode {i}")
+        };
+        c.identical(
+            &format!("{name}: back from the host tier, {row} logits"),
+            r,
+            f,
+        );
+    }
+}
+
+#[test]
+fn blocks_back_from_the_host_tier_give_the_logits_of_a_fresh_prompt() {
+    let Some(_gpu) =
+        gpu_or_skip("blocks_back_from_the_host_tier_give_the_logits_of_a_fresh_prompt")
+    else {
+        return;
+    };
+    let mut c = Checks::new("host_tier");
+    host_round_trip(&mut c, "dummy mid", &dummy_mid(), 1300);
+    for (name, src) in fixture_sources() {
+        host_round_trip(&mut c, &name, src.as_ref(), 90);
+    }
+    c.finish();
+}

@@ -7,7 +7,7 @@ use std::collections::{HashMap, VecDeque};
 
 use crate::prefix_cache::{PrefixIndex, PrefixStats, ROOT};
 use crate::sequence::SeqId;
-use kiln_step::KvGeometry;
+use kiln_step::{BlockCopy, KvGeometry};
 
 #[derive(Debug)]
 pub struct BlockManager {
@@ -20,6 +20,12 @@ pub struct BlockManager {
     cache: Option<PrefixIndex>,
     /// Per sequence, the keys of its leading blocks whose contents are known (cached or hit).
     chains: HashMap<SeqId, Vec<u64>>,
+    /// The host tier: slots of the backend's host memory holding evicted cached blocks (every
+    /// occupied slot idle, evicted least recently saved first), and the slots not in use.
+    host: Option<PrefixIndex>,
+    host_free: Vec<usize>,
+    /// Copies between the pool and the host tier the backend must make before the next step.
+    copies: Vec<BlockCopy>,
 }
 
 impl BlockManager {
@@ -32,6 +38,9 @@ impl BlockManager {
             tables: HashMap::new(),
             cache: None,
             chains: HashMap::new(),
+            host: None,
+            host_free: Vec::new(),
+            copies: Vec::new(),
         }
     }
 
@@ -40,6 +49,26 @@ impl BlockManager {
         let mut m = BlockManager::new(geometry);
         m.cache = Some(PrefixIndex::new(geometry.num_blocks));
         m
+    }
+
+    /// Adds a host tier of `slots` block copies under the prefix cache: a cached block the pool
+    /// evicts is copied there, and copied back when a later prompt starts with it.
+    pub fn with_host_tier(mut self, slots: usize) -> BlockManager {
+        if self.cache.is_some() && slots > 0 {
+            self.host = Some(PrefixIndex::new(slots));
+            self.host_free = (0..slots).rev().collect();
+        }
+        self
+    }
+
+    /// The copies to make before the next step (see [`kiln_step::Backend::copy_blocks`]).
+    pub fn take_copies(&mut self) -> Vec<BlockCopy> {
+        std::mem::take(&mut self.copies)
+    }
+
+    /// Block copies the host tier holds.
+    pub fn num_host_cached(&self) -> usize {
+        self.host.as_ref().map_or(0, PrefixIndex::num_cached)
     }
 
     pub fn block_size(&self) -> usize {
@@ -65,9 +94,15 @@ impl BlockManager {
     }
 
     pub fn prefix_stats(&self) -> PrefixStats {
-        self.cache
+        let mut s = self
+            .cache
             .as_ref()
-            .map_or(PrefixStats::default(), |c| c.stats)
+            .map_or(PrefixStats::default(), |c| c.stats);
+        if let Some(h) = &self.host {
+            s.host_saves = h.stats.host_saves;
+            s.host_hit_tokens = h.stats.host_hit_tokens;
+        }
+        s
     }
 
     pub fn prefix_cache_on(&self) -> bool {
@@ -104,18 +139,34 @@ impl BlockManager {
             return false;
         }
         for _ in 0..missing {
-            let block = match self.free.pop_front() {
-                Some(b) => b,
-                None => self
-                    .cache
-                    .as_mut()
-                    .and_then(PrefixIndex::evict)
-                    .expect("free count checked above"),
-            };
-            self.ref_counts[block as usize] = 1;
+            let block = self.alloc().expect("free count checked above");
             self.tables.entry(seq).or_default().push(block);
         }
         true
+    }
+
+    /// One block for new data, with a reference taken: a plain free one, else the least
+    /// recently used cached one, whose contents go to the host tier when there is one.
+    fn alloc(&mut self) -> Option<u32> {
+        let block = match self.free.pop_front() {
+            Some(b) => b,
+            None => {
+                let (block, contents) = self.cache.as_mut()?.evict()?;
+                if let (Some(host), Some((parent, tokens))) = (self.host.as_mut(), contents) {
+                    let slot = match self.host_free.pop() {
+                        Some(s) => s,
+                        None => host.evict().map(|(s, _)| s as usize)?,
+                    };
+                    host.insert(slot as u32, parent, &tokens);
+                    host.park(slot as u32);
+                    host.stats.host_saves += 1;
+                    self.copies.push(BlockCopy::ToHost { block, slot });
+                }
+                block
+            }
+        };
+        self.ref_counts[block as usize] = 1;
+        Some(block)
     }
 
     /// Appends a block another sequence already holds to `seq`'s table, taking a reference.
@@ -144,14 +195,44 @@ impl BlockManager {
         let mut table = Vec::new();
         for b in 0..full {
             let parent = chain.last().copied().unwrap_or(ROOT);
-            let Some((block, key)) = cache.find(parent, &tokens[b * bs..(b + 1) * bs]) else {
+            let block_tokens = &tokens[b * bs..(b + 1) * bs];
+            let cache = self.cache.as_mut().expect("checked above");
+            if let Some((block, key)) = cache.find(parent, block_tokens) {
+                cache.unpark(block);
+                self.ref_counts[block as usize] += 1;
+                chain.push(key);
+                table.push(block);
+                continue;
+            }
+            // In the host tier: copied back into a block of its own, cached there again.
+            let Some((slot, key)) = self
+                .host
+                .as_ref()
+                .and_then(|h| h.find(parent, block_tokens))
+            else {
                 break;
             };
-            cache.unpark(block);
-            self.ref_counts[block as usize] += 1;
+            let host = self.host.as_mut().expect("found above");
+            // Not idle while it waits for its copy, so that the allocation cannot evict it.
+            host.unpark(slot);
+            let Some(block) = self.alloc() else {
+                self.host.as_mut().expect("found above").park(slot);
+                break;
+            };
+            self.copies.push(BlockCopy::ToDevice {
+                slot: slot as usize,
+                block,
+            });
+            let host = self.host.as_mut().expect("found above");
+            host.forget(slot);
+            host.stats.host_hit_tokens += bs as u64;
+            self.host_free.push(slot as usize);
+            let cache = self.cache.as_mut().expect("checked above");
+            cache.insert(block, parent, block_tokens);
             chain.push(key);
             table.push(block);
         }
+        let cache = self.cache.as_mut().expect("checked above");
         cache.stats.hit_tokens += (table.len() * bs) as u64;
         let hit = table.len();
         if hit > 0 {

@@ -59,6 +59,7 @@ impl Engine {
             max_batched_tokens: cfg.max_batched_tokens,
             prefill_chunk: cfg.prefill_chunk,
             prefix_cache: cfg.prefix_cache && prefix_cache_enabled(),
+            host_blocks: backend.host_blocks(),
         };
         let scheduler = Scheduler::new(sched_cfg, backend.kv_geometry());
         let seed_source = {
@@ -102,6 +103,9 @@ impl Engine {
         while self.wait_for_work() {
             let started = Instant::now();
             let plan = self.scheduler.schedule();
+            if !self.copy_blocks(&plan) {
+                continue;
+            }
             // Gauges as of this step, before any of its tokens reach a client: a reader who has
             // a token never sees the sequence still waiting or its blocks not yet taken.
             self.publish_stats();
@@ -241,6 +245,29 @@ impl Engine {
         }
     }
 
+    /// Makes the copies between the KV pool and the host tier that scheduling asked for; they
+    /// must land before the step reads or overwrites those blocks. False: they failed, and the
+    /// plan's requests were told (their KV could not be trusted).
+    fn copy_blocks(&mut self, plan: &[ScheduledChunk]) -> bool {
+        let copies = self.scheduler.take_copies();
+        if copies.is_empty() {
+            return true;
+        }
+        let backend = &mut self.backend;
+        let result = std::panic::catch_unwind(AssertUnwindSafe(|| backend.copy_blocks(&copies)))
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("the backend panicked")));
+        match result {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!("KV block copies failed: {e:#}");
+                for c in plan {
+                    self.fail(c.seq, format!("KV block copies failed: {e:#}"));
+                }
+                false
+            }
+        }
+    }
+
     /// Every logits row's device sampling, in plan order; None if a row needs the host.
     fn device_rows(&self, plan: &[ScheduledChunk]) -> Option<Vec<RowSampling>> {
         plan.iter()
@@ -352,6 +379,9 @@ impl Engine {
             s.prefix_queried_tokens = prefix.queried_tokens;
             s.prefix_hit_tokens = prefix.hit_tokens;
             s.prefix_evictions = prefix.evictions;
+            s.host_blocks_cached = blocks.num_host_cached();
+            s.prefix_host_saves = prefix.host_saves;
+            s.prefix_host_hit_tokens = prefix.host_hit_tokens;
             s.preemptions = preemptions;
         });
     }

@@ -15,6 +15,10 @@ pub struct PrefixStats {
     pub hit_tokens: u64,
     /// Cached blocks given to new data because the pool needed them.
     pub evictions: u64,
+    /// Evicted blocks kept in the backend's host tier instead of forgotten.
+    pub host_saves: u64,
+    /// Prompt tokens copied back from the host tier instead of computed.
+    pub host_hit_tokens: u64,
 }
 
 /// What identifies a cached block's contents.
@@ -35,6 +39,9 @@ pub(crate) struct PrefixIndex {
     tick: u64,
     pub stats: PrefixStats,
 }
+
+/// What a cached block held: its parent's key and its tokens.
+pub(crate) type Contents = (u64, Box<[u32]>);
 
 /// The key of the chain's first block's parent.
 pub(crate) const ROOT: u64 = 0x6b69_6c6e_5f6b_7631;
@@ -113,15 +120,20 @@ impl PrefixIndex {
         }
     }
 
-    /// Takes the least recently used idle block for new data, forgetting what it held.
-    pub fn evict(&mut self) -> Option<u32> {
+    /// Takes the least recently used idle block for new data; returns it with what it held
+    /// (its parent's key and its tokens), which the index forgets.
+    pub fn evict(&mut self) -> Option<(u32, Option<Contents>)> {
         let (_, block) = self.idle.pop_first()?;
-        self.idle_tick[block as usize] = None;
-        if let Some(e) = self.entry[block as usize].take() {
-            self.by_key.remove(&e.key);
-        }
         self.stats.evictions += 1;
-        Some(block)
+        Some((block, self.forget(block)))
+    }
+
+    /// Forgets what `block` held (it is no longer findable, nor idle).
+    pub fn forget(&mut self, block: u32) -> Option<Contents> {
+        self.unpark(block);
+        let e = self.entry[block as usize].take()?;
+        self.by_key.remove(&e.key);
+        Some((e.parent, e.tokens))
     }
 }
 
@@ -161,11 +173,12 @@ mod tests {
         p.park(2);
         p.unpark(0);
         p.park(0);
-        assert_eq!(p.evict(), Some(1));
-        assert_eq!(p.evict(), Some(2));
+        let contents = |b: u32| Some((b, Some((ROOT + b as u64, vec![b].into_boxed_slice()))));
+        assert_eq!(p.evict(), contents(1));
+        assert_eq!(p.evict(), contents(2));
         assert!(!p.is_cached(1));
         assert_eq!(p.find(ROOT + 1, &[1]), None);
-        assert_eq!(p.evict(), Some(0));
+        assert_eq!(p.evict(), contents(0));
         assert_eq!(p.evict(), None);
         assert_eq!(p.stats.evictions, 3);
     }

@@ -25,6 +25,8 @@ pub struct SchedulerConfig {
     pub prefill_chunk: usize,
     /// Keep computed blocks for later sequences with the same leading tokens.
     pub prefix_cache: bool,
+    /// Block copies the backend's host tier holds under the prefix cache (0: none).
+    pub host_blocks: usize,
 }
 
 /// One sequence's tokens `start..start + len` in a step.
@@ -57,9 +59,10 @@ impl Scheduler {
             max_batched_tokens,
             prefill_chunk: cfg.prefill_chunk.max(1),
             prefix_cache: cfg.prefix_cache,
+            host_blocks: cfg.host_blocks,
         };
         let blocks = match cfg.prefix_cache {
-            true => BlockManager::with_prefix_cache(geometry),
+            true => BlockManager::with_prefix_cache(geometry).with_host_tier(cfg.host_blocks),
             false => BlockManager::new(geometry),
         };
         Scheduler {
@@ -183,6 +186,12 @@ impl Scheduler {
         self.waiting.push_front(id);
         self.preemptions += 1;
         tracing::debug!(seq = id, "preempted: KV cache full, will recompute");
+    }
+
+    /// Copies between the KV pool and the host tier that scheduling asked for, to be made before
+    /// the next step runs (also when the step is empty).
+    pub fn take_copies(&mut self) -> Vec<kiln_step::BlockCopy> {
+        self.blocks.take_copies()
     }
 
     /// The backend's view of a plan: tokens, positions and block tables.

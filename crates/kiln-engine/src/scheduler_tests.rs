@@ -6,6 +6,7 @@ fn scheduler(max_num_seqs: usize, budget: usize, chunk: usize, blocks: usize) ->
         max_batched_tokens: budget,
         prefill_chunk: chunk,
         prefix_cache: false,
+        host_blocks: 0,
     };
     Scheduler::new(
         cfg,
@@ -245,6 +246,7 @@ fn cached_scheduler(budget: usize, chunk: usize, blocks: usize) -> Scheduler {
         max_batched_tokens: budget,
         prefill_chunk: chunk,
         prefix_cache: true,
+        host_blocks: 0,
     };
     Scheduler::new(
         cfg,

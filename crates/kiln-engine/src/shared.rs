@@ -61,6 +61,12 @@ pub struct EngineStats {
     pub prefix_hit_tokens: u64,
     /// Cached blocks reused for new data.
     pub prefix_evictions: u64,
+    /// Block copies the backend's host tier holds.
+    pub host_blocks_cached: usize,
+    /// Evicted cached blocks copied to the host tier.
+    pub prefix_host_saves: u64,
+    /// Prompt tokens copied back from the host tier instead of computed.
+    pub prefix_host_hit_tokens: u64,
     pub steps: u64,
     /// Seconds spent in the backend's forward passes, over all steps.
     pub forward_seconds: f64,

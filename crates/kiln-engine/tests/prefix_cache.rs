@@ -114,6 +114,7 @@ fn resumed_equals_fresh_with_seeded_sampling_and_on_the_fixtures() {
                     kv_blocks: 64,
                     block_size: BLOCK_SIZE,
                     threads: None,
+                    host_blocks: 0,
                 },
                 None,
             )
@@ -227,5 +228,66 @@ fn one_different_token_is_a_miss_from_its_block_on() {
     assert_eq!(run(&off, probed(p, 2)).finish.cached_tokens, 0);
     assert_eq!(off.stats().prefix_queried_tokens, 0);
     off.shutdown();
+    e.shutdown();
+}
+
+#[test]
+fn blocks_evicted_to_the_host_tier_come_back_with_the_same_results() {
+    let source = tiny();
+    // A pool of 12 blocks with 32 host slots: one long prompt fills most of the pool, others
+    // push it out to the host tier, and it comes back from there.
+    let with_host = |host_blocks: usize| {
+        let b = kiln_cpu::CpuBackend::new(
+            &source,
+            kiln_cpu::CpuOptions {
+                kv_blocks: 12,
+                block_size: BLOCK_SIZE,
+                threads: None,
+                host_blocks,
+            },
+            None,
+        )
+        .unwrap();
+        kiln_engine::start(Box::new(b), tokenizer(&source), cfg(true))
+    };
+    let long = prompt(150, 6);
+    let others: Vec<Vec<u32>> = (0..3).map(|i| prompt(140, 30 + i)).collect();
+    let e = with_host(32);
+    run(&e, probed(long.clone(), 4));
+    for p in &others {
+        run(&e, probed(p.clone(), 4));
+    }
+    let st = wait_for(&e, |s| s.kv_blocks_used == 0);
+    assert!(
+        st.prefix_host_saves > 0,
+        "the pool evicted to the host tier"
+    );
+    assert!(st.host_blocks_cached > 0);
+    let req = probed(long.clone(), 12);
+    let got = run(&e, req.clone());
+    assert_eq!(
+        got.finish.cached_tokens, 144,
+        "every full block found, from either tier"
+    );
+    let st = wait_for(&e, |s| s.prefix_host_hit_tokens > 0);
+    assert!(
+        st.prefix_host_hit_tokens > 0,
+        "some came back from the host tier"
+    );
+    same_as(&got, &fresh(&source, &req), "back from the host tier");
+    // And the others, which the long one pushed out in turn.
+    for p in &others {
+        let req = probed(p.clone(), 6);
+        same_as(&run(&e, req.clone()), &fresh(&source, &req), "the others");
+    }
+    e.shutdown();
+    // Without a host tier the same sequence of requests recomputes instead.
+    let e = with_host(0);
+    run(&e, probed(long.clone(), 4));
+    for p in &others {
+        run(&e, probed(p.clone(), 4));
+    }
+    assert_eq!(run(&e, probed(long, 12)).finish.cached_tokens, 0);
+    assert_eq!(e.stats().prefix_host_saves, 0);
     e.shutdown();
 }

@@ -62,6 +62,15 @@ pub enum StepOutput {
     Tokens(Vec<Result<Sampled, SampleError>>),
 }
 
+/// One block's keys and values (every layer) moved between the KV pool and the backend's host
+/// tier: a second level under the prefix cache, where blocks the pool must give up are kept
+/// instead of forgotten.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockCopy {
+    ToHost { block: u32, slot: usize },
+    ToDevice { slot: usize, block: u32 },
+}
+
 /// A compute backend. It owns the weights and the KV pool and runs forward passes; it knows
 /// nothing of requests, scheduling or HTTP.
 pub trait Backend: Send {
@@ -77,6 +86,21 @@ pub trait Backend: Send {
     /// `want_logits`, in chunk order. A chunk's answer must not depend on the other chunks of
     /// the step (batch invariance). Nothing runs when the step is malformed.
     fn step(&mut self, chunks: &[ChunkInput<'_>], want: Want<'_>) -> Result<StepOutput>;
+
+    /// Block slots of the host tier (0: the backend keeps none).
+    fn host_blocks(&self) -> usize {
+        0
+    }
+
+    /// Carries out `copies` in order, before anything a later step does: a block copied to a
+    /// slot is read before the step that overwrites it, a slot copied back is in its block
+    /// before the step that reads it.
+    fn copy_blocks(&mut self, copies: &[BlockCopy]) -> Result<()> {
+        if copies.is_empty() {
+            return Ok(());
+        }
+        bail!("this backend keeps no host copies of KV blocks")
+    }
 
     /// The step's logits rows: `step` with [`Want::Logits`].
     fn forward(&mut self, chunks: &[ChunkInput<'_>]) -> Result<Vec<f32>> {

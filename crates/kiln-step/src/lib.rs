@@ -10,7 +10,7 @@ pub mod par;
 pub mod sampling;
 pub mod sampling_weights;
 
-pub use backend::{Backend, StepOutput, Want};
+pub use backend::{Backend, BlockCopy, StepOutput, Want};
 pub use chunk::{ChunkInput, KvGeometry, StepCapacity, StepLimits};
 pub use sampling::{
     sample_row, sample_rows, RowSampling, SampleError, Sampled, MAX_DEVICE_TOP_LOGPROBS,

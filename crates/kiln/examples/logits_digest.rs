@@ -210,6 +210,7 @@ fn main() -> Result<()> {
                     kv_blocks: 3 * context / 16,
                     block_size: 16,
                     threads: None,
+                    host_blocks: 0,
                 };
                 let mut b = kiln_cpu::CpuBackend::new(model.weights.as_ref(), opts, None)?;
                 let mut run = Run {

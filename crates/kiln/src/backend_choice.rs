@@ -57,6 +57,10 @@ pub struct DeviceArgs {
     /// step buffers).
     #[arg(long, value_parser = parse_gib)]
     pub kv_cache_gb: Option<f64>,
+    /// Host memory, in GiB, for prefix-cache blocks the KV pool gives up: kept there and copied
+    /// back when a later prompt starts with them, instead of computed again (default: none).
+    #[arg(long, value_parser = parse_gib)]
+    pub prefix_cache_host_gb: Option<f64>,
 }
 
 fn parse_gib(s: &str) -> Result<f64, String> {
@@ -86,6 +90,9 @@ pub fn build_backend_for(
         },
         Device::Auto => kiln_cuda::unavailable_reason().is_none(),
     };
+    let host_bytes = device
+        .prefix_cache_host_gb
+        .map_or(0, |gb| (gb * (1u64 << 30) as f64) as usize);
     let bar = LoadBar::new(&model.name);
     let progress = |done, total| bar.set(done, total);
     let backend: Box<dyn Backend> = if use_cuda {
@@ -98,6 +105,7 @@ pub fn build_backend_for(
             kv_cache_bytes: device
                 .kv_cache_gb
                 .map(|gb| (gb * (1u64 << 30) as f64) as usize),
+            host_cache_bytes: host_bytes,
             ..kiln_cuda::CudaOptions::default()
         };
         let backend = kiln_cuda::CudaBackend::new(model.weights.as_ref(), opts, Some(&progress))
@@ -108,6 +116,17 @@ pub fn build_backend_for(
             kv_blocks: kv_tokens.div_ceil(BLOCK_SIZE).max(1),
             block_size: BLOCK_SIZE,
             threads: device.threads,
+            // The host tier's slots hold f32 K and V of every layer.
+            host_blocks: {
+                let kv: usize = model
+                    .config
+                    .spec()
+                    .layers
+                    .iter()
+                    .map(|l| l.attn.kv_dim())
+                    .sum();
+                host_bytes / (2 * 4 * BLOCK_SIZE * kv).max(1)
+            },
         };
         let backend = kiln_cpu::CpuBackend::new(model.weights.as_ref(), opts, Some(&progress))
             .with_context(|| format!("cannot start the CPU backend for `{}`", model.name))?;

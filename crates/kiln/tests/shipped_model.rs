@@ -48,6 +48,7 @@ fn backend(src: &dyn WeightSource) -> CpuBackend {
         kv_blocks: 8,
         block_size: BLOCK,
         threads: None,
+        host_blocks: 0,
     };
     CpuBackend::new(src, opts, None).unwrap()
 }

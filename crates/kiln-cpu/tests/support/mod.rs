@@ -21,6 +21,7 @@ pub fn backend(src: &dyn WeightSource, kv_blocks: usize, block_size: usize) -> C
         kv_blocks,
         block_size,
         threads: None,
+        host_blocks: 0,
     };
     let mut b = CpuBackend::new(src, opts, None).unwrap();
     b.poison_kv_cache();

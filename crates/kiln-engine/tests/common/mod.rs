@@ -19,6 +19,7 @@ pub fn backend(source: &DummySource, kv_blocks: usize) -> CpuBackend {
         kv_blocks,
         block_size: BLOCK_SIZE,
         threads: None,
+        host_blocks: 0,
     };
     CpuBackend::new(source, opts, None).expect("CPU backend on dummy:tiny")
 }

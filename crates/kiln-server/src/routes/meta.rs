@@ -97,6 +97,24 @@ pub async fn metrics(State(st): State<Arc<AppState>>) -> Response {
             counter: true,
         },
         Gauge {
+            name: "kiln_host_blocks_cached",
+            help: "KV blocks the prefix cache keeps in the backend's host tier.",
+            value: s.host_blocks_cached as f64,
+            counter: false,
+        },
+        Gauge {
+            name: "kiln_prefix_cache_host_saves_total",
+            help: "Cached KV blocks copied to the host tier when the pool needed them.",
+            value: s.prefix_host_saves as f64,
+            counter: true,
+        },
+        Gauge {
+            name: "kiln_prefix_cache_host_hit_tokens_total",
+            help: "Prompt tokens copied back from the host tier instead of computed.",
+            value: s.prefix_host_hit_tokens as f64,
+            counter: true,
+        },
+        Gauge {
             name: "kiln_engine_steps_total",
             help: "Engine steps run (each one forward pass over every scheduled sequence).",
             value: s.steps as f64,

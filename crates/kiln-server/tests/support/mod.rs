@@ -60,6 +60,7 @@ pub fn start_engine_with_kv(cfg: EngineConfig, kv_blocks: usize) -> (EngineHandl
         kv_blocks,
         block_size: 16,
         threads: Some(1),
+        host_blocks: 0,
     };
     let backend = CpuBackend::new(model.weights.as_ref(), opts, None).expect("CPU backend starts");
     let handle = kiln_engine::start(Box::new(backend), model.tokenizer.clone(), cfg);

@@ -185,10 +185,14 @@ fn measure(
             .resumed(history, plan.new_turn, plan.warmup, plan.repeats)
             .with_context(|| format!("resumed prompt of {history} + {} tokens", plan.new_turn))?;
         eprintln!(
-            "resumed {history}+{}: TTFT {:.1} ms, cold {:.1} ms",
+            "resumed {history}+{}: TTFT {:.1} ms, cold {:.1} ms{}",
             plan.new_turn,
             t.ttft_s.median * 1e3,
-            t.cold_ttft_s.median * 1e3
+            t.cold_ttft_s.median * 1e3,
+            t.host_ttft_s.map_or(String::new(), |h| format!(
+                ", from host {:.1} ms",
+                h.median * 1e3
+            ))
         );
         rows.push(Row::Resumed(t));
     }

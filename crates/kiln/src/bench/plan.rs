@@ -108,6 +108,17 @@ impl Plan {
     }
 }
 
+impl Plan {
+    /// Host-tier slots the resumed cases need to time a history copied back from host memory.
+    pub fn host_blocks(&self, block_size: usize) -> usize {
+        self.resumed
+            .iter()
+            .map(|h| h / block_size + 1)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
 /// Parses "2048,8192,32768" (an empty string is an empty list; "k" multiplies by 1024).
 pub fn parse_list(s: &str) -> Result<Vec<usize>, String> {
     let s = s.trim();

@@ -40,6 +40,8 @@ pub struct ResumedTiming {
     pub cold_ttft_s: Spread,
     /// The same with the history cached.
     pub ttft_s: Spread,
+    /// The same with the history copied back from the host tier (when the backend has one).
+    pub host_ttft_s: Option<Spread>,
 }
 
 /// Timings of one decode case over the repeats, in seconds.
@@ -90,7 +92,8 @@ pub struct Runner<'a> {
 impl<'a> Runner<'a> {
     pub fn new(backend: &'a mut dyn Backend, vocab: usize, chunk: usize) -> Runner<'a> {
         // Blocks become findable only where a case asks (`resumed`); lookups only there too.
-        let blocks = BlockManager::with_prefix_cache(backend.kv_geometry());
+        let blocks = BlockManager::with_prefix_cache(backend.kv_geometry())
+            .with_host_tier(backend.host_blocks());
         Runner {
             backend,
             blocks,
@@ -169,23 +172,35 @@ impl<'a> Runner<'a> {
         let mut warm = Vec::new();
         let mut cached = 0;
         for run in 0..warmup + repeats {
-            let seq = self.next_seq;
-            self.next_seq += 1;
-            let started = Instant::now();
-            let hit = self
-                .blocks
-                .take_cached(seq, &prompt, prompt.len().saturating_sub(2) / bs);
-            ensure!(
-                self.blocks.grow(seq, prompt.len()),
-                "the KV pool has no room for the resumed prompt"
-            );
-            let logits = self.run_prompt(seq, &prompt[hit * bs..], hit * bs, true)?;
-            greedy_rows(&logits, self.vocab)?;
+            let (secs, hit) = self.resumed_run(&prompt)?;
             if run >= warmup {
-                warm.push(started.elapsed().as_secs_f64());
+                warm.push(secs);
             }
-            cached = hit * bs;
-            self.blocks.release(seq);
+            cached = hit;
+        }
+        // From the host tier: each run first pushes the history out of the pool (a filler takes
+        // every free block, so the cached ones are copied to the host), untimed.
+        let mut host = Vec::new();
+        if self.backend.host_blocks() > history / bs {
+            for run in 0..warmup + repeats {
+                let filler = self.next_seq;
+                self.next_seq += 1;
+                let all = self.blocks.num_free() * bs;
+                ensure!(
+                    self.blocks.grow(filler, all),
+                    "the filler takes every free block"
+                );
+                self.backend.copy_blocks(&self.blocks.take_copies())?;
+                self.blocks.release(filler);
+                let (secs, hit) = self.resumed_run(&prompt)?;
+                ensure!(
+                    hit == cached,
+                    "the host tier gave {hit} tokens, the pool {cached}"
+                );
+                if run >= warmup {
+                    host.push(secs);
+                }
+            }
         }
         Ok(ResumedTiming {
             history,
@@ -193,7 +208,30 @@ impl<'a> Runner<'a> {
             cached,
             cold_ttft_s: spread(&cold)?,
             ttft_s: spread(&warm)?,
+            host_ttft_s: (!host.is_empty()).then(|| spread(&host)).transpose()?,
         })
+    }
+
+    /// One timed resumed prompt: the cached prefix taken (and any copies back from the host
+    /// tier made), the rest prefilled, the first token picked. Returns (seconds, cached tokens).
+    fn resumed_run(&mut self, prompt: &[u32]) -> anyhow::Result<(f64, usize)> {
+        let bs = self.blocks.block_size();
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let started = Instant::now();
+        let hit = self
+            .blocks
+            .take_cached(seq, prompt, prompt.len().saturating_sub(2) / bs);
+        ensure!(
+            self.blocks.grow(seq, prompt.len()),
+            "the KV pool has no room for the resumed prompt"
+        );
+        self.backend.copy_blocks(&self.blocks.take_copies())?;
+        let logits = self.run_prompt(seq, &prompt[hit * bs..], hit * bs, true)?;
+        greedy_rows(&logits, self.vocab)?;
+        let secs = started.elapsed().as_secs_f64();
+        self.blocks.release(seq);
+        Ok((secs, hit * bs))
     }
 
     /// Makes `count` sequences with `depth` random tokens in the KV cache and room for `steps`

@@ -115,6 +115,7 @@ fn build_cpu(
         kv_blocks: plan.kv_blocks(BLOCK_SIZE),
         block_size: BLOCK_SIZE,
         threads: args.threads,
+        host_blocks: plan.host_blocks(BLOCK_SIZE),
     };
     kiln_cpu::CpuBackend::new(model.weights.as_ref(), opts, None)
         .with_context(|| format!("cannot start the CPU backend for `{}`", model.name))
@@ -123,10 +124,10 @@ fn build_cpu(
 fn build_cuda(model: &LoadedModel, plan: &Plan) -> anyhow::Result<kiln_cuda::CudaBackend> {
     let cfg = &model.config;
     let blocks = plan.kv_blocks(BLOCK_SIZE);
+    let block_bytes = kiln_cuda::kv_cache::KvCache::block_bytes(&cfg.spec(), BLOCK_SIZE);
     let opts = kiln_cuda::CudaOptions {
-        kv_cache_bytes: Some(
-            blocks * kiln_cuda::kv_cache::KvCache::block_bytes(&cfg.spec(), BLOCK_SIZE),
-        ),
+        kv_cache_bytes: Some(blocks * block_bytes),
+        host_cache_bytes: plan.host_blocks(BLOCK_SIZE) * block_bytes,
         block_size: BLOCK_SIZE,
         prefill_chunk: plan.chunk,
         max_seqs: plan.max_concurrency(),

@@ -216,6 +216,7 @@ fn tiny_cpu() -> (kiln_cpu::CpuBackend, usize) {
         kv_blocks: 64,
         block_size: 16,
         threads: Some(1),
+        host_blocks: 0,
     };
     let vocab = source.config().vocab_size;
     (
@@ -320,6 +321,20 @@ fn the_resumed_case_finds_the_history_cached_and_reports_both_ttfts() {
     assert_eq!(row["tokens"], 80);
     assert_eq!(row["cached_tokens"], 64);
     assert!(row["cold_ttft_ms"].as_f64().unwrap() > 0.0);
+    assert!(row["host_ttft_ms"].is_null(), "no host tier, no host case");
+    // With a host tier the history is also timed back from it, and found whole.
+    let source = kiln_model::DummySource::preset("tiny").unwrap();
+    let opts = kiln_cpu::CpuOptions {
+        kv_blocks: 64,
+        block_size: 16,
+        threads: Some(1),
+        host_blocks: 8,
+    };
+    let mut backend = kiln_cpu::CpuBackend::new(&source, opts, None).unwrap();
+    let mut runner = Runner::new(&mut backend, vocab, 16);
+    let t = runner.resumed(70, 10, 1, 2).unwrap();
+    assert_eq!(t.cached, 64);
+    assert!(t.host_ttft_s.is_some_and(|h| h.median > 0.0));
     // The same through the command line's plan.
     let a = parse(&[
         "--model",
