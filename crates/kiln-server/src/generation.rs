@@ -104,6 +104,20 @@ impl ChoiceClock {
     }
 }
 
+impl ChoiceOutcome {
+    /// The cached prompt tokens the usage of a request with these choices reports (`n`
+    /// choices per prompt, prompt-major).
+    pub fn cached_prompt_tokens(outcomes: &[ChoiceOutcome], n: usize) -> usize {
+        crate::protocol::common::cached_prompt_tokens(
+            outcomes
+                .iter()
+                .enumerate()
+                .map(|(i, o)| (i, o.finish.cached_tokens)),
+            n,
+        )
+    }
+}
+
 /// One finished choice of a non-streaming request.
 #[derive(Debug, Clone)]
 pub struct ChoiceOutcome {

@@ -11,16 +11,14 @@ use kiln_tokenizer::Tokenizer;
 use serde_json::Value;
 
 use crate::error::ApiError;
-use crate::generation::{collect_all, finish_reason, merge, submit_all};
+use crate::generation::{collect_all, finish_reason, merge, submit_all, ChoiceOutcome};
 use crate::json_body::{parse, read_limited};
 use crate::prompt::encode_prompt;
 use crate::protocol::chat::{
     AssistantMessage, ChatChoice, ChatChunk, ChatChunkChoice, ChatCompletion,
     ChatCompletionRequest, Delta,
 };
-use crate::protocol::common::{
-    cached_prompt_tokens, choices_per_prompt, include_usage, max_tokens, top_logprobs, Usage,
-};
+use crate::protocol::common::{choices_per_prompt, include_usage, max_tokens, top_logprobs, Usage};
 use crate::protocol::logprobs::{ChatLogprobs, ChatTokenLogprob};
 use crate::protocol::plan::GenerationPlan;
 use crate::sse::{sse_response, ChunkWriter, StreamSetup};
@@ -50,13 +48,7 @@ pub async fn chat_completions(
     }
     let outcomes = collect_all(streams, arrived, &st.metrics).await?;
     let completion_tokens = outcomes.iter().map(|o| o.finish.completion_tokens).sum();
-    let cached = cached_prompt_tokens(
-        outcomes
-            .iter()
-            .enumerate()
-            .map(|(i, o)| (i, o.finish.cached_tokens)),
-        plan.n,
-    );
+    let cached = ChoiceOutcome::cached_prompt_tokens(&outcomes, plan.n);
     let choices = outcomes
         .into_iter()
         .enumerate()
