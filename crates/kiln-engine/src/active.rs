@@ -7,7 +7,7 @@ use kiln_step::{RowSampling, MAX_DEVICE_TOP_LOGPROBS};
 use kiln_tokenizer::StreamDecoder;
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::request::{GenEvent, GenerateRequest};
+use crate::request::{DraftCounts, GenEvent, GenerateRequest};
 use crate::sampler;
 use crate::stop::StopMatcher;
 
@@ -24,9 +24,18 @@ pub(crate) struct Active {
     pub stop: StopMatcher,
     pub submitted: Instant,
     pub time_to_first_token: Option<f64>,
+    /// Tokens to draft next (adapts to how many were accepted); 0: this request never drafts.
+    pub draft_len: usize,
+    pub draft: DraftCounts,
 }
 
 impl Active {
+    /// Whether a drafter may serve this request: its tokens then come from verify rows, which
+    /// must not need the host's view of the history (penalties).
+    pub fn may_draft(&self) -> bool {
+        !self.req.no_draft && !self.req.sampling.has_penalties()
+    }
+
     /// Argmax of the raw logits is all this request needs.
     pub fn plain_greedy(&self) -> bool {
         let p = &self.req.sampling;
@@ -35,7 +44,8 @@ impl Active {
 
     /// How the backend may sample this request's next token, unless it needs the host
     /// (penalties read the sequence's history).
-    pub fn device_row(&self, generated: usize) -> Option<RowSampling> {
+    /// `index`: the draw index of the token (how many the request has generated before it).
+    pub fn device_row(&self, index: usize) -> Option<RowSampling> {
         let p = &self.req.sampling;
         let top = self.req.logprobs.unwrap_or(0);
         if p.has_penalties() || top > MAX_DEVICE_TOP_LOGPROBS {
@@ -46,7 +56,7 @@ impl Active {
             top_k: p.top_k,
             top_p: p.top_p,
             min_p: p.min_p,
-            uniform: sampler::uniform(self.seed, generated as u64),
+            uniform: sampler::uniform(self.seed, index as u64),
             logprobs: self.req.logprobs,
         })
     }

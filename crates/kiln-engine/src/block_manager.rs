@@ -169,6 +169,39 @@ impl BlockManager {
         Some(block)
     }
 
+    /// Gives back `seq`'s blocks beyond what `tokens` positions need (a draft's rolled-back slots).
+    pub fn truncate(&mut self, seq: SeqId, tokens: usize) {
+        let keep = self.blocks_for(tokens);
+        let Some(table) = self.tables.get_mut(&seq) else {
+            return;
+        };
+        if table.len() <= keep {
+            return;
+        }
+        let extra: Vec<u32> = table.drain(keep..).collect();
+        if let Some(chain) = self.chains.get_mut(&seq) {
+            chain.truncate(keep);
+        }
+        for block in extra.into_iter().rev() {
+            self.drop_ref(block);
+        }
+    }
+
+    /// Drops one reference to `block`; with the last it goes back to the free list, or stays
+    /// cached (idle) when its contents are known. Returns whether nobody holds it now.
+    fn drop_ref(&mut self, block: u32) -> bool {
+        let rc = &mut self.ref_counts[block as usize];
+        *rc -= 1;
+        if *rc > 0 {
+            return false;
+        }
+        match self.cache.as_mut() {
+            Some(c) if c.is_cached(block) => c.park(block),
+            _ => self.free.push_back(block),
+        }
+        true
+    }
+
     /// Appends a block another sequence already holds to `seq`'s table, taking a reference.
     pub fn share(&mut self, seq: SeqId, block: u32) -> bool {
         match self.ref_counts.get_mut(block as usize) {
@@ -265,21 +298,13 @@ impl BlockManager {
         let Some(table) = self.tables.remove(&seq) else {
             return 0;
         };
-        let mut freed = 0;
         // Tail first: a chain's later blocks become the least recently used, so eviction takes
         // them before the blocks every longer match starts with.
-        for block in table.into_iter().rev() {
-            let rc = &mut self.ref_counts[block as usize];
-            *rc -= 1;
-            if *rc == 0 {
-                match self.cache.as_mut() {
-                    Some(c) if c.is_cached(block) => c.park(block),
-                    _ => self.free.push_back(block),
-                }
-                freed += 1;
-            }
-        }
-        freed
+        table
+            .into_iter()
+            .rev()
+            .filter(|&block| self.drop_ref(block))
+            .count()
     }
 
     pub fn ref_count(&self, block: u32) -> u32 {

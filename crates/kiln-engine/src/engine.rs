@@ -12,6 +12,7 @@ use kiln_tokenizer::{StreamDecoder, Tokenizer};
 
 use crate::active::Active;
 use crate::batch_sampler::{self, SampleJob};
+use crate::draft::{DraftConfig, Drafter};
 use crate::sampler::{self, History, Sampled};
 use crate::scheduler::{ScheduledChunk, Scheduler, SchedulerConfig};
 use crate::sequence::{SeqId, Sequence};
@@ -43,6 +44,8 @@ pub(crate) struct Engine {
     /// Consecutive steps that ran nothing although requests were waiting.
     idle_steps: u32,
     device_argmax: bool,
+    /// Speculative decoding: who drafts and how far (None: plain decoding).
+    pub(crate) drafting: Option<(Box<dyn Drafter>, DraftConfig)>,
 }
 
 impl Engine {
@@ -53,6 +56,7 @@ impl Engine {
         max_context: usize,
         commands: mpsc::Receiver<Command>,
         shared: Arc<Shared>,
+        drafting: Option<(Box<dyn Drafter>, DraftConfig)>,
     ) -> Engine {
         let sched_cfg = SchedulerConfig {
             max_num_seqs: cfg.max_num_seqs,
@@ -60,6 +64,7 @@ impl Engine {
             prefill_chunk: cfg.prefill_chunk,
             prefix_cache: cfg.prefix_cache && prefix_cache_enabled(),
             host_blocks: backend.host_blocks(),
+            max_inputs: backend.step_capacity().map_or(0, |c| c.max_seqs),
         };
         let scheduler = Scheduler::new(sched_cfg, backend.kv_geometry());
         let seed_source = {
@@ -78,6 +83,7 @@ impl Engine {
             stopping: false,
             idle_steps: 0,
             device_argmax: device_argmax_enabled(),
+            drafting: drafting.filter(|_| crate::draft::enabled_by_env()),
         };
         engine.publish_stats();
         engine
@@ -176,6 +182,8 @@ impl Engine {
             stop: StopMatcher::new(&s.req.stop),
             submitted: s.submitted,
             time_to_first_token: None,
+            draft_len: 0,
+            draft: Default::default(),
             req: s.req,
         };
         self.active.insert(s.id, active);
@@ -203,7 +211,7 @@ impl Engine {
             return None;
         }
         self.idle_steps = 0;
-        let rows = plan.iter().filter(|c| c.want_logits).count();
+        let rows: usize = plan.iter().map(ScheduledChunk::rows).sum();
         let all_greedy = self.device_argmax
             && plan
                 .iter()
@@ -270,13 +278,16 @@ impl Engine {
 
     /// Every logits row's device sampling, in plan order; None if a row needs the host.
     fn device_rows(&self, plan: &[ScheduledChunk]) -> Option<Vec<RowSampling>> {
-        plan.iter()
-            .filter(|c| c.want_logits)
-            .map(|c| {
-                let generated = self.scheduler.get(c.seq)?.generated().len();
-                self.active.get(&c.seq)?.device_row(generated)
-            })
-            .collect()
+        let mut out = Vec::new();
+        for c in plan {
+            let generated = self.scheduler.get(c.seq)?.generated().len();
+            let a = self.active.get(&c.seq)?;
+            // Row j of a verify chunk draws the token j places after the next one.
+            for j in 0..c.rows() {
+                out.push(a.device_row(generated + j)?);
+            }
+        }
+        Some(out)
     }
 
     /// An empty plan with requests waiting happens for one step after a sequence preempts
@@ -298,22 +309,26 @@ impl Engine {
         plan: &[ScheduledChunk],
         output: StepOutput,
     ) -> Vec<(SeqId, Result<Sampled, String>)> {
-        let wanting = plan.iter().filter(|c| c.want_logits).map(|c| c.seq);
+        // One entry per logits row: the sequence and the row's offset in its chunk.
+        let wanting: Vec<(SeqId, usize)> = plan
+            .iter()
+            .flat_map(|c| (0..c.rows()).map(move |j| (c.seq, j)))
+            .collect();
         let logits = match output {
             StepOutput::Tokens(rows) => {
                 let rows = rows.into_iter().map(|r| r.map_err(|e| e.to_string()));
-                return wanting.zip(rows).collect();
+                return wanting.iter().map(|w| w.0).zip(rows).collect();
             }
             StepOutput::Logits(logits) => logits,
         };
-        let rows = plan.iter().filter(|c| c.want_logits).count();
+        let rows = wanting.len();
         if rows == 0 {
             return Vec::new();
         }
         let vocab = logits.len() / rows;
         let mut ids = Vec::with_capacity(rows);
         let mut jobs = Vec::with_capacity(rows);
-        for (id, row) in wanting.zip(logits.chunks_exact(vocab)) {
+        for (&(id, j), row) in wanting.iter().zip(logits.chunks_exact(vocab)) {
             let (Some(seq), Some(a)) = (self.scheduler.get(id), self.active.get(&id)) else {
                 continue;
             };
@@ -321,12 +336,14 @@ impl Engine {
             jobs.push(SampleJob {
                 row,
                 params: &a.req.sampling,
+                // Verify rows carry no penalties (drafting skips such requests), so the
+                // history past the last token does not matter to them.
                 history: History {
                     prompt: seq.prompt(),
                     generated: seq.generated(),
                 },
                 seed: a.seed,
-                index: seq.generated().len() as u64,
+                index: (seq.generated().len() + j) as u64,
                 logprobs: a.req.logprobs,
             });
         }
@@ -336,7 +353,9 @@ impl Engine {
             .collect()
     }
 
-    /// Records the step and hands each new token to its request: text, stop checks, events.
+    /// Records the step and hands each new token to its request: text, stop checks, events. A
+    /// verify chunk's rows are judged first: its tokens are the target's choices up to the first
+    /// draft that differs from them.
     fn postprocess(
         &mut self,
         plan: &[ScheduledChunk],
@@ -348,12 +367,21 @@ impl Engine {
             s.steps += 1;
             s.tokens_processed += processed as u64;
         });
-        for (id, result) in sampled {
-            match result {
-                Ok(s) => self.accept(id, s),
-                Err(e) => self.fail(id, format!("sampling failed: {e}")),
+        let mut rows = sampled.into_iter();
+        for c in plan {
+            let chunk_rows: Vec<_> = rows.by_ref().take(c.rows()).collect();
+            if c.draft > 0 {
+                self.settle_verify(c, chunk_rows);
+                continue;
+            }
+            for (id, result) in chunk_rows {
+                match result {
+                    Ok(s) => self.accept(id, s),
+                    Err(e) => self.fail(id, format!("sampling failed: {e}")),
+                }
             }
         }
+        self.propose_drafts();
     }
 
     pub(crate) fn bump(&self, f: impl FnOnce(&mut EngineStats)) {

@@ -10,6 +10,7 @@ use tokio::sync::mpsc as events;
 
 use kiln_step::{Backend, StepCapacity};
 
+use crate::draft::{DraftConfig, Drafter};
 use crate::engine::Engine;
 use crate::request::{GenEvent, GenerateRequest};
 use crate::shared::{Command, Shared, Submission};
@@ -69,6 +70,17 @@ pub fn start(
     tokenizer: kiln_tokenizer::Tokenizer,
     cfg: EngineConfig,
 ) -> EngineHandle {
+    start_with_drafter(backend, tokenizer, cfg, None)
+}
+
+/// [`start`], with speculative decoding when `drafting` names a drafter (`KILN_SPEC=0` turns
+/// it off): each decoding sequence's next tokens are drafted and verified in one step.
+pub fn start_with_drafter(
+    backend: Box<dyn Backend>,
+    tokenizer: kiln_tokenizer::Tokenizer,
+    cfg: EngineConfig,
+    drafting: Option<(Box<dyn Drafter>, DraftConfig)>,
+) -> EngineHandle {
     let cfg = fit_to_backend(cfg, backend.step_capacity());
     let geometry = backend.kv_geometry();
     let kv_capacity = geometry.num_blocks * geometry.block_size;
@@ -76,7 +88,15 @@ pub fn start(
     let vocab_size = tokenizer.vocab_size();
     let shared = Arc::new(Shared::default());
     let (tx, rx) = mpsc::channel();
-    let engine = Engine::new(backend, tokenizer, cfg, max_context, rx, shared.clone());
+    let engine = Engine::new(
+        backend,
+        tokenizer,
+        cfg,
+        max_context,
+        rx,
+        shared.clone(),
+        drafting,
+    );
     let thread = std::thread::Builder::new()
         .name("kiln-engine".into())
         .spawn(move || engine.run())

@@ -6,6 +6,7 @@
 mod active;
 mod batch_sampler;
 pub mod block_manager;
+pub mod draft;
 mod engine;
 pub mod handle;
 mod output;
@@ -15,11 +16,17 @@ pub mod sampler;
 pub mod scheduler;
 pub mod sequence;
 mod shared;
+mod speculate;
 pub mod stop;
 
-pub use handle::{start, EngineConfig, EngineHandle, EngineStats, RequestStream, SubmitError};
+pub use draft::{DraftConfig, Drafter, NgramDrafter};
+pub use handle::{
+    start, start_with_drafter, EngineConfig, EngineHandle, EngineStats, RequestStream, SubmitError,
+};
 pub use kiln_step::{
     Backend, ChunkInput, KvGeometry, RowSampling, StepCapacity, StepOutput, Want,
     MAX_DEVICE_TOP_LOGPROBS,
 };
-pub use request::{Finish, FinishReason, GenEvent, GenerateRequest, SamplingParams, TokenEvent};
+pub use request::{
+    DraftCounts, Finish, FinishReason, GenEvent, GenerateRequest, SamplingParams, TokenEvent,
+};

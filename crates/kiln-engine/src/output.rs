@@ -80,6 +80,7 @@ impl Engine {
             completion_tokens: seq.map_or(0, |s| s.generated().len()),
             trailing_text: trailing,
             time_to_first_token: a.time_to_first_token,
+            draft: a.draft,
         };
         let _ = a.events.send(GenEvent::Done(finish));
         match reason {

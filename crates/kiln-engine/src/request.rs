@@ -93,6 +93,9 @@ pub struct GenerateRequest {
     pub ignore_eos: bool,
     /// Some(n): return the chosen token's log-probability and the n most likely alternatives.
     pub logprobs: Option<usize>,
+    /// Never draft for this request, even when the engine drafts (the tokens are the same
+    /// either way; only the speed differs).
+    pub no_draft: bool,
 }
 
 /// One generated token.
@@ -128,6 +131,17 @@ pub struct Finish {
     pub trailing_text: String,
     /// Seconds from submission to the first generated token.
     pub time_to_first_token: Option<f64>,
+    /// What speculative decoding did for this request.
+    pub draft: DraftCounts,
+}
+
+/// Drafted tokens proposed and accepted, and the verify steps that judged them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DraftCounts {
+    pub proposed: u64,
+    pub accepted: u64,
+    /// Target steps of this request that verified a draft.
+    pub target_passes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -27,6 +27,8 @@ pub struct SchedulerConfig {
     pub prefix_cache: bool,
     /// Block copies the backend's host tier holds under the prefix cache (0: none).
     pub host_blocks: usize,
+    /// Most backend inputs in one step (a verify chunk is one per row); 0: no limit.
+    pub max_inputs: usize,
 }
 
 /// One sequence's tokens `start..start + len` in a step.
@@ -37,6 +39,25 @@ pub struct ScheduledChunk {
     pub len: usize,
     /// The chunk ends at the sequence's last token: its logits give the next token.
     pub want_logits: bool,
+    /// Drafted tokens after the last one (`len` is then 1 + draft): each runs as a decode row
+    /// of its own, so that the target's choice at every position is plain decoding's.
+    pub draft: usize,
+}
+
+impl ScheduledChunk {
+    /// Logits rows the chunk produces.
+    pub fn rows(&self) -> usize {
+        if self.want_logits {
+            1 + self.draft
+        } else {
+            0
+        }
+    }
+
+    /// Backend inputs the chunk becomes.
+    pub fn inputs(&self) -> usize {
+        1 + self.draft
+    }
 }
 
 #[derive(Debug)]
@@ -60,6 +81,11 @@ impl Scheduler {
             prefill_chunk: cfg.prefill_chunk.max(1),
             prefix_cache: cfg.prefix_cache,
             host_blocks: cfg.host_blocks,
+            max_inputs: if cfg.max_inputs == 0 {
+                usize::MAX
+            } else {
+                cfg.max_inputs
+            },
         };
         let blocks = match cfg.prefix_cache {
             true => BlockManager::with_prefix_cache(geometry).with_host_tier(cfg.host_blocks),
@@ -85,31 +111,35 @@ impl Scheduler {
     pub fn schedule(&mut self) -> Vec<ScheduledChunk> {
         let mut plan = Vec::new();
         let mut budget = self.cfg.max_batched_tokens;
+        let mut inputs = self.cfg.max_inputs;
         let preemptions_before = self.preemptions;
         let mut i = 0;
-        while i < self.running.len() && budget > 0 {
+        while i < self.running.len() && budget > 0 && inputs > 0 {
             let id = self.running[i];
-            // Leave one token of budget for each younger running sequence, so that a long
-            // prefill chunk never stalls their decodes.
-            let share = budget.saturating_sub(self.running.len() - i - 1).max(1);
-            let Some(chunk) = self.next_chunk(id, share) else {
+            // Leave one token of budget (and one input) for each younger running sequence, so
+            // that a long prefill chunk or a deep draft never stalls their decodes.
+            let younger = self.running.len() - i - 1;
+            let share = budget.saturating_sub(younger).max(1);
+            let room = inputs.saturating_sub(younger).max(1);
+            let Some(chunk) = self.next_chunk(id, share, room) else {
                 i += 1;
                 continue;
             };
             if self.make_room(id, chunk.start + chunk.len) {
                 budget -= chunk.len;
+                inputs -= chunk.inputs();
                 plan.push(chunk);
                 i += 1;
             }
         }
         // A step that had to preempt admits nobody: the pool is already too tight.
         let preempted = self.preemptions != preemptions_before;
-        while !preempted && budget > 0 && self.running.len() < self.cfg.max_num_seqs {
+        while !preempted && budget > 0 && inputs > 0 && self.running.len() < self.cfg.max_num_seqs {
             let Some(&id) = self.waiting.front() else {
                 break;
             };
             self.take_cached_prefix(id);
-            let admitted = match self.next_chunk(id, budget) {
+            let admitted = match self.next_chunk(id, budget, inputs) {
                 Some(chunk) if self.blocks.grow(id, chunk.start + chunk.len) => Some(chunk),
                 _ => None,
             };
@@ -124,6 +154,7 @@ impl Scheduler {
             self.waiting.pop_front();
             self.running.push(id);
             budget -= chunk.len;
+            inputs -= chunk.inputs();
             plan.push(chunk);
         }
         plan
@@ -148,11 +179,22 @@ impl Scheduler {
         }
     }
 
-    /// The next chunk of `id`'s pending tokens, at most `limit` long. A sequence with more than
-    /// one token pending gets a chunk of two or more that leaves none or two or more, or none
-    /// this step (unless the limits themselves are under two tokens).
-    fn next_chunk(&self, id: SeqId, limit: usize) -> Option<ScheduledChunk> {
+    /// The next chunk of `id`'s pending tokens, at most `limit` long and `inputs` backend inputs.
+    /// A sequence with more than one token pending gets a chunk of two or more that leaves none
+    /// or two or more, or none this step (unless the limits themselves are under two tokens). A
+    /// decoding sequence with a draft verifies as much of it as the limits allow.
+    fn next_chunk(&self, id: SeqId, limit: usize, inputs: usize) -> Option<ScheduledChunk> {
         let seq = self.seqs.get(&id)?;
+        if seq.pending() == 1 && !seq.draft().is_empty() {
+            let draft = seq.draft().len().min(limit - 1).min(inputs - 1);
+            return Some(ScheduledChunk {
+                seq: id,
+                start: seq.num_computed,
+                len: 1 + draft,
+                want_logits: true,
+                draft,
+            });
+        }
         let splittable = self.cfg.prefill_chunk.min(self.cfg.max_batched_tokens) >= 3;
         let len = chunk_len(seq.pending(), self.cfg.prefill_chunk.min(limit), splittable);
         (len > 0).then(|| ScheduledChunk {
@@ -160,7 +202,45 @@ impl Scheduler {
             start: seq.num_computed,
             len,
             want_logits: seq.num_computed + len == seq.tokens.len(),
+            draft: 0,
         })
+    }
+
+    /// Sets the tokens `id` drafts after its last one, to be verified in its next step (empty:
+    /// none). Only for a sequence that is decoding.
+    pub fn set_draft(&mut self, id: SeqId, draft: Vec<u32>) {
+        let Some(seq) = self.seqs.get_mut(&id) else {
+            return;
+        };
+        seq.verify.clear();
+        if seq.pending() == 1 && !draft.is_empty() {
+            seq.verify
+                .push(*seq.tokens.last().expect("a decoding sequence has tokens"));
+            seq.verify.extend(draft);
+        }
+    }
+
+    /// The verify step of `chunk` kept its first `accepted` drafted tokens: those and the last
+    /// token are in the KV cache; the rest of the draft's slots are free for what comes next
+    /// (their blocks beyond the sequence's next token are given back). Call before the tokens
+    /// the step chose are pushed.
+    pub fn settle_draft(&mut self, chunk: &ScheduledChunk, accepted: usize) {
+        let Some(seq) = self.seqs.get_mut(&chunk.seq) else {
+            return;
+        };
+        seq.num_computed = chunk.start + 1 + accepted;
+        seq.verify.clear();
+        // The chosen tokens: `accepted` drafts and one more, pending.
+        let keep = chunk.start + accepted + 2;
+        self.blocks.truncate(chunk.seq, keep);
+    }
+
+    /// Sequences decoding (one token pending), in admission order: those a drafter may serve.
+    pub fn decoding(&self) -> impl Iterator<Item = &Sequence> + '_ {
+        self.running
+            .iter()
+            .filter_map(|id| self.seqs.get(id))
+            .filter(|s| s.pending() == 1)
     }
 
     /// Grows `id`'s blocks to `tokens` positions, preempting the newest running sequences
@@ -182,6 +262,7 @@ impl Scheduler {
         self.blocks.release(id);
         if let Some(seq) = self.seqs.get_mut(&id) {
             (seq.num_computed, seq.prefill_upto) = (0, 0);
+            seq.verify.clear();
         }
         self.waiting.push_front(id);
         self.preemptions += 1;
@@ -194,23 +275,40 @@ impl Scheduler {
         self.blocks.take_copies()
     }
 
-    /// The backend's view of a plan: tokens, positions and block tables.
+    /// The backend's view of a plan: tokens, positions and block tables. A verify chunk becomes
+    /// one single-token input per row, so that each takes the decode path.
     pub fn inputs(&self, plan: &[ScheduledChunk]) -> Vec<ChunkInput<'_>> {
-        plan.iter()
-            .map(|c| ChunkInput {
-                tokens: &self.seqs[&c.seq].tokens[c.start..c.start + c.len],
-                start_pos: c.start,
-                block_table: self.blocks.table(c.seq),
-                want_logits: c.want_logits,
-            })
-            .collect()
+        let mut out = Vec::with_capacity(plan.iter().map(ScheduledChunk::inputs).sum());
+        for c in plan {
+            let seq = &self.seqs[&c.seq];
+            let table = self.blocks.table(c.seq);
+            if c.draft == 0 {
+                out.push(ChunkInput {
+                    tokens: &seq.tokens[c.start..c.start + c.len],
+                    start_pos: c.start,
+                    block_table: table,
+                    want_logits: c.want_logits,
+                });
+                continue;
+            }
+            for j in 0..=c.draft {
+                out.push(ChunkInput {
+                    tokens: &seq.verify[j..j + 1],
+                    start_pos: c.start + j,
+                    block_table: table,
+                    want_logits: true,
+                });
+            }
+        }
+        out
     }
 
     /// Records that the plan ran: its tokens are now in the KV cache, and the blocks its
-    /// prefill chunks completed become findable in the prefix cache.
+    /// prefill chunks completed become findable in the prefix cache. Verify chunks are settled
+    /// by [`Scheduler::settle_draft`] once their rows are judged.
     pub fn complete(&mut self, plan: &[ScheduledChunk]) {
         let bs = self.blocks.block_size();
-        for c in plan {
+        for c in plan.iter().filter(|c| c.draft == 0) {
             let Some(seq) = self.seqs.get_mut(&c.seq) else {
                 continue;
             };

@@ -7,6 +7,7 @@ fn scheduler(max_num_seqs: usize, budget: usize, chunk: usize, blocks: usize) ->
         prefill_chunk: chunk,
         prefix_cache: false,
         host_blocks: 0,
+        max_inputs: 0,
     };
     Scheduler::new(
         cfg,
@@ -35,6 +36,7 @@ fn chunk(seq: SeqId, start: usize, len: usize, want_logits: bool) -> ScheduledCh
         start,
         len,
         want_logits,
+        draft: 0,
     }
 }
 
@@ -247,6 +249,7 @@ fn cached_scheduler(budget: usize, chunk: usize, blocks: usize) -> Scheduler {
         prefill_chunk: chunk,
         prefix_cache: true,
         host_blocks: 0,
+        max_inputs: 0,
     };
     Scheduler::new(
         cfg,

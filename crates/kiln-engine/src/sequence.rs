@@ -17,6 +17,9 @@ pub struct Sequence {
     pub prefill_upto: usize,
     /// Prompt tokens the prefix cache supplied when the sequence was first admitted.
     pub cached_tokens: usize,
+    /// The tokens of the next verify step: the last token, then the drafted ones after it
+    /// (empty: no draft).
+    pub verify: Vec<u32>,
 }
 
 impl Sequence {
@@ -28,6 +31,7 @@ impl Sequence {
             num_computed: 0,
             prefill_upto: 0,
             cached_tokens: 0,
+            verify: Vec::new(),
         }
     }
 
@@ -42,5 +46,10 @@ impl Sequence {
     /// Tokens still to run through the model before the next token can be sampled.
     pub fn pending(&self) -> usize {
         self.tokens.len() - self.num_computed
+    }
+
+    /// Drafted tokens waiting for verification.
+    pub fn draft(&self) -> &[u32] {
+        self.verify.get(1..).unwrap_or(&[])
     }
 }

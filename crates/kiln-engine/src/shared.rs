@@ -67,6 +67,11 @@ pub struct EngineStats {
     pub prefix_host_saves: u64,
     /// Prompt tokens copied back from the host tier instead of computed.
     pub prefix_host_hit_tokens: u64,
+    /// Drafted tokens proposed, and of those accepted by the target.
+    pub draft_proposed: u64,
+    pub draft_accepted: u64,
+    /// Decode rows run to verify drafts (the last token and its drafts, per verify step).
+    pub draft_verify_rows: u64,
     pub steps: u64,
     /// Seconds spent in the backend's forward passes, over all steps.
     pub forward_seconds: f64,

@@ -69,6 +69,7 @@ pub fn collect(mut stream: kiln_engine::RequestStream) -> Outcome {
             completion_tokens: 0,
             trailing_text: String::new(),
             time_to_first_token: None,
+            draft: Default::default(),
         },
     };
     while let Some(event) = stream.blocking_next() {

@@ -52,6 +52,8 @@ pub struct SamplingFields<'a> {
     pub stop: Option<&'a StopSpec>,
     pub stop_token_ids: Option<&'a [i64]>,
     pub ignore_eos: Option<bool>,
+    /// kiln's extension: `false` opts the request out of speculative decoding.
+    pub draft: Option<bool>,
 }
 
 /// Declares a request struct (`pub struct Name { ... }`) with the sampling and stopping fields
@@ -73,6 +75,7 @@ macro_rules! request_with_sampling {
             pub stop: Option<$crate::protocol::common::StopSpec>,
             pub stop_token_ids: Option<Vec<i64>>,
             pub ignore_eos: Option<bool>,
+            pub draft: Option<bool>,
         }
 
         impl $name {
@@ -89,6 +92,7 @@ macro_rules! request_with_sampling {
                     stop: self.stop.as_ref(),
                     stop_token_ids: self.stop_token_ids.as_deref(),
                     ignore_eos: self.ignore_eos,
+                    draft: self.draft,
                 }
             }
         }
@@ -103,6 +107,8 @@ pub struct Sampling {
     pub stop: Vec<String>,
     pub stop_token_ids: Vec<u32>,
     pub ignore_eos: bool,
+    /// The request asked not to be drafted for.
+    pub no_draft: bool,
 }
 
 fn in_range(param: &str, v: Option<f64>, lo: f64, hi: f64, default: f64) -> Result<f32, ApiError> {
@@ -201,6 +207,7 @@ impl SamplingFields<'_> {
             stop,
             stop_token_ids,
             ignore_eos: self.ignore_eos.unwrap_or(false),
+            no_draft: self.draft == Some(false),
         })
     }
 }

@@ -41,6 +41,7 @@ impl GenerationPlan {
                     stop_token_ids: self.sampling.stop_token_ids.clone(),
                     ignore_eos: self.sampling.ignore_eos,
                     logprobs: self.logprobs,
+                    no_draft: self.sampling.no_draft,
                 });
             }
         }
