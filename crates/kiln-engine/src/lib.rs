@@ -9,6 +9,7 @@ pub mod block_manager;
 pub mod draft;
 mod engine;
 pub mod handle;
+pub mod model_drafter;
 mod output;
 pub mod prefix_cache;
 pub mod request;
@@ -27,6 +28,7 @@ pub use kiln_step::{
     Backend, ChunkInput, KvGeometry, RowSampling, StepCapacity, StepOutput, Want,
     MAX_DEVICE_TOP_LOGPROBS,
 };
+pub use model_drafter::ModelDrafter;
 pub use request::{
     DraftCounts, Finish, FinishReason, GenEvent, GenerateRequest, SamplingParams, TokenEvent,
 };

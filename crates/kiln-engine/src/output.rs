@@ -71,6 +71,7 @@ impl Engine {
                 }
             }
         }
+        self.forget_draft(id);
         let seq = self.scheduler.remove(id);
         self.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
         let finish = Finish {
@@ -100,9 +101,17 @@ impl Engine {
 
     /// Forgets a request and frees its blocks, sending nothing.
     pub(crate) fn retire(&mut self, id: SeqId) {
+        self.forget_draft(id);
         self.scheduler.remove(id);
         if self.active.remove(&id).is_some() {
             self.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// The drafter lets go of a sequence that leaves (a draft model frees its cache blocks).
+    fn forget_draft(&mut self, id: SeqId) {
+        if let Some((drafter, _)) = self.drafting.as_mut() {
+            drafter.forget(id);
         }
     }
 

@@ -72,6 +72,8 @@ pub struct EngineStats {
     pub draft_accepted: u64,
     /// Decode rows run to verify drafts (the last token and its drafts, per verify step).
     pub draft_verify_rows: u64,
+    /// Verify steps (one per drafted sequence per step).
+    pub draft_verify_steps: u64,
     pub steps: u64,
     /// Seconds spent in the backend's forward passes, over all steps.
     pub forward_seconds: f64,

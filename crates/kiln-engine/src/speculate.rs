@@ -54,6 +54,7 @@ impl Engine {
             s.draft_proposed += chunk.draft as u64;
             s.draft_accepted += accepted as u64;
             s.draft_verify_rows += (chunk.draft + 1) as u64;
+            s.draft_verify_steps += 1;
         });
         for s in kept {
             // A stop (EOS, stop string, length) ends the request; the tokens after it go.

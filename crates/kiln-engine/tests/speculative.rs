@@ -261,3 +261,64 @@ fn rolled_back_slots_never_reach_a_later_request() {
     assert!(*count.lock().unwrap() > 0);
     e.shutdown();
 }
+
+#[test]
+fn the_shipped_draft_model_gives_the_target_plain_output() {
+    use kiln_model::{GgufSource, WeightSource};
+    let models = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models");
+    let target = GgufSource::open(&models.join("kiln-4m/kiln-4m-f16.gguf")).unwrap();
+    let draft = GgufSource::open(&models.join("kiln-4m-draft/kiln-4m-draft-f16.gguf")).unwrap();
+    let tok = kiln_tokenizer::Tokenizer::from_gguf(target.file()).unwrap();
+    let cpu = |src: &dyn WeightSource| {
+        kiln_cpu::CpuBackend::new(
+            src,
+            kiln_cpu::CpuOptions {
+                kv_blocks: 128,
+                block_size: BLOCK_SIZE,
+                threads: None,
+                host_blocks: 0,
+            },
+            None,
+        )
+        .unwrap()
+    };
+    let texts = [
+        "A file descriptor is",
+        "The kernel schedules processes",
+        "To mount a disk, run",
+    ];
+    let reqs: Vec<GenerateRequest> = texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let p = tok.encode(t, true).unwrap();
+            if i == 2 {
+                GenerateRequest {
+                    logprobs: Some(2),
+                    ..seeded(p, 48, 5)
+                }
+            } else {
+                probed(p, 48)
+            }
+        })
+        .collect();
+    let plain = kiln_engine::start(Box::new(cpu(&target)), tok.clone(), config());
+    let want: Vec<Outcome> = reqs.iter().map(|r| run(&plain, r.clone())).collect();
+    plain.shutdown();
+    let drafter = kiln_engine::ModelDrafter::new(Box::new(cpu(&draft)), 64);
+    let e = kiln_engine::start_with_drafter(
+        Box::new(cpu(&target)),
+        tok,
+        config(),
+        Some((Box::new(drafter), DraftConfig::default())),
+    );
+    for (r, w) in reqs.iter().zip(&want) {
+        same(&run(&e, r.clone()), w, "kiln-4m drafted by kiln-4m-draft");
+    }
+    let st = e.stats();
+    assert!(
+        st.draft_accepted > 0,
+        "the draft model is right sometimes: {st:?}"
+    );
+    e.shutdown();
+}

@@ -10,6 +10,7 @@ use kiln_engine::{EngineConfig, Finish, GenEvent, GenerateRequest, SamplingParam
 use kiln_tokenizer::{ChatMessage, Tokenizer};
 
 use crate::backend_choice::{build_backend_for, DeviceArgs, ModelArgs};
+use crate::draft_choice::DraftArgs;
 
 #[derive(Debug, Clone, Args)]
 pub struct GenerateArgs {
@@ -17,6 +18,8 @@ pub struct GenerateArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub device: DeviceArgs,
+    #[command(flatten)]
+    pub draft: DraftArgs,
     /// The prompt text.
     #[arg(long, short = 'p')]
     pub prompt: String,
@@ -82,7 +85,8 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let backend = build_backend_for(&model, &args.device, &cfg, prompt_ids.len() + max_tokens)?;
     let load_s = t0.elapsed().as_secs_f64();
 
-    let engine = kiln_engine::start(backend, model.tokenizer.clone(), cfg);
+    let drafting = args.draft.build(&model, &args.device, &cfg)?;
+    let engine = kiln_engine::start_with_drafter(backend, model.tokenizer.clone(), cfg, drafting);
     let request = GenerateRequest {
         prompt: prompt_ids.clone(),
         sampling: SamplingParams {
@@ -114,11 +118,19 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
             "text": text,
             "finish_reason": finish.reason,
             "timings": timings.to_json(),
+            "draft": finish.draft,
         });
         println!("{out}");
     } else {
         println!();
         timings.print();
+        let d = finish.draft;
+        if d.target_passes > 0 {
+            eprintln!(
+                "draft: {} of {} proposed tokens accepted over {} verify steps",
+                d.accepted, d.proposed, d.target_passes
+            );
+        }
     }
     Ok(())
 }

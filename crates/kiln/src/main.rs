@@ -2,6 +2,7 @@
 
 mod backend_choice;
 mod bench;
+mod draft_choice;
 mod generate;
 mod info;
 mod serve;

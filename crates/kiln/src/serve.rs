@@ -9,6 +9,7 @@ use kiln_engine::EngineConfig;
 use kiln_server::{Limits, ServeOptions};
 
 use crate::backend_choice::{build_backend_for, DeviceArgs, ModelArgs, BLOCK_SIZE};
+use crate::draft_choice::DraftArgs;
 
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
@@ -16,6 +17,8 @@ pub struct ServeArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub device: DeviceArgs,
+    #[command(flatten)]
+    pub draft: DraftArgs,
     /// Address to listen on. Use 0.0.0.0 to accept connections from other machines.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
@@ -78,7 +81,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     // The GPU backend sizes its step buffers from the engine's limits.
     let backend = build_backend_for(&model, &args.device, &cfg, args.kv_blocks * BLOCK_SIZE)?;
-    let engine = kiln_engine::start(backend, model.tokenizer.clone(), cfg);
+    let drafting = args.draft.build(&model, &args.device, &cfg)?;
+    let engine = kiln_engine::start_with_drafter(backend, model.tokenizer.clone(), cfg, drafting);
     let name = args
         .served_model_name
         .clone()

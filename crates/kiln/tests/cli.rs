@@ -173,3 +173,34 @@ fn bad_input_fails_with_a_clear_message() {
     assert!(!preset.status.success());
     assert!(String::from_utf8_lossy(&preset.stderr).contains("nope"));
 }
+
+#[test]
+fn drafted_generation_gives_the_plain_text_and_reports_its_drafts() {
+    let base = [
+        "generate",
+        "-p",
+        "A file descriptor is",
+        "-n",
+        "40",
+        "--json",
+    ];
+    let plain = json(&base);
+    let shipped_draft = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../models/kiln-4m-draft/kiln-4m-draft-f16.gguf"
+    );
+    for draft in ["ngram", shipped_draft] {
+        let mut args = base.to_vec();
+        args.extend(["--draft", draft]);
+        let drafted = json(&args);
+        assert_eq!(drafted["ids"], plain["ids"], "{draft}");
+        assert_eq!(drafted["text"], plain["text"], "{draft}");
+        let d = &drafted["draft"];
+        assert!(d["proposed"].as_u64().unwrap() > 0, "{draft}: {d}");
+        assert!(d["target_passes"].as_u64().unwrap() > 0, "{draft}: {d}");
+    }
+    assert_eq!(plain["draft"]["proposed"], 0);
+    let mismatch = kiln(&["generate", "-p", "x", "-n", "2", "--draft", "dummy:tiny"]);
+    assert!(!mismatch.status.success());
+    assert!(String::from_utf8_lossy(&mismatch.stderr).contains("share the target's tokenizer"));
+}

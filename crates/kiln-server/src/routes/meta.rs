@@ -115,6 +115,28 @@ pub async fn metrics(State(st): State<Arc<AppState>>) -> Response {
             counter: true,
         },
         Gauge {
+            name: "kiln_draft_proposed_tokens_total",
+            help: "Drafted tokens sent to the target for verification.",
+            value: s.draft_proposed as f64,
+            counter: true,
+        },
+        Gauge {
+            name: "kiln_draft_accepted_tokens_total",
+            help: "Drafted tokens the target kept.",
+            value: s.draft_accepted as f64,
+            counter: true,
+        },
+        Gauge {
+            name: "kiln_draft_mean_accepted_length",
+            help: "Drafted tokens kept per verify step, since the start.",
+            value: if s.draft_verify_steps == 0 {
+                0.0
+            } else {
+                s.draft_accepted as f64 / s.draft_verify_steps as f64
+            },
+            counter: false,
+        },
+        Gauge {
             name: "kiln_engine_steps_total",
             help: "Engine steps run (each one forward pass over every scheduled sequence).",
             value: s.steps as f64,

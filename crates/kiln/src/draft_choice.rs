@@ -1,0 +1,81 @@
+//! `--draft ngram|MODEL` and `--draft-tokens K`: speculative decoding for `generate` and
+//! `serve`. A draft model must share the target's tokenizer, token for token; it runs on the
+//! same kind of device as the target.
+
+use anyhow::{bail, Context};
+use clap::Args;
+use kiln_engine::{DraftConfig, Drafter, EngineConfig, ModelDrafter, NgramDrafter};
+use kiln_load::LoadedModel;
+
+use crate::backend_choice::{build_backend_for, DeviceArgs};
+
+#[derive(Debug, Clone, Args)]
+pub struct DraftArgs {
+    /// Speculative decoding: `ngram` (prompt lookup, no model), or a draft model (a .gguf, a
+    /// Hugging Face folder or dummy:PRESET) with the target's tokenizer. The output is the same
+    /// as without; only the speed differs. `KILN_SPEC=0` turns it off.
+    #[arg(long)]
+    pub draft: Option<String>,
+    /// Most tokens drafted for one verify step (sampled requests draft half as many).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=32))]
+    pub draft_tokens: u32,
+    /// No drafting while more sequences than this decode at once.
+    #[arg(long, default_value_t = 16)]
+    pub draft_max_batch: usize,
+}
+
+impl DraftArgs {
+    /// The drafter these options name, for an engine serving `target` on `device`.
+    pub fn build(
+        &self,
+        target: &LoadedModel,
+        device: &DeviceArgs,
+        cfg: &EngineConfig,
+    ) -> anyhow::Result<Option<(Box<dyn Drafter>, DraftConfig)>> {
+        let Some(spec) = &self.draft else {
+            return Ok(None);
+        };
+        let dcfg = DraftConfig {
+            max_tokens: self.draft_tokens as usize,
+            max_batch: self.draft_max_batch,
+        };
+        if spec == "ngram" {
+            return Ok(Some((Box::new(NgramDrafter::default()), dcfg)));
+        }
+        let draft = kiln_load::load(spec)
+            .with_context(|| format!("cannot load the draft model `{spec}`"))?;
+        same_tokenizer(target, &draft)?;
+        // The draft holds every running sequence's tokens plus its drafts.
+        let kv_tokens = cfg.max_context.saturating_mul(cfg.max_num_seqs.min(16));
+        let backend = build_backend_for(&draft, device, cfg, kv_tokens)
+            .with_context(|| format!("cannot start the draft model `{spec}`"))?;
+        let drafter = ModelDrafter::new(backend, cfg.prefill_chunk);
+        Ok(Some((Box::new(drafter), dcfg)))
+    }
+}
+
+/// A draft proposes token ids of its own vocabulary: they mean the same to the target only if
+/// both tokenizers give every id the same bytes.
+fn same_tokenizer(target: &LoadedModel, draft: &LoadedModel) -> anyhow::Result<()> {
+    let (t, d) = (&target.tokenizer, &draft.tokenizer);
+    if t.vocab_size() != d.vocab_size() {
+        bail!(
+            "the draft model `{}` has a vocabulary of {} tokens, the model `{}` one of {}: a draft must share the target's tokenizer",
+            draft.name,
+            d.vocab_size(),
+            target.name,
+            t.vocab_size()
+        );
+    }
+    if let Some(id) = (0..t.vocab_size() as u32).find(|&id| t.token_bytes(id) != d.token_bytes(id))
+    {
+        bail!(
+            "the draft model `{}` and the model `{}` spell token {id} differently ({:?} vs {:?}): a draft must share the target's tokenizer",
+            draft.name,
+            target.name,
+            String::from_utf8_lossy(&d.token_bytes(id)),
+            String::from_utf8_lossy(&t.token_bytes(id))
+        );
+    }
+    Ok(())
+}
