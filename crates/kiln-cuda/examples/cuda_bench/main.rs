@@ -4,9 +4,10 @@
 //! fraction of the H200 floor where one is known; short prompts (32 and 128 tokens, one step
 //! each: the CUDA graph prefill buckets) as mean milliseconds per prompt. Human lines on
 //! stderr, one JSON object on stdout; KILN_CUDA_GRAPHS=0 for the eager figures.
-//! Usage: cuda_bench [PRESET] [decode|decode-batch|attn]   ("decode": only decode at batch 1,
-//! depth 0; "decode-batch": decode at batch 1, 8, 32 and 128 only; "attn": the attention kernels
-//! alone on Llama-3-8B head shapes, see attn_bench.rs)
+//! Usage: cuda_bench [PRESET] [decode|decode-batch|verify|attn]   ("decode": only decode at
+//! batch 1, depth 0; "decode-batch": decode at batch 1, 8, 32 and 128 only; "verify": a
+//! speculative verify step of 1 + k rows of one sequence against a 1-row step, k = 1..8;
+//! "attn": the attention kernels alone on Llama-3-8B head shapes, see attn_bench.rs)
 
 use std::time::Instant;
 
@@ -100,6 +101,34 @@ impl Bench {
         }
         Ok((batch * steps) as f64 / t.elapsed().as_secs_f64())
     }
+
+    /// Mean milliseconds of a verify step of one sequence at `depth`: its last token and `k`
+    /// drafted ones as `k + 1` decode rows (single-token chunks at consecutive positions), as
+    /// the engine runs them. `k = 0` is a plain decode step.
+    fn verify(&mut self, depth: usize, k: usize, steps: usize) -> Result<f64> {
+        let (_, table, first) = self.prefill(depth.max(1), k + 2, 7)?;
+        let toks: Vec<[u32; 1]> = (0..=k)
+            .map(|j| [(first as usize + j) as u32 % self.vocab as u32])
+            .collect();
+        let mut t = Instant::now();
+        for step in 0..=steps {
+            if step == 1 {
+                t = Instant::now();
+            }
+            let chunks: Vec<ChunkInput<'_>> = toks
+                .iter()
+                .enumerate()
+                .map(|(j, tk)| ChunkInput {
+                    tokens: tk,
+                    start_pos: depth.max(1) + j,
+                    block_table: &table,
+                    want_logits: true,
+                })
+                .collect();
+            self.b.forward_greedy(&chunks)?;
+        }
+        Ok(t.elapsed().as_secs_f64() * 1e3 / steps as f64)
+    }
 }
 
 fn main() -> Result<()> {
@@ -110,6 +139,7 @@ fn main() -> Result<()> {
     if mode == "attn" {
         return attn_bench::run();
     }
+    let verify_only = mode == "verify";
     let decode_only = mode == "decode" || mode == "decode-batch";
     let src = DummySource::preset(&preset)?;
     let t = Instant::now();
@@ -135,6 +165,22 @@ fn main() -> Result<()> {
         format!("\"model\":\"dummy:{preset}\""),
         format!("\"load_s\":{load:.3}"),
     ];
+    if verify_only {
+        // Verify steps of 1 + k rows of one sequence against a 1-row step, depth 512 and 8k.
+        for depth in [512, 8192] {
+            let one = bench.verify(depth, 0, 100)?;
+            let mut line = format!("BENCH verify depth {depth}: 1 row {one:.3} ms");
+            for k in 1..=8 {
+                let ms = bench.verify(depth, k, 100)?;
+                line += &format!("; {} rows {ms:.3} ms ({:.2}x)", k + 1, ms / one);
+                json.push(format!("\"verify_d{depth}_rows{}_ms\":{ms:.4}", k + 1));
+            }
+            json.push(format!("\"verify_d{depth}_rows1_ms\":{one:.4}"));
+            eprintln!("{line}");
+        }
+        println!("{{{}}}", json.join(","));
+        return Ok(());
+    }
     let prefills: &[(usize, f64)] = if decode_only {
         &[]
     } else {
