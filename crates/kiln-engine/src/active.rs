@@ -24,8 +24,12 @@ pub(crate) struct Active {
     pub stop: StopMatcher,
     pub submitted: Instant,
     pub time_to_first_token: Option<f64>,
-    /// Tokens to draft next (adapts to how many were accepted); 0: this request never drafts.
+    /// Tokens to draft next (adapts to how many were accepted); 0: not drafted for yet.
     pub draft_len: usize,
+    /// Steps to decode plainly before drafting again: a draft nothing of which was kept costs a
+    /// wider step for nothing, so misses back off (1, 2, 4, ... steps).
+    pub draft_pause: usize,
+    pub draft_misses: u32,
     pub draft: DraftCounts,
 }
 

@@ -183,6 +183,8 @@ impl Engine {
             submitted: s.submitted,
             time_to_first_token: None,
             draft_len: 0,
+            draft_pause: 0,
+            draft_misses: 0,
             draft: Default::default(),
             req: s.req,
         };

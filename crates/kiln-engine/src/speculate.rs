@@ -49,6 +49,12 @@ impl Engine {
             } else {
                 accepted + 1
             };
+            if accepted == 0 {
+                a.draft_misses = (a.draft_misses + 1).min(6);
+                a.draft_pause = 1 << (a.draft_misses - 1);
+            } else {
+                a.draft_misses = 0;
+            }
         }
         self.bump(|s| {
             s.draft_proposed += chunk.draft as u64;
@@ -80,6 +86,11 @@ impl Engine {
                 continue;
             };
             if !a.may_draft() {
+                continue;
+            }
+            if a.draft_pause > 0 {
+                a.draft_pause -= 1;
+                self.scheduler.set_draft(id, Vec::new());
                 continue;
             }
             let cap = if a.req.sampling.temperature > 0.0 {

@@ -75,12 +75,14 @@ pub const BLOCK_SIZE: usize = 16;
 
 /// Builds the backend for `model`, sized for the engine limits in `cfg`: on the CPU a KV pool
 /// of `kv_tokens` tokens; on the GPU step buffers for `cfg` and a KV pool that takes most of
-/// the free memory.
+/// the free memory. `inputs_per_seq`: backend inputs one sequence may take in a step (a
+/// drafting sequence verifies its last token and its drafts as one input each).
 pub fn build_backend_for(
     model: &LoadedModel,
     device: &DeviceArgs,
     cfg: &EngineConfig,
     kv_tokens: usize,
+    inputs_per_seq: usize,
 ) -> anyhow::Result<Box<dyn Backend>> {
     let use_cuda = match device.device {
         Device::Cpu => false,
@@ -99,7 +101,7 @@ pub fn build_backend_for(
         let opts = kiln_cuda::CudaOptions {
             block_size: BLOCK_SIZE,
             prefill_chunk: cfg.prefill_chunk,
-            max_seqs: cfg.max_num_seqs,
+            max_seqs: cfg.max_num_seqs * inputs_per_seq.max(1),
             max_batch_tokens: Some(cfg.max_batched_tokens),
             max_context: Some(cfg.max_context),
             kv_cache_bytes: device

@@ -25,6 +25,16 @@ pub struct DraftArgs {
 }
 
 impl DraftArgs {
+    /// Backend inputs a sequence may take in one step: its last token and, when drafting, up
+    /// to `--draft-tokens` drafted ones, each its own decode row.
+    pub fn inputs_per_seq(&self) -> usize {
+        1 + if self.draft.is_some() {
+            self.draft_tokens as usize
+        } else {
+            0
+        }
+    }
+
     /// The drafter these options name, for an engine serving `target` on `device`.
     pub fn build(
         &self,
@@ -47,7 +57,7 @@ impl DraftArgs {
         same_tokenizer(target, &draft)?;
         // The draft holds every running sequence's tokens plus its drafts.
         let kv_tokens = cfg.max_context.saturating_mul(cfg.max_num_seqs.min(16));
-        let backend = build_backend_for(&draft, device, cfg, kv_tokens)
+        let backend = build_backend_for(&draft, device, cfg, kv_tokens, 1)
             .with_context(|| format!("cannot start the draft model `{spec}`"))?;
         let drafter = ModelDrafter::new(backend, cfg.prefill_chunk);
         Ok(Some((Box::new(drafter), dcfg)))

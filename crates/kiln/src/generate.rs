@@ -82,7 +82,14 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         max_context,
         ..EngineConfig::default()
     };
-    let backend = build_backend_for(&model, &args.device, &cfg, prompt_ids.len() + max_tokens)?;
+    let kv_tokens = prompt_ids.len() + max_tokens;
+    let backend = build_backend_for(
+        &model,
+        &args.device,
+        &cfg,
+        kv_tokens,
+        args.draft.inputs_per_seq(),
+    )?;
     let load_s = t0.elapsed().as_secs_f64();
 
     let drafting = args.draft.build(&model, &args.device, &cfg)?;

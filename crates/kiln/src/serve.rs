@@ -80,7 +80,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         prefix_cache: !args.no_prefix_cache,
     };
     // The GPU backend sizes its step buffers from the engine's limits.
-    let backend = build_backend_for(&model, &args.device, &cfg, args.kv_blocks * BLOCK_SIZE)?;
+    let inputs = args.draft.inputs_per_seq();
+    let backend = build_backend_for(
+        &model,
+        &args.device,
+        &cfg,
+        args.kv_blocks * BLOCK_SIZE,
+        inputs,
+    )?;
     let drafting = args.draft.build(&model, &args.device, &cfg)?;
     let engine = kiln_engine::start_with_drafter(backend, model.tokenizer.clone(), cfg, drafting);
     let name = args
