@@ -55,8 +55,10 @@ impl DraftArgs {
         let draft = kiln_load::load(spec)
             .with_context(|| format!("cannot load the draft model `{spec}`"))?;
         same_tokenizer(target, &draft)?;
-        // The draft holds every running sequence's tokens plus its drafts.
-        let kv_tokens = cfg.max_context.saturating_mul(cfg.max_num_seqs.min(16));
+        // The draft holds every drafting sequence's whole context plus its drafts (a sequence
+        // that does not fit gets no drafts, and would recompute its context each time).
+        let per_seq = cfg.max_context + self.draft_tokens as usize + 16;
+        let kv_tokens = per_seq.saturating_mul(cfg.max_num_seqs.min(self.draft_max_batch).max(1));
         let backend = build_backend_for(&draft, device, cfg, kv_tokens, 1)
             .with_context(|| format!("cannot start the draft model `{spec}`"))?;
         let drafter = ModelDrafter::new(backend, cfg.prefill_chunk);
