@@ -12,7 +12,9 @@ pub struct DraftConfig {
     /// drafts are accepted less often).
     pub max_tokens: usize,
     /// No drafting while more sequences than this decode at once: a step of that many rows is
-    /// no longer bound by reading the weights, so extra rows cost as much as they save.
+    /// no longer bound by reading the weights, so extra rows cost as much as they save (on the
+    /// 8B shape a step of 48 rows costs ~2.4x one of 8: 8 drafting sequences need 2.4 tokens
+    /// a pass to break even; docs/BENCH.md).
     pub max_batch: usize,
 }
 
@@ -20,7 +22,7 @@ impl Default for DraftConfig {
     fn default() -> Self {
         DraftConfig {
             max_tokens: 5,
-            max_batch: 16,
+            max_batch: 8,
         }
     }
 }

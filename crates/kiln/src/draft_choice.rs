@@ -20,7 +20,7 @@ pub struct DraftArgs {
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=32))]
     pub draft_tokens: u32,
     /// No drafting while more sequences than this decode at once.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 8)]
     pub draft_max_batch: usize,
 }
 
