@@ -5,6 +5,7 @@
 mod plan;
 mod report;
 mod runner;
+mod speculative;
 mod stats;
 mod target;
 
@@ -13,6 +14,7 @@ use clap::Args;
 use serde_json::json;
 
 use crate::backend_choice::{DeviceArgs, ModelArgs};
+use crate::draft_choice::DraftArgs;
 use plan::{parse_list, Plan};
 use report::{Header, Row};
 use runner::{DecodeMode, Runner};
@@ -66,6 +68,15 @@ pub struct BenchArgs {
     /// New tokens after each `--resumed` history.
     #[arg(long, default_value_t = 100)]
     pub new_turn: usize,
+    /// With --draft: decode `--decode` tokens through the engine with and without drafting.
+    #[command(flatten)]
+    pub draft: DraftArgs,
+    /// The prompt of the --draft case (default: a code-editing prompt that quotes a source file
+    /// of `--draft-file-bytes` and asks for it again).
+    #[arg(long)]
+    pub draft_prompt: Option<String>,
+    #[arg(long, default_value_t = 1100)]
+    pub draft_file_bytes: usize,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
@@ -131,13 +142,39 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         .with_context(|| format!("model `{}`", model.name))?;
     let mut target = Target::build(&model, &args.device, &plan)?;
     let mode = args.decode_mode()?;
-    let rows = measure(target.backend(), &plan, model.config.vocab_size, mode)?;
+    let mut rows = measure(target.backend(), &plan, model.config.vocab_size, mode)?;
+    let (device_name, kind, memory) = (target.device_name(), target.kind(), target.memory());
+    if args.draft.draft.is_some() {
+        // Through the engine, on a backend of its own: the first one's memory goes first.
+        drop(target);
+        let text = match &args.draft_prompt {
+            Some(p) => p.clone(),
+            None => speculative::edit_prompt(args.draft_file_bytes),
+        };
+        let prompt = model.tokenizer.encode(&text, true)?;
+        let tokens = plan.decode.max(2);
+        let t = speculative::measure(
+            &model,
+            &args.device,
+            &args.draft,
+            &prompt,
+            tokens,
+            plan.warmup,
+            plan.repeats,
+        )
+        .context("the --draft case")?;
+        eprintln!(
+            "decode with draft {}: {:.1} tok/s against {:.1} plain",
+            t.drafter, t.drafted_tok_s.median, t.plain_tok_s.median
+        );
+        rows.push(Row::Speculative(t));
+    }
 
     let header = Header {
         date: report::utc_now(),
         commit: report::commit(),
-        device: target.device_name(),
-        backend: target.kind(),
+        device: device_name,
+        backend: kind,
         model: model.name.clone(),
         model_info: model_info(&model),
         settings: json!({
@@ -149,7 +186,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             "threads": args.device.threads,
             "decode_sampling": describe_mode(mode),
         }),
-        memory: target.memory(),
+        memory,
     };
     print!("{}", report::table(&header, &rows));
     if let Some(path) = &args.json {

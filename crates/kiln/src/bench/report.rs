@@ -5,6 +5,7 @@
 use serde_json::{json, Value};
 
 use super::runner::{DecodeTiming, PrefillTiming, ResumedTiming};
+use super::speculative::SpecTiming;
 use super::stats::{rate, Spread};
 use super::target::Memory;
 
@@ -14,6 +15,7 @@ pub enum Row {
     Prefill(PrefillTiming),
     Decode(DecodeTiming),
     Resumed(ResumedTiming),
+    Speculative(SpecTiming),
 }
 
 impl Row {
@@ -24,6 +26,7 @@ impl Row {
             Row::Decode(d) => d.elapsed_s.map(|t| rate(d.steps * d.concurrency, t)),
             // Tokens of the prompt over the time to its first token.
             Row::Resumed(r) => r.ttft_s.map(|t| rate(r.history + r.new_tokens, t)),
+            Row::Speculative(s) => s.drafted_tok_s,
         }
     }
 
@@ -63,6 +66,27 @@ impl Row {
                     "step_ms": step_ms.median,
                     "step_ms_min": step_ms.min,
                     "step_ms_max": step_ms.max,
+                })
+            }
+            Row::Speculative(s) => {
+                let c = s.counts;
+                json!({
+                    "engine": "kiln",
+                    "test": "decode",
+                    "tokens": s.prompt_tokens,
+                    "concurrency": 1,
+                    "draft": s.drafter,
+                    "generated": s.generated,
+                    "tok_s": tok_s.median,
+                    "tok_s_min": tok_s.min,
+                    "tok_s_max": tok_s.max,
+                    "plain_tok_s": s.plain_tok_s.median,
+                    "plain_tok_s_min": s.plain_tok_s.min,
+                    "plain_tok_s_max": s.plain_tok_s.max,
+                    "speed_up": tok_s.median / s.plain_tok_s.median,
+                    "proposed": c.proposed,
+                    "accepted": c.accepted,
+                    "target_passes": c.target_passes,
                 })
             }
             Row::Resumed(r) => {
@@ -112,6 +136,20 @@ impl Row {
                 format!(
                     "step {:.2} ms",
                     d.elapsed_s.median * 1e3 / d.steps.max(1) as f64
+                ),
+            ],
+            Row::Speculative(s) => [
+                format!("decode {}, draft {}", s.generated, s.drafter),
+                s.prompt_tokens.to_string(),
+                "1".into(),
+                range,
+                "-".into(),
+                format!(
+                    "{:.2}x plain {:.1}; {} of {} drafts kept",
+                    t.median / s.plain_tok_s.median,
+                    s.plain_tok_s.median,
+                    s.counts.accepted,
+                    s.counts.proposed
                 ),
             ],
             Row::Resumed(r) => [

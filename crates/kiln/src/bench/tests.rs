@@ -355,3 +355,48 @@ fn the_resumed_case_finds_the_history_cached_and_reports_both_ttfts() {
     .unwrap();
     run(a).unwrap();
 }
+
+#[test]
+fn the_draft_case_decodes_with_and_without_drafts_and_checks_they_agree() {
+    let dir = std::env::temp_dir().join(format!("kiln-bench-draft-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("bench.json");
+    let a = parse(&[
+        "--model",
+        "dummy:tiny",
+        "--device",
+        "cpu",
+        "--prefill",
+        "none",
+        "--decode",
+        "40",
+        "--depth",
+        "0",
+        "--concurrency",
+        "1",
+        "--repeats",
+        "1",
+        "--warmup",
+        "0",
+        "--draft",
+        "ngram",
+        "--json",
+        out.to_str().unwrap(),
+    ])
+    .unwrap();
+    run(a).unwrap();
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    let row = j["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["draft"] == "ngram")
+        .expect("a drafted row");
+    assert_eq!(row["test"], "decode");
+    assert_eq!(row["generated"], 40);
+    assert!(row["plain_tok_s"].as_f64().unwrap() > 0.0);
+    assert!(row["speed_up"].as_f64().unwrap() > 0.0);
+    assert!(row["target_passes"].as_u64().unwrap() > 0, "{row}");
+}
