@@ -8,7 +8,8 @@
 //
 // Per-row parameters, SMP_PARAM_WORDS words: temperature (f32 bits; <= 0 greedy), top_k (0:
 // none), top_p (f32 bits), min_p (f32 bits), the uniform draw (f64 bits, low word first),
-// logprobs (-1: none, else how many top tokens), unused.
+// logprobs (-1: none, else how many top tokens), the row's adjusted copy (-1: none, else its
+// index in `adjusted`: the token is picked from that copy, log-probabilities stay the raw row's).
 // Per-row result, SMP_OUT_WORDS words: id, status (0 ok, 1 no finite logit), logprob (f32
 // bits), n_top, then SMP_MAX_TOP top ids and SMP_MAX_TOP top logprobs (f32 bits).
 
@@ -454,22 +455,63 @@ __device__ void top_tokens(const float* row, int vocab, int n, SmpShared& s) {
     __syncthreads();
 }
 
+// ---- adjusted rows: a client's logit bias and a grammar's allowed tokens ----
+
+// Per adjusted row, SMP_ADJ_WORDS words: its logits row, its mask (-1: none, else the index of
+// its (vocab + 31) / 32 words in `masks`, bit i % 32 of word i / 32 = token i allowed), its first
+// bias entry and how many. As kiln_step::adjust_row: each biased token gets its value added (one
+// f32 addition), each token outside the mask becomes -inf. Bias ids are distinct.
+#define SMP_ADJ_WORDS 4
+
 extern "C" __global__ void __launch_bounds__(SMP_THREADS, 1)
-    sample_rows(const float* __restrict__ logits, const int* __restrict__ params, int* __restrict__ out, int rows, int vocab) {
+    adjust_rows(const float* __restrict__ logits, float* __restrict__ adjusted, const int* __restrict__ plan,
+                const u32* __restrict__ masks, const int* __restrict__ bias_ids, const float* __restrict__ bias_vals,
+                int n, int vocab) {
+    pdl_enter();
+    const int words = (vocab + 31) / 32;
+    for (int r = blockIdx.x; r < n; r += gridDim.x) {
+        const int* p = plan + r * SMP_ADJ_WORDS;
+        const float* src = logits + (u64)p[0] * vocab;
+        float* dst = adjusted + (u64)r * vocab;
+        const u32* m = p[1] >= 0 ? masks + (u64)p[1] * words : nullptr;
+        for (int i = threadIdx.x; i < vocab; i += SMP_THREADS) {
+            const bool ok = m == nullptr || ((m[i >> 5] >> (i & 31)) & 1u);
+            dst[i] = ok ? src[i] : KILN_NEG_INF;
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < p[3]; e += SMP_THREADS) {
+            const int id = bias_ids[p[2] + e];
+            const bool ok = id >= 0 && id < vocab && (m == nullptr || ((m[id >> 5] >> (id & 31)) & 1u));
+            if (ok) dst[id] = __fadd_rn(src[id], bias_vals[p[2] + e]);
+        }
+        __syncthreads();
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(SMP_THREADS, 1)
+    sample_rows(const float* __restrict__ logits, const float* __restrict__ adjusted, const int* __restrict__ params,
+                int* __restrict__ out, int rows, int vocab) {
     __shared__ SmpShared s;
     pdl_enter();
     for (int r = blockIdx.x; r < rows; r += gridDim.x) {
         const float* row = logits + (u64)r * vocab;
         const int* prm = params + r * SMP_PARAM_WORDS;
+        // The token comes from the adjusted copy when there is one.
+        const float* pick = prm[7] >= 0 ? adjusted + (u64)prm[7] * vocab : row;
         int* o = out + r * SMP_OUT_WORDS;
         int arg;
         float max;
         bool has_inf;
-        row_scan(row, vocab, s, &arg, &max, &has_inf);
-        const bool finite = max != KILN_NEG_INF;
+        row_scan(pick, vocab, s, &arg, &max, &has_inf);
         const int logprobs = prm[6];
         int id = arg;
-        if (__int_as_float(prm[0]) > 0.f && finite && !has_inf) id = draw_token(row, vocab, prm, max, s);
+        if (__int_as_float(prm[0]) > 0.f && max != KILN_NEG_INF && !has_inf) id = draw_token(pick, vocab, prm, max, s);
+        if (pick != row && logprobs >= 0) {
+            // Log-probabilities are the raw row's: its own largest finite logit.
+            int raw_arg;
+            row_scan(row, vocab, s, &raw_arg, &max, &has_inf);
+        }
+        const bool finite = max != KILN_NEG_INF;
         const bool failed = id < 0 || (logprobs >= 0 && !finite);
         float chosen = 0.f;
         int n_top = 0;

@@ -284,6 +284,15 @@ impl CudaBackend {
                 rows,
                 self.config.vocab_size,
             )?,
+            // The adjustments (grammar masks) were being computed while the step ran; waiting
+            // here leaves the device busy with the forward pass meanwhile.
+            Want::SampleAdjusted(rows, adjust) => self.sampling.queue_adjusted(
+                &self.gpu,
+                self.act.logits.ptr(),
+                rows,
+                Some(adjust.wait()),
+                self.config.vocab_size,
+            )?,
         }
         // The step's one host synchronisation.
         self.gpu
@@ -429,6 +438,25 @@ impl CudaBackend {
         }
         Ok(self.sampling.results(rows))
     }
+
+    /// Like [`CudaBackend::forward_sampled`], each row first adjusted by its entry of `adjust`
+    /// (a logit bias, a grammar's allowed tokens) on the device.
+    pub fn forward_sampled_adjusted(
+        &mut self,
+        chunks: &[ChunkInput<'_>],
+        rows: &[RowSampling],
+        adjust: &kiln_step::StepAdjust,
+    ) -> Result<Vec<Result<Sampled, SampleError>>> {
+        let wanted = chunks.iter().filter(|c| c.want_logits).count();
+        if rows.len() != wanted {
+            bail!("{} sampling rows for {wanted} logits rows", rows.len());
+        }
+        let plan = self.run_step(chunks, Want::SampleAdjusted(rows, adjust))?;
+        if plan.n_logits == 0 {
+            return Ok(Vec::new());
+        }
+        Ok(self.sampling.results(rows))
+    }
 }
 
 /// The (n, k) of every projection of the model, each once: the shapes cuBLASLt pins.
@@ -505,7 +533,14 @@ impl Backend for CudaBackend {
             {
                 Ok(StepOutput::Tokens(self.forward_sampled(chunks, rows)?))
             }
-            Want::Sample(_) => {
+            Want::SampleAdjusted(rows, adjust)
+                if self.switches.device_sampling && crate::sampling::supports(rows, vocab) =>
+            {
+                Ok(StepOutput::Tokens(
+                    self.forward_sampled_adjusted(chunks, rows, adjust)?,
+                ))
+            }
+            Want::Sample(_) | Want::SampleAdjusted(..) => {
                 let logits = self.forward(chunks)?;
                 want.from_logits(logits, vocab)
             }

@@ -2,7 +2,7 @@
 //! words, one CTA per row, and only the chosen ids and log-probabilities copied back.
 
 use anyhow::Result;
-use kiln_step::{RowSampling, MAX_DEVICE_TOP_LOGPROBS};
+use kiln_step::{RowAdjust, RowSampling, MAX_DEVICE_TOP_LOGPROBS};
 use kiln_step::{SampleError, Sampled};
 
 use crate::device::{Arg, DevBuf, Gpu, PinnedBuf};
@@ -23,7 +23,7 @@ pub fn supports(rows: &[RowSampling], vocab: usize) -> bool {
     vocab <= MAX_VOCAB && rows.iter().all(|r| r.logprobs.is_none_or(|n| n <= MAX_TOP))
 }
 
-/// Packs each row's parameters as sample.cu reads them.
+/// Packs each row's parameters as sample.cu reads them (no adjusted rows).
 pub fn pack_params(rows: &[RowSampling], vocab: usize, out: &mut [i32]) {
     for (r, w) in rows.iter().zip(out.chunks_exact_mut(PARAM_WORDS)) {
         let top_k = if r.top_k >= vocab { 0 } else { r.top_k };
@@ -35,7 +35,62 @@ pub fn pack_params(rows: &[RowSampling], vocab: usize, out: &mut [i32]) {
         w[4] = u as u32 as i32;
         w[5] = (u >> 32) as u32 as i32;
         w[6] = r.logprobs.map_or(-1, |n| n.min(MAX_TOP) as i32);
-        w[7] = 0;
+        w[7] = -1;
+    }
+}
+
+/// Words of one adjusted row's plan (SMP_ADJ_WORDS in sample.cu).
+pub const ADJ_WORDS: usize = 4;
+
+/// Where each adjusted row's inputs lie, as adjust_rows reads them: the rows that change
+/// (identity adjustments are skipped), their masks' words and their bias entries, packed.
+#[derive(Debug, Default, PartialEq)]
+pub struct AdjustPack {
+    /// ADJ_WORDS per adjusted row: logits row, mask index (-1: none), first bias, bias count.
+    pub plan: Vec<i32>,
+    pub masks: Vec<u32>,
+    pub bias_ids: Vec<i32>,
+    pub bias_vals: Vec<f32>,
+    /// For each logits row, its adjusted copy's index (-1: sampled from the raw row).
+    pub copy_of_row: Vec<i32>,
+}
+
+impl AdjustPack {
+    pub fn new(adjust: &[Option<RowAdjust>], vocab: usize) -> AdjustPack {
+        let words = vocab.div_ceil(32);
+        let mut p = AdjustPack::default();
+        let mut masks = 0;
+        for (row, a) in adjust.iter().enumerate() {
+            let Some(a) = a.as_ref().filter(|a| !a.is_identity()) else {
+                p.copy_of_row.push(-1);
+                continue;
+            };
+            p.copy_of_row.push((p.plan.len() / ADJ_WORDS) as i32);
+            let mask = match &a.allowed {
+                Some(set) => {
+                    let start = p.masks.len();
+                    p.masks.extend_from_slice(set.words());
+                    // A set made for another width: the ids past it are left out.
+                    p.masks.resize(start + words, 0);
+                    masks += 1;
+                    masks - 1
+                }
+                None => -1,
+            };
+            p.plan.extend([
+                row as i32,
+                mask,
+                p.bias_ids.len() as i32,
+                a.bias.len() as i32,
+            ]);
+            p.bias_ids.extend(a.bias.iter().map(|b| b.0 as i32));
+            p.bias_vals.extend(a.bias.iter().map(|b| b.1));
+        }
+        p
+    }
+
+    pub fn rows(&self) -> usize {
+        self.plan.len() / ADJ_WORDS
     }
 }
 
@@ -64,9 +119,13 @@ pub fn unpack(out: &[i32], rows: &[RowSampling]) -> Vec<Result<Sampled, SampleEr
 impl Gpu {
     /// Samples `rows` rows of `vocab` logits: `params` holds PARAM_WORDS words per row, `out`
     /// receives OUT_WORDS words per row. One CTA per row, at most one per SM at a time.
+    /// `adjusted`: the rows' adjusted copies, which parameter word 7 indexes (any pointer when
+    /// no row has one).
+    #[allow(clippy::too_many_arguments)]
     pub fn sample_rows(
         &self,
         logits: u64,
+        adjusted: u64,
         params: u64,
         out: u64,
         rows: usize,
@@ -87,12 +146,116 @@ impl Gpu {
             0,
             &[
                 Arg::Ptr(logits),
+                Arg::Ptr(adjusted),
                 Arg::Ptr(params),
                 Arg::Ptr(out),
                 Arg::I32(rows as i32),
                 Arg::I32(vocab as i32),
             ],
         )
+    }
+
+    /// Writes the adjusted copy of each row `plan` names into `adjusted` (vocab floats each).
+    #[allow(clippy::too_many_arguments)]
+    pub fn adjust_rows(
+        &self,
+        logits: u64,
+        adjusted: u64,
+        plan: u64,
+        masks: u64,
+        bias_ids: u64,
+        bias_vals: u64,
+        n: usize,
+        vocab: usize,
+    ) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        let grid = n.min(self.sm_count as usize) as u32;
+        self.launch(
+            "adjust_rows",
+            (grid, 1, 1),
+            1024,
+            0,
+            &[
+                Arg::Ptr(logits),
+                Arg::Ptr(adjusted),
+                Arg::Ptr(plan),
+                Arg::Ptr(masks),
+                Arg::Ptr(bias_ids),
+                Arg::Ptr(bias_vals),
+                Arg::I32(n as i32),
+                Arg::I32(vocab as i32),
+            ],
+        )
+    }
+}
+
+/// A device buffer and its pinned staging twin that grow to the largest use seen: adjusted
+/// rows are rare, so their room is taken only when asked for.
+struct Staged<T> {
+    dev: Option<DevBuf<T>>,
+    host: Option<PinnedBuf<T>>,
+}
+
+impl<T: Copy + Default> Staged<T> {
+    fn new() -> Staged<T> {
+        Staged {
+            dev: None,
+            host: None,
+        }
+    }
+
+    /// Copies `data` to the device (queued on the step stream); the device pointer.
+    fn upload(&mut self, gpu: &Gpu, data: &[T]) -> Result<u64> {
+        let n = data.len().max(1);
+        if self.dev.as_ref().is_none_or(|d| d.len() < n) {
+            let cap = n.next_power_of_two();
+            self.dev = Some(gpu.alloc(cap)?);
+            self.host = Some(PinnedBuf::new(gpu, cap)?);
+        }
+        let (dev, host) = (self.dev.as_ref().unwrap(), self.host.as_mut().unwrap());
+        host.as_mut_slice()[..data.len()].copy_from_slice(data);
+        host.copy_to_device(gpu, dev.ptr(), data.len())?;
+        Ok(dev.ptr())
+    }
+
+    fn bytes(&self) -> usize {
+        self.dev.as_ref().map_or(0, |d| d.bytes())
+    }
+}
+
+/// Room for the adjusted copies and their inputs, grown on first use.
+struct AdjustBuffers {
+    rows: Option<DevBuf<f32>>,
+    plan: Staged<i32>,
+    masks: Staged<u32>,
+    bias_ids: Staged<i32>,
+    bias_vals: Staged<f32>,
+}
+
+impl AdjustBuffers {
+    /// Queues the copies of `pack`'s rows; the device pointer of the first.
+    fn queue(&mut self, gpu: &Gpu, logits: u64, pack: &AdjustPack, vocab: usize) -> Result<u64> {
+        let need = pack.rows() * vocab;
+        if self.rows.as_ref().is_none_or(|r| r.len() < need) {
+            self.rows = Some(gpu.alloc(need.next_power_of_two())?);
+        }
+        let rows = self.rows.as_ref().unwrap().ptr();
+        let plan = self.plan.upload(gpu, &pack.plan)?;
+        let masks = self.masks.upload(gpu, &pack.masks)?;
+        let ids = self.bias_ids.upload(gpu, &pack.bias_ids)?;
+        let vals = self.bias_vals.upload(gpu, &pack.bias_vals)?;
+        gpu.adjust_rows(logits, rows, plan, masks, ids, vals, pack.rows(), vocab)?;
+        Ok(rows)
+    }
+
+    fn bytes(&self) -> usize {
+        self.rows.as_ref().map_or(0, |r| r.bytes())
+            + self.plan.bytes()
+            + self.masks.bytes()
+            + self.bias_ids.bytes()
+            + self.bias_vals.bytes()
     }
 }
 
@@ -102,6 +265,7 @@ pub struct SamplingBuffers {
     out: DevBuf<i32>,
     params_host: PinnedBuf<i32>,
     out_host: PinnedBuf<i32>,
+    adjust: AdjustBuffers,
 }
 
 impl SamplingBuffers {
@@ -111,6 +275,13 @@ impl SamplingBuffers {
             out: gpu.alloc(max_rows * OUT_WORDS)?,
             params_host: PinnedBuf::new(gpu, max_rows * PARAM_WORDS)?,
             out_host: PinnedBuf::new(gpu, max_rows * OUT_WORDS)?,
+            adjust: AdjustBuffers {
+                rows: None,
+                plan: Staged::new(),
+                masks: Staged::new(),
+                bias_ids: Staged::new(),
+                bias_vals: Staged::new(),
+            },
         })
     }
 
@@ -123,11 +294,47 @@ impl SamplingBuffers {
         rows: &[RowSampling],
         vocab: usize,
     ) -> Result<()> {
+        self.queue_adjusted(gpu, logits, rows, None, vocab)
+    }
+
+    /// Like [`SamplingBuffers::queue`], each row first adjusted by its entry of `adjust`
+    /// (one per row) when there are any.
+    pub fn queue_adjusted(
+        &mut self,
+        gpu: &Gpu,
+        logits: u64,
+        rows: &[RowSampling],
+        adjust: Option<&[Option<RowAdjust>]>,
+        vocab: usize,
+    ) -> Result<()> {
         let n = rows.len();
         pack_params(rows, vocab, self.params_host.as_mut_slice());
+        let mut adjusted = logits;
+        if let Some(adjust) = adjust {
+            anyhow::ensure!(
+                adjust.len() == n,
+                "{} adjustments for {n} sampled rows",
+                adjust.len()
+            );
+            let pack = AdjustPack::new(adjust, vocab);
+            if pack.rows() > 0 {
+                adjusted = self.adjust.queue(gpu, logits, &pack, vocab)?;
+                let params = self.params_host.as_mut_slice();
+                for (w, &copy) in params.chunks_exact_mut(PARAM_WORDS).zip(&pack.copy_of_row) {
+                    w[7] = copy;
+                }
+            }
+        }
         self.params_host
             .copy_to_device(gpu, self.params.ptr(), n * PARAM_WORDS)?;
-        gpu.sample_rows(logits, self.params.ptr(), self.out.ptr(), n, vocab)?;
+        gpu.sample_rows(
+            logits,
+            adjusted,
+            self.params.ptr(),
+            self.out.ptr(),
+            n,
+            vocab,
+        )?;
         self.out_host
             .copy_from_device(gpu, self.out.ptr(), n * OUT_WORDS)
     }
@@ -138,6 +345,6 @@ impl SamplingBuffers {
     }
 
     pub fn bytes(&self) -> usize {
-        self.params.bytes() + self.out.bytes()
+        self.params.bytes() + self.out.bytes() + self.adjust.bytes()
     }
 }

@@ -10,9 +10,11 @@ mod models;
 
 use common::{gpu_or_skip, timed, Checks, Rng};
 use kiln_cuda::device::Gpu;
-use kiln_cuda::sampling::{pack_params, unpack, OUT_WORDS, PARAM_WORDS};
+use std::sync::Arc;
+
+use kiln_cuda::sampling::{pack_params, unpack, SamplingBuffers, OUT_WORDS, PARAM_WORDS};
 use kiln_step::sampling::{sample_row, SampleError, Sampled};
-use kiln_step::RowSampling;
+use kiln_step::{RowAdjust, RowSampling, StepAdjust, StepOutput, TokenSet, Want};
 
 /// Log-probabilities: the device's f64 log-sum-exp sums in another order than the host's.
 const LOGPROB_ATOL: f64 = 2e-5;
@@ -77,7 +79,7 @@ fn run(gpu: &Gpu, logits: &[f32], rows: &[RowSampling], vocab: usize) -> (Vec<i3
     dp.upload(0, &params).unwrap();
     dout.fill_bytes(0xa5).unwrap();
     let secs = timed(gpu, || {
-        gpu.sample_rows(dl.ptr(), dp.ptr(), dout.ptr(), n, vocab)
+        gpu.sample_rows(dl.ptr(), dl.ptr(), dp.ptr(), dout.ptr(), n, vocab)
     });
     (dout.download(gpu, 0, n * OUT_WORDS).unwrap(), secs)
 }
@@ -175,6 +177,109 @@ fn device_sampling_equals_the_host_sampler() {
                 &words[i * OUT_WORDS..(i + 1) * OUT_WORDS],
             );
         }
+    }
+    c.finish();
+}
+
+/// A row's random adjustment: none, a bias alone, a mask alone (sparse as a grammar's inside a
+/// string, or a handful of tokens), or both, with bias on masked and on unmasked tokens.
+fn adjust_of(rng: &mut Rng, vocab: usize) -> Option<RowAdjust> {
+    let kind = rng.below(5);
+    if kind == 0 {
+        return None;
+    }
+    let mut bias = Vec::new();
+    if kind != 2 {
+        let mut ids: Vec<u32> = (0..1 + rng.below(40))
+            .map(|_| rng.below(vocab) as u32)
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        bias = ids
+            .into_iter()
+            .map(|id| (id, [-100.0, -3.5, 0.25, 5.0, 100.0][rng.below(5)]))
+            .collect();
+    }
+    let allowed = (kind >= 2).then(|| {
+        let mut set = TokenSet::empty(vocab);
+        let dense = rng.below(2) == 0;
+        for id in 0..vocab as u32 {
+            if (dense && rng.below(3) != 0) || rng.below(vocab.max(8) / 4) == 0 {
+                set.insert(id);
+            }
+        }
+        // Sometimes a single allowed token (a grammar's forced step).
+        if set.is_empty() || rng.below(6) == 0 {
+            set = TokenSet::empty(vocab);
+            set.insert(rng.below(vocab) as u32);
+        }
+        Arc::new(set)
+    });
+    Some(RowAdjust {
+        bias: bias.into(),
+        allowed,
+    })
+}
+
+/// Adjusted rows (logit bias, grammar masks) on the device give the host's `adjust_row` then
+/// `choose` picks exactly, with the raw rows' log-probabilities; unadjusted rows in the same
+/// batch are untouched by their neighbours' adjustments.
+#[test]
+fn device_adjusted_sampling_equals_the_host() {
+    let Some(gpu) = gpu_or_skip("device_adjusted_sampling_equals_the_host") else {
+        return;
+    };
+    let mut rng = Rng::new("device_adjusted_sampling_equals_the_host");
+    let mut c = Checks::new("adjusted_sampling");
+    for (vocab, n) in [(31, 40), (1000, 150), (32000, 96), (151_936, 40)] {
+        let mut logits = Vec::with_capacity(n * vocab);
+        let (mut rows, mut adjust) = (Vec::new(), Vec::new());
+        for i in 0..n {
+            logits.extend(row_of(&mut rng, vocab, i % 5));
+            rows.push(params_of(&mut rng, vocab));
+            adjust.push(adjust_of(&mut rng, vocab));
+        }
+        let dl = gpu.alloc::<f32>(logits.len()).unwrap();
+        dl.upload(0, &logits).unwrap();
+        let mut bufs = SamplingBuffers::new(&gpu, n).unwrap();
+        let secs = timed(&gpu, || {
+            bufs.queue_adjusted(&gpu, dl.ptr(), &rows, Some(&adjust), vocab)
+        });
+        let got = bufs.results(&rows);
+        let step = StepAdjust::ready(adjust.clone());
+        let want = match Want::SampleAdjusted(&rows, &step).from_logits(logits.clone(), vocab) {
+            Ok(StepOutput::Tokens(t)) => t,
+            other => panic!("host reference: {other:?}"),
+        };
+        let mut bad = Vec::new();
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            if let Some(m) = mismatch(g, w) {
+                bad.push(format!(
+                    "row {i} ({:?}, adjusted {}): {m}",
+                    rows[i],
+                    adjust[i].is_some()
+                ));
+            }
+        }
+        // Unadjusted rows equal the plain sampler's picks.
+        for (i, a) in adjust.iter().enumerate() {
+            if a.is_none() {
+                let plain = sample_row(&logits[i * vocab..(i + 1) * vocab], &rows[i]);
+                if let Some(m) = mismatch(&got[i], &plain) {
+                    bad.push(format!("unadjusted row {i}: {m}"));
+                }
+            }
+        }
+        c.check(
+            bad.is_empty(),
+            format!(
+                "vocab {vocab}: {n} rows ({} adjusted) equal the host ({:.3} ms){}",
+                adjust.iter().filter(|a| a.is_some()).count(),
+                secs * 1e3,
+                bad.first()
+                    .map_or(String::new(), |b| format!("; first of {}: {b}", bad.len()))
+            ),
+        );
     }
     c.finish();
 }

@@ -3,8 +3,9 @@
 
 use anyhow::{bail, Result};
 
+use crate::adjust::{adjust_row, RowAdjust, StepAdjust};
 use crate::chunk::{ChunkInput, KvGeometry, StepCapacity};
-use crate::sampling::{sample_row, sample_rows, RowSampling, SampleError, Sampled};
+use crate::sampling::{choose, sample_row, sample_rows, RowSampling, SampleError, Sampled};
 
 /// What a step must return for its logits rows (one per chunk with `want_logits`, in chunk
 /// order).
@@ -18,6 +19,11 @@ pub enum Want<'a> {
     /// Each row sampled with its entry (one per row): exactly what [`sample_row`] picks from
     /// the row's logits, with the log-probabilities it asks for.
     Sample(&'a [RowSampling]),
+    /// Like `Sample`, each row first adjusted by its entry of the [`StepAdjust`] (a client's
+    /// logit bias, a grammar's allowed tokens): exactly what [`choose`] picks from the row's
+    /// logits and its [`adjust_row`] result. The adjustments may still be being computed when
+    /// the step starts; a backend waits for them only before it samples.
+    SampleAdjusted(&'a [RowSampling], &'a StepAdjust),
 }
 
 impl Want<'_> {
@@ -48,6 +54,35 @@ impl Want<'_> {
                     bail!("{} sampling rows for {n} logits rows", rows.len());
                 }
                 StepOutput::Tokens(sample_rows(&logits, vocab, rows))
+            }
+            Want::SampleAdjusted(rows, adjust) => {
+                let n = logits.len() / vocab.max(1);
+                let adjust = adjust.wait();
+                if rows.len() != n || adjust.len() != n {
+                    bail!(
+                        "{} sampling rows and {} adjustments for {n} logits rows",
+                        rows.len(),
+                        adjust.len()
+                    );
+                }
+                let jobs: Vec<(&[f32], &RowSampling, &Option<RowAdjust>)> = logits
+                    .chunks_exact(vocab.max(1))
+                    .zip(rows.iter())
+                    .zip(adjust)
+                    .map(|((raw, row), adj)| (raw, row, adj))
+                    .collect();
+                StepOutput::Tokens(crate::par::map_rows(
+                    &jobs,
+                    logits.len(),
+                    |&(raw, row, adj)| match adj {
+                        Some(adj) if !adj.is_identity() => {
+                            let mut adjusted = Vec::new();
+                            adjust_row(raw, adj, &mut adjusted);
+                            choose(raw, &adjusted, row)
+                        }
+                        _ => sample_row(raw, row),
+                    },
+                ))
             }
         })
     }

@@ -4,12 +4,14 @@
 //! ([`sampling`]). A leaf crate: backends and the engine both stand on it, and it knows nothing
 //! of models, tokenizers or requests.
 
+pub mod adjust;
 mod backend;
 pub mod chunk;
 pub mod par;
 pub mod sampling;
 pub mod sampling_weights;
 
+pub use adjust::{adjust_row, RowAdjust, StepAdjust, TokenSet};
 pub use backend::{Backend, BlockCopy, StepOutput, Want};
 pub use chunk::{ChunkInput, KvGeometry, StepCapacity, StepLimits};
 pub use sampling::{
