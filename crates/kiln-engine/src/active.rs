@@ -1,9 +1,10 @@
 //! What the engine keeps for a request besides its tokens, and how its next token may be
 //! chosen by the backend.
 
+use std::sync::Arc;
 use std::time::Instant;
 
-use kiln_step::{RowSampling, MAX_DEVICE_TOP_LOGPROBS};
+use kiln_step::{RowAdjust, RowSampling, MAX_DEVICE_TOP_LOGPROBS};
 use kiln_tokenizer::StreamDecoder;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -31,6 +32,8 @@ pub(crate) struct Active {
     pub draft_pause: usize,
     pub draft_misses: u32,
     pub draft: DraftCounts,
+    /// The request's logit bias, shared by every row that samples for it.
+    pub bias: Arc<[(u32, f32)]>,
 }
 
 impl Active {
@@ -43,7 +46,20 @@ impl Active {
     /// Argmax of the raw logits is all this request needs.
     pub fn plain_greedy(&self) -> bool {
         let p = &self.req.sampling;
-        p.temperature <= 0.0 && !p.has_penalties() && self.req.logprobs.is_none()
+        p.temperature <= 0.0 && !p.has_penalties() && self.req.logprobs.is_none() && !self.adjusts()
+    }
+
+    /// Whether its logits are changed before sampling (a logit bias, a grammar).
+    pub fn adjusts(&self) -> bool {
+        !self.bias.is_empty() || self.req.constraint.is_some()
+    }
+
+    /// The row adjustment known before any grammar mask: the bias alone.
+    pub fn bias_only(&self) -> Option<RowAdjust> {
+        (!self.bias.is_empty()).then(|| RowAdjust {
+            bias: self.bias.clone(),
+            allowed: None,
+        })
     }
 
     /// How the backend may sample this request's next token, unless it needs the host

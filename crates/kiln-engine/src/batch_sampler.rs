@@ -1,6 +1,8 @@
 //! Samples every logits row of a step that needs the host (penalties read the history), spread
 //! over threads when the rows are many (`kiln_step::par`).
 
+use kiln_step::RowAdjust;
+
 use crate::request::SamplingParams;
 use crate::sampler::{self, History, SampleError, Sampled};
 
@@ -12,17 +14,20 @@ pub(crate) struct SampleJob<'a> {
     pub seed: u64,
     pub index: u64,
     pub logprobs: Option<usize>,
+    /// Bias and grammar mask, applied after the penalties.
+    pub adjust: Option<&'a RowAdjust>,
 }
 
 impl SampleJob<'_> {
     fn run(&self) -> Result<Sampled, SampleError> {
-        sampler::sample(
+        sampler::sample_adjusted(
             self.row,
             self.params,
             self.history,
             self.seed,
             self.index,
             self.logprobs,
+            self.adjust,
         )
     }
 }
@@ -66,6 +71,7 @@ mod tests {
                 seed: i as u64,
                 index: 3,
                 logprobs: Some(2),
+                adjust: None,
             })
             .collect();
         assert!(

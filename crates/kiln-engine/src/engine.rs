@@ -17,7 +17,14 @@ use crate::sampler::{self, History, Sampled};
 use crate::scheduler::{ScheduledChunk, Scheduler, SchedulerConfig};
 use crate::sequence::{SeqId, Sequence};
 use crate::shared::{Command, EngineConfig, EngineStats, Shared, Submission};
+use crate::step_adjust::{self, StepAdjustments};
 use crate::stop::StopMatcher;
+
+/// What a step gave back, with the adjustments its rows were sampled under.
+struct Stepped {
+    output: StepOutput,
+    adjustments: Option<StepAdjustments>,
+}
 
 /// Set `KILN_DEVICE_ARGMAX=0` to always fetch logits, even for all-greedy steps. (Backends
 /// that sample on the device have their own switch, e.g. KILN_DEVICE_SAMPLING for CUDA.)
@@ -116,11 +123,11 @@ impl Engine {
             // a token never sees the sequence still waiting or its blocks not yet taken.
             self.publish_stats();
             let forward_started = Instant::now();
-            let Some(output) = self.forward(&plan) else {
+            let Some(stepped) = self.forward(&plan) else {
                 continue;
             };
             let forward_s = forward_started.elapsed().as_secs_f64();
-            let sampled = self.sample(&plan, output);
+            let sampled = self.sample(&plan, stepped);
             self.postprocess(&plan, sampled);
             let step_s = started.elapsed().as_secs_f64();
             self.bump(|s| {
@@ -147,7 +154,7 @@ impl Engine {
             };
             let drained = command.is_none();
             match command {
-                Some(Command::Submit(s)) => self.admit(s),
+                Some(Command::Submit(s)) => self.admit(*s),
                 Some(Command::Shutdown) => self.stopping = true,
                 None => {}
             }
@@ -186,6 +193,7 @@ impl Engine {
             draft_pause: 0,
             draft_misses: 0,
             draft: Default::default(),
+            bias: s.req.sampling.logit_bias.clone().into(),
             req: s.req,
         };
         self.active.insert(s.id, active);
@@ -207,7 +215,7 @@ impl Engine {
 
     /// Runs the plan through the backend. None when nothing ran (its requests have been told
     /// why, if it failed).
-    fn forward(&mut self, plan: &[ScheduledChunk]) -> Option<StepOutput> {
+    fn forward(&mut self, plan: &[ScheduledChunk]) -> Option<Stepped> {
         if plan.is_empty() {
             self.unstick();
             return None;
@@ -224,15 +232,36 @@ impl Engine {
         } else {
             self.device_rows(plan)
         };
-        let want = match (all_greedy, &device_rows) {
-            (true, _) => Want::Argmax,
-            (false, Some(rows)) => Want::Sample(rows),
-            (false, None) => Want::Logits,
-        };
+        let adjusting = step_adjust::plan_adjusts(plan, &self.active);
         let inputs = self.scheduler.inputs(plan);
         let backend = &mut self.backend;
-        let result = std::panic::catch_unwind(AssertUnwindSafe(|| backend.step(&inputs, want)))
-            .unwrap_or_else(|_| Err(anyhow::anyhow!("the backend panicked")));
+        let mut run = |want: Want<'_>| {
+            std::panic::catch_unwind(AssertUnwindSafe(|| backend.step(&inputs, want)))
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("the backend panicked")))
+        };
+        let (result, adjustments) = if adjusting {
+            let (r, a) =
+                step_adjust::run_adjusted(plan, &mut self.active, &self.scheduler, |adj| {
+                    run(match &device_rows {
+                        Some(rows) => Want::SampleAdjusted(rows, adj),
+                        None => Want::Logits,
+                    })
+                });
+            (r, Some(a))
+        } else {
+            let want = match (all_greedy, &device_rows) {
+                (true, _) => Want::Argmax,
+                (false, Some(rows)) => Want::Sample(rows),
+                (false, None) => Want::Logits,
+            };
+            (run(want), None)
+        };
+        if let Some(a) = &adjustments {
+            self.bump(|s| {
+                s.grammar_masks += a.masks as u64;
+                s.grammar_mask_seconds += a.mask_seconds;
+            });
+        }
         let checked = result.and_then(|output| match &output {
             StepOutput::Tokens(t) if t.len() != rows => Err(anyhow::anyhow!(
                 "the backend returned {} tokens for {rows} rows",
@@ -244,7 +273,10 @@ impl Engine {
             _ => Ok(output),
         });
         match checked {
-            Ok(output) => Some(output),
+            Ok(output) => Some(Stepped {
+                output,
+                adjustments,
+            }),
             Err(e) => {
                 tracing::error!("forward pass failed: {e:#}");
                 for c in plan {
@@ -305,11 +337,31 @@ impl Engine {
         }
     }
 
-    /// Picks the next token for every chunk that produced logits.
+    /// Picks the next token for every chunk that produced logits. A row whose grammar failed
+    /// gets the grammar's reason.
     fn sample(
         &self,
         plan: &[ScheduledChunk],
+        stepped: Stepped,
+    ) -> Vec<(SeqId, Result<Sampled, String>)> {
+        let Stepped {
+            output,
+            adjustments,
+        } = stepped;
+        let mut sampled = self.sample_rows(plan, output, adjustments.as_ref());
+        for (row, why) in adjustments.map(|a| a.errors).unwrap_or_default() {
+            if let Some(entry) = sampled.get_mut(row) {
+                entry.1 = Err(why);
+            }
+        }
+        sampled
+    }
+
+    fn sample_rows(
+        &self,
+        plan: &[ScheduledChunk],
         output: StepOutput,
+        adjustments: Option<&StepAdjustments>,
     ) -> Vec<(SeqId, Result<Sampled, String>)> {
         // One entry per logits row: the sequence and the row's offset in its chunk.
         let wanting: Vec<(SeqId, usize)> = plan
@@ -323,6 +375,7 @@ impl Engine {
             }
             StepOutput::Logits(logits) => logits,
         };
+        let adjust = adjustments.map(|a| a.adjust.wait());
         let rows = wanting.len();
         if rows == 0 {
             return Vec::new();
@@ -330,7 +383,7 @@ impl Engine {
         let vocab = logits.len() / rows;
         let mut ids = Vec::with_capacity(rows);
         let mut jobs = Vec::with_capacity(rows);
-        for (&(id, j), row) in wanting.iter().zip(logits.chunks_exact(vocab)) {
+        for (r, (&(id, j), row)) in wanting.iter().zip(logits.chunks_exact(vocab)).enumerate() {
             let (Some(seq), Some(a)) = (self.scheduler.get(id), self.active.get(&id)) else {
                 continue;
             };
@@ -347,6 +400,7 @@ impl Engine {
                 seed: a.seed,
                 index: (seq.generated().len() + j) as u64,
                 logprobs: a.req.logprobs,
+                adjust: adjust.and_then(|rows| rows.get(r)?.as_ref()),
             });
         }
         let results = batch_sampler::sample_all(&jobs);

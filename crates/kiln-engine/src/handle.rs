@@ -12,6 +12,7 @@ use kiln_step::{Backend, StepCapacity};
 
 use crate::draft::{DraftConfig, Drafter};
 use crate::engine::Engine;
+use crate::grammar_space::GrammarSpace;
 use crate::request::{GenEvent, GenerateRequest};
 use crate::shared::{Command, Shared, Submission};
 pub use crate::shared::{EngineConfig, EngineStats};
@@ -62,6 +63,7 @@ pub struct EngineHandle {
     kv_capacity: usize,
     max_in_flight: usize,
     vocab_size: usize,
+    grammars: Arc<GrammarSpace>,
 }
 
 /// Starts the engine loop on its own OS thread.
@@ -86,6 +88,7 @@ pub fn start_with_drafter(
     let kv_capacity = geometry.num_blocks * geometry.block_size;
     let max_context = cfg.max_context.min(kv_capacity);
     let vocab_size = tokenizer.vocab_size();
+    let grammars = GrammarSpace::new(tokenizer.clone());
     let shared = Arc::new(Shared::default());
     let (tx, rx) = mpsc::channel();
     let engine = Engine::new(
@@ -109,6 +112,7 @@ pub fn start_with_drafter(
         kv_capacity,
         max_in_flight: cfg.max_num_seqs.max(1).saturating_add(cfg.max_queue),
         vocab_size,
+        grammars,
     }
 }
 
@@ -166,7 +170,7 @@ impl EngineHandle {
             events: tx,
             submitted: Instant::now(),
         };
-        if self.commands.send(Command::Submit(submission)).is_err() {
+        if self.commands.send(Command::Submit(Box::new(submission))).is_err() {
             self.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
             return Err(SubmitError::ShuttingDown);
         }
@@ -188,6 +192,17 @@ impl EngineHandle {
             )));
         }
         req.sampling.validate().map_err(SubmitError::Invalid)?;
+        if let Some(&(t, _)) = req
+            .sampling
+            .logit_bias
+            .last()
+            .filter(|b| b.0 as usize >= self.vocab_size)
+        {
+            return Err(SubmitError::Invalid(format!(
+                "logit_bias names token {t}, outside the vocabulary of {} tokens",
+                self.vocab_size
+            )));
+        }
         if let Some(n) = req.logprobs {
             if n > self.vocab_size {
                 return Err(SubmitError::Invalid(format!(
@@ -206,6 +221,16 @@ impl EngineHandle {
             });
         }
         Ok(())
+    }
+
+    /// Compiles `grammar` (a JSON schema, a regex ...) for [`GenerateRequest::constraint`].
+    /// Blocks while compiling: on an async runtime, call it from a blocking thread. A grammar
+    /// that does not compile is `Invalid`, with llguidance's reason.
+    pub fn compile(
+        &self,
+        grammar: &kiln_grammar::Grammar,
+    ) -> Result<kiln_grammar::Constraint, SubmitError> {
+        self.grammars.compile(grammar)
     }
 
     pub fn stats(&self) -> EngineStats {

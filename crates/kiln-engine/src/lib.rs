@@ -8,6 +8,7 @@ mod batch_sampler;
 pub mod block_manager;
 pub mod draft;
 mod engine;
+mod grammar_space;
 pub mod handle;
 pub mod model_drafter;
 mod output;
@@ -18,12 +19,14 @@ pub mod scheduler;
 pub mod sequence;
 mod shared;
 mod speculate;
+mod step_adjust;
 pub mod stop;
 
 pub use draft::{DraftConfig, Drafter, NgramDrafter};
 pub use handle::{
     start, start_with_drafter, EngineConfig, EngineHandle, EngineStats, RequestStream, SubmitError,
 };
+pub use kiln_grammar::{CompileError, Constraint, Grammar};
 pub use kiln_step::{
     Backend, ChunkInput, KvGeometry, RowSampling, StepCapacity, StepOutput, Want,
     MAX_DEVICE_TOP_LOGPROBS,

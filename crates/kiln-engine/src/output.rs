@@ -24,6 +24,15 @@ impl Engine {
         }
         let ends_turn = (!a.req.ignore_eos && self.tokenizer.eos_ids().contains(&s.id))
             || a.req.stop_token_ids.contains(&s.id);
+        // The grammar takes every token that is output; once complete, the request ends.
+        let mut grammar_done = false;
+        if let (Some(c), false) = (a.req.constraint.as_mut(), ends_turn) {
+            if let Err(e) = c.commit(s.id) {
+                self.fail(id, e);
+                return;
+            }
+            grammar_done = c.is_finished();
+        }
         let (text, stop_string) = if ends_turn {
             (String::new(), false)
         } else {
@@ -32,7 +41,7 @@ impl Engine {
                 StopCheck::Stopped(text) => (text, true),
             }
         };
-        let reason = if ends_turn || stop_string {
+        let reason = if ends_turn || stop_string || grammar_done {
             Some(FinishReason::Stop)
         } else {
             (len >= a.max_len).then_some(FinishReason::Length)
@@ -119,7 +128,7 @@ impl Engine {
     pub(crate) fn cancel_all(&mut self) {
         while let Ok(command) = self.commands.try_recv() {
             if let Command::Submit(s) = command {
-                self.admit(s);
+                self.admit(*s);
             }
         }
         let ids: Vec<SeqId> = self.active.keys().copied().collect();

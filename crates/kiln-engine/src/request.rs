@@ -19,6 +19,10 @@ pub struct SamplingParams {
     pub frequency_penalty: f32,
     /// Same seed, same prompt, same parameters: same tokens, whatever else runs alongside.
     pub seed: Option<u64>,
+    /// Added to the logits of these ids before sampling (OpenAI's `logit_bias`): distinct ids
+    /// in ascending order, values in [-100, 100].
+    #[serde(default)]
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 impl Default for SamplingParams {
@@ -32,6 +36,7 @@ impl Default for SamplingParams {
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
             seed: None,
+            logit_bias: Vec::new(),
         }
     }
 }
@@ -69,6 +74,21 @@ impl SamplingParams {
         if !(0.0..=1.0).contains(&self.min_p) {
             return Err(format!("min_p must be in [0, 1], got {}", self.min_p));
         }
+        if let Some(&(id, b)) = self
+            .logit_bias
+            .iter()
+            .find(|(_, b)| !(-100.0..=100.0).contains(b))
+        {
+            return Err(format!(
+                "logit_bias for token {id} must be in [-100, 100], got {b}"
+            ));
+        }
+        if let Some(w) = self.logit_bias.windows(2).find(|w| w[0].0 >= w[1].0) {
+            return Err(format!(
+                "logit_bias ids must be distinct and ascending, got {} then {}",
+                w[0].0, w[1].0
+            ));
+        }
         if self.repetition_penalty <= 0.0 {
             return Err(format!(
                 "repetition_penalty must be > 0, got {}",
@@ -96,6 +116,10 @@ pub struct GenerateRequest {
     /// Never draft for this request, even when the engine drafts (the tokens are the same
     /// either way; only the speed differs).
     pub no_draft: bool,
+    /// Output held to a grammar (a JSON schema, a regex ...): only tokens it allows are
+    /// sampled, and the request ends when the grammar is complete. Compile it with
+    /// [`crate::EngineHandle::compile`].
+    pub constraint: Option<kiln_grammar::Constraint>,
 }
 
 /// One generated token.

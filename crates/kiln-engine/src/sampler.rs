@@ -6,6 +6,7 @@
 
 use kiln_step::sampling::{choose, RowSampling};
 pub use kiln_step::sampling::{sample_row, splitmix64, uniform, SampleError, Sampled};
+use kiln_step::{adjust_row, RowAdjust};
 
 use crate::request::SamplingParams;
 
@@ -28,13 +29,32 @@ pub fn sample(
     draw_index: u64,
     logprobs: Option<usize>,
 ) -> Result<Sampled, SampleError> {
+    sample_adjusted(logits, params, history, seed, draw_index, logprobs, None)
+}
+
+/// [`sample`] with `adjust` (a logit bias and a grammar's allowed set) applied after the
+/// penalties.
+pub fn sample_adjusted(
+    logits: &[f32],
+    params: &SamplingParams,
+    history: History<'_>,
+    seed: u64,
+    draw_index: u64,
+    logprobs: Option<usize>,
+    adjust: Option<&RowAdjust>,
+) -> Result<Sampled, SampleError> {
     let penalised;
-    let adjusted: &[f32] = if params.has_penalties() {
+    let mut adjusted: &[f32] = if params.has_penalties() {
         penalised = apply_penalties(logits, params, history)?;
         &penalised
     } else {
         logits
     };
+    let mut biased = Vec::new();
+    if let Some(adj) = adjust.filter(|a| !a.is_identity()) {
+        adjust_row(adjusted, adj, &mut biased);
+        adjusted = &biased;
+    }
     let row = RowSampling {
         temperature: params.temperature,
         top_k: params.top_k,

@@ -86,6 +86,10 @@ pub struct EngineStats {
     pub requests_finished: u64,
     pub requests_cancelled: u64,
     pub requests_failed: u64,
+    /// Logits rows sampled under a grammar's mask, and the seconds the masks took (summed
+    /// per step, wall time, mostly hidden behind the forward pass).
+    pub grammar_masks: u64,
+    pub grammar_mask_seconds: f64,
 }
 
 /// State shared between the handles and the engine thread.
@@ -99,7 +103,7 @@ pub(crate) struct Shared {
 }
 
 pub(crate) enum Command {
-    Submit(Submission),
+    Submit(Box<Submission>),
     Shutdown,
 }
 

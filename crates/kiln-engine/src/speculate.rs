@@ -110,11 +110,17 @@ impl Engine {
                 .draft_len
                 .clamp(1, cap)
                 .min(room.saturating_sub(seq.tokens.len()));
-            let draft = if k == 0 {
+            let mut draft = if k == 0 {
                 Vec::new()
             } else {
                 drafter.propose(id, &seq.tokens, k)
             };
+            // Under a grammar, a draft is cut where the grammar would refuse it: the rows
+            // after could never be kept.
+            if let Some(c) = a.req.constraint.as_mut() {
+                let valid = c.valid_prefix(&draft);
+                draft.truncate(valid);
+            }
             self.scheduler.set_draft(id, draft);
         }
     }

@@ -5,7 +5,8 @@ use llguidance::Matcher;
 
 /// A compiled grammar following one sequence.
 pub struct Constraint {
-    matcher: Matcher,
+    /// Boxed: a matcher is large, and requests carrying one move between threads.
+    matcher: Box<Matcher>,
     vocab: usize,
 }
 
@@ -22,7 +23,7 @@ impl std::fmt::Debug for Constraint {
 impl Clone for Constraint {
     fn clone(&self) -> Constraint {
         Constraint {
-            matcher: self.matcher.deep_clone(),
+            matcher: Box::new(self.matcher.deep_clone()),
             vocab: self.vocab,
         }
     }
@@ -30,7 +31,10 @@ impl Clone for Constraint {
 
 impl Constraint {
     pub(crate) fn new(matcher: Matcher, vocab: usize) -> Constraint {
-        Constraint { matcher, vocab }
+        Constraint {
+            matcher: Box::new(matcher),
+            vocab,
+        }
     }
 
     /// The tokens that may come next: once the grammar is complete, only the ids that end a

@@ -201,6 +201,7 @@ impl SamplingFields<'_> {
             frequency_penalty,
             // Two's complement keeps every i64 seed distinct.
             seed: self.seed.map(|s| s as u64),
+            logit_bias: Vec::new(),
         };
         Ok(Sampling {
             params,

@@ -42,6 +42,7 @@ impl GenerationPlan {
                     ignore_eos: self.sampling.ignore_eos,
                     logprobs: self.logprobs,
                     no_draft: self.sampling.no_draft,
+                    constraint: None,
                 });
             }
         }
