@@ -2,6 +2,7 @@
 //! on any model, as a table on stdout and JSON for scripts (scripts/bench-cpu.sh,
 //! scripts/bench-gpu.sh put them beside llama.cpp and transformers; docs/BENCH.md keeps them).
 
+mod constrained;
 mod plan;
 mod report;
 mod runner;
@@ -77,6 +78,11 @@ pub struct BenchArgs {
     pub draft_prompt: Option<String>,
     #[arg(long, default_value_t = 1100)]
     pub draft_file_bytes: usize,
+    /// Decode `--decode` tokens through the engine at each `--concurrency` with every stream
+    /// held to this grammar, against the same streams unconstrained: `json_object`,
+    /// `regex:PATTERN`, `lark:FILE` or a JSON schema's file. Repeat for several.
+    #[arg(long)]
+    pub grammar: Vec<String>,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
@@ -144,9 +150,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mode = args.decode_mode()?;
     let mut rows = measure(target.backend(), &plan, model.config.vocab_size, mode)?;
     let (device_name, kind, memory) = (target.device_name(), target.kind(), target.memory());
+    // The engine cases run on backends of their own: the first one's memory goes first.
+    drop(target);
     if args.draft.draft.is_some() {
-        // Through the engine, on a backend of its own: the first one's memory goes first.
-        drop(target);
         let text = match &args.draft_prompt {
             Some(p) => p.clone(),
             None => speculative::edit_prompt(args.draft_file_bytes),
@@ -168,6 +174,36 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             t.drafter, t.drafted_tok_s.median, t.plain_tok_s.median
         );
         rows.push(Row::Speculative(t));
+    }
+    if !args.grammar.is_empty() {
+        let prompt = model
+            .tokenizer
+            .encode("Reply with the record, as JSON:", true)?;
+        let most = plan.concurrency.iter().copied().max().unwrap_or(1);
+        let tokens = plan.decode.max(2);
+        let engine = constrained::engine(&model, &args.device, &prompt, tokens, most)?;
+        for spec in &args.grammar {
+            let grammar = constrained::parse_grammar(spec)?;
+            for &streams in &plan.concurrency {
+                let t = constrained::measure(
+                    &engine,
+                    &grammar,
+                    &prompt,
+                    tokens,
+                    streams,
+                    args.temperature,
+                    plan.warmup,
+                    plan.repeats,
+                )
+                .with_context(|| format!("the --grammar {spec} case at {streams} streams"))?;
+                eprintln!(
+                    "decode under {} at {streams} streams: {:.1} tok/s against {:.1} plain",
+                    t.grammar, t.constrained_tok_s.median, t.plain_tok_s.median
+                );
+                rows.push(Row::Constrained(t));
+            }
+        }
+        engine.shutdown();
     }
 
     let header = Header {

@@ -4,6 +4,7 @@
 
 use serde_json::{json, Value};
 
+use super::constrained::ConstrainedTiming;
 use super::runner::{DecodeTiming, PrefillTiming, ResumedTiming};
 use super::speculative::SpecTiming;
 use super::stats::{rate, Spread};
@@ -16,6 +17,7 @@ pub enum Row {
     Decode(DecodeTiming),
     Resumed(ResumedTiming),
     Speculative(SpecTiming),
+    Constrained(ConstrainedTiming),
 }
 
 impl Row {
@@ -27,6 +29,7 @@ impl Row {
             // Tokens of the prompt over the time to its first token.
             Row::Resumed(r) => r.ttft_s.map(|t| rate(r.history + r.new_tokens, t)),
             Row::Speculative(s) => s.drafted_tok_s,
+            Row::Constrained(c) => c.constrained_tok_s,
         }
     }
 
@@ -89,6 +92,23 @@ impl Row {
                     "target_passes": c.target_passes,
                 })
             }
+            Row::Constrained(c) => json!({
+                "engine": "kiln",
+                "test": "decode",
+                "tokens": c.tokens,
+                "concurrency": c.streams,
+                "grammar": c.grammar,
+                "tok_s": tok_s.median,
+                "tok_s_min": tok_s.min,
+                "tok_s_max": tok_s.max,
+                "plain_tok_s": c.plain_tok_s.median,
+                "plain_tok_s_min": c.plain_tok_s.min,
+                "plain_tok_s_max": c.plain_tok_s.max,
+                "constrained_over_plain": tok_s.median / c.plain_tok_s.median,
+                "generated_per_stream": c.constrained_generated,
+                "mask_ms_per_step": c.mask_ms_per_step,
+                "masks_per_step": c.masks_per_step,
+            }),
             Row::Resumed(r) => {
                 let (ttft, cold) = (r.ttft_s.map(|t| t * 1e3), r.cold_ttft_s.map(|t| t * 1e3));
                 json!({
@@ -150,6 +170,20 @@ impl Row {
                     s.plain_tok_s.median,
                     s.counts.accepted,
                     s.counts.proposed
+                ),
+            ],
+            Row::Constrained(c) => [
+                format!("decode {}, grammar {}", c.tokens, c.grammar),
+                "-".into(),
+                c.streams.to_string(),
+                range,
+                format!("{:.1}", t.median / c.streams as f64),
+                format!(
+                    "{:.2}x plain {:.1}; masks {:.3} ms/step ({:.1} rows)",
+                    t.median / c.plain_tok_s.median,
+                    c.plain_tok_s.median,
+                    c.mask_ms_per_step,
+                    c.masks_per_step
                 ),
             ],
             Row::Resumed(r) => [
