@@ -32,6 +32,23 @@ pub fn submit_error(e: SubmitError) -> ApiError {
     }
 }
 
+/// Compiles the plan's grammar, if it has one, on a blocking thread: a large schema takes
+/// milliseconds, which must not hold up the async workers.
+pub async fn compile_grammar(
+    engine: &EngineHandle,
+    mut plan: GenerationPlan,
+) -> Result<GenerationPlan, ApiError> {
+    let Some(grammar) = plan.sampling.grammar.clone() else {
+        return Ok(plan);
+    };
+    let engine = engine.clone();
+    let compiled = tokio::task::spawn_blocking(move || engine.compile(&grammar))
+        .await
+        .map_err(|_| ApiError::internal("compiling the grammar failed"))?;
+    plan.constraint = Some(compiled.map_err(submit_error)?);
+    Ok(plan)
+}
+
 /// The error a choice cancelled by the engine (server shutdown) reports.
 pub fn cancelled_error() -> ApiError {
     ApiError::unavailable("The request was cancelled because the server is shutting down.")

@@ -21,18 +21,9 @@ request_with_sampling! {
         pub stream_options: Option<StreamOptions>,
         pub logprobs: Option<bool>,
         pub top_logprobs: Option<i64>,
-        /// Accepted only when empty: kiln does not bias logits.
-        pub logit_bias: Option<serde_json::Map<String, serde_json::Value>>,
         /// Accepted only when absent or empty: kiln does not call tools.
         pub tools: Option<Vec<serde_json::Value>>,
-        pub response_format: Option<ResponseFormat>,
     }
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct ResponseFormat {
-    #[serde(rename = "type")]
-    pub kind: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -67,23 +58,6 @@ impl ChatCompletionRequest {
                 "tools",
                 "Tool calling is not supported by this server.",
             ));
-        }
-        if self.logit_bias.as_ref().is_some_and(|b| !b.is_empty()) {
-            return Err(ApiError::invalid_param(
-                "logit_bias",
-                "`logit_bias` is not supported by this server.",
-            ));
-        }
-        if let Some(f) = &self.response_format {
-            if f.kind != "text" {
-                return Err(ApiError::invalid_param(
-                    "response_format",
-                    format!(
-                        "response_format `{}` is not supported; only `text` is.",
-                        f.kind
-                    ),
-                ));
-            }
         }
         Ok(())
     }
@@ -261,22 +235,11 @@ mod tests {
             r#"{"messages": [], "tools": [], "logit_bias": {}, "response_format": {"type": "text"}}"#,
         );
         assert!(ok.check_unsupported().is_ok());
-        for (body, param) in [
-            (
-                r#"{"messages": [], "tools": [{"type": "function"}]}"#,
-                "tools",
-            ),
-            (r#"{"messages": [], "logit_bias": {"5": 10}}"#, "logit_bias"),
-            (
-                r#"{"messages": [], "response_format": {"type": "json_object"}}"#,
-                "response_format",
-            ),
-        ] {
-            assert_eq!(
-                req(body).check_unsupported().unwrap_err().param.as_deref(),
-                Some(param)
-            );
-        }
+        let body = r#"{"messages": [], "tools": [{"type": "function"}]}"#;
+        assert_eq!(
+            req(body).check_unsupported().unwrap_err().param.as_deref(),
+            Some("tools")
+        );
     }
 
     #[test]

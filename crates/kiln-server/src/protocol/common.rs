@@ -54,6 +54,9 @@ pub struct SamplingFields<'a> {
     pub ignore_eos: Option<bool>,
     /// kiln's extension: `false` opts the request out of speculative decoding.
     pub draft: Option<bool>,
+    pub logit_bias: Option<&'a serde_json::Map<String, serde_json::Value>>,
+    /// The output constraint fields (`response_format`, `guided_*`).
+    pub guided: super::structured::GuidedFields<'a>,
 }
 
 /// Declares a request struct (`pub struct Name { ... }`) with the sampling and stopping fields
@@ -76,6 +79,13 @@ macro_rules! request_with_sampling {
             pub stop_token_ids: Option<Vec<i64>>,
             pub ignore_eos: Option<bool>,
             pub draft: Option<bool>,
+            pub logit_bias: Option<serde_json::Map<String, serde_json::Value>>,
+            pub response_format: Option<$crate::protocol::structured::ResponseFormat>,
+            /// vLLM's constraint fields (kiln's extension of the OpenAI API).
+            pub guided_json: Option<serde_json::Value>,
+            pub guided_regex: Option<String>,
+            pub guided_choice: Option<Vec<String>>,
+            pub guided_grammar: Option<String>,
         }
 
         impl $name {
@@ -93,6 +103,14 @@ macro_rules! request_with_sampling {
                     stop_token_ids: self.stop_token_ids.as_deref(),
                     ignore_eos: self.ignore_eos,
                     draft: self.draft,
+                    logit_bias: self.logit_bias.as_ref(),
+                    guided: $crate::protocol::structured::GuidedFields {
+                        response_format: self.response_format.as_ref(),
+                        guided_json: self.guided_json.as_ref(),
+                        guided_regex: self.guided_regex.as_deref(),
+                        guided_choice: self.guided_choice.as_deref(),
+                        guided_grammar: self.guided_grammar.as_deref(),
+                    },
                 }
             }
         }
@@ -109,6 +127,8 @@ pub struct Sampling {
     pub ignore_eos: bool,
     /// The request asked not to be drafted for.
     pub no_draft: bool,
+    /// What its output must follow (compiled later, off the async workers).
+    pub grammar: Option<kiln_engine::Grammar>,
 }
 
 fn in_range(param: &str, v: Option<f64>, lo: f64, hi: f64, default: f64) -> Result<f32, ApiError> {
@@ -201,7 +221,7 @@ impl SamplingFields<'_> {
             frequency_penalty,
             // Two's complement keeps every i64 seed distinct.
             seed: self.seed.map(|s| s as u64),
-            logit_bias: Vec::new(),
+            logit_bias: super::structured::logit_bias(self.logit_bias, vocab_size)?,
         };
         Ok(Sampling {
             params,
@@ -209,6 +229,7 @@ impl SamplingFields<'_> {
             stop_token_ids,
             ignore_eos: self.ignore_eos.unwrap_or(false),
             no_draft: self.draft == Some(false),
+            grammar: self.guided.grammar()?,
         })
     }
 }

@@ -25,7 +25,6 @@ request_with_sampling! {
         /// Return the prompt text before the completion.
         pub echo: Option<bool>,
         pub suffix: Option<String>,
-        pub logit_bias: Option<serde_json::Map<String, serde_json::Value>>,
     }
 }
 
@@ -111,12 +110,6 @@ impl CompletionRequest {
             return Err(ApiError::invalid_param(
                 "best_of",
                 "`best_of` is not supported; leave it unset or equal to `n`.",
-            ));
-        }
-        if self.logit_bias.as_ref().is_some_and(|b| !b.is_empty()) {
-            return Err(ApiError::invalid_param(
-                "logit_bias",
-                "`logit_bias` is not supported by this server.",
             ));
         }
         if self.echo() && self.logprobs.is_some() {
@@ -216,7 +209,6 @@ mod tests {
         for (body, param) in [
             (r#"{"prompt": "x", "suffix": "y"}"#, "suffix"),
             (r#"{"prompt": "x", "best_of": 3}"#, "best_of"),
-            (r#"{"prompt": "x", "logit_bias": {"1": 2}}"#, "logit_bias"),
             (r#"{"prompt": "x", "echo": true, "logprobs": 1}"#, "echo"),
         ] {
             assert_eq!(

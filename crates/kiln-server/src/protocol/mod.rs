@@ -6,3 +6,4 @@ pub mod common;
 pub mod completion;
 pub mod logprobs;
 pub mod plan;
+pub mod structured;

@@ -7,6 +7,8 @@ use crate::error::ApiError;
 
 #[derive(Debug, Clone)]
 pub struct GenerationPlan {
+    /// The compiled form of `sampling.grammar`, once compiled: each choice gets its own copy.
+    pub constraint: Option<kiln_engine::Constraint>,
     /// Token ids of each prompt (chat has one; completions may batch several).
     pub prompts: Vec<Vec<u32>>,
     /// Choices per prompt.
@@ -42,7 +44,7 @@ impl GenerationPlan {
                     ignore_eos: self.sampling.ignore_eos,
                     logprobs: self.logprobs,
                     no_draft: self.sampling.no_draft,
-                    constraint: None,
+                    constraint: self.constraint.clone(),
                 });
             }
         }
@@ -95,6 +97,7 @@ mod tests {
         seed: Option<i64>,
     ) -> GenerationPlan {
         GenerationPlan {
+            constraint: None,
             prompts,
             n,
             sampling: SamplingFields {

@@ -11,7 +11,9 @@ use kiln_tokenizer::Tokenizer;
 use serde_json::Value;
 
 use crate::error::ApiError;
-use crate::generation::{collect_all, finish_reason, merge, submit_all, ChoiceOutcome};
+use crate::generation::{
+    collect_all, compile_grammar, finish_reason, merge, submit_all, ChoiceOutcome,
+};
 use crate::json_body::{parse, read_limited};
 use crate::prompt::encode_prompt;
 use crate::protocol::chat::{
@@ -30,7 +32,7 @@ pub async fn chat_completions(
 ) -> Result<Response, ApiError> {
     let arrived = Instant::now();
     let body: ChatCompletionRequest = parse(&read_limited(req, st.limits.max_body_bytes).await?)?;
-    let plan = plan(&st, &body)?;
+    let plan = compile_grammar(&st.engine, plan(&st, &body)?).await?;
     let streams = submit_all(&st.engine, &plan)?;
     st.metrics.add_prompt_tokens(plan.prompt_tokens());
     let id = response_id("chatcmpl");
@@ -115,6 +117,7 @@ fn plan(st: &AppState, body: &ChatCompletionRequest) -> Result<GenerationPlan, A
     })?;
     let prompt = encode_prompt(&st.tokenizer, &text, "messages")?;
     Ok(GenerationPlan {
+        constraint: None,
         prompts: vec![prompt],
         n,
         sampling,

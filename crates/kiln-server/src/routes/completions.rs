@@ -12,7 +12,9 @@ use kiln_tokenizer::Tokenizer;
 use serde_json::Value;
 
 use crate::error::ApiError;
-use crate::generation::{collect_all, finish_reason, merge, submit_all, ChoiceOutcome};
+use crate::generation::{
+    collect_all, compile_grammar, finish_reason, merge, submit_all, ChoiceOutcome,
+};
 use crate::json_body::{parse, read_limited};
 use crate::prompt::encode_prompt;
 use crate::protocol::common::{choices_per_prompt, include_usage, max_tokens, top_logprobs, Usage};
@@ -31,7 +33,7 @@ pub async fn completions(
 ) -> Result<Response, ApiError> {
     let arrived = Instant::now();
     let body: CompletionRequest = parse(&read_limited(req, st.limits.max_body_bytes).await?)?;
-    let plan = plan(&st, &body)?;
+    let plan = compile_grammar(&st.engine, plan(&st, &body)?).await?;
     let echoes: Vec<String> = if body.echo() {
         plan.prompts
             .iter()
@@ -120,6 +122,7 @@ fn plan(st: &AppState, body: &CompletionRequest) -> Result<GenerationPlan, ApiEr
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(GenerationPlan {
+        constraint: None,
         prompts,
         n,
         sampling,
