@@ -99,10 +99,9 @@ def test_completion_token_ids_outside_vocab(client, model):
 def test_unsupported_features_are_refused(client, model):
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(
-            model=model, messages=MSG,
-            tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
+            model=model, messages=MSG, tools=[{"type": "code_interpreter"}],
         )
-    assert e.value.body["param"] == "tools"
+    assert e.value.body["param"] == "tools[0].type"
 
 
 def test_body_over_limit_is_413(base_url):

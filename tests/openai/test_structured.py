@@ -53,3 +53,47 @@ def test_json_object_and_guided_choice(client, model):
         extra_body={"guided_choice": ["alpha", "beta"]},
     )
     assert {c.message.content for c in r.choices} <= {"alpha", "beta"}
+
+
+class GetWeather(BaseModel):
+    city: str = Field(max_length=12)
+    unit: Literal["c", "f"]
+
+
+def test_forced_tool_call_parses_into_the_pydantic_model(client, model):
+    import openai
+
+    tool = openai.pydantic_function_tool(GetWeather)
+    r = client.chat.completions.parse(
+        model=model,
+        messages=[{"role": "user", "content": "Weather in Oslo?"}],
+        tools=[tool],
+        tool_choice={"type": "function", "function": {"name": "GetWeather"}},
+        max_tokens=300,
+        temperature=1.0,
+        seed=4,
+    )
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "GetWeather"
+    assert isinstance(call.function.parsed_arguments, GetWeather)
+    # Streamed, the same call arrives in tool_calls deltas.
+    stream = client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": "Weather in Oslo?"}],
+        tools=[tool],
+        tool_choice={"type": "function", "function": {"name": "GetWeather"}},
+        max_tokens=300,
+        temperature=1.0,
+        seed=4,
+        stream=True,
+    )
+    args, finish = "", None
+    for chunk in stream:
+        for c in chunk.choices:
+            for d in c.delta.tool_calls or []:
+                args += d.function.arguments or ""
+            finish = c.finish_reason or finish
+    assert finish == "tool_calls"
+    assert json.loads(args) == json.loads(call.function.arguments)

@@ -16,6 +16,7 @@ pub mod routes;
 pub mod serve;
 pub mod sse;
 pub mod state;
+pub mod tools;
 
 pub use app::router;
 pub use error::ApiError;

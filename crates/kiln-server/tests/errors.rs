@@ -213,7 +213,7 @@ async fn unsupported_features_are_refused() {
         post(CHAT, chat_body(json!({"tools": [{"type": "function"}]}))),
     )
     .await;
-    assert_eq!(expect_error(st, &body, 400)["param"], "tools");
+    assert_eq!(expect_error(st, &body, 400)["param"], "tools[0].function");
     let (st, body) = send_json(
         &s.app,
         post(COMPLETIONS, r#"{"prompt": "x", "suffix": "y"}"#),

@@ -21,8 +21,9 @@ request_with_sampling! {
         pub stream_options: Option<StreamOptions>,
         pub logprobs: Option<bool>,
         pub top_logprobs: Option<i64>,
-        /// Accepted only when absent or empty: kiln does not call tools.
         pub tools: Option<Vec<serde_json::Value>>,
+        pub tool_choice: Option<serde_json::Value>,
+        pub parallel_tool_calls: Option<bool>,
     }
 }
 
@@ -31,6 +32,11 @@ pub struct MessageIn {
     pub role: String,
     #[serde(default)]
     pub content: Option<MessageContent>,
+    /// An assistant turn's calls (`{"id", "type": "function", "function": {"name", "arguments"}}`).
+    pub tool_calls: Option<Vec<serde_json::Value>>,
+    /// A tool result's call.
+    pub tool_call_id: Option<String>,
+    pub name: Option<String>,
 }
 
 /// A message's content: a string, or a list of parts of which kiln reads the text ones.
@@ -51,17 +57,6 @@ pub struct ContentPart {
 const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
 
 impl ChatCompletionRequest {
-    /// Refuses features kiln does not implement, rather than silently ignoring them.
-    pub fn check_unsupported(&self) -> Result<(), ApiError> {
-        if self.tools.as_ref().is_some_and(|t| !t.is_empty()) {
-            return Err(ApiError::invalid_param(
-                "tools",
-                "Tool calling is not supported by this server.",
-            ));
-        }
-        Ok(())
-    }
-
     /// The conversation as the chat template takes it. `developer` is OpenAI's new name for
     /// `system`, which is what templates know.
     pub fn chat_messages(&self) -> Result<Vec<ChatMessage>, ApiError> {
@@ -103,6 +98,49 @@ impl ChatCompletionRequest {
                 role: role.to_string(),
                 content,
             });
+        }
+        Ok(out)
+    }
+
+    /// The conversation as JSON objects for the template, with assistant `tool_calls` (their
+    /// arguments as objects, as templates index them) and tool results' ids.
+    pub fn template_messages(&self) -> Result<Vec<serde_json::Value>, ApiError> {
+        let plain = self.chat_messages()?;
+        let mut out = Vec::with_capacity(plain.len());
+        for (i, (m, p)) in self.messages.iter().zip(plain).enumerate() {
+            let mut v = serde_json::json!({"role": p.role, "content": p.content});
+            if let Some(calls) = &m.tool_calls {
+                if m.role != "assistant" {
+                    return Err(ApiError::invalid_param(
+                        &format!("messages[{i}].tool_calls"),
+                        "Only assistant messages carry `tool_calls`.",
+                    ));
+                }
+                let calls: Vec<serde_json::Value> = calls
+                    .iter()
+                    .map(|c| {
+                        let mut c = c.clone();
+                        let args = &mut c["function"]["arguments"];
+                        if let Some(parsed) =
+                            args.as_str().and_then(|a| serde_json::from_str(a).ok())
+                        {
+                            *args = parsed;
+                        }
+                        c
+                    })
+                    .collect();
+                v["tool_calls"] = serde_json::Value::Array(calls);
+                if m.content.is_none() {
+                    v["content"] = serde_json::Value::Null;
+                }
+            }
+            if let Some(id) = &m.tool_call_id {
+                v["tool_call_id"] = serde_json::Value::String(id.clone());
+            }
+            if let Some(name) = &m.name {
+                v["name"] = serde_json::Value::String(name.clone());
+            }
+            out.push(v);
         }
         Ok(out)
     }
@@ -154,7 +192,10 @@ pub struct ChatChoice {
 #[derive(Debug, Clone, Serialize)]
 pub struct AssistantMessage {
     pub role: &'static str,
-    pub content: String,
+    /// Null when the reply is only tool calls.
+    pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<crate::tools::ToolCallOut>>,
 }
 
 /// One streamed chunk.
@@ -184,6 +225,16 @@ pub struct Delta {
     pub role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallDelta>>,
+}
+
+/// A streamed call: each arrives whole, in one chunk.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolCallDelta {
+    pub index: usize,
+    #[serde(flatten)]
+    pub call: crate::tools::ToolCallOut,
 }
 
 #[cfg(test)]
@@ -227,19 +278,6 @@ mod tests {
             .chat_messages()
             .unwrap_err();
         assert_eq!(e.param.as_deref(), Some("messages[0].content[0]"));
-    }
-
-    #[test]
-    fn unsupported_features_are_refused_not_ignored() {
-        let ok = req(
-            r#"{"messages": [], "tools": [], "logit_bias": {}, "response_format": {"type": "text"}}"#,
-        );
-        assert!(ok.check_unsupported().is_ok());
-        let body = r#"{"messages": [], "tools": [{"type": "function"}]}"#;
-        assert_eq!(
-            req(body).check_unsupported().unwrap_err().param.as_deref(),
-            Some("tools")
-        );
     }
 
     #[test]

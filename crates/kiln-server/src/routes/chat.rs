@@ -1,5 +1,6 @@
 //! `POST /v1/chat/completions`: template the conversation, generate, answer whole or streamed.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -18,13 +19,17 @@ use crate::json_body::{parse, read_limited};
 use crate::prompt::encode_prompt;
 use crate::protocol::chat::{
     AssistantMessage, ChatChoice, ChatChunk, ChatChunkChoice, ChatCompletion,
-    ChatCompletionRequest, Delta,
+    ChatCompletionRequest, Delta, ToolCallDelta,
 };
 use crate::protocol::common::{choices_per_prompt, include_usage, max_tokens, top_logprobs, Usage};
 use crate::protocol::logprobs::{ChatLogprobs, ChatTokenLogprob};
 use crate::protocol::plan::GenerationPlan;
 use crate::sse::{sse_response, ChunkWriter, StreamSetup};
 use crate::state::{response_id, unix_now, AppState};
+use crate::tools::syntax::{MarkerTokens, TemplateTools};
+use crate::tools::{
+    parse_reply, render_conversation, ParsedReply, ToolRequest, ToolStreamer, ToolSyntax,
+};
 
 pub async fn chat_completions(
     State(st): State<Arc<AppState>>,
@@ -32,7 +37,8 @@ pub async fn chat_completions(
 ) -> Result<Response, ApiError> {
     let arrived = Instant::now();
     let body: ChatCompletionRequest = parse(&read_limited(req, st.limits.max_body_bytes).await?)?;
-    let plan = compile_grammar(&st.engine, plan(&st, &body)?).await?;
+    let (plan, tools) = plan(&st, &body)?;
+    let plan = compile_grammar(&st.engine, plan).await?;
     let streams = submit_all(&st.engine, &plan)?;
     st.metrics.add_prompt_tokens(plan.prompt_tokens());
     let id = response_id("chatcmpl");
@@ -44,6 +50,8 @@ pub async fn chat_completions(
             model: st.model_name.clone(),
             include_usage: plan.include_usage,
             tokenizer: st.tokenizer.clone(),
+            tools,
+            streamers: HashMap::new(),
         };
         let setup = StreamSetup::for_plan(&plan, arrived, &st.metrics);
         return Ok(sse_response(writer, merge(streams), setup));
@@ -54,20 +62,38 @@ pub async fn chat_completions(
     let choices = outcomes
         .into_iter()
         .enumerate()
-        .map(|(index, o)| ChatChoice {
-            index,
-            message: AssistantMessage {
-                role: "assistant",
-                content: o.text,
-            },
-            logprobs: plan.logprobs.map(|_| ChatLogprobs {
-                content: o
-                    .tokens
-                    .iter()
-                    .filter_map(|t| ChatTokenLogprob::from_event(&st.tokenizer, t))
-                    .collect(),
-            }),
-            finish_reason: Some(finish_reason(o.finish.reason)),
+        .map(|(index, o)| {
+            let mut finish = finish_reason(o.finish.reason);
+            let message = match &tools {
+                Some(t) => {
+                    let parsed = t.parse(&o);
+                    if !parsed.calls.is_empty() {
+                        finish = "tool_calls";
+                    }
+                    AssistantMessage {
+                        role: "assistant",
+                        content: parsed.content,
+                        tool_calls: (!parsed.calls.is_empty()).then_some(parsed.calls),
+                    }
+                }
+                None => AssistantMessage {
+                    role: "assistant",
+                    content: Some(o.text.clone()),
+                    tool_calls: None,
+                },
+            };
+            ChatChoice {
+                index,
+                message,
+                logprobs: plan.logprobs.map(|_| ChatLogprobs {
+                    content: o
+                        .tokens
+                        .iter()
+                        .filter_map(|t| ChatTokenLogprob::from_event(&st.tokenizer, t))
+                        .collect(),
+                }),
+                finish_reason: Some(finish),
+            }
         })
         .collect();
     let response = ChatCompletion {
@@ -81,11 +107,19 @@ pub async fn chat_completions(
     Ok(Json(response).into_response())
 }
 
-/// Validates the request and renders the conversation into prompt tokens.
-fn plan(st: &AppState, body: &ChatCompletionRequest) -> Result<GenerationPlan, ApiError> {
+/// Validates the request and renders the conversation into prompt tokens; with tools, how the
+/// reply's calls are read back.
+fn plan(
+    st: &AppState,
+    body: &ChatCompletionRequest,
+) -> Result<(GenerationPlan, Option<ToolReplies>), ApiError> {
     st.check_model(body.model.as_deref())?;
-    body.check_unsupported()?;
-    let sampling = body.sampling_fields().validate(st.tokenizer.vocab_size())?;
+    let mut sampling = body.sampling_fields().validate(st.tokenizer.vocab_size())?;
+    let tools = ToolRequest::from_fields(
+        body.tools.as_deref(),
+        body.tool_choice.as_ref(),
+        body.parallel_tool_calls,
+    )?;
     let n = choices_per_prompt(body.n)?;
     let (limit, param) = match body.max_completion_tokens {
         Some(m) => (Some(m), "max_completion_tokens"),
@@ -103,20 +137,32 @@ fn plan(st: &AppState, body: &ChatCompletionRequest) -> Result<GenerationPlan, A
         }
     };
     let include_usage = include_usage(body.stream(), body.stream_options.as_ref())?;
-    let messages = body.chat_messages()?;
+    let messages = body.template_messages()?;
     let template = st.tokenizer.chat_template().ok_or_else(|| {
         ApiError::invalid(
             "This model has no chat template; use /v1/completions with a plain prompt.",
         )
     })?;
-    let text = template.render(&messages, true).map_err(|e| {
-        ApiError::invalid_param(
-            "messages",
-            format!("The chat template rejected the conversation: {e:#}"),
-        )
-    })?;
+    let text = render_conversation(template, messages, tools.as_ref())?;
     let prompt = encode_prompt(&st.tokenizer, &text, "messages")?;
-    Ok(GenerationPlan {
+    let replies = match tools {
+        Some(t) => {
+            let syntax = TemplateTools::of(Some(template.source())).syntax;
+            let markers = MarkerTokens::new(&st.tokenizer, syntax);
+            if let Some(g) = t.forced_grammar(syntax, &markers) {
+                if sampling.grammar.is_some() {
+                    return Err(ApiError::invalid_param(
+                        "tool_choice",
+                        "A forced tool call cannot be combined with `response_format` or `guided_*`.",
+                    ));
+                }
+                sampling.grammar = Some(g);
+            }
+            Some(ToolReplies { syntax, markers })
+        }
+        None => None,
+    };
+    let plan = GenerationPlan {
         constraint: None,
         prompts: vec![prompt],
         n,
@@ -126,7 +172,30 @@ fn plan(st: &AppState, body: &ChatCompletionRequest) -> Result<GenerationPlan, A
         logprobs,
         stream: body.stream(),
         include_usage,
-    })
+    };
+    Ok((plan, replies))
+}
+
+/// How a chat with tools reads its replies.
+struct ToolReplies {
+    syntax: ToolSyntax,
+    markers: MarkerTokens,
+}
+
+impl ToolReplies {
+    /// The reply's text with the syntax's control tokens written back in.
+    fn text(&self, tokens: &[TokenEvent], trailing: &str) -> String {
+        let mut s: String = tokens
+            .iter()
+            .map(|t| self.markers.text(t.id, &t.text))
+            .collect();
+        s.push_str(trailing);
+        s
+    }
+
+    fn parse(&self, o: &ChoiceOutcome) -> ParsedReply {
+        parse_reply(self.syntax, &self.text(&o.tokens, &o.finish.trailing_text))
+    }
 }
 
 /// Chat's chunk shapes: `chat.completion.chunk` with deltas.
@@ -136,6 +205,9 @@ struct ChatChunks {
     model: String,
     include_usage: bool,
     tokenizer: Tokenizer,
+    tools: Option<ToolReplies>,
+    /// Per choice, with tools: its reply so far.
+    streamers: HashMap<usize, ToolStreamer>,
 }
 
 impl ChatChunks {
@@ -171,6 +243,7 @@ impl ChunkWriter for ChatChunks {
         let delta = Delta {
             role: Some("assistant"),
             content: Some(String::new()),
+            ..Delta::default()
         };
         Some(self.chunk(vec![Self::choice(index, delta, None, None)], None))
     }
@@ -178,22 +251,64 @@ impl ChunkWriter for ChatChunks {
     fn token(&mut self, index: usize, ev: &TokenEvent) -> Option<Value> {
         let logprobs = ChatTokenLogprob::from_event(&self.tokenizer, ev)
             .map(|lp| ChatLogprobs { content: vec![lp] });
-        if ev.text.is_empty() && logprobs.is_none() {
+        let text = match &self.tools {
+            Some(t) => {
+                let piece = t.markers.text(ev.id, &ev.text).to_string();
+                let syntax = t.syntax;
+                self.streamers
+                    .entry(index)
+                    .or_insert_with(|| ToolStreamer::new(syntax))
+                    .push(&piece)
+            }
+            None => ev.text.clone(),
+        };
+        if text.is_empty() && logprobs.is_none() {
             return None;
         }
         let delta = Delta {
-            role: None,
-            content: Some(ev.text.clone()),
+            content: Some(text),
+            ..Delta::default()
         };
         Some(self.chunk(vec![Self::choice(index, delta, logprobs, None)], None))
     }
 
     fn finish(&mut self, index: usize, trailing_text: &str, reason: &'static str) -> Vec<Value> {
         let mut out = Vec::new();
-        if !trailing_text.is_empty() {
+        let (text, calls) = match &self.tools {
+            Some(t) => {
+                let mut s = self
+                    .streamers
+                    .remove(&index)
+                    .unwrap_or_else(|| ToolStreamer::new(t.syntax));
+                let mut text = s.push(trailing_text);
+                let (rest, calls) = s.finish();
+                text.push_str(&rest);
+                (text, calls)
+            }
+            None => (trailing_text.to_string(), Vec::new()),
+        };
+        if !text.is_empty() {
             let delta = Delta {
-                role: None,
-                content: Some(trailing_text.to_string()),
+                content: Some(text),
+                ..Delta::default()
+            };
+            out.push(self.chunk(vec![Self::choice(index, delta, None, None)], None));
+        }
+        let reason = if calls.is_empty() {
+            reason
+        } else {
+            "tool_calls"
+        };
+        if !calls.is_empty() {
+            let delta = Delta {
+                tool_calls: Some(
+                    calls
+                        .into_iter()
+                        .enumerate()
+                        .map(|(index, call)| ToolCallDelta { index, call })
+                        .collect(),
+                ),
+                ..Delta::default()
             };
             out.push(self.chunk(vec![Self::choice(index, delta, None, None)], None));
         }
