@@ -97,3 +97,132 @@ impl ToolRequest {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::parse_reply;
+    use kiln_grammar::TokenSpace;
+    use kiln_tokenizer::Tokenizer;
+
+    fn request(choice: Value, parallel: bool) -> ToolRequest {
+        let tools = vec![
+            json!({"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+                "properties": {"city": {"type": "string", "maxLength": 8}, "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+                "required": ["city", "days"], "additionalProperties": false}}}),
+            json!({"type": "function", "function": {"name": "now", "parameters": {"type": "object", "properties": {}, "additionalProperties": false}}}),
+        ];
+        ToolRequest::from_fields(Some(&tools), Some(&choice), Some(parallel))
+            .unwrap()
+            .unwrap()
+    }
+
+    /// Random walks through each syntax's forced grammar (byte tokens, every token drawn from
+    /// the allowed set) always give replies the syntax's parser reads as calls of the tools;
+    /// markers as text, and as control tokens named by id (two of the vocabulary's control
+    /// tokens standing in for Mistral's).
+    #[test]
+    fn forced_replies_parse_in_every_syntax() {
+        let tok = Tokenizer::byte_level(300);
+        let control = |piece: &str| tok.token_id(piece).unwrap();
+        let as_tokens = MarkerTokens {
+            ids: vec![
+                (control("<|im_start|>"), "[TOOL_CALLS]".to_string()),
+                (control("<|begin_of_text|>"), "[ARGS]".to_string()),
+            ],
+        };
+        for (syntax, markers) in [
+            (ToolSyntax::MistralList, &as_tokens),
+            (ToolSyntax::MistralArgs, &as_tokens),
+        ] {
+            walks(&tok, syntax, markers);
+        }
+        for syntax in [
+            ToolSyntax::Hermes,
+            ToolSyntax::LlamaJson,
+            ToolSyntax::MistralList,
+            ToolSyntax::MistralArgs,
+        ] {
+            walks(&tok, syntax, &MarkerTokens::default());
+        }
+    }
+
+    fn walks(tok: &Tokenizer, syntax: ToolSyntax, markers: &MarkerTokens) {
+        let space = TokenSpace::new(tok, 300).unwrap();
+        {
+            for (choice, parallel) in [
+                (json!("required"), true),
+                (json!("required"), false),
+                (
+                    json!({"type": "function", "function": {"name": "get_weather"}}),
+                    true,
+                ),
+            ] {
+                let req = request(choice.clone(), parallel);
+                let grammar = req.forced_grammar(syntax, markers).unwrap();
+                let mut finished = 0;
+                for seed in 0..20u64 {
+                    let mut c = space
+                        .compile(&grammar)
+                        .unwrap_or_else(|e| panic!("{syntax:?}: {e}"));
+                    let mut rng = seed * 7919 + 1;
+                    let mut ids = Vec::new();
+                    for _ in 0..400 {
+                        if c.is_finished() {
+                            break;
+                        }
+                        let allowed = c.allowed().unwrap();
+                        let may_end = tok.eos_ids().iter().any(|&e| allowed.contains(e));
+                        rng ^= rng << 13;
+                        rng ^= rng >> 7;
+                        rng ^= rng << 17;
+                        if may_end && rng % 2 == 0 {
+                            break;
+                        }
+                        let options: Vec<u32> = (0..300)
+                            .filter(|&t| allowed.contains(t) && !tok.eos_ids().contains(&t))
+                            .collect();
+                        if options.is_empty() {
+                            break;
+                        }
+                        let t = options[(rng % options.len() as u64) as usize];
+                        c.commit(t).unwrap();
+                        ids.push(t);
+                    }
+                    let allowed_end = c.is_finished()
+                        || c.allowed()
+                            .is_ok_and(|a| tok.eos_ids().iter().any(|&e| a.contains(e)));
+                    if !allowed_end {
+                        continue;
+                    }
+                    finished += 1;
+                    let text: String = ids
+                        .iter()
+                        .map(|&t| markers.text(t, &tok.decode(&[t], true)).to_string())
+                        .collect();
+                    let reply = parse_reply(syntax, &text);
+                    assert!(!reply.calls.is_empty(), "{syntax:?} {choice}: {text}");
+                    if !parallel || choice.is_object() {
+                        assert_eq!(reply.calls.len(), 1, "{syntax:?} {choice}: {text}");
+                    }
+                    for call in &reply.calls {
+                        let name = call.function.name.as_str();
+                        assert!(
+                            name == "get_weather" || (name == "now" && !choice.is_object()),
+                            "{text}"
+                        );
+                        let args: Value = serde_json::from_str(&call.function.arguments).unwrap();
+                        assert!(args.is_object(), "{text}");
+                        if name == "get_weather" {
+                            assert!(args["city"].is_string() && args["days"].is_u64(), "{text}");
+                        }
+                    }
+                }
+                assert!(
+                    finished >= 10,
+                    "{syntax:?} {choice}: {finished} walks ended"
+                );
+            }
+        }
+    }
+}
