@@ -28,6 +28,12 @@ pub(crate) struct StepAdjustments {
     pub mask_seconds: f64,
 }
 
+/// Set `KILN_MASK_OVERLAP=0` to compute the masks before the step instead of beside it.
+fn overlap_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("KILN_MASK_OVERLAP").map_or(true, |v| v != "0"))
+}
+
 /// One constrained sequence's rows in the step.
 struct MaskJob<'a> {
     first_row: usize,
@@ -96,17 +102,22 @@ pub(crate) fn run_adjusted<R>(
             adjust.fill(rows);
             t.elapsed().as_secs_f64()
         };
-        let worker = std::thread::Builder::new()
-            .name("kiln-masks".into())
-            .spawn_scoped(scope, compute);
+        let worker = if overlap_enabled() {
+            std::thread::Builder::new()
+                .name("kiln-masks".into())
+                .spawn_scoped(scope, compute)
+                .ok()
+        } else {
+            None
+        };
         match worker {
-            Ok(worker) => {
+            Some(worker) => {
                 let r = step(&adjust);
                 mask_seconds = worker.join().unwrap_or(0.0);
                 r
             }
-            // No thread to be had: the masks first, then the step.
-            Err(_) => {
+            // Switched off, or no thread to be had: the masks first, then the step.
+            None => {
                 mask_seconds = compute();
                 step(&adjust)
             }
