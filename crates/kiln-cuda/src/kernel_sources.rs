@@ -125,7 +125,7 @@ mod tests {
                 "dummy_weights",
                 vec!["dummy_fill_bf16".into(), "fill_bf16".into()],
             ),
-            ("sample", vec!["sample_rows".into()]),
+            ("sample", vec!["adjust_rows".into(), "sample_rows".into()]),
             ("ref_attn", vec!["ref_attn".into()]),
         ];
         let names: Vec<&str> = SOURCES.iter().map(|s| s.name).collect();
