@@ -178,3 +178,54 @@ fn fill_masks(
     }
     rows
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_grammar::{Grammar, TokenSpace};
+    use kiln_tokenizer::Tokenizer;
+
+    /// A grammar that has failed gives its row an empty set (nothing can be sampled) and its
+    /// reason, and leaves the other rows alone: the request ends with the reason, never waits.
+    #[test]
+    fn a_failed_grammar_ends_its_row_with_its_reason() {
+        let tok = Tokenizer::byte_level(300);
+        let space = TokenSpace::new(&tok, 300).unwrap();
+        let mut broken = space.compile(&Grammar::Regex("ab".into())).unwrap();
+        assert!(broken.commit(b'z' as u32).is_err());
+        let mut fine = space.compile(&Grammar::Regex("ab".into())).unwrap();
+        let bias: Arc<[(u32, f32)]> = vec![(1, 2.0)].into();
+        let jobs = vec![
+            MaskJob {
+                first_row: 0,
+                rows: 2,
+                drafts: &[b'a' as u32],
+                bias: bias.clone(),
+                constraint: Mutex::new(&mut broken),
+            },
+            MaskJob {
+                first_row: 2,
+                rows: 1,
+                drafts: &[],
+                bias: Arc::from(Vec::new()),
+                constraint: Mutex::new(&mut fine),
+            },
+        ];
+        let errors = Mutex::new(Vec::new());
+        let rows = fill_masks(&jobs, vec![None; 4], &errors);
+        let errors = errors.into_inner().unwrap();
+        assert_eq!(
+            errors.len(),
+            1,
+            "one reason, for the first row of the failed grammar"
+        );
+        assert_eq!(errors[0].0, 0);
+        assert!(!errors[0].1.is_empty());
+        let set = |r: &Option<RowAdjust>| r.as_ref().unwrap().allowed.clone().unwrap();
+        assert!(set(&rows[0]).is_empty() && set(&rows[1]).is_empty());
+        assert_eq!(rows[0].as_ref().unwrap().bias, bias);
+        let ok = set(&rows[2]);
+        assert!(ok.contains(b'a' as u32) && ok.count() == 1);
+        assert!(rows[3].is_none(), "a row without a job is untouched");
+    }
+}
