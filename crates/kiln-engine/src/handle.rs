@@ -170,7 +170,11 @@ impl EngineHandle {
             events: tx,
             submitted: Instant::now(),
         };
-        if self.commands.send(Command::Submit(Box::new(submission))).is_err() {
+        if self
+            .commands
+            .send(Command::Submit(Box::new(submission)))
+            .is_err()
+        {
             self.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
             return Err(SubmitError::ShuttingDown);
         }
