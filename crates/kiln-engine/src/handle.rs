@@ -22,6 +22,9 @@ pub use crate::shared::{EngineConfig, EngineStats};
 pub enum SubmitError {
     #[error("too many requests in flight (limit {limit}); retry later")]
     QueueFull { limit: usize },
+    /// More sequences at once than the engine ever holds in flight: retrying cannot help.
+    #[error("the request needs {requested} sequences at once, but the engine holds at most {limit} in flight (--max-num-seqs plus --max-queue)")]
+    NeverFits { requested: usize, limit: usize },
     #[error("{}", too_long_message(*.prompt_tokens, *.max_tokens, *.max_context, *.limited_by_kv_cache))]
     PromptTooLong {
         prompt_tokens: usize,
@@ -150,39 +153,77 @@ impl EngineHandle {
     /// Validates and queues a request. Its events arrive on the returned stream; dropping the
     /// stream cancels the request.
     pub fn submit(&self, req: GenerateRequest) -> Result<RequestStream, SubmitError> {
+        let mut streams = self.submit_all(vec![req])?;
+        streams.pop().ok_or(SubmitError::ShuttingDown)
+    }
+
+    /// Validates every request, then queues all of them or none: the slots they need are
+    /// reserved together, so a request of many choices that cannot be admitted takes nothing
+    /// from anyone else, not even for a moment. More requests than the engine ever holds is
+    /// [`SubmitError::NeverFits`].
+    pub fn submit_all(
+        &self,
+        reqs: Vec<GenerateRequest>,
+    ) -> Result<Vec<RequestStream>, SubmitError> {
         if self.shared.shutting_down.load(Ordering::SeqCst) {
             return Err(SubmitError::ShuttingDown);
         }
-        self.validate(&req)?;
-        let in_flight = self.shared.in_flight.fetch_add(1, Ordering::SeqCst);
-        if in_flight >= self.max_in_flight {
-            self.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+        for req in &reqs {
+            self.validate(req)?;
+        }
+        let n = reqs.len();
+        if n > self.max_in_flight {
+            return Err(SubmitError::NeverFits {
+                requested: n,
+                limit: self.max_in_flight,
+            });
+        }
+        let reserved =
+            self.shared
+                .in_flight
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |cur| {
+                    (cur + n <= self.max_in_flight).then_some(cur + n)
+                });
+        if reserved.is_err() {
             return Err(SubmitError::QueueFull {
                 limit: self.max_in_flight,
             });
         }
-        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = events::unbounded_channel();
-        let prompt_tokens = req.prompt.len();
-        let submission = Submission {
-            id,
-            req,
-            events: tx,
-            submitted: Instant::now(),
-        };
-        if self
-            .commands
-            .send(Command::Submit(Box::new(submission)))
-            .is_err()
-        {
-            self.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
-            return Err(SubmitError::ShuttingDown);
+        let mut streams = Vec::with_capacity(n);
+        let mut unsent = n;
+        for req in reqs {
+            let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+            let (tx, rx) = events::unbounded_channel();
+            let prompt_tokens = req.prompt.len();
+            let submission = Submission {
+                id,
+                req,
+                events: tx,
+                submitted: Instant::now(),
+            };
+            if self
+                .commands
+                .send(Command::Submit(Box::new(submission)))
+                .is_err()
+            {
+                // The engine is gone: what was not sent is given back here; the streams
+                // already sent are dropped, which the engine would have cancelled.
+                self.shared.in_flight.fetch_sub(unsent, Ordering::SeqCst);
+                return Err(SubmitError::ShuttingDown);
+            }
+            unsent -= 1;
+            streams.push(RequestStream {
+                id,
+                prompt_tokens,
+                events: rx,
+            });
         }
-        Ok(RequestStream {
-            id,
-            prompt_tokens,
-            events: rx,
-        })
+        Ok(streams)
+    }
+
+    /// Most sequences the engine holds at once, running and waiting.
+    pub fn max_in_flight(&self) -> usize {
+        self.max_in_flight
     }
 
     fn validate(&self, req: &GenerateRequest) -> Result<(), SubmitError> {

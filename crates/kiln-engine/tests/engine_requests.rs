@@ -200,6 +200,41 @@ fn a_full_queue_refuses_and_recovers() {
 }
 
 #[test]
+fn a_group_is_admitted_whole_or_not_at_all() {
+    let engine = engine(
+        64,
+        EngineConfig {
+            max_num_seqs: 1,
+            max_queue: 2,
+            ..config()
+        },
+    );
+    let group = |k: u32, n: usize| (0..k).map(|i| greedy(prompt(4, i), n)).collect::<Vec<_>>();
+    // More than the engine ever holds: refused as such, and nothing is taken.
+    assert!(matches!(
+        engine.submit_all(group(4, 5)),
+        Err(SubmitError::NeverFits {
+            requested: 4,
+            limit: 3
+        })
+    ));
+    let a = engine.submit(greedy(prompt(5, 1), 50)).unwrap();
+    // Two slots are left: a group of three is refused whole, one of two is admitted whole.
+    assert!(matches!(
+        engine.submit_all(group(3, 5)),
+        Err(SubmitError::QueueFull { limit: 3 })
+    ));
+    let two = engine.submit_all(group(2, 5)).unwrap();
+    assert_eq!(two.len(), 2);
+    for s in two {
+        assert_eq!(collect(s).ids.len(), 5);
+    }
+    assert_eq!(collect(a).ids.len(), 50);
+    assert_eq!(engine.submit_all(group(3, 2)).unwrap().len(), 3);
+    engine.shutdown();
+}
+
+#[test]
 fn logprobs_report_the_chosen_token_and_the_top_alternatives() {
     let engine = engine(64, config());
     let out = run(

@@ -1,4 +1,4 @@
-//! The router: routes, the panic guard and the per-status request counter.
+//! The router: routes, the API key check, the panic guard and the per-status request counter.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -10,24 +10,29 @@ use axum::routing::{get, post};
 use axum::Router;
 use tower_http::catch_panic::CatchPanicLayer;
 
+use crate::auth::require_key;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::routes::{chat, completions, meta};
+use crate::routes::{chat, completions, meta, tokenize};
 use crate::state::AppState;
 
 /// The whole API.
 pub fn router(state: Arc<AppState>) -> Router {
     let metrics = state.metrics.clone();
+    let access = Arc::new(state.access.clone());
     let routes = Router::new()
         .route("/health", get(meta::health))
         .route("/v1/models", get(meta::list_models))
         .route("/v1/models/{model}", get(meta::get_model))
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(completions::completions))
+        .route("/tokenize", post(tokenize::tokenize))
+        .route("/detokenize", post(tokenize::detokenize))
         .route("/metrics", get(meta::metrics))
         .fallback(meta::not_found)
         .method_not_allowed_fallback(meta::method_not_allowed)
-        .with_state(state);
+        .with_state(state)
+        .layer(middleware::from_fn_with_state(access, require_key));
     with_middleware(routes, metrics)
 }
 
@@ -56,6 +61,8 @@ fn endpoint_label(path: &str) -> &'static str {
         "/v1/completions" => "completions",
         "/health" => "health",
         "/metrics" => "metrics",
+        "/tokenize" => "tokenize",
+        "/detokenize" => "detokenize",
         p if p == "/v1/models" || p.starts_with("/v1/models/") => "models",
         _ => "other",
     }

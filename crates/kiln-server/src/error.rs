@@ -16,6 +16,8 @@ pub struct ApiError {
     /// The request field at fault, when one is.
     pub param: Option<String>,
     pub code: Option<&'static str>,
+    /// Seconds a client should wait before retrying (`Retry-After`), on 429 and 503.
+    pub retry_after: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -40,6 +42,7 @@ impl ApiError {
             kind,
             param: None,
             code: None,
+            retry_after: None,
         }
     }
 
@@ -98,10 +101,35 @@ impl ApiError {
         .with_code("payload_too_large")
     }
 
-    /// 429: the engine's queue is full; the client may retry later.
+    /// 429: the engine's queue is full; the client may retry after a second.
     pub fn queue_full(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message)
-            .with_code("queue_full")
+        let mut e = ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message)
+            .with_code("queue_full");
+        e.retry_after = Some(1);
+        e
+    }
+
+    /// 408: the body did not arrive in time.
+    pub fn body_timeout(limit: std::time::Duration) -> ApiError {
+        ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "invalid_request_error",
+            format!(
+                "The request body did not arrive within {} s.",
+                limit.as_secs_f64()
+            ),
+        )
+        .with_code("request_timeout")
+    }
+
+    /// 401: no API key, or the wrong one.
+    pub fn unauthorized() -> ApiError {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid_request_error",
+            "Incorrect or missing API key. Send it as `Authorization: Bearer KEY`.",
+        )
+        .with_code("invalid_api_key")
     }
 
     /// 503: the server is shutting down or the engine stopped.
@@ -154,7 +182,12 @@ impl std::fmt::Display for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(self.body())).into_response()
+        let mut resp = (self.status, Json(self.body())).into_response();
+        if let Some(secs) = self.retry_after {
+            resp.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        resp
     }
 }
 
@@ -171,6 +204,15 @@ mod tests {
         assert_eq!(b["error"]["param"], "temperature");
         assert!(b["error"]["code"].is_null());
         assert_eq!(e.status, StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
+    fn queue_full_says_when_to_retry() {
+        let resp = ApiError::queue_full("busy").into_response();
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(resp.headers()["retry-after"], "1");
+        let resp = ApiError::invalid("no").into_response();
+        assert!(resp.headers().get("retry-after").is_none());
     }
 
     #[test]

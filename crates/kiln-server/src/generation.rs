@@ -1,6 +1,7 @@
 //! From a validated plan to engine streams and back: submitting one engine request per choice,
 //! merging their events, timing them for the metrics, and collecting whole answers.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::stream::{self, BoxStream, StreamExt};
@@ -21,31 +22,38 @@ pub fn finish_reason(r: FinishReason) -> &'static str {
     }
 }
 
-pub fn submit_error(e: SubmitError) -> ApiError {
+/// The API error for an engine refusal; `prompt_param` names where the prompts came from.
+pub fn submit_error(e: SubmitError, prompt_param: &str) -> ApiError {
     match e {
         SubmitError::QueueFull { .. } => ApiError::queue_full(e.to_string()),
+        SubmitError::NeverFits { requested, limit } => ApiError::invalid_param(
+            "n",
+            format!(
+                "This request asks for {requested} generations at once (prompts times `n`), \
+                 more than this server ever holds at once ({limit}). Lower `n` or send fewer \
+                 prompts per request."
+            ),
+        )
+        .with_code("too_many_choices"),
         SubmitError::ShuttingDown => ApiError::unavailable("The server is shutting down."),
         SubmitError::PromptTooLong { .. } => {
-            ApiError::context_length(e.to_string()).with_param("messages")
+            ApiError::context_length(e.to_string()).with_param(prompt_param)
         }
         SubmitError::Invalid(msg) => ApiError::invalid(msg),
     }
 }
 
-/// Compiles the plan's grammar, if it has one, on a blocking thread: a large schema takes
-/// milliseconds, which must not hold up the async workers.
-pub async fn compile_grammar(
+/// Compiles the plan's grammar, if it has one. Blocks (a large schema takes milliseconds): call
+/// it on the prompt pool, never on the async workers.
+pub fn compile_grammar(
     engine: &EngineHandle,
     mut plan: GenerationPlan,
 ) -> Result<GenerationPlan, ApiError> {
     let Some(grammar) = plan.sampling.grammar.clone() else {
         return Ok(plan);
     };
-    let engine = engine.clone();
-    let compiled = tokio::task::spawn_blocking(move || engine.compile(&grammar))
-        .await
-        .map_err(|_| ApiError::internal("compiling the grammar failed"))?;
-    plan.constraint = Some(compiled.map_err(submit_error)?);
+    let compiled = engine.compile(&grammar);
+    plan.constraint = Some(compiled.map_err(|e| submit_error(e, plan.prompt_param))?);
     Ok(plan)
 }
 
@@ -54,17 +62,16 @@ pub fn cancelled_error() -> ApiError {
     ApiError::unavailable("The request was cancelled because the server is shutting down.")
 }
 
-/// Submits every choice of the plan. If one is refused, the streams already submitted are
-/// dropped, which cancels them: a request is admitted whole or not at all.
+/// Submits every choice of the plan together: the engine admits the request whole or not at
+/// all, before any choice takes a slot.
 pub fn submit_all(
     engine: &EngineHandle,
     plan: &GenerationPlan,
 ) -> Result<Vec<RequestStream>, ApiError> {
     let requests = plan.requests(engine.max_context())?;
-    requests
-        .into_iter()
-        .map(|r| engine.submit(r).map_err(submit_error))
-        .collect()
+    engine
+        .submit_all(requests)
+        .map_err(|e| submit_error(e, plan.prompt_param))
 }
 
 /// All choices' events as one stream of `(choice index, event)`, in arrival order. Dropping it
@@ -81,22 +88,29 @@ pub fn merge(streams: Vec<RequestStream>) -> BoxStream<'static, (usize, GenEvent
     stream::select_all(per_choice).boxed()
 }
 
-/// Per-choice token timing, fed into the latency histograms.
+/// Per-choice token timing, fed into the latency histograms. A choice that never finished
+/// when the clock is dropped (its client went away, or another choice failed) is counted as
+/// finished with `abort`.
 pub struct ChoiceClock {
     arrived: Instant,
     last_token: Vec<Option<Instant>>,
+    finished: Vec<bool>,
+    metrics: Arc<Metrics>,
 }
 
 impl ChoiceClock {
-    pub fn new(arrived: Instant, choices: usize) -> ChoiceClock {
+    pub fn new(arrived: Instant, choices: usize, metrics: Arc<Metrics>) -> ChoiceClock {
         ChoiceClock {
             arrived,
             last_token: vec![None; choices],
+            finished: vec![false; choices],
+            metrics,
         }
     }
 
-    pub fn on_token(&mut self, index: usize, metrics: &Metrics) {
+    pub fn on_token(&mut self, index: usize) {
         let now = Instant::now();
+        let metrics = &self.metrics;
         match self.last_token.get_mut(index) {
             Some(slot @ None) => {
                 metrics.time_to_first_token.observe(now - self.arrived);
@@ -111,13 +125,29 @@ impl ChoiceClock {
         metrics.add_generation_tokens(1);
     }
 
-    pub fn on_done(&self, finish: &Finish, metrics: &Metrics) {
-        metrics.record_finish(finish_reason(finish.reason));
+    pub fn on_done(&mut self, index: usize, finish: &Finish) {
+        if let Some(done) = self.finished.get_mut(index) {
+            *done = true;
+        }
+        self.metrics.record_finish(finish_reason(finish.reason));
     }
 
     /// Call once when the whole request has finished.
-    pub fn on_request_end(&self, metrics: &Metrics) {
-        metrics.request_duration.observe(self.arrived.elapsed());
+    pub fn on_request_end(&self) {
+        self.metrics
+            .request_duration
+            .observe(self.arrived.elapsed());
+    }
+}
+
+impl Drop for ChoiceClock {
+    fn drop(&mut self) {
+        for done in &self.finished {
+            if !done {
+                self.metrics
+                    .record_finish(finish_reason(FinishReason::Cancelled));
+            }
+        }
     }
 }
 
@@ -148,10 +178,10 @@ pub struct ChoiceOutcome {
 pub async fn collect_all(
     streams: Vec<RequestStream>,
     arrived: Instant,
-    metrics: &Metrics,
+    metrics: &Arc<Metrics>,
 ) -> Result<Vec<ChoiceOutcome>, ApiError> {
     let n = streams.len();
-    let mut clock = ChoiceClock::new(arrived, n);
+    let mut clock = ChoiceClock::new(arrived, n, metrics.clone());
     let mut texts = vec![String::new(); n];
     let mut tokens: Vec<Vec<TokenEvent>> = vec![Vec::new(); n];
     let mut finishes: Vec<Option<Finish>> = vec![None; n];
@@ -159,12 +189,12 @@ pub async fn collect_all(
     while let Some((i, ev)) = events.next().await {
         match ev {
             GenEvent::Token(t) => {
-                clock.on_token(i, metrics);
+                clock.on_token(i);
                 texts[i].push_str(&t.text);
                 tokens[i].push(t);
             }
             GenEvent::Done(f) => {
-                clock.on_done(&f, metrics);
+                clock.on_done(i, &f);
                 if f.reason == FinishReason::Cancelled {
                     return Err(cancelled_error());
                 }
@@ -177,7 +207,7 @@ pub async fn collect_all(
             }
         }
     }
-    clock.on_request_end(metrics);
+    clock.on_request_end();
     texts
         .into_iter()
         .zip(tokens)

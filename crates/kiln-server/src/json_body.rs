@@ -4,17 +4,32 @@
 use axum::body::Body;
 use axum::http::header::CONTENT_LENGTH;
 use axum::http::Request;
+use std::time::Duration;
+
 use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
+use crate::protocol::refused::unread_field;
 
 /// Bodies up to this size are read to the end even when over the limit, so that the client has
 /// finished sending when the 413 arrives (a client still writing would see a broken pipe).
 const DRAIN_CAP: u64 = 64 * 1024 * 1024;
 
-/// Reads the whole body, refusing more than `limit` bytes with a 413.
-pub async fn read_limited(req: Request<Body>, limit: usize) -> Result<axum::body::Bytes, ApiError> {
+/// Reads the whole body within `timeout`, refusing more than `limit` bytes with a 413 and a
+/// body still arriving after `timeout` with a 408 (a client trickling bytes holds a connection
+/// and a buffer for as long as it likes otherwise).
+pub async fn read_limited(
+    req: Request<Body>,
+    limit: usize,
+    timeout: Duration,
+) -> Result<axum::body::Bytes, ApiError> {
+    tokio::time::timeout(timeout, read_all(req, limit))
+        .await
+        .map_err(|_| ApiError::body_timeout(timeout))?
+}
+
+async fn read_all(req: Request<Body>, limit: usize) -> Result<axum::body::Bytes, ApiError> {
     let declared = req
         .headers()
         .get(CONTENT_LENGTH)
@@ -24,7 +39,8 @@ pub async fn read_limited(req: Request<Body>, limit: usize) -> Result<axum::body
         return Err(ApiError::payload_too_large(limit));
     }
     let mut body = req.into_body().into_data_stream();
-    let mut buf = Vec::new();
+    // Sized once from the declared length (never past the limit), not grown by doubling.
+    let mut buf = Vec::with_capacity(declared.map_or(0, |n| n.min(limit as u64) as usize));
     let mut total: u64 = 0;
     while let Some(chunk) = body.next().await {
         let chunk = chunk
@@ -44,18 +60,57 @@ pub async fn read_limited(req: Request<Body>, limit: usize) -> Result<axum::body
 
 /// Parses JSON into `T`. Syntax errors and type errors become 400s; a type error names its field.
 pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    parse_request(bytes, None)
+}
+
+/// [`parse`], also refusing every field that `T` does not read, by name: a field the server
+/// skipped would silently change nothing. Top-level fields in `inert` are accepted as no-ops
+/// (`user`, `metadata`: they change nothing in the answer).
+pub fn parse_strict<T: DeserializeOwned>(bytes: &[u8], inert: &[&str]) -> Result<T, ApiError> {
+    parse_request(bytes, Some(inert))
+}
+
+fn parse_request<T: DeserializeOwned>(bytes: &[u8], inert: Option<&[&str]>) -> Result<T, ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::invalid(
             "The request body is empty; expected a JSON object.",
         ));
     }
+    let mut unread: Option<String> = None;
+    let mut note = |path: serde_ignored::Path| {
+        let path = dotted(&path);
+        if unread.is_none() && !inert.is_some_and(|i| i.contains(&path.as_str())) {
+            unread = Some(path);
+        }
+    };
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        describe(e.into_inner(), &path)
-    })?;
+    let value: T =
+        serde_path_to_error::deserialize(serde_ignored::Deserializer::new(&mut de, &mut note))
+            .map_err(|e| {
+                let path = e.path().to_string();
+                describe(e.into_inner(), &path)
+            })?;
     de.end().map_err(|e| describe(e, "."))?;
-    Ok(value)
+    match (inert, unread) {
+        (Some(_), Some(path)) => Err(unread_field(&path)),
+        _ => Ok(value),
+    }
+}
+
+/// `messages[0].name`, the way errors name fields.
+fn dotted(path: &serde_ignored::Path) -> String {
+    use serde_ignored::Path;
+    match path {
+        Path::Root => String::new(),
+        Path::Seq { parent, index } => format!("{}[{index}]", dotted(parent)),
+        Path::Map { parent, key } => match dotted(parent) {
+            p if p.is_empty() => key.clone(),
+            p => format!("{p}.{key}"),
+        },
+        Path::Some { parent }
+        | Path::NewtypeStruct { parent }
+        | Path::NewtypeVariant { parent } => dotted(parent),
+    }
 }
 
 fn describe(e: serde_json::Error, path: &str) -> ApiError {
@@ -124,23 +179,61 @@ mod tests {
         let req = Request::builder()
             .body(Body::from(vec![b' '; 100]))
             .unwrap();
-        let e = read_limited(req, 10).await.unwrap_err();
+        let e = read_limited(req, 10, Duration::from_secs(5))
+            .await
+            .unwrap_err();
         assert_eq!(e.status, StatusCode::PAYLOAD_TOO_LARGE);
         // Declared far beyond what the server drains: refused without reading.
         let req = Request::builder()
             .header(CONTENT_LENGTH, (DRAIN_CAP + 1).to_string())
             .body(Body::from("{}"))
             .unwrap();
-        let e = read_limited(req, 10).await.unwrap_err();
+        let e = read_limited(req, 10, Duration::from_secs(5))
+            .await
+            .unwrap_err();
         assert_eq!(e.status, StatusCode::PAYLOAD_TOO_LARGE);
         // Chunked, undeclared, over the limit only after several chunks.
         let chunks = (0..4).map(|_| Ok::<_, std::io::Error>(vec![b' '; 6]));
         let req = Request::builder()
             .body(Body::from_stream(futures_util::stream::iter(chunks)))
             .unwrap();
-        let e = read_limited(req, 20).await.unwrap_err();
+        let e = read_limited(req, 20, Duration::from_secs(5))
+            .await
+            .unwrap_err();
         assert_eq!(e.status, StatusCode::PAYLOAD_TOO_LARGE);
         let req = Request::builder().body(Body::from("{}")).unwrap();
-        assert_eq!(&read_limited(req, 10).await.unwrap()[..], b"{}");
+        assert_eq!(
+            &read_limited(req, 10, Duration::from_secs(5)).await.unwrap()[..],
+            b"{}"
+        );
+    }
+
+    #[test]
+    fn strict_parsing_names_fields_nobody_reads() {
+        let body = br#"{"model": "x", "messages": [{"role": "u", "content": "c", "extra": 1}], "user": "me"}"#;
+        assert!(parse::<Req>(body).is_ok());
+        let e = parse_strict::<Req>(body, &["user"]).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages[0].extra"));
+        let body = br#"{"model": "x", "messages": [], "user": "me", "functions": []}"#;
+        let e = parse_strict::<Req>(body, &["user"]).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("functions"));
+        assert!(parse_strict::<Req>(
+            br#"{"model": "x", "messages": [], "user": "me"}"#,
+            &["user"]
+        )
+        .is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_body_that_never_ends_is_408() {
+        let (_tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(1);
+        let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        });
+        let req = Request::builder().body(Body::from_stream(stream)).unwrap();
+        let e = read_limited(req, 100, Duration::from_millis(50))
+            .await
+            .unwrap_err();
+        assert_eq!(e.status, StatusCode::REQUEST_TIMEOUT);
     }
 }

@@ -1,24 +1,30 @@
 //! Running the server: bind, log the address, serve until SIGINT/SIGTERM, then stop accepting,
-//! give in-flight requests a grace period, cancel what is left and stop the engine.
+//! give in-flight requests a grace period, cancel what is left and stop the engine. A second
+//! signal during that drain ends it at once.
 
 use std::future::Future;
-use std::net::SocketAddr;
+use std::io::ErrorKind;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
+use anyhow::{anyhow, Context};
 use kiln_engine::EngineHandle;
 use kiln_tokenizer::Tokenizer;
 use tokio::net::TcpListener;
 
 use crate::app::router;
-use crate::state::{AppState, Limits};
+use crate::connections::{serve_connections, ConnectionLimits};
+use crate::state::{Access, AppState, Limits, PromptRules};
 
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
     pub host: String,
     pub port: u16,
     pub limits: Limits,
+    pub connections: ConnectionLimits,
+    pub access: Access,
+    pub rules: PromptRules,
     /// How long in-flight requests may run on after a shutdown signal before they are cancelled.
     pub shutdown_grace: Duration,
 }
@@ -29,6 +35,9 @@ impl Default for ServeOptions {
             host: "127.0.0.1".to_string(),
             port: 8000,
             limits: Limits::default(),
+            connections: ConnectionLimits::default(),
+            access: Access::default(),
+            rules: PromptRules::default(),
             shutdown_grace: Duration::from_secs(30),
         }
     }
@@ -41,32 +50,51 @@ pub async fn serve(
     model_name: String,
     opts: ServeOptions,
 ) -> anyhow::Result<()> {
-    let listener = TcpListener::bind((opts.host.as_str(), opts.port))
-        .await
-        .with_context(|| {
-            format!(
-                "cannot listen on {}:{} (is the port in use?)",
-                opts.host, opts.port
-            )
-        })?;
-    serve_on(
+    let listener = TcpListener::from_std(bind(&opts.host, opts.port)?)?;
+    serve_on_signals(
         listener,
         handle,
         tokenizer,
         model_name,
         opts,
         shutdown_signal(),
+        shutdown_signal,
     )
     .await
 }
 
 /// Binds the listening socket. The binary does this before loading a model, so that a busy
-/// port fails in a moment rather than after the weights have loaded.
+/// port fails in a moment rather than after the weights have loaded. The error says which of
+/// host and port is at fault.
 pub fn bind(host: &str, port: u16) -> anyhow::Result<std::net::TcpListener> {
-    let listener = std::net::TcpListener::bind((host, port))
-        .with_context(|| format!("cannot listen on {host}:{port} (is the port in use?)"))?;
-    listener.set_nonblocking(true)?;
-    Ok(listener)
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| anyhow!("cannot listen on `{host}`: not an IP address or a host name this machine can resolve ({e})"))?
+        .collect();
+    let mut failure = None;
+    for addr in &addrs {
+        match std::net::TcpListener::bind(addr) {
+            Ok(listener) => {
+                listener.set_nonblocking(true)?;
+                return Ok(listener);
+            }
+            Err(e) => failure = Some((*addr, e)),
+        }
+    }
+    let Some((addr, e)) = failure else {
+        return Err(anyhow!(
+            "cannot listen on `{host}`: it resolves to no address"
+        ));
+    };
+    let why = match e.kind() {
+        ErrorKind::AddrInUse => format!("port {port} is in use (is another server running?)"),
+        ErrorKind::AddrNotAvailable => format!("`{host}` is not an address of this machine"),
+        ErrorKind::PermissionDenied => {
+            format!("permission denied (ports below 1024 need privileges): {e}")
+        }
+        _ => e.to_string(),
+    };
+    Err(anyhow!("cannot listen on {addr}: {why}"))
 }
 
 /// Serves on `listener` (from [`bind`]) until SIGINT or SIGTERM, on a tokio runtime of its
@@ -78,6 +106,7 @@ pub fn serve_blocking(
     model_name: String,
     opts: ServeOptions,
 ) -> anyhow::Result<()> {
+    return_large_buffers_to_the_os();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("kiln-http")
@@ -86,13 +115,14 @@ pub fn serve_blocking(
     let engine = handle.clone();
     let result = runtime.block_on(async move {
         let listener = TcpListener::from_std(listener)?;
-        serve_on(
+        serve_on_signals(
             listener,
             handle,
             tokenizer,
             model_name,
             opts,
             shutdown_signal(),
+            shutdown_signal,
         )
         .await
     });
@@ -100,6 +130,8 @@ pub fn serve_blocking(
         // serve_on stops the engine on its way out, except when it failed to start.
         engine.shutdown();
     }
+    // A prompt job still running after a forced exit must not hold the process.
+    runtime.shutdown_timeout(Duration::from_secs(1));
     result
 }
 
@@ -112,20 +144,40 @@ pub async fn serve_on(
     opts: ServeOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let never = || std::future::pending::<()>();
+    serve_on_signals(
+        listener, handle, tokenizer, model_name, opts, shutdown, never,
+    )
+    .await
+}
+
+/// [`serve_on`], where `force()` (listened to once `shutdown` has resolved) cuts the drain
+/// short: open connections are closed and in-flight requests cancelled at once.
+pub async fn serve_on_signals<F, Fut>(
+    listener: TcpListener,
+    handle: EngineHandle,
+    tokenizer: Tokenizer,
+    model_name: String,
+    opts: ServeOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    force: F,
+) -> anyhow::Result<()>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = ()>,
+{
     let addr: SocketAddr = listener.local_addr()?;
     tracing::info!("kiln serving `{model_name}` at http://{addr} (OpenAI API under /v1)");
-    let state = Arc::new(AppState::new(
-        handle.clone(),
-        tokenizer,
-        model_name,
-        opts.limits,
-    ));
+    let state = AppState::new(handle.clone(), tokenizer, model_name, opts.limits)
+        .with_access(opts.access)
+        .with_rules(opts.rules);
     let engine = handle.clone();
     let grace = opts.shutdown_grace;
     let on_signal = async move {
         shutdown.await;
         tracing::info!(
-            "shutting down: not accepting connections; in-flight requests have {grace:?}"
+            "shutting down: not accepting connections; in-flight requests have {grace:?} \
+             (a second signal stops at once)"
         );
         // Connections still open after the grace period are streams still generating: cancel
         // them in the engine so that they end and the server can return.
@@ -135,13 +187,31 @@ pub async fn serve_on(
             stop_engine(engine).await;
         });
     };
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(on_signal)
-        .await
-        .context("the HTTP server failed")?;
+    let connections = opts.connections.fitted_to_fd_limit();
+    serve_connections(
+        listener,
+        router(Arc::new(state)),
+        connections,
+        on_signal,
+        force,
+    )
+    .await;
     stop_engine(handle).await;
     tracing::info!("kiln stopped");
     Ok(())
+}
+
+/// Request bodies of megabytes come and go. glibc raises its mmap threshold after the first
+/// such buffer is freed and from then on keeps them in per-thread arenas, so a burst of large
+/// requests would leave the process hundreds of megabytes larger for good. A fixed threshold
+/// keeps every buffer of 1 MiB and more mapped on its own and given back when freed.
+fn return_large_buffers_to_the_os() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets an allocator parameter; it is called before the runtime's
+    // threads start.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+    }
 }
 
 /// `EngineHandle::shutdown` joins the engine thread; keep it off the async workers.
@@ -151,7 +221,7 @@ async fn stop_engine(handle: EngineHandle) {
     }
 }
 
-/// Resolves on the first SIGINT (Ctrl-C) or SIGTERM.
+/// Resolves on the next SIGINT (Ctrl-C) or SIGTERM.
 pub async fn shutdown_signal() {
     let ctrl_c = async {
         if let Err(e) = tokio::signal::ctrl_c().await {
@@ -176,5 +246,24 @@ pub async fn shutdown_signal() {
     tokio::select! {
         _ = ctrl_c => tracing::info!("received SIGINT"),
         _ = term => tracing::info!("received SIGTERM"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bind_errors_say_what_is_wrong() {
+        let e = bind("no such host!", 8000).unwrap_err().to_string();
+        assert!(e.contains("not an IP address or a host name"), "{e}");
+        assert!(!e.contains("port"), "{e}");
+        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = held.local_addr().unwrap().port();
+        let e = bind("127.0.0.1", port).unwrap_err().to_string();
+        assert!(e.contains("in use"), "{e}");
+        // TEST-NET-1 is never an address of this machine.
+        let e = bind("192.0.2.1", 0).unwrap_err().to_string();
+        assert!(e.contains("not an address of this machine"), "{e}");
     }
 }

@@ -79,13 +79,13 @@ impl<W: ChunkWriter> Driver<W> {
     fn handle(&mut self, index: usize, ev: GenEvent) {
         match ev {
             GenEvent::Token(t) => {
-                self.clock.on_token(index, &self.setup.metrics);
+                self.clock.on_token(index);
                 if let Some(chunk) = self.writer.token(index, &t) {
                     self.pending.push_back(data(&chunk));
                 }
             }
             GenEvent::Done(f) => {
-                self.clock.on_done(&f, &self.setup.metrics);
+                self.clock.on_done(index, &f);
                 self.completion_tokens += f.completion_tokens;
                 self.cached.push((index, f.cached_tokens));
                 if f.reason == FinishReason::Cancelled {
@@ -114,7 +114,7 @@ impl<W: ChunkWriter> Driver<W> {
     }
 
     fn end(&mut self) {
-        self.clock.on_request_end(&self.setup.metrics);
+        self.clock.on_request_end();
         if self.setup.include_usage {
             let cached = cached_prompt_tokens(self.cached.drain(..), self.setup.n);
             let usage = Usage::new(self.setup.prompt_tokens, self.completion_tokens, cached);
@@ -137,7 +137,7 @@ pub fn sse_response<W: ChunkWriter>(
         .filter_map(|i| writer.open(i))
         .map(|v| data(&v))
         .collect();
-    let clock = ChoiceClock::new(setup.arrived, setup.choices);
+    let clock = ChoiceClock::new(setup.arrived, setup.choices, setup.metrics.clone());
     let driver = Driver {
         writer,
         events,

@@ -32,7 +32,7 @@ fn templated_prompt(s: &TestServer) -> Vec<u32> {
         .expect("dummy models have a template")
         .render(&msgs, true)
         .unwrap();
-    encode_prompt(s.tokenizer(), &text, "messages").unwrap()
+    encode_prompt(s.tokenizer(), &text, "messages", MAX_CONTEXT, &[]).unwrap()
 }
 
 #[tokio::test]

@@ -15,7 +15,14 @@ async fn text_prompt_equals_direct_engine_run() {
     let body = json!({"model": MODEL, "prompt": "Once upon a time", "max_tokens": 9, "temperature": 0, "ignore_eos": true});
     let (st, v) = send_json(&s.app, post(COMPLETIONS, body.to_string())).await;
     assert!(st.is_success(), "{v}");
-    let prompt = encode_prompt(s.tokenizer(), "Once upon a time", "prompt").unwrap();
+    let prompt = encode_prompt(
+        s.tokenizer(),
+        "Once upon a time",
+        "prompt",
+        MAX_CONTEXT,
+        &[],
+    )
+    .unwrap();
     let (want, _) = direct_text(s.engine(), prompt.clone(), 9).await;
     assert_eq!(v["object"], "text_completion");
     assert_eq!(v["choices"][0]["text"], want.as_str());

@@ -228,6 +228,7 @@ async fn body_over_limit_is_413() {
         engine_config(),
         Limits {
             max_body_bytes: 1024,
+            ..Limits::default()
         },
     );
     let (st, body) = send_json(
@@ -266,6 +267,10 @@ async fn full_queue_is_429_and_leaves_the_server_usable() {
         ..Default::default()
     });
     let hold = hold.expect("first request admitted");
+    let resp = tower::ServiceExt::oneshot(s.app.clone(), post(CHAT, chat_body(json!({}))))
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["retry-after"], "1");
     let (st, body) = send_json(&s.app, post(CHAT, chat_body(json!({})))).await;
     assert_eq!(expect_error(st, &body, 429)["code"], "queue_full");
     drop(hold);

@@ -103,6 +103,12 @@ async fn a_client_that_goes_away_frees_its_sequence() {
     drop(body);
     wait_idle(&s).await;
     assert!(s.engine().stats().generated_tokens < 480);
+    // The choice that never finished is counted, as `abort`.
+    let (_, text) = send(&s.app, get("/metrics")).await;
+    assert!(
+        text.contains("kiln_request_finished_total{finish_reason=\"abort\"} 1"),
+        "{text}"
+    );
 }
 
 #[tokio::test]

@@ -5,7 +5,9 @@
 //!   tokenizer.json folders, and a byte-level tokenizer for dummy models.
 //! - [`StreamDecoder`]: incremental detokenisation that never emits a broken character.
 //! - [`ChatTemplate`]: Jinja chat templates rendered as transformers renders them.
+//! - [`Tokenizer::encode_bounded`]: prompts refused by their length before they cost anything.
 
+mod bounded;
 mod bpe;
 mod byte_level;
 mod byte_unicode;
@@ -20,6 +22,7 @@ mod stream;
 mod tokenizer;
 mod vocab;
 
-pub use chat::{ChatMessage, ChatTemplate};
+pub use bounded::{Bounded, Encoded};
+pub use chat::{ChatMessage, ChatTemplate, GuardedPrompt};
 pub use stream::StreamDecoder;
 pub use tokenizer::Tokenizer;

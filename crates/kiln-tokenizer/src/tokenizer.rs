@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, Result};
 
+use crate::bounded::Derived;
 use crate::bpe::GgufBpe;
 use crate::chat::ChatTemplate;
 use crate::special_split::{Fragment, SpecialSplitter};
@@ -49,6 +50,7 @@ pub(crate) struct Parts {
 #[derive(Clone)]
 pub struct Tokenizer {
     inner: Arc<Parts>,
+    derived: Arc<Derived>,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -66,7 +68,16 @@ impl Tokenizer {
     pub(crate) fn from_parts(parts: Parts) -> Tokenizer {
         Tokenizer {
             inner: Arc::new(parts),
+            derived: Arc::default(),
         }
+    }
+
+    pub(crate) fn parts(&self) -> &Parts {
+        &self.inner
+    }
+
+    pub(crate) fn derived(&self) -> &Derived {
+        &self.derived
     }
 
     /// The vocabulary embedded in a GGUF file (`tokenizer.ggml.*`).
@@ -137,7 +148,12 @@ impl Tokenizer {
         Ok(out)
     }
 
-    fn encode_fragment(&self, text: &str, prev_added: bool, out: &mut Vec<u32>) -> Result<()> {
+    pub(crate) fn encode_fragment(
+        &self,
+        text: &str,
+        prev_added: bool,
+        out: &mut Vec<u32>,
+    ) -> Result<()> {
         let p = &*self.inner;
         match &p.model {
             Model::Spm {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use kiln_engine::EngineConfig;
-use kiln_server::{Limits, ServeOptions};
+use kiln_server::{Access, ConnectionLimits, Limits, PromptRules, ServeOptions};
 
 use crate::backend_choice::{build_backend_for, DeviceArgs, ModelArgs, BLOCK_SIZE};
 use crate::draft_choice::DraftArgs;
@@ -42,9 +42,14 @@ pub struct ServeArgs {
     /// Requests that may wait beyond the running ones; more get HTTP 429.
     #[arg(long, default_value_t = 1024)]
     pub max_queue: usize,
-    /// Longest sequence (prompt plus completion); defaults to the model's context length.
+    /// Longest sequence (prompt plus completion); defaults to the model's context length. More
+    /// than the model's is refused unless --allow-long-context.
     #[arg(long)]
     pub max_context: Option<usize>,
+    /// Accept --max-context above the model's context length (positions the model was not
+    /// trained for usually give garbage).
+    #[arg(long)]
+    pub allow_long_context: bool,
     /// Recompute every prompt from its first token instead of reusing the KV blocks of earlier
     /// requests that began with the same tokens (`KILN_PREFIX_CACHE=0` does the same).
     #[arg(long)]
@@ -52,9 +57,52 @@ pub struct ServeArgs {
     /// Largest request body in bytes; larger ones get HTTP 413.
     #[arg(long, default_value_t = 8 * 1024 * 1024)]
     pub max_body_bytes: usize,
-    /// Seconds in-flight requests may run on after SIGINT/SIGTERM before they are cancelled.
+    /// Seconds a request body may take to arrive once its headers have; slower ones get 408.
+    #[arg(long, default_value_t = 30)]
+    pub body_timeout_secs: u64,
+    /// Seconds a client has to send a request's headers, from when it connects or from the end
+    /// of its previous response (so idle keep-alive connections close too).
+    #[arg(long, default_value_t = 10)]
+    pub header_timeout_secs: u64,
+    /// Connections open at once; more are answered 503 and closed. Lowered to fit the open-file
+    /// limit (ulimit -n).
+    #[arg(long, default_value_t = 1024)]
+    pub max_connections: usize,
+    /// Threads that parse, template and tokenise request bodies (default: half the cores).
+    #[arg(long)]
+    pub prompt_threads: Option<usize>,
+    /// Requests that may wait for a prompt thread; more get HTTP 429.
+    #[arg(long, default_value_t = 256)]
+    pub prompt_queue: usize,
+    /// Require `Authorization: Bearer KEY` on every endpoint but /health (401 otherwise).
+    /// KILN_API_KEY does the same without showing the key in the process list.
+    #[arg(long)]
+    pub api_key: Option<String>,
+    /// With an API key, /metrics needs it too (by default /metrics stays open for scrapers).
+    #[arg(long)]
+    pub metrics_need_key: bool,
+    /// Read control-token text inside chat messages (`<|im_end|>`) as the control token, as
+    /// kiln did before. By default it is plain text, so that a user cannot end their turn and
+    /// write a system one.
+    #[arg(long)]
+    pub special_tokens_in_messages: bool,
+    /// Seconds in-flight requests may run on after SIGINT/SIGTERM before they are cancelled; a
+    /// second signal stops at once.
     #[arg(long, default_value_t = 30)]
     pub shutdown_grace_secs: u64,
+}
+
+/// `--max-context`, checked against what the model was trained for.
+fn max_context(args: &ServeArgs, model_context: usize) -> anyhow::Result<usize> {
+    match args.max_context {
+        None => Ok(model_context),
+        Some(n) if n <= model_context || args.allow_long_context => Ok(n),
+        Some(n) => Err(anyhow::anyhow!(
+            "--max-context {n} is more than the model's context length of {model_context} \
+             tokens: positions beyond it usually give garbage. Lower it, or pass \
+             --allow-long-context to use it anyway."
+        )),
+    }
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
@@ -76,7 +124,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         max_batched_tokens: args.max_batched_tokens,
         prefill_chunk: args.prefill_chunk,
         max_queue: args.max_queue,
-        max_context: args.max_context.unwrap_or(model.config.max_position),
+        max_context: max_context(&args, model.config.max_position)?,
         prefix_cache: !args.no_prefix_cache,
     };
     // The GPU backend sizes its step buffers from the engine's limits.
@@ -101,11 +149,32 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         engine.max_context(),
         engine.kv_capacity() / BLOCK_SIZE,
     );
+    let api_key = args
+        .api_key
+        .clone()
+        .or_else(|| std::env::var("KILN_API_KEY").ok())
+        .filter(|k| !k.is_empty());
     let opts = ServeOptions {
         host: args.host,
         port: args.port,
         limits: Limits {
             max_body_bytes: args.max_body_bytes,
+            body_timeout: Duration::from_secs(args.body_timeout_secs),
+            prompt_threads: args
+                .prompt_threads
+                .unwrap_or_else(kiln_server::state::default_prompt_threads),
+            prompt_queue: args.prompt_queue,
+        },
+        connections: ConnectionLimits {
+            header_timeout: Duration::from_secs(args.header_timeout_secs),
+            max_connections: args.max_connections,
+        },
+        access: Access {
+            api_key,
+            metrics_need_key: args.metrics_need_key,
+        },
+        rules: PromptRules {
+            special_tokens_in_messages: args.special_tokens_in_messages,
         },
         shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
     };

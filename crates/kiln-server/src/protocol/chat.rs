@@ -24,6 +24,8 @@ request_with_sampling! {
         pub tools: Option<Vec<serde_json::Value>>,
         pub tool_choice: Option<serde_json::Value>,
         pub parallel_tool_calls: Option<bool>,
+        /// Only `["text"]` is honoured (protocol::refused).
+        pub modalities: Option<Vec<String>>,
     }
 }
 
@@ -57,97 +59,100 @@ pub struct ContentPart {
 const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
 
 impl ChatCompletionRequest {
-    /// The conversation as the chat template takes it. `developer` is OpenAI's new name for
-    /// `system`, which is what templates know.
-    pub fn chat_messages(&self) -> Result<Vec<ChatMessage>, ApiError> {
-        if self.messages.is_empty() {
-            return Err(ApiError::invalid_param(
-                "messages",
-                "`messages` must contain at least one message.",
-            ));
-        }
-        let mut out = Vec::with_capacity(self.messages.len());
-        for (i, m) in self.messages.iter().enumerate() {
-            if !ROLES.contains(&m.role.as_str()) {
-                return Err(ApiError::invalid_param(
-                    &format!("messages[{i}].role"),
-                    format!(
-                        "Unknown role `{}`; expected one of {}.",
-                        m.role,
-                        ROLES.join(", ")
-                    ),
-                ));
-            }
-            let content = match &m.content {
-                None if m.role == "assistant" => String::new(),
-                None => {
-                    return Err(ApiError::invalid_param(
-                        &format!("messages[{i}].content"),
-                        format!("A `{}` message needs `content`.", m.role),
-                    ))
-                }
-                Some(MessageContent::Text(t)) => t.clone(),
-                Some(MessageContent::Parts(parts)) => text_of_parts(parts, i)?,
-            };
-            let role = if m.role == "developer" {
-                "system"
-            } else {
-                m.role.as_str()
-            };
-            out.push(ChatMessage {
-                role: role.to_string(),
-                content,
-            });
-        }
-        Ok(out)
-    }
-
-    /// The conversation as JSON objects for the template, with assistant `tool_calls` (their
-    /// arguments as objects, as templates index them) and tool results' ids.
+    /// The conversation as the chat template takes it (see [`template_messages`]).
     pub fn template_messages(&self) -> Result<Vec<serde_json::Value>, ApiError> {
-        let plain = self.chat_messages()?;
-        let mut out = Vec::with_capacity(plain.len());
-        for (i, (m, p)) in self.messages.iter().zip(plain).enumerate() {
-            let mut v = serde_json::json!({"role": p.role, "content": p.content});
-            if let Some(calls) = &m.tool_calls {
-                if m.role != "assistant" {
-                    return Err(ApiError::invalid_param(
-                        &format!("messages[{i}].tool_calls"),
-                        "Only assistant messages carry `tool_calls`.",
-                    ));
-                }
-                let calls: Vec<serde_json::Value> = calls
-                    .iter()
-                    .map(|c| {
-                        let mut c = c.clone();
-                        let args = &mut c["function"]["arguments"];
-                        if let Some(parsed) =
-                            args.as_str().and_then(|a| serde_json::from_str(a).ok())
-                        {
-                            *args = parsed;
-                        }
-                        c
-                    })
-                    .collect();
-                v["tool_calls"] = serde_json::Value::Array(calls);
-                if m.content.is_none() {
-                    v["content"] = serde_json::Value::Null;
-                }
-            }
-            if let Some(id) = &m.tool_call_id {
-                v["tool_call_id"] = serde_json::Value::String(id.clone());
-            }
-            if let Some(name) = &m.name {
-                v["name"] = serde_json::Value::String(name.clone());
-            }
-            out.push(v);
-        }
-        Ok(out)
+        template_messages(&self.messages)
     }
 
     pub fn stream(&self) -> bool {
         self.stream.unwrap_or(false)
     }
+}
+
+/// The conversation's roles and text. `developer` is OpenAI's new name for `system`, which is
+/// what templates know.
+fn chat_messages(messages: &[MessageIn]) -> Result<Vec<ChatMessage>, ApiError> {
+    if messages.is_empty() {
+        return Err(ApiError::invalid_param(
+            "messages",
+            "`messages` must contain at least one message.",
+        ));
+    }
+    let mut out = Vec::with_capacity(messages.len());
+    for (i, m) in messages.iter().enumerate() {
+        if !ROLES.contains(&m.role.as_str()) {
+            return Err(ApiError::invalid_param(
+                &format!("messages[{i}].role"),
+                format!(
+                    "Unknown role `{}`; expected one of {}.",
+                    m.role,
+                    ROLES.join(", ")
+                ),
+            ));
+        }
+        let content = match &m.content {
+            None if m.role == "assistant" => String::new(),
+            None => {
+                return Err(ApiError::invalid_param(
+                    &format!("messages[{i}].content"),
+                    format!("A `{}` message needs `content`.", m.role),
+                ))
+            }
+            Some(MessageContent::Text(t)) => t.clone(),
+            Some(MessageContent::Parts(parts)) => text_of_parts(parts, i)?,
+        };
+        let role = if m.role == "developer" {
+            "system"
+        } else {
+            m.role.as_str()
+        };
+        out.push(ChatMessage {
+            role: role.to_string(),
+            content,
+        });
+    }
+    Ok(out)
+}
+
+/// The conversation as JSON objects for the template, with assistant `tool_calls` (their
+/// arguments as objects, as templates index them) and tool results' ids.
+pub fn template_messages(messages: &[MessageIn]) -> Result<Vec<serde_json::Value>, ApiError> {
+    let plain = chat_messages(messages)?;
+    let mut out = Vec::with_capacity(plain.len());
+    for (i, (m, p)) in messages.iter().zip(plain).enumerate() {
+        let mut v = serde_json::json!({"role": p.role, "content": p.content});
+        if let Some(calls) = &m.tool_calls {
+            if m.role != "assistant" {
+                return Err(ApiError::invalid_param(
+                    &format!("messages[{i}].tool_calls"),
+                    "Only assistant messages carry `tool_calls`.",
+                ));
+            }
+            let calls: Vec<serde_json::Value> = calls
+                .iter()
+                .map(|c| {
+                    let mut c = c.clone();
+                    let args = &mut c["function"]["arguments"];
+                    if let Some(parsed) = args.as_str().and_then(|a| serde_json::from_str(a).ok()) {
+                        *args = parsed;
+                    }
+                    c
+                })
+                .collect();
+            v["tool_calls"] = serde_json::Value::Array(calls);
+            if m.content.is_none() {
+                v["content"] = serde_json::Value::Null;
+            }
+        }
+        if let Some(id) = &m.tool_call_id {
+            v["tool_call_id"] = serde_json::Value::String(id.clone());
+        }
+        if let Some(name) = &m.name {
+            v["name"] = serde_json::Value::String(name.clone());
+        }
+        out.push(v);
+    }
+    Ok(out)
 }
 
 fn text_of_parts(parts: &[ContentPart], message: usize) -> Result<String, ApiError> {
@@ -252,7 +257,7 @@ mod tests {
             {"role": "developer", "content": "be brief"},
             {"role": "user", "content": [{"type": "text", "text": "hi "}, {"type": "text", "text": "there"}]},
             {"role": "assistant", "content": null}]}"#);
-        let m = r.chat_messages().unwrap();
+        let m = chat_messages(&r.messages).unwrap();
         assert_eq!(m.len(), 3);
         assert_eq!(
             (m[0].role.as_str(), m[0].content.as_str()),
@@ -264,18 +269,18 @@ mod tests {
 
     #[test]
     fn bad_messages_are_refused() {
-        let e = req(r#"{"messages": []}"#).chat_messages().unwrap_err();
+        let e = chat_messages(&req(r#"{"messages": []}"#).messages).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("messages"));
         let e = req(r#"{"messages": [{"role": "wizard", "content": "x"}]}"#)
-            .chat_messages()
+            .template_messages()
             .unwrap_err();
         assert_eq!(e.param.as_deref(), Some("messages[0].role"));
         let e = req(r#"{"messages": [{"role": "user"}]}"#)
-            .chat_messages()
+            .template_messages()
             .unwrap_err();
         assert_eq!(e.param.as_deref(), Some("messages[0].content"));
         let e = req(r#"{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}"#)
-            .chat_messages()
+            .template_messages()
             .unwrap_err();
         assert_eq!(e.param.as_deref(), Some("messages[0].content[0]"));
     }

@@ -6,4 +6,5 @@ pub mod common;
 pub mod completion;
 pub mod logprobs;
 pub mod plan;
+pub mod refused;
 pub mod structured;

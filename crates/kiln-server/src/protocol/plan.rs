@@ -18,6 +18,8 @@ pub struct GenerationPlan {
     pub max_tokens: Option<usize>,
     /// How the request spelled the limit, for error messages.
     pub max_tokens_param: &'static str,
+    /// The field the prompts came from (`messages`, `prompt`), for error messages.
+    pub prompt_param: &'static str,
     /// Some(k): report each token's logprob and the k most likely alternatives.
     pub logprobs: Option<usize>,
     pub stream: bool,
@@ -54,12 +56,12 @@ impl GenerationPlan {
     /// Tokens a completion may have after a prompt of `prompt_len` tokens.
     fn completion_budget(&self, prompt_len: usize, max_context: usize) -> Result<usize, ApiError> {
         if prompt_len >= max_context {
-            return Err(ApiError::context_length(format!(
-                "This model's maximum context length is {max_context} tokens. However, your \
-                 prompt has {prompt_len} tokens, which leaves no room for a completion. Please \
-                 shorten the prompt."
-            ))
-            .with_param("messages"));
+            return Err(crate::prompt::too_long(
+                self.prompt_param,
+                max_context,
+                prompt_len,
+                false,
+            ));
         }
         match self.max_tokens {
             None => Ok(max_context - prompt_len),
@@ -108,6 +110,7 @@ mod tests {
             .unwrap(),
             max_tokens,
             max_tokens_param: "max_tokens",
+            prompt_param: "prompt",
             logprobs: None,
             stream: false,
             include_usage: false,
@@ -152,6 +155,7 @@ mod tests {
             .requests(16)
             .unwrap_err();
         assert!(e.message.contains("prompt has 16 tokens"), "{}", e.message);
+        assert_eq!(e.param.as_deref(), Some("prompt"));
         assert!(plan(vec![vec![1; 10]], 1, Some(6), None)
             .requests(16)
             .is_ok());

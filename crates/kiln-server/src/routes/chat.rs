@@ -15,7 +15,7 @@ use crate::error::ApiError;
 use crate::generation::{
     collect_all, compile_grammar, finish_reason, merge, submit_all, ChoiceOutcome,
 };
-use crate::json_body::{parse, read_limited};
+use crate::json_body::{parse_strict, read_limited};
 use crate::prompt::encode_prompt;
 use crate::protocol::chat::{
     AssistantMessage, ChatChoice, ChatChunk, ChatChunkChoice, ChatCompletion,
@@ -24,6 +24,7 @@ use crate::protocol::chat::{
 use crate::protocol::common::{choices_per_prompt, include_usage, max_tokens, top_logprobs, Usage};
 use crate::protocol::logprobs::{ChatLogprobs, ChatTokenLogprob};
 use crate::protocol::plan::GenerationPlan;
+use crate::protocol::refused::{check_modalities, INERT_CHAT_FIELDS};
 use crate::sse::{sse_response, ChunkWriter, StreamSetup};
 use crate::state::{response_id, unix_now, AppState};
 use crate::tools::syntax::{MarkerTokens, TemplateTools};
@@ -36,9 +37,16 @@ pub async fn chat_completions(
     req: Request,
 ) -> Result<Response, ApiError> {
     let arrived = Instant::now();
-    let body: ChatCompletionRequest = parse(&read_limited(req, st.limits.max_body_bytes).await?)?;
-    let (plan, tools) = plan(&st, &body)?;
-    let plan = compile_grammar(&st.engine, plan).await?;
+    let bytes = read_limited(req, st.limits.max_body_bytes, st.limits.body_timeout).await?;
+    let job = st.clone();
+    let (plan, tools) = st
+        .prompts
+        .run(bytes.len(), move || {
+            let body: ChatCompletionRequest = parse_strict(&bytes, INERT_CHAT_FIELDS)?;
+            let (plan, tools) = plan(&job, &body)?;
+            Ok((compile_grammar(&job.engine, plan)?, tools))
+        })
+        .await?;
     let streams = submit_all(&st.engine, &plan)?;
     st.metrics.add_prompt_tokens(plan.prompt_tokens());
     let id = response_id("chatcmpl");
@@ -108,12 +116,13 @@ pub async fn chat_completions(
 }
 
 /// Validates the request and renders the conversation into prompt tokens; with tools, how the
-/// reply's calls are read back.
+/// reply's calls are read back. Runs on the prompt pool.
 fn plan(
     st: &AppState,
     body: &ChatCompletionRequest,
 ) -> Result<(GenerationPlan, Option<ToolReplies>), ApiError> {
     st.check_model(body.model.as_deref())?;
+    check_modalities(body.modalities.as_deref())?;
     let mut sampling = body.sampling_fields().validate(st.tokenizer.vocab_size())?;
     let tools = ToolRequest::from_fields(
         body.tools.as_deref(),
@@ -143,8 +152,7 @@ fn plan(
             "This model has no chat template; use /v1/completions with a plain prompt.",
         )
     })?;
-    let text = render_conversation(template, messages, tools.as_ref())?;
-    let prompt = encode_prompt(&st.tokenizer, &text, "messages")?;
+    let prompt = render_and_encode(st, messages, tools.as_ref())?;
     let replies = match tools {
         Some(t) => {
             let syntax = TemplateTools::of(Some(template.source())).syntax;
@@ -169,11 +177,39 @@ fn plan(
         sampling,
         max_tokens,
         max_tokens_param: param,
+        prompt_param: "messages",
         logprobs,
         stream: body.stream(),
         include_usage,
     };
     Ok((plan, replies))
+}
+
+/// The conversation rendered by the model's chat template and tokenised, with control-token
+/// text in message content kept plain unless `--special-tokens-in-messages`. Runs on the
+/// prompt pool; /tokenize counts a conversation with it too.
+pub fn render_and_encode(
+    st: &AppState,
+    messages: Vec<Value>,
+    tools: Option<&ToolRequest>,
+) -> Result<Vec<u32>, ApiError> {
+    let template = st.tokenizer.chat_template().ok_or_else(|| {
+        ApiError::invalid(
+            "This model has no chat template; use /v1/completions with a plain prompt.",
+        )
+    })?;
+    let tok = &st.tokenizer;
+    let controls = |s: &str| tok.control_ranges(s);
+    let guard: Option<&dyn Fn(&str) -> Vec<std::ops::Range<usize>>> =
+        (!st.rules.special_tokens_in_messages).then_some(&controls);
+    let rendered = render_conversation(template, messages, tools, guard)?;
+    encode_prompt(
+        tok,
+        &rendered.text,
+        "messages",
+        st.engine.max_context(),
+        &rendered.plain,
+    )
 }
 
 /// How a chat with tools reads its replies.

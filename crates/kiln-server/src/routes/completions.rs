@@ -15,12 +15,13 @@ use crate::error::ApiError;
 use crate::generation::{
     collect_all, compile_grammar, finish_reason, merge, submit_all, ChoiceOutcome,
 };
-use crate::json_body::{parse, read_limited};
+use crate::json_body::{parse_strict, read_limited};
 use crate::prompt::encode_prompt;
 use crate::protocol::common::{choices_per_prompt, include_usage, max_tokens, top_logprobs, Usage};
 use crate::protocol::completion::{Completion, CompletionChoice, CompletionRequest, PromptInput};
 use crate::protocol::logprobs::CompletionLogprobs;
 use crate::protocol::plan::GenerationPlan;
+use crate::protocol::refused::INERT_COMPLETION_FIELDS;
 use crate::sse::{sse_response, ChunkWriter, StreamSetup};
 use crate::state::{response_id, unix_now, AppState};
 
@@ -32,16 +33,22 @@ pub async fn completions(
     req: Request,
 ) -> Result<Response, ApiError> {
     let arrived = Instant::now();
-    let body: CompletionRequest = parse(&read_limited(req, st.limits.max_body_bytes).await?)?;
-    let plan = compile_grammar(&st.engine, plan(&st, &body)?).await?;
-    let echoes: Vec<String> = if body.echo() {
-        plan.prompts
-            .iter()
-            .map(|p| st.tokenizer.decode(p, true))
-            .collect()
-    } else {
-        Vec::new()
-    };
+    let bytes = read_limited(req, st.limits.max_body_bytes, st.limits.body_timeout).await?;
+    let job = st.clone();
+    let (plan, echoes) = st
+        .prompts
+        .run(bytes.len(), move || {
+            let body: CompletionRequest = parse_strict(&bytes, INERT_COMPLETION_FIELDS)?;
+            let plan = compile_grammar(&job.engine, plan(&job, &body)?)?;
+            let echoes: Vec<String> = if body.echo() {
+                let decode = |p: &Vec<u32>| job.tokenizer.decode(p, true);
+                plan.prompts.iter().map(decode).collect()
+            } else {
+                Vec::new()
+            };
+            Ok((plan, echoes))
+        })
+        .await?;
     let streams = submit_all(&st.engine, &plan)?;
     st.metrics.add_prompt_tokens(plan.prompt_tokens());
     let id = response_id("cmpl");
@@ -101,6 +108,7 @@ pub async fn completions(
     Ok(Json(response).into_response())
 }
 
+/// Validates the request and tokenises its prompts. Runs on the prompt pool.
 fn plan(st: &AppState, body: &CompletionRequest) -> Result<GenerationPlan, ApiError> {
     st.check_model(body.model.as_deref())?;
     let n = choices_per_prompt(body.n)?;
@@ -112,12 +120,15 @@ fn plan(st: &AppState, body: &CompletionRequest) -> Result<GenerationPlan, ApiEr
         .map(|k| top_logprobs("logprobs", k))
         .transpose()?;
     let include_usage = include_usage(body.stream(), body.stream_options.as_ref())?;
+    let max_context = st.engine.max_context();
+    // A completion prompt is the caller's whole text, template markers and all: control
+    // tokens written in it are read as control tokens.
     let prompts = body
         .prompt
         .inputs(st.tokenizer.vocab_size())?
         .into_iter()
         .map(|p| match p {
-            PromptInput::Text(t) => encode_prompt(&st.tokenizer, &t, "prompt"),
+            PromptInput::Text(t) => encode_prompt(&st.tokenizer, &t, "prompt", max_context, &[]),
             PromptInput::Tokens(ids) => Ok(ids),
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -128,6 +139,7 @@ fn plan(st: &AppState, body: &CompletionRequest) -> Result<GenerationPlan, ApiEr
         sampling,
         max_tokens: Some(max_tokens),
         max_tokens_param: "max_tokens",
+        prompt_param: "prompt",
         logprobs,
         stream: body.stream(),
         include_usage,

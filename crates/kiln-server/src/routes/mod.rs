@@ -3,3 +3,4 @@
 pub mod chat;
 pub mod completions;
 pub mod meta;
+pub mod tokenize;

@@ -5,7 +5,7 @@
 //! assistant turns as `<tool_call>` blocks and results given back in user turns as
 //! `<tool_response>` blocks, the Hermes / Qwen form the fallback asks the model to answer in.
 
-use kiln_tokenizer::ChatTemplate;
+use kiln_tokenizer::{ChatTemplate, GuardedPrompt};
 use serde_json::{json, Map, Value};
 
 use super::syntax::TemplateTools;
@@ -21,12 +21,14 @@ const POSTAMBLE: &str =
 arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \
 \"arguments\": <args-json-object>}\n</tool_call>";
 
-/// Renders `messages` (JSON objects) ready for the assistant's reply.
+/// Renders `messages` (JSON objects) ready for the assistant's reply. With `guard`, message text
+/// that spells a control token (the ranges `guard` finds) is reported as plain text.
 pub fn render_conversation(
     template: &ChatTemplate,
     messages: Vec<Value>,
     tools: Option<&ToolRequest>,
-) -> Result<String, ApiError> {
+    guard: Option<&dyn Fn(&str) -> Vec<std::ops::Range<usize>>>,
+) -> Result<GuardedPrompt, ApiError> {
     let how = TemplateTools::of(Some(template.source()));
     let mut extra = Map::new();
     let messages = if how.native {
@@ -37,7 +39,16 @@ pub fn render_conversation(
     } else {
         fallback_messages(messages, tools)
     };
-    template.render_with(&messages, true, &extra).map_err(|e| {
+    let rendered = match guard {
+        Some(controls) => template.render_guarded(&messages, true, &extra, controls),
+        None => template
+            .render_with(&messages, true, &extra)
+            .map(|text| GuardedPrompt {
+                text,
+                plain: Vec::new(),
+            }),
+    };
+    rendered.map_err(|e| {
         ApiError::invalid_param(
             "messages",
             format!("The chat template rejected the conversation: {e:#}"),
@@ -128,7 +139,9 @@ mod tests {
             json!({"role": "tool", "tool_call_id": "c1", "content": "5"}),
             json!({"role": "tool", "tool_call_id": "c2", "content": "6"}),
         ];
-        let text = render_conversation(&tpl, msgs, Some(&tools())).unwrap();
+        let text = render_conversation(&tpl, msgs, Some(&tools()), None)
+            .unwrap()
+            .text;
         assert!(text.starts_with("<|im_start|>system\n# Tools"), "{text}");
         assert!(
             text.contains(r#"{"type":"function","function":{"name":"add""#),
@@ -149,7 +162,9 @@ mod tests {
         };
         let tpl = ChatTemplate::new(&src, "", "<|im_end|>").unwrap();
         let msgs = vec![json!({"role": "user", "content": "2+3?"})];
-        let text = render_conversation(&tpl, msgs, Some(&tools())).unwrap();
+        let text = render_conversation(&tpl, msgs, Some(&tools()), None)
+            .unwrap()
+            .text;
         assert!(
             text.contains("<tools>") && text.contains("\"name\": \"add\""),
             "{text}"

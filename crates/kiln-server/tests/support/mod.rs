@@ -55,7 +55,22 @@ pub fn start_engine(cfg: EngineConfig) -> (EngineHandle, Tokenizer) {
 }
 
 pub fn start_engine_with_kv(cfg: EngineConfig, kv_blocks: usize) -> (EngineHandle, Tokenizer) {
-    let model = kiln_load::load(MODEL).expect("dummy:tiny loads");
+    start_engine_on(MODEL, cfg, kv_blocks)
+}
+
+/// The small model kiln ships: a real byte-level BPE tokenizer, a context of 1,024 tokens.
+pub const SHIPPED_MODEL: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../models/kiln-4m/kiln-4m-f16.gguf"
+);
+
+/// Loads `spec` (dummy:PRESET or a file) and starts an engine on the CPU backend.
+pub fn start_engine_on(
+    spec: &str,
+    cfg: EngineConfig,
+    kv_blocks: usize,
+) -> (EngineHandle, Tokenizer) {
+    let model = kiln_load::load(spec).unwrap_or_else(|e| panic!("{spec} loads: {e:#}"));
     let opts = CpuOptions {
         kv_blocks,
         block_size: 16,
@@ -74,6 +89,67 @@ pub fn server_with(cfg: EngineConfig, limits: Limits) -> TestServer {
         app: kiln_server::app::router(state.clone()),
         state,
     }
+}
+
+/// A real server on a loopback port, stopped when the returned sender is dropped or sent to.
+pub struct Live {
+    pub addr: std::net::SocketAddr,
+    pub stop: Option<tokio::sync::oneshot::Sender<()>>,
+    pub task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+pub async fn live(
+    engine: EngineHandle,
+    tokenizer: Tokenizer,
+    opts: kiln_server::ServeOptions,
+) -> Live {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(kiln_server::serve_on(
+        listener,
+        engine,
+        tokenizer,
+        MODEL.to_string(),
+        opts,
+        async move {
+            let _ = rx.await;
+        },
+    ));
+    Live {
+        addr,
+        stop: Some(tx),
+        task,
+    }
+}
+
+/// One HTTP/1.1 request over its own connection (`Connection: close`): status and body.
+pub async fn http(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    body: &[u8],
+) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut sock = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    sock.write_all(head.as_bytes()).await.expect("write head");
+    sock.write_all(body).await.expect("write body");
+    let mut raw = Vec::new();
+    sock.read_to_end(&mut raw).await.expect("read reply");
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text
+        .get(9..12)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP reply: {text:?}"));
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    (status, body)
 }
 
 pub fn server() -> TestServer {

@@ -2,6 +2,7 @@
 //! rendered the way transformers' `apply_chat_template` renders it.
 
 mod environment;
+mod guard;
 mod pyjson;
 mod strftime;
 
@@ -14,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 pub use environment::json_value;
 use environment::{build, TEMPLATE_NAME};
+pub use guard::GuardedPrompt;
 
 /// One turn of a conversation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
