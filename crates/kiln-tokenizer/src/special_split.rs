@@ -225,7 +225,7 @@ mod tests {
         let s = SpecialSplitter::new(&v, |_| (false, false));
         let text = "<|im_start|>user\nhi<|im_end|>x<|im_end|>";
         // The first <|im_end|> (bytes 19..29) is message content; the second is the template's.
-        let guard = [19..29];
+        let guard = [std::ops::Range { start: 19, end: 29 }];
         assert_eq!(
             s.split_guarded(text, true, &guard),
             vec![

@@ -41,9 +41,11 @@ fn serve(shell_prefix: &str, args: &[&str]) -> Served {
     });
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let line = log
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .expect("kiln serve printed its address");
+        let Ok(line) = log.recv_timeout(deadline.saturating_duration_since(Instant::now())) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("kiln serve did not print its address");
+        };
         if let Some(at) = line.split("http://").nth(1) {
             let addr = at.split_whitespace().next().unwrap().parse().unwrap();
             return Served { child, addr, log };

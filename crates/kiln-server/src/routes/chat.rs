@@ -27,9 +27,11 @@ use crate::protocol::plan::GenerationPlan;
 use crate::protocol::refused::{check_modalities, INERT_CHAT_FIELDS};
 use crate::sse::{sse_response, ChunkWriter, StreamSetup};
 use crate::state::{response_id, unix_now, AppState};
+
 use crate::tools::syntax::{MarkerTokens, TemplateTools};
 use crate::tools::{
-    parse_reply, render_conversation, ParsedReply, ToolRequest, ToolStreamer, ToolSyntax,
+    parse_reply, render_conversation, ControlFinder, ParsedReply, ToolRequest, ToolStreamer,
+    ToolSyntax,
 };
 
 pub async fn chat_completions(
@@ -200,8 +202,7 @@ pub fn render_and_encode(
     })?;
     let tok = &st.tokenizer;
     let controls = |s: &str| tok.control_ranges(s);
-    let guard: Option<&dyn Fn(&str) -> Vec<std::ops::Range<usize>>> =
-        (!st.rules.special_tokens_in_messages).then_some(&controls);
+    let guard: Option<ControlFinder> = (!st.rules.special_tokens_in_messages).then_some(&controls);
     let rendered = render_conversation(template, messages, tools, guard)?;
     encode_prompt(
         tok,

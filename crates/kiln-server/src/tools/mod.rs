@@ -10,7 +10,7 @@ mod render;
 pub mod syntax;
 
 pub use parse::{parse_reply, ParsedReply, ToolCallOut, ToolStreamer};
-pub use render::render_conversation;
+pub use render::{render_conversation, ControlFinder};
 pub use syntax::ToolSyntax;
 
 use serde::Deserialize;

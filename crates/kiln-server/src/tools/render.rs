@@ -21,13 +21,16 @@ const POSTAMBLE: &str =
 arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \
 \"arguments\": <args-json-object>}\n</tool_call>";
 
+/// Finds the byte ranges of a text that spell control tokens.
+pub type ControlFinder<'a> = &'a dyn Fn(&str) -> Vec<std::ops::Range<usize>>;
+
 /// Renders `messages` (JSON objects) ready for the assistant's reply. With `guard`, message text
 /// that spells a control token (the ranges `guard` finds) is reported as plain text.
 pub fn render_conversation(
     template: &ChatTemplate,
     messages: Vec<Value>,
     tools: Option<&ToolRequest>,
-    guard: Option<&dyn Fn(&str) -> Vec<std::ops::Range<usize>>>,
+    guard: Option<ControlFinder>,
 ) -> Result<GuardedPrompt, ApiError> {
     let how = TemplateTools::of(Some(template.source()));
     let mut extra = Map::new();
