@@ -41,7 +41,7 @@ results="$OUT/results.tsv"
 : > "$results"
 
 # Order: cheapest and most basic first, so a broken kernel shows before the model tests.
-order="kernels_compile unit contract_rows contract_sampling contract_gemm contract_attention backend_parity backend_invariance graphs_counts graphs_parity"
+order="kernels_compile unit footprint contract_rows contract_sampling contract_gemm contract_attention backend_parity backend_invariance graphs_counts graphs_parity"
 want tests || order=""
 for name in $order $(want tests && awk '$1=="test"{print $2}' "$manifest"); do
     path=$(awk -v n="$name" '$1=="test" && $2==n {print $3}' "$manifest")
@@ -57,7 +57,9 @@ for name in $order $(want tests && awk '$1=="test"{print $2}' "$manifest"); do
     fi
     [ "$left" -gt 170 ] && left=170
     t0=$(date +%s%N)
-    timeout "$left" ".carry/$path" --test-threads=1 --nocapture > "$log" 2>&1
+    # --include-ignored: the GPU tests are ignored by default, so that a machine without a GPU
+    # reports them as ignored rather than passed.
+    timeout "$left" ".carry/$path" --include-ignored --test-threads=1 --nocapture > "$log" 2>&1
     rc=$?
     secs=$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN{printf "%.1f", (b-a)/1e9}')
     pass=$(grep -c "\] PASS \|^PASS " "$log")
@@ -76,7 +78,7 @@ done
 parity=$(awk '$1=="test" && $2=="backend_parity" {print $3}' "$manifest")
 if want tests && [ -n "$parity" ] && [ $(( $(date +%s) - start )) -lt 200 ]; then
     log="$OUT/test-backend_parity-reference-paths.log"
-    KILN_FLASH_ATTN=0 KILN_SKINNY_GEMM=0 KILN_SPLIT_DECODE=0 timeout 60 ".carry/$parity" --test-threads=1 --nocapture > "$log" 2>&1
+    KILN_FLASH_ATTN=0 KILN_SKINNY_GEMM=0 KILN_SPLIT_DECODE=0 timeout 60 ".carry/$parity" --include-ignored --test-threads=1 --nocapture > "$log" 2>&1
     rc=$?
     say "backend_parity with KILN_FLASH_ATTN=0 KILN_SKINNY_GEMM=0 KILN_SPLIT_DECODE=0: rc=$rc, $(grep -c '\] PASS ' "$log") pass, $(grep -c '\] FAIL \|panicked' "$log") fail (diagnostic only)"
 fi

@@ -1,7 +1,16 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: Rust tests (CPU backend, formats, tokenizers, engine, server),
 # the NVRTC compile check of every CUDA kernel, and the OpenAI-client tests against `kiln serve`.
-# Installs what it needs (Python venv with the openai client and the NVRTC wheel) under .venv.
+#
+# Tests build in the release profile, the one the README's run command builds, so the dependencies
+# are compiled once for both. What it fetches the first time (all under ~/.cache unless said):
+#   - NVRTC 13.0 from PyPI (scripts/ci-nvrtc.sh), so every kernel is compiled even without a GPU;
+#   - the vocabularies, tokenizer cases and chat templates of the llama-cpp-python sdist from PyPI
+#     (scripts/fetch-test-data.py), unless ../shared sits beside the checkout or $KILN_TEST_DATA
+#     points at a copy;
+#   - the openai client and pytest into .venv/openai-tests (tests/openai/run.sh).
+# Ends with a summary: tests passed, failed and ignored, and why each ignored test was ignored
+# (the GPU tests are ignored on a machine without an NVIDIA GPU, and run where there is one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,8 +19,38 @@ if [ -x scripts/ci-nvrtc.sh ]; then
   eval "$(bash scripts/ci-nvrtc.sh)"
 fi
 
-cargo test --workspace
+if [ -z "${KILN_TEST_DATA:-}" ] && [ ! -d ../shared/vocab ]; then
+  KILN_TEST_DATA="$(python3 scripts/fetch-test-data.py)"
+  export KILN_TEST_DATA
+fi
+
+# Where a GPU can be used, its tests run too.
+run_ignored=()
+if nvidia-smi -L >/dev/null 2>&1; then
+  run_ignored=(-- --include-ignored)
+fi
+
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --workspace --release --no-fail-fast "${run_ignored[@]}" 2>&1 | tee "$log" || status=$?
+
+summary() {
+  python3 - "$log" <<'PY'
+import collections, re, sys
+text = open(sys.argv[1], errors="replace").read()
+totals = collections.Counter()
+for m in re.finditer(r"test result: \w+\. (\d+) passed; (\d+) failed; (\d+) ignored", text):
+    totals["passed"] += int(m[1]); totals["failed"] += int(m[2]); totals["ignored"] += int(m[3])
+reasons = collections.Counter(m[1] or "no reason given" for m in re.finditer(r"^test \S+ \.\.\. ignored(?:, (.*))?$", text, re.M))
+print(f"summary: {totals['passed']} passed, {totals['failed']} failed, {totals['ignored']} ignored")
+for why, n in reasons.most_common():
+    print(f"  {n} ignored: {why}")
+PY
+}
+summary
+[ "$status" -eq 0 ] || exit "$status"
 
 if [ -x tests/openai/run.sh ]; then
-  bash tests/openai/run.sh
+  KILN_BIN="${KILN_BIN:-${CARGO_TARGET_DIR:-target}/release/kiln}" bash tests/openai/run.sh
 fi

@@ -59,6 +59,8 @@ def write_hf(folder: Path, shape: LlamaShape, tensors: dict[str, np.ndarray], to
     save_file(dict(sorted(tensors.items())), str(folder / "model.safetensors"), metadata={"format": "pt"})
     config = shape.hf_config(bos_id=eot, eos_ids=[im_end, eot])
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    # kiln-4m's recommended sampling (greedy with a repetition penalty) is written into this file
+    # and the GGUF afterwards, by scripts/train/set_sampling.py.
     gen = {"bos_token_id": eot, "eos_token_id": [im_end, eot], "pad_token_id": eot, "do_sample": False}
     (folder / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
     shutil.copyfile(tokenizer_json, folder / "tokenizer.json")

@@ -7,8 +7,9 @@ cd "$(dirname "$0")/../.."
 
 MODEL="${KILN_MODEL:-dummy:tiny}"
 if [ -z "${KILN_BIN:-}" ]; then
-  cargo build -p kiln --quiet
-  KILN_BIN="${CARGO_TARGET_DIR:-target}/debug/kiln"
+  # The release profile, as the README's commands build it (nothing is compiled twice).
+  cargo build -p kiln --release --quiet
+  KILN_BIN="${CARGO_TARGET_DIR:-target}/release/kiln"
 fi
 
 VENV=.venv/openai-tests

@@ -214,6 +214,15 @@ impl CudaBackend {
         &self.gpu
     }
 
+    /// What was allocated, in the terms of [`crate::Footprint`] (which predicts it).
+    pub fn allocated(&self) -> crate::Footprint {
+        crate::Footprint {
+            weights: self.weights.bytes,
+            buffers: self.act.bytes() + self.sampling.bytes() + crate::gemm_lt::WORKSPACE_BYTES,
+            kv_block: KvCache::block_bytes(&self.spec, self.kv.block_size),
+        }
+    }
+
     /// A few lines on what was set up: device, memory, switches, CUDA graphs, pinned GEMM
     /// algorithms.
     pub fn describe(&self) -> String {

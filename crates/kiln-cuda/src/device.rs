@@ -44,6 +44,18 @@ pub fn unavailable_reason() -> Option<String> {
     None
 }
 
+/// (free, total) memory of device `ordinal` in bytes, asked before a backend exists (its own
+/// context then counts as used, as the backend's will). Errors when no device can be used.
+pub fn memory_info(ordinal: usize) -> Result<(usize, usize)> {
+    if let Some(why) = unavailable_reason() {
+        bail!("{why}");
+    }
+    let ctx =
+        CudaContext::new(ordinal).map_err(|e| anyhow!("opening CUDA device {ordinal}: {e:?}"))?;
+    ctx.mem_get_info()
+        .map_err(|e| anyhow!("asking CUDA device {ordinal} for its free memory: {e:?}"))
+}
+
 /// A kernel argument: device pointers travel as u64.
 #[derive(Debug, Clone, Copy)]
 pub enum Arg {

@@ -13,7 +13,7 @@ use cudarc::cublaslt::sys as lt;
 use crate::device::{DevBuf, Gpu};
 use crate::switches::Switches;
 
-const WORKSPACE_BYTES: usize = 64 << 20;
+pub(crate) const WORKSPACE_BYTES: usize = 64 << 20;
 
 fn check(status: lt::cublasStatus_t, what: &str) -> Result<()> {
     if status == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {

@@ -4,6 +4,7 @@
 
 pub mod backend;
 pub mod device;
+pub mod footprint;
 pub mod forward;
 pub mod gemm_lt;
 pub mod graphs;
@@ -21,4 +22,5 @@ pub mod switches;
 pub mod weights;
 
 pub use backend::{CudaBackend, CudaOptions};
-pub use device::{cuda_available, unavailable_reason};
+pub use device::{cuda_available, memory_info, unavailable_reason};
+pub use footprint::Footprint;

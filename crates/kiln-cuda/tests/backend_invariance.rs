@@ -124,6 +124,7 @@ fn invariance(c: &mut Checks, name: &str, src: &dyn WeightSource) {
 }
 
 #[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn gpu_logits_are_batch_and_chunk_invariant() {
     let Some(_gpu) = gpu_or_skip("gpu_logits_are_batch_and_chunk_invariant") else {
         return;

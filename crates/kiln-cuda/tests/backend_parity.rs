@@ -139,6 +139,7 @@ fn compare(
 }
 
 #[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn gpu_matches_cpu_on_dummy_models() {
     let Some(_gpu) = gpu_or_skip("gpu_matches_cpu_on_dummy_models") else {
         return;
@@ -154,6 +155,7 @@ fn gpu_matches_cpu_on_dummy_models() {
 }
 
 #[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn gpu_matches_cpu_on_fixtures() {
     let Some(_gpu) = gpu_or_skip("gpu_matches_cpu_on_fixtures") else {
         return;

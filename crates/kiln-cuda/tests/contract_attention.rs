@@ -285,6 +285,7 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case) {
 }
 
 #[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn attention_contract() {
     let Some(gpu) = gpu_or_skip("attention_contract") else {
         return;

@@ -55,6 +55,7 @@ fn rows_of(y: &[f32], n: usize, rows: &[usize]) -> Vec<f32> {
 }
 
 #[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn skinny_gemm_contract() {
     let Some(gpu) = gpu_or_skip("skinny_gemm_contract") else {
         return;
@@ -212,6 +213,7 @@ fn skinny_gemm_contract() {
 }
 
 #[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn lt_gemm_contract() {
     let Some(gpu) = gpu_or_skip("lt_gemm_contract") else {
         return;

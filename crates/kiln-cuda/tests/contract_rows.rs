@@ -17,6 +17,7 @@ fn rmsnorm_ref(x: &[f64], w: &[f32], eps: f32) -> Vec<f64> {
 }
 
 #[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn row_kernels_contract() {
     let Some(gpu) = gpu_or_skip("row_kernels_contract") else {
         return;
@@ -278,6 +279,7 @@ fn qkv_ref(
 }
 
 #[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn qkv_prepare_contract() {
     let Some(gpu) = gpu_or_skip("qkv_prepare_contract") else {
         return;

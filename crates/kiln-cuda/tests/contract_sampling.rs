@@ -116,6 +116,7 @@ fn mismatch(
 }
 
 #[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn device_sampling_equals_the_host_sampler() {
     let Some(gpu) = gpu_or_skip("device_sampling_equals_the_host_sampler") else {
         return;
@@ -285,6 +286,7 @@ fn device_adjusted_sampling_equals_the_host() {
 }
 
 #[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn device_sampling_speed() {
     let Some(gpu) = gpu_or_skip("device_sampling_speed") else {
         return;
@@ -343,6 +345,7 @@ fn device_sampling_speed() {
 /// CUDA graphs): `forward_sampled` picks, step after step, what the host sampler picks from
 /// `forward`'s logits of the same step.
 #[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn backend_samples_fixture_models_like_the_host() {
     use models::{cuda_backend, fixture_sources, Blocks, Seq};
     if gpu_or_skip("backend_samples_fixture_models_like_the_host").is_none() {

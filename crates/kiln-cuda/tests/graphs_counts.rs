@@ -72,6 +72,7 @@ fn schedule(b: &mut CudaBackend, vocab: usize) -> (Vec<u32>, Vec<GraphCounters>)
 }
 
 #[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn gpu_graphs_capture_once_per_shape_and_update_in_place() {
     let Some(_gpu) = gpu_or_skip("gpu_graphs_capture_once_per_shape_and_update_in_place") else {
         return;

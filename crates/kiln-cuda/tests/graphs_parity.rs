@@ -191,6 +191,7 @@ fn compare(c: &mut Checks, name: &str, src: &dyn WeightSource) {
 }
 
 #[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn gpu_graphs_give_the_tokens_of_eager_launches() {
     let Some(_gpu) = gpu_or_skip("gpu_graphs_give_the_tokens_of_eager_launches") else {
         return;

@@ -122,6 +122,7 @@ fn reuse(c: &mut Checks, name: &str, src: &dyn WeightSource, long: usize) {
 }
 
 #[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn a_resumed_prompt_gives_the_logits_of_a_fresh_one() {
     let Some(_gpu) = gpu_or_skip("a_resumed_prompt_gives_the_logits_of_a_fresh_one") else {
         return;
@@ -205,6 +206,7 @@ fn host_round_trip(c: &mut Checks, name: &str, src: &dyn WeightSource, long: usi
 }
 
 #[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn blocks_back_from_the_host_tier_give_the_logits_of_a_fresh_prompt() {
     let Some(_gpu) =
         gpu_or_skip("blocks_back_from_the_host_tier_give_the_logits_of_a_fresh_prompt")

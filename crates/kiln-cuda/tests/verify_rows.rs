@@ -95,6 +95,7 @@ fn verify_rows(c: &mut Checks, name: &str, src: &dyn WeightSource) {
 }
 
 #[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn verify_rows_equal_plain_decode_steps() {
     let Some(_gpu) = gpu_or_skip("verify_rows_equal_plain_decode_steps") else {
         return;

@@ -1,14 +1,14 @@
 //! ModelConfig from config.json text and from GGUF metadata, including the error paths.
 
-use std::path::Path;
-
 use kiln_formats::GgufFile;
 use kiln_model::{Arch, GgufSource, ModelConfig, RopeScaling};
 
+#[path = "../../../tests/test_data.rs"]
+mod test_data;
+
+/// A file of the read-only test material (../shared, or where tests/test_data.rs finds it).
 fn shared(file: &str) -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared")
-        .join(file)
+    test_data::dir().join(file)
 }
 
 fn hf(extra: &str) -> anyhow::Result<ModelConfig> {

@@ -27,6 +27,7 @@ pub mod tools;
 pub use app::router;
 pub use connections::ConnectionLimits;
 pub use error::ApiError;
+pub use protocol::common::SamplingDefaults;
 pub use serve::{
     bind, serve, serve_blocking, serve_on, serve_on_signals, shutdown_signal, ServeOptions,
 };

@@ -15,6 +15,7 @@ use tokio::net::TcpListener;
 
 use crate::app::router;
 use crate::connections::{serve_connections, ConnectionLimits};
+use crate::protocol::common::SamplingDefaults;
 use crate::state::{Access, AppState, Limits, PromptRules};
 
 #[derive(Debug, Clone)]
@@ -27,6 +28,8 @@ pub struct ServeOptions {
     pub rules: PromptRules,
     /// How long in-flight requests may run on after a shutdown signal before they are cancelled.
     pub shutdown_grace: Duration,
+    /// The model's sampling defaults, for requests that leave those fields out.
+    pub sampling_defaults: SamplingDefaults,
 }
 
 impl Default for ServeOptions {
@@ -39,6 +42,7 @@ impl Default for ServeOptions {
             access: Access::default(),
             rules: PromptRules::default(),
             shutdown_grace: Duration::from_secs(30),
+            sampling_defaults: SamplingDefaults::default(),
         }
     }
 }
@@ -170,7 +174,8 @@ where
     tracing::info!("kiln serving `{model_name}` at http://{addr} (OpenAI API under /v1)");
     let state = AppState::new(handle.clone(), tokenizer, model_name, opts.limits)
         .with_access(opts.access)
-        .with_rules(opts.rules);
+        .with_rules(opts.rules)
+        .with_sampling_defaults(opts.sampling_defaults);
     let engine = handle.clone();
     let grace = opts.shutdown_grace;
     let on_signal = async move {

@@ -10,6 +10,7 @@ use kiln_tokenizer::Tokenizer;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::prompt_pool::PromptPool;
+use crate::protocol::common::SamplingDefaults;
 
 /// Server-side limits (the engine enforces its own: queue length, context, KV pool).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +70,8 @@ pub struct AppState {
     pub prompts: PromptPool,
     /// Unix time the server started, reported as the model's `created`.
     pub started: u64,
+    /// What requests that leave sampling fields out get (the model's generation config).
+    pub sampling_defaults: SamplingDefaults,
 }
 
 impl AppState {
@@ -88,6 +91,7 @@ impl AppState {
             metrics: Arc::new(Metrics::default()),
             prompts: PromptPool::new(limits.prompt_threads, limits.prompt_queue),
             started: unix_now(),
+            sampling_defaults: SamplingDefaults::default(),
         }
     }
 
@@ -98,6 +102,11 @@ impl AppState {
 
     pub fn with_rules(mut self, rules: PromptRules) -> AppState {
         self.rules = rules;
+        self
+    }
+
+    pub fn with_sampling_defaults(mut self, defaults: SamplingDefaults) -> AppState {
+        self.sampling_defaults = defaults;
         self
     }
 

@@ -6,9 +6,10 @@ use std::path::PathBuf;
 
 use kiln_tokenizer::{ChatMessage, ChatTemplate};
 
-fn templates_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/templates")
-}
+#[path = "../../../tests/test_data.rs"]
+mod test_data;
+
+use test_data::templates_dir;
 
 pub fn conversation() -> Vec<ChatMessage> {
     vec![

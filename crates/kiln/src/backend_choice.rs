@@ -8,12 +8,51 @@ use clap::{Args, ValueEnum};
 use kiln_engine::{Backend, EngineConfig};
 use kiln_load::LoadedModel;
 
+use crate::memory_fit::MemoryFit;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Device {
     /// The GPU when one can be used, else the CPU.
     Auto,
+    /// The CPU backend: f32, the exact reference.
     Cpu,
+    /// The CUDA backend on GPU 0 (fails when none can be used).
     Cuda,
+}
+
+/// The number format weights and activations are computed in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Dtype {
+    /// The device's own: bf16 on the GPU, f32 on the CPU.
+    Auto,
+    /// bfloat16 weights and activations (the GPU's format).
+    Bf16,
+    /// float16 weights and activations (not available yet).
+    F16,
+    /// float32 throughout (the CPU's format; not available on the GPU yet).
+    F32,
+}
+
+impl Dtype {
+    /// Refuses a format the chosen backend does not compute in, naming what is missing.
+    pub fn check(self, cuda: bool) -> anyhow::Result<()> {
+        match (self, cuda) {
+            (Dtype::Auto, _) | (Dtype::Bf16, true) | (Dtype::F32, false) => Ok(()),
+            (Dtype::F32, true) => anyhow::bail!(
+                "--dtype f32 is not available on the GPU yet: the CUDA backend keeps weights and \
+                 activations in bf16 and lacks f32 kernels and a cuBLAS path without TF32; use \
+                 --device cpu, which computes in f32"
+            ),
+            (Dtype::F16, true) => anyhow::bail!(
+                "--dtype f16 is not available on the GPU yet: the CUDA backend has bf16 kernels \
+                 only; use --dtype bf16 (the default)"
+            ),
+            (Dtype::Bf16 | Dtype::F16, false) => anyhow::bail!(
+                "the CPU backend computes in f32 (it is the exact reference); --dtype bf16 and \
+                 f16 are GPU formats: use --device cuda, or --dtype auto"
+            ),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -28,6 +67,17 @@ impl ModelArgs {
     pub fn load(&self) -> anyhow::Result<LoadedModel> {
         let spec = resolve_default(&self.model);
         kiln_load::load(&spec).with_context(|| format!("cannot load model `{spec}`"))
+    }
+
+    /// What `--model` names, with the shipped default found where kiln was built from.
+    pub fn resolved(&self) -> String {
+        resolve_default(&self.model)
+    }
+
+    /// The model's header (tokenizer, shape, tensor list) without its weights.
+    pub fn inspect(&self) -> anyhow::Result<kiln_load::ModelHeader> {
+        let spec = resolve_default(&self.model);
+        kiln_load::inspect(&spec).with_context(|| format!("cannot read model `{spec}`"))
     }
 }
 
@@ -48,8 +98,12 @@ fn resolve_default(spec: &str) -> String {
 
 #[derive(Debug, Clone, Args)]
 pub struct DeviceArgs {
+    /// Where the model runs.
     #[arg(long, value_enum, default_value_t = Device::Auto)]
     pub device: Device,
+    /// The number format of weights and activations.
+    #[arg(long, value_enum, default_value_t = Dtype::Auto)]
+    pub dtype: Dtype,
     /// CPU worker threads (default: one per core).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -73,25 +127,36 @@ fn parse_gib(s: &str) -> Result<f64, String> {
 /// Tokens per KV block.
 pub const BLOCK_SIZE: usize = 16;
 
+impl DeviceArgs {
+    /// Whether the run goes to the GPU, with `--dtype` checked against the backend chosen.
+    pub fn use_cuda(&self) -> anyhow::Result<bool> {
+        let cuda = match self.device {
+            Device::Cpu => false,
+            Device::Cuda => match kiln_cuda::unavailable_reason() {
+                None => true,
+                Some(why) => anyhow::bail!("CUDA backend not available: {why}; use --device cpu"),
+            },
+            Device::Auto => kiln_cuda::unavailable_reason().is_none(),
+        };
+        self.dtype.check(cuda)?;
+        Ok(cuda)
+    }
+}
+
 /// Builds the backend for `model`, sized for the engine limits in `cfg`: on the CPU a KV pool
 /// of `kv_tokens` tokens; on the GPU step buffers for `cfg` and a KV pool that takes most of
-/// the free memory. `inputs_per_seq`: backend inputs one sequence may take in a step (a
+/// the free memory, which must hold one sequence of `longest` tokens (checked before anything
+/// is allocated). `inputs_per_seq`: backend inputs one sequence may take in a step (a
 /// drafting sequence verifies its last token and its drafts as one input each).
 pub fn build_backend_for(
     model: &LoadedModel,
     device: &DeviceArgs,
     cfg: &EngineConfig,
     kv_tokens: usize,
+    longest: usize,
     inputs_per_seq: usize,
 ) -> anyhow::Result<Box<dyn Backend>> {
-    let use_cuda = match device.device {
-        Device::Cpu => false,
-        Device::Cuda => match kiln_cuda::unavailable_reason() {
-            None => true,
-            Some(why) => anyhow::bail!("CUDA backend not available: {why}; use --device cpu"),
-        },
-        Device::Auto => kiln_cuda::unavailable_reason().is_none(),
-    };
+    let use_cuda = device.use_cuda()?;
     let host_bytes = device
         .prefix_cache_host_gb
         .map_or(0, |gb| (gb * (1u64 << 30) as f64) as usize);
@@ -110,10 +175,14 @@ pub fn build_backend_for(
             host_cache_bytes: host_bytes,
             ..kiln_cuda::CudaOptions::default()
         };
+        check_gpu_fit(model, &opts, longest)?;
         let backend = kiln_cuda::CudaBackend::new(model.weights.as_ref(), opts, Some(&progress))
             .with_context(|| format!("cannot start the CUDA backend for `{}`", model.name))?;
         Box::new(backend)
     } else {
+        MemoryFit::cpu(model, cfg.max_batched_tokens, cfg.max_num_seqs)?
+            .check_streams(1, kv_tokens, "--kv-blocks")
+            .context("the KV cache does not fit in host memory")?;
         let opts = kiln_cpu::CpuOptions {
             kv_blocks: kv_tokens.div_ceil(BLOCK_SIZE).max(1),
             block_size: BLOCK_SIZE,
@@ -136,6 +205,46 @@ pub fn build_backend_for(
     };
     bar.finish(if use_cuda { "cuda" } else { "cpu" });
     Ok(backend)
+}
+
+/// Refuses a GPU start whose KV pool (as given, or 90% of what the weights and buffers leave)
+/// cannot hold one sequence of `longest` tokens.
+fn check_gpu_fit(
+    model: &LoadedModel,
+    opts: &kiln_cuda::CudaOptions,
+    longest: usize,
+) -> anyhow::Result<()> {
+    let fit = MemoryFit::cuda(model, opts)?;
+    let ctx = || "the model does not fit in GPU memory".to_string();
+    fit.check_fixed().with_context(ctx)?;
+    let one = fit.kv_bytes(1, longest.div_ceil(BLOCK_SIZE) * BLOCK_SIZE);
+    let (pool, flag) = match opts.kv_cache_bytes {
+        Some(b) => (b as u64, "--kv-cache-gb"),
+        None => (
+            (fit.kv_room() as f64 * opts.kv_cache_fraction as f64) as u64,
+            "free GPU memory",
+        ),
+    };
+    if let Some(b) = opts.kv_cache_bytes {
+        fit.check_kv(b as u64, 1, longest, "--kv-cache-gb")
+            .with_context(ctx)?;
+    }
+    if one > pool {
+        anyhow::bail!(
+            "one sequence of {} tokens needs {} of KV cache; {} gives the pool {}: lower \
+             --max-context{}",
+            crate::memory_fit::thousands(longest as u64),
+            crate::memory_fit::bytes(one),
+            flag,
+            crate::memory_fit::bytes(pool),
+            if opts.kv_cache_bytes.is_some() {
+                " or raise --kv-cache-gb"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(())
 }
 
 /// A progress bar on stderr while tensors load; indicatif hides it when stderr is not a

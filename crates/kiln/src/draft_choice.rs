@@ -59,7 +59,7 @@ impl DraftArgs {
         // that does not fit gets no drafts, and would recompute its context each time).
         let per_seq = cfg.max_context + self.draft_tokens as usize + 16;
         let kv_tokens = per_seq.saturating_mul(cfg.max_num_seqs.min(self.draft_max_batch).max(1));
-        let backend = build_backend_for(&draft, device, cfg, kv_tokens, 1)
+        let backend = build_backend_for(&draft, device, cfg, kv_tokens, per_seq, 1)
             .with_context(|| format!("cannot start the draft model `{spec}`"))?;
         let drafter = ModelDrafter::new(backend, cfg.prefill_chunk);
         Ok(Some((Box::new(drafter), dcfg)))

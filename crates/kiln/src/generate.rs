@@ -6,11 +6,12 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::Args;
-use kiln_engine::{EngineConfig, Finish, GenEvent, GenerateRequest, SamplingParams};
+use kiln_engine::{EngineConfig, Finish, GenEvent, GenerateRequest};
 use kiln_tokenizer::{ChatMessage, Tokenizer};
 
 use crate::backend_choice::{build_backend_for, DeviceArgs, ModelArgs};
 use crate::draft_choice::DraftArgs;
+use crate::sampling_choice::SamplingArgs;
 
 #[derive(Debug, Clone, Args)]
 pub struct GenerateArgs {
@@ -33,21 +34,8 @@ pub struct GenerateArgs {
     #[arg(short = 'n', long = "max-tokens", default_value_t = 128,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub max_tokens: u32,
-    /// 0 is greedy decoding.
-    #[arg(long, default_value_t = 0.0)]
-    pub temperature: f32,
-    /// 0 keeps every token.
-    #[arg(long, default_value_t = 0)]
-    pub top_k: usize,
-    #[arg(long, default_value_t = 1.0)]
-    pub top_p: f32,
-    #[arg(long, default_value_t = 0.0)]
-    pub min_p: f32,
-    #[arg(long, default_value_t = 1.0)]
-    pub repetition_penalty: f32,
-    /// Same seed, same prompt, same settings: same text.
-    #[arg(long)]
-    pub seed: Option<u64>,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
     /// Stop when the text contains this string (may be repeated).
     #[arg(long)]
     pub stop: Vec<String>,
@@ -88,23 +76,30 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         &args.device,
         &cfg,
         kv_tokens,
+        kv_tokens,
         args.draft.inputs_per_seq(),
     )?;
     let load_s = t0.elapsed().as_secs_f64();
 
     let drafting = args.draft.build(&model, &args.device, &cfg)?;
     let engine = kiln_engine::start_with_drafter(backend, model.tokenizer.clone(), cfg, drafting);
+    if let Some(d) = args.sampling.model_defaults(&model.sampling) {
+        eprintln!(
+            "sampling: {} from the model's {} (flags override; --ignore-generation-config drops them)",
+            d.summary(),
+            d.source.as_deref().unwrap_or("settings")
+        );
+    }
+    let sampling = args.sampling.resolve(&model.sampling);
+    if args.draft.draft.is_some() && sampling.has_penalties() {
+        eprintln!(
+            "note: no drafting with a repetition penalty (penalties read every token before the \
+             next); --repetition-penalty 1 drafts"
+        );
+    }
     let request = GenerateRequest {
         prompt: prompt_ids.clone(),
-        sampling: SamplingParams {
-            temperature: args.temperature,
-            top_k: args.top_k,
-            top_p: args.top_p,
-            min_p: args.min_p,
-            repetition_penalty: args.repetition_penalty,
-            seed: args.seed,
-            ..SamplingParams::default()
-        },
+        sampling,
         max_tokens,
         stop: args.stop.clone(),
         ignore_eos: args.ignore_eos,

@@ -1,9 +1,11 @@
 //! `kiln info`: what a model is (architecture, size, tensor types, tokenizer, chat template),
-//! as text or as one JSON object.
+//! as text or as one JSON object. Reads the header only, so it also describes a
+//! vocabulary-only file, a folder without weights, or an architecture kiln does not run yet,
+//! and then says what kiln lacks to run it.
 
 use clap::Args;
-use kiln_load::LoadedModel;
-use kiln_model::RopeScaling;
+use kiln_load::{human_count, tensor_types, ModelHeader};
+use kiln_model::{ModelConfig, RopeScaling};
 
 use crate::backend_choice::ModelArgs;
 
@@ -17,83 +19,127 @@ pub struct InfoArgs {
 }
 
 pub fn run(args: InfoArgs) -> anyhow::Result<()> {
-    let model = args.model.load()?;
+    let header = args.model.inspect()?;
     if args.json {
-        println!("{}", to_json(&model));
+        println!("{}", to_json(&header));
     } else {
-        print_text(&model);
+        print!("{}", text(&header));
     }
     Ok(())
 }
 
-fn print_text(m: &LoadedModel) {
-    let c = &m.config;
-    let t = &m.tokenizer;
-    println!("model:         {}", m.name);
-    println!("architecture:  {}", arch_name(m));
-    println!(
-        "shape:         {} layers, hidden {}, {} heads ({} KV) of {}, FFN {}, vocab {}",
-        c.num_layers,
-        c.hidden_size,
-        c.num_heads,
-        c.num_kv_heads,
-        c.head_dim,
-        c.intermediate_size,
-        c.vocab_size
-    );
-    println!("context:       {} tokens", c.max_position);
-    println!(
+fn text(h: &ModelHeader) -> String {
+    let mut lines = vec![
+        format!("model:         {}", h.name),
+        format!("format:        {}", h.format),
+    ];
+    match &h.config {
+        Ok(c) => {
+            lines.push(format!("architecture:  {}", c.arch.name()));
+            lines.push(format!("shape:         {}", h.shape.summary()));
+            config_lines(c, !h.tensor_types.is_empty(), &mut lines);
+        }
+        Err(_) => {
+            lines.push(format!(
+                "architecture:  {} (kiln does not run it yet)",
+                h.arch_name
+            ));
+            lines.push(format!("shape:         {}", h.shape.summary()));
+            if let Some(ctx) = h.shape.context {
+                lines.push(format!("context:       {ctx} tokens"));
+            }
+        }
+    }
+    // A file without tensors cannot say whether the LM head is tied, so no count is shown.
+    if let Some(n) = h.param_count().filter(|_| !h.tensor_types.is_empty()) {
+        lines.push(format!("parameters:    {}", human_count(n)));
+    }
+    lines.push(format!("tensor types:  {}", tensor_types(&h.tensor_types)));
+    match &h.tokenizer {
+        Ok(t) => {
+            lines.push(format!("tokenizer:     {}", t.kind()));
+            lines.push(format!(
+                "chat template: {}",
+                if t.chat_template().is_some() {
+                    "yes"
+                } else {
+                    "no"
+                }
+            ));
+            lines.push(format!(
+                "vocabulary:    {} tokens, BOS {}, EOS {:?}",
+                t.vocab_size(),
+                t.bos_id().map_or("none".to_string(), |b| b.to_string()),
+                t.eos_ids()
+            ));
+        }
+        Err(_) => lines.push("tokenizer:     not readable by kiln (see below)".into()),
+    }
+    lines.push(format!(
+        "sampling:      {}",
+        match &h.sampling.source {
+            Some(from) => format!("{} (from {from})", h.sampling.summary()),
+            None => "the model sets no defaults".to_string(),
+        }
+    ));
+    let missing = h.missing();
+    if missing.is_empty() {
+        lines.push("runs:          yes".into());
+    } else {
+        lines.push("runs:          no; kiln lacks:".into());
+        lines.extend(missing.iter().map(|m| format!("  - {m}")));
+    }
+    lines.join("\n") + "\n"
+}
+
+/// The configuration's lines; `has_tensors`: whether the file lists tensors (tied embeddings
+/// are read from the LM head's absence, which says nothing in a vocabulary-only file).
+fn config_lines(c: &ModelConfig, has_tensors: bool, lines: &mut Vec<String>) {
+    lines.push(format!("context:       {} tokens", c.max_position));
+    lines.push(format!(
         "rope:          theta {}, {}, {:?} style",
         c.rope_theta,
         scaling_name(&c.rope_scaling),
         c.rope_style
-    );
+    ));
     if let Some(w) = c.sliding_window {
-        println!("window:        {w} tokens");
+        lines.push(format!("window:        {w} tokens"));
     }
     let extras: Vec<&str> = [
         (c.qkv_bias, "QKV bias"),
         (c.qk_norm, "Q/K norm"),
-        (c.tie_embeddings, "tied embeddings"),
+        (c.tie_embeddings && has_tensors, "tied embeddings"),
     ]
     .iter()
     .filter(|(on, _)| *on)
     .map(|(_, name)| *name)
     .collect();
     if !extras.is_empty() {
-        println!("features:      {}", extras.join(", "));
+        lines.push(format!("features:      {}", extras.join(", ")));
     }
-    println!("{}", m.description);
-    println!(
-        "vocabulary:    {} tokens, BOS {}, EOS {:?}",
-        t.vocab_size(),
-        t.bos_id().map_or("none".to_string(), |b| b.to_string()),
-        t.eos_ids()
-    );
 }
 
-fn to_json(m: &LoadedModel) -> serde_json::Value {
-    let d = &m.description;
+fn to_json(h: &ModelHeader) -> serde_json::Value {
+    let t = h.tokenizer.as_ref().ok();
     serde_json::json!({
-        "name": m.name,
-        "architecture": arch_name(m),
-        "parameters": d.param_count,
-        "format": d.format,
-        "tensor_types": d.tensor_types,
-        "tokenizer": d.tokenizer_kind,
-        "vocab_size": m.tokenizer.vocab_size(),
-        "bos_id": m.tokenizer.bos_id(),
-        "eos_ids": m.tokenizer.eos_ids(),
-        "chat_template": d.has_chat_template,
-        "config": m.config,
+        "name": h.name,
+        "architecture": h.config.as_ref().map_or(h.arch_name.as_str(), |c| c.arch.name()),
+        "supported_architecture": h.config.is_ok(),
+        "parameters": h.param_count().filter(|_| !h.tensor_types.is_empty()),
+        "parameters_human": h.param_count().filter(|_| !h.tensor_types.is_empty()).map(human_count),
+        "format": h.format,
+        "tensor_types": h.tensor_types,
+        "shape": h.shape,
+        "tokenizer": t.map(|t| t.kind()),
+        "vocab_size": t.map(|t| t.vocab_size()),
+        "bos_id": t.and_then(|t| t.bos_id()),
+        "eos_ids": t.map(|t| t.eos_ids()),
+        "chat_template": t.is_some_and(|t| t.chat_template().is_some()),
+        "sampling_defaults": h.sampling,
+        "runnable": h.missing().is_empty(),
+        "missing": h.missing(),
+        "config": h.config.as_ref().ok(),
     })
-}
-
-fn arch_name(m: &LoadedModel) -> String {
-    serde_json::to_value(m.config.arch)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default()
 }
 
 fn scaling_name(s: &RopeScaling) -> String {

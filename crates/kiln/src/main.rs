@@ -5,6 +5,8 @@ mod bench;
 mod draft_choice;
 mod generate;
 mod info;
+mod memory_fit;
+mod sampling_choice;
 mod serve;
 mod tokenize;
 
@@ -28,9 +30,12 @@ struct Cli {
 enum Command {
     /// Generate text from a prompt and stream it to stdout.
     Generate(generate::GenerateArgs),
-    /// Print the token ids of a text as a JSON array.
+    /// Print the token ids of a text as a JSON array (needs the tokenizer only).
     Tokenize(tokenize::TokenizeArgs),
-    /// Describe a model: architecture, parameters, tensor types, tokenizer, chat template.
+    /// Print the text of token ids (needs the tokenizer only).
+    Detokenize(tokenize::DetokenizeArgs),
+    /// Describe a model: architecture, parameters, tensor types, tokenizer, chat template,
+    /// and what kiln lacks to run it (reads the header only).
     Info(info::InfoArgs),
     /// Serve the OpenAI-compatible HTTP API.
     Serve(serve::ServeArgs),
@@ -46,6 +51,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Generate(args) => generate::run(args),
         Command::Tokenize(args) => tokenize::run(args),
+        Command::Detokenize(args) => tokenize::run_detokenize(args),
         Command::Info(args) => info::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Bench(args) => bench::run(args),
@@ -68,4 +74,44 @@ fn init_logging() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// Every command, option and choice of a value says what it is in `--help`.
+    #[test]
+    fn every_command_option_and_value_is_described() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for a in cmd.get_arguments() {
+                let id = a.get_id().as_str();
+                if a.is_hide_set() || id == "help" || id == "version" {
+                    continue;
+                }
+                if a.get_help().is_none() && a.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+                if a.get_action().takes_values() {
+                    for v in a.get_possible_values() {
+                        if !v.is_hide_set() && v.get_help().is_none() {
+                            missing.push(format!("{path} {id}={}", v.get_name()));
+                        }
+                    }
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                let name = format!("{path} {}", sub.get_name());
+                if sub.get_about().is_none() && sub.get_name() != "help" {
+                    missing.push(name.clone());
+                }
+                walk(sub, &name, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "kiln", &mut missing);
+        assert!(missing.is_empty(), "no description in --help: {missing:#?}");
+    }
 }

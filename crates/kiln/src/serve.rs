@@ -22,6 +22,7 @@ pub struct ServeArgs {
     /// Address to listen on. Use 0.0.0.0 to accept connections from other machines.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
+    /// TCP port to listen on.
     #[arg(long, default_value_t = 8000)]
     pub port: u16,
     /// The model name clients use (`model` in requests); defaults to the loaded model's name.
@@ -90,6 +91,10 @@ pub struct ServeArgs {
     /// second signal stops at once.
     #[arg(long, default_value_t = 30)]
     pub shutdown_grace_secs: u64,
+    /// Leave the model's sampling defaults (generation_config.json, GGUF general.sampling.*)
+    /// unused: a request that omits a field gets the OpenAI default.
+    #[arg(long)]
+    pub ignore_generation_config: bool,
 }
 
 /// `--max-context`, checked against what the model was trained for.
@@ -134,6 +139,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         &args.device,
         &cfg,
         args.kv_blocks * BLOCK_SIZE,
+        cfg.max_context,
         inputs,
     )?;
     let drafting = args.draft.build(&model, &args.device, &cfg)?;
@@ -177,6 +183,29 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             special_tokens_in_messages: args.special_tokens_in_messages,
         },
         shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
+        sampling_defaults: request_defaults(&model.sampling, args.ignore_generation_config),
     };
     kiln_server::serve_blocking(listener, engine, model.tokenizer, name, opts)
+}
+
+/// The model's sampling defaults as the server applies them to requests that leave them out.
+fn request_defaults(
+    d: &kiln_load::SamplingDefaults,
+    ignore: bool,
+) -> kiln_server::SamplingDefaults {
+    if ignore || d.is_empty() {
+        return kiln_server::SamplingDefaults::default();
+    }
+    tracing::info!(
+        "requests that leave sampling out get the model's {} ({}; --ignore-generation-config drops them)",
+        d.summary(),
+        d.source.as_deref().unwrap_or("settings")
+    );
+    kiln_server::SamplingDefaults {
+        temperature: d.temperature.map(f64::from),
+        top_p: d.top_p.map(f64::from),
+        top_k: d.top_k.and_then(|k| i64::try_from(k).ok()),
+        min_p: d.min_p.map(f64::from),
+        repetition_penalty: d.repetition_penalty.map(f64::from),
+    }
 }

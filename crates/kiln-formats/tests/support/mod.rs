@@ -16,9 +16,13 @@ pub fn scratch_dir(name: &str) -> PathBuf {
     dir
 }
 
-/// The shared read-only material (vocabularies, templates) next to the repository.
+#[path = "../../../../tests/test_data.rs"]
+mod test_data;
+
+/// The read-only test material (vocabularies, templates): ../shared next to the repository, or
+/// where tests/test_data.rs finds it.
 pub fn shared_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared")
+    test_data::dir()
 }
 
 /// A safetensors file from a raw JSON header and data section, padded as the format's writer pads.

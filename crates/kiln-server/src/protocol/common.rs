@@ -59,6 +59,30 @@ pub struct SamplingFields<'a> {
     pub guided: super::structured::GuidedFields<'a>,
 }
 
+/// The served model's recommended sampling (its generation_config.json or GGUF
+/// general.sampling.*): what a request that leaves a field out gets, before the OpenAI
+/// defaults.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SamplingDefaults {
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub top_k: Option<i64>,
+    pub min_p: Option<f64>,
+    pub repetition_penalty: Option<f64>,
+}
+
+impl SamplingFields<'_> {
+    /// The request's fields, with the model's defaults where the request is silent.
+    pub fn with_defaults(mut self, d: &SamplingDefaults) -> Self {
+        self.temperature = self.temperature.or(d.temperature);
+        self.top_p = self.top_p.or(d.top_p);
+        self.top_k = self.top_k.or(d.top_k);
+        self.min_p = self.min_p.or(d.min_p);
+        self.repetition_penalty = self.repetition_penalty.or(d.repetition_penalty);
+        self
+    }
+}
+
 /// Declares a request struct (`pub struct Name { ... }`) with the sampling and stopping fields
 /// appended, and `Name::sampling_fields` to read them. The fields are written into the struct,
 /// not `#[serde(flatten)]`ed, because flatten loses the field name in type errors (`param`).
@@ -313,6 +337,44 @@ pub fn cached_prompt_tokens(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_models_defaults_fill_what_a_request_leaves_out() {
+        let d = SamplingDefaults {
+            temperature: Some(0.6),
+            top_k: Some(20),
+            repetition_penalty: Some(1.1),
+            ..SamplingDefaults::default()
+        };
+        let silent = SamplingFields::default()
+            .with_defaults(&d)
+            .validate(100)
+            .unwrap();
+        assert_eq!(
+            (
+                silent.params.temperature,
+                silent.params.top_k,
+                silent.params.top_p
+            ),
+            (0.6, 20, 1.0)
+        );
+        assert_eq!(silent.params.repetition_penalty, 1.1);
+        let own = SamplingFields {
+            temperature: Some(0.0),
+            top_k: Some(-1),
+            ..SamplingFields::default()
+        }
+        .with_defaults(&d)
+        .validate(100)
+        .unwrap();
+        assert_eq!((own.params.temperature, own.params.top_k), (0.0, 0));
+        // Without defaults the OpenAI ones apply.
+        let plain = SamplingFields::default()
+            .with_defaults(&SamplingDefaults::default())
+            .validate(100)
+            .unwrap();
+        assert_eq!(plain.params.temperature, 1.0);
+    }
 
     #[test]
     fn defaults_are_openai_defaults() {

@@ -125,7 +125,10 @@ fn plan(
 ) -> Result<(GenerationPlan, Option<ToolReplies>), ApiError> {
     st.check_model(body.model.as_deref())?;
     check_modalities(body.modalities.as_deref())?;
-    let mut sampling = body.sampling_fields().validate(st.tokenizer.vocab_size())?;
+    let mut sampling = body
+        .sampling_fields()
+        .with_defaults(&st.sampling_defaults)
+        .validate(st.tokenizer.vocab_size())?;
     let tools = ToolRequest::from_fields(
         body.tools.as_deref(),
         body.tool_choice.as_ref(),

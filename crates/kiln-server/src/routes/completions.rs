@@ -113,7 +113,10 @@ fn plan(st: &AppState, body: &CompletionRequest) -> Result<GenerationPlan, ApiEr
     st.check_model(body.model.as_deref())?;
     let n = choices_per_prompt(body.n)?;
     body.check_unsupported(n)?;
-    let sampling = body.sampling_fields().validate(st.tokenizer.vocab_size())?;
+    let sampling = body
+        .sampling_fields()
+        .with_defaults(&st.sampling_defaults)
+        .validate(st.tokenizer.vocab_size())?;
     let max_tokens = max_tokens("max_tokens", body.max_tokens)?.unwrap_or(DEFAULT_MAX_TOKENS);
     let logprobs = body
         .logprobs

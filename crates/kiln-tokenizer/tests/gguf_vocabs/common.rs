@@ -7,9 +7,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use kiln_formats::GgufFile;
 use kiln_tokenizer::Tokenizer;
 
-/// ../shared/vocab, from the repository root.
+#[path = "../../../../tests/test_data.rs"]
+mod test_data;
+
+/// ../shared/vocab (or where tests/test_data.rs finds the vocabularies).
 pub fn vocab_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vocab")
+    test_data::vocab_dir()
 }
 
 /// Inputs separated by "\n__ggml_vocab_test__\n"; text after the last separator is one more

@@ -2,6 +2,7 @@
 //! on any model, as a table on stdout and JSON for scripts (scripts/bench-cpu.sh,
 //! scripts/bench-gpu.sh put them beside llama.cpp and transformers; docs/BENCH.md keeps them).
 
+mod compare;
 mod constrained;
 mod plan;
 mod report;
@@ -9,6 +10,7 @@ mod runner;
 mod speculative;
 mod stats;
 mod target;
+mod versus;
 
 use anyhow::Context;
 use clap::Args;
@@ -16,10 +18,11 @@ use serde_json::json;
 
 use crate::backend_choice::{DeviceArgs, ModelArgs};
 use crate::draft_choice::DraftArgs;
-use plan::{parse_list, Plan};
+use plan::{parse_list, Plan, DEFAULT_DEPTHS, DEFAULT_PREFILL};
 use report::{Header, Row};
 use runner::{DecodeMode, Runner};
 use target::Target;
+use versus::{parse_reference, Reference};
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
@@ -27,15 +30,17 @@ pub struct BenchArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub device: DeviceArgs,
-    /// Prompt lengths to prefill, comma-separated ("none" for no prefill cases).
-    #[arg(long, default_value = "2048,8192,32768", value_parser = parse_list)]
-    pub prefill: std::vec::Vec<usize>,
+    /// Prompt lengths to prefill, comma-separated ("none" for no prefill cases) [default:
+    /// 2048,8192,32768, those longer than the model's context left out].
+    #[arg(long, value_parser = parse_list)]
+    pub prefill: Option<std::vec::Vec<usize>>,
     /// Tokens each decode case generates per stream (0: no decode cases).
     #[arg(long, default_value_t = 128)]
     pub decode: usize,
-    /// KV depths the decode cases start from, comma-separated.
-    #[arg(long, default_value = "0,8192", value_parser = parse_list)]
-    pub depth: std::vec::Vec<usize>,
+    /// KV depths the decode cases start from, comma-separated [default: 0,8192, those whose
+    /// cases pass the model's context left out].
+    #[arg(long, value_parser = parse_list)]
+    pub depth: Option<std::vec::Vec<usize>>,
     /// Streams decoded together, comma-separated: one decode row each per step.
     #[arg(long, default_value = "1,8,32", value_parser = parse_list)]
     pub concurrency: std::vec::Vec<usize>,
@@ -76,6 +81,7 @@ pub struct BenchArgs {
     /// of `--draft-file-bytes` and asks for it again).
     #[arg(long)]
     pub draft_prompt: Option<String>,
+    /// Size of the source file the default --draft prompt quotes, in bytes.
     #[arg(long, default_value_t = 1100)]
     pub draft_file_bytes: usize,
     /// Decode `--decode` tokens through the engine at each `--concurrency` with every stream
@@ -83,6 +89,12 @@ pub struct BenchArgs {
     /// `regex:PATTERN`, `lark:FILE` or a JSON schema's file. Repeat for several.
     #[arg(long)]
     pub grammar: Vec<String>,
+    /// Also run a reference engine on the same file in this call and print kiln's figures
+    /// beside its own (kiln / reference): `llama.cpp=PATH/TO/llama-bench` (llama-batched-bench
+    /// beside it runs the cases of several streams), or `transformers[=PYTHON]`. May be
+    /// repeated.
+    #[arg(long = "vs", value_name = "ENGINE", value_parser = parse_reference)]
+    pub vs: Vec<Reference>,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
@@ -107,18 +119,44 @@ impl BenchArgs {
         })
     }
 
-    fn plan(&self) -> Plan {
-        Plan {
-            prefill: self.prefill.clone(),
+    /// The cases of this run on a model of `context` tokens: values given stay as given (and
+    /// `Plan::validate` refuses those that do not fit), defaults that do not fit are left out
+    /// with a note.
+    fn plan(&self, context: usize) -> (Plan, Vec<String>) {
+        let mut notes = Vec::new();
+        let prefill = match &self.prefill {
+            Some(p) => p.clone(),
+            None => {
+                let (kept, note) =
+                    plan::fit_defaults(&DEFAULT_PREFILL, 0, context, "--prefill", || {
+                        plan::power_of_two_up_to(context)
+                    });
+                notes.extend(note);
+                kept
+            }
+        };
+        let depths = match &self.depth {
+            Some(d) => d.clone(),
+            None if self.decode == 0 => DEFAULT_DEPTHS[..1].to_vec(),
+            None => {
+                let (kept, note) =
+                    plan::fit_defaults(&DEFAULT_DEPTHS, self.decode, context, "--depth", || None);
+                notes.extend(note);
+                kept
+            }
+        };
+        let plan = Plan {
+            prefill,
             decode: self.decode,
-            depths: self.depth.clone(),
+            depths,
             concurrency: self.concurrency.clone(),
             repeats: self.repeats,
             warmup: self.warmup,
             chunk: self.chunk,
             resumed: self.resumed.clone(),
             new_turn: self.new_turn,
-        }
+        };
+        (plan, notes)
     }
 }
 
@@ -142,16 +180,46 @@ fn describe_mode(mode: DecodeMode) -> String {
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
-    let plan = args.plan();
     let model = args.model.load()?;
+    let (plan, notes) = args.plan(model.config.max_position);
+    for note in notes {
+        eprintln!("{note}");
+    }
     plan.validate(model.config.max_position)
         .with_context(|| format!("model `{}`", model.name))?;
+    let model_path = args.model.resolved();
+    check_references(&args.vs, &model_path)?;
     let mut target = Target::build(&model, &args.device, &plan)?;
     let mode = args.decode_mode()?;
     let mut rows = measure(target.backend(), &plan, model.config.vocab_size, mode)?;
     let (device_name, kind, memory) = (target.device_name(), target.kind(), target.memory());
-    // The engine cases run on backends of their own: the first one's memory goes first.
+    // The references, the drafted and the constrained cases run on backends of their own: this
+    // goes first.
     drop(target);
+    let cases = versus::Cases {
+        prefill: plan.prefill.clone(),
+        decode: plan.decode,
+        depths: plan.depths.clone(),
+        concurrency: plan.concurrency.clone(),
+        repeats: plan.repeats,
+        chunk: plan.chunk,
+        gpu: kind == "cuda",
+        threads: args.device.threads,
+    };
+    let mut references = versus::RefRun::default();
+    for r in &args.vs {
+        let path = std::path::Path::new(&model_path);
+        let run = match r {
+            Reference::LlamaCpp { bench } => versus::run_llama_cpp(bench, path, &cases),
+            Reference::Transformers { python } => versus::run_transformers(python, path, &cases),
+        }
+        .with_context(|| format!("the {} reference run", r.engine()))?;
+        references.rows.extend(run.rows);
+        references.notes.extend(run.notes);
+        if let Some(v) = run.version {
+            references.notes.push(v);
+        }
+    }
     if args.draft.draft.is_some() {
         let text = match &args.draft_prompt {
             Some(p) => p.clone(),
@@ -225,11 +293,45 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         memory,
     };
     print!("{}", report::table(&header, &rows));
+    let mut doc = report::to_json(&header, &rows);
+    if !args.vs.is_empty() {
+        let lines = compare::compare(
+            doc["rows"].as_array().map_or(&[], Vec::as_slice),
+            &references.rows,
+        );
+        print!("{}", compare::table(&lines, &[], &references.notes));
+        if let Some(all) = doc["rows"].as_array_mut() {
+            all.extend(references.rows.iter().map(versus::RefRow::to_json));
+        }
+        doc["comparison"] = json!(lines.iter().map(compare::Line::to_json).collect::<Vec<_>>());
+        doc["reference_notes"] = json!(references.notes);
+    }
     if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&report::to_json(&header, &rows))?;
+        let text = serde_json::to_string_pretty(&doc)?;
         std::fs::write(path, text + "\n")
             .with_context(|| format!("cannot write the results to {}", path.display()))?;
         eprintln!("results written to {}", path.display());
+    }
+    Ok(())
+}
+
+/// Refuses, before anything runs, a reference that cannot read the model: the references read
+/// the file itself, so a dummy preset has none, and llama.cpp reads GGUF files only.
+fn check_references(refs: &[Reference], model: &str) -> anyhow::Result<()> {
+    for r in refs {
+        if model.starts_with("dummy:") {
+            anyhow::bail!(
+                "--vs {} needs a model file the reference can read (a .gguf or a Hugging Face \
+                 folder); dummy presets exist only inside kiln",
+                r.engine()
+            );
+        }
+        if matches!(r, Reference::LlamaCpp { .. }) && std::path::Path::new(model).is_dir() {
+            anyhow::bail!(
+                "--vs llama.cpp reads GGUF files only; give the model as a .gguf, or compare this \
+                 folder with --vs transformers"
+            );
+        }
     }
     Ok(())
 }

@@ -119,6 +119,53 @@ impl Plan {
     }
 }
 
+/// The default prompt lengths and KV depths.
+pub const DEFAULT_PREFILL: [usize; 3] = [2048, 8192, 32768];
+pub const DEFAULT_DEPTHS: [usize; 2] = [0, 8192];
+
+/// The default values of `flag` whose sequences (`value + extra` tokens) fit a context of
+/// `context`, and a note naming those left out. When none fits, `fallback` stands in.
+pub fn fit_defaults(
+    defaults: &[usize],
+    extra: usize,
+    context: usize,
+    flag: &str,
+    fallback: impl FnOnce() -> Option<usize>,
+) -> (Vec<usize>, Option<String>) {
+    let (kept, dropped): (Vec<usize>, Vec<usize>) =
+        defaults.iter().partition(|&&v| v + extra <= context);
+    if dropped.is_empty() {
+        return (kept, None);
+    }
+    let list = |v: &[usize]| {
+        v.iter()
+            .map(|x| x.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let mut note = format!(
+        "note: default {flag} {} left out: the model's context is {context} tokens",
+        list(&dropped)
+    );
+    if extra > 0 {
+        note.push_str(&format!(" and each decode case adds {extra}"));
+    }
+    let kept = match (kept.is_empty(), fallback()) {
+        (true, Some(f)) => {
+            note.push_str(&format!("; {flag} {f} instead"));
+            vec![f]
+        }
+        _ => kept,
+    };
+    note.push_str(&format!(" (give {flag} to choose)"));
+    (kept, Some(note))
+}
+
+/// The largest power of two up to `n` (for a prompt length that fits a short context).
+pub fn power_of_two_up_to(n: usize) -> Option<usize> {
+    (n > 0).then(|| 1 << (usize::BITS - 1 - n.leading_zeros()))
+}
+
 /// Parses "2048,8192,32768" (an empty string is an empty list; "k" multiplies by 1024).
 pub fn parse_list(s: &str) -> Result<Vec<usize>, String> {
     let s = s.trim();
@@ -157,6 +204,31 @@ mod tests {
             resumed: vec![],
             new_turn: 100,
         }
+    }
+
+    #[test]
+    fn defaults_beyond_the_context_are_dropped_with_a_note() {
+        // dummy:tiny (4096 tokens) with --decode 16: depth 8192 goes, 0 stays.
+        let (kept, note) = fit_defaults(&DEFAULT_DEPTHS, 16, 4096, "--depth", || None);
+        assert_eq!(kept, vec![0]);
+        let note = note.unwrap();
+        assert!(
+            note.contains("--depth 8192 left out") && note.contains("4096"),
+            "{note}"
+        );
+        // kiln-4m (1024 tokens): no default prompt length fits, so the context's own
+        // power of two stands in.
+        let (kept, note) = fit_defaults(&DEFAULT_PREFILL, 0, 1024, "--prefill", || {
+            power_of_two_up_to(1024)
+        });
+        assert_eq!(kept, vec![1024]);
+        assert!(note.unwrap().contains("--prefill 1024 instead"));
+        // A long context keeps them all, silently.
+        let (kept, note) = fit_defaults(&DEFAULT_PREFILL, 0, 131_072, "--prefill", || None);
+        assert_eq!((kept, note), (DEFAULT_PREFILL.to_vec(), None));
+        assert_eq!(power_of_two_up_to(4096), Some(4096));
+        assert_eq!(power_of_two_up_to(3000), Some(2048));
+        assert_eq!(power_of_two_up_to(0), None);
     }
 
     #[test]

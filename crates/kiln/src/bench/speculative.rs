@@ -67,7 +67,14 @@ pub fn measure(
         max_context,
         ..EngineConfig::default()
     };
-    let backend = build_backend_for(model, device, &cfg, max_context, draft.inputs_per_seq())?;
+    let backend = build_backend_for(
+        model,
+        device,
+        &cfg,
+        max_context,
+        max_context,
+        draft.inputs_per_seq(),
+    )?;
     let drafting = draft.build(model, device, &cfg)?;
     let engine = kiln_engine::start_with_drafter(backend, model.tokenizer.clone(), cfg, drafting);
     let run = |no_draft: bool| -> anyhow::Result<(f64, Vec<u32>, DraftCounts)> {

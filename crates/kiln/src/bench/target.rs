@@ -8,7 +8,8 @@ use anyhow::Context;
 use kiln_engine::Backend;
 use kiln_load::LoadedModel;
 
-use crate::backend_choice::{Device, DeviceArgs, BLOCK_SIZE};
+use crate::backend_choice::{DeviceArgs, BLOCK_SIZE};
+use crate::memory_fit::MemoryFit;
 
 use super::plan::Plan;
 
@@ -31,16 +32,7 @@ pub struct Memory {
 impl Target {
     /// Loads the weights onto the device `args` names, with a KV pool that fits `plan`.
     pub fn build(model: &LoadedModel, args: &DeviceArgs, plan: &Plan) -> anyhow::Result<Target> {
-        let use_cuda = match args.device {
-            Device::Cpu => false,
-            Device::Cuda => {
-                if let Some(why) = kiln_cuda::unavailable_reason() {
-                    anyhow::bail!("--device cuda: {why}");
-                }
-                true
-            }
-            Device::Auto => kiln_cuda::unavailable_reason().is_none(),
-        };
+        let use_cuda = args.use_cuda()?;
         let started = Instant::now();
         eprintln!("loading {} ...", model.name);
         let target = if use_cuda {
@@ -106,11 +98,40 @@ impl Target {
     }
 }
 
+/// Refuses, before anything is allocated, a run whose largest case does not fit beside the
+/// weights and buffers. The cases run one after another (prefill sequences are released
+/// before the decode streams are filled, each depth's streams before the next depth's), so
+/// the pool holds the largest one, not their sum.
+fn check_memory(fit: &MemoryFit, plan: &Plan) -> anyhow::Result<()> {
+    fit.check_fixed()?;
+    let blocks = |tokens: usize| tokens.div_ceil(BLOCK_SIZE) * BLOCK_SIZE;
+    let mut cases: Vec<(usize, usize, &str)> = Vec::new();
+    if let Some(&len) = plan.prefill.iter().max() {
+        cases.push((1, len, "--prefill"));
+    }
+    if plan.decode > 0 {
+        let deepest = plan.depths.iter().copied().max().unwrap_or(0) + plan.decode;
+        cases.push((plan.max_concurrency(), deepest, "--concurrency or --depth"));
+    }
+    if let Some(&h) = plan.resumed.iter().max() {
+        // The cached history and the same prompt cold, side by side.
+        cases.push((2, h + plan.new_turn, "--resumed or --new-turn"));
+    }
+    for (streams, tokens, lower) in cases {
+        let kv = fit.kv_bytes(streams, blocks(tokens));
+        fit.check_kv(kv, streams, tokens, lower)?;
+    }
+    Ok(())
+}
+
 fn build_cpu(
     model: &LoadedModel,
     args: &DeviceArgs,
     plan: &Plan,
 ) -> anyhow::Result<kiln_cpu::CpuBackend> {
+    let streams = plan.max_concurrency();
+    check_memory(&MemoryFit::cpu(model, plan.chunk + streams, streams)?, plan)
+        .context("the run does not fit in host memory")?;
     let opts = kiln_cpu::CpuOptions {
         kv_blocks: plan.kv_blocks(BLOCK_SIZE),
         block_size: BLOCK_SIZE,
@@ -134,6 +155,8 @@ fn build_cuda(model: &LoadedModel, plan: &Plan) -> anyhow::Result<kiln_cuda::Cud
         max_context: Some(plan.longest_sequence().max(1)),
         ..kiln_cuda::CudaOptions::default()
     };
+    check_memory(&MemoryFit::cuda(model, &opts)?, plan)
+        .context("the run does not fit in GPU memory")?;
     let backend = kiln_cuda::CudaBackend::new(model.weights.as_ref(), opts, None)
         .with_context(|| format!("cannot start the CUDA backend for `{}`", model.name))?;
     tracing::info!("{}", backend.describe());

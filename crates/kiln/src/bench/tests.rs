@@ -19,9 +19,12 @@ fn parse(args: &[&str]) -> Result<BenchArgs, clap::Error> {
 #[test]
 fn defaults_are_the_issue_cases() {
     let a = parse(&[]).unwrap();
-    assert_eq!(a.prefill, vec![2048, 8192, 32768]);
+    assert_eq!((a.prefill.clone(), a.depth.clone()), (None, None));
+    let (p, notes) = a.plan(131_072);
+    assert_eq!(p.prefill, vec![2048, 8192, 32768]);
+    assert_eq!(p.depths, vec![0, 8192]);
+    assert!(notes.is_empty(), "{notes:?}");
     assert_eq!((a.decode, a.repeats, a.warmup, a.chunk), (128, 3, 1, 2048));
-    assert_eq!(a.depth, vec![0, 8192]);
     assert_eq!(a.concurrency, vec![1, 8, 32]);
     assert_eq!(a.device.device, Device::Auto);
     assert!(a.json.is_none());
@@ -46,12 +49,12 @@ fn lists_and_devices_parse_and_bad_values_are_refused() {
     .unwrap();
     assert_eq!(a.model.model, "dummy:tiny");
     assert_eq!(a.device.device, Device::Cpu);
-    assert_eq!(a.prefill, vec![16, 1024]);
+    assert_eq!(a.prefill, Some(vec![16, 1024]));
     assert_eq!(a.concurrency, vec![2]);
     assert_eq!(a.json.as_deref(), Some(std::path::Path::new("out.json")));
     assert_eq!(
         parse(&["--prefill", "none"]).unwrap().prefill,
-        Vec::<usize>::new()
+        Some(Vec::<usize>::new())
     );
     let err = parse(&["--prefill", "2048,x"]).unwrap_err().to_string();
     assert!(err.contains("`x`"), "{err}");
@@ -68,7 +71,7 @@ fn lists_and_devices_parse_and_bad_values_are_refused() {
 }
 
 #[test]
-fn a_context_too_short_for_the_cases_is_an_error_before_loading() {
+fn a_prompt_longer_than_the_context_is_an_error_before_the_backend_starts() {
     // dummy:tiny has a 4096-token context.
     let a = parse(&[
         "--model",

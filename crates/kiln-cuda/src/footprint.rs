@@ -1,0 +1,114 @@
+//! What `CudaBackend::new` will allocate on the device for a model and options, worked out
+//! on the host without a device. `kiln bench` and `kiln serve` compare it with the free memory
+//! before anything is allocated, so a run that cannot fit is refused with the numbers instead
+//! of failing in the driver. `CudaBackend::allocated` reports the same figures as allocated;
+//! tests/footprint.rs checks the two agree.
+
+use kiln_model::{schema, ModelSpec};
+
+use crate::backend::CudaOptions;
+use crate::gemm_lt::WORKSPACE_BYTES;
+use crate::kernels::DECODE_MAX_SPLITS;
+use crate::kv_cache::KvCache;
+use crate::sampling::{OUT_WORDS, PARAM_WORDS};
+use crate::step_plan::StepLayout;
+
+/// Device bytes of a backend, apart from its KV pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Footprint {
+    /// The weights in bf16 and the RoPE tables.
+    pub weights: usize,
+    /// Activations, step inputs, sampler buffers and the cuBLASLt workspace.
+    pub buffers: usize,
+    /// One KV block across all layers, K and V.
+    pub kv_block: usize,
+}
+
+/// Memory the driver and context keep that no allocation shows; the KV budget leaves it free.
+pub const DRIVER_RESERVE: usize = 512 << 20;
+
+impl Footprint {
+    /// The footprint of `spec` (whose context is `max_position`) under `opts`: the sizes
+    /// `CudaBackend::new` derives.
+    pub fn of(spec: &ModelSpec, max_position: usize, opts: &CudaOptions) -> Footprint {
+        let max_context = opts.max_context.unwrap_or(max_position).max(1);
+        let max_tokens = opts
+            .max_batch_tokens
+            .unwrap_or(opts.prefill_chunk + opts.max_seqs);
+        Footprint {
+            weights: weight_bytes(spec, max_context),
+            buffers: buffer_bytes(
+                spec,
+                max_tokens,
+                opts.max_seqs,
+                max_context,
+                opts.block_size,
+            ) + WORKSPACE_BYTES,
+            kv_block: KvCache::block_bytes(spec, opts.block_size),
+        }
+    }
+
+    /// Weights and buffers together.
+    pub fn fixed(&self) -> usize {
+        self.weights + self.buffers
+    }
+}
+
+fn weight_bytes(spec: &ModelSpec, rope_positions: usize) -> usize {
+    let h = spec.hidden_size;
+    let globals: usize = schema::global_weights(spec).iter().map(|f| f.len()).sum();
+    let layers: usize = spec
+        .layers
+        .iter()
+        .enumerate()
+        .map(|(l, layer)| {
+            schema::layer_weights(l, layer, h)
+                .iter()
+                .map(|f| f.len())
+                .sum::<usize>()
+        })
+        .sum();
+    let ropes: usize = spec
+        .ropes
+        .iter()
+        .map(|r| rope_positions * 2 * r.inv_freq.len() * 4)
+        .sum();
+    (globals + layers) * 2 + ropes
+}
+
+/// The activation buffers (forward.rs `Activations::new`) and the sampler's (sampling.rs).
+fn buffer_bytes(
+    spec: &ModelSpec,
+    max_tokens: usize,
+    max_seqs: usize,
+    max_context: usize,
+    block_size: usize,
+) -> usize {
+    let (t, s, h) = (max_tokens, max_seqs, spec.hidden_size);
+    let widest = |f: fn(&kiln_model::LayerSpec) -> usize| spec.max_over_layers(f);
+    let q_dim = widest(|l| l.attn.q_dim());
+    let heads = widest(|l| l.attn.num_heads);
+    let head_dim = widest(|l| l.attn.head_dim);
+    let inter = widest(|l| l.ffn.intermediate());
+    let layout = StepLayout::new(
+        max_tokens,
+        max_seqs,
+        max_context,
+        block_size,
+        1,
+        spec.vocab_size,
+    );
+    let f32s = 2 * t * h // x, delta
+        + t * widest(|l| l.attn.qkv_rows()) // qkv
+        + t * 2 * inter // gu
+        + s * heads * DECODE_MAX_SPLITS * head_dim // part_o
+        + s * heads * DECODE_MAX_SPLITS * 2 // part_ml
+        + s * spec.vocab_size; // logits
+    let bf16s = t * h // normed
+        + 2 * t * q_dim // q, attn
+        + t * inter // act
+        + s * h; // logit_in
+    let i32s = s + layout.len; // ids, step
+    let sampler = s * (PARAM_WORDS + OUT_WORDS) * 4;
+    f32s * 4 + bf16s * 2 + i32s * 4 + sampler
+}
