@@ -226,6 +226,7 @@ fn adjust_of(rng: &mut Rng, vocab: usize) -> Option<RowAdjust> {
 /// `choose` picks exactly, with the raw rows' log-probabilities; unadjusted rows in the same
 /// batch are untouched by their neighbours' adjustments.
 #[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn device_adjusted_sampling_equals_the_host() {
     let Some(gpu) = gpu_or_skip("device_adjusted_sampling_equals_the_host") else {
         return;

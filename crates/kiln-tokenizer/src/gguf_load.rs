@@ -14,6 +14,7 @@ use crate::special_split::SpecialSplitter;
 use crate::spm::Spm;
 use crate::tokenizer::{Model, Parts, Tokenizer};
 use crate::vocab::{parse_byte_piece, TokenAttr, Vocab};
+use crate::wpm::Wpm;
 
 /// How a kind of vocabulary spells the text of a normal token.
 #[derive(Clone, Copy)]
@@ -116,9 +117,15 @@ fn load_inner(g: &GgufFile) -> Result<Tokenizer> {
             (add_bos, add_space_prefix) = (true, false);
             None
         }
+        "bert" => {
+            // [CLS] text [SEP], as llama.cpp frames a WordPiece input.
+            (spelling, default_bos, default_eos, default_unk) = (Spelling::Metaspace, Some(101), Some(102), Some(100));
+            (add_bos, add_space_prefix) = (true, false);
+            None
+        }
         other => bail!(
-            "tokenizer model '{other}' is not supported (kiln reads 'llama' (SentencePiece), 'gpt2' (byte-level BPE) \
-             and 'gemma4')"
+            "tokenizer model '{other}' is not supported (kiln reads 'llama' (SentencePiece), 'gpt2' (byte-level BPE), \
+             'gemma4' and 'bert' (WordPiece))"
         ),
     };
     add_space_prefix = g
@@ -130,10 +137,19 @@ fn load_inner(g: &GgufFile) -> Result<Tokenizer> {
     if model_name == "gemma4" {
         add_bos = true; // Gemma 4 needs BOS even where the file says otherwise (llama.cpp does this too).
     }
-    let add_eos = g.get_bool("tokenizer.ggml.add_eos_token")?.unwrap_or(false);
+    let wpm = model_name == "bert";
+    let add_eos = g.get_bool("tokenizer.ggml.add_eos_token")?.unwrap_or(wpm);
 
-    let bos = token_id(g, "tokenizer.ggml.bos_token_id", n, default_bos)?;
-    let eos = token_id(g, "tokenizer.ggml.eos_token_id", n, default_eos)?;
+    // WordPiece names its frame [CLS] and [SEP] (llama.cpp spells the key "seperator").
+    let (bos_key, eos_key) = match wpm {
+        true => (
+            "tokenizer.ggml.cls_token_id",
+            "tokenizer.ggml.seperator_token_id",
+        ),
+        false => ("tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"),
+    };
+    let bos = token_id(g, bos_key, n, default_bos)?;
+    let eos = token_id(g, eos_key, n, default_eos)?;
     let eot = token_id(g, "tokenizer.ggml.eot_token_id", n, None)?;
     let eom = token_id(g, "tokenizer.ggml.eom_token_id", n, None)?;
     let unk = token_id(g, "tokenizer.ggml.unknown_token_id", n, default_unk)?;
@@ -191,6 +207,10 @@ fn load_inner(g: &GgufFile) -> Result<Tokenizer> {
                 "gguf:llama".to_string(),
             )
         }
+        ("bert", _) => (
+            Model::Wpm(Wpm::new(&vocab, unk)),
+            "gguf:bert (WordPiece)".to_string(),
+        ),
         ("gpt2", Some(pre)) => {
             let merges = merges
                 .ok_or_else(|| anyhow!("'tokenizer.ggml.merges' is missing (BPE needs it)"))?;
@@ -233,7 +253,7 @@ fn load_inner(g: &GgufFile) -> Result<Tokenizer> {
             Model::Spm {
                 add_space_prefix: true,
                 ..
-            }
+            } | Model::Wpm(_)
         ),
         vocab,
         model,

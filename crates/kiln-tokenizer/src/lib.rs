@@ -21,6 +21,7 @@ mod spm;
 mod stream;
 mod tokenizer;
 mod vocab;
+mod wpm;
 
 pub use bounded::{Bounded, Encoded};
 pub use chat::{ChatMessage, ChatTemplate, GuardedPrompt};

@@ -13,6 +13,7 @@ use crate::chat::ChatTemplate;
 use crate::special_split::{Fragment, SpecialSplitter};
 use crate::spm::Spm;
 use crate::vocab::Vocab;
+use crate::wpm::Wpm;
 
 /// The algorithm that turns a text fragment (no added tokens inside) into ids.
 pub(crate) enum Model {
@@ -23,6 +24,8 @@ pub(crate) enum Model {
         add_space_prefix: bool,
     },
     Bpe(Box<GgufBpe>),
+    /// WordPiece (BERT vocabularies).
+    Wpm(Wpm),
     /// A tokenizer.json pipeline; it cuts out its own added tokens.
     Hf(Box<tokenizers::Tokenizer>),
     /// Id = byte value.
@@ -169,6 +172,10 @@ impl Tokenizer {
                 Ok(())
             }
             Model::Bpe(bpe) => bpe.encode(&p.vocab, text, out),
+            Model::Wpm(wpm) => {
+                wpm.encode(&p.vocab, text, out);
+                Ok(())
+            }
             Model::Bytes => {
                 out.extend(text.bytes().map(u32::from));
                 Ok(())

@@ -18,6 +18,7 @@ const FLOORS: &[(&str, usize)] = &[
     ("deepseek-coder", 46),
     ("falcon", 46),
     ("starcoder", 46),
+    ("bert-bge", 46),
 ];
 
 #[test]
