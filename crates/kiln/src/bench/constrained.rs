@@ -72,7 +72,7 @@ pub fn engine(
             .max(streams * prompt.len()),
         ..EngineConfig::default()
     };
-    let backend = build_backend_for(model, device, &cfg, max_context * streams, 1)?;
+    let backend = build_backend_for(model, device, &cfg, max_context * streams, max_context, 1)?;
     Ok(kiln_engine::start(backend, model.tokenizer.clone(), cfg))
 }
 

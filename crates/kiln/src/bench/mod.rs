@@ -194,7 +194,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut rows = measure(target.backend(), &plan, model.config.vocab_size, mode)?;
     let (device_name, kind, memory) = (target.device_name(), target.kind(), target.memory());
     // The references, the drafted and the constrained cases run on backends of their own: this
-    // goes first.
+    // one's memory goes first.
     drop(target);
     let cases = versus::Cases {
         prefill: plan.prefill.clone(),
