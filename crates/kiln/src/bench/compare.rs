@@ -157,17 +157,8 @@ pub fn table(lines: &[Line], versions: &[String], notes: &[String]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-
-    use super::super::versus::{batched_bench_rows, hf_rows, llama_bench_rows};
+    use super::super::versus::{batched_bench_rows, hf_rows, llama_bench_rows, testdata};
     use super::*;
-
-    fn testdata(name: &str) -> String {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../scripts/bench/testdata")
-            .join(name);
-        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-    }
 
     /// The side-by-side of scripts/bench/testdata (the inputs test_combine.py checks
     /// combine.py on): the same ratios.

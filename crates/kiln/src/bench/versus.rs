@@ -459,16 +459,18 @@ pub fn run_transformers(python: &str, model: &Path, cases: &Cases) -> anyhow::Re
     })
 }
 
+/// A file of scripts/bench/testdata: real outputs of the reference tools, for the parsers' tests.
+#[cfg(test)]
+pub(super) fn testdata(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scripts/bench/testdata")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn testdata(name: &str) -> String {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../scripts/bench/testdata")
-            .join(name);
-        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-    }
 
     #[test]
     fn references_parse_from_the_command_line() {
