@@ -24,6 +24,10 @@ pub mod sse;
 pub mod state;
 pub mod tools;
 
+#[cfg(test)]
+#[path = "../../../tests/test_data.rs"]
+mod test_data;
+
 pub use app::router;
 pub use connections::ConnectionLimits;
 pub use error::ApiError;

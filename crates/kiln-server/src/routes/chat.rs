@@ -171,6 +171,11 @@ fn plan(
                 }
                 sampling.grammar = Some(g);
             }
+            // A model that opens the tool's response itself must stop there.
+            let handover = syntax.handover().and_then(|m| st.tokenizer.token_id(m));
+            if let Some(id) = handover.filter(|id| !sampling.stop_token_ids.contains(id)) {
+                sampling.stop_token_ids.push(id);
+            }
             Some(ToolReplies { syntax, markers })
         }
         None => None,

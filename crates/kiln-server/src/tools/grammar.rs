@@ -5,6 +5,7 @@
 use kiln_engine::Grammar;
 use serde_json::{json, Value};
 
+use super::gemma::{self, atom};
 use super::syntax::{MarkerTokens, ToolSyntax};
 use super::{ToolChoice, ToolRequest};
 
@@ -16,14 +17,6 @@ fn layout(mut schema: Value) -> Value {
         );
     }
     schema
-}
-
-/// A marker as a Lark atom: by id when it is a control token, else as text.
-fn atom(marker: &str, markers: &MarkerTokens) -> String {
-    match markers.id(marker) {
-        Some(id) => format!("<[{id}]>"),
-        None => Value::String(marker.to_string()).to_string(),
-    }
 }
 
 impl ToolRequest {
@@ -94,6 +87,16 @@ impl ToolRequest {
                     alternatives.join("\n    | ")
                 ))
             }
+            ToolSyntax::Gemma4 => {
+                let functions: Vec<(&str, &Value)> = functions
+                    .iter()
+                    .map(|f| (f.name.as_str(), &f.parameters))
+                    .collect();
+                Grammar::Lark(format!(
+                    "start: call{repeat}\n{}",
+                    gemma::call_grammar(&functions, markers)
+                ))
+            }
         })
     }
 }
@@ -142,9 +145,49 @@ mod tests {
             ToolSyntax::LlamaJson,
             ToolSyntax::MistralList,
             ToolSyntax::MistralArgs,
+            ToolSyntax::Gemma4,
         ] {
             walks(&tok, syntax, &MarkerTokens::default());
         }
+    }
+
+    /// In Gemma 4's own vocabulary (where its markers are single tokens), the call its template
+    /// writes for a tool call, tokenised as a prompt would be, is a reply the forced grammar
+    /// allows to its end; and a call of an unknown function or with a missing argument is not.
+    #[test]
+    fn gemma_calls_as_the_template_writes_them_pass_the_forced_grammar() {
+        let path = crate::test_data::vocab("gemma-4");
+        let tok = Tokenizer::from_gguf(&kiln_formats::GgufFile::open(&path).unwrap()).unwrap();
+        for m in ToolSyntax::Gemma4.markers() {
+            assert_eq!(tok.encode(m, false).unwrap().len(), 1, "{m} is one token");
+        }
+        let markers = MarkerTokens::new(&tok, ToolSyntax::Gemma4);
+        let space = TokenSpace::new(&tok, tok.vocab_size()).unwrap();
+        let grammar = request(json!("required"), true)
+            .forced_grammar(ToolSyntax::Gemma4, &markers)
+            .unwrap();
+        let accepts = |text: &str| {
+            let mut c = space.compile(&grammar).unwrap();
+            let ids = tok.encode(text, false).unwrap();
+            ids.iter().all(|&t| c.commit(t).is_ok())
+                && (c.is_finished()
+                    || c.allowed()
+                        .is_ok_and(|a| tok.eos_ids().iter().any(|&e| a.contains(e))))
+        };
+        let q = gemma::QUOTE;
+        let good = format!(
+            "<|tool_call>call:get_weather{{city:{q}Oslo{q},days:3}}<tool_call|>\
+             <|tool_call>call:now{{}}<tool_call|>"
+        );
+        assert!(accepts(&good), "{good}");
+        for bad in [
+            "<|tool_call>call:get_time{}<tool_call|>".to_string(),
+            format!("<|tool_call>call:get_weather{{city:{q}Oslo{q}}}<tool_call|>"),
+            format!("<|tool_call>call:get_weather{{city:{q}Oslo{q},days:9}}<tool_call|>"),
+        ] {
+            assert!(!accepts(&bad), "{bad}");
+        }
+        assert!(!parse_reply(ToolSyntax::Gemma4, &good).calls.is_empty());
     }
 
     fn walks(tok: &Tokenizer, syntax: ToolSyntax, markers: &MarkerTokens) {

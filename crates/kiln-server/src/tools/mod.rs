@@ -4,6 +4,7 @@
 //! that forces a call when `tool_choice` asks for one, and the parsing of the reply into
 //! `tool_calls`.
 
+mod gemma;
 mod grammar;
 mod parse;
 mod render;

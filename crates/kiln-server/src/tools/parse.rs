@@ -6,6 +6,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
+use super::gemma;
 use super::syntax::ToolSyntax;
 
 /// One call, as the API returns it.
@@ -134,6 +135,11 @@ fn calls_of(syntax: ToolSyntax, tail: &str) -> Option<Vec<ToolCallOut>> {
                     }
                     v => calls.push(object_call(syntax, &v)?),
                 }
+            }
+        }
+        ToolSyntax::Gemma4 => {
+            for (name, args) in gemma::calls(tail)? {
+                calls.push(call(syntax, &name, &args)?);
             }
         }
         ToolSyntax::MistralArgs => {
@@ -292,6 +298,8 @@ mod tests {
                 vec![("w", v(r#"{"c":2}"#)), ("t", v("{}"))]),
             (ToolSyntax::MistralArgs, "ok[TOOL_CALLS]w[ARGS]{\"c\": 3}[TOOL_CALLS]t[CALL_ID]abc123XYZ[ARGS]{}", Some("ok"),
                 vec![("w", v(r#"{"c":3}"#)), ("t", v("{}"))]),
+            (ToolSyntax::Gemma4, "Checking.<|tool_call>call:w{c:<|\"|>Oslo<|\"|>,n:[1,2]}<tool_call|><|tool_call>call:t{}<tool_call|>", Some("Checking."),
+                vec![("w", v(r#"{"c":"Oslo","n":[1,2]}"#)), ("t", v("{}"))]),
         ];
         for (syntax, text, content, want) in cases {
             let r = parse_reply(syntax, text);
@@ -317,6 +325,10 @@ mod tests {
                 "Sure: {\"name\": \"w\", \"parameters\": {}}",
             ),
             (ToolSyntax::MistralArgs, "[TOOL_CALLS][ARGS]{}"),
+            (
+                ToolSyntax::Gemma4,
+                "<|tool_call>call:w{c:<|\"|>Oslo}<tool_call|>",
+            ),
         ] {
             let r = parse_reply(syntax, text);
             assert!(r.calls.is_empty(), "{text}");
@@ -334,6 +346,8 @@ mod tests {
             (ToolSyntax::LlamaJson, "{\"name\": \"w\", \"parameters\": {}}"),
             (ToolSyntax::LlamaJson, "Hello {there}"),
             (ToolSyntax::MistralArgs, "hi[TOOL_CALLS]w[ARGS]{\"a\": [1, 2]}"),
+            (ToolSyntax::Gemma4, "So <|tool_call>call:w{a:<|\"|>é<|\"|>}<tool_call|>"),
+            (ToolSyntax::Gemma4, "a <|tool no call"),
         ];
         for (syntax, text) in texts {
             let whole = parse_reply(syntax, text);

@@ -155,14 +155,46 @@ mod tests {
         assert!(text.ends_with("<|im_start|>assistant\n"));
     }
 
+    fn template(name: &str) -> String {
+        let path = crate::test_data::templates_dir().join(name);
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// Gemma 4's template writes the tools, a past call in its own syntax (arguments from the
+    /// call's JSON) and the tool's result as its response block, inside the model's turn.
+    #[test]
+    fn gemma_4_writes_calls_and_results_in_its_syntax() {
+        let src = template("google-gemma-4-31B-it.jinja");
+        let tpl = ChatTemplate::new(&src, "<bos>", "<turn|>").unwrap();
+        let msgs = vec![
+            json!({"role": "user", "content": "2+3?"}),
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+                "function": {"name": "add", "arguments": {"a": 2, "b": 3}}}]}),
+            json!({"role": "tool", "tool_call_id": "c1", "name": "add", "content": "5"}),
+        ];
+        let text = render_conversation(&tpl, msgs, Some(&tools()), None)
+            .unwrap()
+            .text;
+        assert!(text.contains("<|tool>declaration:add{"), "{text}");
+        assert!(
+            text.contains("<|tool_call>call:add{a:2,b:3}<tool_call|>"),
+            "{text}"
+        );
+        // The model's turn goes on after the tool's response: the reply continues it.
+        assert!(
+            text.ends_with("<|tool_response>response:add{value:<|\"|>5<|\"|>}<tool_response|>"),
+            "{text}"
+        );
+        let reply = super::super::parse_reply(
+            super::super::ToolSyntax::Gemma4,
+            "<|tool_call>call:add{a:2,b:3}<tool_call|>",
+        );
+        assert_eq!(reply.calls[0].function.arguments, r#"{"a":2,"b":3}"#);
+    }
+
     #[test]
     fn a_template_that_knows_tools_gets_them() {
-        let dir =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/templates");
-        let Ok(src) = std::fs::read_to_string(dir.join("Qwen-Qwen2.5-7B-Instruct.jinja")) else {
-            eprintln!("SKIP: ../shared/templates is not beside the checkout");
-            return;
-        };
+        let src = template("Qwen-Qwen2.5-7B-Instruct.jinja");
         let tpl = ChatTemplate::new(&src, "", "<|im_end|>").unwrap();
         let msgs = vec![json!({"role": "user", "content": "2+3?"})];
         let text = render_conversation(&tpl, msgs, Some(&tools()), None)

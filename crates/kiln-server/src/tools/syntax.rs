@@ -3,6 +3,8 @@
 
 use kiln_tokenizer::Tokenizer;
 
+use super::gemma;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ToolSyntax {
     /// `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`, one block per call
@@ -14,6 +16,9 @@ pub enum ToolSyntax {
     MistralList,
     /// `[TOOL_CALLS]name[ARGS]{...}` per call (Mistral Small 3.2, Devstral, Ministral 3).
     MistralArgs,
+    /// `<|tool_call>call:name{key:value,...}<tool_call|>` per call, strings between `<|"|>`
+    /// (Gemma 4; see [`super::gemma`]).
+    Gemma4,
 }
 
 /// What the template offers: the syntax, and whether the template itself renders `tools`
@@ -31,7 +36,9 @@ impl TemplateTools {
             syntax,
             native: true,
         };
-        if src.contains("[TOOL_CALLS]") && src.contains("[ARGS]") {
+        if src.contains("<|tool_call>call:") {
+            native(ToolSyntax::Gemma4)
+        } else if src.contains("[TOOL_CALLS]") && src.contains("[ARGS]") {
             native(ToolSyntax::MistralArgs)
         } else if src.contains("[TOOL_CALLS]") {
             native(ToolSyntax::MistralList)
@@ -56,6 +63,12 @@ impl ToolSyntax {
             ToolSyntax::LlamaJson => &["<|python_tag|>"],
             ToolSyntax::MistralList => &["[TOOL_CALLS]"],
             ToolSyntax::MistralArgs => &["[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"],
+            ToolSyntax::Gemma4 => &[
+                gemma::CALL_OPEN,
+                gemma::CALL_CLOSE,
+                gemma::QUOTE,
+                gemma::RESPONSE_OPEN,
+            ],
         }
     }
 
@@ -65,6 +78,16 @@ impl ToolSyntax {
             ToolSyntax::Hermes => "<tool_call>",
             ToolSyntax::LlamaJson => "{",
             ToolSyntax::MistralList | ToolSyntax::MistralArgs => "[TOOL_CALLS]",
+            ToolSyntax::Gemma4 => gemma::CALL_OPEN,
+        }
+    }
+
+    /// The control token at which the model hands over to the tool, where the reply must end
+    /// (Gemma 4 opens the tool's response itself).
+    pub fn handover(self) -> Option<&'static str> {
+        match self {
+            ToolSyntax::Gemma4 => Some(gemma::RESPONSE_OPEN),
+            _ => None,
         }
     }
 }
@@ -105,10 +128,9 @@ impl MarkerTokens {
 mod tests {
     use super::*;
 
-    fn template(name: &str) -> Option<String> {
-        let dir =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/templates");
-        std::fs::read_to_string(dir.join(name)).ok()
+    fn template(name: &str) -> String {
+        let path = crate::test_data::templates_dir().join(name);
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
     }
 
     #[test]
@@ -136,11 +158,13 @@ mod tests {
                 "Mistral-Small-3.2-24B-Instruct-2506.jinja",
                 ToolSyntax::MistralArgs,
             ),
+            ("google-gemma-4-31B-it.jinja", ToolSyntax::Gemma4),
+            (
+                "google-gemma-4-31B-it-interleaved.jinja",
+                ToolSyntax::Gemma4,
+            ),
         ] {
-            let Some(src) = template(file) else {
-                eprintln!("SKIP {file}: ../shared/templates is not beside the checkout");
-                continue;
-            };
+            let src = template(file);
             assert_eq!(
                 TemplateTools::of(Some(&src)),
                 TemplateTools {
