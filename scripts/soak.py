@@ -16,7 +16,7 @@ The server's resident memory is sampled every few seconds; after the soak the cl
 the server idles for a while and its memory is read again. Everything goes into a JSON report.
 Loopback only; every loop is bounded by the duration.
 
-    python3 scripts/soak.py --kiln target/debug/kiln --duration 600 --out soak.json
+    python3 scripts/soak.py --kiln target/release/kiln --duration 600 --out soak.json
 
 Standard library only.
 """
