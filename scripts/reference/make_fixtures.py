@@ -5,13 +5,20 @@ with reference logits from transformers for a fixed prompt and its greedy contin
 
 Usage (CPU is enough; takes about a minute):
     python scripts/reference/make_fixtures.py [--out tests/fixtures] [--only NAME]
+        [--llama-cpp DIR]
 
 Needs torch, transformers==5.17.0, tokenizers and gguf (see scripts/reference/requirements.txt).
+The Gemma 4 fixtures' GGUFs are made by llama.cpp's own converter: DIR (or $LLAMA_CPP) is a
+llama.cpp source tree with convert_hf_to_gguf.py and gguf-py, such as vendor/llama.cpp of the
+llama-cpp-python 0.3.36 sdist.
 
 For each fixture NAME the script writes
     NAME/hf/{config.json, model.safetensors, tokenizer.json, tokenizer_config.json}
     NAME/model.gguf       same weights in F32, llama.cpp's tensor names and Q/K row order,
-                          tokenizer as gpt2 BPE metadata (not for HF_ONLY_FIXTURES)
+                          tokenizer as gpt2 BPE metadata (not for HF_ONLY_FIXTURES); for
+                          LLAMA_CPP_FIXTURES written by llama.cpp's convert_hf_to_gguf.py
+    gemma4/multimodal/    the gemma4 text model inside a Gemma4ForConditionalGeneration
+                          checkpoint (tiny vision and audio towers beside it)
     llama/model-q8_0.gguf the same with 2-D weights quantised to Q8_0
     NAME/logits.f32       little-endian f32 [steps, vocab]: row k holds the logits that choose
                           continuation token k (row 0 is the prompt's last position)
@@ -29,14 +36,17 @@ the first that gives every greedy step a top-1 margin of at least MIN_MARGIN.
 import argparse
 import json
 import math
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import gguf
 import numpy as np
 import torch
 import transformers
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
 
 VOCAB = 512
@@ -110,10 +120,48 @@ FIXTURES = {
     ),
 }
 
+# Gemma 4 (transformers' gemma4_text): four layers, sliding (16-token window, shorter than the
+# prompt, head dim 16, 2 KV heads) and full (head dim 32 via global_head_dim) in turn; the last
+# two share the KV of layers 0 and 1. Its own tokenizer, in the style of Gemma's (which
+# llama.cpp's converter needs).
+GEMMA4_BASE = dict(
+    model_type="gemma4_text",
+    intermediate_size=64,
+    head_dim=16,
+    global_head_dim=32,
+    layer_types=["sliding_attention", "full_attention"] * 2,
+    num_hidden_layers=4,
+    sliding_window=16,
+    num_kv_shared_layers=2,
+    vocab_size_per_layer_input=VOCAB,
+    tie_word_embeddings=True,
+    bos_token_id=2,
+    eos_token_id=1,
+    pad_token_id=0,
+)
+FIXTURES.update({
+    # Per-layer inputs (8 per layer), soft-capped logits, proportional RoPE on full layers.
+    "gemma4": dict(GEMMA4_BASE, hidden_size_per_layer_input=8, final_logit_softcapping=10.0),
+    # The other options: full layers with V taken from K and one KV head, double-wide
+    # feed-forwards on the KV-sharing layers; no per-layer inputs, no soft cap.
+    "gemma4_kv": dict(
+        GEMMA4_BASE,
+        hidden_size_per_layer_input=0,
+        attention_k_eq_v=True,
+        num_global_key_value_heads=1,
+        use_double_wide_mlp=True,
+    ),
+})
+
 # Fixtures that also get a Q8_0 GGUF, to exercise dequantisation together with the Q/K un-permutation.
 Q8_FIXTURES = {"llama"}
 # Fixtures without a GGUF: llama.cpp's qwen2 metadata has no way to window some layers only.
 HF_ONLY_FIXTURES = {"qwen2_window"}
+# Fixtures whose GGUF llama.cpp's own convert_hf_to_gguf.py writes from the HF folder.
+LLAMA_CPP_FIXTURES = {"gemma4", "gemma4_kv"}
+# Fixtures that are also saved inside a multimodal checkpoint (NAME/multimodal).
+MULTIMODAL_FIXTURES = {"gemma4"}
+GEMMA_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>"]
 
 # Training text for the tokenizer, and the source of the prompt.
 CORPUS = """\
@@ -158,6 +206,43 @@ def train_tokenizer() -> Tokenizer:
     return tok
 
 
+def train_gemma_tokenizer() -> Tokenizer:
+    """A tokenizer in the style of Gemma's tokenizer.json (what llama.cpp's Gemma 4 converter
+    reads): BPE over text with spaces as `▁`, byte fallback through 256 `<0xXX>` tokens, ids
+    0-3 `<pad>`, `<eos>`, `<bos>`, `<unk>`."""
+    bytes_ = [f"<0x{b:02X}>" for b in range(256)]
+    tok = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>", fuse_unk=True))
+    tok.normalizer = normalizers.Replace(" ", "\u2581")
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB - len(GEMMA_SPECIALS) - len(bytes_), special_tokens=[], show_progress=False
+    )
+    tok.train_from_iterator([line for line in CORPUS.splitlines()] * 4, trainer)
+    spec = json.loads(tok.to_str())
+    learned = sorted(spec["model"]["vocab"].items(), key=lambda kv: kv[1])
+    vocab = {}
+    for t in GEMMA_SPECIALS + bytes_ + [t for t, _ in learned]:
+        vocab.setdefault(t, len(vocab))
+    assert len(vocab) == VOCAB, f"gemma tokenizer has {len(vocab)} tokens, want {VOCAB}"
+    spec["model"]["vocab"] = vocab
+    spec["added_tokens"] = [
+        dict(id=i, content=t, single_word=False, lstrip=False, rstrip=False, normalized=False, special=True)
+        for i, t in enumerate(GEMMA_SPECIALS)
+    ]
+    spec["decoder"] = {
+        "type": "Sequence",
+        "decoders": [
+            {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+            {"type": "ByteFallback"},
+            {"type": "Fuse"},
+        ],
+    }
+    tok = Tokenizer.from_str(json.dumps(spec))
+    tok.post_processor = processors.TemplateProcessing(
+        single="<bos> $A", pair="<bos> $A <bos> $B", special_tokens=[("<bos>", 2)]
+    )
+    return tok
+
+
 def init_weights(model: torch.nn.Module, seed: int) -> None:
     """Draws every parameter afresh. Linear weights get std 1/sqrt(fan_in) so activations stay
     near unit scale; embeddings std 0.5 so logits spread over several units; norm weights and
@@ -177,6 +262,10 @@ def init_weights(model: torch.nn.Module, seed: int) -> None:
                 p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) / math.sqrt(p.shape[1]))
             # The files hold float32: the float64 reference must use exactly those values.
             p.copy_(p.to(torch.float32).to(p.dtype))
+        # Gemma 4's layer_scalar is a saved buffer (1.0 in transformers' init): random too.
+        for name, b in model.named_buffers():
+            if name.endswith("layer_scalar"):
+                b.copy_((0.6 + 0.8 * torch.rand(b.shape, generator=g, dtype=torch.float64)).to(torch.float32))
 
 
 def greedy(model: torch.nn.Module, prompt: list[int]) -> tuple[list[int], np.ndarray]:
@@ -332,7 +421,56 @@ def write_gguf(path: Path, name: str, model: torch.nn.Module, tok: Tokenizer, q8
     w.close()
 
 
-def make_fixture(out: Path, name: str, spec: dict, tok: Tokenizer, prompt: list[int]) -> dict:
+def convert_with_llama_cpp(llama_cpp: Path, hf_dir: Path, out: Path, name: str) -> None:
+    """llama.cpp's own converter, with its own gguf-py, in float32."""
+    script = llama_cpp / "convert_hf_to_gguf.py"
+    if not script.is_file():
+        raise SystemExit(f"{script} not found: give --llama-cpp (or $LLAMA_CPP) a llama.cpp source tree")
+    env = dict(os.environ, PYTHONPATH=str(llama_cpp / "gguf-py"))
+    subprocess.run(
+        [sys.executable, str(script), str(hf_dir), "--outtype", "f32", "--outfile", str(out),
+         "--model-name", f"kiln-fixture-{name}"],
+        env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+
+
+def save_multimodal(d: Path, model: torch.nn.Module, tok: Tokenizer, prompt: list[int], rows: np.ndarray) -> None:
+    """The text model inside a Gemma4ForConditionalGeneration checkpoint with tiny random vision
+    and audio towers; checks that transformers' float32 logits of it are the causal model's."""
+    from transformers import Gemma4Config, Gemma4ForConditionalGeneration
+
+    text = model.config.to_dict()
+    vision = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=1, num_attention_heads=2,
+                  num_key_value_heads=2, head_dim=16, patch_size=4, position_embedding_size=64)
+    audio = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                 subsampling_conv_channels=[8, 4], output_proj_dims=64)
+    config = Gemma4Config(text_config=text, vision_config=vision, audio_config=audio,
+                          tie_word_embeddings=text["tie_word_embeddings"])
+    torch.manual_seed(0)
+    mm = Gemma4ForConditionalGeneration(config).to(torch.float32).eval()
+    state = {f"model.language_model.{k[len('model.'):]}": v for k, v in model.state_dict().items()
+             if k.startswith("model.")}
+    missing, _ = mm.load_state_dict(state, strict=False)
+    assert not [k for k in missing if k.startswith("model.language_model.")], missing
+    with torch.no_grad():
+        got = mm(input_ids=torch.tensor([prompt])).logits[0, -1].double().numpy()
+    assert np.abs(got - rows[0]).max() < 1e-4 * np.abs(rows[0]).max(), "multimodal logits differ"
+    mm.save_pretrained(d, safe_serialization=True)
+    (d / "generation_config.json").unlink(missing_ok=True)
+    save_tokenizer(d, tok, gemma=True)
+
+
+def save_tokenizer(d: Path, tok: Tokenizer, gemma: bool) -> None:
+    if gemma:
+        fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>",
+                                       pad_token="<pad>", unk_token="<unk>")
+    else:
+        fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=BOS, eos_token=EOS)
+    fast.save_pretrained(d)
+
+
+def make_fixture(out: Path, name: str, spec: dict, tok: Tokenizer, prompt: list[int],
+                 llama_cpp: Path | None) -> dict:
     for seed in range(1000):
         model = build_model(spec, seed)
         cont, rows = greedy(model, prompt)
@@ -355,9 +493,16 @@ def make_fixture(out: Path, name: str, spec: dict, tok: Tokenizer, prompt: list[
     model32.save_pretrained(d / "hf", safe_serialization=True)
     for extra in ("generation_config.json",):
         (d / "hf" / extra).unlink(missing_ok=True)
-    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=BOS, eos_token=EOS).save_pretrained(d / "hf")
-    if name not in HF_ONLY_FIXTURES:
+    gemma = name in LLAMA_CPP_FIXTURES
+    save_tokenizer(d / "hf", tok, gemma)
+    if gemma:
+        if llama_cpp is None:
+            raise SystemExit(f"{name}: its GGUF needs llama.cpp's converter; give --llama-cpp DIR")
+        convert_with_llama_cpp(llama_cpp, d / "hf", d / "model.gguf", name)
+    elif name not in HF_ONLY_FIXTURES:
         write_gguf(d / "model.gguf", name, model32, tok)
+    if name in MULTIMODAL_FIXTURES:
+        save_multimodal(d / "multimodal", model32, tok, prompt, rows)
     if name in Q8_FIXTURES:
         write_gguf(d / "model-q8_0.gguf", name, model32, tok, q8=True)
     rows.astype("<f4").tofile(d / "logits.f32")
@@ -384,19 +529,23 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[2] / "tests" / "fixtures")
     ap.add_argument("--only", action="append", help="build only this fixture (repeatable); the others stay")
+    ap.add_argument("--llama-cpp", type=Path, default=os.environ.get("LLAMA_CPP"),
+                    help="llama.cpp source tree whose convert_hf_to_gguf.py writes the Gemma 4 GGUFs")
     args = ap.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
-    tok = train_tokenizer()
-    prompt = tok.encode(PROMPT_TEXT).ids
-    assert len(prompt) >= PROMPT_LEN, f"prompt has only {len(prompt)} tokens"
-    prompt = prompt[:PROMPT_LEN]
+    toks = {}
+    for gemma, tok in [(False, train_tokenizer()), (True, train_gemma_tokenizer())]:
+        prompt = tok.encode(PROMPT_TEXT).ids
+        assert len(prompt) >= PROMPT_LEN, f"prompt has only {len(prompt)} tokens"
+        toks[gemma] = (tok, prompt[:PROMPT_LEN])
     args.out.mkdir(parents=True, exist_ok=True)
     index = args.out / "index.json"
     summary = json.loads(index.read_text()) if args.only and index.exists() else {}
     for name, spec in FIXTURES.items():
         if args.only and name not in args.only:
             continue
-        ref = make_fixture(args.out, name, spec, tok, prompt)
+        tok, prompt = toks[name in LLAMA_CPP_FIXTURES]
+        ref = make_fixture(args.out, name, spec, tok, prompt, args.llama_cpp)
         summary[name] = {k: ref[k] for k in ("seed", "min_margin", "max_abs_logit", "fp32_max_abs_err")}
         print(f"{name}: seed {ref['seed']}, min margin {ref['min_margin']:.4f}, "
               f"max |logit| {ref['max_abs_logit']:.2f}, fp32 error {ref['fp32_max_abs_err']:.2e}")

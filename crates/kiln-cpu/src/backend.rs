@@ -72,7 +72,7 @@ impl CpuBackend {
             block_size: opts.block_size,
             num_blocks: opts.kv_blocks,
         };
-        let kv_dims: Vec<usize> = spec.layers.iter().map(|l| l.attn.kv_dim()).collect();
+        let kv_dims: Vec<usize> = spec.layers.iter().map(|l| l.attn.cache_kv_dim()).collect();
         let kv = PagedKvCache::new(&kv_dims, geometry, opts.host_blocks)?;
         Ok(CpuBackend {
             config,

@@ -4,15 +4,16 @@
 
 use std::borrow::Cow;
 
-use anyhow::Result;
-use kiln_model::{LayerWeight, ModelSpec, StepOps};
+use anyhow::{Context, Result};
+use kiln_model::{Activation, LayerWeight, ModelSpec, StepOps};
 use rayon::prelude::*;
 
 use crate::kernels::{
-    apply_rope, matmul, paged_attention, rmsnorm, rmsnorm_heads_in_place, swiglu, AttentionShape,
-    KvView, QueryRow, RopeTable,
+    apply_rope, geglu, gelu_tanh, matmul, paged_attention, rmsnorm, rmsnorm_heads_in_place,
+    rmsnorm_heads_unweighted_in_place, rmsnorm_row_in_place, silu, swiglu, AttentionShape, KvView,
+    QueryRow, RopeTable,
 };
-use crate::kv_cache::PagedKvCache;
+use crate::kv_cache::{PagedKvCache, TokenRows};
 use crate::step_plan::StepPlan;
 use crate::weights::ModelWeights;
 
@@ -30,6 +31,12 @@ struct Activations {
     proj: Vec<f32>,
     gate_up: Vec<f32>,
     act: Vec<f32>,
+    /// V of the layers that take it from K (`[rows, kv_dim]`), apart from `qkv`.
+    v: Vec<f32>,
+    /// The per-layer inputs, `[rows, layers * width]`; `pl_gate` and `pl_act`, `[rows, width]`.
+    per_layer: Vec<f32>,
+    pl_gate: Vec<f32>,
+    pl_act: Vec<f32>,
 }
 
 /// One step's ops: the model, the cache it writes, the step's rows and activations.
@@ -61,6 +68,7 @@ impl<'a> CpuOps<'a> {
         let t = plan.tokens.len();
         let hidden = spec.hidden_size;
         let widest = |f: fn(&kiln_model::LayerSpec) -> usize| t * spec.max_over_layers(f);
+        let pl_width = spec.per_layer_input.map_or(0, |p| p.width);
         let a = Activations {
             hidden: vec![0.0; t * hidden],
             normed: vec![0.0; t * hidden],
@@ -69,6 +77,10 @@ impl<'a> CpuOps<'a> {
             proj: vec![0.0; t * hidden],
             gate_up: vec![0.0; widest(|l| 2 * l.ffn.intermediate())],
             act: vec![0.0; widest(|l| l.ffn.intermediate())],
+            v: vec![0.0; widest(|l| if l.attn.v_from_k { l.attn.kv_dim() } else { 0 })],
+            per_layer: vec![0.0; t * pl_width * spec.layers.len()],
+            pl_gate: vec![0.0; t * pl_width],
+            pl_act: vec![0.0; t * pl_width],
         };
         let ropes = spec
             .ropes
@@ -100,6 +112,13 @@ impl<'a> CpuOps<'a> {
             add_assign(&mut self.a.hidden[..n], &self.a.proj[..n]);
         }
     }
+
+    /// Width of one token's per-layer inputs (every layer's).
+    fn per_layer_row(&self) -> usize {
+        self.spec
+            .per_layer_input
+            .map_or(0, |p| p.width * self.spec.layers.len())
+    }
 }
 
 impl StepOps for CpuOps<'_> {
@@ -107,7 +126,90 @@ impl StepOps for CpuOps<'_> {
         let h = self.spec.hidden_size;
         for (row, &token) in self.a.hidden.chunks_exact_mut(h).zip(&self.plan.tokens) {
             self.weights.embed(token, row);
+            if let Some(scale) = self.spec.embed_scale {
+                row.iter_mut().for_each(|x| *x *= scale);
+            }
         }
+        Ok(())
+    }
+
+    fn per_layer_inputs(&mut self) -> Result<()> {
+        let ple = self
+            .spec
+            .per_layer_input
+            .context("the model has no per-layer inputs")?;
+        let w = self
+            .weights
+            .per_layer
+            .as_ref()
+            .context("the per-layer input weights are not loaded")?;
+        let (h, n, all) = (self.spec.hidden_size, self.n(), self.per_layer_row());
+        let out = &mut self.a.per_layer[..n * all];
+        matmul(&self.a.hidden[..n * h], &w.projection, out);
+        // (rmsnorm(proj(x) * s) + table[token] * t) * m, in transformers' order.
+        out.par_chunks_mut(all)
+            .zip(&self.plan.tokens)
+            .with_min_len(MIN_ROWS_PER_TASK)
+            .for_each_init(Vec::new, |table_row, (row, &token)| {
+                table_row.resize(all, 0.0);
+                w.table.copy_row(token as usize, table_row);
+                for (layer, t) in row
+                    .chunks_exact_mut(ple.width)
+                    .zip(table_row.chunks_exact(ple.width))
+                {
+                    layer.iter_mut().for_each(|x| *x *= ple.projection_scale);
+                    rmsnorm_row_in_place(layer, &w.norm, ple.norm_eps);
+                    for (x, &e) in layer.iter_mut().zip(t) {
+                        *x = (*x + e * ple.table_scale) * ple.mix_scale;
+                    }
+                }
+            });
+        Ok(())
+    }
+
+    fn norm_delta(&mut self, layer: usize, weight: LayerWeight) -> Result<()> {
+        anyhow::ensure!(
+            self.pending,
+            "{weight:?} of layer {layer}: no block output to norm"
+        );
+        let h = self.spec.hidden_size;
+        let n = self.n() * h;
+        let w = self.weights.layers[layer].norm(weight);
+        let eps = self.spec.layers[layer].norm_eps;
+        self.a.proj[..n]
+            .par_chunks_mut(h)
+            .with_min_len(MIN_ROWS_PER_TASK)
+            .for_each(|row| rmsnorm_row_in_place(row, w, eps));
+        Ok(())
+    }
+
+    fn per_layer_activation(&mut self, layer: usize) -> Result<()> {
+        let ple = self
+            .spec
+            .per_layer_input
+            .context("the model has no per-layer inputs")?;
+        let (w, all, n) = (ple.width, self.per_layer_row(), self.n());
+        let act = activation_fn(ple.act);
+        let inputs = &self.a.per_layer[..n * all];
+        self.a.pl_act[..n * w]
+            .par_chunks_mut(w)
+            .zip(self.a.pl_gate[..n * w].par_chunks(w))
+            .zip(inputs.par_chunks(all))
+            .with_min_len(MIN_ROWS_PER_TASK)
+            .for_each(|((out, gate), input)| {
+                let input = &input[layer * w..][..w];
+                for ((o, &g), &x) in out.iter_mut().zip(gate).zip(input) {
+                    *o = act(g) * x;
+                }
+            });
+        Ok(())
+    }
+
+    fn scale_residual(&mut self, layer: usize) -> Result<()> {
+        self.add_pending();
+        let scale = self.weights.layers[layer].norm(LayerWeight::OutputScale)[0];
+        let n = self.n() * self.spec.hidden_size;
+        self.a.hidden[..n].iter_mut().for_each(|x| *x *= scale);
         Ok(())
     }
 
@@ -121,6 +223,9 @@ impl StepOps for CpuOps<'_> {
     }
 
     fn linear(&mut self, layer: usize, weight: LayerWeight) -> Result<()> {
+        if weight == LayerWeight::PerLayerGate {
+            self.add_pending();
+        }
         let w = self.weights.layers[layer].matrix(weight);
         let (n, a) = (self.n(), &mut self.a);
         let (x, y): (&[f32], &mut [f32]) = match weight {
@@ -128,12 +233,14 @@ impl StepOps for CpuOps<'_> {
             LayerWeight::O => (&a.attn, &mut a.proj),
             LayerWeight::GateUp => (&a.normed, &mut a.gate_up),
             LayerWeight::Down => (&a.act, &mut a.proj),
+            LayerWeight::PerLayerGate => (&a.hidden, &mut a.pl_gate),
+            LayerWeight::PerLayerProj => (&a.pl_act, &mut a.proj),
             other => anyhow::bail!("{other:?} is not a projection"),
         };
         matmul(&x[..n * w.cols()], w, &mut y[..n * w.rows()]);
         match weight {
             LayerWeight::Qkv => self.qkv_stride = w.rows(),
-            LayerWeight::O | LayerWeight::Down => self.pending = true,
+            LayerWeight::O | LayerWeight::Down | LayerWeight::PerLayerProj => self.pending = true,
             _ => {}
         }
         Ok(())
@@ -143,36 +250,75 @@ impl StepOps for CpuOps<'_> {
         let spec = &self.spec.layers[layer];
         let at = &spec.attn;
         let (hd, eps) = (at.head_dim, spec.norm_eps);
-        let (q_dim, kv_dim, stride) = (at.q_dim(), at.kv_dim(), at.qkv_rows());
+        let (q_dim, k_rows, stride) = (at.q_dim(), at.k_rows(), at.qkv_rows());
+        let kv_dim = at.kv_dim();
         let lw = &self.weights.layers[layer];
         let bias = lw.vector(LayerWeight::QkvBias);
-        let norms = lw
-            .vector(LayerWeight::QNorm)
-            .zip(lw.vector(LayerWeight::KNorm));
+        let (q_norm, k_norm) = (lw.vector(LayerWeight::QNorm), lw.vector(LayerWeight::KNorm));
         let rope = &self.ropes[at.rope];
         let style = self.spec.ropes[at.rope].style;
-        let qkv = &mut self.a.qkv[..self.rows.len() * stride];
+        let n = self.rows.len();
+        let qkv = &mut self.a.qkv[..n * stride];
+        // V taken from K has no room in `qkv`: it goes to `v`, one kv_dim row per token.
+        let v_width = if at.v_from_k { kv_dim } else { 0 };
+        let v_extra = &mut self.a.v[..n * v_width];
+        let mut v_rows: Vec<&mut [f32]> = match v_width {
+            0 => (0..n).map(|_| <&mut [f32]>::default()).collect(),
+            w => v_extra.chunks_exact_mut(w).collect(),
+        };
         qkv.par_chunks_mut(stride)
+            .zip(v_rows.par_iter_mut())
             .enumerate()
             .with_min_len(MIN_ROWS_PER_TASK)
-            .for_each(|(t, row)| {
+            .for_each(|(t, (row, v_out))| {
                 if let Some(bias) = bias {
                     for (x, b) in row.iter_mut().zip(bias) {
                         *x += b;
                     }
                 }
                 let (q, rest) = row.split_at_mut(q_dim);
-                let k = &mut rest[..kv_dim];
-                if let Some((qn, kn)) = norms {
+                let (k, v) = rest.split_at_mut(k_rows);
+                let v: &mut [f32] = match at.v_from_k {
+                    // transformers takes V from K before K's norm and RoPE.
+                    true if k_rows > 0 => {
+                        v_out.copy_from_slice(k);
+                        v_out
+                    }
+                    _ => v,
+                };
+                if let Some(qn) = q_norm {
                     rmsnorm_heads_in_place(q, qn, eps);
+                }
+                if let Some(kn) = k_norm {
                     rmsnorm_heads_in_place(k, kn, eps);
+                }
+                if at.v_norm && !v.is_empty() {
+                    rmsnorm_heads_unweighted_in_place(v, hd, eps);
                 }
                 let (cos, sin) = rope.row(t);
                 apply_rope(q, hd, cos, sin, style);
                 apply_rope(k, hd, cos, sin, style);
             });
-        self.kv
-            .write(layer, &self.plan.slots, qkv, stride, q_dim, q_dim + kv_dim);
+        if at.writes_kv() {
+            let k = TokenRows {
+                data: qkv,
+                stride,
+                offset: q_dim,
+            };
+            let v = match at.v_from_k {
+                true => TokenRows {
+                    data: &self.a.v[..n * kv_dim],
+                    stride: kv_dim,
+                    offset: 0,
+                },
+                false => TokenRows {
+                    data: qkv,
+                    stride,
+                    offset: q_dim + kv_dim,
+                },
+            };
+            self.kv.write(layer, &self.plan.slots, k, v);
+        }
         Ok(())
     }
 
@@ -180,8 +326,14 @@ impl StepOps for CpuOps<'_> {
         let keep = &self.plan.logit_rows;
         let h = self.spec.hidden_size;
         let stride = self.qkv_stride;
+        let per_layer = self.per_layer_row();
         self.add_pending();
-        for (buf, width) in [(&mut self.a.hidden, h), (&mut self.a.qkv, stride)] {
+        let a = &mut self.a;
+        for (buf, width) in [
+            (&mut a.hidden, h),
+            (&mut a.qkv, stride),
+            (&mut a.per_layer, per_layer),
+        ] {
             for (dst, &src) in keep.iter().enumerate() {
                 buf.copy_within(src * width..(src + 1) * width, dst * width);
             }
@@ -199,7 +351,7 @@ impl StepOps for CpuOps<'_> {
             block_size: self.kv.geometry.block_size,
             window: at.window,
         };
-        let cache = self.kv.layer(layer);
+        let cache = self.kv.layer(at.kv_layer(layer));
         let stride = at.qkv_rows();
         let n = self.rows.len();
         paged_attention(
@@ -218,13 +370,17 @@ impl StepOps for CpuOps<'_> {
     }
 
     fn ffn_activation(&mut self, layer: usize) -> Result<()> {
-        let inter = self.spec.layers[layer].ffn.intermediate();
+        let ffn = &self.spec.layers[layer].ffn;
+        let inter = ffn.intermediate();
         let n = self.n();
-        swiglu(
+        let (gate_up, out) = (
             &self.a.gate_up[..n * 2 * inter],
-            inter,
             &mut self.a.act[..n * inter],
         );
+        match ffn.activation() {
+            Activation::Silu => swiglu(gate_up, inter, out),
+            Activation::GeluTanh => geglu(gate_up, inter, out),
+        }
         Ok(())
     }
 
@@ -241,8 +397,20 @@ impl StepOps for CpuOps<'_> {
         );
         let mut logits = vec![0.0; self.n() * self.spec.vocab_size];
         matmul(&normed, &self.weights.lm_head, &mut logits);
+        if let Some(cap) = self.spec.logit_softcap {
+            // transformers: logits / cap, tanh, * cap.
+            logits.iter_mut().for_each(|x| *x = (*x / cap).tanh() * cap);
+        }
         self.logits = logits;
         Ok(())
+    }
+}
+
+/// The scalar function of an activation.
+fn activation_fn(a: Activation) -> fn(f32) -> f32 {
+    match a {
+        Activation::Silu => silu,
+        Activation::GeluTanh => gelu_tanh,
     }
 }
 

@@ -10,6 +10,20 @@ pub(crate) struct LayerKv {
     kv_dim: usize,
 }
 
+/// One value per token at `offset` of each `stride`-element row of `data`.
+#[derive(Clone, Copy)]
+pub(crate) struct TokenRows<'a> {
+    pub data: &'a [f32],
+    pub stride: usize,
+    pub offset: usize,
+}
+
+impl TokenRows<'_> {
+    fn row(&self, t: usize, len: usize) -> &[f32] {
+        &self.data[t * self.stride + self.offset..][..len]
+    }
+}
+
 pub(crate) struct PagedKvCache {
     pub geometry: KvGeometry,
     layers: Vec<LayerKv>,
@@ -99,23 +113,14 @@ impl PagedKvCache {
         &self.layers[layer]
     }
 
-    /// Stores each token's K and V rows (`kv_dim` elements at `row * stride + k_offset` and
-    /// `+ v_offset` of `src`) in its slot.
-    pub fn write(
-        &mut self,
-        layer: usize,
-        slots: &[usize],
-        src: &[f32],
-        stride: usize,
-        k_offset: usize,
-        v_offset: usize,
-    ) {
+    /// Stores each token's K and V rows (`kv_dim` elements of row `t` of `k` and of `v`) in
+    /// its slot.
+    pub fn write(&mut self, layer: usize, slots: &[usize], k: TokenRows<'_>, v: TokenRows<'_>) {
         let cache = &mut self.layers[layer];
         let d = cache.kv_dim;
         for (t, &slot) in slots.iter().enumerate() {
-            let row = &src[t * stride..][..stride];
-            cache.k[slot * d..][..d].copy_from_slice(&row[k_offset..][..d]);
-            cache.v[slot * d..][..d].copy_from_slice(&row[v_offset..][..d]);
+            cache.k[slot * d..][..d].copy_from_slice(k.row(t, d));
+            cache.v[slot * d..][..d].copy_from_slice(v.row(t, d));
         }
     }
 

@@ -36,12 +36,23 @@ impl LayerWeights {
     }
 }
 
+/// Gemma 4's per-layer inputs: the token table, the projection of the embedding and its norm.
+pub(crate) struct PerLayerWeights {
+    /// `[vocab, layers * width]`, decoded a row at a time like the embedding.
+    pub table: PackedMatrix,
+    /// `[layers * width, hidden]`.
+    pub projection: PackedMatrix,
+    /// `[width]`.
+    pub norm: Vec<f32>,
+}
+
 pub(crate) struct ModelWeights {
     /// `[vocab, hidden]`; `None` when the LM head is the embedding (tied).
     embedding: Option<PackedMatrix>,
     pub layers: Vec<LayerWeights>,
     pub output_norm: Vec<f32>,
     pub lm_head: PackedMatrix,
+    pub per_layer: Option<PerLayerWeights>,
 }
 
 impl ModelWeights {
@@ -64,14 +75,27 @@ impl ModelWeights {
             keep_quantized: crate::kernels::quantized_weights_allowed(),
         };
         let (mut embedding, mut lm_head, mut output_norm) = (None, None, None);
+        let (mut pl_table, mut pl_projection, mut pl_norm) = (None, None, None);
         for f in schema::global_weights(spec) {
             match f.weight {
                 // Embedding rows are decoded one token at a time (`copy_row`), quantised or not.
                 GlobalWeight::Embedding => embedding = Some(loader.matrix(&f)?),
                 GlobalWeight::LmHead => lm_head = Some(loader.matrix(&f)?),
                 GlobalWeight::OutputNorm => output_norm = Some(loader.vector(&f)?),
+                GlobalWeight::PerLayerEmbedding => pl_table = Some(loader.matrix(&f)?),
+                GlobalWeight::PerLayerProjection => pl_projection = Some(loader.matrix(&f)?),
+                GlobalWeight::PerLayerProjNorm => pl_norm = Some(loader.vector(&f)?),
             }
         }
+        let per_layer = match (pl_table, pl_projection, pl_norm) {
+            (Some(table), Some(projection), Some(norm)) => Some(PerLayerWeights {
+                table,
+                projection,
+                norm,
+            }),
+            (None, None, None) => None,
+            _ => anyhow::bail!("the schema names some of the per-layer input weights only"),
+        };
         let embedding = embedding.context("the schema has no embedding")?;
         let (embedding, lm_head) = match lm_head {
             Some(head) => (Some(embedding), head),
@@ -98,6 +122,7 @@ impl ModelWeights {
             layers,
             output_norm: output_norm.context("the schema has no output norm")?,
             lm_head,
+            per_layer,
         })
     }
 
@@ -249,7 +274,7 @@ impl Loader<'_> {
             if f.loads(p, self.src) {
                 out.extend(self.fetch(p.id)?);
             } else {
-                out.resize(out.len() + p.rows, 0.0);
+                out.resize(out.len() + p.rows, f.absent_value());
             }
         }
         Ok(out)

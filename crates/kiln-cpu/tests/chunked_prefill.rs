@@ -14,7 +14,7 @@ const DECODE: usize = 6;
 
 #[test]
 fn whole_chunked_and_token_by_token_prefill_give_identical_logits() {
-    for (name, cfg) in configs::all() {
+    for (name, cfg) in configs::all_with_gemma4() {
         let src = RandomSource::new(cfg.clone(), 21);
         let tokens = random_tokens(PROMPT + DECODE, cfg.vocab_size, 8);
         for block_size in [4, 16] {

@@ -163,3 +163,97 @@ fn cpu_matches_transformers_with_per_layer_windows() {
         }
     }
 }
+
+/// The Gemma 4 fixture's per-layer inputs, soft cap, windows and full layers' own RoPE each
+/// change the logits beyond the tolerance, so the parity test above would catch a backend
+/// that skipped one of them.
+#[test]
+fn every_gemma4_option_shows_in_the_fixture_logits() {
+    let f = Fixture::load("gemma4");
+    let hf = HfSource::open(&f.hf_dir).unwrap();
+    let c = hf.config();
+    assert!(c.per_layer_input > 0 && c.logit_softcap.is_some() && c.kv_shared_layers == 2);
+    type Change = fn(&mut ModelConfig);
+    let changes: [(&str, Change); 4] = [
+        ("without per-layer inputs", |c| c.per_layer_input = 0),
+        ("without the soft cap", |c| c.logit_softcap = None),
+        ("without the window", |c| c.sliding_window = None),
+        ("with the sliding layers' RoPE on full layers", |c| {
+            c.full_attention_rope = None
+        }),
+    ];
+    for (what, change) in changes {
+        let mut config = c.clone();
+        change(&mut config);
+        let other = Reconfigured { inner: &hf, config };
+        let first = greedy_logits(&other, &f).remove(0);
+        let err = rel_err(&first, f.row(0));
+        assert!(
+            err > 100.0 * TOLERANCE,
+            "gemma4 {what}: logits within {err:e}; the fixture cannot tell"
+        );
+    }
+}
+
+/// A prompt prefilled in chunks that cross the 16-token window gives the logits of the whole
+/// prompt, bit for bit, on both Gemma 4 fixtures (KV-sharing layers read the KV that earlier
+/// chunks wrote).
+#[test]
+fn gemma4_chunked_prefill_equals_whole() {
+    for name in ["gemma4", "gemma4_kv"] {
+        let f = Fixture::load(name);
+        let hf = HfSource::open(&f.hf_dir).unwrap();
+        let prompt = &f.prompt_ids;
+        let run = |sizes: &[usize]| {
+            let opts = CpuOptions {
+                kv_blocks: 8,
+                block_size: BLOCK,
+                threads: None,
+                host_blocks: 0,
+            };
+            let mut b = CpuBackend::new(&hf, opts, None).unwrap();
+            let table: Vec<u32> = (0..8).rev().collect();
+            let mut start = 0;
+            let mut last = Vec::new();
+            for &n in sizes {
+                last = b
+                    .forward(&[ChunkInput {
+                        tokens: &prompt[start..start + n],
+                        start_pos: start,
+                        block_table: &table,
+                        want_logits: true,
+                    }])
+                    .unwrap();
+                start += n;
+            }
+            last
+        };
+        let whole = run(&[prompt.len()]);
+        assert!(rel_err(&whole, f.row(0)) <= TOLERANCE, "{name}");
+        for sizes in [[7, 13, 20], [17, 1, 22], [30, 9, 1]] {
+            assert!(
+                run(&sizes) == whole,
+                "{name}: prefill in chunks {sizes:?} differs from the whole prompt"
+            );
+        }
+    }
+}
+
+/// The Gemma 4 text model inside a `Gemma4ForConditionalGeneration` checkpoint (vision and
+/// audio towers beside it) is the same model: the same logits bit for bit, with notes that
+/// name the towers left unread.
+#[test]
+fn gemma4_multimodal_checkpoint_runs_its_text_model() {
+    let f = Fixture::load("gemma4");
+    let folder = HfSource::open(&f.hf_dir).unwrap();
+    let mm = HfSource::open(&f.hf_dir.with_file_name("multimodal")).unwrap();
+    assert_eq!(mm.config(), folder.config());
+    let notes = mm.notes().join("; ");
+    assert!(
+        notes.contains("vision tower") && notes.contains("audio tower"),
+        "{notes}"
+    );
+    assert!(folder.notes().is_empty());
+    let (a, b) = (greedy_logits(&folder, &f), greedy_logits(&mm, &f));
+    assert!(a == b, "the multimodal checkpoint's logits differ");
+}

@@ -125,6 +125,9 @@ impl CudaBackend {
         let config = weights.config().clone();
         config.validate("CUDA backend")?;
         let spec = config.spec();
+        if let Some(why) = crate::model_support::refusal(&spec, config.arch) {
+            bail!(why);
+        }
         if opts.block_size < 16 {
             bail!("KV block size must be 16 or more, got {}", opts.block_size);
         }

@@ -156,6 +156,24 @@ impl StepOps for CudaOps<'_, '_> {
         )
     }
 
+    // The ops below belong to models `CudaBackend::new` refuses (model_support.rs): they have
+    // no kernels yet and are never reached.
+    fn per_layer_inputs(&mut self) -> Result<()> {
+        bail!("per-layer inputs have no CUDA kernel")
+    }
+
+    fn norm_delta(&mut self, _layer: usize, weight: LayerWeight) -> Result<()> {
+        bail!("{weight:?} has no CUDA kernel")
+    }
+
+    fn per_layer_activation(&mut self, _layer: usize) -> Result<()> {
+        bail!("per-layer inputs have no CUDA kernel")
+    }
+
+    fn scale_residual(&mut self, _layer: usize) -> Result<()> {
+        bail!("layer output scales have no CUDA kernel")
+    }
+
     fn add_norm(&mut self, layer: usize, weight: LayerWeight) -> Result<()> {
         let c = self.ctx;
         let delta = if std::mem::take(&mut self.pending) {

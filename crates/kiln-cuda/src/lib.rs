@@ -14,6 +14,7 @@ pub mod kernel_entries;
 pub mod kernel_sources;
 pub mod kernels;
 pub mod kv_cache;
+pub mod model_support;
 pub mod nvrtc_build;
 pub mod sampling;
 pub mod skinny;

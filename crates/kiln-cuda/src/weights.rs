@@ -105,6 +105,12 @@ impl Loader<'_> {
         for (part, at) in f.offsets() {
             if f.loads(&part, self.src) {
                 self.put(part.id, &buf, at, part.rows * cols)?;
+            } else if f.absent_value() != 0.0 {
+                bail!(
+                    "{} is absent and would be {}: not done on CUDA yet",
+                    part.id,
+                    f.absent_value()
+                );
             }
         }
         Ok(buf)
@@ -155,6 +161,12 @@ pub fn load_weights(
             GlobalWeight::Embedding => embed = Some(buf),
             GlobalWeight::LmHead => lm_head = Some(buf),
             GlobalWeight::OutputNorm => out_norm = Some(buf),
+            // Per-layer inputs have no kernels; CudaBackend::new refuses such models first.
+            GlobalWeight::PerLayerEmbedding
+            | GlobalWeight::PerLayerProjection
+            | GlobalWeight::PerLayerProjNorm => {
+                bail!("per-layer inputs are not supported on CUDA")
+            }
         }
     }
     let mut layers = Vec::with_capacity(spec.layers.len());

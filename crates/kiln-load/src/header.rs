@@ -40,6 +40,9 @@ pub struct ModelHeader {
     pub weights_missing: Option<String>,
     /// The sampling settings the model's files recommend.
     pub sampling: SamplingDefaults,
+    /// What the files hold that kiln does not run (a multimodal checkpoint's vision and audio
+    /// towers).
+    pub notes: Vec<String>,
 }
 
 impl std::fmt::Debug for ModelHeader {
@@ -129,6 +132,7 @@ fn open_dummy(preset: &str) -> anyhow::Result<Opened> {
         config: Ok(config),
         weights_missing: None,
         sampling: SamplingDefaults::default(),
+        notes: Vec::new(),
     };
     Ok(Opened {
         header,
@@ -164,6 +168,7 @@ fn open_hf(dir: &Path) -> anyhow::Result<Opened> {
     let mut tensor_types = BTreeMap::new();
     let mut weight_bytes = 0;
     let mut format = "Hugging Face folder".to_string();
+    let mut notes = Vec::new();
     let (weights, weights_missing) = match &config {
         Err(_) => (None, None),
         Ok(_) => match HfSource::open(dir) {
@@ -176,6 +181,7 @@ fn open_hf(dir: &Path) -> anyhow::Result<Opened> {
                     weight_bytes += t.data.len() as u64;
                 }
                 format = format!("safetensors ({files} file{})", plural(files));
+                notes = source.notes().to_vec();
                 let source: Arc<dyn WeightSource> = Arc::new(source);
                 (Some(source), None)
             }
@@ -199,6 +205,7 @@ fn open_hf(dir: &Path) -> anyhow::Result<Opened> {
         weight_bytes,
         weights_missing,
         sampling: SamplingDefaults::from_hf_dir(dir)?,
+        notes,
     };
     Ok(Opened { header, weights })
 }
@@ -253,6 +260,7 @@ fn open_gguf(path: &Path) -> anyhow::Result<Opened> {
         weight_bytes,
         weights_missing,
         sampling: SamplingDefaults::from_gguf(&file),
+        notes: Vec::new(),
     };
     Ok(Opened { header, weights })
 }

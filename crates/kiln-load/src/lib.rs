@@ -33,6 +33,9 @@ pub struct LoadedModel {
     /// The sampling settings the model's files recommend (generation_config.json, GGUF
     /// general.sampling.*).
     pub sampling: SamplingDefaults,
+    /// What the files hold that kiln does not run (a multimodal checkpoint's vision and audio
+    /// towers), for the log and `kiln info`.
+    pub notes: Vec<String>,
 }
 
 impl std::fmt::Debug for LoadedModel {
@@ -41,6 +44,7 @@ impl std::fmt::Debug for LoadedModel {
             .field("name", &self.name)
             .field("config", &self.config)
             .field("description", &self.description)
+            .field("notes", &self.notes)
             .finish()
     }
 }
@@ -80,6 +84,7 @@ pub fn load(spec: &str) -> anyhow::Result<LoadedModel> {
         tokenizer,
         description,
         sampling: header.sampling,
+        notes: header.notes,
     })
 }
 

@@ -2,6 +2,8 @@
 
 #[path = "../../kiln-model/tests/support/fixtures.rs"]
 mod fixtures;
+#[path = "../../../tests/test_data.rs"]
+mod test_data;
 
 use fixtures::{Fixture, FIXTURES};
 use kiln_load::load;
@@ -78,4 +80,59 @@ fn bad_specs_are_clear_errors() {
     let not_gguf = Fixture::load("llama").hf_dir.join("config.json");
     let err = format!("{:#}", load(not_gguf.to_str().unwrap()).unwrap_err());
     assert!(err.contains("config.json"), "{err}");
+}
+
+/// A Gemma 4 folder loads its tokenizer and chat template the usual way: the fixture's
+/// tokenizer.json, and the Gemma 4 template of the test data as chat_template.jinja beside it,
+/// rendering Gemma's turns with the tokenizer's BOS.
+#[test]
+fn a_gemma4_folder_loads_its_tokenizer_and_chat_template() {
+    let f = Fixture::load("gemma4");
+    let dir = std::env::temp_dir().join(format!("kiln-gemma4-folder-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for entry in std::fs::read_dir(&f.hf_dir).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
+    }
+    let template =
+        fixtures::fixtures_dir().join("../../../shared/templates/google-gemma-4-31B-it.jinja");
+    std::fs::copy(&template, dir.join("chat_template.jinja")).unwrap();
+    let m = load(dir.to_str().unwrap()).unwrap();
+    assert_eq!(m.config.arch, Arch::Gemma4);
+    assert_eq!(m.tokenizer.bos_id(), Some(2));
+    assert!(m.description.has_chat_template);
+    let chat = m.tokenizer.chat_template().unwrap();
+    let text = chat
+        .render(
+            &[kiln_tokenizer::ChatMessage::new("user", "Fire the kiln.")],
+            true,
+        )
+        .unwrap();
+    assert!(
+        text.starts_with("<bos><|turn>user\nFire the kiln.<turn|>\n<|turn>model\n"),
+        "{text:?}"
+    );
+    let ids = m.tokenizer.encode(&f.prompt_text, true).unwrap();
+    assert_eq!(ids[..f.prompt_ids.len()], f.prompt_ids[..]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The Gemma 4 text model of a Gemma4ForConditionalGeneration checkpoint loads with notes
+/// that say what is not run.
+#[test]
+fn a_gemma4_multimodal_checkpoint_loads_its_text_model_with_notes() {
+    let f = Fixture::load("gemma4");
+    let folder = load(f.hf_dir.to_str().unwrap()).unwrap();
+    let mm = load(f.hf_dir.with_file_name("multimodal").to_str().unwrap()).unwrap();
+    assert_eq!(mm.config, folder.config);
+    assert!(folder.notes.is_empty());
+    let notes = mm.notes.join("\n");
+    for needle in [
+        "Gemma4ForConditionalGeneration",
+        "vision tower",
+        "audio tower",
+    ] {
+        assert!(notes.contains(needle), "{notes}");
+    }
+    assert!(mm.description.param_count == folder.description.param_count);
 }

@@ -8,6 +8,7 @@
 use anyhow::{bail, ensure};
 
 use crate::arch::Arch;
+use crate::spec::Activation;
 
 /// How RoPE pairs the elements of a head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -47,6 +48,29 @@ pub enum RopeScaling {
     /// One divisor per frequency (`head_dim / 2` of them): GGUF's `rope_freqs.weight`, which
     /// llama.cpp's converter writes for Llama 3.1-style scaling instead of the parameters.
     FreqFactors(Vec<f32>),
+    /// Gemma 4's "proportional" RoPE: the first `rotated_pairs` pairs turn at the frequencies
+    /// of the whole head (`theta^(-2i / head_dim)`, divided by `factor`), the rest not at all.
+    /// (transformers: `partial_rotary_factor * head_dim / 2` pairs; llama.cpp's converter
+    /// writes the same as `rope_freqs` factors of 1 and 1e30.)
+    Proportional {
+        rotated_pairs: usize,
+        factor: f32,
+    },
+}
+
+/// A RoPE base and its scaling, for layers whose RoPE is not the model's.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RopeParams {
+    pub theta: f32,
+    pub scaling: RopeScaling,
+}
+
+/// One layer's attention shape where it differs from the model's (transformers'
+/// `per_layer_config`; Gemma 4's full-attention layers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LayerShape {
+    pub head_dim: usize,
+    pub num_kv_heads: usize,
 }
 
 /// How one layer attends (transformers' `layer_types` values).
@@ -95,6 +119,26 @@ pub struct ModelConfig {
     pub qk_norm: bool,
     /// The LM head reuses the token embedding.
     pub tie_embeddings: bool,
+    /// The feed-forward's activation (`hidden_act`; Gemma's `hidden_activation`).
+    pub activation: Activation,
+    /// Each layer's attention shape when layers differ (transformers' `per_layer_config`,
+    /// Gemma 4's `global_head_dim`): empty, or one entry per layer.
+    pub layer_shapes: Vec<LayerShape>,
+    /// The RoPE of full-attention layers when it is not `rope_theta` / `rope_scaling` (Gemma 4's
+    /// `rope_parameters` keyed by layer type).
+    pub full_attention_rope: Option<RopeParams>,
+    /// Values per layer of the per-layer inputs (Gemma 4's `hidden_size_per_layer_input`); 0:
+    /// the model has none.
+    pub per_layer_input: usize,
+    /// The last this-many layers read the KV cache of the last earlier layer of their type and
+    /// write none (`num_kv_shared_layers`).
+    pub kv_shared_layers: usize,
+    /// Full-attention layers take V from the K projection (`attention_k_eq_v`).
+    pub full_attention_v_from_k: bool,
+    /// KV-sharing layers have a feed-forward twice as wide (`use_double_wide_mlp`).
+    pub double_wide_mlp: bool,
+    /// logits = cap * tanh(logits / cap) (`final_logit_softcapping`).
+    pub logit_softcap: Option<f32>,
 }
 
 impl ModelConfig {
@@ -113,26 +157,74 @@ impl ModelConfig {
         self.num_heads / self.num_kv_heads.max(1)
     }
 
-    /// Number of weights, counting the tied LM head once.
+    /// Number of weights, counting the tied LM head once: the sizes of the tensors the schema
+    /// names.
     pub fn param_count(&self) -> u64 {
-        let (h, q, kv, f) = (
-            self.hidden_size as u64,
-            self.q_dim() as u64,
-            self.kv_dim() as u64,
-            self.intermediate_size as u64,
+        let spec = self.spec();
+        crate::schema::all_tensors(&spec)
+            .iter()
+            .map(|id| id.shape_in(&spec).iter().product::<usize>() as u64)
+            .sum()
+    }
+
+    /// How layer `l` attends: its `layer_types` entry; without one, through the window when
+    /// there is one.
+    pub fn layer_type(&self, l: usize) -> LayerType {
+        match self.layer_types.as_ref().and_then(|t| t.get(l)) {
+            Some(t) => *t,
+            None if self.sliding_window.is_some() => LayerType::SlidingAttention,
+            None => LayerType::FullAttention,
+        }
+    }
+
+    /// Whether layer `l` attends to every earlier token.
+    pub fn is_full_attention(&self, l: usize) -> bool {
+        self.layer_type(l) == LayerType::FullAttention
+    }
+
+    /// Layer `l`'s attention shape.
+    pub fn layer_shape(&self, l: usize) -> LayerShape {
+        self.layer_shapes.get(l).copied().unwrap_or(LayerShape {
+            head_dim: self.head_dim,
+            num_kv_heads: self.num_kv_heads,
+        })
+    }
+
+    /// For each layer, the earlier layer whose KV cache it reads (None: its own). The last
+    /// `kv_shared_layers` layers read the last layer before them of their own type, as
+    /// transformers' Gemma 4 does; an error when one has no such layer.
+    pub fn kv_sources(&self) -> anyhow::Result<Vec<Option<usize>>> {
+        let n = self.num_layers;
+        ensure!(
+            self.kv_shared_layers < n || self.kv_shared_layers == 0,
+            "{} KV-sharing layers leave none of the {n} layers to own a KV cache",
+            self.kv_shared_layers
         );
-        let mut layer = 2 * h // attention and FFN norms
-            + h * q + 2 * h * kv + q * h // Q, K, V, O
-            + 3 * h * f; // gate, up, down
-        if self.qkv_bias {
-            layer += q + 2 * kv;
-        }
-        if self.qk_norm {
-            layer += 2 * self.head_dim as u64;
-        }
-        let embd = self.vocab_size as u64 * h;
-        let head = if self.tie_embeddings { 0 } else { embd };
-        embd + self.num_layers as u64 * layer + h + head
+        let first_shared = n - self.kv_shared_layers;
+        (0..n)
+            .map(|l| {
+                if l < first_shared {
+                    return Ok(None);
+                }
+                let full = self.is_full_attention(l);
+                let source = (0..first_shared)
+                    .rev()
+                    .find(|&s| self.is_full_attention(s) == full)
+                    .ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "layer {l} shares the KV of an earlier {} layer, but the layers before {first_shared} have none",
+                            if full { "full-attention" } else { "sliding" }
+                        )
+                    })?;
+                ensure!(
+                    self.layer_shape(source) == self.layer_shape(l),
+                    "layer {l} shares the KV of layer {source}, whose heads differ ({:?} against {:?})",
+                    self.layer_shape(source),
+                    self.layer_shape(l)
+                );
+                Ok(Some(source))
+            })
+            .collect()
     }
 
     /// Checks that the shapes are usable by a forward pass; `origin` names where they came from.
@@ -150,16 +242,48 @@ impl ModelConfig {
             ensure!(v > 0, "{origin}: {what} must be positive");
         }
         ensure!(
-            self.num_heads.is_multiple_of(self.num_kv_heads),
-            "{origin}: {} heads are not a multiple of {} KV heads",
-            self.num_heads,
-            self.num_kv_heads
+            self.layer_shapes.is_empty() || self.layer_shapes.len() == self.num_layers,
+            "{origin}: {} layer shapes for {} layers",
+            self.layer_shapes.len(),
+            self.num_layers
         );
-        ensure!(
-            self.head_dim.is_multiple_of(2),
-            "{origin}: head dim {} is odd, RoPE needs pairs",
-            self.head_dim
-        );
+        for l in 0..self.num_layers {
+            let LayerShape {
+                head_dim,
+                num_kv_heads,
+            } = self.layer_shape(l);
+            ensure!(
+                head_dim > 0 && num_kv_heads > 0,
+                "{origin}: layer {l}: head dim and KV head count must be positive"
+            );
+            ensure!(
+                self.num_heads.is_multiple_of(num_kv_heads),
+                "{origin}: {} heads are not a multiple of {num_kv_heads} KV heads (layer {l})",
+                self.num_heads,
+            );
+            ensure!(
+                head_dim.is_multiple_of(2),
+                "{origin}: head dim {head_dim} is odd, RoPE needs pairs (layer {l})",
+            );
+        }
+        if let Some(cap) = self.logit_softcap {
+            ensure!(
+                cap.is_finite() && cap > 0.0,
+                "{origin}: final_logit_softcapping {cap} must be a positive number"
+            );
+        }
+        self.kv_sources()
+            .map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
+        if let Some(full) = &self.full_attention_rope {
+            ensure!(
+                full.theta.is_finite() && full.theta > 1.0,
+                "{origin}: full-attention RoPE base {} must be above 1",
+                full.theta
+            );
+            for l in (0..self.num_layers).filter(|&l| self.is_full_attention(l)) {
+                check_rope_scaling(origin, &full.scaling, self.layer_shape(l).head_dim)?;
+            }
+        }
         ensure!(
             self.rms_norm_eps.is_finite() && self.rms_norm_eps > 0.0,
             "{origin}: RMSNorm epsilon {} must be positive",
@@ -181,68 +305,86 @@ impl ModelConfig {
                 self.num_layers
             );
         }
-        match &self.rope_scaling {
-            RopeScaling::None => {}
-            RopeScaling::Linear { factor } => {
-                ensure!(
-                    *factor > 0.0,
-                    "{origin}: RoPE scaling factor {factor} must be positive"
-                )
-            }
-            RopeScaling::Llama3 {
-                factor,
-                low_freq_factor,
-                high_freq_factor,
-                original_max_position,
-            } => {
-                ensure!(
-                    *factor > 0.0,
-                    "{origin}: RoPE scaling factor {factor} must be positive"
-                );
-                ensure!(
-                    high_freq_factor > low_freq_factor && *low_freq_factor > 0.0,
-                    "{origin}: llama3 RoPE needs 0 < low_freq_factor < high_freq_factor"
-                );
-                ensure!(
-                    *original_max_position > 0,
-                    "{origin}: original_max_position_embeddings must be positive"
-                );
-            }
-            RopeScaling::Yarn {
-                factor,
-                original_max_position,
-                beta_fast,
-                beta_slow,
-                attn_factor,
-                ..
-            } => {
-                ensure!(
-                    *factor > 0.0,
-                    "{origin}: RoPE scaling factor {factor} must be positive"
-                );
-                ensure!(
-                    *original_max_position > 0,
-                    "{origin}: original_max_position_embeddings must be positive"
-                );
-                ensure!(
-                    *beta_fast > 0.0 && *beta_slow > 0.0 && attn_factor.is_finite(),
-                    "{origin}: yarn beta_fast, beta_slow and attention factor must be positive numbers"
-                );
-            }
-            RopeScaling::FreqFactors(f) => {
-                ensure!(
-                    f.len() == self.head_dim / 2,
-                    "{origin}: {} RoPE frequency factors for head dim {} (expected {})",
-                    f.len(),
-                    self.head_dim,
-                    self.head_dim / 2
-                );
-                ensure!(
-                    f.iter().all(|x| x.is_finite() && *x > 0.0),
-                    "{origin}: RoPE frequency factors must be positive numbers"
-                );
-            }
-        }
-        Ok(())
+        check_rope_scaling(origin, &self.rope_scaling, self.head_dim)
     }
+}
+
+/// Checks one RoPE scaling for layers with heads `head_dim` wide.
+fn check_rope_scaling(origin: &str, scaling: &RopeScaling, head_dim: usize) -> anyhow::Result<()> {
+    match scaling {
+        RopeScaling::None => {}
+        RopeScaling::Linear { factor } => {
+            ensure!(
+                *factor > 0.0,
+                "{origin}: RoPE scaling factor {factor} must be positive"
+            )
+        }
+        RopeScaling::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position,
+        } => {
+            ensure!(
+                *factor > 0.0,
+                "{origin}: RoPE scaling factor {factor} must be positive"
+            );
+            ensure!(
+                high_freq_factor > low_freq_factor && *low_freq_factor > 0.0,
+                "{origin}: llama3 RoPE needs 0 < low_freq_factor < high_freq_factor"
+            );
+            ensure!(
+                *original_max_position > 0,
+                "{origin}: original_max_position_embeddings must be positive"
+            );
+        }
+        RopeScaling::Yarn {
+            factor,
+            original_max_position,
+            beta_fast,
+            beta_slow,
+            attn_factor,
+            ..
+        } => {
+            ensure!(
+                *factor > 0.0,
+                "{origin}: RoPE scaling factor {factor} must be positive"
+            );
+            ensure!(
+                *original_max_position > 0,
+                "{origin}: original_max_position_embeddings must be positive"
+            );
+            ensure!(
+                *beta_fast > 0.0 && *beta_slow > 0.0 && attn_factor.is_finite(),
+                "{origin}: yarn beta_fast, beta_slow and attention factor must be positive numbers"
+            );
+        }
+        RopeScaling::Proportional {
+            rotated_pairs,
+            factor,
+        } => {
+            ensure!(
+                *rotated_pairs <= head_dim / 2,
+                "{origin}: proportional RoPE turns {rotated_pairs} pairs of a {head_dim}-wide head"
+            );
+            ensure!(
+                factor.is_finite() && *factor > 0.0,
+                "{origin}: RoPE scaling factor {factor} must be positive"
+            );
+        }
+        RopeScaling::FreqFactors(f) => {
+            ensure!(
+                f.len() == head_dim / 2,
+                "{origin}: {} RoPE frequency factors for head dim {} (expected {})",
+                f.len(),
+                head_dim,
+                head_dim / 2
+            );
+            ensure!(
+                f.iter().all(|x| x.is_finite() && *x > 0.0),
+                "{origin}: RoPE frequency factors must be positive numbers"
+            );
+        }
+    }
+    Ok(())
 }

@@ -3,32 +3,23 @@
 use anyhow::{anyhow, bail};
 use kiln_formats::GgufFile;
 
+use crate::config_gguf_layers::{gguf_layers, Meta};
 use crate::names::GGUF_ROPE_FREQS;
 use crate::rope::yarn_mscale;
-use crate::{Arch, ModelConfig, Role, RopeScaling, RopeStyle, TensorId};
+use crate::{Activation, Arch, ModelConfig, Role, RopeParams, RopeScaling, RopeStyle, TensorId};
 
 impl ModelConfig {
     /// Reads the hyper-parameters of a GGUF model. Every error names the file.
     pub fn from_gguf(g: &GgufFile) -> anyhow::Result<ModelConfig> {
         let origin = g.path().display().to_string();
         let arch_name = g.architecture()?;
-        let key = |k: &str| format!("{arch_name}.{k}");
-        let req = |k: &str| -> anyhow::Result<usize> {
-            let v = g
-                .get_u64(&key(k))?
-                .ok_or_else(|| anyhow!("{origin}: metadata '{}' is missing", key(k)))?;
-            usize::try_from(v).map_err(|_| anyhow!("{origin}: metadata '{}' is too large", key(k)))
-        };
-        let opt = |k: &str| -> anyhow::Result<Option<usize>> {
-            g.get_u64(&key(k))?
-                .map(|v| {
-                    usize::try_from(v)
-                        .map_err(|_| anyhow!("{origin}: metadata '{}' is too large", key(k)))
-                })
-                .transpose()
+        let m = Meta {
+            g,
+            arch: arch_name,
+            origin: &origin,
         };
 
-        let sliding_window = opt("attention.sliding_window")?.filter(|w| *w > 0);
+        let sliding_window = m.opt("attention.sliding_window")?.filter(|w| *w > 0);
         let arch = Arch::from_gguf(arch_name, sliding_window.is_some()).ok_or_else(|| {
             anyhow!(
                 "{origin}: unsupported architecture '{arch_name}'; kiln runs {} models",
@@ -36,27 +27,23 @@ impl ModelConfig {
             )
         })?;
         let info = arch.info();
+        if let Some(experts) = m.opt("expert_count")?.filter(|n| *n > 0) {
+            bail!(
+                "{origin}: Mixture-of-Experts {arch} models ({experts} experts) are not supported yet"
+            );
+        }
 
-        let hidden_size = req("embedding_length")?;
-        let num_heads = req("attention.head_count")?;
-        let num_kv_heads = opt("attention.head_count_kv")?.unwrap_or(num_heads);
-        let head_dim = opt("attention.key_length")?.unwrap_or(hidden_size / num_heads.max(1));
-        if let Some(v) = opt("attention.value_length")? {
-            if v != head_dim {
-                bail!("{origin}: value head size {v} differs from key head size {head_dim}");
-            }
-        }
-        if let Some(rot) = opt("rope.dimension_count")? {
-            if rot != head_dim {
-                bail!("{origin}: partial RoPE ({rot} of {head_dim} dimensions) is not supported");
-            }
-        }
+        let hidden_size = m.req("embedding_length")?;
+        let num_layers = m.req("block_count")?;
+        let num_heads = m.req("attention.head_count")?;
+        let k_eq_v = info.hf.gemma4.is_some();
+        let layers = gguf_layers(&m, num_layers, num_heads, hidden_size, k_eq_v)?;
         let eps = g
-            .get_f64(&key("attention.layer_norm_rms_epsilon"))?
+            .get_f64(&m.key("attention.layer_norm_rms_epsilon"))?
             .ok_or_else(|| {
                 anyhow!(
                     "{origin}: metadata '{}' is missing",
-                    key("attention.layer_norm_rms_epsilon")
+                    m.key("attention.layer_norm_rms_epsilon")
                 )
             })?;
 
@@ -65,7 +52,7 @@ impl ModelConfig {
         let embd_rows = g
             .tensor_info(&TensorId::global(Role::TokenEmbd).gguf_name())
             .and_then(|t| t.shape.first().copied());
-        let vocab_size = match (embd_rows, opt("vocab_size")?) {
+        let vocab_size = match (embd_rows, m.opt("vocab_size")?) {
             (Some(rows), _) => rows,
             (None, Some(v)) => v,
             (None, None) => g
@@ -80,27 +67,68 @@ impl ModelConfig {
             g.tensor_info(&TensorId::layer(0, role).gguf_name())
                 .is_some()
         };
+        let sliding_theta = g.get_f64(&m.key("rope.freq_base_swa"))?;
+        let full_theta = g.get_f64(&m.key("rope.freq_base"))?.unwrap_or(10_000.0) as f32;
+        let freqs_head_dim = match info.gguf_proportional_rope_freqs {
+            true => layers.full_head_dim,
+            false => layers.head_dim,
+        };
+        let mut rope_scaling = rope_scaling(g, arch_name, freqs_head_dim)?;
+        // Gemma 4's converter writes the full-attention layers' proportional RoPE as
+        // rope_freqs factors; the sliding layers turn at plain frequencies of their own base.
+        let full_attention_rope = match (info.gguf_proportional_rope_freqs, &rope_scaling) {
+            (true, RopeScaling::FreqFactors(f)) => {
+                let scaling = proportional_from_factors(f)
+                    .ok_or_else(|| anyhow!("{origin}: '{GGUF_ROPE_FREQS}' is not a proportional RoPE (factors 1, then 1e30)"))?;
+                rope_scaling = RopeScaling::None;
+                Some(RopeParams {
+                    theta: full_theta,
+                    scaling,
+                })
+            }
+            _ => sliding_theta.map(|_| RopeParams {
+                theta: full_theta,
+                scaling: rope_scaling.clone(),
+            }),
+        };
+        let full_attention_rope = full_attention_rope.filter(|_| layers.types.is_some());
+        let activation = Activation::from_hf(info.hf.activation)
+            .ok_or_else(|| anyhow!("{origin}: {arch} has no activation kiln runs"))?;
         let config = ModelConfig {
             arch,
             vocab_size,
             hidden_size,
-            intermediate_size: req("feed_forward_length")?,
-            num_layers: req("block_count")?,
+            intermediate_size: layers.intermediate_size,
+            num_layers,
             num_heads,
-            num_kv_heads,
-            head_dim,
+            num_kv_heads: layers.num_kv_heads,
+            head_dim: layers.head_dim,
             rms_norm_eps: eps as f32,
-            rope_theta: g.get_f64(&key("rope.freq_base"))?.unwrap_or(10_000.0) as f32,
-            rope_scaling: rope_scaling(g, arch_name, head_dim)?,
+            rope_theta: match (&full_attention_rope, sliding_theta) {
+                (Some(_), Some(t)) => t as f32,
+                _ => full_theta,
+            },
+            rope_scaling,
             rope_style: RopeStyle::Neox,
-            max_position: opt("context_length")?.unwrap_or(4096),
+            max_position: m.opt("context_length")?.unwrap_or(4096),
             sliding_window,
-            layer_types: None,
+            layer_types: layers.types,
             qkv_bias: [Role::QBias, Role::KBias, Role::VBias].into_iter().any(has),
             qk_norm: has(Role::QNorm),
             tie_embeddings: g
                 .tensor_info(&TensorId::global(Role::Output).gguf_name())
                 .is_none(),
+            activation,
+            layer_shapes: layers.shapes,
+            full_attention_rope,
+            per_layer_input: m.opt("embedding_length_per_layer_input")?.unwrap_or(0),
+            kv_shared_layers: layers.kv_shared_layers,
+            full_attention_v_from_k: layers.v_from_k,
+            double_wide_mlp: layers.double_wide_mlp,
+            logit_softcap: g
+                .get_f64(&m.key("final_logit_softcapping"))?
+                .filter(|c| *c > 0.0)
+                .map(|c| c as f32),
         };
         if info.qk_norm && !config.qk_norm {
             bail!("{origin}: {arch} model without attn_q_norm tensors");
@@ -108,6 +136,19 @@ impl ModelConfig {
         config.validate(&origin)?;
         Ok(config)
     }
+}
+
+/// `[1; k] ++ [1e30; rest]` (llama.cpp's spelling of a RoPE that turns the first k pairs) as
+/// a proportional RoPE.
+fn proportional_from_factors(factors: &[f32]) -> Option<RopeScaling> {
+    let rotated = factors.iter().take_while(|f| **f == 1.0).count();
+    factors[rotated..]
+        .iter()
+        .all(|f| *f >= 1e30)
+        .then_some(RopeScaling::Proportional {
+            rotated_pairs: rotated,
+            factor: 1.0,
+        })
 }
 
 fn rope_scaling(g: &GgufFile, arch: &str, head_dim: usize) -> anyhow::Result<RopeScaling> {

@@ -32,7 +32,7 @@ impl GgufSource {
         for (id, if_absent) in crate::schema::tensors(&config.spec()) {
             let name = id.gguf_name();
             let Some(info) = file.tensor_info(&name) else {
-                if if_absent == IfAbsent::Zeros {
+                if if_absent != IfAbsent::Error {
                     continue;
                 }
                 bail!("{}: tensor '{name}' is missing", file.path().display());

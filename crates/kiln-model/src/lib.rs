@@ -8,7 +8,9 @@
 pub mod arch;
 pub mod config;
 mod config_gguf;
+mod config_gguf_layers;
 mod config_hf;
+mod config_hf_layers;
 pub mod dummy;
 pub mod gguf_source;
 pub mod hf_source;
@@ -22,7 +24,8 @@ pub mod source;
 pub mod spec;
 
 pub use arch::{Arch, ArchInfo, ARCHS};
-pub use config::{LayerType, ModelConfig, RopeScaling, RopeStyle};
+pub use config::{LayerShape, LayerType, ModelConfig, RopeParams, RopeScaling, RopeStyle};
+pub use config_hf::HfLayout;
 pub use dummy::{dummy_value, DummySource};
 pub use gguf_source::GgufSource;
 pub use hf_source::HfSource;
@@ -30,4 +33,4 @@ pub use names::{Role, TensorId};
 pub use program::{run_step, StepOps};
 pub use schema::{GlobalWeight, LayerWeight};
 pub use source::{DummyFill, HostTensor, QuantTensor, WeightSource};
-pub use spec::{Activation, AttnSpec, FfnSpec, LayerSpec, ModelSpec, RopeSpec};
+pub use spec::{Activation, AttnSpec, FfnSpec, LayerSpec, ModelSpec, PerLayerInputSpec, RopeSpec};

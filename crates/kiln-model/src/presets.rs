@@ -1,10 +1,19 @@
 //! Named model shapes for `dummy:PRESET`: a tiny one for tests and the real shapes of popular
 //! models for benchmarks and demos without files.
 
-use crate::{Arch, ModelConfig, RopeScaling, RopeStyle};
+use crate::{
+    Activation, Arch, LayerShape, LayerType, ModelConfig, RopeParams, RopeScaling, RopeStyle,
+};
 
 /// Every preset name, in the order `kiln` lists them.
-pub const PRESETS: [&str; 5] = ["tiny", "llama3-1b", "llama3-8b", "qwen3-8b", "mistral-7b"];
+pub const PRESETS: [&str; 6] = [
+    "tiny",
+    "llama3-1b",
+    "llama3-8b",
+    "qwen3-8b",
+    "mistral-7b",
+    "gemma4-tiny",
+];
 
 /// The configuration of a named preset, or None for an unknown name.
 pub fn preset(name: &str) -> Option<ModelConfig> {
@@ -33,9 +42,18 @@ pub fn preset(name: &str) -> Option<ModelConfig> {
         qkv_bias: false,
         qk_norm: false,
         tie_embeddings: false,
+        activation: Activation::Silu,
+        layer_shapes: Vec::new(),
+        full_attention_rope: None,
+        per_layer_input: 0,
+        kv_shared_layers: 0,
+        full_attention_v_from_k: false,
+        double_wide_mlp: false,
+        logit_softcap: None,
     };
     Some(match name {
         // Small enough that a CI test runs a forward pass in milliseconds.
+        "gemma4-tiny" => gemma4_tiny(),
         "tiny" => ModelConfig {
             vocab_size: 512,
             hidden_size: 256,
@@ -87,6 +105,59 @@ pub fn preset(name: &str) -> Option<ModelConfig> {
         },
         _ => return None,
     })
+}
+
+/// Gemma 4 at the size of "tiny", with every option it has: sliding layers (window 64) and
+/// full ones with twice the head dim, one KV head and V taken from K, proportional RoPE,
+/// per-layer inputs, the last two layers sharing KV with a double-wide feed-forward, and
+/// soft-capped logits.
+fn gemma4_tiny() -> ModelConfig {
+    let (s, f) = (LayerType::SlidingAttention, LayerType::FullAttention);
+    let types = vec![s, s, f, s, s, f];
+    let shape = |t: &LayerType| match t {
+        LayerType::SlidingAttention => LayerShape {
+            head_dim: 32,
+            num_kv_heads: 2,
+        },
+        LayerType::FullAttention => LayerShape {
+            head_dim: 64,
+            num_kv_heads: 1,
+        },
+    };
+    ModelConfig {
+        arch: Arch::Gemma4,
+        vocab_size: 512,
+        hidden_size: 256,
+        intermediate_size: 768,
+        num_layers: types.len(),
+        num_heads: 8,
+        num_kv_heads: 2,
+        head_dim: 32,
+        rms_norm_eps: 1e-6,
+        rope_theta: 10_000.0,
+        rope_scaling: RopeScaling::None,
+        rope_style: RopeStyle::Neox,
+        max_position: 4096,
+        sliding_window: Some(64),
+        layer_shapes: types.iter().map(shape).collect(),
+        layer_types: Some(types),
+        qkv_bias: false,
+        qk_norm: true,
+        tie_embeddings: true,
+        activation: Activation::GeluTanh,
+        full_attention_rope: Some(RopeParams {
+            theta: 1_000_000.0,
+            scaling: RopeScaling::Proportional {
+                rotated_pairs: 8,
+                factor: 1.0,
+            },
+        }),
+        per_layer_input: 16,
+        kv_shared_layers: 2,
+        full_attention_v_from_k: true,
+        double_wide_mlp: true,
+        logit_softcap: Some(30.0),
+    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,9 @@
 //!   next norm adds it (so a backend may fuse the add into the norm);
 //! - `normed`: the input of the next projection;
 //! - `qkv`, `attn`, `gate_up`, `act`: the projections' outputs and the attention and
-//!   activation results in between.
+//!   activation results in between;
+//! - `per_layer`: the per-layer inputs of every token and layer (Gemma 4), and `pl_gate`,
+//!   `pl_act`: one layer's gate of its slice and the gated slice.
 
 use anyhow::Result;
 
@@ -20,8 +22,12 @@ use crate::spec::{FfnSpec, ModelSpec};
 /// What a backend must provide for [`run_step`]. `layer` indexes the spec's layers; the
 /// backend reads that layer's [`crate::spec::LayerSpec`] for shapes, windows, eps and RoPE.
 pub trait StepOps {
-    /// `x` = the embedding rows of the step's tokens.
+    /// `x` = the embedding rows of the step's tokens (times the spec's `embed_scale`).
     fn embed(&mut self) -> Result<()>;
+
+    /// `per_layer` = the per-layer inputs of the step's tokens, from their ids and from `x`
+    /// as `embed` left it ([`crate::spec::PerLayerInputSpec`]).
+    fn per_layer_inputs(&mut self) -> Result<()>;
 
     /// `x += delta` when a block left one pending, then `normed = rmsnorm(x) * weight`
     /// (`weight`: [`LayerWeight::AttnNorm`] or [`LayerWeight::FfnNorm`]).
@@ -29,11 +35,16 @@ pub trait StepOps {
 
     /// One projection by a matrix of the schema, from and to the activations its role implies:
     /// `Qkv`: normed -> qkv; `O`: attn -> delta; `GateUp`: normed -> gate_up; `Down`: act ->
-    /// delta (the two that write `delta` leave it pending).
+    /// delta; `PerLayerGate`: x (the pending delta added first) -> pl_gate; `PerLayerProj`:
+    /// pl_act -> delta (those that write `delta` leave it pending).
     fn linear(&mut self, layer: usize, weight: LayerWeight) -> Result<()>;
 
-    /// Finishes `qkv`: bias, per-head Q/K norms, RoPE at each token's position; writes K and V
-    /// to the layer's KV cache at each token's slot.
+    /// `delta = rmsnorm(delta) * weight`, still pending (`weight`: a post-norm of the schema).
+    fn norm_delta(&mut self, layer: usize, weight: LayerWeight) -> Result<()>;
+
+    /// Finishes `qkv`: bias, per-head Q/K norms (and V's), RoPE at each token's position;
+    /// writes K and V to the layer's KV cache at each token's slot. A layer that reads
+    /// another's KV only finishes Q.
     fn qkv_rope_kv(&mut self, layer: usize) -> Result<()>;
 
     /// From here on only the rows whose logits the step returns matter: a backend may drop the
@@ -41,19 +52,29 @@ pub trait StepOps {
     fn keep_logit_rows(&mut self) -> Result<()>;
 
     /// `attn` = attention of each row's Q over its sequence's cached K and V (causal, within
-    /// the layer's window).
+    /// the layer's window), in the cache of the layer the spec's `kv_from` names.
     fn attention(&mut self, layer: usize) -> Result<()>;
 
     /// `act` = the layer's activation of `gate_up` (`act(gate) * up`).
     fn ffn_activation(&mut self, layer: usize) -> Result<()>;
 
-    /// `x + delta` at the rows that want logits, the final norm, the LM head.
+    /// `pl_act` = `act(pl_gate) * per_layer[layer]`.
+    fn per_layer_activation(&mut self, layer: usize) -> Result<()>;
+
+    /// `x = (x + delta) * OutputScale`: the end of a layer with an output scale.
+    fn scale_residual(&mut self, layer: usize) -> Result<()>;
+
+    /// `x + delta` at the rows that want logits, the final norm, the LM head (and the spec's
+    /// soft cap).
     fn logits(&mut self) -> Result<()>;
 }
 
 /// One forward step of `spec` through `ops`.
 pub fn run_step(spec: &ModelSpec, ops: &mut impl StepOps) -> Result<()> {
     ops.embed()?;
+    if spec.per_layer_input.is_some() {
+        ops.per_layer_inputs()?;
+    }
     let last = spec.layers.len().saturating_sub(1);
     for (l, layer) in spec.layers.iter().enumerate() {
         ops.add_norm(l, LayerWeight::AttnNorm)?;
@@ -64,6 +85,9 @@ pub fn run_step(spec: &ModelSpec, ops: &mut impl StepOps) -> Result<()> {
         }
         ops.attention(l)?;
         ops.linear(l, LayerWeight::O)?;
+        if layer.post_norms {
+            ops.norm_delta(l, LayerWeight::PostAttnNorm)?;
+        }
         ops.add_norm(l, LayerWeight::FfnNorm)?;
         match layer.ffn {
             FfnSpec::Gated { .. } => {
@@ -71,6 +95,18 @@ pub fn run_step(spec: &ModelSpec, ops: &mut impl StepOps) -> Result<()> {
                 ops.ffn_activation(l)?;
                 ops.linear(l, LayerWeight::Down)?;
             }
+        }
+        if layer.post_norms {
+            ops.norm_delta(l, LayerWeight::PostFfnNorm)?;
+        }
+        if layer.per_layer_input.is_some() {
+            ops.linear(l, LayerWeight::PerLayerGate)?;
+            ops.per_layer_activation(l)?;
+            ops.linear(l, LayerWeight::PerLayerProj)?;
+            ops.norm_delta(l, LayerWeight::PerLayerPostNorm)?;
+        }
+        if layer.output_scale {
+            ops.scale_residual(l)?;
         }
     }
     ops.logits()
@@ -88,6 +124,22 @@ mod tests {
     impl StepOps for Trace {
         fn embed(&mut self) -> Result<()> {
             self.0.push("embed".into());
+            Ok(())
+        }
+        fn per_layer_inputs(&mut self) -> Result<()> {
+            self.0.push("per_layer_inputs".into());
+            Ok(())
+        }
+        fn norm_delta(&mut self, layer: usize, weight: LayerWeight) -> Result<()> {
+            self.0.push(format!("{layer}:norm_delta {weight:?}"));
+            Ok(())
+        }
+        fn per_layer_activation(&mut self, layer: usize) -> Result<()> {
+            self.0.push(format!("{layer}:per_layer_activation"));
+            Ok(())
+        }
+        fn scale_residual(&mut self, layer: usize) -> Result<()> {
+            self.0.push(format!("{layer}:scale_residual"));
             Ok(())
         }
         fn add_norm(&mut self, layer: usize, weight: LayerWeight) -> Result<()> {
@@ -150,5 +202,40 @@ mod tests {
         want.extend(layer(1, true));
         want.push("logits".into());
         assert_eq!(t.0, want);
+    }
+
+    #[test]
+    fn gemma4_layers_add_post_norms_the_per_layer_input_and_the_output_scale() {
+        let c = preset("gemma4-tiny").unwrap();
+        let mut t = Trace::default();
+        run_step(&c.spec(), &mut t).unwrap();
+        assert_eq!(t.0[..2], ["embed", "per_layer_inputs"]);
+        let layer0: Vec<&str> = t.0[2..]
+            .iter()
+            .take_while(|s| s.starts_with("0:"))
+            .map(|s| s.as_str())
+            .collect();
+        assert_eq!(
+            layer0,
+            [
+                "0:add_norm AttnNorm",
+                "0:linear Qkv",
+                "0:qkv_rope_kv",
+                "0:attention",
+                "0:linear O",
+                "0:norm_delta PostAttnNorm",
+                "0:add_norm FfnNorm",
+                "0:linear GateUp",
+                "0:ffn_activation",
+                "0:linear Down",
+                "0:norm_delta PostFfnNorm",
+                "0:linear PerLayerGate",
+                "0:per_layer_activation",
+                "0:linear PerLayerProj",
+                "0:norm_delta PerLayerPostNorm",
+                "0:scale_residual",
+            ]
+        );
+        assert_eq!(t.0.last().map(String::as_str), Some("logits"));
     }
 }

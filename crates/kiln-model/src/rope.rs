@@ -7,63 +7,10 @@
 use crate::{ModelConfig, RopeScaling};
 
 impl ModelConfig {
-    /// Inverse frequencies, one per rotated pair (`head_dim / 2` of them): the angle of pair `i`
-    /// at position `p` is `p * inv_freq[i]`.
+    /// Inverse frequencies of the model's RoPE, one per rotated pair (`head_dim / 2` of them):
+    /// the angle of pair `i` at position `p` is `p * inv_freq[i]`.
     pub fn rope_inv_freq(&self) -> Vec<f32> {
-        let dim = self.head_dim;
-        let base = self.rope_theta as f64;
-        // theta^(2i/d): the wavelength growth of pair i before any scaling.
-        let pos_freq: Vec<f64> = (0..dim / 2)
-            .map(|i| base.powf((2 * i) as f64 / dim as f64))
-            .collect();
-        let inv: Vec<f64> = match &self.rope_scaling {
-            RopeScaling::None => pos_freq.iter().map(|p| 1.0 / p).collect(),
-            RopeScaling::Linear { factor } => {
-                pos_freq.iter().map(|p| 1.0 / p / *factor as f64).collect()
-            }
-            RopeScaling::FreqFactors(factors) => pos_freq
-                .iter()
-                .zip(factors.iter().chain(std::iter::repeat(&1.0)))
-                .map(|(p, f)| 1.0 / p / *f as f64)
-                .collect(),
-            RopeScaling::Llama3 { .. } => {
-                let factors = self.llama3_factors().unwrap_or_default();
-                pos_freq
-                    .iter()
-                    .zip(&factors)
-                    .map(|(p, f)| 1.0 / p / *f as f64)
-                    .collect()
-            }
-            RopeScaling::Yarn {
-                factor,
-                original_max_position,
-                beta_fast,
-                beta_slow,
-                truncate,
-                ..
-            } => {
-                let factor = *factor as f64;
-                let (low, high) = yarn_correction_range(
-                    *beta_fast as f64,
-                    *beta_slow as f64,
-                    dim,
-                    base,
-                    *original_max_position as f64,
-                    *truncate,
-                );
-                let high = if low == high { high + 0.001 } else { high };
-                pos_freq
-                    .iter()
-                    .enumerate()
-                    .map(|(i, p)| {
-                        let ramp = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
-                        let extrapolation = 1.0 - ramp;
-                        (1.0 / (factor * p)) * (1.0 - extrapolation) + (1.0 / p) * extrapolation
-                    })
-                    .collect()
-            }
-        };
-        inv.into_iter().map(|x| x as f32).collect()
+        inv_freq(self.head_dim, self.rope_theta, &self.rope_scaling)
     }
 
     /// Llama 3.1 scaling as one divisor per frequency, rounded to f32 exactly as llama.cpp's
@@ -72,48 +19,129 @@ impl ModelConfig {
     /// frequencies with short wavelengths are kept, long ones divided by `factor`, and the band
     /// between is interpolated.) None unless the scaling is [`RopeScaling::Llama3`].
     pub fn llama3_factors(&self) -> Option<Vec<f32>> {
-        let RopeScaling::Llama3 {
-            factor,
-            low_freq_factor,
-            high_freq_factor,
-            original_max_position,
-        } = &self.rope_scaling
-        else {
-            return None;
-        };
-        let (factor, low, high) = (
-            *factor as f64,
-            *low_freq_factor as f64,
-            *high_freq_factor as f64,
-        );
-        let old_ctx = *original_max_position as f64;
-        let dim = self.head_dim;
-        let base = self.rope_theta as f64;
-        let factors = (0..dim / 2)
-            .map(|i| {
-                let freq = 1.0 / base.powf((2 * i) as f64 / dim as f64);
-                let wavelen = 2.0 * std::f64::consts::PI / freq;
-                let f = if wavelen < old_ctx / high {
-                    1.0
-                } else if wavelen > old_ctx / low {
-                    factor
-                } else {
-                    let smooth = (old_ctx / wavelen - low) / (high - low);
-                    1.0 / ((1.0 - smooth) / factor + smooth)
-                };
-                f as f32
-            })
-            .collect();
-        Some(factors)
+        llama3_factors(self.head_dim, self.rope_theta, &self.rope_scaling)
     }
 
     /// The factor applied to cos and sin (so attention scores scale by its square): YaRN's
     /// mscale, 1.0 for every other scaling.
     pub fn rope_attention_factor(&self) -> f32 {
-        match &self.rope_scaling {
-            RopeScaling::Yarn { attn_factor, .. } => *attn_factor,
-            _ => 1.0,
+        attention_factor(&self.rope_scaling)
+    }
+}
+
+/// Inverse frequencies of a RoPE with base `theta` and `scaling` over heads `head_dim` wide.
+pub fn inv_freq(head_dim: usize, theta: f32, scaling: &RopeScaling) -> Vec<f32> {
+    let dim = head_dim;
+    let base = theta as f64;
+    // theta^(2i/d): the wavelength growth of pair i before any scaling.
+    let pos_freq: Vec<f64> = (0..dim / 2)
+        .map(|i| base.powf((2 * i) as f64 / dim as f64))
+        .collect();
+    let inv: Vec<f64> = match scaling {
+        RopeScaling::None => pos_freq.iter().map(|p| 1.0 / p).collect(),
+        RopeScaling::Linear { factor } => {
+            pos_freq.iter().map(|p| 1.0 / p / *factor as f64).collect()
         }
+        RopeScaling::FreqFactors(factors) => pos_freq
+            .iter()
+            .zip(factors.iter().chain(std::iter::repeat(&1.0)))
+            .map(|(p, f)| 1.0 / p / *f as f64)
+            .collect(),
+        // Pairs past the rotated ones keep frequency 0: cos 1, sin 0, the identity.
+        RopeScaling::Proportional {
+            rotated_pairs,
+            factor,
+        } => pos_freq
+            .iter()
+            .enumerate()
+            .map(|(i, p)| match i < *rotated_pairs {
+                true => 1.0 / p / *factor as f64,
+                false => 0.0,
+            })
+            .collect(),
+        RopeScaling::Llama3 { .. } => {
+            let factors = llama3_factors(head_dim, theta, scaling).unwrap_or_default();
+            pos_freq
+                .iter()
+                .zip(&factors)
+                .map(|(p, f)| 1.0 / p / *f as f64)
+                .collect()
+        }
+        RopeScaling::Yarn {
+            factor,
+            original_max_position,
+            beta_fast,
+            beta_slow,
+            truncate,
+            ..
+        } => {
+            let factor = *factor as f64;
+            let (low, high) = yarn_correction_range(
+                *beta_fast as f64,
+                *beta_slow as f64,
+                dim,
+                base,
+                *original_max_position as f64,
+                *truncate,
+            );
+            let high = if low == high { high + 0.001 } else { high };
+            pos_freq
+                .iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    let ramp = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
+                    let extrapolation = 1.0 - ramp;
+                    (1.0 / (factor * p)) * (1.0 - extrapolation) + (1.0 / p) * extrapolation
+                })
+                .collect()
+        }
+    };
+    inv.into_iter().map(|x| x as f32).collect()
+}
+
+/// Llama 3.1 scaling of a RoPE as one divisor per frequency (see
+/// [`ModelConfig::llama3_factors`]).
+pub fn llama3_factors(head_dim: usize, theta: f32, scaling: &RopeScaling) -> Option<Vec<f32>> {
+    let RopeScaling::Llama3 {
+        factor,
+        low_freq_factor,
+        high_freq_factor,
+        original_max_position,
+    } = scaling
+    else {
+        return None;
+    };
+    let (factor, low, high) = (
+        *factor as f64,
+        *low_freq_factor as f64,
+        *high_freq_factor as f64,
+    );
+    let old_ctx = *original_max_position as f64;
+    let dim = head_dim;
+    let base = theta as f64;
+    let factors = (0..dim / 2)
+        .map(|i| {
+            let freq = 1.0 / base.powf((2 * i) as f64 / dim as f64);
+            let wavelen = 2.0 * std::f64::consts::PI / freq;
+            let f = if wavelen < old_ctx / high {
+                1.0
+            } else if wavelen > old_ctx / low {
+                factor
+            } else {
+                let smooth = (old_ctx / wavelen - low) / (high - low);
+                1.0 / ((1.0 - smooth) / factor + smooth)
+            };
+            f as f32
+        })
+        .collect();
+    Some(factors)
+}
+
+/// The factor a scaling applies to cos and sin: YaRN's mscale, 1.0 for every other.
+pub fn attention_factor(scaling: &RopeScaling) -> f32 {
+    match scaling {
+        RopeScaling::Yarn { attn_factor, .. } => *attn_factor,
+        _ => 1.0,
     }
 }
 
@@ -216,6 +244,19 @@ mod tests {
         let ff = with_scaling(RopeScaling::FreqFactors(factors));
         assert_eq!(l3.rope_inv_freq(), ff.rope_inv_freq());
         assert_eq!(with_scaling(RopeScaling::None).llama3_factors(), None);
+    }
+
+    #[test]
+    fn proportional_turns_the_first_pairs_at_whole_head_frequencies() {
+        let s = RopeScaling::Proportional {
+            rotated_pairs: 16,
+            factor: 1.0,
+        };
+        let f = inv_freq(128, 1_000_000.0, &s);
+        let plain = inv_freq(128, 1_000_000.0, &RopeScaling::None);
+        assert_eq!(f.len(), 64);
+        assert_eq!(f[..16], plain[..16]);
+        assert!(f[16..].iter().all(|x| *x == 0.0));
     }
 
     #[test]

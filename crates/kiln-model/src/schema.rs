@@ -20,20 +20,36 @@ pub enum LayerWeight {
     /// `[2 intermediate, hidden]`: gate rows, then up.
     GateUp,
     Down,
+    /// Norms of the attention and feed-forward outputs (Gemma).
+    PostAttnNorm,
+    PostFfnNorm,
+    /// The per-layer input's gate `[width, hidden]`, projection `[hidden, width]` and the norm
+    /// of its output (Gemma 4).
+    PerLayerGate,
+    PerLayerProj,
+    PerLayerPostNorm,
+    /// `[1]`: the factor of the layer's output (Gemma 4's `layer_scalar`).
+    OutputScale,
 }
 
 impl LayerWeight {
     /// Every layer weight, in load order.
-    pub const ALL: [LayerWeight; 9] = [
+    pub const ALL: [LayerWeight; 15] = [
         LayerWeight::AttnNorm,
         LayerWeight::Qkv,
         LayerWeight::QkvBias,
         LayerWeight::QNorm,
         LayerWeight::KNorm,
         LayerWeight::O,
+        LayerWeight::PostAttnNorm,
         LayerWeight::FfnNorm,
         LayerWeight::GateUp,
         LayerWeight::Down,
+        LayerWeight::PostFfnNorm,
+        LayerWeight::PerLayerGate,
+        LayerWeight::PerLayerProj,
+        LayerWeight::PerLayerPostNorm,
+        LayerWeight::OutputScale,
     ];
 
     /// A dense index, for backends that keep a layer's weights in an array.
@@ -50,6 +66,11 @@ pub enum GlobalWeight {
     /// `[vocab, hidden]`, absent when tied.
     LmHead,
     OutputNorm,
+    /// Gemma 4's per-layer inputs: the token table `[vocab, layers * width]`, the projection
+    /// of the embedding `[layers * width, hidden]` and its norm `[width]`.
+    PerLayerEmbedding,
+    PerLayerProjection,
+    PerLayerProjNorm,
 }
 
 /// What a missing part becomes.
@@ -59,6 +80,8 @@ pub enum IfAbsent {
     Error,
     /// Zeros (a bias the file leaves out adds nothing).
     Zeros,
+    /// Ones (a scale the file leaves out changes nothing).
+    Ones,
 }
 
 /// One canonical tensor inside a fused one: `rows` rows (elements, for a vector).
@@ -102,6 +125,14 @@ impl<W> Fused<W> {
         })
     }
 
+    /// What stands in for an absent part, element by element.
+    pub fn absent_value(&self) -> f32 {
+        match self.if_absent {
+            IfAbsent::Ones => 1.0,
+            IfAbsent::Zeros | IfAbsent::Error => 0.0,
+        }
+    }
+
     /// Whether the source must be asked for this part (or it is left as `if_absent` says).
     pub fn loads(&self, part: &Part, src: &dyn WeightSource) -> bool {
         self.if_absent == IfAbsent::Error || src.has(part.id)
@@ -132,42 +163,42 @@ pub fn layer_weights(layer: usize, spec: &LayerSpec, hidden: usize) -> Vec<Fused
         id: TensorId::layer(layer, role),
         rows,
     };
+    let norm = |w, role, rows| vector(w, vec![part(role, rows)], IfAbsent::Error);
     let a = &spec.attn;
-    let (q, kv, hd) = (a.q_dim(), a.kv_dim(), a.head_dim);
+    let (q, hd) = (a.q_dim(), a.head_dim);
+    // A layer that reads another's KV has no K or V projection; V may be K itself.
+    let mut qkv = vec![part(Role::Q, q)];
+    if a.k_rows() > 0 {
+        qkv.push(part(Role::K, a.k_rows()));
+    }
+    if a.v_rows() > 0 {
+        qkv.push(part(Role::V, a.v_rows()));
+    }
     let mut out = vec![
-        vector(
-            LayerWeight::AttnNorm,
-            vec![part(Role::AttnNorm, hidden)],
-            IfAbsent::Error,
-        ),
-        matrix(
-            LayerWeight::Qkv,
-            hidden,
-            vec![part(Role::Q, q), part(Role::K, kv), part(Role::V, kv)],
-        ),
+        norm(LayerWeight::AttnNorm, Role::AttnNorm, hidden),
+        matrix(LayerWeight::Qkv, hidden, qkv),
     ];
     if a.qkv_bias {
-        let parts = vec![
-            part(Role::QBias, q),
-            part(Role::KBias, kv),
-            part(Role::VBias, kv),
-        ];
+        let mut parts = vec![part(Role::QBias, q)];
+        if a.k_rows() > 0 {
+            parts.push(part(Role::KBias, a.k_rows()));
+        }
+        if a.v_rows() > 0 {
+            parts.push(part(Role::VBias, a.v_rows()));
+        }
         out.push(vector(LayerWeight::QkvBias, parts, IfAbsent::Zeros));
     }
     if a.qk_norm {
-        for (w, role) in [
-            (LayerWeight::QNorm, Role::QNorm),
-            (LayerWeight::KNorm, Role::KNorm),
-        ] {
-            out.push(vector(w, vec![part(role, hd)], IfAbsent::Error));
+        out.push(norm(LayerWeight::QNorm, Role::QNorm, hd));
+        if a.writes_kv() {
+            out.push(norm(LayerWeight::KNorm, Role::KNorm, hd));
         }
     }
     out.push(matrix(LayerWeight::O, q, vec![part(Role::O, hidden)]));
-    out.push(vector(
-        LayerWeight::FfnNorm,
-        vec![part(Role::FfnNorm, hidden)],
-        IfAbsent::Error,
-    ));
+    if spec.post_norms {
+        out.push(norm(LayerWeight::PostAttnNorm, Role::PostAttnNorm, hidden));
+    }
+    out.push(norm(LayerWeight::FfnNorm, Role::FfnNorm, hidden));
     match spec.ffn {
         FfnSpec::Gated { intermediate, .. } => {
             out.push(matrix(
@@ -181,6 +212,30 @@ pub fn layer_weights(layer: usize, spec: &LayerSpec, hidden: usize) -> Vec<Fused
                 vec![part(Role::Down, hidden)],
             ));
         }
+    }
+    if spec.post_norms {
+        out.push(norm(LayerWeight::PostFfnNorm, Role::PostFfnNorm, hidden));
+    }
+    if let Some(width) = spec.per_layer_input {
+        out.push(matrix(
+            LayerWeight::PerLayerGate,
+            hidden,
+            vec![part(Role::PerLayerGate, width)],
+        ));
+        out.push(matrix(
+            LayerWeight::PerLayerProj,
+            width,
+            vec![part(Role::PerLayerProj, hidden)],
+        ));
+        out.push(norm(
+            LayerWeight::PerLayerPostNorm,
+            Role::PerLayerPostNorm,
+            hidden,
+        ));
+    }
+    if spec.output_scale {
+        let parts = vec![part(Role::LayerOutputScale, 1)];
+        out.push(vector(LayerWeight::OutputScale, parts, IfAbsent::Ones));
     }
     out
 }
@@ -205,6 +260,24 @@ pub fn global_weights(spec: &ModelSpec) -> Vec<Fused<GlobalWeight>> {
         vec![part(Role::OutputNorm, h)],
         IfAbsent::Error,
     ));
+    if let Some(ple) = &spec.per_layer_input {
+        let all = ple.width * spec.layers.len();
+        out.push(matrix(
+            GlobalWeight::PerLayerEmbedding,
+            all,
+            vec![part(Role::PerLayerTokenEmbd, v)],
+        ));
+        out.push(matrix(
+            GlobalWeight::PerLayerProjection,
+            h,
+            vec![part(Role::PerLayerModelProj, all)],
+        ));
+        out.push(vector(
+            GlobalWeight::PerLayerProjNorm,
+            vec![part(Role::PerLayerProjNorm, ple.width)],
+            IfAbsent::Error,
+        ));
+    }
     out
 }
 

@@ -204,3 +204,172 @@ fn gguf_unsupported_architecture_names_the_file() {
         "{err}"
     );
 }
+
+/// A Gemma 4 text config with what `extra` adds.
+fn gemma4(extra: &str) -> anyhow::Result<ModelConfig> {
+    let json = format!(
+        r#"{{"model_type": "gemma4_text", "hidden_size": 256, "intermediate_size": 512,
+            "num_hidden_layers": 7, "num_attention_heads": 8, "num_key_value_heads": 4,
+            "vocab_size": 1000, "vocab_size_per_layer_input": 1000 {extra}}}"#
+    );
+    ModelConfig::from_hf_config(&json)
+}
+
+#[test]
+fn gemma4_defaults_are_transformers_defaults() {
+    use kiln_model::{Activation, LayerType};
+    let c = gemma4("").unwrap();
+    assert_eq!(c.arch, Arch::Gemma4);
+    // Five sliding layers to one full one; the last layer is full whatever the pattern says.
+    let full: Vec<usize> = (0..7).filter(|&l| c.is_full_attention(l)).collect();
+    assert_eq!(full, [5, 6]);
+    assert_eq!(
+        c.layer_types.as_ref().unwrap()[0],
+        LayerType::SlidingAttention
+    );
+    assert_eq!((c.head_dim, c.layer_shape(5).head_dim), (256, 512));
+    assert_eq!(c.layer_shape(5).num_kv_heads, 4);
+    assert_eq!(c.sliding_window, Some(512));
+    assert_eq!((c.per_layer_input, c.kv_shared_layers), (256, 0));
+    assert!(c.tie_embeddings && !c.full_attention_v_from_k && !c.double_wide_mlp);
+    assert_eq!(c.activation, Activation::GeluTanh);
+    assert_eq!(
+        (c.rope_theta, &c.rope_scaling),
+        (10_000.0, &RopeScaling::None)
+    );
+    let full_rope = c.full_attention_rope.clone().unwrap();
+    assert_eq!(full_rope.theta, 1_000_000.0);
+    // partial_rotary_factor 0.25 of a 512-wide head: 64 of its 256 pairs turn.
+    assert_eq!(
+        full_rope.scaling,
+        RopeScaling::Proportional {
+            rotated_pairs: 64,
+            factor: 1.0
+        }
+    );
+    assert_eq!(c.logit_softcap, None);
+}
+
+#[test]
+fn gemma4_full_layer_shape_in_both_spellings() {
+    // The hub's global_head_dim / num_global_key_value_heads (read with attention_k_eq_v), and
+    // transformers 5.17's own per_layer_config (zero-padded keys), give the same config.
+    let types = r#", "layer_types": ["sliding_attention", "full_attention", "sliding_attention",
+                   "full_attention", "sliding_attention", "sliding_attention", "full_attention"]"#;
+    let hub = gemma4(&format!(
+        r#"{types}, "attention_k_eq_v": true, "global_head_dim": 128, "num_global_key_value_heads": 2"#
+    ))
+    .unwrap();
+    let saved = gemma4(&format!(
+        r#"{types}, "attention_k_eq_v": true, "per_layer_config":
+           {{"1": {{"head_dim": 128, "num_key_value_heads": 2}}, "3": {{"head_dim": 128, "num_key_value_heads": 2}},
+             "6": {{"head_dim": 128, "num_key_value_heads": 2}}}}"#
+    ))
+    .unwrap();
+    assert_eq!(hub, saved);
+    assert_eq!(
+        (hub.layer_shape(3).head_dim, hub.layer_shape(3).num_kv_heads),
+        (128, 2)
+    );
+    assert_eq!(hub.layer_shape(4).head_dim, 256);
+    assert!(hub.full_attention_v_from_k);
+    // Without attention_k_eq_v, transformers ignores num_global_key_value_heads.
+    let plain = gemma4(&format!(
+        r#"{types}, "global_head_dim": 128, "num_global_key_value_heads": 2"#
+    ))
+    .unwrap();
+    assert_eq!(plain.layer_shape(3).num_kv_heads, 4);
+}
+
+#[test]
+fn gemma4_options_kiln_does_not_run_are_refused_by_name() {
+    let cases = [
+        (r#", "enable_moe_block": true"#, "enable_moe_block"),
+        (
+            r#", "use_bidirectional_attention": "all""#,
+            "use_bidirectional_attention",
+        ),
+        (
+            r#", "hidden_activation": "gelu""#,
+            "hidden_activation 'gelu'",
+        ),
+        (r#", "attention_bias": true"#, "attention_bias"),
+        (
+            r#", "vocab_size_per_layer_input": 2000"#,
+            "vocab_size_per_layer_input",
+        ),
+        (
+            r#", "per_layer_config": {"6": {"intermediate_size": 64}}"#,
+            "'intermediate_size' for layer 6",
+        ),
+        (
+            r#", "per_layer_config": {"9": {"head_dim": 64}}"#,
+            "layer 9 of 7",
+        ),
+        (
+            r#", "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}"#,
+            "'full_attention'",
+        ),
+        (
+            r#", "rope_parameters": {"sliding_attention": {"rope_type": "dynamic", "factor": 2.0},
+                 "full_attention": {"rope_type": "default"}}"#,
+            "'dynamic'",
+        ),
+        // Six sharing layers leave layer 0 alone before them: no full layer to share.
+        (r#", "num_kv_shared_layers": 6"#, "shares the KV"),
+        (
+            r#", "final_logit_softcapping": -1.0"#,
+            "final_logit_softcapping",
+        ),
+    ];
+    for (extra, needle) in cases {
+        let err = format!("{:#}", gemma4(extra).unwrap_err());
+        assert!(err.contains(needle), "{extra}: {err}");
+    }
+    // use_bidirectional_attention "vision" only concerns image tokens.
+    assert!(gemma4(r#", "use_bidirectional_attention": "vision""#).is_ok());
+    // Other architectures take no per_layer_config.
+    let err = format!(
+        "{:#}",
+        hf(r#", "model_type": "llama", "per_layer_config": {"0": {"head_dim": 16}}"#).unwrap_err()
+    );
+    assert!(err.contains("per_layer_config"), "{err}");
+}
+
+#[test]
+fn gemma4_multimodal_config_gives_its_text_model() {
+    let text = r#"{"model_type": "gemma4_text", "hidden_size": 256, "intermediate_size": 512,
+        "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 4,
+        "vocab_size": 1000, "vocab_size_per_layer_input": 1000,
+        "layer_types": ["sliding_attention", "full_attention"]}"#;
+    let json = format!(
+        r#"{{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4",
+            "text_config": {text}, "vision_config": {{"hidden_size": 32}}, "tie_word_embeddings": true}}"#
+    );
+    let (c, layout) = ModelConfig::from_hf_config_with_layout(&json).unwrap();
+    assert_eq!(c, ModelConfig::from_hf_config(text).unwrap());
+    let mm = layout.multimodal.expect("a multimodal layout");
+    assert_eq!(
+        layout.tensor_name("model.layers.0.self_attn.q_proj.weight"),
+        "model.language_model.layers.0.self_attn.q_proj.weight"
+    );
+    assert_eq!(layout.tensor_name("lm_head.weight"), "lm_head.weight");
+    assert!(mm.skipped.iter().any(|(p, _)| *p == "model.vision_tower."));
+    let err = format!(
+        "{:#}",
+        ModelConfig::from_hf_config(r#"{"model_type": "gemma4"}"#).unwrap_err()
+    );
+    assert!(err.contains("text_config"), "{err}");
+}
+
+#[test]
+fn gguf_mixture_of_experts_gemma4_is_refused_naming_the_file() {
+    // llama.cpp's gemma-4 vocab file carries the 26B-A4B header: 128 experts.
+    let path = shared("vocab/ggml-vocab-gemma-4.gguf");
+    let g = GgufFile::open(&path).unwrap();
+    let err = format!("{:#}", ModelConfig::from_gguf(&g).unwrap_err());
+    assert!(
+        err.contains("Mixture-of-Experts") && err.contains("128") && err.contains("gemma-4.gguf"),
+        "{err}"
+    );
+}

@@ -13,6 +13,7 @@ fn expected_arch(name: &str) -> Arch {
         "mistral" => Arch::Mistral,
         "qwen2" => Arch::Qwen2,
         "qwen3" => Arch::Qwen3,
+        "gemma4" | "gemma4_kv" => Arch::Gemma4,
         other => panic!("unknown fixture {other}"),
     }
 }
@@ -62,6 +63,32 @@ fn fixtures_cover_each_feature() {
     assert!(matches!(
         gg.config().rope_scaling,
         RopeScaling::FreqFactors(_)
+    ));
+
+    // Gemma 4: both layer types, a window shorter than the prompt, wider heads on full layers,
+    // KV sharing of both types, per-layer inputs and a soft cap; the other fixture V from K
+    // and double-wide feed-forwards.
+    let (g, kv) = (cfg("gemma4"), cfg("gemma4_kv"));
+    let s = g.spec();
+    assert!(s.layers.iter().any(|l| l.attn.window.is_some()));
+    assert!(s.layers.iter().any(|l| l.attn.window.is_none()));
+    assert!(g.sliding_window.unwrap() < Fixture::load("gemma4").prompt_ids.len());
+    assert!(s.layers[1].attn.head_dim > s.layers[0].attn.head_dim);
+    let shared: Vec<_> = s.layers.iter().map(|l| l.attn.kv_from).collect();
+    assert_eq!(shared, [None, None, Some(0), Some(1)]);
+    assert!(g.per_layer_input > 0 && g.logit_softcap.is_some());
+    assert!(kv.full_attention_v_from_k && kv.double_wide_mlp && kv.per_layer_input == 0);
+    assert!(kv.spec().layers[1].attn.num_kv_heads < kv.spec().layers[0].attn.num_kv_heads);
+    // llama.cpp's converter writes the full layers' proportional RoPE as rope_freqs factors;
+    // kiln reads them back as the same RoPE transformers' config names.
+    let gg = GgufSource::open(&Fixture::load("gemma4").gguf).unwrap();
+    assert!(gg.file().tensor_info("rope_freqs.weight").is_some());
+    assert!(matches!(
+        gg.config().full_attention_rope.as_ref().unwrap().scaling,
+        RopeScaling::Proportional {
+            rotated_pairs: 4,
+            ..
+        }
     ));
 }
 

@@ -58,7 +58,7 @@ impl Dtype {
 #[derive(Debug, Clone, Args)]
 pub struct ModelArgs {
     /// A .gguf file, a Hugging Face model folder, or dummy:PRESET (tiny, llama3-1b, llama3-8b,
-    /// qwen3-8b, mistral-7b).
+    /// qwen3-8b, mistral-7b, gemma4-tiny).
     #[arg(long, short = 'm', default_value = crate::DEFAULT_MODEL)]
     pub model: String,
 }
@@ -66,7 +66,12 @@ pub struct ModelArgs {
 impl ModelArgs {
     pub fn load(&self) -> anyhow::Result<LoadedModel> {
         let spec = resolve_default(&self.model);
-        kiln_load::load(&spec).with_context(|| format!("cannot load model `{spec}`"))
+        let model =
+            kiln_load::load(&spec).with_context(|| format!("cannot load model `{spec}`"))?;
+        for note in &model.notes {
+            tracing::info!("{note}");
+        }
+        Ok(model)
     }
 
     /// What `--model` names, with the shipped default found where kiln was built from.
@@ -129,14 +134,25 @@ pub const BLOCK_SIZE: usize = 16;
 
 impl DeviceArgs {
     /// Whether the run goes to the GPU, with `--dtype` checked against the backend chosen.
-    pub fn use_cuda(&self) -> anyhow::Result<bool> {
+    /// Whether `config` runs on the GPU: `--device auto` picks the CPU for a model the CUDA
+    /// backend has no kernels for (saying so); `--device cuda` leaves the refusal to it.
+    pub fn use_cuda(&self, config: &kiln_model::ModelConfig) -> anyhow::Result<bool> {
         let cuda = match self.device {
             Device::Cpu => false,
             Device::Cuda => match kiln_cuda::unavailable_reason() {
                 None => true,
                 Some(why) => anyhow::bail!("CUDA backend not available: {why}; use --device cpu"),
             },
-            Device::Auto => kiln_cuda::unavailable_reason().is_none(),
+            Device::Auto => {
+                let refused = kiln_cuda::model_support::refusal(&config.spec(), config.arch);
+                match (kiln_cuda::unavailable_reason(), refused) {
+                    (None, Some(why)) => {
+                        tracing::warn!("{why}; running on the CPU");
+                        false
+                    }
+                    (reason, _) => reason.is_none(),
+                }
+            }
         };
         self.dtype.check(cuda)?;
         Ok(cuda)
@@ -156,7 +172,7 @@ pub fn build_backend_for(
     longest: usize,
     inputs_per_seq: usize,
 ) -> anyhow::Result<Box<dyn Backend>> {
-    let use_cuda = device.use_cuda()?;
+    let use_cuda = device.use_cuda(&model.config)?;
     let host_bytes = device
         .prefix_cache_host_gb
         .map_or(0, |gb| (gb * (1u64 << 30) as f64) as usize);
@@ -194,7 +210,7 @@ pub fn build_backend_for(
                     .spec()
                     .layers
                     .iter()
-                    .map(|l| l.attn.kv_dim())
+                    .map(|l| l.attn.cache_kv_dim())
                     .sum();
                 host_bytes / (2 * 4 * BLOCK_SIZE * kv).max(1)
             },

@@ -82,6 +82,9 @@ fn text(h: &ModelHeader) -> String {
             None => "the model sets no defaults".to_string(),
         }
     ));
+    for note in &h.notes {
+        lines.push(format!("note:          {note}"));
+    }
     let missing = h.missing();
     if missing.is_empty() {
         lines.push("runs:          yes".into());
@@ -95,6 +98,14 @@ fn text(h: &ModelHeader) -> String {
 /// The configuration's lines; `has_tensors`: whether the file lists tensors (tied embeddings
 /// are read from the LM head's absence, which says nothing in a vocabulary-only file).
 fn config_lines(c: &ModelConfig, has_tensors: bool, lines: &mut Vec<String>) {
+    let full = (0..c.num_layers).find(|&l| c.is_full_attention(l));
+    if let Some(l) = full.filter(|_| !c.layer_shapes.is_empty()) {
+        let s = c.layer_shape(l);
+        lines.push(format!(
+            "full layers:   {} KV heads of {}",
+            s.num_kv_heads, s.head_dim
+        ));
+    }
     lines.push(format!("context:       {} tokens", c.max_position));
     lines.push(format!(
         "rope:          theta {}, {}, {:?} style",
@@ -102,6 +113,13 @@ fn config_lines(c: &ModelConfig, has_tensors: bool, lines: &mut Vec<String>) {
         scaling_name(&c.rope_scaling),
         c.rope_style
     ));
+    if let Some(full) = &c.full_attention_rope {
+        lines.push(format!(
+            "full rope:     theta {}, {}",
+            full.theta,
+            scaling_name(&full.scaling)
+        ));
+    }
     if let Some(w) = c.sliding_window {
         lines.push(format!("window:        {w} tokens"));
     }
@@ -109,6 +127,11 @@ fn config_lines(c: &ModelConfig, has_tensors: bool, lines: &mut Vec<String>) {
         (c.qkv_bias, "QKV bias"),
         (c.qk_norm, "Q/K norm"),
         (c.tie_embeddings && has_tensors, "tied embeddings"),
+        (c.per_layer_input > 0, "per-layer inputs"),
+        (c.kv_shared_layers > 0, "shared KV layers"),
+        (c.full_attention_v_from_k, "V from K on full layers"),
+        (c.double_wide_mlp, "double-wide MLP on shared layers"),
+        (c.logit_softcap.is_some(), "logit soft-cap"),
     ]
     .iter()
     .filter(|(on, _)| *on)
@@ -138,6 +161,7 @@ fn to_json(h: &ModelHeader) -> serde_json::Value {
         "sampling_defaults": h.sampling,
         "runnable": h.missing().is_empty(),
         "missing": h.missing(),
+        "notes": h.notes,
         "config": h.config.as_ref().ok(),
     })
 }
@@ -149,5 +173,8 @@ fn scaling_name(s: &RopeScaling) -> String {
         RopeScaling::Llama3 { factor, .. } => format!("llama3 scaling x{factor}"),
         RopeScaling::Yarn { factor, .. } => format!("yarn scaling x{factor}"),
         RopeScaling::FreqFactors(f) => format!("per-frequency factors ({} of them)", f.len()),
+        RopeScaling::Proportional { rotated_pairs, .. } => {
+            format!("proportional ({rotated_pairs} pairs turn)")
+        }
     }
 }

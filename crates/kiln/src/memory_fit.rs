@@ -182,7 +182,10 @@ fn mem_available() -> Option<u64> {
 
 /// K (or V) elements of one token across all layers.
 fn kv_width(spec: &ModelSpec) -> u64 {
-    spec.layers.iter().map(|l| l.attn.kv_dim() as u64).sum()
+    spec.layers
+        .iter()
+        .map(|l| l.attn.cache_kv_dim() as u64)
+        .sum()
 }
 
 /// The CPU forward's f32 buffers: the residual stream, norms, QKV, attention, gate/up and

@@ -48,3 +48,18 @@ pub fn rmsnorm_heads_in_place(row: &mut [f32], weight: &[f32], eps: f32) {
         rmsnorm_row_in_place(head, weight, eps);
     }
 }
+
+/// Normalises each `head_dim`-element head of a row in place without a weight (Gemma 4's V
+/// norm): `x / sqrt(mean(x^2) + eps)`.
+pub fn rmsnorm_heads_unweighted_in_place(row: &mut [f32], head_dim: usize, eps: f32) {
+    assert!(
+        head_dim > 0 && row.len().is_multiple_of(head_dim),
+        "rmsnorm row is not whole heads"
+    );
+    for head in row.chunks_exact_mut(head_dim) {
+        let inv = 1.0 / (sum_squares(head) / head_dim as f32 + eps).sqrt();
+        for v in head.iter_mut() {
+            *v *= inv;
+        }
+    }
+}

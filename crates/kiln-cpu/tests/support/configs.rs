@@ -1,7 +1,9 @@
 //! Small model shapes that cover every switch of the forward pass, with sizes that are not
 //! multiples of the kernels' tiles.
 
-use kiln_model::{Arch, ModelConfig, RopeScaling, RopeStyle};
+use kiln_model::{
+    Activation, Arch, LayerShape, LayerType, ModelConfig, RopeParams, RopeScaling, RopeStyle,
+};
 
 fn base() -> ModelConfig {
     ModelConfig {
@@ -23,6 +25,14 @@ fn base() -> ModelConfig {
         qkv_bias: false,
         qk_norm: false,
         tie_embeddings: false,
+        activation: Activation::Silu,
+        layer_shapes: Vec::new(),
+        full_attention_rope: None,
+        per_layer_input: 0,
+        kv_shared_layers: 0,
+        full_attention_v_from_k: false,
+        double_wide_mlp: false,
+        logit_softcap: None,
     }
 }
 
@@ -85,6 +95,54 @@ pub fn qwen3() -> ModelConfig {
         },
         ..base()
     }
+}
+
+/// Gemma 4 with every option: sliding layers (window 5) of head dim 12 and 2 KV heads, full
+/// ones of head dim 20 with one KV head and V from K under proportional RoPE, per-layer
+/// inputs, the last two layers sharing KV with double-wide feed-forwards, soft-capped logits.
+pub fn gemma4() -> ModelConfig {
+    let (s, f) = (LayerType::SlidingAttention, LayerType::FullAttention);
+    let types = vec![s, f, s, s, f];
+    let shape = |t: &LayerType| match t {
+        LayerType::SlidingAttention => LayerShape {
+            head_dim: 12,
+            num_kv_heads: 2,
+        },
+        LayerType::FullAttention => LayerShape {
+            head_dim: 20,
+            num_kv_heads: 1,
+        },
+    };
+    ModelConfig {
+        arch: Arch::Gemma4,
+        num_layers: types.len(),
+        sliding_window: Some(5),
+        layer_shapes: types.iter().map(shape).collect(),
+        layer_types: Some(types),
+        qk_norm: true,
+        tie_embeddings: true,
+        activation: Activation::GeluTanh,
+        full_attention_rope: Some(RopeParams {
+            theta: 1_000_000.0,
+            scaling: RopeScaling::Proportional {
+                rotated_pairs: 3,
+                factor: 1.0,
+            },
+        }),
+        per_layer_input: 7,
+        kv_shared_layers: 2,
+        full_attention_v_from_k: true,
+        double_wide_mlp: true,
+        logit_softcap: Some(15.0),
+        ..base()
+    }
+}
+
+/// [`all`] and [`gemma4`]: for the tests that need no f64 reference of the model.
+pub fn all_with_gemma4() -> Vec<(&'static str, ModelConfig)> {
+    let mut v = all();
+    v.push(("gemma4", gemma4()));
+    v
 }
 
 pub fn all() -> Vec<(&'static str, ModelConfig)> {

@@ -46,9 +46,7 @@ impl WeightSource for RandomSource {
         let layer = id.layer.map_or(0, |l| l as u64 + 1);
         let mut rng = Rng::new(self.seed ^ (layer << 32) ^ (id.role.index() << 8));
         let data = match id.role {
-            Role::AttnNorm | Role::FfnNorm | Role::OutputNorm | Role::QNorm | Role::KNorm => {
-                (0..n).map(|_| 1.0 + rng.uniform(0.3)).collect()
-            }
+            r if r.is_norm() => (0..n).map(|_| 1.0 + rng.uniform(0.3)).collect(),
             Role::QBias | Role::KBias | Role::VBias => rng.vec(n, 0.5),
             Role::TokenEmbd => rng.vec(n, 1.0),
             // Weights of std ~ 1/sqrt(fan_in) * 1.5 keep activations near unit scale and

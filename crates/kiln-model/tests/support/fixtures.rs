@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 /// Every fixture saved twice (Hugging Face folder and GGUF), by directory name.
-pub const FIXTURES: [&str; 4] = ["llama", "mistral", "qwen2", "qwen3"];
+pub const FIXTURES: [&str; 6] = ["llama", "mistral", "qwen2", "qwen3", "gemma4", "gemma4_kv"];
 /// Fixtures with a Hugging Face folder only (no GGUF spelling exists for what they exercise).
 pub const HF_ONLY_FIXTURES: [&str; 1] = ["qwen2_window"];
 
