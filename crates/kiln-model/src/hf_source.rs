@@ -92,7 +92,8 @@ fn skipped_parts(weights: &SafetensorsModel, layout: &HfLayout) -> Vec<String> {
                 .iter()
                 .filter(|t| t.starts_with(prefix))
                 .count();
-            (n > 0).then(|| format!("{what} ({n} tensors under {prefix}) not loaded"))
+            let tensors = if n == 1 { "tensor" } else { "tensors" };
+            (n > 0).then(|| format!("{what} ({n} {tensors} under {prefix}) not loaded"))
         })
         .collect();
     notes.insert(
