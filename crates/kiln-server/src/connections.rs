@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
@@ -70,8 +71,11 @@ const BUSY: &str =
     "{\"error\":{\"message\":\"The server has too many open connections; retry later.\",\
 \"type\":\"server_error\",\"param\":null,\"code\":\"too_many_connections\"}}";
 
-/// Answers a connection over the limit with a 503 without reading it, and closes it.
-fn refuse_busy(stream: TcpStream) {
+/// Refused connections lingering at once to be closed cleanly; past this they close at once.
+const MAX_LINGERING: usize = 16;
+
+/// Answers a connection over the limit with a 503 without serving it, and closes it.
+fn refuse_busy(stream: TcpStream, lingering: &std::sync::Arc<Semaphore>) {
     let reply = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n\
          content-length: {}\r\nconnection: close\r\n\r\n{BUSY}",
@@ -80,6 +84,21 @@ fn refuse_busy(stream: TcpStream) {
     // The socket buffer takes a reply this small at once; a client that cannot take it loses
     // nothing it was promised.
     let _ = stream.try_write(reply.as_bytes());
+    // Closed with the request still unread, the socket would send a reset that can reach the
+    // client before the 503 does: read what has arrived, then (bounded in number and time, so
+    // refusals cannot pile up descriptors) end the reply and wait a moment for the rest.
+    let mut buf = [0u8; 4096];
+    while matches!(stream.try_read(&mut buf), Ok(n) if n > 0) {}
+    let Ok(permit) = lingering.clone().try_acquire_owned() else {
+        return;
+    };
+    tokio::spawn(async move {
+        let _permit = permit;
+        let mut stream = stream;
+        let _ = stream.shutdown().await;
+        let drain = async { while matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {} };
+        let _ = tokio::time::timeout(Duration::from_millis(500), drain).await;
+    });
 }
 
 /// Serves `app` on `listener` until `stop` resolves; then stops accepting, lets every
@@ -97,6 +116,7 @@ pub async fn serve_connections<S, F, Fut>(
     Fut: Future<Output = ()>,
 {
     let slots = std::sync::Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let lingering = std::sync::Arc::new(Semaphore::new(MAX_LINGERING));
     let (drain_tx, drain_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
     let mut last_accept_error: Option<Instant> = None;
@@ -125,7 +145,7 @@ pub async fn serve_connections<S, F, Fut>(
             }
         };
         let Ok(permit) = slots.clone().try_acquire_owned() else {
-            refuse_busy(stream);
+            refuse_busy(stream, &lingering);
             continue;
         };
         let _ = stream.set_nodelay(true);

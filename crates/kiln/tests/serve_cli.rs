@@ -194,7 +194,7 @@ fn at_the_descriptor_limit_new_clients_are_answered_not_left_hanging() {
         .collect();
     std::thread::sleep(Duration::from_millis(200));
     let t0 = Instant::now();
-    let reply = health(s.addr).unwrap_or_default();
+    let reply = health(s.addr).unwrap_or_else(|e| format!("error: {e}"));
     assert!(
         reply.starts_with("HTTP/1.1 503") || reply.starts_with("HTTP/1.1 200"),
         "{reply:?}"
