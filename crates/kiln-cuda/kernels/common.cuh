@@ -30,6 +30,80 @@ __device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
 __device__ __forceinline__ float bf16x2_lo(u32 w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf16x2_hi(u32 w) { return __uint_as_float(w & 0xffff0000u); }
 
+// The storage type. The tensors a model keeps between kernels in its own number format (weights,
+// GEMM inputs, Q, the KV cache, attention outputs) are store_t: bf16 by default, f32 in a module
+// built with -DKILN_STORE_F32, f16 with -DKILN_STORE_F16 (kernel_sources.rs builds each typed
+// module for the backend's format). Kernels are written once against store_t and convert only
+// through these helpers; the arithmetic is f32 in every format:
+//   float   from_store(store_t)               the stored value (exact)
+//   store_t to_store(float)                   rounded to nearest even (exact for f32)
+//   void    from_store_vec<N>(p, float* out)  N consecutive values (1, 2, 4 or 8), one vector load
+// Residual stream, GEMM outputs and logits stay f32 whatever the format.
+#if defined(KILN_STORE_F32)
+typedef float store_t;
+__device__ __forceinline__ float from_store(store_t v) { return v; }
+__device__ __forceinline__ store_t to_store(float f) { return f; }
+#elif defined(KILN_STORE_F16)
+typedef unsigned short store_t;
+__device__ __forceinline__ float from_store(store_t v) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v));
+    return f;
+}
+__device__ __forceinline__ store_t to_store(float f) {
+    store_t r;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(f));
+    return r;
+}
+#else
+typedef bf16_t store_t;
+__device__ __forceinline__ float from_store(store_t v) { return bf16_to_f32(v); }
+__device__ __forceinline__ store_t to_store(float f) { return f32_to_bf16(f); }
+#endif
+
+// The two 16-bit values of a word as f32, the lower-indexed one first.
+__device__ __forceinline__ void from_store_x2(u32 w, float* out) {
+#if defined(KILN_STORE_F16)
+    out[0] = from_store((store_t)(w & 0xffffu));
+    out[1] = from_store((store_t)(w >> 16));
+#else
+    out[0] = bf16x2_lo(w);
+    out[1] = bf16x2_hi(w);
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void from_store_vec(const store_t* p, float* out) {
+    static_assert(N == 1 || N == 2 || N == 4 || N == 8, "1, 2, 4 or 8 values");
+#if defined(KILN_STORE_F32)
+    if constexpr (N >= 4) {
+#pragma unroll
+        for (int i = 0; i < N / 4; ++i) {
+            const float4 v = reinterpret_cast<const float4*>(p)[i];
+            out[4 * i] = v.x; out[4 * i + 1] = v.y; out[4 * i + 2] = v.z; out[4 * i + 3] = v.w;
+        }
+    } else if constexpr (N == 2) {
+        const float2 v = *reinterpret_cast<const float2*>(p);
+        out[0] = v.x; out[1] = v.y;
+    } else {
+        out[0] = *p;
+    }
+#else
+    if constexpr (N == 8) {
+        const uint4 v = *reinterpret_cast<const uint4*>(p);
+        from_store_x2(v.x, out); from_store_x2(v.y, out + 2);
+        from_store_x2(v.z, out + 4); from_store_x2(v.w, out + 6);
+    } else if constexpr (N == 4) {
+        const uint2 v = *reinterpret_cast<const uint2*>(p);
+        from_store_x2(v.x, out); from_store_x2(v.y, out + 2);
+    } else if constexpr (N == 2) {
+        from_store_x2(*reinterpret_cast<const u32*>(p), out);
+    } else {
+        out[0] = from_store(*p);
+    }
+#endif
+}
+
 // D = A * B + D on the tensor cores: A 16x16 (row), B 16x8 (col), bf16 in, f32 accumulate.
 __device__ __forceinline__ void mma_bf16_16816(float* d, const u32* a, const u32* b) {
     asm volatile(

@@ -4,6 +4,7 @@
 // one KV head for up to 4 query heads of its GQA group; a combine kernel merges the splits in
 // index order. Cache layout: [block][kv_head][block_size][head_dim]. Each warp loads 8 keys per
 // round (the loads of a round are in flight together; fewer heads per CTA keep the registers).
+// Q, K, V and the output are store_t (common.cuh).
 
 #define DA_WARPS 4
 #define DA_MAX_GROUP 4
@@ -20,28 +21,9 @@ __device__ __forceinline__ void da_split(int len, int max_splits, int min_span, 
     *n_splits = (len + sp - 1) / sp;
 }
 
-// PER consecutive bf16 (1, 2, 4 or 8) into floats, as one vector load.
-template <int PER>
-__device__ __forceinline__ void load_bf16_row(const bf16_t* p, float* out) {
-    if constexpr (PER == 8) {
-        const uint4 v = *reinterpret_cast<const uint4*>(p);
-        const u32 w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) { out[2 * i] = bf16x2_lo(w[i]); out[2 * i + 1] = bf16x2_hi(w[i]); }
-    } else if constexpr (PER == 4) {
-        const uint2 v = *reinterpret_cast<const uint2*>(p);
-        out[0] = bf16x2_lo(v.x); out[1] = bf16x2_hi(v.x); out[2] = bf16x2_lo(v.y); out[3] = bf16x2_hi(v.y);
-    } else if constexpr (PER == 2) {
-        const u32 v = *reinterpret_cast<const u32*>(p);
-        out[0] = bf16x2_lo(v); out[1] = bf16x2_hi(v);
-    } else {
-        out[0] = bf16_to_f32(*p);
-    }
-}
-
 template <int HD>
 __device__ __forceinline__ void decode_attn_body(
-    const bf16_t* __restrict__ q, const bf16_t* __restrict__ k_cache, const bf16_t* __restrict__ v_cache,
+    const store_t* __restrict__ q, const store_t* __restrict__ k_cache, const store_t* __restrict__ v_cache,
     const int* __restrict__ positions, const int* __restrict__ token_seq, const int* __restrict__ bt_start,
     const int* __restrict__ block_tables, float* __restrict__ part_o, float* __restrict__ part_ml,
     int n_q, int n_kv, int block_size, int window, float scale_log2, int max_splits, int min_span) {
@@ -72,7 +54,7 @@ __device__ __forceinline__ void decode_attn_body(
     for (int h = 0; h < DA_MAX_GROUP; ++h)
 #pragma unroll
         for (int e = 0; e < PER; ++e)
-            qv[h][e] = (h < nh && active) ? bf16_to_f32(q[((u64)row * n_q + h0 + h) * HD + lane_off + e]) * scale_log2 : 0.f;
+            qv[h][e] = (h < nh && active) ? from_store(q[((u64)row * n_q + h0 + h) * HD + lane_off + e]) * scale_log2 : 0.f;
     float m[DA_MAX_GROUP], l[DA_MAX_GROUP], o[DA_MAX_GROUP][PER];
 #pragma unroll
     for (int h = 0; h < DA_MAX_GROUP; ++h) {
@@ -89,8 +71,8 @@ __device__ __forceinline__ void decode_attn_body(
             const int p = k0 + j;
             if (p < hi && active) {
                 const u64 base = (((u64)table[p / block_size] * n_kv + kvh) * block_size + p % block_size) * HD + lane_off;
-                load_bf16_row<PER>(k_cache + base, kf[j]);
-                load_bf16_row<PER>(v_cache + base, vf[j]);
+                from_store_vec<PER>(k_cache + base, kf[j]);
+                from_store_vec<PER>(v_cache + base, vf[j]);
             } else {
 #pragma unroll
                 for (int e = 0; e < PER; ++e) kf[j][e] = vf[j][e] = 0.f;
@@ -153,7 +135,7 @@ __device__ __forceinline__ void decode_attn_body(
 
 #define DA_ENTRY(HD, MINB)                                                                                \
     extern "C" __global__ void __launch_bounds__(128, MINB) decode_attn_hd##HD(                          \
-        const bf16_t* q, const bf16_t* kc, const bf16_t* vc, const int* positions, const int* token_seq, \
+        const store_t* q, const store_t* kc, const store_t* vc, const int* positions, const int* token_seq, \
         const int* bt_start, const int* block_tables, float* part_o, float* part_ml, int n_q, int n_kv, \
         int block_size, int window, float scale_log2, int max_splits, int min_span) {                \
         pdl_enter();                                                                                  \
@@ -171,7 +153,7 @@ DA_ENTRY(256, 1)
 // splits' (max, sum) pairs are staged in shared memory first, so the loop over splits reads
 // only the partial outputs, whose loads are independent of one another.
 extern "C" __global__ void decode_attn_combine(const float* __restrict__ part_o, const float* __restrict__ part_ml,
-                                               const int* __restrict__ positions, bf16_t* __restrict__ out,
+                                               const int* __restrict__ positions, store_t* __restrict__ out,
                                                int n_q, int hd, int max_splits, int min_span) {
     pdl_enter();
     __shared__ float sm_m[DA_COMBINE_MAX_SPLITS], sm_l[DA_COMBINE_MAX_SPLITS];
@@ -195,6 +177,6 @@ extern "C" __global__ void decode_attn_combine(const float* __restrict__ part_o,
             ll += sm_l[s] * sc;
             oo += part_o[(base + s) * hd + d] * sc;
         }
-        out[((u64)row * n_q + h) * hd + d] = f32_to_bf16(ll > 0.f ? oo / ll : 0.f);
+        out[((u64)row * n_q + h) * hd + d] = to_store(ll > 0.f ? oo / ll : 0.f);
     }
 }

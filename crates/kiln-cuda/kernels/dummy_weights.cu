@@ -2,7 +2,7 @@
 // kiln_model::dummy::dummy_value, bit for bit (see its documentation):
 //   bits = splitmix64(seed + (index + 1) * 0x9E3779B97F4A7C15)
 //   u    = (bits >> 40) * 2^-24,  value = (2u - 1) * 0.034641016f
-// then rounded to bf16 like any other weight.
+// then rounded to the storage type (store_t, common.cuh) like any other weight.
 
 __device__ __forceinline__ u64 splitmix64(u64 z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -16,16 +16,16 @@ __device__ __forceinline__ float dummy_value(u64 seed, u64 index) {
     return __fmul_rn(__fsub_rn(__fmul_rn(2.0f, u), 1.0f), 0.034641016f);
 }
 
-// dst[i] = bf16(dummy_value(seed, i)) for i < n.
-extern "C" __global__ void dummy_fill_bf16(bf16_t* __restrict__ dst, u64 n, u64 seed) {
+// dst[i] = store(dummy_value(seed, i)) for i < n.
+extern "C" __global__ void dummy_fill(store_t* __restrict__ dst, u64 n, u64 seed) {
     pdl_enter();
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
-        dst[i] = f32_to_bf16(dummy_value(seed, i));
+        dst[i] = to_store(dummy_value(seed, i));
 }
 
-// dst[i] = bf16(value) for i < n (norm weights are 1.0).
-extern "C" __global__ void fill_bf16(bf16_t* __restrict__ dst, u64 n, float value) {
+// dst[i] = store(value) for i < n (norm weights are 1.0).
+extern "C" __global__ void fill_store(store_t* __restrict__ dst, u64 n, float value) {
     pdl_enter();
-    const bf16_t v = f32_to_bf16(value);
+    const store_t v = to_store(value);
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) dst[i] = v;
 }

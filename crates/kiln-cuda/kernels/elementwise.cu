@@ -1,16 +1,16 @@
 // Row-wise kernels around the GEMMs: embedding gather, RMSNorm with the residual add, the
-// final norm of the rows that need logits, SwiGLU, argmax, and the f32 -> bf16 upload path.
-// Each row is reduced by one block in a fixed order, so a row's result never depends on the
-// other rows of the launch.
+// final norm of the rows that need logits, SwiGLU, argmax, and the f32 <-> storage copies of the
+// upload path. Each row is reduced by one block in a fixed order, so a row's result never
+// depends on the other rows of the launch. Written against store_t (common.cuh).
 
 // x[t, :] = embedding[tokens[t], :] as f32. Token ids were checked on the host.
-extern "C" __global__ void embed_gather(float* __restrict__ x, const bf16_t* __restrict__ emb,
+extern "C" __global__ void embed_gather(float* __restrict__ x, const store_t* __restrict__ emb,
                                         const int* __restrict__ tokens, int hidden) {
     pdl_enter();
     const int t = blockIdx.x;
-    const bf16_t* row = emb + (u64)tokens[t] * hidden;
+    const store_t* row = emb + (u64)tokens[t] * hidden;
     float* out = x + (u64)t * hidden;
-    for (int i = threadIdx.x; i < hidden; i += blockDim.x) out[i] = bf16_to_f32(row[i]);
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) out[i] = from_store(row[i]);
 }
 
 // The norm weight's first NORM_WPRE elements per thread (all of them for hidden <= 8 x block, the
@@ -18,34 +18,34 @@ extern "C" __global__ void embed_gather(float* __restrict__ x, const bf16_t* __r
 // in while the previous kernel ends (it never changes); the rest are read when used.
 #define NORM_WPRE 8
 
-__device__ __forceinline__ void norm_weight_prefetch(const bf16_t* __restrict__ w, int hidden,
-                                                     bf16_t (&wv)[NORM_WPRE]) {
+__device__ __forceinline__ void norm_weight_prefetch(const store_t* __restrict__ w, int hidden,
+                                                     store_t (&wv)[NORM_WPRE]) {
 #pragma unroll
     for (int j = 0; j < NORM_WPRE; ++j) {
         const int i = threadIdx.x + j * blockDim.x;
-        wv[j] = i < hidden ? w[i] : (bf16_t)0;
+        wv[j] = i < hidden ? w[i] : (store_t)0;
     }
 }
 
-// o[i] = bf16(v(i) * inv * w[i]) over the row: the prefetched weights first, then the rest.
+// o[i] = store(v(i) * inv * w[i]) over the row: the prefetched weights first, then the rest.
 template <typename V>
-__device__ __forceinline__ void norm_store(bf16_t* __restrict__ o, int hidden, float inv,
-                                           const bf16_t (&wv)[NORM_WPRE], const bf16_t* __restrict__ w, V v) {
+__device__ __forceinline__ void norm_store(store_t* __restrict__ o, int hidden, float inv,
+                                           const store_t (&wv)[NORM_WPRE], const store_t* __restrict__ w, V v) {
 #pragma unroll
     for (int j = 0; j < NORM_WPRE; ++j) {
         const int i = threadIdx.x + j * blockDim.x;
-        if (i < hidden) o[i] = f32_to_bf16(v(i) * inv * bf16_to_f32(wv[j]));
+        if (i < hidden) o[i] = to_store(v(i) * inv * from_store(wv[j]));
     }
     for (int i = threadIdx.x + NORM_WPRE * blockDim.x; i < hidden; i += blockDim.x)
-        o[i] = f32_to_bf16(v(i) * inv * bf16_to_f32(w[i]));
+        o[i] = to_store(v(i) * inv * from_store(w[i]));
 }
 
-// x[t] += delta[t] (when delta is not null), then out[t] = bf16(x[t] * rsqrt(mean(x^2) + eps) * w).
+// x[t] += delta[t] (when delta is not null), then out[t] = store(x[t] * rsqrt(mean(x^2) + eps) * w).
 extern "C" __global__ void rmsnorm_residual(float* __restrict__ x, const float* __restrict__ delta,
-                                            const bf16_t* __restrict__ w, bf16_t* __restrict__ out,
+                                            const store_t* __restrict__ w, store_t* __restrict__ out,
                                             int hidden, float eps) {
     pdl_trigger();
-    bf16_t wv[NORM_WPRE];
+    store_t wv[NORM_WPRE];
     norm_weight_prefetch(w, hidden, wv);
     pdl_wait();
     __shared__ float scratch[32];
@@ -65,13 +65,13 @@ extern "C" __global__ void rmsnorm_residual(float* __restrict__ x, const float* 
     norm_store(out + (u64)t * hidden, hidden, inv, wv, w, [&](int i) { return xr[i]; });
 }
 
-// For each output row r: v = x[rows[r]] + delta[rows[r]], out[r] = bf16(rmsnorm(v) * w).
+// For each output row r: v = x[rows[r]] + delta[rows[r]], out[r] = store(rmsnorm(v) * w).
 // Only the rows that need logits go through the final norm and the LM head.
 extern "C" __global__ void final_norm_rows(const float* __restrict__ x, const float* __restrict__ delta,
-                                           const int* __restrict__ rows, const bf16_t* __restrict__ w,
-                                           bf16_t* __restrict__ out, int hidden, float eps) {
+                                           const int* __restrict__ rows, const store_t* __restrict__ w,
+                                           store_t* __restrict__ out, int hidden, float eps) {
     pdl_trigger();
-    bf16_t wv[NORM_WPRE];
+    store_t wv[NORM_WPRE];
     norm_weight_prefetch(w, hidden, wv);
     pdl_wait();
     __shared__ float scratch[32];
@@ -88,8 +88,8 @@ extern "C" __global__ void final_norm_rows(const float* __restrict__ x, const fl
     norm_store(out + (u64)r * hidden, hidden, inv, wv, w, [&](int i) { return xr[i] + dr[i]; });
 }
 
-// gu[t] = [gate (inter) | up (inter)]; out[t, i] = bf16(silu(gate) * up).
-extern "C" __global__ void swiglu(const float* __restrict__ gu, bf16_t* __restrict__ out, int inter,
+// gu[t] = [gate (inter) | up (inter)]; out[t, i] = store(silu(gate) * up).
+extern "C" __global__ void swiglu(const float* __restrict__ gu, store_t* __restrict__ out, int inter,
                                   int rows) {
     pdl_enter();
     const u64 n = (u64)rows * inter;
@@ -97,7 +97,7 @@ extern "C" __global__ void swiglu(const float* __restrict__ gu, bf16_t* __restri
         const u64 t = idx / inter, i = idx % inter;
         const float g = gu[t * 2 * inter + i];
         const float u = gu[t * 2 * inter + inter + i];
-        out[idx] = f32_to_bf16(g / (1.f + expf(-g)) * u);
+        out[idx] = to_store(g / (1.f + expf(-g)) * u);
     }
 }
 
@@ -129,14 +129,14 @@ extern "C" __global__ void argmax_rows(const float* __restrict__ logits, int* __
     }
 }
 
-extern "C" __global__ void f32_to_bf16_copy(bf16_t* __restrict__ dst, const float* __restrict__ src, u64 n) {
+extern "C" __global__ void f32_to_store_copy(store_t* __restrict__ dst, const float* __restrict__ src, u64 n) {
     pdl_enter();
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
-        dst[i] = f32_to_bf16(src[i]);
+        dst[i] = to_store(src[i]);
 }
 
-extern "C" __global__ void bf16_to_f32_copy(float* __restrict__ dst, const bf16_t* __restrict__ src, u64 n) {
+extern "C" __global__ void store_to_f32_copy(float* __restrict__ dst, const store_t* __restrict__ src, u64 n) {
     pdl_enter();
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
-        dst[i] = bf16_to_f32(src[i]);
+        dst[i] = from_store(src[i]);
 }

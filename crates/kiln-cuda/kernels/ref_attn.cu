@@ -2,10 +2,11 @@
 // whole model on it): one warp per (token, query head), keys visited one by one in position
 // order with an f32 online softmax. Causal and sliding-window limits come from the token's
 // position; K/V are read through the block table. head_dim at most 32, or a multiple of 32 up to 256.
-extern "C" __global__ void ref_attn(const bf16_t* __restrict__ q, const bf16_t* __restrict__ k_cache,
-                                    const bf16_t* __restrict__ v_cache, const int* __restrict__ positions,
+// Q, K, V and the output are store_t (common.cuh).
+extern "C" __global__ void ref_attn(const store_t* __restrict__ q, const store_t* __restrict__ k_cache,
+                                    const store_t* __restrict__ v_cache, const int* __restrict__ positions,
                                     const int* __restrict__ token_seq, const int* __restrict__ bt_start,
-                                    const int* __restrict__ block_tables, bf16_t* __restrict__ out,
+                                    const int* __restrict__ block_tables, store_t* __restrict__ out,
                                     int n_tokens, int n_q, int n_kv, int hd, int block_size, int window,
                                     float scale_log2) {
     pdl_enter();
@@ -21,7 +22,7 @@ extern "C" __global__ void ref_attn(const bf16_t* __restrict__ q, const bf16_t* 
     const int* table = block_tables + bt_start[token_seq[t]];
     float qv[8], o[8];
     for (int e = 0; e < per; ++e) {
-        qv[e] = active ? bf16_to_f32(q[((u64)t * n_q + h) * hd + lane_off + e]) * scale_log2 : 0.f;
+        qv[e] = active ? from_store(q[((u64)t * n_q + h) * hd + lane_off + e]) * scale_log2 : 0.f;
         o[e] = 0.f;
     }
     float m = KILN_NEG_INF, l = 0.f;
@@ -30,16 +31,16 @@ extern "C" __global__ void ref_attn(const bf16_t* __restrict__ q, const bf16_t* 
         const u64 base = (((u64)table[p / block_size] * n_kv + kvh) * block_size + p % block_size) * hd + lane_off;
         float d = 0.f;
         if (active)
-            for (int e = 0; e < per; ++e) d += qv[e] * bf16_to_f32(k_cache[base + e]);
+            for (int e = 0; e < per; ++e) d += qv[e] * from_store(k_cache[base + e]);
         const float s = warp_sum(d);
         const float mn = fmaxf(m, s);
         const float alpha = exp2f(m - mn), pr = exp2f(s - mn);
         l = l * alpha + pr;
         if (active)
-            for (int e = 0; e < per; ++e) o[e] = o[e] * alpha + pr * bf16_to_f32(v_cache[base + e]);
+            for (int e = 0; e < per; ++e) o[e] = o[e] * alpha + pr * from_store(v_cache[base + e]);
         m = mn;
     }
     if (active)
         for (int e = 0; e < per; ++e)
-            out[((u64)t * n_q + h) * hd + lane_off + e] = f32_to_bf16(l > 0.f ? o[e] / l : 0.f);
+            out[((u64)t * n_q + h) * hd + lane_off + e] = to_store(l > 0.f ? o[e] / l : 0.f);
 }

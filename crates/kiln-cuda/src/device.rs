@@ -13,6 +13,7 @@ use cudarc::nvrtc::Ptx;
 
 use crate::kernel_sources::SOURCES;
 use crate::nvrtc_build::compile_cached;
+use crate::store::StoreType;
 
 /// Whether a CUDA device can be used: libcuda loads, the driver initialises and reports at least
 /// one device. Never panics, also on machines without any CUDA library.
@@ -78,6 +79,8 @@ pub struct Gpu {
     pub arch: u32,
     pub sm_count: u32,
     pub name: String,
+    /// The storage type the loaded kernels were built for (kernel_sources.rs).
+    pub store: StoreType,
     /// Whether [`Gpu::launch`] starts kernels as programmatic dependent launches.
     pdl: bool,
     funcs: HashMap<String, CudaFunction>,
@@ -85,10 +88,10 @@ pub struct Gpu {
 }
 
 impl Gpu {
-    /// Opens device `ordinal` and loads every kernel module, compiled (or cached) for its
-    /// architecture; `pdl`: how [`Gpu::launch`] starts kernels. Kernels keep the default
-    /// shared-memory limit until [`Gpu::allow_smem`] raises it.
-    pub fn open(ordinal: usize, pdl: bool) -> Result<Gpu> {
+    /// Opens device `ordinal` and loads every kernel module built for `store`, compiled (or
+    /// cached) for its architecture; `pdl`: how [`Gpu::launch`] starts kernels. Kernels keep the
+    /// default shared-memory limit until [`Gpu::allow_smem`] raises it.
+    pub fn open(ordinal: usize, pdl: bool, store: StoreType) -> Result<Gpu> {
         if let Some(why) = unavailable_reason() {
             bail!("CUDA backend unavailable: {why}");
         }
@@ -108,8 +111,8 @@ impl Gpu {
         let name = ctx.name().unwrap_or_else(|_| "unknown".into());
         let mut funcs = HashMap::new();
         let mut modules = Vec::new();
-        for src in SOURCES {
-            let compiled = compile_cached(src, arch)?;
+        for src in SOURCES.iter().filter(|s| s.builds_for(store)) {
+            let compiled = compile_cached(src, arch, store)?;
             let module = ctx
                 .load_module(Ptx::from_binary(compiled.cubin))
                 .with_context(|| format!("loading kernel module {}.cu", src.name))?;
@@ -127,6 +130,7 @@ impl Gpu {
             arch,
             sm_count,
             name,
+            store,
             pdl,
             funcs,
             _modules: modules,
@@ -145,9 +149,18 @@ impl Gpu {
     }
 
     pub fn func(&self, name: &str) -> Result<&CudaFunction> {
-        self.funcs
-            .get(name)
-            .ok_or_else(|| anyhow!("kernel {name} not loaded"))
+        self.funcs.get(name).ok_or_else(|| {
+            anyhow!(
+                "kernel {name} not loaded (a {} backend loads the modules built for {})",
+                self.store,
+                self.store
+            )
+        })
+    }
+
+    /// Whether kernel `name` is loaded (a bf16-only kernel is not, on other formats).
+    pub fn has_func(&self, name: &str) -> bool {
+        self.funcs.contains_key(name)
     }
 
     /// Makes this device's context current on the calling thread.

@@ -1,8 +1,24 @@
 //! The kernel sources compiled at start-up. Each module is the common prelude followed by one
 //! `kernels/*.cu` file; sources are embedded in the binary so a release build needs no files.
 //! A module's entry points are read from its text (kernel_entries.rs), never listed again.
+//! Each module says which storage types it is built for (`Builds`): a typed module is written
+//! once against `store_t` and built for the backend's format, with the same entry names in
+//! every build.
 
 use crate::kernel_entries::{entry_points, EntryPoint};
+use crate::store::StoreType;
+
+/// Which storage types a module is built for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Builds {
+    /// Written against `store_t` (common.cuh): built for whichever format the backend stores.
+    Typed,
+    /// bf16 by nature (tensor-core MMA on bf16 fragments): built for bf16 backends only; the
+    /// others route its work through typed kernels or cuBLASLt.
+    Bf16Only,
+    /// Touches no stored tensor (f32 logits, token ids): one build serves every backend.
+    Untyped,
+}
 
 /// One NVRTC compilation unit.
 #[derive(Debug, Clone, Copy)]
@@ -10,6 +26,7 @@ pub struct KernelSource {
     /// File stem, also the module's name in logs and cache files.
     pub name: &'static str,
     pub body: &'static str,
+    pub builds: Builds,
 }
 
 pub const PRELUDE: &str = include_str!("../kernels/common.cuh");
@@ -18,34 +35,42 @@ pub const SOURCES: &[KernelSource] = &[
     KernelSource {
         name: "elementwise",
         body: include_str!("../kernels/elementwise.cu"),
+        builds: Builds::Typed,
     },
     KernelSource {
         name: "rope_kv",
         body: include_str!("../kernels/rope_kv.cu"),
+        builds: Builds::Typed,
     },
     KernelSource {
         name: "skinny_gemm",
         body: include_str!("../kernels/skinny_gemm.cu"),
+        builds: Builds::Bf16Only,
     },
     KernelSource {
         name: "flash_attn",
         body: include_str!("../kernels/flash_attn.cu"),
+        builds: Builds::Bf16Only,
     },
     KernelSource {
         name: "decode_attn",
         body: include_str!("../kernels/decode_attn.cu"),
+        builds: Builds::Typed,
     },
     KernelSource {
         name: "dummy_weights",
         body: include_str!("../kernels/dummy_weights.cu"),
+        builds: Builds::Typed,
     },
     KernelSource {
         name: "sample",
         body: include_str!("../kernels/sample.cu"),
+        builds: Builds::Untyped,
     },
     KernelSource {
         name: "ref_attn",
         body: include_str!("../kernels/ref_attn.cu"),
+        builds: Builds::Typed,
     },
 ];
 
@@ -53,6 +78,31 @@ impl KernelSource {
     /// The full text handed to NVRTC.
     pub fn full_text(&self) -> String {
         format!("{PRELUDE}\n#line 1 \"{}.cu\"\n{}", self.name, self.body)
+    }
+
+    /// Whether a backend storing `store` loads this module.
+    pub fn builds_for(&self, store: StoreType) -> bool {
+        match self.builds {
+            Builds::Typed | Builds::Untyped => true,
+            Builds::Bf16Only => store == StoreType::Bf16,
+        }
+    }
+
+    /// The storage type this module is compiled with for a backend storing `store`: its own
+    /// for a typed module, bf16 (no define) for the others, so every backend shares one build.
+    pub fn build_store(&self, store: StoreType) -> StoreType {
+        match self.builds {
+            Builds::Typed => store,
+            Builds::Bf16Only | Builds::Untyped => StoreType::Bf16,
+        }
+    }
+
+    /// Every distinct build of this module: one per storage type for a typed module.
+    pub fn all_builds(&self) -> Vec<StoreType> {
+        match self.builds {
+            Builds::Typed => StoreType::ALL.to_vec(),
+            Builds::Bf16Only | Builds::Untyped => vec![StoreType::Bf16],
+        }
     }
 
     /// The `extern "C"` kernels this module defines, in source order.
@@ -76,7 +126,8 @@ pub fn source(name: &str) -> Option<&'static KernelSource> {
 mod tests {
     use super::*;
 
-    /// What each module exported when its entries were still listed by hand.
+    /// What each module exported when its entries were still listed by hand (the storage
+    /// copies and fills renamed since they became typed).
     #[test]
     fn every_module_has_the_entries_it_always_had() {
         let hd = |p: &str| [16, 32, 64, 128, 256].map(|d| format!("{p}{d}"));
@@ -108,8 +159,8 @@ mod tests {
                     "final_norm_rows",
                     "swiglu",
                     "argmax_rows",
-                    "f32_to_bf16_copy",
-                    "bf16_to_f32_copy",
+                    "f32_to_store_copy",
+                    "store_to_f32_copy",
                 ]
                 .map(String::from)
                 .to_vec(),
@@ -123,7 +174,7 @@ mod tests {
             ("decode_attn", decode),
             (
                 "dummy_weights",
-                vec!["dummy_fill_bf16".into(), "fill_bf16".into()],
+                vec!["dummy_fill".into(), "fill_store".into()],
             ),
             ("sample", vec!["adjust_rows".into(), "sample_rows".into()]),
             ("ref_attn", vec!["ref_attn".into()]),
@@ -134,5 +185,34 @@ mod tests {
             let got = source(name).unwrap().entries().unwrap();
             assert_eq!(got, want, "{name}.cu");
         }
+    }
+
+    /// A typed module converts only through the store_t helpers, or its f32 build would
+    /// compute on bf16 bits (a bf16-only kernel belongs in a `Builds::Bf16Only` module).
+    #[test]
+    fn typed_modules_name_no_bf16_helper() {
+        for src in SOURCES.iter().filter(|s| s.builds == Builds::Typed) {
+            for word in ["bf16_t", "bf16_to_f32", "f32_to_bf16", "bf16x2", "mma_bf16"] {
+                assert!(
+                    !src.body.contains(word),
+                    "{}.cu is built for every storage type but names {word}: use store_t, \
+                     from_store and to_store (common.cuh)",
+                    src.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn bf16_only_modules_are_not_built_for_other_formats() {
+        let flash = source("flash_attn").unwrap();
+        assert!(flash.builds_for(StoreType::Bf16) && !flash.builds_for(StoreType::F32));
+        assert_eq!(flash.all_builds(), [StoreType::Bf16]);
+        let rows = source("elementwise").unwrap();
+        assert!(rows.builds_for(StoreType::F32));
+        assert_eq!(rows.build_store(StoreType::F32), StoreType::F32);
+        assert_eq!(rows.all_builds().len(), 3);
+        let sample = source("sample").unwrap();
+        assert_eq!(sample.build_store(StoreType::F32), StoreType::Bf16);
     }
 }

@@ -4,6 +4,7 @@
 use anyhow::{bail, Result};
 
 use crate::device::{i32_of, Arg, Gpu};
+use crate::store::StoreType;
 pub use crate::switches::KernelChoice;
 
 /// Head dims with a flash-attention and a decode-attention instantiation.
@@ -79,13 +80,20 @@ pub struct AttnInputs {
 }
 
 impl Gpu {
-    /// Opens device `ordinal` with its kernels compiled (or cached), PDL as the switches say,
-    /// and every kernel allowed the shared memory its launcher asks for (above 48 KB a kernel
-    /// must say so first).
+    /// Opens device `ordinal` with its bf16 kernels: [`Gpu::with_store`] for bf16.
     pub fn new(ordinal: usize) -> Result<Gpu> {
-        let gpu = Gpu::open(ordinal, KernelChoice::from_env().pdl)?;
+        Gpu::with_store(ordinal, StoreType::Bf16)
+    }
+
+    /// Opens device `ordinal` with the kernels built for `store` compiled (or cached), PDL as
+    /// the switches say, and every loaded kernel allowed the shared memory its launcher asks
+    /// for (above 48 KB a kernel must say so first).
+    pub fn with_store(ordinal: usize, store: StoreType) -> Result<Gpu> {
+        let gpu = Gpu::open(ordinal, KernelChoice::from_env().pdl, store)?;
         for (name, bytes) in large_smem_kernels() {
-            gpu.allow_smem(&name, bytes)?;
+            if gpu.has_func(&name) {
+                gpu.allow_smem(&name, bytes)?;
+            }
         }
         Ok(gpu)
     }
@@ -213,10 +221,11 @@ impl Gpu {
         )
     }
 
-    pub fn f32_to_bf16(&self, dst: u64, src: u64, n: usize) -> Result<()> {
+    /// dst[i] = store(src[i]): f32 into the storage type, rounded to nearest even.
+    pub fn f32_to_store(&self, dst: u64, src: u64, n: usize) -> Result<()> {
         let grid = grid_1d(n, 256, self.sm_count as usize * 32);
         self.launch(
-            "f32_to_bf16_copy",
+            "f32_to_store_copy",
             grid,
             256,
             0,
@@ -224,10 +233,11 @@ impl Gpu {
         )
     }
 
-    pub fn bf16_to_f32(&self, dst: u64, src: u64, n: usize) -> Result<()> {
+    /// dst[i] = src[i] as f32, from the storage type (exact).
+    pub fn store_to_f32(&self, dst: u64, src: u64, n: usize) -> Result<()> {
         let grid = grid_1d(n, 256, self.sm_count as usize * 32);
         self.launch(
-            "bf16_to_f32_copy",
+            "store_to_f32_copy",
             grid,
             256,
             0,
@@ -235,11 +245,11 @@ impl Gpu {
         )
     }
 
-    /// dst[i] = bf16(dummy_value(seed, i)) for i < n.
+    /// dst[i] = store(dummy_value(seed, i)) for i < n.
     pub fn dummy_fill(&self, dst: u64, n: usize, seed: u64) -> Result<()> {
         let grid = grid_1d(n, 256, self.sm_count as usize * 32);
         self.launch(
-            "dummy_fill_bf16",
+            "dummy_fill",
             grid,
             256,
             0,
@@ -247,10 +257,11 @@ impl Gpu {
         )
     }
 
-    pub fn fill_bf16(&self, dst: u64, n: usize, value: f32) -> Result<()> {
+    /// dst[i] = store(value) for i < n.
+    pub fn fill_store(&self, dst: u64, n: usize, value: f32) -> Result<()> {
         let grid = grid_1d(n, 256, self.sm_count as usize * 32);
         self.launch(
-            "fill_bf16",
+            "fill_store",
             grid,
             256,
             0,

@@ -19,9 +19,11 @@ pub mod nvrtc_build;
 pub mod sampling;
 pub mod skinny;
 pub mod step_plan;
+pub mod store;
 pub mod switches;
 pub mod weights;
 
 pub use backend::{CudaBackend, CudaOptions};
 pub use device::{cuda_available, memory_info, unavailable_reason};
 pub use footprint::Footprint;
+pub use store::StoreType;

@@ -1,6 +1,7 @@
-//! Compiling the kernels with NVRTC, straight to a cubin for the device's architecture, with a
-//! disk cache keyed by source hash, architecture and NVRTC version (~/.cache/kiln/kernels, or
-//! $KILN_KERNEL_CACHE; `KILN_KERNEL_CACHE=off` disables it).
+//! Compiling the kernels with NVRTC, straight to a cubin for the device's architecture and a
+//! storage type, with a disk cache keyed by source hash, options (the storage type's define
+//! among them), architecture and NVRTC version (~/.cache/kiln/kernels, or $KILN_KERNEL_CACHE;
+//! `KILN_KERNEL_CACHE=off` disables it).
 
 use std::ffi::{c_char, CStr, CString};
 use std::path::PathBuf;
@@ -9,6 +10,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use cudarc::nvrtc::{result as nv, sys};
 
 use crate::kernel_sources::KernelSource;
+use crate::store::StoreType;
 use crate::switches::{kernel_cache, KernelCache};
 
 /// Whether libnvrtc can be loaded. Never panics.
@@ -30,13 +32,15 @@ pub fn nvrtc_version() -> Result<(i32, i32)> {
     Ok((major, minor))
 }
 
-/// The options every kernel is compiled with. Part of the cache key.
-fn options(arch: u32) -> Vec<String> {
-    vec![
+/// The options `src` is compiled with for a backend storing `store`. Part of the cache key.
+fn options(src: &KernelSource, arch: u32, store: StoreType) -> Vec<String> {
+    let mut opts = vec![
         format!("--gpu-architecture=sm_{arch}"),
         "-std=c++17".into(),
         "-lineinfo".into(),
-    ]
+    ];
+    opts.extend(src.build_store(store).nvrtc_define().map(String::from));
+    opts
 }
 
 /// 64-bit FNV-1a: stable across Rust versions, unlike the std hasher.
@@ -63,9 +67,10 @@ fn cache_dir() -> Option<PathBuf> {
     }
 }
 
-/// Compiles one module to a cubin for `sm_{arch}` (e.g. 90), without the cache.
-pub fn compile_cubin(src: &KernelSource, arch: u32) -> Result<Vec<u8>> {
-    compile_cubin_with_log(src, arch, &[]).map(|(cubin, _)| cubin)
+/// Compiles one module to a cubin for `sm_{arch}` (e.g. 90) and storage type `store`, without
+/// the cache.
+pub fn compile_cubin(src: &KernelSource, arch: u32, store: StoreType) -> Result<Vec<u8>> {
+    compile_cubin_with_log(src, arch, store, &[]).map(|(cubin, _)| cubin)
 }
 
 /// Like [`compile_cubin`], with extra NVRTC options (e.g. `--ptxas-options=-v`), returning
@@ -73,6 +78,7 @@ pub fn compile_cubin(src: &KernelSource, arch: u32) -> Result<Vec<u8>> {
 pub fn compile_cubin_with_log(
     src: &KernelSource,
     arch: u32,
+    store: StoreType,
     extra: &[&str],
 ) -> Result<(Vec<u8>, String)> {
     if !nvrtc_present() {
@@ -82,7 +88,10 @@ pub fn compile_cubin_with_log(
     let name = CString::new(format!("{}.cu", src.name))?;
     let prog =
         nv::create_program(&text, Some(&name)).map_err(|e| anyhow!("nvrtcCreateProgram: {e:?}"))?;
-    let result = compile_and_fetch(prog, src.name, arch, extra);
+    let mut opts = options(src, arch, store);
+    opts.extend(extra.iter().map(|s| s.to_string()));
+    let what = format!("{}.cu ({})", src.name, src.build_store(store));
+    let result = compile_and_fetch(prog, &what, arch, &opts);
     // SAFETY: prog came from create_program and is destroyed once.
     let _ = unsafe { nv::destroy_program(prog) };
     result
@@ -92,28 +101,26 @@ fn compile_and_fetch(
     prog: sys::nvrtcProgram,
     name: &str,
     arch: u32,
-    extra: &[&str],
+    opts: &[String],
 ) -> Result<(Vec<u8>, String)> {
-    let mut opts = options(arch);
-    opts.extend(extra.iter().map(|s| s.to_string()));
     // SAFETY: prog is a live program; options are valid C strings built by compile_program.
-    let compiled = unsafe { nv::compile_program(prog, &opts) };
+    let compiled = unsafe { nv::compile_program(prog, opts) };
     let log = program_log(prog);
     if let Err(e) = compiled {
-        bail!("NVRTC failed to compile {name}.cu for sm_{arch} ({e:?}):\n{log}");
+        bail!("NVRTC failed to compile {name} for sm_{arch} ({e:?}):\n{log}");
     }
     let mut size = 0usize;
     // SAFETY: prog compiled successfully; the buffer is sized by nvrtcGetCUBINSize.
     unsafe { sys::nvrtcGetCUBINSize(prog, &mut size) }
         .result()
-        .map_err(|e| anyhow!("nvrtcGetCUBINSize for {name}.cu: {e:?}"))?;
+        .map_err(|e| anyhow!("nvrtcGetCUBINSize for {name}: {e:?}"))?;
     if size == 0 {
-        bail!("NVRTC produced no cubin for {name}.cu (arch sm_{arch} must be a real architecture)");
+        bail!("NVRTC produced no cubin for {name} (arch sm_{arch} must be a real architecture)");
     }
     let mut cubin = vec![0u8; size];
     unsafe { sys::nvrtcGetCUBIN(prog, cubin.as_mut_ptr() as *mut c_char) }
         .result()
-        .map_err(|e| anyhow!("nvrtcGetCUBIN for {name}.cu: {e:?}"))?;
+        .map_err(|e| anyhow!("nvrtcGetCUBIN for {name}: {e:?}"))?;
     Ok((cubin, log))
 }
 
@@ -136,14 +143,18 @@ pub struct Compiled {
     pub from_cache: bool,
 }
 
-/// Compiles one module, reusing a cached cubin when source, options, arch and NVRTC match.
-pub fn compile_cached(src: &KernelSource, arch: u32) -> Result<Compiled> {
+/// Compiles one module for a backend storing `store`, reusing a cached cubin when source,
+/// options, arch and NVRTC match.
+pub fn compile_cached(src: &KernelSource, arch: u32, store: StoreType) -> Result<Compiled> {
     let (major, minor) = nvrtc_version()?;
     let text = src.full_text();
-    let opts = options(arch).join(" ");
+    let opts = options(src, arch, store).join(" ");
     let version = format!("{major}.{minor}");
     let key = fnv1a(&[text.as_bytes(), opts.as_bytes(), version.as_bytes()]);
-    let path = cache_dir().map(|d| d.join(format!("{}-sm{arch}-{key:016x}.cubin", src.name)));
+    let path = cache_dir().map(|d| {
+        let store = src.build_store(store);
+        d.join(format!("{}-{store}-sm{arch}-{key:016x}.cubin", src.name))
+    });
     if let Some(p) = &path {
         if let Ok(cubin) = std::fs::read(p) {
             if !cubin.is_empty() {
@@ -154,7 +165,7 @@ pub fn compile_cached(src: &KernelSource, arch: u32) -> Result<Compiled> {
             }
         }
     }
-    let cubin = compile_cubin(src, arch)?;
+    let cubin = compile_cubin(src, arch, store)?;
     if let Some(p) = &path {
         // The cache is an optimisation: a read-only home must not stop the backend.
         let _ = write_atomic(p, &cubin);

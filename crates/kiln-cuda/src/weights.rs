@@ -62,7 +62,7 @@ impl Loader<'_> {
     fn put(&mut self, id: TensorId, dst: &DevBuf<u16>, offset: usize, len: usize) -> Result<()> {
         match self.src.dummy_fill(id) {
             Some(DummyFill::Random { seed }) => self.gpu.dummy_fill(dst.at(offset), len, seed)?,
-            Some(DummyFill::Ones) => self.gpu.fill_bf16(dst.at(offset), len, 1.0)?,
+            Some(DummyFill::Ones) => self.gpu.fill_store(dst.at(offset), len, 1.0)?,
             None => {
                 let t = self
                     .src
@@ -82,7 +82,7 @@ impl Loader<'_> {
                     // The previous piece's conversion must finish before the staging is refilled.
                     self.gpu.synchronize()?;
                     staging.upload(0, piece)?;
-                    self.gpu.f32_to_bf16(
+                    self.gpu.f32_to_store(
                         dst.at(offset + i * STAGING_ELEMS),
                         staging.ptr(),
                         piece.len(),

@@ -219,7 +219,7 @@ fn row_kernels_contract() {
         .map(|i| bf16_bits(kiln_model::dummy::dummy_value(seed, i)))
         .collect();
     c.identical(
-        &format!("dummy_fill_bf16 n={n} ({:.3}ms)", secs * 1e3),
+        &format!("dummy_fill n={n} ({:.3}ms)", secs * 1e3),
         &got,
         &want,
     );

@@ -1,9 +1,11 @@
-//! Every kernel module compiles with NVRTC for sm_90 (H100/H200), with no GPU needed.
-//! Skips with a printed reason when libnvrtc is missing, unless KILN_REQUIRE_NVRTC=1.
-//! KILN_DUMP_CUBIN=DIR writes each module's cubin there (read it with `cuobjdump -sass`).
+//! Every kernel module compiles with NVRTC for sm_90 (H100/H200) in each storage type it is
+//! built for (a typed module for bf16, f16 and f32), with no GPU needed. Skips with a printed
+//! reason when libnvrtc is missing, unless KILN_REQUIRE_NVRTC=1. KILN_DUMP_CUBIN=DIR writes each
+//! build's cubin there as NAME.cubin (bf16) or NAME-f32.cubin (read it with `cuobjdump -sass`).
 
 use kiln_cuda::kernel_sources::SOURCES;
 use kiln_cuda::nvrtc_build::{compile_cubin_with_log, nvrtc_present, nvrtc_version};
+use kiln_cuda::StoreType;
 
 #[test]
 fn kernels_compile() {
@@ -18,17 +20,25 @@ fn kernels_compile() {
     let (major, minor) = nvrtc_version().expect("nvrtc version");
     eprintln!("NVRTC {major}.{minor}");
     let mut failures = Vec::new();
-    for src in SOURCES {
+    let builds = SOURCES
+        .iter()
+        .flat_map(|src| src.all_builds().into_iter().map(move |store| (src, store)));
+    for (src, store) in builds {
         let t = std::time::Instant::now();
-        match compile_cubin_with_log(src, 90, &["--ptxas-options=-v"]) {
+        // bf16 builds keep their old file names, so a cubin diff across commits needs no rename.
+        let file = match store {
+            StoreType::Bf16 => src.name.to_string(),
+            other => format!("{}-{other}", src.name),
+        };
+        match compile_cubin_with_log(src, 90, store, &["--ptxas-options=-v"]) {
             Ok((cubin, log)) => {
-                // KILN_DUMP_CUBIN=DIR keeps each module's cubin, for cuobjdump -sass.
+                // KILN_DUMP_CUBIN=DIR keeps each build's cubin, for cuobjdump -sass.
                 if let Ok(dir) = std::env::var("KILN_DUMP_CUBIN") {
-                    std::fs::write(format!("{dir}/{}.cubin", src.name), &cubin)
+                    std::fs::write(format!("{dir}/{file}.cubin"), &cubin)
                         .expect("writing the cubin");
                 }
                 eprintln!(
-                    "PASS compile {}.cu: {} bytes in {:.2}s",
+                    "PASS compile {}.cu ({store}): {} bytes in {:.2}s",
                     src.name,
                     cubin.len(),
                     t.elapsed().as_secs_f64()
@@ -53,7 +63,7 @@ fn kernels_compile() {
                         .any(|w| &w[..entry.len()] == entry.as_bytes() && w[entry.len()] == 0);
                     if !found {
                         failures.push(format!(
-                            "{}.cu: entry {entry} missing from the cubin",
+                            "{}.cu ({store}): entry {entry} missing from the cubin",
                             src.name
                         ));
                     }
