@@ -11,7 +11,7 @@ use cudarc::driver::sys::CUdevice_attribute as Attr;
 use cudarc::driver::{result as drv, CudaContext, CudaFunction, CudaModule, CudaStream};
 use cudarc::nvrtc::Ptx;
 
-use crate::kernel_sources::SOURCES;
+use crate::kernel_sources::{KernelSource, SOURCES};
 use crate::nvrtc_build::compile_cached;
 use crate::store::StoreType;
 
@@ -92,6 +92,17 @@ impl Gpu {
     /// cached) for its architecture; `pdl`: how [`Gpu::launch`] starts kernels. Kernels keep the
     /// default shared-memory limit until [`Gpu::allow_smem`] raises it.
     pub fn open(ordinal: usize, pdl: bool, store: StoreType) -> Result<Gpu> {
+        Gpu::open_sources(ordinal, pdl, store, SOURCES)
+    }
+
+    /// [`Gpu::open`] with these modules in place of the built-in ones (a test that plants a
+    /// bug in one kernel to see its contract fail loads the changed text this way).
+    pub fn open_sources(
+        ordinal: usize,
+        pdl: bool,
+        store: StoreType,
+        sources: &[KernelSource],
+    ) -> Result<Gpu> {
         if let Some(why) = unavailable_reason() {
             bail!("CUDA backend unavailable: {why}");
         }
@@ -111,7 +122,9 @@ impl Gpu {
         let name = ctx.name().unwrap_or_else(|_| "unknown".into());
         let mut funcs = HashMap::new();
         let mut modules = Vec::new();
-        for src in SOURCES.iter().filter(|s| s.builds_for(store)) {
+        // Modules built for one architecture only (sm_90a) are absent on the others.
+        let built = |s: &&KernelSource| s.builds_for(store) && s.target(arch).is_some();
+        for src in sources.iter().filter(built) {
             let compiled = compile_cached(src, arch, store)?;
             let module = ctx
                 .load_module(Ptx::from_binary(compiled.cubin))

@@ -58,6 +58,16 @@ pub const SOURCES: &[KernelSource] = &[
         builds: Builds::Typed,
     },
     KernelSource {
+        name: "flash_sm90",
+        body: include_str!("../kernels/flash_sm90.cu"),
+        builds: Builds::Bf16Only,
+    },
+    KernelSource {
+        name: "decode_mma",
+        body: include_str!("../kernels/decode_mma.cu"),
+        builds: Builds::Bf16Only,
+    },
+    KernelSource {
         name: "dummy_weights",
         body: include_str!("../kernels/dummy_weights.cu"),
         builds: Builds::Typed,
@@ -74,7 +84,21 @@ pub const SOURCES: &[KernelSource] = &[
     },
 ];
 
+/// Modules written for one architecture only (wgmma, setmaxnreg): NVRTC builds them for the
+/// architecture-specific target `sm_90a`, and only for compute capability 9.0 devices.
+const SM90A_ONLY: &[&str] = &["flash_sm90"];
+
 impl KernelSource {
+    /// The NVRTC target for a device of compute capability `arch` (e.g. 90), or None when this
+    /// module is not built for it.
+    pub fn target(&self, arch: u32) -> Option<String> {
+        if SM90A_ONLY.contains(&self.name) {
+            (arch == 90).then(|| "sm_90a".to_string())
+        } else {
+            Some(format!("sm_{arch}"))
+        }
+    }
+
     /// The full text handed to NVRTC.
     pub fn full_text(&self) -> String {
         format!("{PRELUDE}\n#line 1 \"{}.cu\"\n{}", self.name, self.body)
@@ -150,6 +174,15 @@ mod tests {
         ];
         let flash = [hd("flash_attn_hd"), hd("flash_attn2_hd")].concat();
         let decode = [&hd("decode_attn_hd")[..], &["decode_attn_combine".into()]].concat();
+        let flash_sm90 = ["flash_sm90_hd", "flash_sm90o_hd"]
+            .iter()
+            .flat_map(|p| [64, 128, 256].map(|d| format!("{p}{d}")))
+            .collect();
+        let decode_mma = [16, 32, 64, 128, 256]
+            .map(|d| format!("decode_mma_hd{d}"))
+            .into_iter()
+            .chain(["decode_mma_combine".to_string()])
+            .collect();
         let expected: Vec<(&str, Vec<String>)> = vec![
             (
                 "elementwise",
@@ -172,6 +205,8 @@ mod tests {
             ("skinny_gemm", skinny.map(String::from).to_vec()),
             ("flash_attn", flash),
             ("decode_attn", decode),
+            ("flash_sm90", flash_sm90),
+            ("decode_mma", decode_mma),
             (
                 "dummy_weights",
                 vec!["dummy_fill".into(), "fill_store".into()],

@@ -3,6 +3,7 @@
 
 use anyhow::{bail, Result};
 
+pub use crate::attn_launch::DecodeKernel;
 use crate::device::{i32_of, Arg, Gpu};
 use crate::store::StoreType;
 pub use crate::switches::KernelChoice;
@@ -53,6 +54,7 @@ pub fn large_smem_kernels() -> Vec<(String, usize)> {
         v.push((format!("flash_attn2_hd{hd}"), flash_smem_bytes(hd, 2)));
     }
     v.extend(crate::skinny::large_smem_kernels());
+    v.extend(crate::attn_launch::large_smem_kernels());
     v
 }
 
@@ -89,7 +91,16 @@ impl Gpu {
     /// the switches say, and every loaded kernel allowed the shared memory its launcher asks
     /// for (above 48 KB a kernel must say so first).
     pub fn with_store(ordinal: usize, store: StoreType) -> Result<Gpu> {
-        let gpu = Gpu::open(ordinal, KernelChoice::from_env().pdl, store)?;
+        Gpu::with_sources(ordinal, store, crate::kernel_sources::SOURCES)
+    }
+
+    /// [`Gpu::with_store`] with these kernel modules (tests that plant a bug in one of them).
+    pub fn with_sources(
+        ordinal: usize,
+        store: StoreType,
+        sources: &[crate::kernel_sources::KernelSource],
+    ) -> Result<Gpu> {
+        let gpu = Gpu::open_sources(ordinal, KernelChoice::from_env().pdl, store, sources)?;
         for (name, bytes) in large_smem_kernels() {
             if gpu.has_func(&name) {
                 gpu.allow_smem(&name, bytes)?;
@@ -343,29 +354,10 @@ impl Gpu {
         )
     }
 
-    /// Prefill attention over `n_tiles` tiles (device array of {tok0, n_rows, seq, pos0}).
-    #[allow(clippy::too_many_arguments)]
-    pub fn flash_attn(
-        &self,
-        q: u64,
-        kv: KvView,
-        tiles: u64,
-        n_tiles: usize,
-        inp: &AttnInputs,
-        out: u64,
-        n_q: usize,
-        hd: usize,
-        window: usize,
-        scale: f32,
-    ) -> Result<()> {
-        let pairs = KernelChoice::from_env().flash_pairs;
-        self.flash_attn_with(
-            pairs, q, kv, tiles, n_tiles, inp, out, n_q, hd, window, scale,
-        )
-    }
-
-    /// [`Gpu::flash_attn`] with the variant given: `pairs` lets two heads of a GQA group share
-    /// a CTA (where the group is even). Both variants give the same bits.
+    /// Prefill attention with mma.sync (flash_attn*) over `n_tiles` tiles (device array of
+    /// {tok0, n_rows, seq, pos0}): `pairs` lets two heads of a GQA group share a CTA (where
+    /// the group is even). Both variants give the same bits. [`Gpu::flash_attn`] picks the
+    /// family.
     #[allow(clippy::too_many_arguments)]
     pub fn flash_attn_with(
         &self,
@@ -416,10 +408,11 @@ impl Gpu {
         )
     }
 
-    /// Decode attention for `rows` single-token rows (flat tokens 0..rows), split over the KV
-    /// length, then merged. `part_o`/`part_ml` hold rows * n_q * DECODE_MAX_SPLITS partials.
+    /// Decode attention on CUDA cores (decode_attn_hd*) for `rows` single-token rows (flat
+    /// tokens 0..rows), split over the KV length, then merged. `part_o`/`part_ml` hold
+    /// rows * n_q * DECODE_MAX_SPLITS partials. [`Gpu::decode_attn`] picks the family.
     #[allow(clippy::too_many_arguments)]
-    pub fn decode_attn(
+    pub(crate) fn decode_attn_simt(
         &self,
         q: u64,
         kv: KvView,

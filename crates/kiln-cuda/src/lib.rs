@@ -2,6 +2,7 @@
 //! GEMMs, its own skinny GEMM for decode rows, paged KV, one host synchronisation per step.
 //! See docs/CUDA.md for the design, the kernel list and how to test on a GPU machine.
 
+pub mod attn_launch;
 pub mod backend;
 pub mod device;
 pub mod footprint;

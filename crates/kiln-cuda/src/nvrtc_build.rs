@@ -32,15 +32,19 @@ pub fn nvrtc_version() -> Result<(i32, i32)> {
     Ok((major, minor))
 }
 
-/// The options `src` is compiled with for a backend storing `store`. Part of the cache key.
-fn options(src: &KernelSource, arch: u32, store: StoreType) -> Vec<String> {
+/// The options `src` is compiled with for compute capability `arch` (`sm_90a` for the modules
+/// that need it) and a backend storing `store`. Part of the cache key.
+fn options(src: &KernelSource, arch: u32, store: StoreType) -> Result<Vec<String>> {
+    let Some(target) = src.target(arch) else {
+        bail!("{}.cu is not built for sm_{arch}", src.name);
+    };
     let mut opts = vec![
-        format!("--gpu-architecture=sm_{arch}"),
+        format!("--gpu-architecture={target}"),
         "-std=c++17".into(),
         "-lineinfo".into(),
     ];
     opts.extend(src.build_store(store).nvrtc_define().map(String::from));
-    opts
+    Ok(opts)
 }
 
 /// 64-bit FNV-1a: stable across Rust versions, unlike the std hasher.
@@ -88,7 +92,7 @@ pub fn compile_cubin_with_log(
     let name = CString::new(format!("{}.cu", src.name))?;
     let prog =
         nv::create_program(&text, Some(&name)).map_err(|e| anyhow!("nvrtcCreateProgram: {e:?}"))?;
-    let mut opts = options(src, arch, store);
+    let mut opts = options(src, arch, store)?;
     opts.extend(extra.iter().map(|s| s.to_string()));
     let what = format!("{}.cu ({})", src.name, src.build_store(store));
     let result = compile_and_fetch(prog, &what, arch, &opts);
@@ -148,7 +152,7 @@ pub struct Compiled {
 pub fn compile_cached(src: &KernelSource, arch: u32, store: StoreType) -> Result<Compiled> {
     let (major, minor) = nvrtc_version()?;
     let text = src.full_text();
-    let opts = options(src, arch, store).join(" ");
+    let opts = options(src, arch, store)?.join(" ");
     let version = format!("{major}.{minor}");
     let key = fnv1a(&[text.as_bytes(), opts.as_bytes(), version.as_bytes()]);
     let path = cache_dir().map(|d| {

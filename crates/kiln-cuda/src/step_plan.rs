@@ -127,15 +127,49 @@ pub fn pack_step(chunks: &[ChunkInput<'_>], l: &StepLayout, buf: &mut [i32]) -> 
     let n_decode = chunks.iter().filter(|c| is_decode(c)).count();
     let mut first_token = vec![0usize; chunks.len()];
     let (mut t, mut bt, mut tiles) = (0usize, 0usize, 0usize);
-    for (seq, &ci) in order.iter().enumerate() {
+    // The last decode row's sequence index and its table as packed (blocks at the end of the
+    // block tables): an adjacent decode row reading the same blocks shares them.
+    let mut last_decode: Option<(usize, usize)> = None;
+    let mut seqs = 0usize;
+    for &ci in &order {
         let c = &chunks[ci];
         first_token[ci] = t;
         let blocks = (c.start_pos + c.tokens.len()).div_ceil(l.block_size);
-        buf[l.bt_start + seq] = bt as i32;
-        for (j, &b) in c.block_table[..blocks].iter().enumerate() {
-            buf[l.block_tables + bt + j] = b as i32;
-        }
-        bt += blocks;
+        let shared = match last_decode {
+            Some((seq, had)) if is_decode(c) => {
+                let common = had.min(blocks);
+                let packed = &buf[l.block_tables + bt - had..l.block_tables + bt - had + common];
+                let same = packed
+                    .iter()
+                    .zip(&c.block_table[..common])
+                    .all(|(&p, &b)| p == b as i32);
+                same.then_some((seq, had))
+            }
+            _ => None,
+        };
+        let seq = match shared {
+            // The rows of one sequence in a verify step: one index, one table (extended to the
+            // longer row), so decode attention can read their keys once for all of them.
+            Some((seq, had)) => {
+                for j in had..blocks.max(had) {
+                    buf[l.block_tables + bt] = c.block_table[j] as i32;
+                    bt += 1;
+                }
+                last_decode = Some((seq, blocks.max(had)));
+                seq
+            }
+            None => {
+                let seq = seqs;
+                seqs += 1;
+                buf[l.bt_start + seq] = bt as i32;
+                for (j, &b) in c.block_table[..blocks].iter().enumerate() {
+                    buf[l.block_tables + bt + j] = b as i32;
+                }
+                bt += blocks;
+                last_decode = is_decode(c).then_some((seq, blocks));
+                seq
+            }
+        };
         for (j, &tok) in c.tokens.iter().enumerate() {
             let p = c.start_pos + j;
             buf[l.tokens + t + j] = tok as i32;
@@ -228,5 +262,37 @@ mod tests {
             &[1, 2, 3, 4, 5, 6, 7]
         );
         assert_eq!(plan.upload_len, l.block_tables + 7);
+    }
+}
+
+#[cfg(test)]
+mod verify_rows {
+    use super::*;
+
+    #[test]
+    fn adjacent_decode_rows_of_one_table_share_a_sequence_index() {
+        let l = StepLayout::new(256, 8, 1024, 16, 64, 1000);
+        let mut buf = vec![-7i32; l.len];
+        static A: [u32; 3] = [1, 2, 9];
+        static B: [u32; 2] = [4, 5];
+        // Rows at 31 and 32 read table a (the second needs its third block); then another
+        // sequence; then table a again, not adjacent, so a fresh index.
+        let row = |p: usize, t: &'static [u32]| ChunkInput {
+            tokens: &[3],
+            start_pos: p,
+            block_table: t,
+            want_logits: true,
+        };
+        let chunks = [row(31, &A), row(32, &A), row(20, &B), row(5, &A)];
+        let plan = pack_step(&chunks, &l, &mut buf).unwrap();
+        assert_eq!(&buf[l.token_seq..l.token_seq + 4], &[0, 0, 1, 2]);
+        assert_eq!(&buf[l.bt_start..l.bt_start + 3], &[0, 3, 5]);
+        assert_eq!(
+            &buf[l.block_tables..l.block_tables + 6],
+            &[1, 2, 9, 4, 5, 1]
+        );
+        assert_eq!(plan.upload_len, l.block_tables + 6);
+        // Slots still come from each row's own table.
+        assert_eq!(buf[l.slots + 1], 9 * 16);
     }
 }

@@ -47,7 +47,22 @@ pub struct KernelChoice {
     /// KILN_SKINNY_DEEP=0: in the 8-warp family, long-K weights (k >= 8192) use the 8-stage
     /// ring instead of the 14-stage `skinny_deep_*` (same bits).
     pub skinny_deep: bool,
+    /// KILN_FLASH_ATTN=sm90 | sm80: prefill attention with wgmma and a producer warpgroup
+    /// (`flash_sm90_*`, sm_90 only) or with mma.sync (`flash_attn*`). Different bits, each
+    /// chunk-invariant. sm80 until the sm90 kernel is measured on the GPU.
+    pub flash_sm90: bool,
+    /// KILN_FLASH_OVERLAP=0: the sm90 kernel runs each tile's softmax after the previous
+    /// tile's P V product instead of beside it (same bits).
+    pub flash_overlap: bool,
+    /// KILN_DECODE_ATTN=mma | simt: decode attention on the tensor cores with the rows of one
+    /// sequence sharing K/V reads (`decode_mma_*`) or on CUDA cores (`decode_attn_*`).
+    /// Different bits, each batch-invariant. simt until the mma kernel is measured on the GPU.
+    pub decode_mma: bool,
 }
+
+/// The defaults of the kernel variants that are still opt-in.
+pub const FLASH_SM90_DEFAULT: bool = false;
+pub const DECODE_MMA_DEFAULT: bool = false;
 
 /// Where compiled kernels are cached: KILN_KERNEL_CACHE=DIR, `off` (or 0) for nowhere, else
 /// under the home folder.
@@ -89,6 +104,17 @@ impl Env {
                     pdl: on("KILN_PDL"),
                     skinny_wide: on("KILN_SKINNY_WIDE"),
                     skinny_deep: on("KILN_SKINNY_DEEP"),
+                    flash_sm90: match var("KILN_FLASH_ATTN").as_deref() {
+                        Some("sm90") => true,
+                        Some("sm80") => false,
+                        _ => FLASH_SM90_DEFAULT,
+                    },
+                    flash_overlap: on("KILN_FLASH_OVERLAP"),
+                    decode_mma: match var("KILN_DECODE_ATTN").as_deref() {
+                        Some("mma") => true,
+                        Some("simt") => false,
+                        _ => DECODE_MMA_DEFAULT,
+                    },
                 },
             },
             kernel_cache: match var("KILN_KERNEL_CACHE") {
@@ -123,7 +149,7 @@ impl Switches {
             KernelCache::Dir(d) => d.display().to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} flash_pairs={} pdl={} cuda_graphs={} graph_prefill={prefill} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} flash_pairs={} flash={} flash_overlap={} decode={} pdl={} cuda_graphs={} graph_prefill={prefill} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -133,6 +159,9 @@ impl Switches {
             k.skinny_deep as u8,
             k.skinny_wide as u8,
             k.flash_pairs as u8,
+            if k.flash_sm90 { "sm90" } else { "sm80" },
+            k.flash_overlap as u8,
+            if k.decode_mma { "mma" } else { "simt" },
             k.pdl as u8,
             self.cuda_graphs as u8,
         )
@@ -146,6 +175,9 @@ impl KernelChoice {
         pdl: true,
         skinny_wide: true,
         skinny_deep: true,
+        flash_sm90: FLASH_SM90_DEFAULT,
+        flash_overlap: true,
+        decode_mma: DECODE_MMA_DEFAULT,
     };
     pub const ALL_PLAIN: KernelChoice = KernelChoice {
         skinny_pipe: false,
@@ -153,6 +185,9 @@ impl KernelChoice {
         pdl: false,
         skinny_wide: false,
         skinny_deep: false,
+        flash_sm90: false,
+        flash_overlap: false,
+        decode_mma: false,
     };
 
     /// The process-wide choice, read from the environment on first use.
@@ -193,6 +228,7 @@ mod tests {
                 ("KILN_PDL", off),
                 ("KILN_SKINNY_WIDE", off),
                 ("KILN_SKINNY_DEEP", off),
+                ("KILN_FLASH_OVERLAP", off),
             ]);
             assert_eq!(e.switches.kernels, KernelChoice::ALL_PLAIN);
             assert!(e.switches.skinny_gemm && e.switches.cuda_graphs);
@@ -203,6 +239,18 @@ mod tests {
         assert!(!read(&[("KILN_GEMM_PIN", "0")]).switches.gemm_pin);
         assert!(read(&[("KILN_GEMM_PIN", "off")]).switches.gemm_pin);
         assert!(read(&[("KILN_SKINNY_GEMM", "1")]).switches.skinny_gemm);
+    }
+
+    #[test]
+    fn attention_variants_are_named() {
+        let k = |vars: &[(&str, &str)]| read(vars).switches;
+        let s = k(&[("KILN_FLASH_ATTN", "sm90"), ("KILN_DECODE_ATTN", "mma")]);
+        assert!(s.flash_attn && s.kernels.flash_sm90 && s.kernels.decode_mma);
+        let s = k(&[("KILN_FLASH_ATTN", "sm80"), ("KILN_DECODE_ATTN", "simt")]);
+        assert!(s.flash_attn && !s.kernels.flash_sm90 && !s.kernels.decode_mma);
+        let s = k(&[("KILN_FLASH_ATTN", "0")]);
+        assert!(!s.flash_attn && s.kernels.flash_sm90 == FLASH_SM90_DEFAULT);
+        assert_eq!(k(&[]).kernels.decode_mma, DECODE_MMA_DEFAULT);
     }
 
     #[test]

@@ -1,287 +1,382 @@
-//! Kernel contract for attention: flash prefill (tensor cores), split-KV decode + combine, and the
-//! reference kernel, against a float64 host reference. Paged K/V behind shuffled block tables,
-//! slots no sequence owns poisoned with NaN, outputs poisoned, GQA 1/2/4/8/16, head dims
-//! 16/32/64/128/256, windows smaller and larger than the sequences, KV up to 32k.
+//! Kernel contract for attention: every prefill family (mma.sync flash_attn one head and two
+//! heads per CTA; wgmma flash_sm90 plain and overlapped, on sm_90), both decode families
+//! (decode_attn on CUDA cores, decode_mma on tensor cores) and the reference kernel, against
+//! a float64 host reference. Paged K/V behind shuffled block tables, slots no sequence owns
+//! poisoned with NaN, outputs poisoned, odd lengths, GQA 1/2/4/8/16, head dims 16-256, windows
+//! smaller and larger than the sequences, KV up to 128k, the rows of a speculative verify step.
+//! Bit for bit: the variants of a family agree; a decode row alone == in its batch (and in its
+//! verify step); a prefill chunk split in two == whole. `planted_bugs_fail` loads kernels with a
+//! bug planted in their text and checks that this contract catches each one.
 
+#[path = "common/attn.rs"]
+mod attn;
 mod common;
 
-use common::{from_bf16, gpu_or_skip, rb, round_bf16, timed, to_bf16, Checks, Rng};
+use attn::{own, Case, Chunk, Setup, Step};
+use common::{from_bf16, gpu_or_skip, Checks, Rng};
+use kiln_cuda::attn_launch::{
+    DecodeKernel, FlashKernel, DECODE_MMA_HEAD_DIMS, FLASH_SM90_HEAD_DIMS,
+};
 use kiln_cuda::device::Gpu;
-use kiln_cuda::kernels::{AttnInputs, KvView, DECODE_MAX_SPLITS};
-use kiln_cuda::step_plan::{pack_step, StepLayout};
-use kiln_step::ChunkInput;
+use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
 
-const BS: usize = 16;
-
-struct Case {
-    n_q: usize,
-    n_kv: usize,
-    hd: usize,
-    window: usize,
-    /// (start_pos, tokens) per chunk; one token = a decode row.
-    chunks: Vec<(usize, usize)>,
+/// One kernel family and variant.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    Ref,
+    Decode(DecodeKernel),
+    Flash(FlashKernel),
 }
 
-/// out[t][h][:] in float64 for flat token t at position `pos`, reading the host cache.
-#[allow(clippy::too_many_arguments)]
-fn attn_ref(
-    q: &[f32],
-    kc: &[f32],
-    vc: &[f32],
-    table: &[u32],
-    pos: usize,
-    case: &Case,
-    h: usize,
-    scale: f64,
-) -> Vec<f64> {
-    let (hd, n_kv) = (case.hd, case.n_kv);
-    let kvh = h / (case.n_q / n_kv);
-    let lo = if case.window > 0 {
-        (pos + 1).saturating_sub(case.window)
-    } else {
-        0
-    };
-    let at = |p: usize| ((table[p / BS] as usize * n_kv + kvh) * BS + p % BS) * hd;
-    let scores: Vec<f64> = (lo..=pos)
-        .map(|p| {
-            (0..hd)
-                .map(|i| q[i] as f64 * kc[at(p) + i] as f64)
-                .sum::<f64>()
-                * scale
-        })
-        .collect();
-    let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-    let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
-    let z: f64 = e.iter().sum();
-    (0..hd)
-        .map(|i| {
-            (lo..=pos)
-                .zip(&e)
-                .map(|(p, w)| w * vc[at(p) + i] as f64)
-                .sum::<f64>()
-                / z
+impl Kind {
+    fn name(self) -> String {
+        match self {
+            Kind::Ref => "ref_attn".into(),
+            Kind::Decode(DecodeKernel::Simt) => "decode_attn".into(),
+            Kind::Decode(DecodeKernel::Mma) => "decode_mma".into(),
+            Kind::Flash(FlashKernel::Sm80 { pairs }) => format!("flash_attn pairs={}", pairs as u8),
+            Kind::Flash(FlashKernel::Sm90 { overlap }) => {
+                format!("flash_sm90 overlap={}", overlap as u8)
+            }
+        }
+    }
+
+    /// Whether this kind runs on the rows of a chunk of `rows` tokens.
+    fn serves(self, rows: usize) -> bool {
+        match self {
+            Kind::Ref => true,
+            Kind::Decode(_) => rows == 1,
+            Kind::Flash(_) => rows > 1,
+        }
+    }
+}
+
+/// The kinds that can run `case` on this GPU.
+fn kinds(gpu: &Gpu, case: &Case) -> Vec<Kind> {
+    let mut k = vec![
+        Kind::Ref,
+        Kind::Decode(DecodeKernel::Simt),
+        Kind::Flash(FlashKernel::Sm80 { pairs: true }),
+        Kind::Flash(FlashKernel::Sm80 { pairs: false }),
+    ];
+    if DECODE_MMA_HEAD_DIMS.contains(&case.hd) {
+        k.push(Kind::Decode(DecodeKernel::Mma));
+    }
+    let even = (case.n_q / case.n_kv).is_multiple_of(2);
+    if even
+        && FLASH_SM90_HEAD_DIMS.contains(&case.hd)
+        && gpu.has_func(&format!("flash_sm90_hd{}", case.hd))
+    {
+        k.push(Kind::Flash(FlashKernel::Sm90 { overlap: false }));
+        k.push(Kind::Flash(FlashKernel::Sm90 { overlap: true }));
+    }
+    k
+}
+
+/// Runs `kind` over the rows of `step` it serves (its output elsewhere stays poisoned).
+fn run(gpu: &Gpu, s: &Setup, step: &Step, kind: Kind) -> (Vec<u16>, f64) {
+    let (n_q, hd, w) = (s.case.n_q, s.case.hd, s.case.window);
+    let scale = 1.0 / (hd as f32).sqrt();
+    let inp = step.inputs();
+    let (po, pm) = step.partials(gpu);
+    step.run(gpu, |out| match kind {
+        Kind::Ref => gpu.ref_attn(
+            step.dq.ptr(),
+            s.kv(),
+            &inp,
+            out,
+            step.flat.len(),
+            n_q,
+            hd,
+            w,
+            scale,
+        ),
+        Kind::Decode(k) => gpu.decode_attn_with(
+            k,
+            step.dq.ptr(),
+            s.kv(),
+            &inp,
+            po.ptr(),
+            pm.ptr(),
+            out,
+            step.n_decode(),
+            n_q,
+            hd,
+            w,
+            scale,
+        ),
+        Kind::Flash(k) => gpu.flash_attn_kernel(
+            k,
+            step.dq.ptr(),
+            s.kv(),
+            step.tiles(),
+            step.plan.n_tiles,
+            &inp,
+            out,
+            n_q,
+            hd,
+            w,
+            scale,
+        ),
+    })
+}
+
+/// The float64 reference of every row of chunks 0..n (rows x heads x hd per chunk).
+fn references(s: &Setup, n: usize) -> Vec<Vec<f64>> {
+    (0..n)
+        .map(|ci| {
+            (0..s.case.chunks[ci].rows)
+                .flat_map(|j| (0..s.case.n_q).flat_map(move |h| s.reference(ci, j, h)))
+                .collect()
         })
         .collect()
 }
 
-fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case) {
-    let (n_q, n_kv, hd) = (case.n_q, case.n_kv, case.hd);
-    let name = format!("n_q={n_q} n_kv={n_kv} hd={hd} window={}", case.window);
-    // Shuffled blocks, each sequence taking what it needs.
-    let need: Vec<usize> = case
-        .chunks
-        .iter()
-        .map(|&(s, n)| (s + n).div_ceil(BS))
-        .collect();
-    let num_blocks = need.iter().sum::<usize>() + 7;
-    let mut pool: Vec<u32> = (0..num_blocks as u32).collect();
-    rng.shuffle(&mut pool);
-    let mut tables = Vec::new();
-    let mut next = 0;
-    for &b in &need {
-        tables.push(pool[next..next + b].to_vec());
-        next += b;
-    }
-    // K/V for every position below each chunk's end; everything else NaN.
-    let cache_len = num_blocks * n_kv * BS * hd;
-    let (mut kc, mut vc) = (vec![f32::NAN; cache_len], vec![f32::NAN; cache_len]);
-    for (ci, &(s, n)) in case.chunks.iter().enumerate() {
-        for p in 0..s + n {
-            for h in 0..n_kv {
-                let at = ((tables[ci][p / BS] as usize * n_kv + h) * BS + p % BS) * hd;
-                for i in 0..hd {
-                    kc[at + i] = rb(rng.uniform(-1.0, 1.0));
-                    vc[at + i] = rb(rng.uniform(-1.0, 1.0));
+/// Compares `kind`'s output for the chunks it serves with float64; one line per chunk.
+fn against_f64(
+    s: &Setup,
+    refs: &[Vec<f64>],
+    step: &Step,
+    kind: Kind,
+    out: &[u16],
+    secs: f64,
+) -> Vec<(bool, String)> {
+    let (n_q, hd) = (s.case.n_q, s.case.hd);
+    let got = from_bf16(out);
+    let mut lines = Vec::new();
+    let mut chunks: Vec<usize> = step.flat.iter().map(|&(ci, _)| ci).collect();
+    chunks.dedup();
+    for ci in chunks {
+        let c = s.case.chunks[ci];
+        if !kind.serves(c.rows) {
+            continue;
+        }
+        let mut worst = 0f64;
+        let mut bad = 0usize;
+        for j in 0..c.rows {
+            let f = step.flat_of(ci, j).unwrap();
+            for h in 0..n_q {
+                let want = &refs[ci][(j * n_q + h) * hd..(j * n_q + h + 1) * hd];
+                let at = (f * n_q + h) * hd;
+                for (i, &w) in want.iter().enumerate() {
+                    let g = got[at + i] as f64;
+                    let err = (g - w).abs();
+                    if !g.is_finite() || err > 8e-3 + 1e-2 * w.abs() {
+                        bad += 1;
+                    }
+                    worst = if g.is_finite() {
+                        worst.max(err)
+                    } else {
+                        f64::INFINITY
+                    };
                 }
             }
         }
-    }
-    let tokens: Vec<Vec<u32>> = case.chunks.iter().map(|&(_, n)| vec![1u32; n]).collect();
-    let chunks: Vec<ChunkInput<'_>> = case
-        .chunks
-        .iter()
-        .enumerate()
-        .map(|(i, &(s, _))| ChunkInput {
-            tokens: &tokens[i],
-            start_pos: s,
-            block_table: &tables[i],
-            want_logits: true,
-        })
-        .collect();
-    let max_tokens: usize = case.chunks.iter().map(|c| c.1).sum();
-    let max_ctx = case.chunks.iter().map(|&(s, n)| s + n).max().unwrap();
-    let layout = StepLayout::new(max_tokens, chunks.len(), max_ctx, BS, num_blocks, 2);
-    let mut packed = vec![0i32; layout.len];
-    let plan = pack_step(&chunks, &layout, &mut packed).unwrap();
-    // Flat token order as packed: decode chunks first.
-    let order: Vec<usize> = (0..chunks.len())
-        .filter(|&i| chunks[i].tokens.len() == 1)
-        .chain((0..chunks.len()).filter(|&i| chunks[i].tokens.len() > 1))
-        .collect();
-    let t = plan.n_tokens;
-    let q = round_bf16(&rng.vec(t * n_q * hd, 2.0));
-
-    let step = gpu.alloc::<i32>(layout.len).unwrap();
-    step.upload(0, &packed).unwrap();
-    let (dq, dk, dv) = (
-        gpu.alloc::<u16>(q.len()).unwrap(),
-        gpu.alloc::<u16>(cache_len).unwrap(),
-        gpu.alloc::<u16>(cache_len).unwrap(),
-    );
-    dq.upload(0, &to_bf16(&q)).unwrap();
-    dk.upload(0, &to_bf16(&kc)).unwrap();
-    dv.upload(0, &to_bf16(&vc)).unwrap();
-    let kv = KvView {
-        k: dk.ptr(),
-        v: dv.ptr(),
-        n_kv,
-        block_size: BS,
-    };
-    let inp = AttnInputs {
-        positions: step.at(layout.positions),
-        token_seq: step.at(layout.token_seq),
-        bt_start: step.at(layout.bt_start),
-        block_tables: step.at(layout.block_tables),
-    };
-    let scale = 1.0 / (hd as f32).sqrt();
-    let (fast, slow) = (
-        gpu.alloc::<u16>(q.len()).unwrap(),
-        gpu.alloc::<u16>(q.len()).unwrap(),
-    );
-    fast.fill_bytes(0xff).unwrap();
-    slow.fill_bytes(0xff).unwrap();
-    let rows = plan.n_decode.max(1);
-    let (po, pm) = (
-        gpu.alloc::<f32>(rows * n_q * DECODE_MAX_SPLITS * hd)
-            .unwrap(),
-        gpu.alloc::<f32>(rows * n_q * DECODE_MAX_SPLITS * 2)
-            .unwrap(),
-    );
-    let t_dec = timed(gpu, || {
-        gpu.decode_attn(
-            dq.ptr(),
-            kv,
-            &inp,
-            po.ptr(),
-            pm.ptr(),
-            fast.ptr(),
-            plan.n_decode,
-            n_q,
-            hd,
-            case.window,
-            scale,
-        )
-    });
-    let t_flash = timed(gpu, || {
-        gpu.flash_attn_with(
-            true,
-            dq.ptr(),
-            kv,
-            step.at(layout.tiles),
-            plan.n_tiles,
-            &inp,
-            fast.ptr(),
-            n_q,
-            hd,
-            case.window,
-            scale,
-        )
-    });
-    // One query head per CTA must give the same bits as two heads sharing K/V tiles.
-    let single = gpu.alloc::<u16>(q.len()).unwrap();
-    single.fill_bytes(0xff).unwrap();
-    let t_single = timed(gpu, || {
-        gpu.flash_attn_with(
-            false,
-            dq.ptr(),
-            kv,
-            step.at(layout.tiles),
-            plan.n_tiles,
-            &inp,
-            single.ptr(),
-            n_q,
-            hd,
-            case.window,
-            scale,
-        )
-    });
-    let t_ref = timed(gpu, || {
-        gpu.ref_attn(
-            dq.ptr(),
-            kv,
-            &inp,
-            slow.ptr(),
-            t,
-            n_q,
-            hd,
-            case.window,
-            scale,
-        )
-    });
-    let prefill_at = plan.n_decode * n_q * hd;
-    c.identical(
-        &format!(
-            "flash_attn one head per CTA ({:.3}ms) == head pairs ({:.3}ms) {name}",
-            t_single * 1e3,
-            t_flash * 1e3
-        ),
-        &single
-            .download(gpu, prefill_at, q.len() - prefill_at)
-            .unwrap(),
-        &fast
-            .download(gpu, prefill_at, q.len() - prefill_at)
-            .unwrap(),
-    );
-    let fast = from_bf16(&fast.download(gpu, 0, q.len()).unwrap());
-    let slow = from_bf16(&slow.download(gpu, 0, q.len()).unwrap());
-
-    let mut flat = 0;
-    for &ci in &order {
-        let (s, n) = case.chunks[ci];
-        let (mut want, mut got_fast, mut got_slow) = (Vec::new(), Vec::new(), Vec::new());
-        for j in 0..n {
-            for h in 0..n_q {
-                let at = ((flat + j) * n_q + h) * hd;
-                want.extend(attn_ref(
-                    &q[at..at + hd],
-                    &kc,
-                    &vc,
-                    &tables[ci],
-                    s + j,
-                    case,
-                    h,
-                    scale as f64,
-                ));
-                got_fast.extend_from_slice(&fast[at..at + hd]);
-                got_slow.extend_from_slice(&slow[at..at + hd]);
-            }
-        }
-        let kind = if n == 1 {
-            format!("decode_attn ({:.3}ms all rows)", t_dec * 1e3)
-        } else {
-            format!("flash_attn ({:.3}ms all tiles)", t_flash * 1e3)
-        };
-        c.close(
-            &format!("{kind} {name} chunk start={s} rows={n}"),
-            &got_fast,
-            &want,
-            8e-3,
-            1e-2,
-            0.0,
-        );
-        c.close(
-            &format!(
-                "ref_attn ({:.3}ms) {name} chunk start={s} rows={n}",
-                t_ref * 1e3
+        lines.push((
+            bad == 0,
+            format!(
+                "{} ({:.3}ms) {} chunk start={} rows={}: max_err={worst:.3e} bad={bad}",
+                kind.name(),
+                secs * 1e3,
+                s.case.name(),
+                c.start,
+                c.rows
             ),
-            &got_slow,
-            &want,
-            8e-3,
-            1e-2,
-            0.0,
-        );
-        flat += n;
+        ));
     }
+    lines
+}
+
+/// Every check of one case.
+fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case) {
+    // Each prefill chunk of 4 rows or more also split in two (halves of 2 rows or more), its
+    // halves packed together into a step of their own.
+    let mut case = case.clone();
+    let main = case.chunks.len();
+    let mut halves = Vec::new();
+    for ci in 0..main {
+        let Chunk { start, rows, table } = case.chunks[ci];
+        if rows >= 4 {
+            let a = (rows / 3).max(2) | 1;
+            let a = if rows - a < 2 { 2 } else { a };
+            halves.push((ci, case.chunks.len(), a));
+            case.chunks.push(Chunk {
+                start,
+                rows: a,
+                table,
+            });
+            case.chunks.push(Chunk {
+                start: start + a,
+                rows: rows - a,
+                table,
+            });
+        }
+    }
+    let s = Setup::new(gpu, rng, &case);
+    let all: Vec<usize> = (0..main).collect();
+    let step = s.step(gpu, &all);
+    let name = case.name();
+    let kinds = kinds(gpu, &case);
+    let refs = references(&s, main);
+    let mut outs = Vec::new();
+    for &kind in &kinds {
+        let (out, secs) = run(gpu, &s, &step, kind);
+        for (ok, line) in against_f64(&s, &refs, &step, kind, &out, secs) {
+            c.check(ok, line);
+        }
+        outs.push((kind, out));
+    }
+    // Variants of one family: the same bits on the rows they serve.
+    let prefill_at = step.n_decode() * case.n_q * case.hd;
+    for (a, b) in [
+        (
+            Kind::Flash(FlashKernel::Sm80 { pairs: true }),
+            Kind::Flash(FlashKernel::Sm80 { pairs: false }),
+        ),
+        (
+            Kind::Flash(FlashKernel::Sm90 { overlap: true }),
+            Kind::Flash(FlashKernel::Sm90 { overlap: false }),
+        ),
+    ] {
+        let find = |k| {
+            outs.iter()
+                .find(|(kk, _)| *kk == k)
+                .map(|(_, o)| &o[prefill_at..])
+        };
+        if let (Some(x), Some(y)) = (find(a), find(b)) {
+            c.identical(&format!("{} == {} {name}", a.name(), b.name()), x, y);
+        }
+    }
+    // A decode row alone gives the bits it gives in the batch (with its verify neighbours).
+    for (kind, out) in outs.iter().filter(|(k, _)| matches!(k, Kind::Decode(_))) {
+        let mut same = true;
+        let mut rows = 0;
+        for ci in (0..main).filter(|&ci| case.chunks[ci].rows == 1) {
+            let alone = s.step(gpu, &[ci]);
+            let (o, _) = run(gpu, &s, &alone, *kind);
+            same &= alone.row(&o, 0) == step.row(out, step.flat_of(ci, 0).unwrap());
+            rows += 1;
+        }
+        c.check(
+            same,
+            format!(
+                "{} {rows} decode rows alone == in the batch {name}",
+                kind.name()
+            ),
+        );
+    }
+    // A prefill chunk split in two gives the bits of the whole chunk.
+    if !halves.is_empty() {
+        let which: Vec<usize> = halves.iter().flat_map(|&(_, h, _)| [h, h + 1]).collect();
+        let split = s.step(gpu, &which);
+        for (kind, out) in outs.iter().filter(|(k, _)| matches!(k, Kind::Flash(_))) {
+            let (o, _) = run(gpu, &s, &split, *kind);
+            let mut same = true;
+            for &(ci, h, a) in &halves {
+                for j in 0..case.chunks[ci].rows {
+                    let (hc, hj) = if j < a { (h, j) } else { (h + 1, j - a) };
+                    same &= split.row(&o, split.flat_of(hc, hj).unwrap())
+                        == step.row(out, step.flat_of(ci, j).unwrap());
+                }
+            }
+            c.check(
+                same,
+                format!(
+                    "{} {} chunks split in two == whole {name}",
+                    kind.name(),
+                    halves.len()
+                ),
+            );
+        }
+    }
+}
+
+/// Verify-step rows: k + 1 decode rows of one sequence at consecutive positions.
+fn verify(start: usize, rows: usize, table: usize) -> Vec<Chunk> {
+    (0..rows)
+        .map(|j| Chunk {
+            start: start + j,
+            rows: 1,
+            table,
+        })
+        .collect()
+}
+
+fn cases() -> Vec<Case> {
+    let common = own(&[
+        (0, 150),
+        (1000, 77),
+        (5, 2),
+        (4999, 1),
+        (0, 1),
+        (700, 1),
+        (63, 129),
+    ]);
+    let mut v: Vec<Case> = [
+        (8, 8, 64, 0),
+        (16, 4, 128, 0),
+        (16, 2, 128, 100),
+        (8, 2, 256, 0),
+        (8, 8, 32, 100_000),
+        (12, 3, 64, 37),
+        (32, 2, 64, 0),
+        (4, 2, 64, 200),
+        (4, 4, 16, 0),
+    ]
+    .into_iter()
+    .map(|(n_q, n_kv, hd, window)| Case {
+        n_q,
+        n_kv,
+        hd,
+        window,
+        chunks: common.clone(),
+    })
+    .collect();
+    // Verify steps beside other rows: 5 rows at 3000 (GQA 4), 3 rows crossing the split-span
+    // change at 4096 keys, and a prefill chunk of the same sequence's neighbour.
+    let mut chunks = own(&[(2999, 1), (100, 300)]);
+    chunks.extend(verify(3000, 5, 2));
+    chunks.extend(verify(4094, 3, 3));
+    chunks.extend(verify(17, 2, 4));
+    for (n_q, n_kv, hd, window) in [
+        (32, 8, 128, 0),
+        (16, 2, 64, 1000),
+        (8, 8, 128, 0),
+        (32, 2, 256, 0),
+    ] {
+        v.push(Case {
+            n_q,
+            n_kv,
+            hd,
+            window,
+            chunks: chunks.clone(),
+        });
+    }
+    // Long KV: decode rows at 32k and 128k, short prefill chunks on top of long caches.
+    v.push(Case {
+        n_q: 32,
+        n_kv: 8,
+        hd: 128,
+        window: 0,
+        chunks: own(&[(31_999, 1), (30_000, 8), (16_383, 1)]),
+    });
+    v.push(Case {
+        n_q: 32,
+        n_kv: 8,
+        hd: 128,
+        window: 4096,
+        chunks: own(&[(31_999, 1), (30_000, 8)]),
+    });
+    let mut long = own(&[(131_071, 1), (120_000, 5), (65_536, 1)]);
+    long.extend(verify(100_000, 4, 3));
+    v.push(Case {
+        n_q: 8,
+        n_kv: 2,
+        hd: 128,
+        window: 0,
+        chunks: long,
+    });
+    v
 }
 
 #[test]
@@ -292,53 +387,80 @@ fn attention_contract() {
     };
     let mut rng = Rng::new("attention_contract");
     let mut c = Checks::new("attention");
-    let common_chunks = vec![(0, 150), (1000, 77), (5, 2), (4999, 1), (0, 1), (700, 1)];
-    for (n_q, n_kv, hd, window) in [
-        (8, 8, 64, 0),
-        (16, 4, 128, 0),
-        (16, 2, 128, 100),
-        (8, 2, 256, 0),
-        (8, 8, 32, 100_000),
-        (12, 3, 64, 37),
-        (32, 2, 64, 0),
-    ] {
-        run_case(
-            &gpu,
-            &mut rng,
-            &mut c,
-            &Case {
-                n_q,
-                n_kv,
-                hd,
-                window,
-                chunks: common_chunks.clone(),
-            },
+    for case in cases() {
+        run_case(&gpu, &mut rng, &mut c, &case);
+    }
+    c.finish();
+}
+
+/// Modules with one planted bug each: (module, text, replacement, kinds that must fail).
+const PLANTED: &[(&str, &str, &str, &str)] = &[
+    // A decode row also sees the key just past its own position.
+    (
+        "decode_mma",
+        "(kp < len_a && kp >= first_a)",
+        "(kp <= len_a && kp >= first_a)",
+        "decode_mma",
+    ),
+    // A prefill row no longer sees its own key.
+    (
+        "flash_sm90",
+        "const bool ok = kp <= qp &&",
+        "const bool ok = kp < qp &&",
+        "flash_sm90",
+    ),
+    // The copy into shared memory forgets the swizzle wgmma reads.
+    (
+        "flash_sm90",
+        "(((c & 7) ^ (r & 7)) << 4)",
+        "((c & 7) << 4)",
+        "flash_sm90",
+    ),
+];
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn planted_bugs_fail() {
+    let Some(gpu) = gpu_or_skip("planted_bugs_fail") else {
+        return;
+    };
+    let mut rng = Rng::new("planted_bugs_fail");
+    let mut c = Checks::new("planted bugs");
+    let mut case = cases().remove(1);
+    case.chunks.extend(verify(3000, 3, case.chunks.len()));
+    for &(module, from, to, family) in PLANTED {
+        if module == "flash_sm90" && !gpu.has_func("flash_sm90_hd128") {
+            eprintln!("SKIP planted bug in {module}.cu: no sm_90 device");
+            continue;
+        }
+        let mut sources: Vec<KernelSource> = SOURCES.to_vec();
+        let src = sources.iter_mut().find(|s| s.name == module).unwrap();
+        assert_eq!(
+            src.body.matches(from).count(),
+            1,
+            "{module}.cu: `{from}` must occur once"
+        );
+        src.body = Box::leak(src.body.replace(from, to).into_boxed_str());
+        let bad = Gpu::with_sources(0, kiln_cuda::StoreType::Bf16, &sources)
+            .expect("loading the planted module");
+        let s = Setup::new(&bad, &mut rng, &case);
+        let step = s.step(&bad, &(0..case.chunks.len()).collect::<Vec<_>>());
+        let refs = references(&s, case.chunks.len());
+        let mut failed = 0;
+        for kind in kinds(&bad, &case)
+            .into_iter()
+            .filter(|k| k.name().starts_with(family))
+        {
+            let (out, secs) = run(&bad, &s, &step, kind);
+            failed += against_f64(&s, &refs, &step, kind, &out, secs)
+                .iter()
+                .filter(|(ok, _)| !ok)
+                .count();
+        }
+        c.check(
+            failed > 0,
+            format!("{module}.cu with `{to}` for `{from}`: {failed} chunk checks fail"),
         );
     }
-    // Long KV: a decode row at 32k and a short prefill chunk on top of 30k cached positions.
-    run_case(
-        &gpu,
-        &mut rng,
-        &mut c,
-        &Case {
-            n_q: 32,
-            n_kv: 8,
-            hd: 128,
-            window: 0,
-            chunks: vec![(31_999, 1), (30_000, 8), (16_383, 1)],
-        },
-    );
-    run_case(
-        &gpu,
-        &mut rng,
-        &mut c,
-        &Case {
-            n_q: 32,
-            n_kv: 8,
-            hd: 128,
-            window: 4096,
-            chunks: vec![(31_999, 1), (30_000, 8)],
-        },
-    );
     c.finish();
 }

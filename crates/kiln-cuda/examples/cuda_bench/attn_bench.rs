@@ -1,50 +1,70 @@
-//! `cuda_bench PRESET attn`: the attention kernels alone on Llama-3-8B head shapes (32 query
-//! heads, 8 KV heads, head dim 128, blocks of 16), on a KV cache of dummy values. Flash
-//! attention over every 2048-row chunk of a 2k, 8k and 32k prompt (both CTA variants), as
-//! causal TFLOP/s and the milliseconds the 32 layers of such a prefill spend in it; split-KV
-//! decode attention of one row at depth 0.5k, 8k and 32k, as KV bytes read per second.
+//! `cuda_bench PRESET attn`: the attention kernels alone, on a KV cache of dummy values in
+//! blocks of 16 (read through reversed block tables), 32 query heads over 8 KV heads.
+//!
+//! - Prefill: causal attention of a 2k, 8k and 32k prompt in 2048-row chunks (as the engine
+//!   runs them) at head dims 64, 128 and 256, for each kernel family: TFLOP/s (4 * hd * heads
+//!   per key a row sees) and the milliseconds of 32 such layers.
+//! - Decode: one step of `batch` sequences at depth 8k-128k (each its own blocks), both decode
+//!   families at head dim 128: microseconds per layer and KV bytes read per second; and a
+//!   speculative verify step (5 rows of one sequence at 8k) against a 1-row step.
+//!
+//! Human lines on stderr (`BENCH ...`), one JSON object on stdout.
 
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use kiln_cuda::device::Gpu;
+use kiln_cuda::attn_launch::{DecodeKernel, FlashKernel, FLASH_SM90_HEAD_DIMS};
+use kiln_cuda::device::{DevBuf, Gpu};
 use kiln_cuda::kernels::{AttnInputs, KvView, DECODE_MAX_SPLITS};
 use kiln_cuda::step_plan::{pack_step, StepLayout};
 use kiln_step::ChunkInput;
 
 const N_Q: usize = 32;
 const N_KV: usize = 8;
-const HD: usize = 128;
 const BS: usize = 16;
 const LAYERS: f64 = 32.0;
 const CHUNK: usize = 2048;
-const MAX_CTX: usize = 32_768;
+/// KV tokens the decode cache holds (4 KB each at head dim 128: 16 GB).
+const DECODE_TOKENS: usize = 4 << 20;
 
-/// One packed step (a single chunk) uploaded to the device.
+/// One packed step uploaded to the device.
 struct Step {
     layout: StepLayout,
-    buf: kiln_cuda::device::DevBuf<i32>,
+    buf: DevBuf<i32>,
     n_tiles: usize,
+    n_decode: usize,
 }
 
 impl Step {
-    fn new(gpu: &Gpu, table: &[u32], start: usize, rows: usize) -> Result<Step> {
-        let layout = StepLayout::new(CHUNK, 1, MAX_CTX, BS, table.len(), 2);
-        let tokens = vec![1u32; rows];
-        let chunk = ChunkInput {
-            tokens: &tokens,
-            start_pos: start,
-            block_table: table,
-            want_logits: false,
-        };
+    /// `chunks`: (table, start, rows) each.
+    fn new(
+        gpu: &Gpu,
+        chunks: &[(&[u32], usize, usize)],
+        blocks: usize,
+        max_ctx: usize,
+    ) -> Result<Step> {
+        let tokens: Vec<Vec<u32>> = chunks.iter().map(|c| vec![1u32; c.2]).collect();
+        let inputs: Vec<ChunkInput<'_>> = chunks
+            .iter()
+            .zip(&tokens)
+            .map(|(c, t)| ChunkInput {
+                tokens: t,
+                start_pos: c.1,
+                block_table: c.0,
+                want_logits: false,
+            })
+            .collect();
+        let max_tokens = tokens.iter().map(Vec::len).sum::<usize>().max(1);
+        let layout = StepLayout::new(max_tokens, chunks.len(), max_ctx, BS, blocks, 2);
         let mut packed = vec![0i32; layout.len];
-        let plan = pack_step(&[chunk], &layout, &mut packed)?;
+        let plan = pack_step(&inputs, &layout, &mut packed)?;
         let buf = gpu.alloc::<i32>(layout.len)?;
         buf.upload(0, &packed)?;
         Ok(Step {
             layout,
             buf,
             n_tiles: plan.n_tiles,
+            n_decode: plan.n_decode,
         })
     }
 
@@ -70,10 +90,98 @@ fn time(gpu: &Gpu, reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64
     Ok(t.elapsed().as_secs_f64() / reps as f64)
 }
 
-pub fn run() -> Result<()> {
-    let gpu = Gpu::new(0).context("opening the GPU")?;
-    let blocks = MAX_CTX / BS;
-    let cache_len = blocks * N_KV * BS * HD;
+fn flash_name(k: FlashKernel) -> &'static str {
+    match k {
+        FlashKernel::Sm80 { pairs: true } => "sm80",
+        FlashKernel::Sm80 { pairs: false } => "sm80_single",
+        FlashKernel::Sm90 { overlap: false } => "sm90_plain",
+        FlashKernel::Sm90 { overlap: true } => "sm90",
+    }
+}
+
+fn prefill(gpu: &Gpu, json: &mut Vec<String>) -> Result<()> {
+    let max_len = 32_768;
+    let blocks = max_len / BS;
+    let table: Vec<u32> = (0..blocks as u32).rev().collect();
+    for hd in [64usize, 128, 256] {
+        let cache_len = blocks * N_KV * BS * hd;
+        let (k, v) = (gpu.alloc::<u16>(cache_len)?, gpu.alloc::<u16>(cache_len)?);
+        gpu.dummy_fill(k.ptr(), cache_len, 11)?;
+        gpu.dummy_fill(v.ptr(), cache_len, 12)?;
+        let kv = KvView {
+            k: k.ptr(),
+            v: v.ptr(),
+            n_kv: N_KV,
+            block_size: BS,
+        };
+        let q = gpu.alloc::<u16>(CHUNK * N_Q * hd)?;
+        gpu.dummy_fill(q.ptr(), CHUNK * N_Q * hd, 13)?;
+        let out = gpu.alloc::<u16>(CHUNK * N_Q * hd)?;
+        let scale = 1.0 / (hd as f32).sqrt();
+        let mut kinds = vec![FlashKernel::Sm80 { pairs: true }];
+        if FLASH_SM90_HEAD_DIMS.contains(&hd) && gpu.has_func(&format!("flash_sm90_hd{hd}")) {
+            kinds.push(FlashKernel::Sm90 { overlap: false });
+            kinds.push(FlashKernel::Sm90 { overlap: true });
+        }
+        for len in [2048usize, 8192, 32_768] {
+            let steps: Vec<(Step, f64)> = (0..len)
+                .step_by(CHUNK)
+                .map(|s| {
+                    let rows = CHUNK.min(len - s);
+                    // A row at position p sees p + 1 keys: QK^T and PV are 2 * hd flops each.
+                    let keys: f64 = (s..s + rows).map(|p| (p + 1) as f64).sum();
+                    Ok((
+                        Step::new(gpu, &[(&table, s, rows)], blocks, max_len)?,
+                        4.0 * (hd * N_Q) as f64 * keys,
+                    ))
+                })
+                .collect::<Result<_>>()?;
+            for &kind in &kinds {
+                let (mut secs, mut flops) = (0.0, 0.0);
+                for (st, f) in &steps {
+                    let inp = st.inputs();
+                    let tiles = st.buf.at(st.layout.tiles);
+                    secs += time(gpu, 5, || {
+                        gpu.flash_attn_kernel(
+                            kind,
+                            q.ptr(),
+                            kv,
+                            tiles,
+                            st.n_tiles,
+                            &inp,
+                            out.ptr(),
+                            N_Q,
+                            hd,
+                            0,
+                            scale,
+                        )
+                    })?;
+                    flops += f;
+                }
+                let name = flash_name(kind);
+                let tflops = flops / secs / 1e12;
+                eprintln!(
+                    "BENCH flash {name} hd {hd} causal {len}: {tflops:.1} TFLOP/s, {:.1} ms for 32 layers",
+                    secs * LAYERS * 1e3
+                );
+                json.push(format!("\"flash_{name}_hd{hd}_{len}_tflops\":{tflops:.1}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn decode_name(k: DecodeKernel) -> &'static str {
+    match k {
+        DecodeKernel::Simt => "simt",
+        DecodeKernel::Mma => "mma",
+    }
+}
+
+fn decode(gpu: &Gpu, json: &mut Vec<String>) -> Result<()> {
+    let hd = 128;
+    let blocks = DECODE_TOKENS / BS + 256;
+    let cache_len = blocks * N_KV * BS * hd;
     let (k, v) = (gpu.alloc::<u16>(cache_len)?, gpu.alloc::<u16>(cache_len)?);
     gpu.dummy_fill(k.ptr(), cache_len, 11)?;
     gpu.dummy_fill(v.ptr(), cache_len, 12)?;
@@ -83,91 +191,92 @@ pub fn run() -> Result<()> {
         n_kv: N_KV,
         block_size: BS,
     };
-    // Blocks in reverse order, so reads go through the table rather than straight down memory.
-    let table: Vec<u32> = (0..blocks as u32).rev().collect();
-    let q = gpu.alloc::<u16>(CHUNK * N_Q * HD)?;
-    gpu.dummy_fill(q.ptr(), CHUNK * N_Q * HD, 13)?;
-    let out = gpu.alloc::<u16>(CHUNK * N_Q * HD)?;
-    let scale = 1.0 / (HD as f32).sqrt();
-    let mut json = Vec::new();
-
-    for len in [2048usize, 8192, 32_768] {
-        let steps: Vec<(Step, f64)> = (0..len)
-            .step_by(CHUNK)
-            .map(|s| {
-                let rows = CHUNK.min(len - s);
-                // Row at position p sees p + 1 keys: QK^T and PV are 2 * HD flops each per key.
-                let keys: f64 = (s..s + rows).map(|p| (p + 1) as f64).sum();
-                Ok((
-                    Step::new(&gpu, &table, s, rows)?,
-                    4.0 * (HD * N_Q) as f64 * keys,
-                ))
-            })
-            .collect::<Result<_>>()?;
-        for pairs in [true, false] {
-            let (mut secs, mut flops) = (0.0, 0.0);
-            for (st, f) in &steps {
-                let inp = st.inputs();
-                let tiles = st.buf.at(st.layout.tiles);
-                secs += time(&gpu, 5, || {
-                    gpu.flash_attn_with(
-                        pairs,
-                        q.ptr(),
-                        kv,
-                        tiles,
-                        st.n_tiles,
-                        &inp,
-                        out.ptr(),
-                        N_Q,
-                        HD,
-                        0,
-                        scale,
-                    )
-                })?;
-                flops += f;
-            }
-            let variant = if pairs { "pairs" } else { "single" };
-            eprintln!(
-                "BENCH flash_attn {variant} prefill {len}: {:.1} TFLOP/s, {:.1} ms for 32 layers",
-                flops / secs / 1e12,
-                secs * LAYERS * 1e3
-            );
-            json.push(format!(
-                "\"flash_{variant}_{len}_tflops\":{:.1}",
-                flops / secs / 1e12
-            ));
-        }
-    }
-
-    let po = gpu.alloc::<f32>(N_Q * DECODE_MAX_SPLITS * HD)?;
-    let pm = gpu.alloc::<f32>(N_Q * DECODE_MAX_SPLITS * 2)?;
-    for depth in [512usize, 8192, 32_000] {
-        let st = Step::new(&gpu, &table, depth, 1)?;
+    let max_rows = 128;
+    let q = gpu.alloc::<u16>(max_rows * N_Q * hd)?;
+    gpu.dummy_fill(q.ptr(), max_rows * N_Q * hd, 13)?;
+    let out = gpu.alloc::<u16>(max_rows * N_Q * hd)?;
+    let po = gpu.alloc::<f32>(max_rows * N_Q * DECODE_MAX_SPLITS * hd)?;
+    let pm = gpu.alloc::<f32>(max_rows * N_Q * DECODE_MAX_SPLITS * 2)?;
+    let scale = 1.0 / (hd as f32).sqrt();
+    let run = |kind: DecodeKernel, st: &Step, reps: usize| -> Result<f64> {
         let inp = st.inputs();
-        let secs = time(&gpu, 20, || {
-            gpu.decode_attn(
+        time(gpu, reps, || {
+            gpu.decode_attn_with(
+                kind,
                 q.ptr(),
                 kv,
                 &inp,
                 po.ptr(),
                 pm.ptr(),
                 out.ptr(),
-                1,
+                st.n_decode,
                 N_Q,
-                HD,
+                hd,
                 0,
                 scale,
             )
-        })?;
-        let bytes = ((depth + 1) * N_KV * HD * 2 * 2) as f64;
-        eprintln!(
-            "BENCH decode_attn depth {depth}: {:.1} us, KV read at {:.2} TB/s, {:.2} ms for 32 layers",
-            secs * 1e6,
-            bytes / secs / 1e12,
-            secs * LAYERS * 1e3
-        );
-        json.push(format!("\"decode_attn_{depth}_us\":{:.2}", secs * 1e6));
+        })
+    };
+    for depth in [8192usize, 32_768, 131_072] {
+        for batch in [1usize, 8, 32, 128] {
+            if batch * (depth + 1) > DECODE_TOKENS {
+                continue;
+            }
+            // Each sequence its own blocks, in reverse order.
+            let per = (depth + 1).div_ceil(BS);
+            let tables: Vec<Vec<u32>> = (0..batch)
+                .map(|b| (b * per..(b + 1) * per).rev().map(|x| x as u32).collect())
+                .collect();
+            let chunks: Vec<(&[u32], usize, usize)> =
+                tables.iter().map(|t| (&t[..], depth, 1)).collect();
+            let st = Step::new(gpu, &chunks, blocks, depth + 1)?;
+            let bytes = (batch * (depth + 1) * N_KV * hd * 2 * 2) as f64;
+            for kind in [DecodeKernel::Simt, DecodeKernel::Mma] {
+                let secs = run(kind, &st, 20)?;
+                let name = decode_name(kind);
+                eprintln!(
+                    "BENCH decode_attn {name} batch {batch} depth {depth}: {:.1} us, KV read at {:.2} TB/s",
+                    secs * 1e6,
+                    bytes / secs / 1e12
+                );
+                json.push(format!(
+                    "\"decode_{name}_b{batch}_d{depth}_tbs\":{:.3}",
+                    bytes / secs / 1e12
+                ));
+            }
+        }
     }
+    // A verify step: 5 rows of one sequence at consecutive positions from 8k, against 1 row.
+    let table: Vec<u32> = (0..(8192 + 8usize).div_ceil(BS) as u32).rev().collect();
+    let one = Step::new(gpu, &[(&table, 8192, 1)], blocks, 8200)?;
+    let rows: Vec<(&[u32], usize, usize)> = (0..5).map(|j| (&table[..], 8192 + j, 1)).collect();
+    let five = Step::new(gpu, &rows, blocks, 8200)?;
+    for kind in [DecodeKernel::Simt, DecodeKernel::Mma] {
+        let (a, b) = (run(kind, &one, 50)?, run(kind, &five, 50)?);
+        let name = decode_name(kind);
+        eprintln!(
+            "BENCH decode_attn {name} verify 5 rows depth 8192: {:.1} us, 1 row {:.1} us ({:.2}x)",
+            b * 1e6,
+            a * 1e6,
+            b / a
+        );
+        json.push(format!(
+            "\"decode_{name}_verify5_d8192_ratio\":{:.3}",
+            b / a
+        ));
+    }
+    Ok(())
+}
+
+pub fn run() -> Result<()> {
+    let gpu = Gpu::new(0).context("opening the GPU")?;
+    eprintln!(
+        "device: {} (sm_{}, {} SMs)",
+        gpu.name, gpu.arch, gpu.sm_count
+    );
+    let mut json = Vec::new();
+    prefill(&gpu, &mut json)?;
+    decode(&gpu, &mut json)?;
     println!("{{{}}}", json.join(","));
     Ok(())
 }

@@ -4,10 +4,11 @@
 //! fraction of the H200 floor where one is known; short prompts (32 and 128 tokens, one step
 //! each: the CUDA graph prefill buckets) as mean milliseconds per prompt. Human lines on
 //! stderr, one JSON object on stdout; KILN_CUDA_GRAPHS=0 for the eager figures.
-//! Usage: cuda_bench [PRESET] [decode|decode-batch|verify|attn]   ("decode": only decode at
-//! batch 1, depth 0; "decode-batch": decode at batch 1, 8, 32 and 128 only; "verify": a
+//! Usage: cuda_bench [PRESET] [decode|decode-batch|verify|attn|deep]   ("decode": only decode
+//! at batch 1, depth 0; "decode-batch": decode at batch 1, 8, 32 and 128 only; "verify": a
 //! speculative verify step of 1 + k rows of one sequence against a 1-row step, k = 1..8;
-//! "attn": the attention kernels alone on Llama-3-8B head shapes, see attn_bench.rs)
+//! "attn": the attention kernels alone, see attn_bench.rs; "deep": what attention moves,
+//! prefill 2k/8k/32k and decode at depth 8k at batch 1, 8 and 32)
 
 use std::time::Instant;
 
@@ -141,6 +142,7 @@ fn main() -> Result<()> {
     }
     let verify_only = mode == "verify";
     let decode_only = mode == "decode" || mode == "decode-batch";
+    let deep = mode == "deep";
     let src = DummySource::preset(&preset)?;
     let t = Instant::now();
     let opts = CudaOptions {
@@ -188,6 +190,8 @@ fn main() -> Result<()> {
     };
     let decodes: &[(usize, usize, Option<f64>)] = if mode == "decode" {
         &[(1, 0, Some(270.0))]
+    } else if deep {
+        &[(1, 8192, Some(265.0)), (8, 8192, None), (32, 8192, None)]
     } else if mode == "decode-batch" {
         &[
             (1, 0, Some(270.0)),
@@ -214,7 +218,7 @@ fn main() -> Result<()> {
         );
         json.push(format!("\"prefill_{len}_tok_s\":{tps:.1}"));
     }
-    let short: &[usize] = if decode_only { &[] } else { &[32, 128] };
+    let short: &[usize] = if decode_only || deep { &[] } else { &[32, 128] };
     for &len in short {
         const REPS: usize = 20;
         let mut secs = 0.0;
@@ -235,6 +239,16 @@ fn main() -> Result<()> {
             .unwrap_or_default();
         eprintln!("BENCH decode batch {batch} depth {depth}: {tps:.1} tok/s{frac}");
         json.push(format!("\"decode_b{batch}_d{depth}_tok_s\":{tps:.2}"));
+    }
+    if deep {
+        // A verify step of 5 rows (4 drafts) at depth 8k against a plain decode step.
+        let one = bench.verify(8192, 0, 50)?;
+        let five = bench.verify(8192, 4, 50)?;
+        eprintln!(
+            "BENCH verify depth 8192: 5 rows {five:.3} ms, 1 row {one:.3} ms ({:.2}x)",
+            five / one
+        );
+        json.push(format!("\"verify_d8192_rows5_ratio\":{:.3}", five / one));
     }
     let g = bench.b.graph_counters();
     eprintln!("graphs: {:?}", g);

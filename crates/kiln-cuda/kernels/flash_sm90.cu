@@ -1,0 +1,496 @@
+// Prefill attention for sm_90 (H100/H200): wgmma from shared memory, a producer warpgroup
+// streaming K/V tiles, two consumer warpgroups. Built for sm_90a only (kernel_sources.rs).
+//
+// A CTA takes one tile of up to 64 query rows (AttnTile, as flash_attn.cu) for two query
+// heads of one GQA group: warpgroup 0 loads, through the block table, the K and V tiles both
+// heads need (cp.async into the 128-byte swizzled layout wgmma reads, two stages each, full
+// and empty mbarriers); warpgroups 1 and 2 each compute one head: S = Q K^T (wgmma, A and B
+// from shared memory), the online softmax in registers, O += P V (wgmma, P from registers,
+// V transposed from shared memory). KV tiles of BN keys at absolute multiples of BN, visited
+// in order from the window's first tile to the tile of the last row; causal and window masks
+// from positions; a row meets keys outside its limits only in tiles that are then masked for
+// it, and a wholly masked tile leaves its state exactly unchanged. So a row's result depends
+// on its position and the keys only, not on the chunking, its neighbours or the batch.
+// OVL = 1 overlaps the softmax of tile j with the P V product of tile j - 1 (the same
+// operations on every accumulator in the same order, so the same bits).
+
+// ---- wgmma, mbarrier and swizzle helpers ----
+
+// Shared-memory matrix descriptor, 128-byte swizzle. lbo/sbo in bytes.
+__device__ __forceinline__ u64 gdesc(u32 saddr, u32 lbo, u32 sbo) {
+    return (u64)((saddr & 0x3ffff) >> 4) | ((u64)((lbo >> 4) & 0x3fff) << 16) |
+           ((u64)((sbo >> 4) & 0x3fff) << 32) | (1ull << 62);
+}
+
+// Byte offset of 16-byte chunk c (of a row of hd elements) in row r of a tile of `rows` rows:
+// 64-element panels of rows x 128 bytes, chunk index XOR (row % 8) inside each 128-byte row,
+// as wgmma's 128-byte swizzle reads it (the tile starts 1024-aligned).
+__device__ __forceinline__ u32 sw128(int r, int c, int rows) {
+    return (u32)((c >> 3) * rows * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+__device__ __forceinline__ void mbar_init(u32 bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+    asm volatile(
+        "{\n.reg .pred p;\nWAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+        "@!p bra WAIT;\n}\n" :: "r"(bar), "r"(parity) : "memory");
+}
+// Shared memory written through the generic proxy (cp.async, stores), read next by wgmma.
+__device__ __forceinline__ void fence_async_smem() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void named_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory"); }
+// Keeps the compiler from moving accesses to wgmma's registers across the issue or the wait.
+template <int N>
+__device__ __forceinline__ void reg_fence(float (&r)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i]) :: "memory");
+}
+template <int N>
+__device__ __forceinline__ void reg_fence(u32 (&r)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i]) :: "memory");
+}
+
+// D[64 x 64] (+)= A[64 x 16] * B[16 x 64]; A and B in shared memory, both K-major.
+__device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], u64 da, u64 db, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "%32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(accumulate));
+}
+
+// D[64 x 128] (+)= A[64 x 16] * B[16 x 128]; A and B in shared memory, both K-major.
+__device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], u64 da, u64 db, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(accumulate));
+}
+
+// D[64 x 64] += A[64 x 16] * B[16 x 64]; A in registers (four bf16 pairs per thread), B in
+// shared memory, MN-major (transposed).
+__device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], const u32* a, u64 db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
+// D[64 x 128] += A[64 x 16] * B[16 x 128]; A in registers (four bf16 pairs per thread), B in
+// shared memory, MN-major (transposed).
+__device__ __forceinline__ void wgmma_rs_n128(float (&d)[64], const u32* a, u64 db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
+// D[64 x 256] += A[64 x 16] * B[16 x 256]; A in registers (four bf16 pairs per thread), B in
+// shared memory, MN-major (transposed).
+__device__ __forceinline__ void wgmma_rs_n256(float (&d)[128], const u32* a, u64 db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+        "{%128, %129, %130, %131}, %132, 1, 1, 1, 1;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
+template <int N>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], u64 da, u64 db, int accumulate) {
+    if constexpr (N == 64) wgmma_ss_n64(d, da, db, accumulate);
+    else wgmma_ss_n128(d, da, db, accumulate);
+}
+template <int N>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const u32* a, u64 db) {
+    if constexpr (N == 64) wgmma_rs_n64(d, a, db);
+    else if constexpr (N == 128) wgmma_rs_n128(d, a, db);
+    else wgmma_rs_n256(d, a, db);
+}
+
+__device__ __forceinline__ void cp_async_16s(u32 dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void setmaxnreg_dec40() { asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n"); }
+__device__ __forceinline__ void setmaxnreg_inc232() { asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n"); }
+
+// ---- the kernel ----
+
+struct AttnTile {
+    int tok0, n_rows, seq, pos0;
+};
+
+// Shared memory (from a 1024-aligned base): Q of each head, two K stages, two V stages, then
+// the mbarriers: full K, full V (the producer's 128 threads arrive), empty K, empty V (the
+// consumers' 8 warps arrive), two of each.
+template <int HD, int BN>
+struct FsSmem {
+    static constexpr u32 Q = 64 * HD * 2, KV = BN * HD * 2;
+    __device__ static constexpr u32 q(int c) { return c * Q; }
+    __device__ static constexpr u32 k(int st) { return 2 * Q + st * KV; }
+    __device__ static constexpr u32 v(int st) { return 2 * Q + 2 * KV + st * KV; }
+    static constexpr u32 bar = 2 * Q + 4 * KV;
+    __device__ static constexpr u32 full_k(int st) { return bar + 8 * st; }
+    __device__ static constexpr u32 full_v(int st) { return bar + 16 + 8 * st; }
+    __device__ static constexpr u32 empty_k(int st) { return bar + 32 + 8 * st; }
+    __device__ static constexpr u32 empty_v(int st) { return bar + 48 + 8 * st; }
+};
+
+// One K or V tile of BN keys from k0 (keys from kv_end on read as zeros) into a swizzled stage,
+// by the producer's 128 threads.
+template <int HD, int BN>
+__device__ __forceinline__ void fs_load(u32 dst, const bf16_t* __restrict__ cache, const int* __restrict__ table,
+                                        int k0, int kv_end, int kvh, int n_kv, int block_size, int tid) {
+    constexpr int CH = HD / 8;
+#pragma unroll 4
+    for (int idx = tid; idx < BN * CH; idx += 128) {
+        const int r = idx / CH, c = idx % CH;
+        const int p = k0 + r;
+        const bool ok = p < kv_end;
+        const u64 off = ok ? (((u64)table[p / block_size] * n_kv + kvh) * block_size + p % block_size) * HD + c * 8 : 0;
+        cp_async_16s(dst + sw128(r, c, BN), cache + off, ok ? 16 : 0);
+    }
+}
+
+// 2^x on the special function unit, results below 2^-126 flushed to zero (one instruction;
+// exp2f adds a denormal fix-up around it).
+__device__ __forceinline__ float ex2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// The online softmax of one tile in base 2, in place: s (raw scores) becomes the tile's
+// probabilities, al_* rescale the row's running sums. Masked keys are -inf; a tile that needs
+// no mask runs the same arithmetic on the same values.
+template <int BN>
+__device__ __forceinline__ void fs_softmax(float (&s)[BN / 2], float& m_a, float& m_b, float& l_a, float& l_b,
+                                           float& al_a, float& al_b, bool masked, int kt, int qa, int qb,
+                                           int window, float scale_log2, int t) {
+    if (masked) {
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) {
+            const int kp = kt * BN + (i >> 2) * 8 + 2 * t + (i & 1);
+            const int qp = (i & 2) ? qb : qa;
+            const bool ok = kp <= qp && (window <= 0 || qp - kp < window);
+            s[i] = ok ? s[i] : KILN_NEG_INF;
+        }
+    }
+    float mx_a = KILN_NEG_INF, mx_b = KILN_NEG_INF;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+        mx_a = fmaxf(mx_a, fmaxf(s[4 * j], s[4 * j + 1]));
+        mx_b = fmaxf(mx_b, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+    }
+    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+    // The scale is positive, so the maximum of the scaled scores is the scaled maximum.
+    const float mn_a = fmaxf(m_a, __fmul_rn(mx_a, scale_log2)), mn_b = fmaxf(m_b, __fmul_rn(mx_b, scale_log2));
+    // A row that has seen no key yet keeps m = -inf; 0 as the base keeps everything finite.
+    const float base_a = mn_a == KILN_NEG_INF ? 0.f : mn_a;
+    const float base_b = mn_b == KILN_NEG_INF ? 0.f : mn_b;
+    al_a = ex2_ftz(__fsub_rn(m_a, base_a));
+    al_b = ex2_ftz(__fsub_rn(m_b, base_b));
+    m_a = mn_a;
+    m_b = mn_b;
+    float ps_a = 0.f, ps_b = 0.f;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+        s[4 * j] = ex2_ftz(__fmaf_rn(s[4 * j], scale_log2, -base_a));
+        s[4 * j + 1] = ex2_ftz(__fmaf_rn(s[4 * j + 1], scale_log2, -base_a));
+        s[4 * j + 2] = ex2_ftz(__fmaf_rn(s[4 * j + 2], scale_log2, -base_b));
+        s[4 * j + 3] = ex2_ftz(__fmaf_rn(s[4 * j + 3], scale_log2, -base_b));
+        ps_a = __fadd_rn(ps_a, __fadd_rn(s[4 * j], s[4 * j + 1]));
+        ps_b = __fadd_rn(ps_b, __fadd_rn(s[4 * j + 2], s[4 * j + 3]));
+    }
+    l_a = __fadd_rn(__fmul_rn(l_a, al_a), ps_a);
+    l_b = __fadd_rn(__fmul_rn(l_b, al_b), ps_b);
+}
+
+template <int HD>
+__device__ __forceinline__ void fs_rescale(float (&o)[HD / 2], float al_a, float al_b) {
+#pragma unroll
+    for (int j = 0; j < HD / 8; ++j) {
+        o[4 * j] = __fmul_rn(o[4 * j], al_a);
+        o[4 * j + 1] = __fmul_rn(o[4 * j + 1], al_a);
+        o[4 * j + 2] = __fmul_rn(o[4 * j + 2], al_b);
+        o[4 * j + 3] = __fmul_rn(o[4 * j + 3], al_b);
+    }
+}
+
+// Probabilities as the bf16 A operand of P V: 16 keys per four registers, the accumulator's
+// (row, key) layout being the A fragment's.
+template <int BN>
+__device__ __forceinline__ void fs_pack(u32 (&p)[BN / 4], const float (&s)[BN / 2]) {
+#pragma unroll
+    for (int i = 0; i < BN / 4; ++i) p[i] = pack_bf16x2(s[2 * i], s[2 * i + 1]);
+}
+
+template <int HD, int BN, int OVL>
+__device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, const bf16_t* __restrict__ kc,
+                                                const bf16_t* __restrict__ vc, const AttnTile* __restrict__ tiles,
+                                                const int* __restrict__ bt_start, const int* __restrict__ block_tables,
+                                                bf16_t* __restrict__ out, int n_q, int n_kv, int block_size,
+                                                int window, float scale_log2) {
+    using L = FsSmem<HD, BN>;
+    extern __shared__ __align__(1024) unsigned char fs_smem[];
+    // The swizzle is a function of the address: align the base to 1024 bytes (the launcher
+    // asks for 1 KB more).
+    const u32 raw = smem_addr(fs_smem);
+    const u32 base = (raw + 1023) & ~1023u;
+
+    // Later tiles of a chunk see more keys: hand them out first so the grid ends evenly.
+    const AttnTile tile = tiles[gridDim.x - 1 - blockIdx.x];
+    if (tile.n_rows == 0) return;
+    const int wg = threadIdx.x >> 7;
+    const int h0 = blockIdx.y * 2, kvh = h0 / (n_q / n_kv);
+    const int* table = block_tables + bt_start[tile.seq];
+    const int kv_end = tile.pos0 + tile.n_rows;  // keys past the last row are never needed
+    const int first = window > 0 ? max(0, tile.pos0 + 1 - window) : 0;
+    const int kt_lo = first / BN, nt = (kv_end - 1) / BN - kt_lo + 1;
+
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int st = 0; st < 2; ++st) {
+            mbar_init(base + L::full_k(st), 128);
+            mbar_init(base + L::full_v(st), 128);
+            mbar_init(base + L::empty_k(st), 8);
+            mbar_init(base + L::empty_v(st), 8);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        // Producer: K_i then V_i into stage i % 2 once the consumers have released it; each
+        // tile is announced once its copies have landed (cp.async.wait_group) and been made
+        // visible to wgmma (proxy fence).
+        setmaxnreg_dec40();
+        const int tid = threadIdx.x;
+        for (int i = 0; i < nt; ++i) {
+            const int st = i & 1, k0 = (kt_lo + i) * BN;
+            if (i >= 2) mbar_wait(base + L::empty_k(st), ((i >> 1) - 1) & 1);
+            fs_load<HD, BN>(base + L::k(st), kc, table, k0, kv_end, kvh, n_kv, block_size, tid);
+            cp_async_commit();
+            if (i >= 1) {
+                cp_async_wait<1>();
+                fence_async_smem();
+                mbar_arrive(base + L::full_v((i - 1) & 1));
+            }
+            if (i >= 2) mbar_wait(base + L::empty_v(st), ((i >> 1) - 1) & 1);
+            fs_load<HD, BN>(base + L::v(st), vc, table, k0, kv_end, kvh, n_kv, block_size, tid);
+            cp_async_commit();
+            cp_async_wait<1>();
+            fence_async_smem();
+            mbar_arrive(base + L::full_k(st));
+        }
+        cp_async_wait<0>();
+        fence_async_smem();
+        mbar_arrive(base + L::full_v((nt - 1) & 1));
+        return;
+    }
+
+    setmaxnreg_inc232();
+    const int c = wg - 1, h = h0 + c;
+    const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const u32 sq = base + L::q(c);
+    {
+        constexpr int CH = HD / 8;
+        for (int idx = tid; idx < 64 * CH; idx += 128) {
+            const int r = idx / CH, cc = idx % CH;
+            const bool ok = r < tile.n_rows;
+            const bf16_t* src = q + ((u64)(tile.tok0 + (ok ? r : 0)) * n_q + h) * HD + cc * 8;
+            cp_async_16s(sq + sw128(r, cc, 64), src, ok ? 16 : 0);
+        }
+        cp_async_commit();
+        cp_async_wait<0>();
+        fence_async_smem();
+        named_sync(1 + c, 128);
+    }
+    const int ra = warp * 16 + g, rb = ra + 8;
+    const int qa = tile.pos0 + ra, qb = tile.pos0 + rb;
+    const int q_last = kv_end - 1;
+    float s[BN / 2], o[HD / 2];
+    u32 p[BN / 4];
+#pragma unroll
+    for (int i = 0; i < HD / 2; ++i) o[i] = 0.f;
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) s[i] = 0.f;
+    float m_a = KILN_NEG_INF, m_b = KILN_NEG_INF, l_a = 0.f, l_b = 0.f;
+
+    auto issue_s = [&](int st) {
+        reg_fence(s);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; ++kk) {
+            const u64 da = gdesc(sq + (kk >> 2) * 64 * 128 + (kk & 3) * 32, 16, 1024);
+            const u64 db = gdesc(base + L::k(st) + (kk >> 2) * BN * 128 + (kk & 3) * 32, 16, 1024);
+            wgmma_ss<BN>(s, da, db, kk > 0);
+        }
+        wgmma_commit();
+    };
+    auto issue_pv = [&](int st) {
+        reg_fence(o);
+        reg_fence(p);
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < BN / 16; ++ks)
+            wgmma_rs<HD>(o, &p[4 * ks], gdesc(base + L::v(st) + ks * 2048, BN * 128, 1024));
+        wgmma_commit();
+    };
+    // This warp's release of a stage, once its wgmma reads of it are complete.
+    auto release = [&](u32 bar) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bar);
+    };
+    // Tiles reaching past the first row or before the last row's window need the mask.
+    auto masked = [&](int kt) {
+        return kt * BN + BN - 1 > tile.pos0 || (window > 0 && kt * BN <= q_last - window);
+    };
+
+    float al_a, al_b;
+    if constexpr (OVL) {
+        mbar_wait(base + L::full_k(0), 0);
+        issue_s(0);
+        wgmma_wait<0>();
+        reg_fence(s);
+        release(base + L::empty_k(0));
+        fs_softmax<BN>(s, m_a, m_b, l_a, l_b, al_a, al_b, masked(kt_lo), kt_lo, qa, qb, window, scale_log2, t);
+        fs_rescale<HD>(o, al_a, al_b);
+        fs_pack<BN>(p, s);
+        for (int i = 1; i < nt; ++i) {
+            const int st = i & 1, pst = st ^ 1, kt = kt_lo + i;
+            mbar_wait(base + L::full_k(st), (i >> 1) & 1);
+            issue_s(st);
+            mbar_wait(base + L::full_v(pst), ((i - 1) >> 1) & 1);
+            issue_pv(pst);
+            wgmma_wait<1>();  // S of tile i is done; P V of tile i - 1 may still run
+            reg_fence(s);
+            release(base + L::empty_k(st));
+            fs_softmax<BN>(s, m_a, m_b, l_a, l_b, al_a, al_b, masked(kt), kt, qa, qb, window, scale_log2, t);
+            wgmma_wait<0>();
+            reg_fence(o);
+            reg_fence(p);
+            release(base + L::empty_v(pst));
+            fs_rescale<HD>(o, al_a, al_b);
+            fs_pack<BN>(p, s);
+        }
+        const int lst = (nt - 1) & 1;
+        mbar_wait(base + L::full_v(lst), ((nt - 1) >> 1) & 1);
+        issue_pv(lst);
+        wgmma_wait<0>();
+        reg_fence(o);
+        release(base + L::empty_v(lst));
+    } else {
+        for (int i = 0; i < nt; ++i) {
+            const int st = i & 1, kt = kt_lo + i;
+            mbar_wait(base + L::full_k(st), (i >> 1) & 1);
+            issue_s(st);
+            wgmma_wait<0>();
+            reg_fence(s);
+            release(base + L::empty_k(st));
+            fs_softmax<BN>(s, m_a, m_b, l_a, l_b, al_a, al_b, masked(kt), kt, qa, qb, window, scale_log2, t);
+            fs_rescale<HD>(o, al_a, al_b);
+            fs_pack<BN>(p, s);
+            mbar_wait(base + L::full_v(st), (i >> 1) & 1);
+            issue_pv(st);
+            wgmma_wait<0>();
+            reg_fence(o);
+            release(base + L::empty_v(st));
+        }
+    }
+
+    l_a = __fadd_rn(l_a, __shfl_xor_sync(0xffffffffu, l_a, 1));
+    l_a = __fadd_rn(l_a, __shfl_xor_sync(0xffffffffu, l_a, 2));
+    l_b = __fadd_rn(l_b, __shfl_xor_sync(0xffffffffu, l_b, 1));
+    l_b = __fadd_rn(l_b, __shfl_xor_sync(0xffffffffu, l_b, 2));
+    const float inv_a = l_a > 0.f ? 1.f / l_a : 0.f, inv_b = l_b > 0.f ? 1.f / l_b : 0.f;
+    if (ra < tile.n_rows) {
+        u32* dst = reinterpret_cast<u32*>(out + ((u64)(tile.tok0 + ra) * n_q + h) * HD);
+#pragma unroll
+        for (int j = 0; j < HD / 8; ++j) dst[j * 4 + t] = pack_bf16x2(o[4 * j] * inv_a, o[4 * j + 1] * inv_a);
+    }
+    if (rb < tile.n_rows) {
+        u32* dst = reinterpret_cast<u32*>(out + ((u64)(tile.tok0 + rb) * n_q + h) * HD);
+#pragma unroll
+        for (int j = 0; j < HD / 8; ++j) dst[j * 4 + t] = pack_bf16x2(o[4 * j + 2] * inv_b, o[4 * j + 3] * inv_b);
+    }
+}
+
+// Two query heads of an even GQA group per CTA; 384 threads: a producer warpgroup (40
+// registers) and two consumer warpgroups (232).
+#define FS_ENTRY(NAME, HD, BN, OVL)                                                                      \
+    extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                           \
+        const bf16_t* q, const bf16_t* kc, const bf16_t* vc, const AttnTile* tiles, const int* bt_start, \
+        const int* block_tables, bf16_t* out, int n_q, int n_kv, int block_size, int window,            \
+        float scale_log2) {                                                                             \
+        pdl_enter();                                                                                    \
+        flash_sm90_body<HD, BN, OVL>(q, kc, vc, tiles, bt_start, block_tables, out, n_q, n_kv,          \
+                                     block_size, window, scale_log2);                                   \
+    }
+FS_ENTRY(flash_sm90_hd64, 64, 128, 0)
+FS_ENTRY(flash_sm90_hd128, 128, 128, 0)
+FS_ENTRY(flash_sm90_hd256, 256, 64, 0)
+FS_ENTRY(flash_sm90o_hd64, 64, 128, 1)
+FS_ENTRY(flash_sm90o_hd128, 128, 128, 1)
+FS_ENTRY(flash_sm90o_hd256, 256, 64, 1)

@@ -1,0 +1,329 @@
+//! Launchers of the attention variants that sit beside the first ones: decode attention on the
+//! tensor cores (kernels/decode_mma.cu), prefill attention with wgmma for sm_90
+//! (kernels/flash_sm90.cu), and the choice of family for each. Each family is batch- and
+//! chunk-invariant on its own; families differ from one another in the last bits, so one
+//! process uses one of each throughout (KernelChoice, from the environment).
+
+use anyhow::{bail, Result};
+
+use crate::device::{i32_of, Arg, Gpu};
+use crate::kernels::{AttnInputs, KvView, DECODE_MAX_SPLITS};
+use crate::switches::KernelChoice;
+
+/// Head dims of decode_mma_hd*.
+pub const DECODE_MMA_HEAD_DIMS: [usize; 5] = [16, 32, 64, 128, 256];
+/// Keys per tile of decode_mma (16 per warp, 4 warps).
+const DECODE_MMA_TILE: usize = 64;
+
+/// Head dims of flash_sm90_hd* (two query heads of an even GQA group per CTA).
+pub const FLASH_SM90_HEAD_DIMS: [usize; 3] = [64, 128, 256];
+
+/// The prefill attention kernel family a launch uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlashKernel {
+    /// flash_attn*: mma.sync, K/V tiles of 64 (32 at head dim 256); `pairs`: two heads of an
+    /// even group per CTA (same bits as one).
+    Sm80 { pairs: bool },
+    /// flash_sm90*: wgmma, K/V tiles of 128 (64 at head dim 256), two heads per CTA;
+    /// `overlap`: the softmax of one tile beside the P V product of the one before (same bits).
+    Sm90 { overlap: bool },
+}
+
+/// Keys per K/V tile of flash_sm90_hd{hd}.
+fn flash_sm90_block_n(hd: usize) -> usize {
+    if hd >= 256 {
+        64
+    } else {
+        128
+    }
+}
+
+/// Dynamic shared memory of flash_sm90_hd{hd}: two heads' Q, two K and two V stages, the
+/// barriers, and 1 KB to align the base for the swizzle.
+pub fn flash_sm90_smem_bytes(hd: usize) -> usize {
+    (2 * 64 * hd + 4 * flash_sm90_block_n(hd) * hd) * 2 + 64 + 1024
+}
+
+/// The decode attention kernel family a launch uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodeKernel {
+    /// decode_attn_hd*: CUDA cores, split count and bounds from the row's length.
+    Simt,
+    /// decode_mma_hd*: tensor cores, power-of-two splits at absolute positions, the rows of
+    /// one sequence sharing each K/V tile.
+    Mma,
+}
+
+/// Stages of decode_mma's K/V ring for head dim `hd` (DM_ENTRY in decode_mma.cu).
+fn decode_mma_stages(hd: usize) -> usize {
+    match hd {
+        0..=32 => 4,
+        33..=128 => 3,
+        _ => 2,
+    }
+}
+
+/// Dynamic shared memory of decode_mma_hd{hd}: 16 query slots and the K/V ring, rows padded by
+/// 8 elements.
+pub fn decode_mma_smem_bytes(hd: usize) -> usize {
+    let ld = hd + 8;
+    (16 * ld + 2 * decode_mma_stages(hd) * DECODE_MMA_TILE * ld) * 2
+}
+
+/// The kernels of this file that need more than 48 KB of shared memory, with their needs.
+pub fn large_smem_kernels() -> Vec<(String, usize)> {
+    let decode = DECODE_MMA_HEAD_DIMS
+        .iter()
+        .map(|&hd| (format!("decode_mma_hd{hd}"), decode_mma_smem_bytes(hd)));
+    let flash = FLASH_SM90_HEAD_DIMS.iter().flat_map(|&hd| {
+        let b = flash_sm90_smem_bytes(hd);
+        [
+            (format!("flash_sm90_hd{hd}"), b),
+            (format!("flash_sm90o_hd{hd}"), b),
+        ]
+    });
+    decode.chain(flash).filter(|&(_, b)| b > 48 << 10).collect()
+}
+
+impl Gpu {
+    /// The prefill kernel family for a layer's shape: the one the environment asks for where
+    /// it has the head dim and the grouping (and, for sm90, the device), else mma.sync.
+    pub fn flash_kernel_for(&self, n_q: usize, n_kv: usize, hd: usize) -> FlashKernel {
+        let k = KernelChoice::from_env();
+        let even = n_kv > 0 && n_q.is_multiple_of(n_kv) && (n_q / n_kv).is_multiple_of(2);
+        if k.flash_sm90 && even && self.has_func(&format!("flash_sm90_hd{hd}")) {
+            FlashKernel::Sm90 {
+                overlap: k.flash_overlap,
+            }
+        } else {
+            FlashKernel::Sm80 {
+                pairs: k.flash_pairs,
+            }
+        }
+    }
+
+    /// Prefill attention over `n_tiles` tiles (device array of {tok0, n_rows, seq, pos0}),
+    /// with the family [`Gpu::flash_kernel_for`] picks.
+    #[allow(clippy::too_many_arguments)]
+    pub fn flash_attn(
+        &self,
+        q: u64,
+        kv: KvView,
+        tiles: u64,
+        n_tiles: usize,
+        inp: &AttnInputs,
+        out: u64,
+        n_q: usize,
+        hd: usize,
+        window: usize,
+        scale: f32,
+    ) -> Result<()> {
+        let kind = self.flash_kernel_for(n_q, kv.n_kv, hd);
+        self.flash_attn_kernel(
+            kind, q, kv, tiles, n_tiles, inp, out, n_q, hd, window, scale,
+        )
+    }
+
+    /// [`Gpu::flash_attn`] with the family given.
+    #[allow(clippy::too_many_arguments)]
+    pub fn flash_attn_kernel(
+        &self,
+        kind: FlashKernel,
+        q: u64,
+        kv: KvView,
+        tiles: u64,
+        n_tiles: usize,
+        inp: &AttnInputs,
+        out: u64,
+        n_q: usize,
+        hd: usize,
+        window: usize,
+        scale: f32,
+    ) -> Result<()> {
+        let overlap = match kind {
+            FlashKernel::Sm80 { pairs } => {
+                return self.flash_attn_with(
+                    pairs, q, kv, tiles, n_tiles, inp, out, n_q, hd, window, scale,
+                )
+            }
+            FlashKernel::Sm90 { overlap } => overlap,
+        };
+        if n_tiles == 0 {
+            return Ok(());
+        }
+        if !FLASH_SM90_HEAD_DIMS.contains(&hd) {
+            bail!("flash_sm90 supports head dims {FLASH_SM90_HEAD_DIMS:?}, not {hd}");
+        }
+        if kv.n_kv == 0 || !n_q.is_multiple_of(2 * kv.n_kv) {
+            bail!(
+                "flash_sm90 needs an even GQA group, not {n_q} query heads over {} KV heads",
+                kv.n_kv
+            );
+        }
+        let args = [
+            Arg::Ptr(q),
+            Arg::Ptr(kv.k),
+            Arg::Ptr(kv.v),
+            Arg::Ptr(tiles),
+            Arg::Ptr(inp.bt_start),
+            Arg::Ptr(inp.block_tables),
+            Arg::Ptr(out),
+            Arg::I32(n_q as i32),
+            Arg::I32(kv.n_kv as i32),
+            Arg::I32(kv.block_size as i32),
+            Arg::I32(i32_of(window, "window")?),
+            Arg::F32(scale * std::f32::consts::LOG2_E),
+        ];
+        let name = if overlap {
+            format!("flash_sm90o_hd{hd}")
+        } else {
+            format!("flash_sm90_hd{hd}")
+        };
+        self.launch(
+            &name,
+            (n_tiles as u32, (n_q / 2) as u32, 1),
+            384,
+            flash_sm90_smem_bytes(hd) as u32,
+            &args,
+        )
+    }
+}
+
+impl Gpu {
+    /// Decode attention for `rows` single-token rows (flat tokens 0..rows), split over the KV
+    /// length, then merged; the kernel family the environment chooses. `part_o`/`part_ml` hold
+    /// rows * n_q * DECODE_MAX_SPLITS partials.
+    #[allow(clippy::too_many_arguments)]
+    pub fn decode_attn(
+        &self,
+        q: u64,
+        kv: KvView,
+        inp: &AttnInputs,
+        part_o: u64,
+        part_ml: u64,
+        out: u64,
+        rows: usize,
+        n_q: usize,
+        hd: usize,
+        window: usize,
+        scale: f32,
+    ) -> Result<()> {
+        // bf16 backends only load decode_mma; the others keep the typed kernel.
+        let kind = if KernelChoice::from_env().decode_mma
+            && self.has_func(&format!("decode_mma_hd{hd}"))
+        {
+            DecodeKernel::Mma
+        } else {
+            DecodeKernel::Simt
+        };
+        self.decode_attn_with(
+            kind, q, kv, inp, part_o, part_ml, out, rows, n_q, hd, window, scale,
+        )
+    }
+
+    /// [`Gpu::decode_attn`] with the kernel family given.
+    #[allow(clippy::too_many_arguments)]
+    pub fn decode_attn_with(
+        &self,
+        kind: DecodeKernel,
+        q: u64,
+        kv: KvView,
+        inp: &AttnInputs,
+        part_o: u64,
+        part_ml: u64,
+        out: u64,
+        rows: usize,
+        n_q: usize,
+        hd: usize,
+        window: usize,
+        scale: f32,
+    ) -> Result<()> {
+        match kind {
+            DecodeKernel::Simt => self.decode_attn_simt(
+                q, kv, inp, part_o, part_ml, out, rows, n_q, hd, window, scale,
+            ),
+            DecodeKernel::Mma => self.decode_mma(
+                q, kv, inp, part_o, part_ml, out, rows, n_q, hd, window, scale,
+            ),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn decode_mma(
+        &self,
+        q: u64,
+        kv: KvView,
+        inp: &AttnInputs,
+        part_o: u64,
+        part_ml: u64,
+        out: u64,
+        rows: usize,
+        n_q: usize,
+        hd: usize,
+        window: usize,
+        scale: f32,
+    ) -> Result<()> {
+        if rows == 0 {
+            return Ok(());
+        }
+        if !DECODE_MMA_HEAD_DIMS.contains(&hd) {
+            bail!("decode_mma supports head dims {DECODE_MMA_HEAD_DIMS:?}, not {hd}");
+        }
+        if kv.n_kv == 0 || !n_q.is_multiple_of(kv.n_kv) {
+            bail!(
+                "decode_mma: {n_q} query heads do not group over {} KV heads",
+                kv.n_kv
+            );
+        }
+        // One CTA serves up to 16 query heads of a group (and 16 / heads rows of a sequence).
+        let group = n_q / kv.n_kv;
+        let chunks = group.div_ceil(group.min(16));
+        let args = [
+            Arg::Ptr(q),
+            Arg::Ptr(kv.k),
+            Arg::Ptr(kv.v),
+            Arg::Ptr(inp.positions),
+            Arg::Ptr(inp.token_seq),
+            Arg::Ptr(inp.bt_start),
+            Arg::Ptr(inp.block_tables),
+            Arg::Ptr(part_o),
+            Arg::Ptr(part_ml),
+            Arg::I32(n_q as i32),
+            Arg::I32(kv.n_kv as i32),
+            Arg::I32(kv.block_size as i32),
+            Arg::I32(i32_of(window, "window")?),
+            Arg::F32(scale * std::f32::consts::LOG2_E),
+            Arg::I32(DECODE_MAX_SPLITS as i32),
+        ];
+        // Every split slot of every row is launched; slots past a row's splits (and rows whose
+        // run another CTA serves) exit at once, so the grid depends on the row count only.
+        let grid = (
+            DECODE_MAX_SPLITS as u32,
+            (kv.n_kv * chunks) as u32,
+            rows as u32,
+        );
+        self.launch(
+            &format!("decode_mma_hd{hd}"),
+            grid,
+            128,
+            decode_mma_smem_bytes(hd) as u32,
+            &args,
+        )?;
+        let args = [
+            Arg::Ptr(part_o),
+            Arg::Ptr(part_ml),
+            Arg::Ptr(inp.positions),
+            Arg::Ptr(out),
+            Arg::I32(n_q as i32),
+            Arg::I32(hd as i32),
+            Arg::I32(DECODE_MAX_SPLITS as i32),
+        ];
+        self.launch(
+            "decode_mma_combine",
+            (n_q as u32, rows as u32, 1),
+            hd.clamp(32, 256) as u32,
+            0,
+            &args,
+        )
+    }
+}

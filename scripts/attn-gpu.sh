@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Attention on the GPU machine in one call, under 4 minutes: the attention contract (every
+# prefill and decode kernel against float64, the bit-for-bit identities, and the planted bugs
+# it must catch), the kernels' speed (`cuda_bench llama3-8b attn`), torch SDPA on the same
+# shapes, the invariance suites with the new kernels switched on, and the backend figures
+# attention moves (`cuda_bench llama3-8b deep`) with the new kernels and without.
+# Needs the executables from scripts/build-gpu-carry.sh in .carry/. Logs under $OUT (default
+# ./attn-gpu-out); the summary comes last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/attn-gpu-out}"
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export KILN_REQUIRE_GPU=1
+export KILN_KERNEL_CACHE="${KILN_KERNEL_CACHE:-/tmp/kiln-kernel-cache}"
+export RUST_BACKTRACE=0
+manifest=.carry/manifest.txt
+summary="$OUT/summary.txt"
+: > "$summary"
+say() { echo "$*" | tee -a "$summary"; }
+[ -f "$manifest" ] || { echo "FAIL: $manifest missing (run scripts/build-gpu-carry.sh first)"; exit 1; }
+for f in .carry/bin/*.xz; do [ -f "$f" ] && xz -df "$f"; done
+exe() { awk -v k="$1" -v n="$2" '$1==k && $2==n {print ".carry/"$3}' "$manifest"; }
+start=$(date +%s)
+left() { echo $(( 235 - ($(date +%s) - start) )); }
+# Runs "$@" for at most min($1, time left) seconds.
+budget() { local t=$1; shift; local l; l=$(left); [ "$l" -lt "$t" ] && t=$l; [ "$t" -lt 5 ] && return 124; timeout "$t" "$@"; }
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader 2>&1 | head -1 | tee -a "$summary"
+
+# 1. The contract (kernel compilation included: the first run fills the kernel cache).
+contract=$(exe test contract_attention)
+budget 110 "$contract" --include-ignored --test-threads=1 --nocapture > "$OUT/contract.log" 2>&1
+rc=$?
+say "contract_attention: rc=$rc, $(grep -c '\] PASS ' "$OUT/contract.log") pass, $(grep -c '\] FAIL \|panicked' "$OUT/contract.log") fail"
+grep -E "\] FAIL |panicked" "$OUT/contract.log" | head -12 | cut -c1-220 | sed 's/^/    /' | tee -a "$summary"
+
+# 2. Kernel speed, then torch SDPA on the same shapes.
+bench=$(exe bench cuda_bench)
+budget 60 "$bench" llama3-8b attn > "$OUT/attn.json" 2> "$OUT/attn.log"
+say "cuda_bench attn: rc=$?"
+budget 45 python3 scripts/bench/sdpa_bench.py > "$OUT/sdpa.json" 2> "$OUT/sdpa.log"
+say "sdpa_bench: rc=$? ($(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null))"
+
+# 3. The backend with the new kernels: invariance (alone == batched == chunked) and verify rows.
+for t in backend_invariance verify_rows; do
+    KILN_FLASH_ATTN=sm90 KILN_DECODE_ATTN=mma budget 40 "$(exe test $t)" --include-ignored --test-threads=1 --nocapture > "$OUT/new-$t.log" 2>&1
+    rc=$?
+    say "$t (KILN_FLASH_ATTN=sm90 KILN_DECODE_ATTN=mma): rc=$rc, $(grep -c '\] PASS ' "$OUT/new-$t.log") pass, $(grep -c '\] FAIL \|panicked' "$OUT/new-$t.log") fail"
+done
+
+# 4. Backend figures: new kernels, then the defaults (sm80 and simt), while time remains.
+for run in new old; do
+    flash=sm80 decode=simt
+    [ $run = new ] && flash=sm90 decode=mma
+    KILN_FLASH_ATTN=$flash KILN_DECODE_ATTN=$decode budget 45 "$bench" llama3-8b deep > "$OUT/deep-$run.json" 2> "$OUT/deep-$run.log"
+    say "cuda_bench deep ($run: KILN_FLASH_ATTN=$flash KILN_DECODE_ATTN=$decode): rc=$?"
+done
+
+# Summary: the figures side by side.
+say ""
+say "SUMMARY ($(( $(date +%s) - start )) s)"
+grep -h "^BENCH flash" "$OUT/attn.log" | sed 's/^BENCH //' | tee -a "$summary"
+grep -h "^SDPA .*causal" "$OUT/sdpa.log" | grep -v unsupported | tee -a "$summary"
+grep -h "^BENCH decode_attn" "$OUT/attn.log" | sed 's/^BENCH //' | tee -a "$summary"
+grep -h "^SDPA decode" "$OUT/sdpa.log" | tee -a "$summary"
+for run in new old; do grep -h "^BENCH" "$OUT/deep-$run.log" | sed "s/^BENCH /$run: /" | tee -a "$summary"; done
+grep -q "\] FAIL \|panicked" "$OUT"/contract.log "$OUT"/new-*.log && { say "RESULT: failures (see above and $OUT)"; exit 1; }
+say "RESULT: contract and invariance passed"
