@@ -12,7 +12,9 @@
 // it, and a wholly masked tile leaves its state exactly unchanged. So a row's result depends
 // on its position and the keys only, not on the chunking, its neighbours or the batch.
 // OVL = 1 overlaps the softmax of tile j with the P V product of tile j - 1 (the same
-// operations on every accumulator in the same order, so the same bits).
+// operations on every accumulator in the same order, so the same bits); OVL = 2 also makes
+// the two consumer warpgroups take turns issuing their products (named barriers), so one
+// computes its softmax while the other's products run (the order of issue only: same bits).
 
 // ---- wgmma, mbarrier and swizzle helpers ----
 
@@ -47,6 +49,9 @@ __device__ __forceinline__ void fence_async_smem() {
 }
 __device__ __forceinline__ void named_sync(int id, int threads) {
     asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
 }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
@@ -408,10 +413,24 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
         return kt * BN + BN - 1 > tile.pos0 || (window > 0 && kt * BN <= q_last - window);
     };
 
+    // OVL == 2: warpgroup c issues its products only in its turn (barrier 3 + c), then hands
+    // the turn over; consumer 1 gives consumer 0 the first turn.
+    auto my_turn = [&] {
+        if constexpr (OVL == 2) named_sync(3 + c, 256);
+    };
+    auto your_turn = [&] {
+        if constexpr (OVL == 2) named_arrive(4 - c, 256);
+    };
+    if constexpr (OVL == 2) {
+        if (c == 1) named_arrive(3, 256);
+    }
+
     float al_a, al_b;
     if constexpr (OVL) {
         mbar_wait(base + L::full_k(0), 0);
+        my_turn();
         issue_s(0);
+        your_turn();
         wgmma_wait<0>();
         reg_fence(s);
         release(base + L::empty_k(0));
@@ -421,9 +440,11 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
         for (int i = 1; i < nt; ++i) {
             const int st = i & 1, pst = st ^ 1, kt = kt_lo + i;
             mbar_wait(base + L::full_k(st), (i >> 1) & 1);
-            issue_s(st);
             mbar_wait(base + L::full_v(pst), ((i - 1) >> 1) & 1);
+            my_turn();
+            issue_s(st);
             issue_pv(pst);
+            your_turn();
             wgmma_wait<1>();  // S of tile i is done; P V of tile i - 1 may still run
             reg_fence(s);
             release(base + L::empty_k(st));
@@ -437,7 +458,9 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
         }
         const int lst = (nt - 1) & 1;
         mbar_wait(base + L::full_v(lst), ((nt - 1) >> 1) & 1);
+        my_turn();
         issue_pv(lst);
+        if (c == 0) your_turn();  // consumer 1 takes the last turn: nobody waits for another
         wgmma_wait<0>();
         reg_fence(o);
         release(base + L::empty_v(lst));
@@ -494,3 +517,6 @@ FS_ENTRY(flash_sm90_hd256, 256, 64, 0)
 FS_ENTRY(flash_sm90o_hd64, 64, 128, 1)
 FS_ENTRY(flash_sm90o_hd128, 128, 128, 1)
 FS_ENTRY(flash_sm90o_hd256, 256, 64, 1)
+FS_ENTRY(flash_sm90p_hd64, 64, 128, 2)
+FS_ENTRY(flash_sm90p_hd128, 128, 128, 2)
+FS_ENTRY(flash_sm90p_hd256, 256, 64, 2)

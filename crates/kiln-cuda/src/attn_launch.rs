@@ -25,8 +25,10 @@ pub enum FlashKernel {
     /// even group per CTA (same bits as one).
     Sm80 { pairs: bool },
     /// flash_sm90*: wgmma, K/V tiles of 128 (64 at head dim 256), two heads per CTA;
-    /// `overlap`: the softmax of one tile beside the P V product of the one before (same bits).
-    Sm90 { overlap: bool },
+    /// `overlap`: the softmax of one tile beside the P V product of the one before;
+    /// `pingpong` (with overlap): the two heads' warpgroups take turns issuing their products.
+    /// All three give the same bits.
+    Sm90 { overlap: bool, pingpong: bool },
 }
 
 /// Keys per K/V tile of flash_sm90_hd{hd}.
@@ -77,10 +79,7 @@ pub fn large_smem_kernels() -> Vec<(String, usize)> {
         .map(|&hd| (format!("decode_mma_hd{hd}"), decode_mma_smem_bytes(hd)));
     let flash = FLASH_SM90_HEAD_DIMS.iter().flat_map(|&hd| {
         let b = flash_sm90_smem_bytes(hd);
-        [
-            (format!("flash_sm90_hd{hd}"), b),
-            (format!("flash_sm90o_hd{hd}"), b),
-        ]
+        ["flash_sm90_hd", "flash_sm90o_hd", "flash_sm90p_hd"].map(|p| (format!("{p}{hd}"), b))
     });
     decode.chain(flash).filter(|&(_, b)| b > 48 << 10).collect()
 }
@@ -93,7 +92,8 @@ impl Gpu {
         let even = n_kv > 0 && n_q.is_multiple_of(n_kv) && (n_q / n_kv).is_multiple_of(2);
         if k.flash_sm90 && even && self.has_func(&format!("flash_sm90_hd{hd}")) {
             FlashKernel::Sm90 {
-                overlap: k.flash_overlap,
+                overlap: k.flash_overlap || k.flash_pingpong,
+                pingpong: k.flash_pingpong,
             }
         } else {
             FlashKernel::Sm80 {
@@ -140,13 +140,13 @@ impl Gpu {
         window: usize,
         scale: f32,
     ) -> Result<()> {
-        let overlap = match kind {
+        let (overlap, pingpong) = match kind {
             FlashKernel::Sm80 { pairs } => {
                 return self.flash_attn_with(
                     pairs, q, kv, tiles, n_tiles, inp, out, n_q, hd, window, scale,
                 )
             }
-            FlashKernel::Sm90 { overlap } => overlap,
+            FlashKernel::Sm90 { overlap, pingpong } => (overlap, pingpong),
         };
         if n_tiles == 0 {
             return Ok(());
@@ -174,7 +174,9 @@ impl Gpu {
             Arg::I32(i32_of(window, "window")?),
             Arg::F32(scale * std::f32::consts::LOG2_E),
         ];
-        let name = if overlap {
+        let name = if pingpong {
+            format!("flash_sm90p_hd{hd}")
+        } else if overlap {
             format!("flash_sm90o_hd{hd}")
         } else {
             format!("flash_sm90_hd{hd}")

@@ -174,7 +174,7 @@ mod tests {
         ];
         let flash = [hd("flash_attn_hd"), hd("flash_attn2_hd")].concat();
         let decode = [&hd("decode_attn_hd")[..], &["decode_attn_combine".into()]].concat();
-        let flash_sm90 = ["flash_sm90_hd", "flash_sm90o_hd"]
+        let flash_sm90 = ["flash_sm90_hd", "flash_sm90o_hd", "flash_sm90p_hd"]
             .iter()
             .flat_map(|p| [64, 128, 256].map(|d| format!("{p}{d}")))
             .collect();

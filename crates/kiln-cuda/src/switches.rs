@@ -54,6 +54,10 @@ pub struct KernelChoice {
     /// KILN_FLASH_OVERLAP=0: the sm90 kernel runs each tile's softmax after the previous
     /// tile's P V product instead of beside it (same bits).
     pub flash_overlap: bool,
+    /// KILN_FLASH_PINGPONG=1: the sm90 kernel's two consumer warpgroups take turns issuing
+    /// their products, so one's softmax runs beside the other's (same bits). Opt-in until
+    /// measured.
+    pub flash_pingpong: bool,
     /// KILN_DECODE_ATTN=mma | simt: decode attention on the tensor cores with the rows of one
     /// sequence sharing K/V reads (`decode_mma_*`) or on CUDA cores (`decode_attn_*`).
     /// Different bits, each batch-invariant. simt until the mma kernel is measured on the GPU.
@@ -110,6 +114,7 @@ impl Env {
                         _ => FLASH_SM90_DEFAULT,
                     },
                     flash_overlap: on("KILN_FLASH_OVERLAP"),
+                    flash_pingpong: var("KILN_FLASH_PINGPONG").as_deref() == Some("1"),
                     decode_mma: match var("KILN_DECODE_ATTN").as_deref() {
                         Some("mma") => true,
                         Some("simt") => false,
@@ -149,7 +154,7 @@ impl Switches {
             KernelCache::Dir(d) => d.display().to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} flash_pairs={} flash={} flash_overlap={} decode={} pdl={} cuda_graphs={} graph_prefill={prefill} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} pdl={} cuda_graphs={} graph_prefill={prefill} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -161,6 +166,7 @@ impl Switches {
             k.flash_pairs as u8,
             if k.flash_sm90 { "sm90" } else { "sm80" },
             k.flash_overlap as u8,
+            k.flash_pingpong as u8,
             if k.decode_mma { "mma" } else { "simt" },
             k.pdl as u8,
             self.cuda_graphs as u8,
@@ -177,6 +183,7 @@ impl KernelChoice {
         skinny_deep: true,
         flash_sm90: FLASH_SM90_DEFAULT,
         flash_overlap: true,
+        flash_pingpong: false,
         decode_mma: DECODE_MMA_DEFAULT,
     };
     pub const ALL_PLAIN: KernelChoice = KernelChoice {
@@ -187,6 +194,7 @@ impl KernelChoice {
         skinny_deep: false,
         flash_sm90: false,
         flash_overlap: false,
+        flash_pingpong: false,
         decode_mma: false,
     };
 

@@ -94,8 +94,11 @@ fn flash_name(k: FlashKernel) -> &'static str {
     match k {
         FlashKernel::Sm80 { pairs: true } => "sm80",
         FlashKernel::Sm80 { pairs: false } => "sm80_single",
-        FlashKernel::Sm90 { overlap: false } => "sm90_plain",
-        FlashKernel::Sm90 { overlap: true } => "sm90",
+        FlashKernel::Sm90 { overlap: false, .. } => "sm90_plain",
+        FlashKernel::Sm90 {
+            pingpong: false, ..
+        } => "sm90_overlap",
+        FlashKernel::Sm90 { pingpong: true, .. } => "sm90_pingpong",
     }
 }
 
@@ -120,8 +123,9 @@ fn prefill(gpu: &Gpu, json: &mut Vec<String>) -> Result<()> {
         let scale = 1.0 / (hd as f32).sqrt();
         let mut kinds = vec![FlashKernel::Sm80 { pairs: true }];
         if FLASH_SM90_HEAD_DIMS.contains(&hd) && gpu.has_func(&format!("flash_sm90_hd{hd}")) {
-            kinds.push(FlashKernel::Sm90 { overlap: false });
-            kinds.push(FlashKernel::Sm90 { overlap: true });
+            for (overlap, pingpong) in [(false, false), (true, false), (true, true)] {
+                kinds.push(FlashKernel::Sm90 { overlap, pingpong });
+            }
         }
         for len in [2048usize, 8192, 32_768] {
             let steps: Vec<(Step, f64)> = (0..len)
