@@ -8,7 +8,8 @@
 //! at batch 1, depth 0; "decode-batch": decode at batch 1, 8, 32 and 128 only; "verify": a
 //! speculative verify step of 1 + k rows of one sequence against a 1-row step, k = 1..8;
 //! "attn": the attention kernels alone, see attn_bench.rs; "deep": what attention moves,
-//! prefill 2k/8k/32k and decode at depth 8k at batch 1, 8 and 32)
+//! prefill 2k/8k/32k and decode at depth 8k at batch 1, 8 and 32). A `chunk=N` argument after
+//! them sets the prefill chunk (default 2048).
 
 use std::time::Instant;
 
@@ -19,12 +20,14 @@ use kiln_step::{Backend, ChunkInput};
 
 mod attn_bench;
 
+/// Prefill chunk (tokens per step) unless a `chunk=N` argument says otherwise.
 const CHUNK: usize = 2048;
 /// Longest prefill measured, plus room for the decode steps after it.
 const MAX_CONTEXT: usize = 32_768 + 256;
 
 struct Bench {
     b: CudaBackend,
+    chunk: usize,
     next_block: u32,
     bs: usize,
     vocab: usize,
@@ -47,14 +50,14 @@ impl Bench {
             .collect()
     }
 
-    /// Prefills a prompt in CHUNK-token chunks; returns (seconds, block table).
+    /// Prefills a prompt in chunks of `self.chunk` tokens; returns (seconds, block table).
     fn prefill(&mut self, len: usize, extra: usize, salt: usize) -> Result<(f64, Vec<u32>, u32)> {
         let prompt = self.prompt(len, salt);
         let table = self.table(len + extra);
         let t = Instant::now();
         let mut last = 0;
-        for start in (0..len).step_by(CHUNK) {
-            let end = (start + CHUNK).min(len);
+        for start in (0..len).step_by(self.chunk) {
+            let end = (start + self.chunk).min(len);
             last = self
                 .b
                 .forward_greedy(&[ChunkInput {
@@ -137,6 +140,9 @@ fn main() -> Result<()> {
         .nth(1)
         .unwrap_or_else(|| "llama3-8b".into());
     let mode = std::env::args().nth(2).unwrap_or_default();
+    let chunk = std::env::args()
+        .find_map(|a| a.strip_prefix("chunk=").and_then(|n| n.parse().ok()))
+        .unwrap_or(CHUNK);
     if mode == "attn" {
         return attn_bench::run();
     }
@@ -146,7 +152,7 @@ fn main() -> Result<()> {
     let src = DummySource::preset(&preset)?;
     let t = Instant::now();
     let opts = CudaOptions {
-        prefill_chunk: CHUNK,
+        prefill_chunk: chunk,
         max_seqs: 128,
         max_context: Some(MAX_CONTEXT),
         ..CudaOptions::default()
@@ -158,14 +164,16 @@ fn main() -> Result<()> {
     let vocab = b.config().vocab_size;
     let mut bench = Bench {
         b,
+        chunk,
         next_block: 0,
         bs,
         vocab,
     };
-    bench.prefill(CHUNK, 0, 99)?; // warm-up
+    bench.prefill(chunk, 0, 99)?; // warm-up
     let mut json = vec![
         format!("\"model\":\"dummy:{preset}\""),
         format!("\"load_s\":{load:.3}"),
+        format!("\"prefill_chunk\":{chunk}"),
     ];
     if verify_only {
         // Verify steps of 1 + k rows of one sequence against a 1-row step, depth 512 and 8k.
