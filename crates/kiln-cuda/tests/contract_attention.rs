@@ -54,19 +54,33 @@ impl Kind {
     }
 }
 
-/// The kinds that can run `case` on this GPU.
-fn kinds(gpu: &Gpu, case: &Case) -> Vec<Kind> {
-    let mut k = vec![
-        Kind::Ref,
-        Kind::Decode(DecodeKernel::Simt),
-        Kind::Flash(FlashKernel::Sm80 { pairs: true }),
-        Kind::Flash(FlashKernel::Sm80 { pairs: false }),
-    ];
-    if DECODE_MMA_HEAD_DIMS.contains(&case.hd) {
+/// The kernels one test process checks (a kernel that faults takes its process's context
+/// with it, so each new family runs in a test of its own).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Family {
+    /// ref_attn, decode_attn and flash_attn: the kernels that ran before.
+    First,
+    DecodeMma,
+    FlashSm90,
+}
+
+/// The kinds of `family` that can run `case` on this GPU.
+fn kinds(gpu: &Gpu, case: &Case, family: Family) -> Vec<Kind> {
+    let mut k = Vec::new();
+    if family == Family::First {
+        k.extend([
+            Kind::Ref,
+            Kind::Decode(DecodeKernel::Simt),
+            Kind::Flash(FlashKernel::Sm80 { pairs: true }),
+            Kind::Flash(FlashKernel::Sm80 { pairs: false }),
+        ]);
+    }
+    if family == Family::DecodeMma && DECODE_MMA_HEAD_DIMS.contains(&case.hd) {
         k.push(Kind::Decode(DecodeKernel::Mma));
     }
     let even = (case.n_q / case.n_kv).is_multiple_of(2);
-    if even
+    if family == Family::FlashSm90
+        && even
         && FLASH_SM90_HEAD_DIMS.contains(&case.hd)
         && gpu.has_func(&format!("flash_sm90_hd{}", case.hd))
     {
@@ -194,7 +208,11 @@ fn against_f64(
 }
 
 /// Every check of one case.
-fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case) {
+fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case, family: Family) {
+    let kinds = kinds(gpu, case, family);
+    if kinds.is_empty() {
+        return;
+    }
     // Each prefill chunk of 4 rows or more also split in two (halves of 2 rows or more), its
     // halves packed together into a step of their own.
     let mut case = case.clone();
@@ -222,7 +240,6 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case) {
     let all: Vec<usize> = (0..main).collect();
     let step = s.step(gpu, &all);
     let name = case.name();
-    let kinds = kinds(gpu, &case);
     let refs = references(&s, main);
     let mut outs = Vec::new();
     for &kind in &kinds {
@@ -401,43 +418,56 @@ fn cases() -> Vec<Case> {
     v
 }
 
-#[test]
-#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
-fn attention_contract() {
-    let Some(gpu) = gpu_or_skip("attention_contract") else {
+fn contract(test: &str, family: Family) {
+    let Some(gpu) = gpu_or_skip(test) else {
         return;
     };
-    let mut rng = Rng::new("attention_contract");
-    let mut c = Checks::new("attention");
+    if family == Family::FlashSm90 && !gpu.has_func("flash_sm90_hd128") {
+        eprintln!("SKIP {test}: flash_sm90 is built for sm_90 devices only");
+        return;
+    }
+    let mut rng = Rng::new(test);
+    let mut c = Checks::new(test);
     for case in cases() {
-        run_case(&gpu, &mut rng, &mut c, &case);
+        run_case(&gpu, &mut rng, &mut c, &case, family);
     }
     c.finish();
 }
 
-/// Modules with one planted bug each: (module, text, replacement, kinds that must fail).
-const PLANTED: &[(&str, &str, &str, &str)] = &[
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn attention_contract() {
+    contract("attention_contract", Family::First);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn attention_contract_decode_mma() {
+    contract("attention_contract_decode_mma", Family::DecodeMma);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn attention_contract_flash_sm90() {
+    contract("attention_contract_flash_sm90", Family::FlashSm90);
+}
+
+/// Modules with one planted bug each: (module, text, replacement).
+const PLANTED: &[(&str, &str, &str)] = &[
     // A decode row also sees the key just past its own position.
     (
         "decode_mma",
         "(kp < len_a && kp >= first_a)",
         "(kp <= len_a && kp >= first_a)",
-        "decode_mma",
     ),
     // A prefill row no longer sees its own key.
     (
         "flash_sm90",
         "const bool ok = kp <= qp &&",
         "const bool ok = kp < qp &&",
-        "flash_sm90",
     ),
     // The copy into shared memory forgets the swizzle wgmma reads.
-    (
-        "flash_sm90",
-        "(((c & 7) ^ (r & 7)) << 4)",
-        "((c & 7) << 4)",
-        "flash_sm90",
-    ),
+    ("flash_sm90", "(((c & 7) ^ (r & 7)) << 4)", "((c & 7) << 4)"),
 ];
 
 #[test]
@@ -447,10 +477,10 @@ fn planted_bugs_fail() {
         return;
     };
     let mut rng = Rng::new("planted_bugs_fail");
-    let mut c = Checks::new("planted bugs");
+    let mut c = Checks::new("planted_bugs_fail");
     let mut case = cases().remove(1);
     case.chunks.extend(verify(3000, 3, case.chunks.len()));
-    for &(module, from, to, family) in PLANTED {
+    for &(module, from, to) in PLANTED {
         if module == "flash_sm90" && !gpu.has_func("flash_sm90_hd128") {
             eprintln!("SKIP planted bug in {module}.cu: no sm_90 device");
             continue;
@@ -469,10 +499,12 @@ fn planted_bugs_fail() {
         let step = s.step(&bad, &(0..case.chunks.len()).collect::<Vec<_>>());
         let refs = references(&s, case.chunks.len());
         let mut failed = 0;
-        for kind in kinds(&bad, &case)
-            .into_iter()
-            .filter(|k| k.name().starts_with(family))
-        {
+        let family = if module == "decode_mma" {
+            Family::DecodeMma
+        } else {
+            Family::FlashSm90
+        };
+        for kind in kinds(&bad, &case, family) {
             let (out, secs) = run(&bad, &s, &step, kind);
             failed += against_f64(&s, &refs, &step, kind, &out, secs)
                 .iter()

@@ -144,7 +144,7 @@ fn main() -> Result<()> {
         .find_map(|a| a.strip_prefix("chunk=").and_then(|n| n.parse().ok()))
         .unwrap_or(CHUNK);
     if mode == "attn" {
-        return attn_bench::run();
+        return attn_bench::run(std::env::args().nth(3).as_deref());
     }
     let verify_only = mode == "verify";
     let decode_only = mode == "decode" || mode == "decode-batch";
