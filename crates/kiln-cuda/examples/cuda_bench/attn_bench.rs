@@ -1,5 +1,6 @@
-//! `cuda_bench PRESET attn`: the attention kernels alone, on a KV cache of dummy values in
-//! blocks of 16 (read through reversed block tables), 32 query heads over 8 KV heads.
+//! `cuda_bench PRESET attn [prefill|decode]`: the attention kernels alone, on a KV cache of
+//! dummy values in blocks of 16 (read through reversed block tables), 32 query heads over 8 KV
+//! heads.
 //!
 //! - Prefill: causal attention of a 2k, 8k and 32k prompt in 2048-row chunks (as the engine
 //!   runs them) at head dims 64, 128 and 256, for each kernel family: TFLOP/s (4 * hd * heads
@@ -272,15 +273,21 @@ fn decode(gpu: &Gpu, json: &mut Vec<String>) -> Result<()> {
     Ok(())
 }
 
-pub fn run() -> Result<()> {
+/// `part`: "prefill" or "decode" for one half (each in a process of its own, so that a kernel
+/// that faults costs only its half), anything else for both.
+pub fn run(part: Option<&str>) -> Result<()> {
     let gpu = Gpu::new(0).context("opening the GPU")?;
     eprintln!(
         "device: {} (sm_{}, {} SMs)",
         gpu.name, gpu.arch, gpu.sm_count
     );
     let mut json = Vec::new();
-    prefill(&gpu, &mut json)?;
-    decode(&gpu, &mut json)?;
+    if part != Some("decode") {
+        prefill(&gpu, &mut json)?;
+    }
+    if part != Some("prefill") {
+        decode(&gpu, &mut json)?;
+    }
     println!("{{{}}}", json.join(","));
     Ok(())
 }
