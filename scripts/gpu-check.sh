@@ -5,8 +5,11 @@
 # (default ./gpu-check-out): one log per executable, report.txt, report.json; prints the
 # summary last. Whole run bounded to about 8 minutes.
 #
-# Usage: scripts/gpu-check.sh [PART...]   PARTs: tests, bench (the default: both), digests,
-# base-bench. `digests` runs the logits_digest example on the fixtures and the 8B dummy
+# Usage: scripts/gpu-check.sh [PART...]   PARTs: tests, bench (the default: both), f32, digests,
+# base-bench. `f32` runs the f32 path's checks alone: the typed kernels' contracts in f32 and
+# f16, then the backend in f32 against the CPU on every fixture (the same greedy tokens, logits
+# within 1e-5), its batch invariance and graphs vs eager (`tests` runs them too, among the
+# rest). `digests` runs the logits_digest example on the fixtures and the 8B dummy
 # presets; with a baseline build in .carry-base/ (logits_digest, cuda_bench built from an
 # earlier commit) it runs that too and diffs the two, and `base-bench` times the baseline's
 # cuda_bench right after this build's, for a same-call A/B of a change that must not move
@@ -41,15 +44,17 @@ results="$OUT/results.tsv"
 : > "$results"
 
 # Order: cheapest and most basic first, so a broken kernel shows before the model tests.
-order="kernels_compile unit footprint contract_rows contract_sampling contract_gemm contract_attention backend_parity backend_invariance graphs_counts graphs_parity"
+order="kernels_compile unit footprint contract_rows contract_sampling contract_gemm contract_attention contract_typed backend_parity backend_invariance graphs_counts graphs_parity"
 want tests || order=""
+test_budget=330
+want bench || test_budget=470
 for name in $order $(want tests && awk '$1=="test"{print $2}' "$manifest"); do
     path=$(awk -v n="$name" '$1=="test" && $2==n {print $3}' "$manifest")
     [ -n "$path" ] || continue
     grep -q "^$name	" "$results" && continue
     log="$OUT/test-$name.log"
-    # Keep 150 s for the benchmark within the 8-minute budget.
-    left=$(( 330 - ($(date +%s) - start) ))
+    # Keep 150 s for the benchmark within the 8-minute budget (all of it without the benchmark).
+    left=$(( test_budget - ($(date +%s) - start) ))
     if [ "$left" -lt 20 ]; then
         printf "%s\tSKIPPED\t0\t0\t0\t0\t0\n" "$name" >> "$results"
         say "$name: not run, out of time"
@@ -73,12 +78,37 @@ for name in $order $(want tests && awk '$1=="test"{print $2}' "$manifest"); do
     grep -A1 -E "\] FAIL |^FAIL |panicked|^SKIP " "$log" | grep -v "^--$" | head -24 | sed 's/^/    /' | tee -a "$report"
 done
 
+# The f32 path: each executable's f32 tests alone (a name filter), one line each.
+if want f32; then
+    for spec in contract_typed: footprint: backend_parity:f32 backend_invariance:f32 graphs_parity:f32; do
+        name=${spec%%:*} filter=${spec#*:}
+        path=$(awk -v n="$name" '$1=="test" && $2==n {print $3}' "$manifest")
+        [ -n "$path" ] || { say "f32 $name: not in the manifest"; continue; }
+        log="$OUT/test-f32-$name.log"
+        left=$(( 540 - ($(date +%s) - start) ))
+        [ "$left" -lt 20 ] && { say "f32 $name: not run, out of time"; continue; }
+        [ "$left" -gt 170 ] && left=170
+        t0=$(date +%s%N)
+        timeout "$left" ".carry/$path" --include-ignored --test-threads=1 --nocapture $filter > "$log" 2>&1
+        rc=$?
+        secs=$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN{printf "%.1f", (b-a)/1e9}')
+        pass=$(grep -c "\] PASS " "$log")
+        fail=$(grep -c "\] FAIL \|panicked" "$log")
+        status=ok
+        [ $rc -ne 0 ] && status=FAILED
+        [ $rc -eq 124 ] && status=TIMEOUT
+        printf "%s\t%s\t%s\t%.1f\t%s\t%s\t0\n" "f32:$name" "$status" "$rc" "$secs" "$pass" "$fail" >> "$results"
+        say "$(printf "f32 %-18s %-8s %6.1fs  checks: %d pass, %d fail" "$name" "$status" "$secs" "$pass" "$fail")"
+        grep -E "\] FAIL |panicked" "$log" | head -12 | cut -c1-300 | sed 's/^/    /' | tee -a "$report"
+    done
+fi
+
 # The parity test again with every fast path off: if it fails above and passes here, the
 # fault is in a fast kernel (flash/decode attention or the skinny GEMM), not in the plumbing.
 parity=$(awk '$1=="test" && $2=="backend_parity" {print $3}' "$manifest")
 if want tests && [ -n "$parity" ] && [ $(( $(date +%s) - start )) -lt 200 ]; then
     log="$OUT/test-backend_parity-reference-paths.log"
-    KILN_FLASH_ATTN=0 KILN_SKINNY_GEMM=0 KILN_SPLIT_DECODE=0 timeout 60 ".carry/$parity" --include-ignored --test-threads=1 --nocapture > "$log" 2>&1
+    KILN_FLASH_ATTN=0 KILN_SKINNY_GEMM=0 KILN_SPLIT_DECODE=0 timeout 60 ".carry/$parity" --include-ignored --test-threads=1 --nocapture gpu_matches_cpu > "$log" 2>&1
     rc=$?
     say "backend_parity with KILN_FLASH_ATTN=0 KILN_SKINNY_GEMM=0 KILN_SPLIT_DECODE=0: rc=$rc, $(grep -c '\] PASS ' "$log") pass, $(grep -c '\] FAIL \|panicked' "$log") fail (diagnostic only)"
 fi

@@ -18,6 +18,7 @@ use crate::host_tier::HostTier;
 use crate::kv_cache::KvCache;
 use crate::sampling::SamplingBuffers;
 use crate::step_plan::{pack_step, StepLayout, StepPlan};
+use crate::store::StoreType;
 use crate::switches::Switches;
 use crate::weights::{load_weights, ModelWeights};
 
@@ -41,6 +42,8 @@ pub struct CudaOptions {
     pub max_context: Option<usize>,
     /// Pinned host memory for the prefix cache's host tier, in bytes (0: none).
     pub host_cache_bytes: usize,
+    /// The number format of weights, GEMM inputs, Q and the KV cache (store.rs).
+    pub dtype: StoreType,
 }
 
 impl Default for CudaOptions {
@@ -55,6 +58,7 @@ impl Default for CudaOptions {
             max_batch_tokens: None,
             max_context: None,
             host_cache_bytes: 0,
+            dtype: StoreType::Bf16,
         }
     }
 }
@@ -109,7 +113,7 @@ fn kv_budget(gpu: &Gpu, bytes: Option<usize>, fraction: f32) -> Result<usize> {
 /// The KV pool for `budget` bytes plus one scratch block past the engine's blocks, which the
 /// inert padding rows of a graph step write to.
 fn kv_pool(gpu: &Gpu, c: &ModelSpec, block_size: usize, budget: usize) -> Result<KvCache> {
-    let per_block = KvCache::block_bytes(c, block_size);
+    let per_block = KvCache::block_bytes(c, block_size, gpu.store);
     if budget < per_block {
         bail!("KV cache budget of {budget} bytes holds no block of {block_size} tokens ({per_block} bytes each)");
     }
@@ -147,10 +151,10 @@ impl CudaBackend {
         let max_tokens = opts
             .max_batch_tokens
             .unwrap_or(opts.prefill_chunk + opts.max_seqs);
-        let gpu = Gpu::new(opts.device)?;
+        let gpu = Gpu::with_store(opts.device, opts.dtype)?;
         let weights_dev = load_weights(&gpu, weights, &spec, max_context, progress)?;
         let mut lt = LtGemm::new(&gpu, opts.prefill_chunk)?;
-        for (n, k) in gemm_shapes(&spec) {
+        for (n, k) in gemm_shapes(&spec, opts.dtype) {
             lt.pin_shape(&gpu, n, k)
                 .with_context(|| format!("choosing the GEMM algorithm for {n}x{k}"))?;
         }
@@ -222,7 +226,7 @@ impl CudaBackend {
         crate::Footprint {
             weights: self.weights.bytes,
             buffers: self.act.bytes() + self.sampling.bytes() + crate::gemm_lt::WORKSPACE_BYTES,
-            kv_block: KvCache::block_bytes(&self.spec, self.kv.block_size),
+            kv_block: KvCache::block_bytes(&self.spec, self.kv.block_size, self.gpu.store),
         }
     }
 
@@ -231,11 +235,12 @@ impl CudaBackend {
     pub fn describe(&self) -> String {
         let gib = |b: usize| b as f64 / (1u64 << 30) as f64;
         let mut s = format!(
-            "device {} (sm_{}, {} SMs); weights {:.2} GiB; buffers {:.2} GiB; KV cache {:.2} GiB = {} blocks of {} tokens (+1 scratch), host tier {:.2} GiB; \
+            "device {} (sm_{}, {} SMs); storage {}; weights {:.2} GiB; buffers {:.2} GiB; KV cache {:.2} GiB = {} blocks of {} tokens (+1 scratch), host tier {:.2} GiB; \
              max {} tokens / {} sequences per step, context {}\nswitches: {}",
             self.gpu.name,
             self.gpu.arch,
             self.gpu.sm_count,
+            self.gpu.store,
             gib(self.weights.bytes),
             gib(self.act.bytes() + self.sampling.bytes()),
             gib(self.kv.bytes()),
@@ -411,7 +416,7 @@ impl CudaBackend {
             &self.gpu,
             &self.spec,
             bs,
-            KvCache::block_bytes(&self.spec, bs),
+            KvCache::block_bytes(&self.spec, bs, self.gpu.store),
         )?;
         drop(std::mem::replace(&mut self.kv, stand_in));
         let budget = kv_budget(&self.gpu, kv_cache_bytes, self.opts.kv_cache_fraction)?;
@@ -471,8 +476,9 @@ impl CudaBackend {
     }
 }
 
-/// The (n, k) of every projection of the model, each once: the shapes cuBLASLt pins.
-fn gemm_shapes(spec: &ModelSpec) -> Vec<(usize, usize)> {
+/// The (n, k) of every projection of the model, each once: the shapes cuBLASLt pins; with a
+/// storage type other than bf16 also the LM head's (it has no skinny kernel then).
+fn gemm_shapes(spec: &ModelSpec, store: StoreType) -> Vec<(usize, usize)> {
     let h = spec.hidden_size;
     let mut shapes = Vec::new();
     for l in &spec.layers {
@@ -487,6 +493,10 @@ fn gemm_shapes(spec: &ModelSpec) -> Vec<(usize, usize)> {
                 shapes.push(s);
             }
         }
+    }
+    let lm_head = (spec.vocab_size, h);
+    if store != StoreType::Bf16 && !shapes.contains(&lm_head) {
+        shapes.push(lm_head);
     }
     shapes
 }

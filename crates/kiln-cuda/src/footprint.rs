@@ -12,11 +12,12 @@ use crate::kernels::DECODE_MAX_SPLITS;
 use crate::kv_cache::KvCache;
 use crate::sampling::{OUT_WORDS, PARAM_WORDS};
 use crate::step_plan::StepLayout;
+use crate::store::StoreType;
 
 /// Device bytes of a backend, apart from its KV pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Footprint {
-    /// The weights in bf16 and the RoPE tables.
+    /// The weights in the storage type and the RoPE tables.
     pub weights: usize,
     /// Activations, step inputs, sampler buffers and the cuBLASLt workspace.
     pub buffers: usize,
@@ -35,16 +36,18 @@ impl Footprint {
         let max_tokens = opts
             .max_batch_tokens
             .unwrap_or(opts.prefill_chunk + opts.max_seqs);
+        let store = opts.dtype;
         Footprint {
-            weights: weight_bytes(spec, max_context),
+            weights: weight_bytes(spec, max_context, store),
             buffers: buffer_bytes(
                 spec,
                 max_tokens,
                 opts.max_seqs,
                 max_context,
                 opts.block_size,
+                store,
             ) + WORKSPACE_BYTES,
-            kv_block: KvCache::block_bytes(spec, opts.block_size),
+            kv_block: KvCache::block_bytes(spec, opts.block_size, store),
         }
     }
 
@@ -54,7 +57,7 @@ impl Footprint {
     }
 }
 
-fn weight_bytes(spec: &ModelSpec, rope_positions: usize) -> usize {
+fn weight_bytes(spec: &ModelSpec, rope_positions: usize, store: StoreType) -> usize {
     let h = spec.hidden_size;
     let globals: usize = schema::global_weights(spec).iter().map(|f| f.len()).sum();
     let layers: usize = spec
@@ -73,7 +76,7 @@ fn weight_bytes(spec: &ModelSpec, rope_positions: usize) -> usize {
         .iter()
         .map(|r| rope_positions * 2 * r.inv_freq.len() * 4)
         .sum();
-    (globals + layers) * 2 + ropes
+    (globals + layers) * store.bytes() + ropes
 }
 
 /// The activation buffers (forward.rs `Activations::new`) and the sampler's (sampling.rs).
@@ -83,6 +86,7 @@ fn buffer_bytes(
     max_seqs: usize,
     max_context: usize,
     block_size: usize,
+    store: StoreType,
 ) -> usize {
     let (t, s, h) = (max_tokens, max_seqs, spec.hidden_size);
     let widest = |f: fn(&kiln_model::LayerSpec) -> usize| spec.max_over_layers(f);
@@ -104,11 +108,11 @@ fn buffer_bytes(
         + s * heads * DECODE_MAX_SPLITS * head_dim // part_o
         + s * heads * DECODE_MAX_SPLITS * 2 // part_ml
         + s * spec.vocab_size; // logits
-    let bf16s = t * h // normed
+    let stored = t * h // normed
         + 2 * t * q_dim // q, attn
         + t * inter // act
         + s * h; // logit_in
     let i32s = s + layout.len; // ids, step
     let sampler = s * (PARAM_WORDS + OUT_WORDS) * 4;
-    f32s * 4 + bf16s * 2 + i32s * 4 + sampler
+    f32s * 4 + stored * store.bytes() + i32s * 4 + sampler
 }

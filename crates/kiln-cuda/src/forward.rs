@@ -1,8 +1,10 @@
 //! The layer program's ops on the device (`kiln_model::program::StepOps`): every launch of a
 //! step, reading the per-step inputs from the persistent step buffer. Rows 0..n_decode are
 //! decode rows (skinny GEMM, split-KV attention); the rest are prefill rows (cuBLASLt, flash
-//! attention). The order of the ops is the model's, written once in kiln-model; an eager step
-//! and a graph capture run the same code, so they queue the same launches in the same order.
+//! attention). A backend storing f32 or f16 has neither bf16 tensor-core kernel: its GEMMs all
+//! take cuBLASLt and every row's attention the split-KV kernel. The order of the ops is
+//! the model's, written once in kiln-model; an eager step and a graph capture run the same
+//! code, so they queue the same launches in the same order.
 
 use anyhow::{bail, Result};
 use kiln_model::{run_step, LayerWeight, ModelSpec, RopeStyle, StepOps};
@@ -12,23 +14,24 @@ use crate::gemm_lt::LtGemm;
 use crate::kernels::{AttnInputs, DECODE_MAX_SPLITS};
 use crate::kv_cache::KvCache;
 use crate::step_plan::{StepLayout, StepPlan};
+use crate::store::{StoreBuf, StorePtr, StoreType};
 use crate::switches::Switches;
 use crate::weights::ModelWeights;
 
 /// Activation buffers, sized once for the largest step and the widest layer, at fixed
-/// addresses.
+/// addresses: f32 where GEMMs write, the storage type where they read.
 pub struct Activations {
     pub x: DevBuf<f32>,
     pub delta: DevBuf<f32>,
-    pub normed: DevBuf<u16>,
+    pub normed: StoreBuf,
     pub qkv: DevBuf<f32>,
-    pub q: DevBuf<u16>,
-    pub attn: DevBuf<u16>,
+    pub q: StoreBuf,
+    pub attn: StoreBuf,
     pub gu: DevBuf<f32>,
-    pub act: DevBuf<u16>,
+    pub act: StoreBuf,
     pub part_o: DevBuf<f32>,
     pub part_ml: DevBuf<f32>,
-    pub logit_in: DevBuf<u16>,
+    pub logit_in: StoreBuf,
     pub logits: DevBuf<f32>,
     pub ids: DevBuf<i32>,
     /// The packed per-step inputs (see step_plan.rs).
@@ -46,15 +49,15 @@ impl Activations {
         Ok(Activations {
             x: gpu.alloc(t * h)?,
             delta: gpu.alloc(t * h)?,
-            normed: gpu.alloc(t * h)?,
+            normed: gpu.alloc_store(t * h)?,
             qkv: gpu.alloc(t * widest(|l| l.attn.qkv_rows()))?,
-            q: gpu.alloc(t * q_dim)?,
-            attn: gpu.alloc(t * q_dim)?,
+            q: gpu.alloc_store(t * q_dim)?,
+            attn: gpu.alloc_store(t * q_dim)?,
             gu: gpu.alloc(t * 2 * inter)?,
-            act: gpu.alloc(t * inter)?,
+            act: gpu.alloc_store(t * inter)?,
             part_o: gpu.alloc(s * heads * DECODE_MAX_SPLITS * head_dim)?,
             part_ml: gpu.alloc(s * heads * DECODE_MAX_SPLITS * 2)?,
-            logit_in: gpu.alloc(s * h)?,
+            logit_in: gpu.alloc_store(s * h)?,
             logits: gpu.alloc(s * spec.vocab_size)?,
             ids: gpu.alloc(s)?,
             step: gpu.alloc(l.len)?,
@@ -129,11 +132,12 @@ struct CudaOps<'c, 'a> {
 
 impl CudaOps<'_, '_> {
     /// y = x . w^T for `plan.n_tokens` rows: decode rows through the skinny kernel, prefill rows
-    /// through cuBLASLt (or every row through cuBLASLt with KILN_SKINNY_GEMM=0).
-    fn gemm(&mut self, y: DevPtr<f32>, x: DevPtr<u16>, w: u64, n: usize, k: usize) -> Result<()> {
+    /// through cuBLASLt (or every row through cuBLASLt with KILN_SKINNY_GEMM=0, and always when
+    /// the storage type is not bf16: the skinny kernel is bf16-only).
+    fn gemm(&mut self, y: DevPtr<f32>, x: StorePtr, w: u64, n: usize, k: usize) -> Result<()> {
         let (g, plan) = (self.ctx.gpu, self.plan);
         let t = plan.n_tokens;
-        let d = if self.ctx.sw.skinny_gemm {
+        let d = if self.ctx.sw.skinny_gemm && g.store == StoreType::Bf16 {
             plan.n_decode
         } else {
             0
@@ -141,6 +145,36 @@ impl CudaOps<'_, '_> {
         g.skinny_gemm(y.addr(), x.addr(), w, d, n, k)?;
         self.lt
             .matmul(g, y.row(d, n).addr(), x.row(d, k).addr(), w, t - d, n, k)
+    }
+
+    /// Attention without flash attention (storage other than bf16): every row, prefill or
+    /// decode, takes the split-KV kernel. A row's result depends only on its own position and
+    /// its sequence's keys, so chunked == whole, and a one-token tail of a prompt gives the bits
+    /// of the unchunked prompt. Rows go in windows of `max_seqs`, the room of the partials.
+    fn split_attention_every_row(&mut self, layer: usize) -> Result<()> {
+        let c = self.ctx;
+        let (g, a, n_tokens) = (c.gpu, c.a, self.plan.n_tokens);
+        let at = &c.spec.layers[layer].attn;
+        let (nq, hd) = (at.num_heads, at.head_dim);
+        let inp = c.attn_inputs();
+        let step = c.layout.max_seqs;
+        for r0 in (0..n_tokens).step_by(step) {
+            let rows = step.min(n_tokens - r0);
+            g.decode_attn(
+                a.q.dev_ptr().row(r0, nq * hd).addr(),
+                c.kv.view(layer),
+                &inp.from_row(r0),
+                a.part_o.ptr(),
+                a.part_ml.ptr(),
+                a.attn.dev_ptr().row(r0, nq * hd).addr(),
+                rows,
+                nq,
+                hd,
+                at.window.unwrap_or(0),
+                at.scale,
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -247,7 +281,10 @@ impl StepOps for CudaOps<'_, '_> {
         let window = at.window.unwrap_or(0);
         let kv = c.kv.view(layer);
         let inp = c.attn_inputs();
-        if !c.sw.flash_attn {
+        if g.store != StoreType::Bf16 && c.sw.flash_attn && c.sw.split_decode {
+            return self.split_attention_every_row(layer);
+        }
+        if !c.sw.flash_attn || g.store != StoreType::Bf16 {
             return g.ref_attn(
                 a.q.ptr(),
                 kv,
@@ -318,15 +355,15 @@ impl StepOps for CudaOps<'_, '_> {
             s.hidden_size,
             s.norm_eps,
         )?;
-        // Logits rows always take the skinny kernel, so a row's logits never depend on the step.
-        g.skinny_gemm(
-            a.logits.ptr(),
-            a.logit_in.ptr(),
-            c.w.lm_head_ptr(),
-            r,
-            s.vocab_size,
-            s.hidden_size,
-        )?;
-        g.argmax_rows(a.logits.ptr(), a.ids.ptr(), r, s.vocab_size)
+        // Logits rows always take the skinny kernel (bf16) or the pinned cuBLASLt algorithm
+        // (other formats), so a row's logits never depend on the step.
+        let (logits, x, w) = (a.logits.ptr(), a.logit_in.ptr(), c.w.lm_head_ptr());
+        if g.store == StoreType::Bf16 {
+            g.skinny_gemm(logits, x, w, r, s.vocab_size, s.hidden_size)?;
+        } else {
+            self.lt
+                .matmul(g, logits, x, w, r, s.vocab_size, s.hidden_size)?;
+        }
+        g.argmax_rows(logits, a.ids.ptr(), r, s.vocab_size)
     }
 }

@@ -1,8 +1,10 @@
-//! Prefill-shaped GEMMs through cuBLASLt: Y[m, n] (f32) = X[m, k] (bf16) . W[n, k]^T (bf16),
-//! fp32 accumulate. One algorithm is pinned per weight shape (n, k), chosen once for a
-//! prefill-chunk-sized m among those without split-K, and used for every m: each output element
-//! is then reduced in the same order whatever the row count, so a prefill row's result does not
-//! depend on the other rows of the step. KILN_GEMM_PIN=0 lets cuBLASLt pick per call instead.
+//! Prefill-shaped GEMMs through cuBLASLt (every GEMM, when the storage type is not bf16):
+//! Y[m, n] (f32) = X[m, k] . W[n, k]^T with X and W in the storage type, fp32 accumulate
+//! (CUBLAS_COMPUTE_32F: f32 inputs are multiplied in full f32, never through TF32). One algorithm
+//! is pinned per weight shape (n, k), chosen once for a prefill-chunk-sized m among those without
+//! split-K, and used for every m: each output element is then reduced in the same order whatever
+//! the row count, so a row's result does not depend on the other rows of the step.
+//! KILN_GEMM_PIN=0 lets cuBLASLt pick per call instead.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -11,6 +13,7 @@ use anyhow::{anyhow, bail, Result};
 use cudarc::cublaslt::sys as lt;
 
 use crate::device::{DevBuf, Gpu};
+use crate::store::StoreType;
 use crate::switches::Switches;
 
 pub(crate) const WORKSPACE_BYTES: usize = 64 << 20;
@@ -62,6 +65,8 @@ pub struct LtGemm {
     desc: lt::cublasLtMatmulDesc_t,
     workspace: DevBuf<u8>,
     pinned: HashMap<(usize, usize), Pinned>,
+    /// The type of X and W.
+    store: StoreType,
     /// m used to choose each shape's algorithm (the prefill chunk).
     reference_m: usize,
     pin: bool,
@@ -117,6 +122,7 @@ impl LtGemm {
             desc,
             workspace: gpu.alloc(WORKSPACE_BYTES)?,
             pinned: HashMap::new(),
+            store: gpu.store,
             reference_m: reference_m.max(1),
             pin,
             choices: Vec::new(),
@@ -124,11 +130,16 @@ impl LtGemm {
     }
 
     /// Column-major layouts: A = W as k x n (ld k, transposed by the op), B = X as k x m, D = Y as n x m.
-    fn layouts(n: usize, k: usize, m: usize) -> Result<[lt::cublasLtMatrixLayout_t; 3]> {
+    fn layouts(&self, n: usize, k: usize, m: usize) -> Result<[lt::cublasLtMatrixLayout_t; 3]> {
         let mut out = [std::ptr::null_mut(); 3];
+        let input = match self.store {
+            StoreType::Bf16 => lt::cudaDataType::CUDA_R_16BF,
+            StoreType::F16 => lt::cudaDataType::CUDA_R_16F,
+            StoreType::F32 => lt::cudaDataType::CUDA_R_32F,
+        };
         let specs = [
-            (lt::cudaDataType::CUDA_R_16BF, k, n, k),
-            (lt::cudaDataType::CUDA_R_16BF, k, m, k),
+            (input, k, n, k),
+            (input, k, m, k),
             (lt::cudaDataType::CUDA_R_32F, n, m, n),
         ];
         for (i, (ty, rows, cols, ld)) in specs.into_iter().enumerate() {
@@ -164,7 +175,7 @@ impl LtGemm {
             return Ok(());
         }
         let m = self.reference_m;
-        let ls = Self::layouts(n, k, m)?;
+        let ls = self.layouts(n, k, m)?;
         let mut pref = std::ptr::null_mut();
         let ws = WORKSPACE_BYTES as u64;
         let mut results =
@@ -222,12 +233,13 @@ impl LtGemm {
         let (res, note) = match (chosen, usable.first()) {
             (Some(c), _) => c,
             (None, Some(first)) => (*first, "NOT batch invariant: no candidate passed the row check".to_string()),
-            (None, None) => bail!("cuBLASLt offers no split-K-free algorithm for a {n}x{k} bf16 GEMM usable at every row count"),
+            (None, None) => bail!("cuBLASLt offers no split-K-free algorithm for a {n}x{k} {} GEMM usable at every row count", self.store),
         };
         use lt::cublasLtMatmulAlgoConfigAttributes_t as C;
         let a = &res.algo;
         self.choices.push(format!(
-            "gemm n={n} k={k}: algo {} tile {} stages {} splitk {} reduction {} swizzle {} custom {} (chosen at m={m}; {note})",
+            "gemm {} n={n} k={k}: algo {} tile {} stages {} splitk {} reduction {} swizzle {} custom {} (chosen at m={m}; {note})",
+            self.store,
             algo_config(a, C::CUBLASLT_ALGO_CONFIG_ID),
             algo_config(a, C::CUBLASLT_ALGO_CONFIG_TILE_ID),
             algo_config(a, C::CUBLASLT_ALGO_CONFIG_STAGES_ID),
@@ -247,7 +259,7 @@ impl LtGemm {
         k: usize,
     ) -> Result<bool> {
         for m in [1usize, 7, 64, 333] {
-            let ls = Self::layouts(n, k, m)?;
+            let ls = self.layouts(n, k, m)?;
             let mut res = unsafe { std::mem::zeroed::<lt::cublasLtMatmulHeuristicResult_t>() };
             // SAFETY: valid handle, descriptors and algorithm.
             let st = unsafe {
@@ -282,8 +294,8 @@ impl LtGemm {
         k: usize,
     ) -> Result<bool> {
         let m = self.reference_m.max(64);
-        let x = gpu.alloc::<u16>(m * k)?;
-        let w = gpu.alloc::<u16>(n * k)?;
+        let x = gpu.alloc_store(m * k)?;
+        let w = gpu.alloc_store(n * k)?;
         gpu.dummy_fill(x.ptr(), m * k, 0x5eed)?;
         gpu.dummy_fill(w.ptr(), n * k, 0xfeed)?;
         let full = gpu.alloc::<f32>(m * n)?;
@@ -348,7 +360,7 @@ impl LtGemm {
         n: usize,
         k: usize,
     ) -> Result<()> {
-        let ls = Self::layouts(n, k, m)?;
+        let ls = self.layouts(n, k, m)?;
         let (alpha, beta) = (1.0f32, 0.0f32);
         let algo_ptr = algo.map_or(std::ptr::null(), |a| a as *const _);
         // SAFETY: pointers are device buffers sized by the caller for these shapes.

@@ -10,29 +10,30 @@ use crate::device::{Gpu, PinnedBuf};
 use crate::kv_cache::KvCache;
 
 pub struct HostTier {
-    buf: PinnedBuf<u16>,
+    /// Raw bytes of the storage type.
+    buf: PinnedBuf<u8>,
     pub slots: usize,
-    slot_elems: usize,
+    slot_bytes: usize,
 }
 
 impl HostTier {
     /// As many slots as `bytes` holds for this pool's blocks (none when it holds none).
     pub fn new(gpu: &Gpu, kv: &KvCache, bytes: usize) -> Result<Option<HostTier>> {
-        let slot_elems = kv.block_elems();
-        let slots = bytes / (2 * slot_elems).max(1);
+        let slot_bytes = kv.block_span_bytes();
+        let slots = bytes / slot_bytes.max(1);
         if slots == 0 {
             return Ok(None);
         }
-        let buf = PinnedBuf::new(gpu, slots * slot_elems)?;
+        let buf = PinnedBuf::new(gpu, slots * slot_bytes)?;
         Ok(Some(HostTier {
             buf,
             slots,
-            slot_elems,
+            slot_bytes,
         }))
     }
 
     pub fn bytes(&self) -> usize {
-        self.slots * self.slot_elems * 2
+        self.slots * self.slot_bytes
     }
 
     /// Queues `copies` in order on the stream.
@@ -49,7 +50,7 @@ impl HostTier {
                 kv.num_blocks,
                 self.slots
             );
-            let mut at = slot * self.slot_elems;
+            let mut at = slot * self.slot_bytes;
             for (k, v, n) in kv.block_spans(block) {
                 for (dev, off) in [(k, at), (v, at + n)] {
                     match c {

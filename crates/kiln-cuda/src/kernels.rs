@@ -81,6 +81,19 @@ pub struct AttnInputs {
     pub block_tables: u64,
 }
 
+impl AttnInputs {
+    /// The same inputs seen from flat token `row` on: a launch over rows row.. reads its rows'
+    /// positions and sequences (block tables are per sequence and stay).
+    pub fn from_row(&self, row: usize) -> AttnInputs {
+        let skip = (row * std::mem::size_of::<i32>()) as u64;
+        AttnInputs {
+            positions: self.positions + skip,
+            token_seq: self.token_seq + skip,
+            ..*self
+        }
+    }
+}
+
 impl Gpu {
     /// Opens device `ordinal` with its bf16 kernels: [`Gpu::with_store`] for bf16.
     pub fn new(ordinal: usize) -> Result<Gpu> {
@@ -408,9 +421,11 @@ impl Gpu {
         )
     }
 
-    /// Decode attention on CUDA cores (decode_attn_hd*) for `rows` single-token rows (flat
-    /// tokens 0..rows), split over the KV length, then merged. `part_o`/`part_ml` hold
-    /// rows * n_q * DECODE_MAX_SPLITS partials. [`Gpu::decode_attn`] picks the family.
+    /// Decode attention on CUDA cores (decode_attn_hd*) for `rows` rows (flat tokens 0..rows:
+    /// decode rows, or any rows whose keys are in the cache, as a backend without flash
+    /// attention runs its prefill rows), split over the KV length, then merged.
+    /// `part_o`/`part_ml` hold rows * n_q * DECODE_MAX_SPLITS partials. [`Gpu::decode_attn`]
+    /// picks the family.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn decode_attn_simt(
         &self,

@@ -1,17 +1,18 @@
 //! The paged KV cache: one allocation for K and one for V, sized once from a budget and never
-//! grown. Layout per layer: [block][kv_head][block_size][head_dim] bf16 (each layer with its own
-//! head shape), so a block of one head is contiguous and a token's slot is
+//! grown. Layout per layer: [block][kv_head][block_size][head_dim] in the storage type (each
+//! layer with its own head shape), so a block of one head is contiguous and a token's slot is
 //! `block * block_size + offset`.
 
 use anyhow::{bail, Result};
 use kiln_model::ModelSpec;
 
-use crate::device::{DevBuf, Gpu};
+use crate::device::Gpu;
 use crate::kernels::KvView;
+use crate::store::{StoreBuf, StoreType};
 
 pub struct KvCache {
-    k: DevBuf<u16>,
-    v: DevBuf<u16>,
+    k: StoreBuf,
+    v: StoreBuf,
     /// Per layer: its first element in `k` and `v`, its KV head count, and the elements one
     /// block of it holds (of K, and again of V).
     layers: Vec<(usize, usize, usize)>,
@@ -20,23 +21,24 @@ pub struct KvCache {
 }
 
 impl KvCache {
-    /// Bytes one block takes across all layers, K and V.
-    pub fn block_bytes(spec: &ModelSpec, block_size: usize) -> usize {
+    /// Bytes one block takes across all layers, K and V, stored as `store`.
+    pub fn block_bytes(spec: &ModelSpec, block_size: usize, store: StoreType) -> usize {
         let elems: usize = spec
             .layers
             .iter()
             .map(|l| l.attn.kv_dim() * block_size)
             .sum();
-        2 * elems * 2
+        2 * elems * store.bytes()
     }
 
+    /// A pool in the device's storage type.
     pub fn new(
         gpu: &Gpu,
         spec: &ModelSpec,
         block_size: usize,
         budget_bytes: usize,
     ) -> Result<KvCache> {
-        let per_block = Self::block_bytes(spec, block_size);
+        let per_block = Self::block_bytes(spec, block_size, gpu.store);
         let num_blocks = budget_bytes / per_block.max(1);
         if num_blocks == 0 {
             bail!("KV cache budget of {budget_bytes} bytes holds no block of {block_size} tokens ({per_block} bytes each)");
@@ -48,8 +50,8 @@ impl KvCache {
             layers.push((at, l.attn.num_kv_heads, block_elems));
             at += num_blocks * block_elems;
         }
-        let k = gpu.alloc(at)?;
-        let v = gpu.alloc(at)?;
+        let k = gpu.alloc_store(at)?;
+        let v = gpu.alloc_store(at)?;
         Ok(KvCache {
             k,
             v,
@@ -70,17 +72,19 @@ impl KvCache {
     }
 
     /// Where `block` of every layer lives: per layer the K address, the V address and the
-    /// elements of each.
+    /// bytes of each.
     pub fn block_spans(&self, block: u32) -> impl Iterator<Item = (u64, u64, usize)> + '_ {
+        let size = self.k.store().bytes();
         self.layers.iter().map(move |&(at, _, n)| {
             let first = at + block as usize * n;
-            (self.k.at(first), self.v.at(first), n)
+            (self.k.at(first), self.v.at(first), n * size)
         })
     }
 
-    /// Elements one block takes over every layer, K and V.
-    pub fn block_elems(&self) -> usize {
-        self.layers.iter().map(|&(_, _, n)| 2 * n).sum()
+    /// Bytes one block takes over every layer, K and V.
+    pub fn block_span_bytes(&self) -> usize {
+        let size = self.k.store().bytes();
+        self.layers.iter().map(|&(_, _, n)| 2 * n * size).sum()
     }
 
     pub fn bytes(&self) -> usize {

@@ -1,19 +1,21 @@
-//! The model's weights on the device, in bf16, laid out once at load in the fused layout of
-//! `kiln_model::schema` (Q/K/V one matrix, gate/up another, so a layer runs four GEMMs). Dummy models are generated on
-//! the device by the same pure function the host uses, so an 8B dummy model loads in seconds.
+//! The model's weights on the device, in the backend's storage type (bf16 unless asked
+//! otherwise), laid out once at load in the fused layout of `kiln_model::schema` (Q/K/V one
+//! matrix, gate/up another, so a layer runs four GEMMs). Dummy models are generated on the
+//! device by the same pure function the host uses, so an 8B dummy model loads in seconds.
 
 use anyhow::{bail, ensure, Context, Result};
 use kiln_model::schema::{self, Fused, GlobalWeight, LayerWeight};
 use kiln_model::{DummyFill, ModelSpec, TensorId, WeightSource};
 
 use crate::device::{DevBuf, Gpu};
+use crate::store::StoreBuf;
 
 /// f32 staging for file weights: uploaded in pieces of this many elements, converted on the device.
 const STAGING_ELEMS: usize = 1 << 24;
 
 /// One layer's weights as the schema names them (`kiln_model::schema`), each in one buffer.
 pub struct LayerWeights {
-    bufs: [Option<DevBuf<u16>>; LayerWeight::ALL.len()],
+    bufs: [Option<StoreBuf>; LayerWeight::ALL.len()],
 }
 
 impl LayerWeights {
@@ -24,10 +26,10 @@ impl LayerWeights {
 }
 
 pub struct ModelWeights {
-    pub embed: DevBuf<u16>,
-    pub out_norm: DevBuf<u16>,
+    pub embed: StoreBuf,
+    pub out_norm: StoreBuf,
     /// None when the LM head is the embedding.
-    pub lm_head: Option<DevBuf<u16>>,
+    pub lm_head: Option<StoreBuf>,
     pub layers: Vec<LayerWeights>,
     /// One per RoPE of the spec: cos/sin per (position, pair), times the attention factor,
     /// [max_pos][pairs][2].
@@ -53,13 +55,14 @@ struct Loader<'a> {
 }
 
 impl Loader<'_> {
-    fn alloc(&mut self, len: usize) -> Result<DevBuf<u16>> {
-        self.bytes += len * 2;
-        self.gpu.alloc(len)
+    fn alloc(&mut self, len: usize) -> Result<StoreBuf> {
+        let buf = self.gpu.alloc_store(len)?;
+        self.bytes += buf.bytes();
+        Ok(buf)
     }
 
     /// Writes tensor `id` (expected `len` elements) into `dst` at element `offset`.
-    fn put(&mut self, id: TensorId, dst: &DevBuf<u16>, offset: usize, len: usize) -> Result<()> {
+    fn put(&mut self, id: TensorId, dst: &StoreBuf, offset: usize, len: usize) -> Result<()> {
         match self.src.dummy_fill(id) {
             Some(DummyFill::Random { seed }) => self.gpu.dummy_fill(dst.at(offset), len, seed)?,
             Some(DummyFill::Ones) => self.gpu.fill_store(dst.at(offset), len, 1.0)?,
@@ -99,7 +102,7 @@ impl Loader<'_> {
 
     /// A fused weight of the schema in one buffer: each part at its offset, absent parts left
     /// as the schema says (the buffer starts cleared, so zeros need no write).
-    fn fused<W>(&mut self, f: &Fused<W>) -> Result<DevBuf<u16>> {
+    fn fused<W>(&mut self, f: &Fused<W>) -> Result<StoreBuf> {
         let buf = self.alloc(f.len())?;
         let cols = f.cols.unwrap_or(1);
         for (part, at) in f.offsets() {

@@ -1,17 +1,18 @@
 //! Batch invariance on the GPU: one sequence's logits are bit-identical whether it runs alone
 //! or in steps with 1, 6 or 31 other sequences (other lengths, prefill and decode mixed), and
-//! whether its prompt is prefilled whole or in chunks of 512 or 2048.
+//! whether its prompt is prefilled whole or in chunks of 512 or 2048; in bf16 and in f32, where
+//! a prompt whose last chunk is one token (a decode row) gives the whole prompt's bits too.
 
 mod common;
 #[path = "common/models.rs"]
 mod models;
 
 use common::{gpu_or_skip, Checks};
-use kiln_cuda::CudaBackend;
+use kiln_cuda::{CudaBackend, StoreType};
 use kiln_model::dummy::DummySource;
 use kiln_model::WeightSource;
 use kiln_step::{Backend, ChunkInput};
-use models::{cuda_backend, dummy_mid, Blocks, Seq};
+use models::{cuda_backend_in, dummy_mid, Blocks, Seq};
 
 const PROMPT: usize = 3000;
 const DECODE_STEPS: usize = 4;
@@ -92,14 +93,19 @@ fn run_target(
     rows
 }
 
-fn invariance(c: &mut Checks, name: &str, src: &dyn WeightSource) {
-    let mut b = cuda_backend(src, 4096);
+fn invariance(c: &mut Checks, name: &str, src: &dyn WeightSource, dtype: StoreType) {
+    let mut b = cuda_backend_in(src, 4096, dtype);
     let vocab = src.config().vocab_size;
     let prompt: Vec<u32> = (0..PROMPT)
         .map(|i| ((i * 7919 + 3) % vocab) as u32)
         .collect();
     let alone = run_target(&mut b, &prompt, 0, 0, vocab);
-    for (chunk, neighbours) in [(512, 0), (2048, 0), (0, 1), (2048, 6), (512, 31)] {
+    let mut cases = vec![(512, 0), (2048, 0), (0, 1), (2048, 6), (512, 31)];
+    if dtype != StoreType::Bf16 {
+        // Every row takes the same GEMM and attention kernels: a one-token tail is no exception.
+        cases.extend([(PROMPT - 1, 0), (PROMPT - 1, 6)]);
+    }
+    for (chunk, neighbours) in cases {
         let got = run_target(&mut b, &prompt, chunk, neighbours, vocab);
         for (i, (g, a)) in got.iter().zip(&alone).enumerate() {
             let what = if i == 0 {
@@ -109,7 +115,7 @@ fn invariance(c: &mut Checks, name: &str, src: &dyn WeightSource) {
             };
             c.identical(
                 &format!(
-                    "{name}: chunk {} with {neighbours} other sequences, {what}",
+                    "{name} {dtype}: chunk {} with {neighbours} other sequences, {what}",
                     if chunk == 0 {
                         "whole".into()
                     } else {
@@ -123,18 +129,25 @@ fn invariance(c: &mut Checks, name: &str, src: &dyn WeightSource) {
     }
 }
 
+fn models(test: &str, dtype: StoreType) {
+    let Some(_gpu) = gpu_or_skip(test) else {
+        return;
+    };
+    let mut c = Checks::new(test);
+    let tiny = DummySource::preset("tiny").expect("tiny");
+    invariance(&mut c, "dummy:tiny", &tiny, dtype);
+    invariance(&mut c, "dummy mid", &dummy_mid(), dtype);
+    c.finish();
+}
+
 #[test]
 #[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn gpu_logits_are_batch_and_chunk_invariant() {
-    let Some(_gpu) = gpu_or_skip("gpu_logits_are_batch_and_chunk_invariant") else {
-        return;
-    };
-    let mut c = Checks::new("invariance");
-    invariance(
-        &mut c,
-        "dummy:tiny",
-        &DummySource::preset("tiny").expect("tiny"),
-    );
-    invariance(&mut c, "dummy mid", &dummy_mid());
-    c.finish();
+    models("invariance", StoreType::Bf16);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn gpu_f32_logits_are_batch_and_chunk_invariant() {
+    models("invariance_f32", StoreType::F32);
 }

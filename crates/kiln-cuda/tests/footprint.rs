@@ -1,11 +1,12 @@
 //! `Footprint::of` (worked out on the host, for the sizing checks of `kiln bench` and `kiln
 //! serve`) against what `CudaBackend::new` allocates, byte for byte: dummy:tiny under small
-//! and large options, and the Qwen3 8B shape (Q/K norms, its own LM head).
+//! and large options, and the Qwen3 8B shape (Q/K norms, its own LM head); dummy:tiny stored in
+//! f32 and f16 as well.
 
 mod common;
 
 use common::gpu_or_skip;
-use kiln_cuda::{CudaBackend, CudaOptions, Footprint};
+use kiln_cuda::{CudaBackend, CudaOptions, Footprint, StoreType};
 use kiln_model::dummy::DummySource;
 use kiln_model::WeightSource;
 
@@ -43,5 +44,20 @@ fn the_predicted_footprint_is_what_the_backend_allocates() {
                 "dummy:{preset} with {opts:?}"
             );
         }
+    }
+    let src = DummySource::preset("tiny").expect("dummy:tiny");
+    let config = src.config().clone();
+    let bf16 = Footprint::of(&config.spec(), config.max_position, &small);
+    for dtype in [StoreType::F32, StoreType::F16] {
+        let opts = CudaOptions {
+            dtype,
+            ..small.clone()
+        };
+        let predicted = Footprint::of(&config.spec(), config.max_position, &opts);
+        let backend = CudaBackend::new(&src, opts.clone(), None).expect("the backend starts");
+        assert_eq!(backend.allocated(), predicted, "dummy:tiny with {opts:?}");
+        let wider = dtype.bytes() / 2;
+        assert_eq!(predicted.kv_block, bf16.kv_block * wider, "{dtype}");
+        assert!(predicted.weights > bf16.weights || wider == 1, "{dtype}");
     }
 }

@@ -131,7 +131,7 @@ fn gpu_graphs_capture_once_per_shape_and_update_in_place() {
     let geo = b
         .rebuild_kv_cache(Some(bytes))
         .expect("rebuilding the KV pool");
-    let block = KvCache::block_bytes(&src.config().spec(), geo.block_size);
+    let block = KvCache::block_bytes(&src.config().spec(), geo.block_size, b.gpu().store);
     let r = b.graph_counters();
     c.check(
         geo.num_blocks == bytes / block,

@@ -3,17 +3,18 @@
 //! as well) and for 7 sequences of different prompt lengths joining a running batch at
 //! different steps (decode-only, prefill-only and mixed steps, padded to their buckets).
 //! Contexts shorter than prompt + 256 (the qwen3 fixture's 256) end generation at the context.
+//! The same in f32 on every fixture and a head-dim-128 dummy model.
 
 mod common;
 #[path = "common/models.rs"]
 mod models;
 
 use common::{gpu_or_skip, Checks};
-use kiln_cuda::CudaBackend;
+use kiln_cuda::{CudaBackend, StoreType};
 use kiln_model::dummy::DummySource;
 use kiln_model::WeightSource;
 use kiln_step::{Backend, ChunkInput};
-use models::{argmax, cuda_backend, fixture_sources, Blocks};
+use models::{argmax, cuda_backend_in, dummy_mid, fixture_sources, Blocks};
 
 const GEN: usize = 256;
 /// Prompt lengths of the mixed batch and the step at which each sequence joins.
@@ -114,8 +115,9 @@ fn mixed(b: &mut CudaBackend, seqs: &mut [Running], joins: &[usize]) -> Vec<Vec<
     out
 }
 
-fn compare(c: &mut Checks, name: &str, src: &dyn WeightSource) {
-    let mut b = cuda_backend(src, 2048);
+fn compare(c: &mut Checks, name: &str, src: &dyn WeightSource, dtype: StoreType) {
+    let mut b = cuda_backend_in(src, 2048, dtype);
+    let name = &format!("{name} {dtype}");
     let vocab = src.config().vocab_size;
     let ctx = src.config().max_position.min(8192);
     let bs = b.kv_geometry().block_size;
@@ -190,21 +192,37 @@ fn compare(c: &mut Checks, name: &str, src: &dyn WeightSource) {
     }
 }
 
-#[test]
-#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
-fn gpu_graphs_give_the_tokens_of_eager_launches() {
-    let Some(_gpu) = gpu_or_skip("gpu_graphs_give_the_tokens_of_eager_launches") else {
+/// Every fixture, then `dummy` (a preset name, or None for the head-dim-128 dummy model).
+fn models(test: &str, dtype: StoreType, dummy: Option<&str>) {
+    let Some(_gpu) = gpu_or_skip(test) else {
         return;
     };
-    let mut c = Checks::new("graphs_parity");
+    let mut c = Checks::new(test);
     let fixtures = fixture_sources();
     if fixtures.is_empty() && std::env::var("KILN_REQUIRE_GPU").as_deref() == Ok("1") {
         panic!("no fixture models found (set KILN_FIXTURES)");
     }
     for (name, src) in &fixtures {
-        compare(&mut c, name, src.as_ref());
+        compare(&mut c, name, src.as_ref(), dtype);
     }
-    let big = DummySource::preset("llama3-8b").expect("dummy:llama3-8b");
-    compare(&mut c, "dummy:llama3-8b", &big);
+    match dummy {
+        Some(preset) => {
+            let src = DummySource::preset(preset).expect("a dummy preset");
+            compare(&mut c, &format!("dummy:{preset}"), &src, dtype);
+        }
+        None => compare(&mut c, "dummy mid", &dummy_mid(), dtype),
+    }
     c.finish();
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn gpu_graphs_give_the_tokens_of_eager_launches() {
+    models("graphs_parity", StoreType::Bf16, Some("llama3-8b"));
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn gpu_f32_graphs_give_the_tokens_of_eager_launches() {
+    models("graphs_parity_f32", StoreType::F32, None);
 }

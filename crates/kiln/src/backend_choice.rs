@@ -34,6 +34,15 @@ pub enum Dtype {
 }
 
 impl Dtype {
+    /// The CUDA backend's storage type for this choice (auto: bf16).
+    pub fn cuda_store(self) -> kiln_cuda::StoreType {
+        match self {
+            Dtype::Auto | Dtype::Bf16 => kiln_cuda::StoreType::Bf16,
+            Dtype::F16 => kiln_cuda::StoreType::F16,
+            Dtype::F32 => kiln_cuda::StoreType::F32,
+        }
+    }
+
     /// Refuses a format the chosen backend does not compute in, naming what is missing.
     pub fn check(self, cuda: bool) -> anyhow::Result<()> {
         match (self, cuda) {
@@ -189,6 +198,7 @@ pub fn build_backend_for(
                 .kv_cache_gb
                 .map(|gb| (gb * (1u64 << 30) as f64) as usize),
             host_cache_bytes: host_bytes,
+            dtype: device.dtype.cuda_store(),
             ..kiln_cuda::CudaOptions::default()
         };
         check_gpu_fit(model, &opts, longest)?;

@@ -4,12 +4,18 @@
 #![allow(dead_code)]
 
 use kiln_cuda::device::Gpu;
+use kiln_cuda::StoreType;
 
 /// The GPU, or None after printing why the test is skipped. With KILN_REQUIRE_GPU=1 a missing
 /// GPU fails the test instead.
 pub fn gpu_or_skip(test: &str) -> Option<Gpu> {
+    gpu_with_store_or_skip(test, StoreType::Bf16)
+}
+
+/// [`gpu_or_skip`] with the kernels built for storage type `store`.
+pub fn gpu_with_store_or_skip(test: &str, store: StoreType) -> Option<Gpu> {
     match kiln_cuda::unavailable_reason() {
-        None => Some(Gpu::new(0).expect("opening the GPU")),
+        None => Some(Gpu::with_store(0, store).expect("opening the GPU")),
         Some(why) => {
             if std::env::var("KILN_REQUIRE_GPU").as_deref() == Ok("1") {
                 panic!("{test}: KILN_REQUIRE_GPU=1 but {why}");

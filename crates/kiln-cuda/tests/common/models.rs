@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use kiln_cuda::{CudaBackend, CudaOptions};
+use kiln_cuda::{CudaBackend, CudaOptions, StoreType};
 use kiln_model::dummy::DummySource;
 use kiln_model::{Arch, ModelConfig, RopeScaling, RopeStyle, WeightSource};
 use kiln_step::{Backend, ChunkInput};
@@ -110,7 +110,13 @@ pub fn dummy_mid() -> DummySource {
 }
 
 pub fn cuda_backend(src: &dyn WeightSource, max_tokens: usize) -> CudaBackend {
+    cuda_backend_in(src, max_tokens, StoreType::Bf16)
+}
+
+/// [`cuda_backend`] storing weights, activations and KV cache as `dtype`.
+pub fn cuda_backend_in(src: &dyn WeightSource, max_tokens: usize, dtype: StoreType) -> CudaBackend {
     let opts = CudaOptions {
+        dtype,
         kv_cache_bytes: Some(1 << 30),
         prefill_chunk: 2048,
         max_seqs: 40,

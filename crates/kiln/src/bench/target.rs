@@ -36,7 +36,7 @@ impl Target {
         let started = Instant::now();
         eprintln!("loading {} ...", model.name);
         let target = if use_cuda {
-            Target::Cuda(Box::new(build_cuda(model, plan)?))
+            Target::Cuda(Box::new(build_cuda(model, plan, args.dtype.cuda_store())?))
         } else {
             Target::Cpu {
                 backend: Box::new(build_cpu(model, args, plan)?),
@@ -142,11 +142,16 @@ fn build_cpu(
         .with_context(|| format!("cannot start the CPU backend for `{}`", model.name))
 }
 
-fn build_cuda(model: &LoadedModel, plan: &Plan) -> anyhow::Result<kiln_cuda::CudaBackend> {
+fn build_cuda(
+    model: &LoadedModel,
+    plan: &Plan,
+    dtype: kiln_cuda::StoreType,
+) -> anyhow::Result<kiln_cuda::CudaBackend> {
     let cfg = &model.config;
     let blocks = plan.kv_blocks(BLOCK_SIZE);
-    let block_bytes = kiln_cuda::kv_cache::KvCache::block_bytes(&cfg.spec(), BLOCK_SIZE);
+    let block_bytes = kiln_cuda::kv_cache::KvCache::block_bytes(&cfg.spec(), BLOCK_SIZE, dtype);
     let opts = kiln_cuda::CudaOptions {
+        dtype,
         kv_cache_bytes: Some(blocks * block_bytes),
         host_cache_bytes: plan.host_blocks(BLOCK_SIZE) * block_bytes,
         block_size: BLOCK_SIZE,
