@@ -327,31 +327,37 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
     __syncthreads();
 
     if (wg == 0) {
-        // Producer: K_i then V_i into stage i % 2 once the consumers have released it; each
-        // tile is announced once its copies have landed (cp.async.wait_group) and been made
-        // visible to wgmma (proxy fence).
+        // Producer: K_i then V_i into stage i % 2 once the consumers have released it. A tile
+        // is announced once its copies have landed (cp.async.wait_group) and been made visible
+        // to wgmma (proxy fence), one tile behind the copies being issued, so that two tiles'
+        // copies are in flight while the producer waits.
         setmaxnreg_dec40();
         const int tid = threadIdx.x;
+        auto landed = [&](u32 bar) {
+            fence_async_smem();
+            mbar_arrive(bar);
+        };
         for (int i = 0; i < nt; ++i) {
             const int st = i & 1, k0 = (kt_lo + i) * BN;
             if (i >= 2) mbar_wait(base + L::empty_k(st), ((i >> 1) - 1) & 1);
             fs_load<HD, BN>(base + L::k(st), kc, table, k0, kv_end, kvh, n_kv, block_size, tid);
             cp_async_commit();
             if (i >= 1) {
-                cp_async_wait<1>();
-                fence_async_smem();
-                mbar_arrive(base + L::full_v((i - 1) & 1));
+                cp_async_wait<2>();  // K_{i-1}
+                landed(base + L::full_k((i - 1) & 1));
             }
             if (i >= 2) mbar_wait(base + L::empty_v(st), ((i >> 1) - 1) & 1);
             fs_load<HD, BN>(base + L::v(st), vc, table, k0, kv_end, kvh, n_kv, block_size, tid);
             cp_async_commit();
-            cp_async_wait<1>();
-            fence_async_smem();
-            mbar_arrive(base + L::full_k(st));
+            if (i >= 1) {
+                cp_async_wait<2>();  // V_{i-1}
+                landed(base + L::full_v((i - 1) & 1));
+            }
         }
+        cp_async_wait<1>();
+        landed(base + L::full_k((nt - 1) & 1));
         cp_async_wait<0>();
-        fence_async_smem();
-        mbar_arrive(base + L::full_v((nt - 1) & 1));
+        landed(base + L::full_v((nt - 1) & 1));
         return;
     }
 
