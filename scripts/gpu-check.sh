@@ -8,8 +8,8 @@
 # Usage: scripts/gpu-check.sh [PART...]   PARTs: tests, bench (the default: both), f32, digests,
 # base-bench. `f32` runs the f32 path's checks alone: the typed kernels' contracts in f32 and
 # f16, then the backend in f32 against the CPU on every fixture (the same greedy tokens, logits
-# within 1e-5), its batch invariance and graphs vs eager (`tests` runs them too, among the
-# rest). `digests` runs the logits_digest example on the fixtures and the 8B dummy
+# within 1e-5), in f16 on the fixtures rounded to f16, and its batch invariance and graphs vs
+# eager in f32 (`tests` runs them too, among the rest). `digests` runs the logits_digest example on the fixtures and the 8B dummy
 # presets; with a baseline build in .carry-base/ (logits_digest, cuda_bench built from an
 # earlier commit) it runs that too and diffs the two, and `base-bench` times the baseline's
 # cuda_bench right after this build's, for a same-call A/B of a change that must not move
@@ -80,11 +80,11 @@ done
 
 # The f32 path: each executable's f32 tests alone (a name filter), one line each.
 if want f32; then
-    for spec in contract_typed: footprint: backend_parity:f32 backend_invariance:f32 graphs_parity:f32; do
+    for spec in contract_typed: footprint: backend_parity:f32 backend_parity:f16 backend_invariance:f32 graphs_parity:f32; do
         name=${spec%%:*} filter=${spec#*:}
         path=$(awk -v n="$name" '$1=="test" && $2==n {print $3}' "$manifest")
         [ -n "$path" ] || { say "f32 $name: not in the manifest"; continue; }
-        log="$OUT/test-f32-$name.log"
+        log="$OUT/test-f32-$name${filter:+-$filter}.log"
         left=$(( 540 - ($(date +%s) - start) ))
         [ "$left" -lt 20 ] && { say "f32 $name: not run, out of time"; continue; }
         [ "$left" -gt 170 ] && left=170
@@ -97,8 +97,8 @@ if want f32; then
         status=ok
         [ $rc -ne 0 ] && status=FAILED
         [ $rc -eq 124 ] && status=TIMEOUT
-        printf "%s\t%s\t%s\t%.1f\t%s\t%s\t0\n" "f32:$name" "$status" "$rc" "$secs" "$pass" "$fail" >> "$results"
-        say "$(printf "f32 %-18s %-8s %6.1fs  checks: %d pass, %d fail" "$name" "$status" "$secs" "$pass" "$fail")"
+        printf "%s\t%s\t%s\t%.1f\t%s\t%s\t0\n" "f32:$name${filter:+:$filter}" "$status" "$rc" "$secs" "$pass" "$fail" >> "$results"
+        say "$(printf "f32 %-22s %-8s %6.1fs  checks: %d pass, %d fail" "$name${filter:+ $filter}" "$status" "$secs" "$pass" "$fail")"
         grep -E "\] FAIL |panicked" "$log" | head -12 | cut -c1-300 | sed 's/^/    /' | tee -a "$report"
     done
 fi

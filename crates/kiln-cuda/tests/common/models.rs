@@ -5,7 +5,10 @@ use std::path::{Path, PathBuf};
 
 use kiln_cuda::{CudaBackend, CudaOptions, StoreType};
 use kiln_model::dummy::DummySource;
-use kiln_model::{Arch, ModelConfig, RopeScaling, RopeStyle, WeightSource};
+use kiln_model::{
+    Arch, DummyFill, HostTensor, ModelConfig, QuantTensor, RopeScaling, RopeStyle, TensorId,
+    WeightSource,
+};
 use kiln_step::{Backend, ChunkInput};
 
 /// tests/fixtures: $KILN_FIXTURES, else next to the sources this was built from, else under the
@@ -67,6 +70,44 @@ fn all_fixture_sources() -> Vec<(String, Box<dyn WeightSource>)> {
         }
     }
     out
+}
+
+/// `inner` with every tensor rounded to `store`, as a checkpoint stored in that format holds
+/// it: the CPU then computes on exactly the values a GPU of that format stores (both round to
+/// nearest even; generated weights are rounded where the GPU generates them, to the same bits).
+pub struct Rounded<'a> {
+    pub inner: &'a dyn WeightSource,
+    pub store: StoreType,
+}
+
+impl WeightSource for Rounded<'_> {
+    fn config(&self) -> &ModelConfig {
+        self.inner.config()
+    }
+
+    fn has(&self, id: TensorId) -> bool {
+        self.inner.has(id)
+    }
+
+    fn load_f32(&self, id: TensorId) -> anyhow::Result<HostTensor> {
+        let mut t = self.inner.load_f32(id)?;
+        for x in &mut t.data {
+            *x = self.store.round(*x);
+        }
+        Ok(t)
+    }
+
+    /// Block-quantised tensors pass through only where rounding changes nothing (f32).
+    fn load_quantized(&self, id: TensorId) -> anyhow::Result<Option<QuantTensor>> {
+        match self.store {
+            StoreType::F32 => self.inner.load_quantized(id),
+            _ => Ok(None),
+        }
+    }
+
+    fn dummy_fill(&self, id: TensorId) -> Option<DummyFill> {
+        self.inner.dummy_fill(id)
+    }
 }
 
 /// The fixture's reference.json, when present.
