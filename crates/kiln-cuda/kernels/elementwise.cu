@@ -3,14 +3,15 @@
 // upload path. Each row is reduced by one block in a fixed order, so a row's result never
 // depends on the other rows of the launch. Written against store_t (common.cuh).
 
-// x[t, :] = embedding[tokens[t], :] as f32. Token ids were checked on the host.
+// x[t, :] = embedding[tokens[t], :] * scale as f32 (scale 1 but for Gemma's scaled embeddings,
+// and exact then). Token ids were checked on the host.
 extern "C" __global__ void embed_gather(float* __restrict__ x, const store_t* __restrict__ emb,
-                                        const int* __restrict__ tokens, int hidden) {
+                                        const int* __restrict__ tokens, int hidden, float scale) {
     pdl_enter();
     const int t = blockIdx.x;
     const store_t* row = emb + (u64)tokens[t] * hidden;
     float* out = x + (u64)t * hidden;
-    for (int i = threadIdx.x; i < hidden; i += blockDim.x) out[i] = from_store(row[i]);
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) out[i] = from_store(row[i]) * scale;
 }
 
 // The norm weight's first NORM_WPRE elements per thread (all of them for hidden <= 8 x block, the
@@ -65,8 +66,9 @@ extern "C" __global__ void rmsnorm_residual(float* __restrict__ x, const float* 
     norm_store(out + (u64)t * hidden, hidden, inv, wv, w, [&](int i) { return xr[i]; });
 }
 
-// For each output row r: v = x[rows[r]] + delta[rows[r]], out[r] = store(rmsnorm(v) * w).
-// Only the rows that need logits go through the final norm and the LM head.
+// For each output row r: v = x[rows[r]] + delta[rows[r]] (delta may be null: nothing pending, as
+// after Gemma 4's layer output scale), out[r] = store(rmsnorm(v) * w). Only the rows that need
+// logits go through the final norm and the LM head.
 extern "C" __global__ void final_norm_rows(const float* __restrict__ x, const float* __restrict__ delta,
                                            const int* __restrict__ rows, const store_t* __restrict__ w,
                                            store_t* __restrict__ out, int hidden, float eps) {
@@ -78,14 +80,14 @@ extern "C" __global__ void final_norm_rows(const float* __restrict__ x, const fl
     const int r = blockIdx.x;
     const u64 t = (u64)rows[r];
     const float* xr = x + t * hidden;
-    const float* dr = delta + t * hidden;
+    const float* dr = delta ? delta + t * hidden : nullptr;
     float ss = 0.f;
     for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
-        const float v = xr[i] + dr[i];
+        const float v = dr ? xr[i] + dr[i] : xr[i];
         ss += v * v;
     }
     const float inv = rsqrtf(block_sum(ss, scratch) / (float)hidden + eps);
-    norm_store(out + (u64)r * hidden, hidden, inv, wv, w, [&](int i) { return xr[i] + dr[i]; });
+    norm_store(out + (u64)r * hidden, hidden, inv, wv, w, [&](int i) { return dr ? xr[i] + dr[i] : xr[i]; });
 }
 
 // gu[t] = [gate (inter) | up (inter)]; out[t, i] = store(silu(gate) * up).

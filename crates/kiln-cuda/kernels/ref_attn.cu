@@ -1,7 +1,7 @@
 // The simple attention kernel every fast path is checked against (KILN_FLASH_ATTN=0 runs the
 // whole model on it): one warp per (token, query head), keys visited one by one in position
 // order with an f32 online softmax. Causal and sliding-window limits come from the token's
-// position; K/V are read through the block table. head_dim at most 32, or a multiple of 32 up to 256.
+// position; K/V are read through the block table. head_dim at most 32, or a multiple of 32 up to 512.
 // Q, K, V and the output are store_t (common.cuh).
 extern "C" __global__ void ref_attn(const store_t* __restrict__ q, const store_t* __restrict__ k_cache,
                                     const store_t* __restrict__ v_cache, const int* __restrict__ positions,
@@ -20,7 +20,7 @@ extern "C" __global__ void ref_attn(const store_t* __restrict__ q, const store_t
     const int lane_off = active ? lane * per : 0;
     const int pos = positions[t];
     const int* table = block_tables + bt_start[token_seq[t]];
-    float qv[8], o[8];
+    float qv[16], o[16];
     for (int e = 0; e < per; ++e) {
         qv[e] = active ? from_store(q[((u64)t * n_q + h) * hd + lane_off + e]) * scale_log2 : 0.f;
         o[e] = 0.f;

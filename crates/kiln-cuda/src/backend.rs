@@ -138,15 +138,6 @@ impl CudaBackend {
         if opts.max_seqs == 0 || opts.prefill_chunk == 0 {
             bail!("max_seqs and prefill_chunk must be positive");
         }
-        for (l, layer) in spec.layers.iter().enumerate() {
-            let hd = layer.attn.head_dim;
-            if !crate::kernels::FLASH_HEAD_DIMS.contains(&hd) {
-                bail!(
-                    "CUDA backend supports head dims {:?}, layer {l} of the model has {hd}",
-                    crate::kernels::FLASH_HEAD_DIMS
-                );
-            }
-        }
         let max_context = opts.max_context.unwrap_or(config.max_position).max(1);
         let max_tokens = opts
             .max_batch_tokens
@@ -481,14 +472,22 @@ impl CudaBackend {
 fn gemm_shapes(spec: &ModelSpec, store: StoreType) -> Vec<(usize, usize)> {
     let h = spec.hidden_size;
     let mut shapes = Vec::new();
+    let (all, width) = crate::forward::per_layer_widths(spec);
+    if all > 0 {
+        shapes.push((all, h));
+    }
     for l in &spec.layers {
         let inter = l.ffn.intermediate();
-        for s in [
+        let mut layer = vec![
             (l.attn.qkv_rows(), h),
             (h, l.attn.q_dim()),
             (2 * inter, h),
             (h, inter),
-        ] {
+        ];
+        if l.per_layer_input.is_some() {
+            layer.extend([(width, h), (h, width)]);
+        }
+        for s in layer {
             if !shapes.contains(&s) {
                 shapes.push(s);
             }

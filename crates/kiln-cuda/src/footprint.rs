@@ -102,16 +102,19 @@ fn buffer_bytes(
         1,
         spec.vocab_size,
     );
+    let (pl_all, pl_width) = crate::forward::per_layer_widths(spec);
     let f32s = 2 * t * h // x, delta
         + t * widest(|l| l.attn.qkv_rows()) // qkv
         + t * 2 * inter // gu
         + s * heads * DECODE_MAX_SPLITS * head_dim // part_o
         + s * heads * DECODE_MAX_SPLITS * 2 // part_ml
-        + s * spec.vocab_size; // logits
+        + s * spec.vocab_size // logits
+        + t * (pl_all + pl_width); // per_layer, pl_gate
     let stored = t * h // normed
         + 2 * t * q_dim // q, attn
         + t * inter // act
-        + s * h; // logit_in
+        + s * h // logit_in
+        + t * pl_width; // pl_act
     let i32s = s + layout.len; // ids, step
     let sampler = s * (PARAM_WORDS + OUT_WORDS) * 4;
     f32s * 4 + stored * store.bytes() + i32s * 4 + sampler

@@ -6,12 +6,12 @@
 //! the model's, written once in kiln-model; an eager step and a graph capture run the same
 //! code, so they queue the same launches in the same order.
 
-use anyhow::{bail, Result};
-use kiln_model::{run_step, LayerWeight, ModelSpec, RopeStyle, StepOps};
+use anyhow::{bail, ensure, Context, Result};
+use kiln_model::{run_step, Activation, LayerWeight, ModelSpec, RopeStyle, StepOps};
 
 use crate::device::{DevBuf, DevPtr, Gpu};
 use crate::gemm_lt::LtGemm;
-use crate::kernels::{AttnInputs, DECODE_MAX_SPLITS};
+use crate::kernels::{AttnInputs, QkvKind, DECODE_MAX_SPLITS};
 use crate::kv_cache::KvCache;
 use crate::step_plan::{StepLayout, StepPlan};
 use crate::store::{StoreBuf, StorePtr, StoreType};
@@ -36,6 +36,17 @@ pub struct Activations {
     pub ids: DevBuf<i32>,
     /// The packed per-step inputs (see step_plan.rs).
     pub step: DevBuf<i32>,
+    /// The per-layer inputs `[tokens, layers * width]`, one layer's gate of its slice and the
+    /// gated slice `[tokens, width]` (empty without per-layer inputs).
+    pub per_layer: DevBuf<f32>,
+    pub pl_gate: DevBuf<f32>,
+    pub pl_act: StoreBuf,
+}
+
+/// Elements of one token's per-layer inputs (every layer's) and of one layer's slice.
+pub fn per_layer_widths(spec: &ModelSpec) -> (usize, usize) {
+    let width = spec.per_layer_input.map_or(0, |p| p.width);
+    (width * spec.layers.len(), width)
 }
 
 impl Activations {
@@ -61,6 +72,9 @@ impl Activations {
             logits: gpu.alloc(s * spec.vocab_size)?,
             ids: gpu.alloc(s)?,
             step: gpu.alloc(l.len)?,
+            per_layer: gpu.alloc(t * per_layer_widths(spec).0)?,
+            pl_gate: gpu.alloc(t * per_layer_widths(spec).1)?,
+            pl_act: gpu.alloc_store(t * per_layer_widths(spec).1)?,
         })
     }
 
@@ -79,6 +93,9 @@ impl Activations {
             + self.logits.bytes()
             + self.ids.bytes()
             + self.step.bytes()
+            + self.per_layer.bytes()
+            + self.pl_gate.bytes()
+            + self.pl_act.bytes()
     }
 }
 
@@ -176,6 +193,15 @@ impl CudaOps<'_, '_> {
         }
         Ok(())
     }
+
+    /// The address of `delta` when a block's output is pending (no longer pending after the
+    /// caller's kernel adds it), else 0.
+    fn take_delta(&mut self) -> u64 {
+        match std::mem::take(&mut self.pending) {
+            true => self.ctx.a.delta.ptr(),
+            false => 0,
+        }
+    }
 }
 
 impl StepOps for CudaOps<'_, '_> {
@@ -187,34 +213,90 @@ impl StepOps for CudaOps<'_, '_> {
             c.step_ptr(c.layout.tokens),
             self.plan.n_tokens,
             c.spec.hidden_size,
+            c.spec.embed_scale.unwrap_or(1.0),
         )
     }
 
-    // The ops below belong to models `CudaBackend::new` refuses (model_support.rs): they have
-    // no kernels yet and are never reached.
+    /// The projection of the scaled embedding (a GEMM of `x` in the storage type), then the mix
+    /// with the token table gathered by id on the device: only the step's token ids were uploaded.
     fn per_layer_inputs(&mut self) -> Result<()> {
-        bail!("per-layer inputs have no CUDA kernel")
+        let c = self.ctx;
+        let (g, a, s) = (c.gpu, c.a, c.spec);
+        let ple = s
+            .per_layer_input
+            .context("the model has no per-layer inputs")?;
+        let w =
+            c.w.per_layer
+                .as_ref()
+                .context("per-layer weights not loaded")?;
+        let (n, h, all) = (self.plan.n_tokens, s.hidden_size, per_layer_widths(s).0);
+        g.residual_to_store(a.x.ptr(), 0, a.normed.ptr(), n, h)?;
+        self.gemm(
+            a.per_layer.dev_ptr(),
+            a.normed.dev_ptr(),
+            w.projection.ptr(),
+            all,
+            h,
+        )?;
+        g.per_layer_mix(
+            a.per_layer.ptr(),
+            w.table.ptr(),
+            c.step_ptr(c.layout.tokens),
+            w.norm.ptr(),
+            n,
+            s.layers.len(),
+            &ple,
+        )
     }
 
-    fn norm_delta(&mut self, _layer: usize, weight: LayerWeight) -> Result<()> {
-        bail!("{weight:?} has no CUDA kernel")
+    fn norm_delta(&mut self, layer: usize, weight: LayerWeight) -> Result<()> {
+        ensure!(
+            self.pending,
+            "{weight:?} of layer {layer}: no block output to norm"
+        );
+        let c = self.ctx;
+        c.gpu.rmsnorm_delta(
+            c.a.delta.ptr(),
+            c.w.layers[layer].ptr(weight),
+            self.plan.n_tokens,
+            c.spec.hidden_size,
+            c.spec.layers[layer].norm_eps,
+        )
     }
 
-    fn per_layer_activation(&mut self, _layer: usize) -> Result<()> {
-        bail!("per-layer inputs have no CUDA kernel")
+    fn per_layer_activation(&mut self, layer: usize) -> Result<()> {
+        let c = self.ctx;
+        let ple = c
+            .spec
+            .per_layer_input
+            .context("the model has no per-layer inputs")?;
+        let (all, width) = per_layer_widths(c.spec);
+        c.gpu.per_layer_act(
+            c.a.pl_gate.ptr(),
+            c.a.per_layer.ptr(),
+            c.a.pl_act.ptr(),
+            width,
+            all,
+            layer,
+            self.plan.n_tokens,
+            ple.act,
+        )
     }
 
-    fn scale_residual(&mut self, _layer: usize) -> Result<()> {
-        bail!("layer output scales have no CUDA kernel")
+    fn scale_residual(&mut self, layer: usize) -> Result<()> {
+        let c = self.ctx;
+        let delta = self.take_delta();
+        c.gpu.scale_residual(
+            c.a.x.ptr(),
+            delta,
+            c.w.layers[layer].ptr(LayerWeight::OutputScale),
+            self.plan.n_tokens * c.spec.hidden_size,
+        )
     }
 
     fn add_norm(&mut self, layer: usize, weight: LayerWeight) -> Result<()> {
         let c = self.ctx;
-        let delta = if std::mem::take(&mut self.pending) {
-            c.a.delta.ptr()
-        } else {
-            0
-        };
+        let delta = self.take_delta();
         c.gpu.rmsnorm_residual(
             c.a.x.ptr(),
             delta,
@@ -231,16 +313,28 @@ impl StepOps for CudaOps<'_, '_> {
         let (spec, a) = (&c.spec.layers[layer], c.a);
         let h = c.spec.hidden_size;
         let inter = spec.ffn.intermediate();
+        let width = spec.per_layer_input.unwrap_or(0);
         let (y, x, n, k) = match weight {
             LayerWeight::Qkv => (&a.qkv, &a.normed, spec.attn.qkv_rows(), h),
             LayerWeight::O => (&a.delta, &a.attn, h, spec.attn.q_dim()),
             LayerWeight::GateUp => (&a.gu, &a.normed, 2 * inter, h),
             LayerWeight::Down => (&a.delta, &a.act, h, inter),
+            LayerWeight::PerLayerGate => (&a.pl_gate, &a.normed, width, h),
+            LayerWeight::PerLayerProj => (&a.delta, &a.pl_act, h, width),
             other => bail!("{other:?} is not a projection"),
         };
+        if weight == LayerWeight::PerLayerGate {
+            // The gate reads the residual stream itself, the pending block output added.
+            let delta = self.take_delta();
+            c.gpu
+                .residual_to_store(a.x.ptr(), delta, a.normed.ptr(), self.plan.n_tokens, h)?;
+        }
         let w = c.w.layers[layer].ptr(weight);
         self.gemm(y.dev_ptr(), x.dev_ptr(), w, n, k)?;
-        self.pending |= matches!(weight, LayerWeight::O | LayerWeight::Down);
+        self.pending |= matches!(
+            weight,
+            LayerWeight::O | LayerWeight::Down | LayerWeight::PerLayerProj
+        );
         Ok(())
     }
 
@@ -264,6 +358,8 @@ impl StepOps for CudaOps<'_, '_> {
             at.head_dim,
             neox,
             spec.norm_eps,
+            QkvKind::of(at),
+            at.v_norm,
         )
     }
 
@@ -331,20 +427,19 @@ impl StepOps for CudaOps<'_, '_> {
 
     fn ffn_activation(&mut self, layer: usize) -> Result<()> {
         let c = self.ctx;
-        let inter = c.spec.layers[layer].ffn.intermediate();
-        c.gpu
-            .swiglu(c.a.gu.ptr(), c.a.act.ptr(), inter, self.plan.n_tokens)
+        let ffn = &c.spec.layers[layer].ffn;
+        let (gu, act, rows) = (c.a.gu.ptr(), c.a.act.ptr(), self.plan.n_tokens);
+        match ffn.activation() {
+            Activation::Silu => c.gpu.swiglu(gu, act, ffn.intermediate(), rows),
+            Activation::GeluTanh => c.gpu.geglu(gu, act, ffn.intermediate(), rows),
+        }
     }
 
     fn logits(&mut self) -> Result<()> {
         let c = self.ctx;
         let (g, a, s) = (c.gpu, c.a, c.spec);
         let r = self.plan.n_logits;
-        let delta = if std::mem::take(&mut self.pending) {
-            a.delta.ptr()
-        } else {
-            0
-        };
+        let delta = self.take_delta();
         g.final_norm_rows(
             a.x.ptr(),
             delta,
@@ -363,6 +458,10 @@ impl StepOps for CudaOps<'_, '_> {
         } else {
             self.lt
                 .matmul(g, logits, x, w, r, s.vocab_size, s.hidden_size)?;
+        }
+        // In place, so the argmax, the device sampler and the logits copied out all see it.
+        if let Some(cap) = s.logit_softcap {
+            g.softcap_logits(logits, r * s.vocab_size, cap)?;
         }
         g.argmax_rows(logits, a.ids.ptr(), r, s.vocab_size)
     }

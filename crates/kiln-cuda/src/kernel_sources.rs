@@ -82,6 +82,21 @@ pub const SOURCES: &[KernelSource] = &[
         body: include_str!("../kernels/ref_attn.cu"),
         builds: Builds::Typed,
     },
+    KernelSource {
+        name: "gemma",
+        body: include_str!("../kernels/gemma.cu"),
+        builds: Builds::Typed,
+    },
+    KernelSource {
+        name: "flash_wide",
+        body: include_str!("../kernels/flash_wide.cu"),
+        builds: Builds::Bf16Only,
+    },
+    KernelSource {
+        name: "decode_wide",
+        body: include_str!("../kernels/decode_wide.cu"),
+        builds: Builds::Typed,
+    },
 ];
 
 /// Modules written for one architecture only (wgmma, setmaxnreg): NVRTC builds them for the
@@ -213,6 +228,28 @@ mod tests {
             ),
             ("sample", vec!["adjust_rows".into(), "sample_rows".into()]),
             ("ref_attn", vec!["ref_attn".into()]),
+            (
+                "gemma",
+                [
+                    "geglu",
+                    "rmsnorm_delta",
+                    "residual_to_store",
+                    "per_layer_mix",
+                    "per_layer_act",
+                    "scale_residual",
+                    "softcap_logits",
+                ]
+                .map(String::from)
+                .to_vec(),
+            ),
+            ("flash_wide", vec!["flash_attn_wide_hd512".into()]),
+            (
+                "decode_wide",
+                vec![
+                    "decode_attn_wide_hd512".into(),
+                    "decode_attn_wide_combine".into(),
+                ],
+            ),
         ];
         let names: Vec<&str> = SOURCES.iter().map(|s| s.name).collect();
         assert_eq!(names, expected.iter().map(|(n, _)| *n).collect::<Vec<_>>());

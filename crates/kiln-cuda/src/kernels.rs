@@ -10,6 +10,9 @@ pub use crate::switches::KernelChoice;
 
 /// Head dims with a flash-attention and a decode-attention instantiation.
 pub const FLASH_HEAD_DIMS: [usize; 5] = [16, 32, 64, 128, 256];
+/// Every head dim attention runs at: those of flash_attn.cu and decode_attn.cu, and the wide
+/// heads of flash_wide.cu and decode_wide.cu (attn_wide.rs).
+pub const ATTN_HEAD_DIMS: [usize; 6] = [16, 32, 64, 128, 256, 512];
 /// Query rows per flash-attention tile.
 pub const FLASH_TILE_ROWS: usize = 64;
 /// Decode attention: at most this many KV splits per sequence, each at least this many keys.
@@ -55,11 +58,44 @@ pub fn large_smem_kernels() -> Vec<(String, usize)> {
     }
     v.extend(crate::skinny::large_smem_kernels());
     v.extend(crate::attn_launch::large_smem_kernels());
+    v.extend(crate::attn_wide::large_smem_kernels());
     v
 }
 
-fn grid_1d(n: usize, block: usize, cap: usize) -> (u32, u32, u32) {
+pub(crate) fn grid_1d(n: usize, block: usize, cap: usize) -> (u32, u32, u32) {
     (n.div_ceil(block).clamp(1, cap) as u32, 1, 1)
+}
+
+/// What `qkv_prepare` finds in a row of the QKV projection and writes to the KV cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QkvKind {
+    /// Q, K and V rows; K and V written to the cache.
+    Full,
+    /// Q and K rows; V is the K projection as it was before K's norm and RoPE
+    /// (`attention_k_eq_v`).
+    VFromK,
+    /// Q rows only: the layer reads another layer's KV and writes none.
+    QOnly,
+}
+
+impl QkvKind {
+    /// The kind of a layer's attention.
+    pub fn of(at: &kiln_model::AttnSpec) -> QkvKind {
+        match (at.writes_kv(), at.v_from_k) {
+            (false, _) => QkvKind::QOnly,
+            (true, true) => QkvKind::VFromK,
+            (true, false) => QkvKind::Full,
+        }
+    }
+
+    /// The kernel's `kv_mode` argument.
+    fn mode(self) -> i32 {
+        match self {
+            QkvKind::Full => 0,
+            QkvKind::VFromK => 1,
+            QkvKind::QOnly => 2,
+        }
+    }
 }
 
 /// Where a layer's KV cache lives and how it is laid out.
@@ -129,6 +165,7 @@ impl Gpu {
         tokens: u64,
         n_tokens: usize,
         hidden: usize,
+        scale: f32,
     ) -> Result<()> {
         if n_tokens == 0 {
             return Ok(());
@@ -139,7 +176,13 @@ impl Gpu {
             (n_tokens as u32, 1, 1),
             256,
             0,
-            &[Arg::Ptr(x), Arg::Ptr(emb), Arg::Ptr(tokens), Arg::I32(h)],
+            &[
+                Arg::Ptr(x),
+                Arg::Ptr(emb),
+                Arg::Ptr(tokens),
+                Arg::I32(h),
+                Arg::F32(scale),
+            ],
         )
     }
 
@@ -175,7 +218,7 @@ impl Gpu {
         )
     }
 
-    /// out[r] = rmsnorm(x[rows[r]] + delta[rows[r]]) * w for r < n_rows.
+    /// out[r] = rmsnorm(x[rows[r]] + delta[rows[r]]) * w for r < n_rows (delta 0 = none).
     #[allow(clippy::too_many_arguments)]
     pub fn final_norm_rows(
         &self,
@@ -314,7 +357,8 @@ impl Gpu {
     }
 
     /// Finishes the QKV projection of `n_tokens` tokens: bias, per-head norm, RoPE; writes Q to
-    /// `q_out` and K/V into the cache at each token's slot. Optional pointers are 0 when absent.
+    /// `q_out` and K/V into the cache at each token's slot, as `kind` says (`v_norm`: an
+    /// unweighted RMSNorm on each V head). Optional pointers are 0 when absent.
     #[allow(clippy::too_many_arguments)]
     pub fn qkv_prepare(
         &self,
@@ -332,14 +376,19 @@ impl Gpu {
         hd: usize,
         neox: bool,
         eps: f32,
+        kind: QkvKind,
+        v_norm: bool,
     ) -> Result<()> {
         if n_tokens == 0 {
             return Ok(());
         }
-        if hd > 256 || !hd.is_multiple_of(2) {
-            bail!("head dim {hd} unsupported (even, at most 256)");
+        if hd > 512 || !hd.is_multiple_of(2) {
+            bail!("head dim {hd} unsupported (even, at most 512)");
         }
-        let heads = n_q + 2 * kv.n_kv;
+        let heads = match kind {
+            QkvKind::QOnly => n_q,
+            QkvKind::Full | QkvKind::VFromK => n_q + 2 * kv.n_kv,
+        };
         let args = [
             Arg::Ptr(qkv),
             Arg::Ptr(bias),
@@ -357,6 +406,8 @@ impl Gpu {
             Arg::I32(neox as i32),
             Arg::I32(kv.block_size as i32),
             Arg::F32(eps),
+            Arg::I32(kind.mode()),
+            Arg::I32(v_norm as i32),
         ];
         self.launch(
             "qkv_prepare",
@@ -389,8 +440,11 @@ impl Gpu {
         if n_tiles == 0 {
             return Ok(());
         }
+        if crate::attn_wide::WIDE_HEAD_DIMS.contains(&hd) {
+            return self.flash_attn_wide(q, kv, tiles, n_tiles, inp, out, n_q, hd, window, scale);
+        }
         if !FLASH_HEAD_DIMS.contains(&hd) {
-            bail!("flash attention supports head dims {FLASH_HEAD_DIMS:?}, not {hd}");
+            bail!("flash attention supports head dims {ATTN_HEAD_DIMS:?}, not {hd}");
         }
         let args = [
             Arg::Ptr(q),
@@ -444,8 +498,13 @@ impl Gpu {
         if rows == 0 {
             return Ok(());
         }
+        if crate::attn_wide::WIDE_HEAD_DIMS.contains(&hd) {
+            return self.decode_attn_wide(
+                q, kv, inp, part_o, part_ml, out, rows, n_q, hd, window, scale,
+            );
+        }
         if !FLASH_HEAD_DIMS.contains(&hd) {
-            bail!("decode attention supports head dims {FLASH_HEAD_DIMS:?}, not {hd}");
+            bail!("decode attention supports head dims {ATTN_HEAD_DIMS:?}, not {hd}");
         }
         let group = n_q / kv.n_kv;
         let groups_per_kv = group.div_ceil(DECODE_MAX_GROUP);
@@ -509,8 +568,8 @@ impl Gpu {
         if n_tokens == 0 {
             return Ok(());
         }
-        if hd == 0 || hd > 256 || (hd > 32 && !hd.is_multiple_of(32)) {
-            bail!("reference attention supports head dims up to 32, or multiples of 32 up to 256, not {hd}");
+        if hd == 0 || hd > 512 || (hd > 32 && !hd.is_multiple_of(32)) {
+            bail!("reference attention supports head dims up to 32, or multiples of 32 up to 512, not {hd}");
         }
         let args = [
             Arg::Ptr(q),
@@ -541,6 +600,6 @@ impl Gpu {
 }
 
 /// Threads per row for the norm kernels: enough for 16-element strides, at most 1024.
-fn norm_block(hidden: usize) -> u32 {
+pub(crate) fn norm_block(hidden: usize) -> u32 {
     (hidden.div_ceil(8).next_multiple_of(32)).clamp(32, 1024) as u32
 }

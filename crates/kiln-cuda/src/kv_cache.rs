@@ -1,7 +1,8 @@
 //! The paged KV cache: one allocation for K and one for V, sized once from a budget and never
 //! grown. Layout per layer: [block][kv_head][block_size][head_dim] in the storage type (each
 //! layer with its own head shape), so a block of one head is contiguous and a token's slot is
-//! `block * block_size + offset`.
+//! `block * block_size + offset`. Only layers that own KV take room: a layer that reads another
+//! layer's KV (`AttnSpec::kv_from`) is given that layer's view.
 
 use anyhow::{bail, Result};
 use kiln_model::ModelSpec;
@@ -26,7 +27,7 @@ impl KvCache {
         let elems: usize = spec
             .layers
             .iter()
-            .map(|l| l.attn.kv_dim() * block_size)
+            .map(|l| l.attn.cache_kv_dim() * block_size)
             .sum();
         2 * elems * store.bytes()
     }
@@ -45,7 +46,14 @@ impl KvCache {
         }
         let mut layers = Vec::with_capacity(spec.layers.len());
         let mut at = 0;
-        for l in &spec.layers {
+        for (i, l) in spec.layers.iter().enumerate() {
+            if let Some(src) = l.attn.kv_from {
+                // ModelConfig::validate checked it: an earlier layer of the same shape.
+                debug_assert!(src < i && spec.layers[src].attn.kv_dim() == l.attn.kv_dim());
+                let (src_at, n_kv, _) = layers[src];
+                layers.push((src_at, n_kv, 0));
+                continue;
+            }
             let block_elems = block_size * l.attn.kv_dim();
             layers.push((at, l.attn.num_kv_heads, block_elems));
             at += num_blocks * block_elems;
@@ -61,6 +69,7 @@ impl KvCache {
         })
     }
 
+    /// The cache layer `layer`'s attention reads: its own, or the one its `kv_from` names.
     pub fn view(&self, layer: usize) -> KvView {
         let (at, n_kv, _) = self.layers[layer];
         KvView {
@@ -75,10 +84,13 @@ impl KvCache {
     /// bytes of each.
     pub fn block_spans(&self, block: u32) -> impl Iterator<Item = (u64, u64, usize)> + '_ {
         let size = self.k.store().bytes();
-        self.layers.iter().map(move |&(at, _, n)| {
-            let first = at + block as usize * n;
-            (self.k.at(first), self.v.at(first), n * size)
-        })
+        self.layers
+            .iter()
+            .filter(|&&(_, _, n)| n > 0)
+            .map(move |&(at, _, n)| {
+                let first = at + block as usize * n;
+                (self.k.at(first), self.v.at(first), n * size)
+            })
     }
 
     /// Bytes one block takes over every layer, K and V.

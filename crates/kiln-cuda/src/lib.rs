@@ -3,6 +3,7 @@
 //! See docs/CUDA.md for the design, the kernel list and how to test on a GPU machine.
 
 pub mod attn_launch;
+pub mod attn_wide;
 pub mod backend;
 pub mod device;
 pub mod footprint;
@@ -14,6 +15,7 @@ pub mod host_tier;
 pub mod kernel_entries;
 pub mod kernel_sources;
 pub mod kernels;
+pub mod kernels_gemma;
 pub mod kv_cache;
 pub mod model_support;
 pub mod nvrtc_build;

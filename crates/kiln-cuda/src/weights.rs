@@ -25,11 +25,21 @@ impl LayerWeights {
     }
 }
 
+/// Gemma 4's per-layer input weights: the token table `[vocab, layers * width]` (gathered by
+/// id on the device), the projection of the embedding `[layers * width, hidden]` and its norm.
+pub struct PerLayerWeights {
+    pub table: StoreBuf,
+    pub projection: StoreBuf,
+    pub norm: StoreBuf,
+}
+
 pub struct ModelWeights {
     pub embed: StoreBuf,
     pub out_norm: StoreBuf,
     /// None when the LM head is the embedding.
     pub lm_head: Option<StoreBuf>,
+    /// None when the model has no per-layer inputs.
+    pub per_layer: Option<PerLayerWeights>,
     pub layers: Vec<LayerWeights>,
     /// One per RoPE of the spec: cos/sin per (position, pair), times the attention factor,
     /// [max_pos][pairs][2].
@@ -109,11 +119,8 @@ impl Loader<'_> {
             if f.loads(&part, self.src) {
                 self.put(part.id, &buf, at, part.rows * cols)?;
             } else if f.absent_value() != 0.0 {
-                bail!(
-                    "{} is absent and would be {}: not done on CUDA yet",
-                    part.id,
-                    f.absent_value()
-                );
+                self.gpu
+                    .fill_store(buf.at(at), part.rows * cols, f.absent_value())?;
             }
         }
         Ok(buf)
@@ -136,6 +143,7 @@ pub fn load_weights(
             ("intermediate size", layer.ffn.intermediate()),
             ("q dim", layer.attn.q_dim()),
             ("kv dim", layer.attn.kv_dim()),
+            ("per-layer input width", layer.per_layer_input.unwrap_or(0)),
         ] {
             if !v.is_multiple_of(8) {
                 bail!("CUDA backend needs the {what} to be a multiple of 8, layer {l} has {v}");
@@ -158,20 +166,27 @@ pub fn load_weights(
         bytes: 0,
     };
     let (mut embed, mut lm_head, mut out_norm) = (None, None, None);
+    let (mut pl_table, mut pl_proj, mut pl_norm) = (None, None, None);
     for f in schema::global_weights(spec) {
         let buf = ld.fused(&f)?;
         match f.weight {
             GlobalWeight::Embedding => embed = Some(buf),
             GlobalWeight::LmHead => lm_head = Some(buf),
             GlobalWeight::OutputNorm => out_norm = Some(buf),
-            // Per-layer inputs have no kernels; CudaBackend::new refuses such models first.
-            GlobalWeight::PerLayerEmbedding
-            | GlobalWeight::PerLayerProjection
-            | GlobalWeight::PerLayerProjNorm => {
-                bail!("per-layer inputs are not supported on CUDA")
-            }
+            GlobalWeight::PerLayerEmbedding => pl_table = Some(buf),
+            GlobalWeight::PerLayerProjection => pl_proj = Some(buf),
+            GlobalWeight::PerLayerProjNorm => pl_norm = Some(buf),
         }
     }
+    let per_layer = match (pl_table, pl_proj, pl_norm) {
+        (Some(table), Some(projection), Some(norm)) => Some(PerLayerWeights {
+            table,
+            projection,
+            norm,
+        }),
+        (None, None, None) => None,
+        _ => bail!("the schema names some per-layer input weights but not all three"),
+    };
     let mut layers = Vec::with_capacity(spec.layers.len());
     for (l, layer) in spec.layers.iter().enumerate() {
         let mut w = LayerWeights {
@@ -206,6 +221,7 @@ pub fn load_weights(
         embed: embed.context("the schema has no embedding")?,
         out_norm: out_norm.context("the schema has no output norm")?,
         lm_head,
+        per_layer,
         layers,
         ropes,
         rope_positions,

@@ -1,7 +1,9 @@
 //! Batch invariance on the GPU: one sequence's logits are bit-identical whether it runs alone
 //! or in steps with 1, 6 or 31 other sequences (other lengths, prefill and decode mixed), and
 //! whether its prompt is prefilled whole or in chunks of 512 or 2048; in bf16 and in f32, where
-//! a prompt whose last chunk is one token (a decode row) gives the whole prompt's bits too.
+//! a prompt whose last chunk is one token (a decode row) gives the whole prompt's bits too. On
+//! the Gemma 4 dummies the 3,000-token prompt is far past the 64-token window, so chunks and
+//! decode steps cross it.
 
 mod common;
 #[path = "common/models.rs"]
@@ -12,7 +14,7 @@ use kiln_cuda::{CudaBackend, StoreType};
 use kiln_model::dummy::DummySource;
 use kiln_model::WeightSource;
 use kiln_step::{Backend, ChunkInput};
-use models::{cuda_backend_in, dummy_mid, Blocks, Seq};
+use models::{cuda_backend_in, dummy_gemma_wide, dummy_mid, Blocks, Seq};
 
 const PROMPT: usize = 3000;
 const DECODE_STEPS: usize = 4;
@@ -137,6 +139,14 @@ fn models(test: &str, dtype: StoreType) {
     let tiny = DummySource::preset("tiny").expect("tiny");
     invariance(&mut c, "dummy:tiny", &tiny, dtype);
     invariance(&mut c, "dummy mid", &dummy_mid(), dtype);
+    let gemma = DummySource::preset("gemma4-tiny").expect("gemma4-tiny");
+    invariance(&mut c, "dummy:gemma4-tiny", &gemma, dtype);
+    invariance(
+        &mut c,
+        "dummy gemma4-tiny, hd 512",
+        &dummy_gemma_wide(),
+        dtype,
+    );
     c.finish();
 }
 

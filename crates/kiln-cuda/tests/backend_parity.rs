@@ -1,8 +1,9 @@
 //! GPU vs CPU reference: the same model through CudaBackend and kiln_cpu's CpuBackend (f32):
 //! prompt logits and every greedy step's logits within 2e-2 relative in bf16 (1e-5 in f32 on
 //! the fixtures, 1e-4 on the larger dummy models), and identical greedy tokens, on dummy:tiny, a
-//! head-dim-128 dummy model and every fixture model (GGUF and HF folder); on the fixtures also
-//! against the recorded transformers logits and continuations. In f32 every fixture's greedy
+//! head-dim-128 dummy model, Gemma 4 dummies (every layer kind; head dim 512 on full layers;
+//! decode across the sliding window) and every fixture model (GGUF and HF folder); on the
+//! fixtures also against the recorded transformers logits and continuations. In f32 every fixture's greedy
 //! tokens must match, the small margins included (the f32 parity run of scripts/gpu-check.sh).
 //! In f16 the models are first rounded to f16, as an f16 checkpoint holds them, and both
 //! backends run those weights (logits within 5e-3 on the fixtures, 1e-2 on the dummies).
@@ -18,7 +19,8 @@ use kiln_model::dummy::DummySource;
 use kiln_model::WeightSource;
 use kiln_step::{Backend, ChunkInput};
 use models::{
-    argmax, cuda_backend_in, dummy_mid, fixture_reference, fixture_sources, rel_err, Rounded,
+    argmax, cuda_backend_in, dummy_gemma_wide, dummy_mid, fixture_reference, fixture_sources,
+    rel_err, Rounded,
 };
 
 const STEPS: usize = 32;
@@ -188,6 +190,29 @@ fn dummy_models(test: &str, dtype: StoreType) {
     let prompt: Vec<u32> = (0..300u32).map(|i| (i * 7919 + 13) % 32_000).collect();
     let name = "dummy mid (hd 128, GQA 4)";
     compare(&mut c, name, &as_stored(&mid, dtype), &prompt, false, dtype);
+    // Gemma 4 (64-token window on the sliding layers): a 50-token prompt whose decode steps
+    // cross the window's edge, and a 100-token one past it.
+    let gemma = DummySource::preset("gemma4-tiny").expect("dummy:gemma4-tiny");
+    let prompt: Vec<u32> = (0..50u32).map(|i| (i * 37 + 11) % 512).collect();
+    compare(
+        &mut c,
+        "dummy:gemma4-tiny",
+        &as_stored(&gemma, dtype),
+        &prompt,
+        false,
+        dtype,
+    );
+    let prompt: Vec<u32> = (0..100u32).map(|i| (i * 37 + 11) % 512).collect();
+    let wide = dummy_gemma_wide();
+    let name = "dummy gemma4-tiny, full layers hd 512";
+    compare(
+        &mut c,
+        name,
+        &as_stored(&wide, dtype),
+        &prompt,
+        false,
+        dtype,
+    );
     c.finish();
 }
 

@@ -2,8 +2,9 @@
 //! heads per CTA; wgmma flash_sm90 plain and overlapped, on sm_90), both decode families
 //! (decode_attn on CUDA cores, decode_mma on tensor cores) and the reference kernel, against
 //! a float64 host reference. Paged K/V behind shuffled block tables, slots no sequence owns
-//! poisoned with NaN, outputs poisoned, odd lengths, GQA 1/2/4/8/16, head dims 16-256, windows
-//! smaller and larger than the sequences, KV up to 128k, the rows of a speculative verify step.
+//! poisoned with NaN, outputs poisoned, odd lengths, GQA 1/2/3/4/8/16, head dims 16-256 and 512
+//! (the wide kernels of Gemma 4's full layers), windows smaller and larger than the sequences,
+//! KV up to 128k, the rows of a speculative verify step.
 //! Bit for bit: the variants of a family agree; a decode row alone == in its batch (and in its
 //! verify step); a prefill chunk split in two == whole. `planted_bugs_fail` loads kernels with a
 //! bug planted in their text and checks that this contract catches each one.
@@ -361,6 +362,9 @@ fn cases() -> Vec<Case> {
         (32, 2, 64, 0),
         (4, 2, 64, 200),
         (4, 4, 16, 0),
+        (8, 4, 512, 0),
+        (8, 2, 512, 37),
+        (3, 1, 512, 512),
     ]
     .into_iter()
     .map(|(n_q, n_kv, hd, window)| Case {
@@ -382,6 +386,7 @@ fn cases() -> Vec<Case> {
         (16, 2, 64, 1000),
         (8, 8, 128, 0),
         (32, 2, 256, 0),
+        (8, 4, 512, 512),
     ] {
         v.push(Case {
             n_q,
@@ -406,6 +411,16 @@ fn cases() -> Vec<Case> {
         window: 4096,
         chunks: own(&[(31_999, 1), (30_000, 8)]),
     });
+    // Wide heads deep in the cache, with and without Gemma's 512-token window.
+    for window in [0, 512] {
+        v.push(Case {
+            n_q: 8,
+            n_kv: 4,
+            hd: 512,
+            window,
+            chunks: own(&[(16_383, 1), (10_000, 70), (9_000, 1)]),
+        });
+    }
     let mut long = own(&[(131_071, 1), (120_000, 5), (65_536, 1)]);
     long.extend(verify(100_000, 4, 3));
     v.push(Case {
@@ -468,6 +483,18 @@ const PLANTED: &[(&str, &str, &str)] = &[
     ),
     // The copy into shared memory forgets the swizzle wgmma reads.
     ("flash_sm90", "(((c & 7) ^ (r & 7)) << 4)", "((c & 7) << 4)"),
+    // The second half of a 512-wide head's columns reads the first half of V.
+    (
+        "flash_wide",
+        "vc + head + (ok ? col0 + c * 8 : 0)",
+        "vc + head + (ok ? c * 8 : 0)",
+    ),
+    // Keys past a wide decode split's end (the last key, loaded again) are counted.
+    (
+        "decode_wide",
+        "s[h][j] = (k0 + j < hi) ? d : KILN_NEG_INF;",
+        "s[h][j] = d;",
+    ),
 ];
 
 #[test]
@@ -480,7 +507,16 @@ fn planted_bugs_fail() {
     let mut c = Checks::new("planted_bugs_fail");
     let mut case = cases().remove(1);
     case.chunks.extend(verify(3000, 3, case.chunks.len()));
+    let wide = cases()
+        .into_iter()
+        .find(|c| c.hd == 512 && c.window == 37)
+        .expect("a windowed case of head dim 512");
     for &(module, from, to) in PLANTED {
+        let case = if module.ends_with("_wide") {
+            &wide
+        } else {
+            &case
+        };
         if module == "flash_sm90" && !gpu.has_func("flash_sm90_hd128") {
             eprintln!("SKIP planted bug in {module}.cu: no sm_90 device");
             continue;
@@ -495,16 +531,16 @@ fn planted_bugs_fail() {
         src.body = Box::leak(src.body.replace(from, to).into_boxed_str());
         let bad = Gpu::with_sources(0, kiln_cuda::StoreType::Bf16, &sources)
             .expect("loading the planted module");
-        let s = Setup::new(&bad, &mut rng, &case);
+        let s = Setup::new(&bad, &mut rng, case);
         let step = s.step(&bad, &(0..case.chunks.len()).collect::<Vec<_>>());
         let refs = references(&s, case.chunks.len());
         let mut failed = 0;
-        let family = if module == "decode_mma" {
-            Family::DecodeMma
-        } else {
-            Family::FlashSm90
+        let family = match module {
+            "decode_mma" => Family::DecodeMma,
+            "flash_sm90" => Family::FlashSm90,
+            _ => Family::First,
         };
-        for kind in kinds(&bad, &case, family) {
+        for kind in kinds(&bad, case, family) {
             let (out, secs) = run(&bad, &s, &step, kind);
             failed += against_f64(&s, &refs, &step, kind, &out, secs)
                 .iter()

@@ -1,11 +1,12 @@
 //! Kernel contract for the row-wise kernels (embedding gather, RMSNorm with residual, final norm
-//! of selected rows, SwiGLU, argmax, RoPE table, QKV finish + KV write, dummy weights) against
-//! float64 host references on fresh random inputs with poisoned outputs and odd sizes.
+//! of selected rows, SwiGLU, argmax, RoPE table, QKV finish + KV write with its Gemma 4 kinds,
+//! dummy weights) against float64 host references on fresh random inputs with poisoned outputs
+//! and odd sizes.
 
 mod common;
 
 use common::{bf16_bits, from_bf16, gpu_or_skip, round_bf16, timed, to_bf16, Checks, Rng};
-use kiln_cuda::kernels::KvView;
+use kiln_cuda::kernels::{KvView, QkvKind};
 
 /// bf16 outputs: within a couple of bf16 ulps of the reference.
 const BF16_RTOL: f64 = 1.0 / 128.0;
@@ -36,23 +37,26 @@ fn row_kernels_contract() {
     );
     d_emb.upload(0, &emb).unwrap();
     d_tok.upload(0, &tokens).unwrap();
-    d_x.fill_bytes(0xff).unwrap();
-    let secs = timed(&gpu, || {
-        gpu.embed_gather(d_x.ptr(), d_emb.ptr(), d_tok.ptr(), t, hidden)
-    });
-    let want: Vec<f64> = tokens
-        .iter()
-        .flat_map(|&tk| from_bf16(&emb[tk as usize * hidden..(tk as usize + 1) * hidden]))
-        .map(|v| v as f64)
-        .collect();
-    c.close(
-        "embed_gather",
-        &d_x.download(&gpu, 0, t * hidden).unwrap(),
-        &want,
-        0.0,
-        0.0,
-        secs,
-    );
+    // Unscaled rows are exact; a scale (Gemma's sqrt(hidden)) costs one f32 rounding.
+    for (scale, rtol) in [(1.0f32, 0.0), (rng.uniform(10.0, 60.0), 1e-7)] {
+        d_x.fill_bytes(0xff).unwrap();
+        let secs = timed(&gpu, || {
+            gpu.embed_gather(d_x.ptr(), d_emb.ptr(), d_tok.ptr(), t, hidden, scale)
+        });
+        let want: Vec<f64> = tokens
+            .iter()
+            .flat_map(|&tk| from_bf16(&emb[tk as usize * hidden..(tk as usize + 1) * hidden]))
+            .map(|v| v as f64 * scale as f64)
+            .collect();
+        c.close(
+            &format!("embed_gather scale={scale}"),
+            &d_x.download(&gpu, 0, t * hidden).unwrap(),
+            &want,
+            0.0,
+            rtol,
+            secs,
+        );
+    }
 
     // RMSNorm with the residual add, odd hidden sizes.
     for (rows, hidden) in [(1, 4096), (7, 1000), (33, 8192), (3, 72)] {
@@ -100,49 +104,54 @@ fn row_kernels_contract() {
             secs,
         );
 
-        // Final norm of selected rows (x + delta not written back).
+        // Final norm of selected rows (x + delta not written back), and of x alone when no
+        // block output is pending (delta 0).
         let sel: Vec<i32> = (0..rows).rev().step_by(2).map(|r| r as i32).collect();
         let (dsel, dfo) = (
             gpu.alloc::<i32>(sel.len()).unwrap(),
             gpu.alloc::<u16>(sel.len() * hidden).unwrap(),
         );
         dsel.upload(0, &sel).unwrap();
-        dfo.fill_bytes(0xff).unwrap();
         dx.upload(0, &x).unwrap();
-        let secs = timed(&gpu, || {
-            gpu.final_norm_rows(
-                dx.ptr(),
-                dd.ptr(),
-                dsel.ptr(),
-                dw.ptr(),
-                dfo.ptr(),
-                sel.len(),
-                hidden,
-                eps,
-            )
-        });
-        let want: Vec<f64> = sel
-            .iter()
-            .flat_map(|&r| {
-                rmsnorm_ref(
-                    &sum[r as usize * hidden..(r as usize + 1) * hidden],
-                    &w,
+        let plain: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+        for (delta, input) in [(dd.ptr(), &sum), (0, &plain)] {
+            dfo.fill_bytes(0xff).unwrap();
+            let secs = timed(&gpu, || {
+                gpu.final_norm_rows(
+                    dx.ptr(),
+                    delta,
+                    dsel.ptr(),
+                    dw.ptr(),
+                    dfo.ptr(),
+                    sel.len(),
+                    hidden,
                     eps,
                 )
-            })
-            .collect();
-        let got = from_bf16(&dfo.download(&gpu, 0, sel.len() * hidden).unwrap());
-        c.close(
-            &format!(
-                "final_norm_rows {} of {rows} rows hidden={hidden}",
-                sel.len()
-            ),
-            &got,
-            &want,
-            1e-6,
-            BF16_RTOL,
-            secs,
-        );
+            });
+            let want: Vec<f64> = sel
+                .iter()
+                .flat_map(|&r| {
+                    rmsnorm_ref(
+                        &input[r as usize * hidden..(r as usize + 1) * hidden],
+                        &w,
+                        eps,
+                    )
+                })
+                .collect();
+            let got = from_bf16(&dfo.download(&gpu, 0, sel.len() * hidden).unwrap());
+            c.close(
+                &format!(
+                    "final_norm_rows {} of {rows} rows hidden={hidden} delta={}",
+                    sel.len(),
+                    delta != 0
+                ),
+                &got,
+                &want,
+                1e-6,
+                BF16_RTOL,
+                secs,
+            );
+        }
     }
 
     // SwiGLU.
@@ -226,7 +235,17 @@ fn row_kernels_contract() {
     c.finish();
 }
 
-/// Host reference of qkv_prepare for one token: returns (q [n_q*hd], k [n_kv*hd], v [n_kv*hd]).
+/// Heads of one token's row of the QKV projection for `kind` (Q, then the K and V it has).
+fn row_heads(kind: QkvKind, n_q: usize, n_kv: usize) -> usize {
+    match kind {
+        QkvKind::Full => n_q + 2 * n_kv,
+        QkvKind::VFromK => n_q + n_kv,
+        QkvKind::QOnly => n_q,
+    }
+}
+
+/// Host reference of qkv_prepare for one token: q [n_q*hd], then (unless Q only) k and v
+/// [n_kv*hd each]; V from K reads K's row before its norm and RoPE.
 #[allow(clippy::too_many_arguments)]
 fn qkv_ref(
     row: &[f32],
@@ -241,12 +260,21 @@ fn qkv_ref(
     neox: bool,
     eps: f32,
     af: f32,
+    kind: QkvKind,
+    v_norm: bool,
 ) -> Vec<f64> {
-    let heads = n_q + 2 * n_kv;
+    let heads = match kind {
+        QkvKind::QOnly => n_q,
+        QkvKind::Full | QkvKind::VFromK => n_q + 2 * n_kv,
+    };
     let mut out = Vec::with_capacity(heads * hd);
     for h in 0..heads {
+        let src = match kind {
+            QkvKind::VFromK if h >= n_q + n_kv => h - n_kv,
+            _ => h,
+        };
         let mut v: Vec<f64> = (0..hd)
-            .map(|i| row[h * hd + i] as f64 + bias.map_or(0.0, |b| b[h * hd + i] as f64))
+            .map(|i| row[src * hd + i] as f64 + bias.map_or(0.0, |b| b[src * hd + i] as f64))
             .collect();
         let norm = if h < n_q {
             qn
@@ -257,6 +285,8 @@ fn qkv_ref(
         };
         if let Some(w) = norm {
             v = rmsnorm_ref(&v, w, eps);
+        } else if h >= n_q + n_kv && v_norm {
+            v = rmsnorm_ref(&v, &vec![1.0; hd], eps);
         }
         if h < n_q + n_kv {
             let mut r = v.clone();
@@ -286,16 +316,23 @@ fn qkv_prepare_contract() {
     };
     let mut rng = Rng::new("qkv_prepare_contract");
     let mut c = Checks::new("qkv_prepare");
-    // (n_q, n_kv, hd, neox, bias, qk_norm, attention factor)
-    for (n_q, n_kv, hd, neox, with_bias, qk_norm, af) in [
-        (8, 8, 64, true, false, false, 1.0f32),
-        (32, 8, 128, true, true, false, 1.0),
-        (16, 2, 128, false, false, true, 1.0),
-        (8, 1, 256, true, true, true, 1.2),
-        (4, 2, 32, false, false, false, 1.0),
+    let (full, v_from_k, q_only) = (QkvKind::Full, QkvKind::VFromK, QkvKind::QOnly);
+    // (n_q, n_kv, hd, neox, bias, qk_norm, attention factor, kind, V norm); the last five are
+    // Gemma 4's: V from K, a layer writing no KV, the V norm, head dim 512.
+    for (n_q, n_kv, hd, neox, with_bias, qk_norm, af, kind, v_norm) in [
+        (8, 8, 64, true, false, false, 1.0f32, full, false),
+        (32, 8, 128, true, true, false, 1.0, full, false),
+        (16, 2, 128, false, false, true, 1.0, full, false),
+        (8, 1, 256, true, true, true, 1.2, full, false),
+        (4, 2, 32, false, false, false, 1.0, full, false),
+        (8, 2, 256, true, false, true, 1.0, full, true),
+        (8, 4, 512, true, false, true, 1.0, v_from_k, true),
+        (4, 2, 16, true, true, true, 1.0, v_from_k, true),
+        (8, 4, 512, true, false, true, 1.0, q_only, true),
+        (4, 2, 32, false, true, true, 1.0, q_only, false),
     ] {
         let (t, block_size, num_blocks, max_pos) = (23usize, 16usize, 64usize, 40_000usize);
-        let heads = n_q + 2 * n_kv;
+        let heads = row_heads(kind, n_q, n_kv);
         let qkv = rng.vec(t * heads * hd, 3.0);
         let bias = with_bias.then(|| round_bf16(&rng.vec(heads * hd, 1.0)));
         let qn = qk_norm.then(|| round_bf16(&rng.vec(hd, 1.5)));
@@ -384,6 +421,8 @@ fn qkv_prepare_contract() {
                 hd,
                 neox,
                 eps,
+                kind,
+                v_norm,
             )
         });
         let q = from_bf16(&d_q.download(&gpu, 0, t * n_q * hd).unwrap());
@@ -404,9 +443,14 @@ fn qkv_prepare_contract() {
                 neox,
                 eps,
                 af,
+                kind,
+                v_norm,
             );
             want.extend_from_slice(&r);
             got.extend_from_slice(&q[tok * n_q * hd..(tok + 1) * n_q * hd]);
+            if kind == q_only {
+                continue;
+            }
             let slot = slots[tok] as usize;
             for cache in [&kc, &vc] {
                 for h in 0..n_kv {
@@ -416,16 +460,18 @@ fn qkv_prepare_contract() {
             }
         }
         // `want` is per token [q heads, k heads, v heads] in the same order as `got`.
-        c.close(&format!("qkv_prepare t={t} n_q={n_q} n_kv={n_kv} hd={hd} neox={neox} bias={with_bias} qk_norm={qk_norm} af={af}"), &got, &want, 1e-3, BF16_RTOL, secs);
-        // Slots no token wrote stay poisoned.
-        let written: std::collections::HashSet<usize> =
-            slots.iter().map(|&s| s as usize / block_size).collect();
-        let untouched = (0..num_blocks)
-            .filter(|b| !written.contains(b))
-            .all(|b| kc[b * n_kv * block_size * hd].is_nan());
+        c.close(&format!("qkv_prepare t={t} n_q={n_q} n_kv={n_kv} hd={hd} neox={neox} bias={with_bias} qk_norm={qk_norm} af={af} {kind:?} v_norm={v_norm}"), &got, &want, 1e-3, BF16_RTOL, secs);
+        // Slots no token wrote stay poisoned (every slot, for a layer that writes no KV).
+        let written: std::collections::HashSet<usize> = match kind {
+            QkvKind::QOnly => Default::default(),
+            _ => slots.iter().map(|&s| s as usize / block_size).collect(),
+        };
+        let untouched = (0..num_blocks).filter(|b| !written.contains(b)).all(|b| {
+            kc[b * n_kv * block_size * hd].is_nan() && vc[b * n_kv * block_size * hd].is_nan()
+        });
         c.check(
             untouched,
-            format!("qkv_prepare hd={hd}: blocks without a written slot left poisoned"),
+            format!("qkv_prepare hd={hd} {kind:?}: blocks without a written slot left poisoned"),
         );
     }
     c.finish();

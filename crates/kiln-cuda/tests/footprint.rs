@@ -1,7 +1,8 @@
 //! `Footprint::of` (worked out on the host, for the sizing checks of `kiln bench` and `kiln
 //! serve`) against what `CudaBackend::new` allocates, byte for byte: dummy:tiny under small
-//! and large options, and the Qwen3 8B shape (Q/K norms, its own LM head); dummy:tiny stored in
-//! f32 and f16 as well.
+//! and large options, the Qwen3 8B shape (Q/K norms, its own LM head) and dummy:gemma4-tiny
+//! (per-layer input buffers, no KV room for the layers that read another's); dummy:tiny stored
+//! in f32 and f16 as well.
 
 mod common;
 
@@ -29,7 +30,7 @@ fn the_predicted_footprint_is_what_the_backend_allocates() {
         max_batch_tokens: Some(1000),
         ..CudaOptions::default()
     };
-    for preset in ["tiny", "qwen3-8b"] {
+    for preset in ["tiny", "qwen3-8b", "gemma4-tiny"] {
         let src = DummySource::preset(preset).expect("a preset");
         let config = src.config().clone();
         for opts in [small.clone(), large.clone()] {

@@ -1,9 +1,10 @@
 //! CUDA graphs vs eager launches: greedy continuations of 256 tokens are identical, on every
-//! fixture model (GGUF and HF) and on dummy:llama3-8b, for one sequence (its logits bit for bit
-//! as well) and for 7 sequences of different prompt lengths joining a running batch at
-//! different steps (decode-only, prefill-only and mixed steps, padded to their buckets).
-//! Contexts shorter than prompt + 256 (the qwen3 fixture's 256) end generation at the context.
-//! The same in f32 on every fixture and a head-dim-128 dummy model.
+//! fixture model (GGUF and HF), on dummy:llama3-8b and on Gemma 4 dummies (whose 256 decode
+//! steps cross the sliding window), for one sequence (its logits bit for bit as well) and for 7
+//! sequences of different prompt lengths joining a running batch at different steps
+//! (decode-only, prefill-only and mixed steps, padded to their buckets). Contexts shorter than
+//! prompt + 256 (the qwen3 fixture's 256) end generation at the context. The same in f32 on
+//! every fixture, a head-dim-128 dummy model and the Gemma 4 dummies.
 
 mod common;
 #[path = "common/models.rs"]
@@ -212,6 +213,10 @@ fn models(test: &str, dtype: StoreType, dummy: Option<&str>) {
         }
         None => compare(&mut c, "dummy mid", &dummy_mid(), dtype),
     }
+    let gemma = DummySource::preset("gemma4-tiny").expect("dummy:gemma4-tiny");
+    compare(&mut c, "dummy:gemma4-tiny", &gemma, dtype);
+    let wide = models::dummy_gemma_wide();
+    compare(&mut c, "dummy gemma4-tiny, hd 512", &wide, dtype);
     c.finish();
 }
 

@@ -6,13 +6,14 @@ use crate::{
 };
 
 /// Every preset name, in the order `kiln` lists them.
-pub const PRESETS: [&str; 6] = [
+pub const PRESETS: [&str; 7] = [
     "tiny",
     "llama3-1b",
     "llama3-8b",
     "qwen3-8b",
     "mistral-7b",
     "gemma4-tiny",
+    "gemma4-e4b",
 ];
 
 /// The configuration of a named preset, or None for an unknown name.
@@ -54,6 +55,7 @@ pub fn preset(name: &str) -> Option<ModelConfig> {
     Some(match name {
         // Small enough that a CI test runs a forward pass in milliseconds.
         "gemma4-tiny" => gemma4_tiny(),
+        "gemma4-e4b" => gemma4_e4b(),
         "tiny" => ModelConfig {
             vocab_size: 512,
             hidden_size: 256,
@@ -160,6 +162,48 @@ fn gemma4_tiny() -> ModelConfig {
     }
 }
 
+/// A dense Gemma 4 text model of the E-series kind, at the defaults of transformers'
+/// `Gemma4TextConfig` (the shape scripts/bench/make_random_gemma4_gguf.py writes for the
+/// side-by-side runs): 30 layers of width 2304, every sixth a full-attention layer (512-wide
+/// heads, proportional RoPE over a quarter of the head, theta 1e6), the others sliding over 512
+/// tokens (256-wide heads, theta 1e4); 8 query and 4 KV heads; GeGLU of 9216; per-layer inputs
+/// of 256 over the 262,144-token vocabulary; tied embeddings; no KV sharing, no soft cap (the
+/// defaults have neither). For benchmarks (`dummy:gemma4-e4b`).
+fn gemma4_e4b() -> ModelConfig {
+    let (s, f) = (LayerType::SlidingAttention, LayerType::FullAttention);
+    let types: Vec<LayerType> = (0..30).map(|l| if l % 6 == 5 { f } else { s }).collect();
+    let shape = |t: &LayerType| LayerShape {
+        head_dim: if *t == f { 512 } else { 256 },
+        num_kv_heads: 4,
+    };
+    ModelConfig {
+        vocab_size: 262_144,
+        hidden_size: 2304,
+        intermediate_size: 9216,
+        num_layers: types.len(),
+        num_heads: 8,
+        num_kv_heads: 4,
+        head_dim: 256,
+        max_position: 131_072,
+        sliding_window: Some(512),
+        layer_shapes: types.iter().map(shape).collect(),
+        layer_types: Some(types),
+        full_attention_rope: Some(RopeParams {
+            theta: 1_000_000.0,
+            scaling: RopeScaling::Proportional {
+                rotated_pairs: 64,
+                factor: 1.0,
+            },
+        }),
+        per_layer_input: 256,
+        kv_shared_layers: 0,
+        full_attention_v_from_k: false,
+        double_wide_mlp: false,
+        logit_softcap: None,
+        ..gemma4_tiny()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,6 +220,8 @@ mod tests {
         assert_eq!(billions("llama3-8b"), 8.0);
         assert_eq!(billions("qwen3-8b"), 8.2);
         assert_eq!(billions("mistral-7b"), 7.2);
+        // Of which 2.0B the per-layer token table and 0.6B the embedding.
+        assert_eq!(billions("gemma4-e4b"), 5.1);
         assert!(preset("gpt-9").is_none());
     }
 }

@@ -67,7 +67,7 @@ impl Dtype {
 #[derive(Debug, Clone, Args)]
 pub struct ModelArgs {
     /// A .gguf file, a Hugging Face model folder, or dummy:PRESET (tiny, llama3-1b, llama3-8b,
-    /// qwen3-8b, mistral-7b, gemma4-tiny).
+    /// qwen3-8b, mistral-7b, gemma4-tiny, gemma4-e4b).
     #[arg(long, short = 'm', default_value = crate::DEFAULT_MODEL)]
     pub model: String,
 }

@@ -150,6 +150,26 @@ pub fn dummy_mid() -> DummySource {
     .expect("dummy config")
 }
 
+/// dummy:gemma4-tiny with Gemma 4's real full-layer head (512 wide, a quarter of it turning):
+/// every layer kind of the architecture with the wide attention kernels in the mix.
+pub fn dummy_gemma_wide() -> DummySource {
+    let mut c = kiln_model::presets::preset("gemma4-tiny").expect("gemma4-tiny");
+    let types = c.layer_types.clone().expect("gemma4-tiny has layer types");
+    for (shape, t) in c.layer_shapes.iter_mut().zip(&types) {
+        if *t == kiln_model::LayerType::FullAttention {
+            shape.head_dim = 512;
+        }
+    }
+    c.full_attention_rope = Some(kiln_model::RopeParams {
+        theta: 1_000_000.0,
+        scaling: RopeScaling::Proportional {
+            rotated_pairs: 64,
+            factor: 1.0,
+        },
+    });
+    DummySource::new(c).expect("gemma4-tiny with 512-wide full layers")
+}
+
 pub fn cuda_backend(src: &dyn WeightSource, max_tokens: usize) -> CudaBackend {
     cuda_backend_in(src, max_tokens, StoreType::Bf16)
 }

@@ -1,7 +1,7 @@
 //! The row kernels and qkv_prepare in a storage type other than bf16.
 
 use kiln_cuda::device::Gpu;
-use kiln_cuda::kernels::KvView;
+use kiln_cuda::kernels::{KvView, QkvKind};
 use kiln_cuda::store::StoreBuf;
 
 use super::common::{timed, Checks, Rng};
@@ -38,7 +38,7 @@ pub fn row_kernels(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
     let d_x = gpu.alloc::<f32>(t * hidden).unwrap();
     d_x.fill_bytes(0xff).unwrap();
     let secs = timed(gpu, || {
-        gpu.embed_gather(d_x.ptr(), d_emb.ptr(), d_tok.ptr(), t, hidden)
+        gpu.embed_gather(d_x.ptr(), d_emb.ptr(), d_tok.ptr(), t, hidden, 1.0)
     });
     let want: Vec<f64> = tokens
         .iter()
@@ -258,6 +258,8 @@ pub fn qkv_prepare(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
                 hd,
                 neox,
                 eps,
+                QkvKind::Full,
+                false,
             )
         });
         let q = d_q.download_f32(gpu, 0, t * n_q * hd).unwrap();

@@ -1,0 +1,197 @@
+// Prefill attention for heads too wide for the register tiles of flash_attn.cu (Gemma 4's
+// full-attention layers: head dim 512), with its contracts: causal and sliding-window limits
+// from positions inside the kernel, K/V read through the block table, tiles aligned to absolute
+// positions and visited in order, so a row's result does not depend on the other rows, the
+// chunking or the batch. A CTA takes 64 query rows of one prefill tile for one head and DV of
+// the head's HD output columns (blockIdx.z picks which). Scores use the whole head; each column
+// slice recomputes them (the same bits in every slice, so the softmax state is the same), which
+// keeps the output accumulators within the registers of a 256-wide head. K tiles hold the
+// whole head, V tiles only the CTA's columns, two cp.async stages. bf16 (tensor-core MMA).
+
+struct WideTile {
+    int tok0, n_rows, seq, pos0;
+};
+
+template <int HD, int DV, int BN>
+__device__ __forceinline__ void wide_load_kv(bf16_t* sk, bf16_t* sv, const bf16_t* __restrict__ kc,
+                                             const bf16_t* __restrict__ vc, const int* __restrict__ table,
+                                             int kt, int kv_end, int kvh, int n_kv, int block_size, int col0) {
+    constexpr int LDK = HD + 8, LDV = DV + 8, CK = HD / 8, CV = DV / 8;
+    for (int idx = threadIdx.x; idx < BN * (CK + CV); idx += blockDim.x) {
+        const bool is_k = idx < BN * CK;
+        const int j = is_k ? idx : idx - BN * CK;
+        const int ch = is_k ? CK : CV;
+        const int r = j / ch, c = j % ch;
+        const int p = kt * BN + r;
+        const bool ok = p < kv_end;
+        const u64 head = ok ? (((u64)table[p / block_size] * n_kv + kvh) * block_size + p % block_size) * HD : 0;
+        if (is_k)
+            cp_async_16(sk + r * LDK + c * 8, kc + head + (ok ? c * 8 : 0), ok ? 16 : 0);
+        else
+            cp_async_16(sv + r * LDV + c * 8, vc + head + (ok ? col0 + c * 8 : 0), ok ? 16 : 0);
+    }
+}
+
+template <int HD, int DV, int BN>
+__device__ __forceinline__ void flash_wide_body(const bf16_t* __restrict__ q, const bf16_t* __restrict__ kc,
+                                                const bf16_t* __restrict__ vc, const WideTile* __restrict__ tiles,
+                                                const int* __restrict__ bt_start, const int* __restrict__ block_tables,
+                                                bf16_t* __restrict__ out, int n_q, int n_kv, int block_size,
+                                                int window, float scale_log2) {
+    constexpr int BM = 64, LDK = HD + 8, LDV = DV + 8, NT = BN / 8, DO = DV / 8, CQ = HD / 8;
+    extern __shared__ __align__(16) unsigned char fw_smem[];
+    bf16_t* sq = reinterpret_cast<bf16_t*>(fw_smem);
+    bf16_t* sk0 = sq + BM * LDK;
+    bf16_t* sv0 = sk0 + 2 * BN * LDK;
+
+    // Later tiles of a chunk see more keys: hand them out first so the grid ends evenly.
+    const WideTile tile = tiles[gridDim.x - 1 - blockIdx.x];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int h = blockIdx.y, kvh = h / (n_q / n_kv);
+    const int col0 = blockIdx.z * DV;
+    const int* table = block_tables + bt_start[tile.seq];
+    const int kv_end = tile.pos0 + tile.n_rows;
+    const int first = window > 0 ? max(0, tile.pos0 + 1 - window) : 0;
+    const int kt_lo = first / BN, kt_hi = (kv_end - 1) / BN;
+
+    for (int idx = threadIdx.x; idx < BM * CQ; idx += blockDim.x) {
+        const int r = idx / CQ, c = idx % CQ;
+        const bool ok = r < tile.n_rows;
+        const bf16_t* src = q + ((u64)(tile.tok0 + (ok ? r : 0)) * n_q + h) * HD + c * 8;
+        cp_async_16(sq + r * LDK + c * 8, src, ok ? 16 : 0);
+    }
+    wide_load_kv<HD, DV, BN>(sk0, sv0, kc, vc, table, kt_lo, kv_end, kvh, n_kv, block_size, col0);
+    cp_async_commit();
+
+    const int wr = warp * 16;  // first row of this warp inside the tile
+    const bool warp_live = wr < tile.n_rows;
+    const int wq_lo = tile.pos0 + wr, wq_hi = tile.pos0 + min(wr + 15, tile.n_rows - 1);
+    const int qa = wr + g < tile.n_rows ? tile.pos0 + wr + g : -1;  // -1 masks a padding row
+    const int qb = wr + g + 8 < tile.n_rows ? tile.pos0 + wr + g + 8 : -1;
+    float m_a = KILN_NEG_INF, m_b = KILN_NEG_INF, l_a = 0.f, l_b = 0.f;
+    float o[DO][4];
+#pragma unroll
+    for (int d = 0; d < DO; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
+
+    for (int kt = kt_lo; kt <= kt_hi; ++kt) {
+        const int stage = (kt - kt_lo) & 1;
+        if (kt < kt_hi) {
+            wide_load_kv<HD, DV, BN>(sk0 + (stage ^ 1) * BN * LDK, sv0 + (stage ^ 1) * BN * LDV, kc, vc, table,
+                                     kt + 1, kv_end, kvh, n_kv, block_size, col0);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const bf16_t* sk = sk0 + stage * BN * LDK;
+        const bf16_t* sv = sv0 + stage * BN * LDV;
+        const int k_lo = kt * BN, k_hi = kt * BN + BN - 1;
+        // Every key of this tile masked for every row of the warp: its state would not change.
+        const bool skip = !warp_live || k_lo > wq_hi || (window > 0 && wq_lo - k_hi >= window);
+        if (!skip) {
+            float s[NT][4];
+#pragma unroll
+            for (int n = 0; n < NT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+            const int mi = lane >> 3;
+#pragma unroll 8
+            for (int kk = 0; kk < HD / 16; ++kk) {
+                u32 a[4];
+                ldmatrix_x4(a, sq + (wr + (mi & 1) * 8 + (lane & 7)) * LDK + kk * 16 + (mi >> 1) * 8);
+#pragma unroll
+                for (int n = 0; n < NT; n += 2) {
+                    u32 b[4];
+                    ldmatrix_x4(b, sk + (n * 8 + (mi >> 1) * 8 + (lane & 7)) * LDK + kk * 16 + (mi & 1) * 8);
+                    mma_bf16_16816(s[n], a, b);
+                    mma_bf16_16816(s[n + 1], a, b + 2);
+                }
+            }
+            // Mask, then the online softmax in base 2.
+            float mx_a = KILN_NEG_INF, mx_b = KILN_NEG_INF;
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int kp = kt * BN + n * 8 + 2 * t + (e & 1);
+                    const int qp = e < 2 ? qa : qb;
+                    const bool ok = kp <= qp && (window <= 0 || qp - kp < window);
+                    s[n][e] = ok ? s[n][e] * scale_log2 : KILN_NEG_INF;
+                }
+                mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
+                mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
+            }
+            mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+            mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+            mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+            mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+            const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
+            // A row that has seen no key yet keeps m = -inf; use 0 as the base so nothing is NaN.
+            const float base_a = mn_a == KILN_NEG_INF ? 0.f : mn_a;
+            const float base_b = mn_b == KILN_NEG_INF ? 0.f : mn_b;
+            const float al_a = exp2f(m_a - base_a), al_b = exp2f(m_b - base_b);
+            m_a = mn_a;
+            m_b = mn_b;
+            float ps_a = 0.f, ps_b = 0.f;
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+                s[n][0] = exp2f(s[n][0] - base_a);
+                s[n][1] = exp2f(s[n][1] - base_a);
+                s[n][2] = exp2f(s[n][2] - base_b);
+                s[n][3] = exp2f(s[n][3] - base_b);
+                ps_a += s[n][0] + s[n][1];
+                ps_b += s[n][2] + s[n][3];
+            }
+            l_a = l_a * al_a + ps_a;
+            l_b = l_b * al_b + ps_b;
+#pragma unroll
+            for (int d = 0; d < DO; ++d) {
+                o[d][0] *= al_a;
+                o[d][1] *= al_a;
+                o[d][2] *= al_b;
+                o[d][3] *= al_b;
+            }
+#pragma unroll
+            for (int ks = 0; ks < BN / 16; ++ks) {
+                u32 a[4];
+                a[0] = pack_bf16x2(s[2 * ks][0], s[2 * ks][1]);
+                a[1] = pack_bf16x2(s[2 * ks][2], s[2 * ks][3]);
+                a[2] = pack_bf16x2(s[2 * ks + 1][0], s[2 * ks + 1][1]);
+                a[3] = pack_bf16x2(s[2 * ks + 1][2], s[2 * ks + 1][3]);
+#pragma unroll
+                for (int d = 0; d < DO; d += 2) {
+                    u32 b[4];
+                    ldmatrix_x4_trans(b, sv + (ks * 16 + (mi & 1) * 8 + (lane & 7)) * LDV + d * 8 + (mi >> 1) * 8);
+                    mma_bf16_16816(o[d], a, b);
+                    mma_bf16_16816(o[d + 1], a, b + 2);
+                }
+            }
+        }
+        __syncthreads();
+    }
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
+    l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
+    l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
+    const float inv_a = l_a > 0.f ? 1.f / l_a : 0.f, inv_b = l_b > 0.f ? 1.f / l_b : 0.f;
+    if (qa >= 0) {
+        u32* dst = reinterpret_cast<u32*>(out + ((u64)(tile.tok0 + wr + g) * n_q + h) * HD + col0);
+#pragma unroll
+        for (int d = 0; d < DO; ++d) dst[d * 4 + t] = pack_bf16x2(o[d][0] * inv_a, o[d][1] * inv_a);
+    }
+    if (qb >= 0) {
+        u32* dst = reinterpret_cast<u32*>(out + ((u64)(tile.tok0 + wr + g + 8) * n_q + h) * HD + col0);
+#pragma unroll
+        for (int d = 0; d < DO; ++d) dst[d * 4 + t] = pack_bf16x2(o[d][2] * inv_b, o[d][3] * inv_b);
+    }
+}
+
+#define FW_ENTRY(NAME, HD, DV, BN)                                                                        \
+    extern "C" __global__ void __launch_bounds__(128, 1) NAME(                                            \
+        const bf16_t* q, const bf16_t* kc, const bf16_t* vc, const WideTile* tiles, const int* bt_start,  \
+        const int* block_tables, bf16_t* out, int n_q, int n_kv, int block_size, int window,             \
+        float scale_log2) {                                                                              \
+        pdl_enter();                                                                                     \
+        flash_wide_body<HD, DV, BN>(q, kc, vc, tiles, bt_start, block_tables, out, n_q, n_kv, block_size, \
+                                    window, scale_log2);                                                 \
+    }
+FW_ENTRY(flash_attn_wide_hd512, 512, 256, 32)

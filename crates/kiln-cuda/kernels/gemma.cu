@@ -1,0 +1,119 @@
+// Row kernels of the block extras Gemma 4 adds around the Llama-shaped core: GeGLU, the norm
+// of a pending block output, the residual stream cast for a projection, the per-layer inputs
+// (token table gathered by id on the device, mixed with the projected embedding), the per-layer
+// gate, the layer output scale and the logits' soft cap. As in elementwise.cu, each row is
+// reduced by one block (or one warp) in a fixed order, so a row's result never depends on the
+// other rows of the launch. Weights and projection inputs are store_t (common.cuh); the residual
+// stream, block outputs, per-layer inputs and logits are f32.
+
+// transformers' gelu_pytorch_tanh, operation for operation as kiln-cpu's gelu_tanh.
+__device__ __forceinline__ float gelu_tanh(float x) {
+    const float inner = 0.7978845608028654f * (x + 0.044715f * (x * x * x));
+    return 0.5f * x * (1.f + tanhf(inner));
+}
+
+__device__ __forceinline__ float silu(float x) { return x / (1.f + expf(-x)); }
+
+// act 0: SiLU, 1: GELU (tanh), as kiln_model::Activation.
+__device__ __forceinline__ float gate_act(float x, int act) { return act == 1 ? gelu_tanh(x) : silu(x); }
+
+// gu[t] = [gate (inter) | up (inter)]; out[t, i] = store(gelu_tanh(gate) * up).
+extern "C" __global__ void geglu(const float* __restrict__ gu, store_t* __restrict__ out, int inter, int rows) {
+    pdl_enter();
+    const u64 n = (u64)rows * inter;
+    for (u64 idx = (u64)blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += (u64)gridDim.x * blockDim.x) {
+        const u64 t = idx / inter, i = idx % inter;
+        const float g = gu[t * 2 * inter + i];
+        const float u = gu[t * 2 * inter + inter + i];
+        out[idx] = to_store(gelu_tanh(g) * u);
+    }
+}
+
+// delta[t] = rmsnorm(delta[t]) * w, in place and in f32: the norm of a block's output before it
+// joins the residual stream (Gemma's post-norms).
+extern "C" __global__ void rmsnorm_delta(float* __restrict__ delta, const store_t* __restrict__ w, int hidden,
+                                         float eps) {
+    pdl_enter();
+    __shared__ float scratch[32];
+    float* d = delta + (u64)blockIdx.x * hidden;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) ss += d[i] * d[i];
+    const float inv = rsqrtf(block_sum(ss, scratch) / (float)hidden + eps);
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) d[i] = d[i] * inv * from_store(w[i]);
+}
+
+// x[t] += delta[t] (when delta is not null), out[t] = store(x[t]): the residual stream as the
+// input of a projection that reads it without a norm (the per-layer gate and projection).
+extern "C" __global__ void residual_to_store(float* __restrict__ x, const float* __restrict__ delta,
+                                            store_t* __restrict__ out, int hidden) {
+    pdl_enter();
+    const u64 row = (u64)blockIdx.x * hidden;
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+        float v = x[row + i];
+        if (delta) {
+            v += delta[row + i];
+            x[row + i] = v;
+        }
+        out[row + i] = to_store(v);
+    }
+}
+
+// The per-layer inputs, in place over the projection: for token t and layer l, the `width`
+// values p = proj[t, l * width ...] become
+//     (rmsnorm(p * proj_scale) * norm_w + table[tokens[t], l * width ...] * table_scale) * mix_scale,
+// in transformers' (and kiln-cpu's) order. One warp per (token, layer); the table is the
+// resident [vocab, layers * width] token table, read at the id the step uploaded.
+extern "C" __global__ void per_layer_mix(float* __restrict__ proj, const store_t* __restrict__ table,
+                                         const int* __restrict__ tokens, const store_t* __restrict__ norm_w,
+                                         int layers, int width, float proj_scale, float table_scale,
+                                         float mix_scale, float eps) {
+    pdl_enter();
+    const int t = blockIdx.x, lane = threadIdx.x & 31;
+    const int l = blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (l >= layers) return;
+    const u64 all = (u64)layers * width;
+    float* p = proj + (u64)t * all + (u64)l * width;
+    const store_t* e = table + (u64)tokens[t] * all + (u64)l * width;
+    float ss = 0.f;
+    for (int i = lane; i < width; i += 32) {
+        const float v = p[i] * proj_scale;
+        ss += v * v;
+    }
+    const float inv = rsqrtf(warp_sum(ss) / (float)width + eps);
+    for (int i = lane; i < width; i += 32) {
+        const float v = p[i] * proj_scale * inv * from_store(norm_w[i]);
+        p[i] = (v + from_store(e[i]) * table_scale) * mix_scale;
+    }
+}
+
+// out[t, i] = store(act(gate[t, i]) * per_layer[t, layer * width + i]): the per-layer gate of
+// one layer's slice. `all`: the row stride of per_layer (layers * width).
+extern "C" __global__ void per_layer_act(const float* __restrict__ gate, const float* __restrict__ per_layer,
+                                         store_t* __restrict__ out, int width, int all, int layer, int rows,
+                                         int act) {
+    pdl_enter();
+    const u64 n = (u64)rows * width;
+    for (u64 idx = (u64)blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += (u64)gridDim.x * blockDim.x) {
+        const u64 t = idx / width, i = idx % width;
+        out[idx] = to_store(gate_act(gate[idx], act) * per_layer[t * all + (u64)layer * width + i]);
+    }
+}
+
+// x = (x + delta) * scale[0] over n elements (delta may be null): the end of a layer with an
+// output scale (Gemma 4's layer_scalar, a one-element weight).
+extern "C" __global__ void scale_residual(float* __restrict__ x, const float* __restrict__ delta,
+                                          const store_t* __restrict__ scale, u64 n) {
+    pdl_enter();
+    const float s = from_store(scale[0]);
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+        const float v = delta ? x[i] + delta[i] : x[i];
+        x[i] = v * s;
+    }
+}
+
+// logits = tanh(logits / cap) * cap over n elements, in place, before argmax and sampling.
+extern "C" __global__ void softcap_logits(float* __restrict__ logits, u64 n, float cap) {
+    pdl_enter();
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+        logits[i] = tanhf(logits[i] / cap) * cap;
+}
