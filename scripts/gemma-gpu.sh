@@ -71,14 +71,15 @@ run_test() {
 }
 
 # Cheapest first: a kernel that does not compile or breaks its contract shows before the models.
+# bf16 only: the f32/f16 variants and the other attention families belong to gpu-check.sh.
 run_test kernels_compile
 run_test contract_gemma
 run_test contract_rows
-run_test contract_attention
+run_test contract_attention --exact attention_contract planted_bugs_fail
 run_test footprint
-run_test backend_parity
-run_test backend_invariance
-run_test graphs_parity
+run_test backend_parity gpu_matches_cpu_on_dummy_models gpu_matches_cpu_on_fixtures
+run_test backend_invariance gpu_logits_are_batch_and_chunk_invariant
+run_test graphs_parity gpu_graphs_give_the_tokens_of_eager_launches
 run_test contract_sampling backend_samples_fixture_models
 run_test verify_rows
 
