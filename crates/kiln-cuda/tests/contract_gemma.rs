@@ -2,12 +2,14 @@
 //! pending block output, the residual stream cast to the storage type, the per-layer inputs
 //! (token table gathered by id, mixed with the projected embedding), the per-layer gate, the
 //! layer output scale and the logits' soft cap, against float64 host references on fresh
-//! random inputs, odd sizes and poisoned outputs (bf16 kernels).
+//! random inputs, odd sizes and poisoned outputs (bf16 kernels). `planted_bugs_fail` loads
+//! gemma.cu with a bug planted in its text, one at a time, and checks that the contract fails.
 
 mod common;
 
 use common::{from_bf16, gpu_or_skip, round_bf16, timed, to_bf16, Checks, Rng};
 use kiln_cuda::device::{DevBuf, Gpu};
+use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
 use kiln_model::{Activation, PerLayerInputSpec};
 
 /// bf16 outputs: within a couple of bf16 ulps of the reference.
@@ -51,8 +53,68 @@ fn gemma_kernels_contract() {
     };
     let mut rng = Rng::new("gemma_kernels_contract");
     let mut c = Checks::new("gemma");
-    let g = &gpu;
+    contract(&gpu, &mut rng, &mut c);
+    c.finish();
+}
 
+/// gemma.cu with one planted bug each: (text, replacement).
+const PLANTED: &[(&str, &str)] = &[
+    // GELU's cubic term off.
+    ("0.044715f * (x * x * x)", "0.04715f * (x * x * x)"),
+    // The post-norm forgets to normalise.
+    (
+        "d[i] = d[i] * inv * from_store(w[i]);",
+        "d[i] = d[i] * from_store(w[i]);",
+    ),
+    // The per-layer inputs lose the token table's term.
+    (
+        "p[i] = (v + from_store(e[i]) * table_scale) * mix_scale;",
+        "p[i] = v * mix_scale;",
+    ),
+    // The token table is read at the row index instead of the token id.
+    ("table + (u64)tokens[t] * all", "table + (u64)t * all"),
+    // The residual stream keeps its pending block output out.
+    ("x[row + i] = v;", ""),
+    // The layer output scale is not applied.
+    ("x[i] = v * s;", "x[i] = v;"),
+    // The soft cap forgets to divide by the cap.
+    ("tanhf(logits[i] / cap) * cap", "tanhf(logits[i]) * cap"),
+];
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn planted_bugs_fail() {
+    if gpu_or_skip("planted_bugs_fail").is_none() {
+        return;
+    }
+    let mut rng = Rng::new("planted_bugs_fail");
+    let mut c = Checks::new("gemma planted bugs");
+    for &(from, to) in PLANTED {
+        let mut sources: Vec<KernelSource> = SOURCES.to_vec();
+        let src = sources.iter_mut().find(|s| s.name == "gemma").unwrap();
+        assert_eq!(
+            src.body.matches(from).count(),
+            1,
+            "gemma.cu: `{from}` must occur once"
+        );
+        src.body = Box::leak(src.body.replace(from, to).into_boxed_str());
+        let bad = Gpu::with_sources(0, kiln_cuda::StoreType::Bf16, &sources)
+            .expect("loading the planted module");
+        let mut planted = Checks::quiet("planted");
+        contract(&bad, &mut rng, &mut planted);
+        c.check(
+            planted.failed() > 0,
+            format!(
+                "gemma.cu with `{to}` for `{from}`: {} checks fail",
+                planted.failed()
+            ),
+        );
+    }
+    c.finish();
+}
+
+/// Every check of the contract on `g`'s kernels.
+fn contract(g: &Gpu, rng: &mut Rng, c: &mut Checks) {
     // GeGLU, gates wide enough to reach both tails of the tanh.
     for (rows, inter) in [(19, 1336), (1, 9216), (5, 24)] {
         let gu = rng.vec(rows * 2 * inter, 8.0);
@@ -135,7 +197,7 @@ fn gemma_kernels_contract() {
         );
     }
 
-    per_layer_cases(g, &mut rng, &mut c);
+    per_layer_cases(g, rng, c);
 
     // Layer output scale: x = (x + delta) * s, s a one-element bf16 weight.
     for with_delta in [true, false] {
@@ -183,7 +245,6 @@ fn gemma_kernels_contract() {
             secs,
         );
     }
-    c.finish();
 }
 
 /// The per-layer inputs and the per-layer gate, at a fixture's shape and at E4B's.

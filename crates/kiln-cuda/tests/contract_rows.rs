@@ -6,6 +6,8 @@
 mod common;
 
 use common::{bf16_bits, from_bf16, gpu_or_skip, round_bf16, timed, to_bf16, Checks, Rng};
+use kiln_cuda::device::Gpu;
+use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
 use kiln_cuda::kernels::{KvView, QkvKind};
 
 /// bf16 outputs: within a couple of bf16 ulps of the reference.
@@ -316,6 +318,55 @@ fn qkv_prepare_contract() {
     };
     let mut rng = Rng::new("qkv_prepare_contract");
     let mut c = Checks::new("qkv_prepare");
+    qkv_cases(&gpu, &mut rng, &mut c);
+    c.finish();
+}
+
+/// rope_kv.cu with one planted bug each in what Gemma 4 added: (text, replacement).
+const PLANTED_QKV: &[(&str, &str)] = &[
+    // V taken from K reads V's place in the row instead of K's.
+    (
+        "(!is_q && !is_k && kv_mode == 1) ? head - n_kv : head",
+        "head",
+    ),
+    // The V norm is skipped.
+    ("(!is_q && !is_k && v_norm)", "false"),
+];
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn qkv_planted_bugs_fail() {
+    if gpu_or_skip("qkv_planted_bugs_fail").is_none() {
+        return;
+    }
+    let mut rng = Rng::new("qkv_planted_bugs_fail");
+    let mut c = Checks::new("qkv_prepare planted bugs");
+    for &(from, to) in PLANTED_QKV {
+        let mut sources: Vec<KernelSource> = SOURCES.to_vec();
+        let src = sources.iter_mut().find(|s| s.name == "rope_kv").unwrap();
+        assert_eq!(
+            src.body.matches(from).count(),
+            1,
+            "rope_kv.cu: `{from}` must occur once"
+        );
+        src.body = Box::leak(src.body.replace(from, to).into_boxed_str());
+        let bad = Gpu::with_sources(0, kiln_cuda::StoreType::Bf16, &sources)
+            .expect("loading the planted module");
+        let mut planted = Checks::quiet("planted");
+        qkv_cases(&bad, &mut rng, &mut planted);
+        c.check(
+            planted.failed() > 0,
+            format!(
+                "rope_kv.cu with `{to}` for `{from}`: {} checks fail",
+                planted.failed()
+            ),
+        );
+    }
+    c.finish();
+}
+
+/// Every qkv_prepare case on `gpu`'s kernels (and the RoPE table it reads).
+fn qkv_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
     let (full, v_from_k, q_only) = (QkvKind::Full, QkvKind::VFromK, QkvKind::QOnly);
     // (n_q, n_kv, hd, neox, bias, qk_norm, attention factor, kind, V norm); the last five are
     // Gemma 4's: V from K, a layer writing no KV, the V norm, head dim 512.
@@ -360,11 +411,11 @@ fn qkv_prepare_contract() {
         let d_freq = gpu.alloc::<f32>(hd / 2).unwrap();
         d_freq.upload(0, &inv_freq).unwrap();
         let d_rope = gpu.alloc::<f32>(max_pos * hd).unwrap();
-        let secs_table = timed(&gpu, || {
+        let secs_table = timed(gpu, || {
             gpu.rope_table_build(d_rope.ptr(), d_freq.ptr(), max_pos, hd / 2, af)
         });
         // The table itself, at a few positions.
-        let table = d_rope.download(&gpu, 0, max_pos * hd).unwrap();
+        let table = d_rope.download(gpu, 0, max_pos * hd).unwrap();
         let probe = [0usize, 1, 4097, max_pos - 1];
         let got: Vec<f32> = probe
             .iter()
@@ -405,7 +456,7 @@ fn qkv_prepare_contract() {
             block_size,
         };
         let eps = 1e-6;
-        let secs = timed(&gpu, || {
+        let secs = timed(gpu, || {
             gpu.qkv_prepare(
                 d_qkv.ptr(),
                 p(&d_bias),
@@ -425,9 +476,9 @@ fn qkv_prepare_contract() {
                 v_norm,
             )
         });
-        let q = from_bf16(&d_q.download(&gpu, 0, t * n_q * hd).unwrap());
-        let kc = from_bf16(&d_k.download(&gpu, 0, cache_len).unwrap());
-        let vc = from_bf16(&d_v.download(&gpu, 0, cache_len).unwrap());
+        let q = from_bf16(&d_q.download(gpu, 0, t * n_q * hd).unwrap());
+        let kc = from_bf16(&d_k.download(gpu, 0, cache_len).unwrap());
+        let vc = from_bf16(&d_v.download(gpu, 0, cache_len).unwrap());
         let (mut got, mut want) = (Vec::new(), Vec::new());
         for tok in 0..t {
             let r = qkv_ref(
@@ -474,5 +525,4 @@ fn qkv_prepare_contract() {
             format!("qkv_prepare hd={hd} {kind:?}: blocks without a written slot left poisoned"),
         );
     }
-    c.finish();
 }

@@ -102,6 +102,8 @@ pub struct Checks {
     test: String,
     failures: Vec<String>,
     passed: usize,
+    /// Prints nothing (a planted-bug run, whose failures are the point).
+    quiet: bool,
 }
 
 impl Checks {
@@ -110,7 +112,22 @@ impl Checks {
             test: test.to_string(),
             failures: Vec::new(),
             passed: 0,
+            quiet: false,
         }
+    }
+
+    /// Checks that print no line: for a run on kernels with a planted bug, where the caller
+    /// asks [`Checks::failed`] how many cases caught it.
+    pub fn quiet(test: &str) -> Checks {
+        Checks {
+            quiet: true,
+            ..Checks::new(test)
+        }
+    }
+
+    /// Cases that failed so far.
+    pub fn failed(&self) -> usize {
+        self.failures.len()
     }
 
     /// Compares `got` with the float64 reference: |got - want| <= atol + rtol * |want| everywhere,
@@ -175,7 +192,9 @@ impl Checks {
     }
 
     fn record(&mut self, ok: bool, line: String) {
-        eprintln!("[{}] {line}", self.test);
+        if !self.quiet {
+            eprintln!("[{}] {line}", self.test);
+        }
         if ok {
             self.passed += 1;
         } else {
