@@ -151,14 +151,27 @@ FIXTURES.update({
         num_global_key_value_heads=1,
         use_double_wide_mlp=True,
     ),
+    # The released models' full-attention head: 512 wide (the GPU's wide attention kernels),
+    # with per-layer inputs and the soft cap; two query heads and one KV head keep it small.
+    "gemma4_wide": dict(
+        GEMMA4_BASE,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        global_head_dim=512,
+        hidden_size_per_layer_input=8,
+        final_logit_softcapping=10.0,
+    ),
 })
 
 # Fixtures that also get a Q8_0 GGUF, to exercise dequantisation together with the Q/K un-permutation.
 Q8_FIXTURES = {"llama"}
-# Fixtures without a GGUF: llama.cpp's qwen2 metadata has no way to window some layers only.
-HF_ONLY_FIXTURES = {"qwen2_window"}
+# Fixtures without a GGUF: llama.cpp's qwen2 metadata has no way to window some layers only;
+# gemma4_wide's GGUF would prove nothing the other Gemma 4 ones do not, at twice the size.
+HF_ONLY_FIXTURES = {"qwen2_window", "gemma4_wide"}
 # Fixtures whose GGUF llama.cpp's own convert_hf_to_gguf.py writes from the HF folder.
 LLAMA_CPP_FIXTURES = {"gemma4", "gemma4_kv"}
+# Fixtures with the Gemma-style tokenizer.
+GEMMA_FIXTURES = LLAMA_CPP_FIXTURES | {"gemma4_wide"}
 # Fixtures that are also saved inside a multimodal checkpoint (NAME/multimodal).
 MULTIMODAL_FIXTURES = {"gemma4"}
 GEMMA_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>"]
@@ -493,9 +506,8 @@ def make_fixture(out: Path, name: str, spec: dict, tok: Tokenizer, prompt: list[
     model32.save_pretrained(d / "hf", safe_serialization=True)
     for extra in ("generation_config.json",):
         (d / "hf" / extra).unlink(missing_ok=True)
-    gemma = name in LLAMA_CPP_FIXTURES
-    save_tokenizer(d / "hf", tok, gemma)
-    if gemma:
+    save_tokenizer(d / "hf", tok, name in GEMMA_FIXTURES)
+    if name in LLAMA_CPP_FIXTURES:
         if llama_cpp is None:
             raise SystemExit(f"{name}: its GGUF needs llama.cpp's converter; give --llama-cpp DIR")
         convert_with_llama_cpp(llama_cpp, d / "hf", d / "model.gguf", name)
@@ -544,7 +556,7 @@ def main() -> None:
     for name, spec in FIXTURES.items():
         if args.only and name not in args.only:
             continue
-        tok, prompt = toks[name in LLAMA_CPP_FIXTURES]
+        tok, prompt = toks[name in GEMMA_FIXTURES]
         ref = make_fixture(args.out, name, spec, tok, prompt, args.llama_cpp)
         summary[name] = {k: ref[k] for k in ("seed", "min_margin", "max_abs_logit", "fp32_max_abs_err")}
         print(f"{name}: seed {ref['seed']}, min margin {ref['min_margin']:.4f}, "

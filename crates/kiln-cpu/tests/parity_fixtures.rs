@@ -164,6 +164,21 @@ fn cpu_matches_transformers_with_per_layer_windows() {
     }
 }
 
+/// Gemma 4 with the released models' 512-wide full-attention heads (HF folder only), layers 2
+/// and 3 reading the KV of 0 and 1: logits within the tolerance, the same greedy tokens.
+#[test]
+fn cpu_matches_transformers_with_512_wide_full_heads() {
+    let f = Fixture::load("gemma4_wide");
+    let hf = HfSource::open(&f.hf_dir).unwrap();
+    let spec = hf.config().spec();
+    let dims: Vec<_> = spec.layers.iter().map(|l| l.attn.head_dim).collect();
+    assert_eq!(dims, [16, 512, 16, 512]);
+    assert!(spec.layers[3].attn.kv_from == Some(1) && spec.per_layer_input.is_some());
+    let rows = greedy_logits(&hf, &f);
+    let err = check_against_reference(&f, "hf", &rows);
+    eprintln!("gemma4_wide: max relative error {err:.2e}");
+}
+
 /// The Gemma 4 fixture's per-layer inputs, soft cap, windows and full layers' own RoPE each
 /// change the logits beyond the tolerance, so the parity test above would catch a backend
 /// that skipped one of them.
@@ -196,11 +211,11 @@ fn every_gemma4_option_shows_in_the_fixture_logits() {
 }
 
 /// A prompt prefilled in chunks that cross the 16-token window gives the logits of the whole
-/// prompt, bit for bit, on both Gemma 4 fixtures (KV-sharing layers read the KV that earlier
+/// prompt, bit for bit, on every Gemma 4 fixture (KV-sharing layers read the KV that earlier
 /// chunks wrote).
 #[test]
 fn gemma4_chunked_prefill_equals_whole() {
-    for name in ["gemma4", "gemma4_kv"] {
+    for name in ["gemma4", "gemma4_kv", "gemma4_wide"] {
         let f = Fixture::load(name);
         let hf = HfSource::open(&f.hf_dir).unwrap();
         let prompt = &f.prompt_ids;
