@@ -120,15 +120,27 @@ pub(crate) fn open(spec: &str) -> anyhow::Result<Opened> {
 fn open_dummy(preset: &str) -> anyhow::Result<Opened> {
     let source = DummySource::preset(preset)?;
     let config = source.config().clone();
-    let n = TensorId::all(&config).len();
+    // Generated f32 values, or blocks where the preset names a quantisation.
+    let mut tensor_types = BTreeMap::new();
+    let mut weight_bytes = 4 * config.param_count();
+    for id in TensorId::all(&config) {
+        let dtype = source
+            .quantized_dtype(id)
+            .unwrap_or(kiln_formats::DType::F32);
+        *tensor_types.entry(dtype.to_string()).or_insert(0) += 1;
+        let n: usize = id.shape(&config).iter().product();
+        if let Some(bytes) = dtype.bytes_for(n).filter(|_| dtype.is_quantized()) {
+            weight_bytes -= (4 * n - bytes) as u64;
+        }
+    }
     let header = ModelHeader {
         name: format!("dummy:{preset}"),
         format: "dummy (generated weights)".into(),
         arch_name: config.arch.name().to_string(),
         shape: Shape::of_config(&config),
         tokenizer: Ok(Tokenizer::byte_level(config.vocab_size)),
-        tensor_types: [("F32".to_string(), n)].into(),
-        weight_bytes: 4 * config.param_count(),
+        tensor_types,
+        weight_bytes,
         config: Ok(config),
         weights_missing: None,
         sampling: SamplingDefaults::default(),

@@ -13,12 +13,18 @@
 //!
 //! That is a uniform distribution with standard deviation 0.02 (half-range 0.02 * sqrt 3), as
 //! transformers initialises linear layers. Norm weights are exactly 1.0.
+//!
+//! `dummy:PRESET:FORMAT` (e.g. `dummy:llama3-8b:q4_k_m`) gives the projections, the embedding
+//! and the LM head as random GGML blocks instead (dummy_quant.rs), offered by `load_quantized`.
 
 use anyhow::{anyhow, ensure};
 use rayon::prelude::*;
 
+use kiln_formats::DType;
+
+use crate::dummy_quant::{random_blocks, DummyQuant};
 use crate::presets::{preset, PRESETS};
-use crate::{DummyFill, HostTensor, ModelConfig, TensorId, WeightSource};
+use crate::{DummyFill, HostTensor, ModelConfig, QuantTensor, TensorId, WeightSource};
 
 /// Half the range of the uniform distribution: 0.02 * sqrt(3), for a standard deviation of 0.02.
 pub const DUMMY_HALF_RANGE: f32 = 0.034_641_016;
@@ -50,24 +56,68 @@ pub fn dummy_value(tensor_seed: u64, index: u64) -> f32 {
 #[derive(Debug, Clone)]
 pub struct DummySource {
     config: ModelConfig,
+    /// Block-quantised matrices (`PRESET:FORMAT`), or f32 values everywhere.
+    quant: Option<DummyQuant>,
 }
 
 impl DummySource {
-    /// A source for a named preset (`tiny`, `llama3-1b`, `llama3-8b`, `qwen3-8b`, `mistral-7b`).
+    /// A source for a named preset (`tiny`, `llama3-1b`, `llama3-8b`, `qwen3-8b`, `mistral-7b`),
+    /// optionally with a quantisation (`tiny:q4_k`, `llama3-8b:q4_k_m`).
     pub fn preset(name: &str) -> anyhow::Result<DummySource> {
-        let config = preset(name).ok_or_else(|| {
+        let (base, quant) = match name.split_once(':') {
+            None => (name, None),
+            Some((base, q)) => {
+                let quant = DummyQuant::parse(q).ok_or_else(|| {
+                    anyhow!(
+                        "unknown dummy quantisation '{q}' in '{name}'; known: {}",
+                        DummyQuant::names()
+                    )
+                })?;
+                (base, Some(quant))
+            }
+        };
+        let config = preset(base).ok_or_else(|| {
             anyhow!(
-                "unknown dummy preset '{name}'; known presets: {}",
-                PRESETS.join(", ")
+                "unknown dummy preset '{base}'; known presets: {} (each also as PRESET:FORMAT, \
+                 FORMAT one of {})",
+                PRESETS.join(", "),
+                DummyQuant::names()
             )
         })?;
-        Ok(DummySource { config })
+        Ok(DummySource { config, quant })
     }
 
     /// A source for any configuration.
     pub fn new(config: ModelConfig) -> anyhow::Result<DummySource> {
         config.validate("dummy model")?;
-        Ok(DummySource { config })
+        Ok(DummySource {
+            config,
+            quant: None,
+        })
+    }
+
+    /// The same configuration with its matrices block-quantised as `quant` says.
+    pub fn quantized(mut self, quant: DummyQuant) -> DummySource {
+        self.quant = Some(quant);
+        self
+    }
+
+    pub fn quant(&self) -> Option<DummyQuant> {
+        self.quant
+    }
+
+    /// The blocks of a quantised tensor: a pure function of its seed.
+    fn blocks(&self, id: TensorId) -> Option<anyhow::Result<QuantTensor>> {
+        let dtype = self.quantized_dtype(id)?;
+        let shape = id.shape(&self.config);
+        let (rows, cols) = (shape[0], *shape.last()?);
+        Some(
+            random_blocks(dtype, rows, cols, dummy_seed(id)).map(|data| QuantTensor {
+                shape,
+                dtype,
+                data,
+            }),
+        )
     }
 }
 
@@ -81,6 +131,15 @@ impl WeightSource for DummySource {
     }
 
     fn load_f32(&self, id: TensorId) -> anyhow::Result<HostTensor> {
+        if let Some(q) = self.blocks(id) {
+            let q = q?;
+            let mut data = vec![0f32; q.shape.iter().product()];
+            kiln_formats::dequantize_into(q.dtype, &q.data, &mut data)?;
+            return Ok(HostTensor {
+                shape: q.shape,
+                data,
+            });
+        }
         let fill = self
             .dummy_fill(id)
             .ok_or_else(|| anyhow!("dummy model has no tensor {id}"))?;
@@ -105,8 +164,20 @@ impl WeightSource for DummySource {
         Ok(HostTensor { shape, data })
     }
 
-    fn dummy_fill(&self, id: TensorId) -> Option<DummyFill> {
+    fn load_quantized(&self, id: TensorId) -> anyhow::Result<Option<QuantTensor>> {
+        self.blocks(id).transpose()
+    }
+
+    fn quantized_dtype(&self, id: TensorId) -> Option<DType> {
         if !self.has(id) {
+            return None;
+        }
+        self.quant?.dtype_for(id, &self.config)
+    }
+
+    /// None for quantised tensors: they come from `load_quantized` or `load_f32`.
+    fn dummy_fill(&self, id: TensorId) -> Option<DummyFill> {
+        if !self.has(id) || self.quantized_dtype(id).is_some() {
             None
         } else if id.role.is_norm() {
             Some(DummyFill::Ones)
@@ -184,5 +255,30 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("tiny"));
+    }
+
+    #[test]
+    fn quantised_presets_offer_blocks_that_decode_to_their_f32_values() {
+        let src = DummySource::preset("tiny:q4_k_m").unwrap();
+        assert_eq!(src.quant(), Some(DummyQuant::Q4KM));
+        // tiny has four layers: the last gets more bits.
+        let v0 = TensorId::layer(3, Role::V);
+        let q = src.load_quantized(v0).unwrap().unwrap();
+        assert_eq!(q.dtype, DType::Q6K);
+        assert_eq!(src.quantized_dtype(v0), Some(DType::Q6K));
+        assert_eq!(src.dummy_fill(v0), None);
+        let mut want = vec![0f32; q.shape.iter().product()];
+        kiln_formats::dequantize_into(q.dtype, &q.data, &mut want).unwrap();
+        assert_eq!(src.load_f32(v0).unwrap().data, want);
+        let norm = TensorId::layer(0, Role::AttnNorm);
+        assert!(src.load_quantized(norm).unwrap().is_none());
+        assert_eq!(src.dummy_fill(norm), Some(DummyFill::Ones));
+        let err = DummySource::preset("tiny:q5_k").unwrap_err().to_string();
+        assert!(err.contains("q4_k_m"), "{err}");
+        assert!(DummySource::preset("nope:q4_k").is_err());
+        // Without a quantisation nothing is offered as blocks.
+        let plain = DummySource::preset("tiny").unwrap();
+        assert!(plain.load_quantized(v0).unwrap().is_none());
+        assert_eq!(plain.quantized_dtype(v0), None);
     }
 }

@@ -90,6 +90,14 @@ impl WeightSource for GgufSource {
         Ok(HostTensor { shape, data })
     }
 
+    fn quantized_dtype(&self, id: TensorId) -> Option<kiln_formats::DType> {
+        if !self.has(id) {
+            return None;
+        }
+        let info = self.file.tensor_info(&id.gguf_name())?;
+        (info.dtype.is_quantized() && info.shape.len() == 2).then_some(info.dtype)
+    }
+
     fn load_quantized(&self, id: TensorId) -> anyhow::Result<Option<QuantTensor>> {
         let path = self.file.path().display();
         if !self.has(id) {

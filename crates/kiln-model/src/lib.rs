@@ -12,6 +12,7 @@ mod config_gguf_layers;
 mod config_hf;
 mod config_hf_layers;
 pub mod dummy;
+pub mod dummy_quant;
 pub mod gguf_source;
 pub mod hf_source;
 pub mod names;

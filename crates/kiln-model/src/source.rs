@@ -47,6 +47,11 @@ pub trait WeightSource: Send + Sync {
     fn load_quantized(&self, _id: TensorId) -> anyhow::Result<Option<QuantTensor>> {
         Ok(None)
     }
+    /// The format `load_quantized` would give this tensor in, without loading it (for sizing
+    /// device memory before a load). A source that overrides `load_quantized` says it here too.
+    fn quantized_dtype(&self, _id: TensorId) -> Option<DType> {
+        None
+    }
     /// For generated weights: how to produce this tensor without loading it. None for weights
     /// that come from a file.
     fn dummy_fill(&self, _id: TensorId) -> Option<DummyFill> {

@@ -67,7 +67,8 @@ impl Dtype {
 #[derive(Debug, Clone, Args)]
 pub struct ModelArgs {
     /// A .gguf file, a Hugging Face model folder, or dummy:PRESET (tiny, llama3-1b, llama3-8b,
-    /// qwen3-8b, mistral-7b, gemma4-tiny, gemma4-e4b).
+    /// qwen3-8b, mistral-7b, gemma4-tiny, gemma4-e4b), or dummy:PRESET:FORMAT with
+    /// block-quantised matrices (q8_0, q4_0, q4_k, q6_k, q4_k_m).
     #[arg(long, short = 'm', default_value = crate::DEFAULT_MODEL)]
     pub model: String,
 }
