@@ -216,7 +216,10 @@ impl CudaBackend {
     pub fn allocated(&self) -> crate::Footprint {
         crate::Footprint {
             weights: self.weights.bytes,
-            buffers: self.act.bytes() + self.sampling.bytes() + crate::gemm_lt::WORKSPACE_BYTES,
+            buffers: self.act.bytes()
+                + self.sampling.bytes()
+                + crate::gemm_lt::WORKSPACE_BYTES
+                + self.weights.scratch_bytes(),
             kv_block: KvCache::block_bytes(&self.spec, self.kv.block_size, self.gpu.store),
         }
     }
@@ -226,14 +229,15 @@ impl CudaBackend {
     pub fn describe(&self) -> String {
         let gib = |b: usize| b as f64 / (1u64 << 30) as f64;
         let mut s = format!(
-            "device {} (sm_{}, {} SMs); storage {}; weights {:.2} GiB; buffers {:.2} GiB; KV cache {:.2} GiB = {} blocks of {} tokens (+1 scratch), host tier {:.2} GiB; \
+            "device {} (sm_{}, {} SMs); storage {}; weights {:.2} GiB{}; buffers {:.2} GiB; KV cache {:.2} GiB = {} blocks of {} tokens (+1 scratch), host tier {:.2} GiB; \
              max {} tokens / {} sequences per step, context {}\nswitches: {}",
             self.gpu.name,
             self.gpu.arch,
             self.gpu.sm_count,
             self.gpu.store,
             gib(self.weights.bytes),
-            gib(self.act.bytes() + self.sampling.bytes()),
+            crate::quant_weights::describe(&self.weights),
+            gib(self.act.bytes() + self.sampling.bytes() + self.weights.scratch_bytes()),
             gib(self.kv.bytes()),
             self.layout.num_blocks,
             self.kv.block_size,

@@ -4,7 +4,7 @@
 //! of failing in the driver. `CudaBackend::allocated` reports the same figures as allocated;
 //! tests/footprint.rs checks the two agree.
 
-use kiln_model::{schema, ModelSpec};
+use kiln_model::{schema, ModelSpec, WeightSource};
 
 use crate::backend::CudaOptions;
 use crate::gemm_lt::WORKSPACE_BYTES;
@@ -17,9 +17,10 @@ use crate::store::StoreType;
 /// Device bytes of a backend, apart from its KV pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Footprint {
-    /// The weights in the storage type and the RoPE tables.
+    /// The weights (in the storage type, or in their block formats) and the RoPE tables.
     pub weights: usize,
-    /// Activations, step inputs, sampler buffers and the cuBLASLt workspace.
+    /// Activations, step inputs, sampler buffers, the cuBLASLt workspace and the prefill
+    /// scratch of quantised weights.
     pub buffers: usize,
     /// One KV block across all layers, K and V.
     pub kv_block: usize,
@@ -49,6 +50,23 @@ impl Footprint {
             ) + WORKSPACE_BYTES,
             kv_block: KvCache::block_bytes(spec, opts.block_size, store),
         }
+    }
+
+    /// The footprint of the model `src` gives: [`Footprint::of`] with the weights as the
+    /// backend will hold them: block-quantised matrices in their formats with bf16 storage and
+    /// `KILN_GPU_QUANT=1` (quant_weights.rs decides for both).
+    pub fn of_source(src: &dyn WeightSource, opts: &CudaOptions) -> Footprint {
+        let config = src.config();
+        let spec = config.spec();
+        let mut fp = Footprint::of(&spec, config.max_position, opts);
+        let on = crate::switches::Switches::from_env().gpu_quant && opts.dtype == StoreType::Bf16;
+        if on {
+            let (quant, scratch) = crate::quant_weights::weight_bytes(&spec, src, true);
+            let (plain, _) = crate::quant_weights::weight_bytes(&spec, src, false);
+            fp.weights = fp.weights - plain + quant;
+            fp.buffers += scratch;
+        }
+        fp
     }
 
     /// Weights and buffers together.

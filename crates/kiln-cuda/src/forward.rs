@@ -13,10 +13,11 @@ use crate::device::{DevBuf, DevPtr, Gpu};
 use crate::gemm_lt::LtGemm;
 use crate::kernels::{AttnInputs, QkvKind, DECODE_MAX_SPLITS};
 use crate::kv_cache::KvCache;
+use crate::quant_gemm::{quant_gemm, quant_skinny_all};
 use crate::step_plan::{StepLayout, StepPlan};
 use crate::store::{StoreBuf, StorePtr, StoreType};
 use crate::switches::Switches;
-use crate::weights::ModelWeights;
+use crate::weights::{MatrixRef, ModelWeights};
 
 /// Activation buffers, sized once for the largest step and the widest layer, at fixed
 /// addresses: f32 where GEMMs write, the storage type where they read.
@@ -150,14 +151,29 @@ struct CudaOps<'c, 'a> {
 impl CudaOps<'_, '_> {
     /// y = x . w^T for `plan.n_tokens` rows: decode rows through the skinny kernel, prefill rows
     /// through cuBLASLt (or every row through cuBLASLt with KILN_SKINNY_GEMM=0, and always when
-    /// the storage type is not bf16: the skinny kernel is bf16-only).
-    fn gemm(&mut self, y: DevPtr<f32>, x: StorePtr, w: u64, n: usize, k: usize) -> Result<()> {
+    /// the storage type is not bf16: the skinny kernel is bf16-only). Block-quantised weights
+    /// (bf16 storage only) take quant_gemm.rs.
+    fn gemm(
+        &mut self,
+        y: DevPtr<f32>,
+        x: StorePtr,
+        w: MatrixRef,
+        n: usize,
+        k: usize,
+    ) -> Result<()> {
         let (g, plan) = (self.ctx.gpu, self.plan);
         let t = plan.n_tokens;
         let d = if self.ctx.sw.skinny_gemm && g.store == StoreType::Bf16 {
             plan.n_decode
         } else {
             0
+        };
+        let w = match w {
+            MatrixRef::Plain(w) => w,
+            MatrixRef::Quant(q) => {
+                let x = DevPtr::<u16>::new(x.addr());
+                return quant_gemm(g, self.lt, self.ctx.w.scratch_ptr(), q, y, x, t, d);
+            }
         };
         g.skinny_gemm(y.addr(), x.addr(), w, d, n, k)?;
         self.lt
@@ -207,14 +223,17 @@ impl CudaOps<'_, '_> {
 impl StepOps for CudaOps<'_, '_> {
     fn embed(&mut self) -> Result<()> {
         let c = self.ctx;
-        c.gpu.embed_gather(
-            c.a.x.ptr(),
-            c.w.embed.ptr(),
-            c.step_ptr(c.layout.tokens),
-            self.plan.n_tokens,
-            c.spec.hidden_size,
-            c.spec.embed_scale.unwrap_or(1.0),
-        )
+        let (x, tokens, n) = (c.a.x.ptr(), c.step_ptr(c.layout.tokens), self.plan.n_tokens);
+        let (h, scale) = (c.spec.hidden_size, c.spec.embed_scale.unwrap_or(1.0));
+        match c.w.embedding()? {
+            MatrixRef::Plain(e) => c.gpu.embed_gather(x, e, tokens, n, h, scale),
+            MatrixRef::Quant(q) => match q.segments.as_slice() {
+                [s] => c
+                    .gpu
+                    .quant_embed(s.format, x, s.data.ptr(), tokens, n, q.cols, scale),
+                _ => bail!("a quantised embedding in more than one format"),
+            },
+        }
     }
 
     /// The projection of the scaled embedding (a GEMM of `x` in the storage type), then the mix
@@ -234,7 +253,7 @@ impl StepOps for CudaOps<'_, '_> {
         self.gemm(
             a.per_layer.dev_ptr(),
             a.normed.dev_ptr(),
-            w.projection.ptr(),
+            MatrixRef::Plain(w.projection.ptr()),
             all,
             h,
         )?;
@@ -329,7 +348,7 @@ impl StepOps for CudaOps<'_, '_> {
             c.gpu
                 .residual_to_store(a.x.ptr(), delta, a.normed.ptr(), self.plan.n_tokens, h)?;
         }
-        let w = c.w.layers[layer].ptr(weight);
+        let w = c.w.layers[layer].matrix(weight);
         self.gemm(y.dev_ptr(), x.dev_ptr(), w, n, k)?;
         self.pending |= matches!(
             weight,
@@ -450,14 +469,18 @@ impl StepOps for CudaOps<'_, '_> {
             s.hidden_size,
             s.norm_eps,
         )?;
-        // Logits rows always take the skinny kernel (bf16) or the pinned cuBLASLt algorithm
-        // (other formats), so a row's logits never depend on the step.
-        let (logits, x, w) = (a.logits.ptr(), a.logit_in.ptr(), c.w.lm_head_ptr());
-        if g.store == StoreType::Bf16 {
-            g.skinny_gemm(logits, x, w, r, s.vocab_size, s.hidden_size)?;
-        } else {
-            self.lt
-                .matmul(g, logits, x, w, r, s.vocab_size, s.hidden_size)?;
+        // Logits rows always take the skinny kernel (bf16, quantised or not) or the pinned
+        // cuBLASLt algorithm (other formats), so a row's logits never depend on the step.
+        let (logits, x) = (a.logits.ptr(), a.logit_in.ptr());
+        match c.w.lm_head()? {
+            MatrixRef::Quant(q) => quant_skinny_all(g, q, logits, x, r)?,
+            MatrixRef::Plain(w) if g.store == StoreType::Bf16 => {
+                g.skinny_gemm(logits, x, w, r, s.vocab_size, s.hidden_size)?
+            }
+            MatrixRef::Plain(w) => {
+                self.lt
+                    .matmul(g, logits, x, w, r, s.vocab_size, s.hidden_size)?
+            }
         }
         // In place, so the argmax, the device sampler and the logits copied out all see it.
         if let Some(cap) = s.logit_softcap {

@@ -97,6 +97,11 @@ pub const SOURCES: &[KernelSource] = &[
         body: include_str!("../kernels/decode_wide.cu"),
         builds: Builds::Typed,
     },
+    KernelSource {
+        name: "quant_gemm",
+        body: include_str!("../kernels/quant_gemm.cu"),
+        builds: Builds::Bf16Only,
+    },
 ];
 
 /// Modules written for one architecture only (wgmma, setmaxnreg): NVRTC builds them for the
@@ -188,6 +193,15 @@ mod tests {
             "skinny_wide_64",
         ];
         let flash = [hd("flash_attn_hd"), hd("flash_attn2_hd")].concat();
+        let formats = ["q8_0", "q4_0", "q4_k", "q6_k"];
+        let mut quant: Vec<String> = formats
+            .iter()
+            .flat_map(|f| [8, 16, 32, 64].map(|r| format!("skinny_{f}_{r}")))
+            .collect();
+        for f in formats {
+            quant.push(format!("quant_to_bf16_{f}"));
+            quant.push(format!("quant_embed_{f}"));
+        }
         let decode = [&hd("decode_attn_hd")[..], &["decode_attn_combine".into()]].concat();
         let flash_sm90 = ["flash_sm90_hd", "flash_sm90o_hd", "flash_sm90p_hd"]
             .iter()
@@ -250,6 +264,7 @@ mod tests {
                     "decode_attn_wide_combine".into(),
                 ],
             ),
+            ("quant_gemm", quant),
         ];
         let names: Vec<&str> = SOURCES.iter().map(|s| s.name).collect();
         assert_eq!(names, expected.iter().map(|(n, _)| *n).collect::<Vec<_>>());

@@ -21,6 +21,10 @@ pub struct Switches {
     pub gemm_pin: bool,
     /// KILN_CUDA_GRAPHS=0: every step runs launch by launch.
     pub cuda_graphs: bool,
+    /// KILN_GPU_QUANT=1: block-quantised GGUF matrices are kept in their formats on the device
+    /// (quant_weights.rs) instead of expanded to bf16 at load. Off by default until the path has
+    /// been measured on a GPU; `0` keeps it off.
+    pub gpu_quant: bool,
     /// KILN_CUDA_GRAPH_PREFILL=N: the largest prefill bucket with a graph (0: none); None when
     /// unset or not a number, for the default of graphs_pad.rs.
     pub graph_prefill_max: Option<usize>,
@@ -93,6 +97,8 @@ impl Env {
     fn read(var: impl Fn(&str) -> Option<String>) -> Env {
         // On unless the variable is 0, off or false.
         let on = |name| !matches!(var(name).as_deref(), Some("0" | "off" | "false"));
+        // Off unless the variable is 1, on or true.
+        let opt_in = |name| matches!(var(name).as_deref(), Some("1" | "on" | "true"));
         Env {
             switches: Switches {
                 skinny_gemm: on("KILN_SKINNY_GEMM"),
@@ -101,6 +107,7 @@ impl Env {
                 device_sampling: on("KILN_DEVICE_SAMPLING"),
                 gemm_pin: var("KILN_GEMM_PIN").as_deref() != Some("0"),
                 cuda_graphs: on("KILN_CUDA_GRAPHS"),
+                gpu_quant: opt_in("KILN_GPU_QUANT"),
                 graph_prefill_max: var("KILN_CUDA_GRAPH_PREFILL").and_then(|v| v.parse().ok()),
                 kernels: KernelChoice {
                     skinny_pipe: on("KILN_SKINNY_PIPE"),
@@ -154,7 +161,7 @@ impl Switches {
             KernelCache::Dir(d) => d.display().to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} pdl={} cuda_graphs={} graph_prefill={prefill} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} pdl={} cuda_graphs={} gpu_quant={} graph_prefill={prefill} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -170,6 +177,7 @@ impl Switches {
             if k.decode_mma { "mma" } else { "simt" },
             k.pdl as u8,
             self.cuda_graphs as u8,
+            self.gpu_quant as u8,
         )
     }
 }
@@ -221,7 +229,7 @@ mod tests {
         let e = read(&[]);
         let s = e.switches;
         assert!(s.skinny_gemm && s.flash_attn && s.split_decode && s.device_sampling);
-        assert!(s.gemm_pin && s.cuda_graphs);
+        assert!(s.gemm_pin && s.cuda_graphs && !s.gpu_quant);
         assert_eq!(s.graph_prefill_max, None);
         assert_eq!(s.kernels, KernelChoice::ALL_FAST);
         assert_eq!(e.kernel_cache, KernelCache::Home);
@@ -242,11 +250,15 @@ mod tests {
             assert!(e.switches.skinny_gemm && e.switches.cuda_graphs);
             let s = read(&[("KILN_CUDA_GRAPHS", off), ("KILN_DEVICE_SAMPLING", off)]).switches;
             assert!(!s.cuda_graphs && !s.device_sampling && s.flash_attn);
+            assert!(!read(&[("KILN_GPU_QUANT", off)]).switches.gpu_quant);
         }
         // KILN_GEMM_PIN takes only 0.
         assert!(!read(&[("KILN_GEMM_PIN", "0")]).switches.gemm_pin);
         assert!(read(&[("KILN_GEMM_PIN", "off")]).switches.gemm_pin);
         assert!(read(&[("KILN_SKINNY_GEMM", "1")]).switches.skinny_gemm);
+        for on in ["1", "on", "true"] {
+            assert!(read(&[("KILN_GPU_QUANT", on)]).switches.gpu_quant);
+        }
     }
 
     #[test]

@@ -2,26 +2,48 @@
 //! otherwise), laid out once at load in the fused layout of `kiln_model::schema` (Q/K/V one
 //! matrix, gate/up another, so a layer runs four GEMMs). Dummy models are generated on the
 //! device by the same pure function the host uses, so an 8B dummy model loads in seconds.
+//! With bf16 storage and `KILN_GPU_QUANT=1`, projections, the embedding and the LM head stored
+//! in GGUF block formats stay in them (quant_weights.rs).
 
 use anyhow::{bail, ensure, Context, Result};
 use kiln_model::schema::{self, Fused, GlobalWeight, LayerWeight};
 use kiln_model::{DummyFill, ModelSpec, TensorId, WeightSource};
 
 use crate::device::{DevBuf, Gpu};
-use crate::store::StoreBuf;
+use crate::quant_weights::{self, quantizable_global, quantizable_layer, QuantMatrix};
+use crate::store::{StoreBuf, StoreType};
+use crate::switches::Switches;
 
 /// f32 staging for file weights: uploaded in pieces of this many elements, converted on the device.
 const STAGING_ELEMS: usize = 1 << 24;
 
+/// A matrix as a launch reads it: rows in the storage type at an address, or block-quantised
+/// segments.
+#[derive(Clone, Copy)]
+pub enum MatrixRef<'a> {
+    Plain(u64),
+    Quant(&'a QuantMatrix),
+}
+
 /// One layer's weights as the schema names them (`kiln_model::schema`), each in one buffer.
 pub struct LayerWeights {
     bufs: [Option<StoreBuf>; LayerWeight::ALL.len()],
+    /// Projections kept block-quantised (their `bufs` entry is None).
+    quant: [Option<QuantMatrix>; LayerWeight::ALL.len()],
 }
 
 impl LayerWeights {
     /// The weight's address; 0 when the layer has none (optional bias and Q/K norms).
     pub fn ptr(&self, w: LayerWeight) -> u64 {
         self.bufs[w.index()].as_ref().map_or(0, |b| b.ptr())
+    }
+
+    /// A projection, quantised or in bf16.
+    pub fn matrix(&self, w: LayerWeight) -> MatrixRef<'_> {
+        match &self.quant[w.index()] {
+            Some(q) => MatrixRef::Quant(q),
+            None => MatrixRef::Plain(self.ptr(w)),
+        }
     }
 }
 
@@ -34,23 +56,61 @@ pub struct PerLayerWeights {
 }
 
 pub struct ModelWeights {
-    pub embed: StoreBuf,
+    /// None when the embedding is kept quantised (`quant_embed`).
+    pub embed: Option<StoreBuf>,
     pub out_norm: StoreBuf,
-    /// None when the LM head is the embedding.
+    /// None when the LM head is the embedding (or kept quantised).
     pub lm_head: Option<StoreBuf>,
     /// None when the model has no per-layer inputs.
     pub per_layer: Option<PerLayerWeights>,
+    pub quant_embed: Option<QuantMatrix>,
+    pub quant_lm_head: Option<QuantMatrix>,
+    /// bf16 room for the largest quantised projection, which prefill rows multiply (None
+    /// when no projection is quantised).
+    pub scratch: Option<DevBuf<u16>>,
     pub layers: Vec<LayerWeights>,
     /// One per RoPE of the spec: cos/sin per (position, pair), times the attention factor,
     /// [max_pos][pairs][2].
     pub ropes: Vec<DevBuf<f32>>,
     pub rope_positions: usize,
+    /// The weights and RoPE tables (not the scratch).
     pub bytes: usize,
 }
 
 impl ModelWeights {
-    pub fn lm_head_ptr(&self) -> u64 {
-        self.lm_head.as_ref().unwrap_or(&self.embed).ptr()
+    pub fn embedding(&self) -> Result<MatrixRef<'_>> {
+        match (&self.quant_embed, &self.embed) {
+            (Some(q), _) => Ok(MatrixRef::Quant(q)),
+            (None, Some(b)) => Ok(MatrixRef::Plain(b.ptr())),
+            (None, None) => bail!("the model has no embedding on the device"),
+        }
+    }
+
+    /// The LM head: its own, else the embedding.
+    pub fn lm_head(&self) -> Result<MatrixRef<'_>> {
+        match (&self.quant_lm_head, &self.lm_head) {
+            (Some(q), _) => Ok(MatrixRef::Quant(q)),
+            (None, Some(b)) => Ok(MatrixRef::Plain(b.ptr())),
+            (None, None) => self.embedding(),
+        }
+    }
+
+    /// The prefill scratch's address; 0 when there is none.
+    pub fn scratch_ptr(&self) -> u64 {
+        self.scratch.as_ref().map_or(0, |b| b.ptr())
+    }
+
+    pub fn scratch_bytes(&self) -> usize {
+        self.scratch.as_ref().map_or(0, |b| b.bytes())
+    }
+
+    /// Every quantised matrix.
+    pub fn quantized(&self) -> impl Iterator<Item = &QuantMatrix> {
+        let layers = self.layers.iter().flat_map(|l| l.quant.iter().flatten());
+        self.quant_embed
+            .iter()
+            .chain(&self.quant_lm_head)
+            .chain(layers)
     }
 }
 
@@ -110,6 +170,24 @@ impl Loader<'_> {
         Ok(())
     }
 
+    /// A matrix of the schema kept in its block formats.
+    fn quant<W>(
+        &mut self,
+        f: &Fused<W>,
+        formats: &[crate::quant_layout::GpuQuant],
+    ) -> Result<QuantMatrix> {
+        let (gpu, src, total, progress) = (self.gpu, self.src, self.total, self.progress);
+        let done = &mut self.done;
+        let m = quant_weights::load_matrix(gpu, src, f, formats, || {
+            *done += 1;
+            if let Some(p) = progress {
+                p(*done, total);
+            }
+        })?;
+        self.bytes += m.bytes();
+        Ok(m)
+    }
+
     /// A fused weight of the schema in one buffer: each part at its offset, absent parts left
     /// as the schema says (the buffer starts cleared, so zeros need no write).
     fn fused<W>(&mut self, f: &Fused<W>) -> Result<StoreBuf> {
@@ -165,9 +243,22 @@ pub fn load_weights(
         progress,
         bytes: 0,
     };
+    // The quantised kernels read bf16 activations.
+    let quant_on = Switches::from_env().gpu_quant && gpu.store == StoreType::Bf16;
     let (mut embed, mut lm_head, mut out_norm) = (None, None, None);
     let (mut pl_table, mut pl_proj, mut pl_norm) = (None, None, None);
+    let (mut quant_embed, mut quant_lm_head) = (None, None);
     for f in schema::global_weights(spec) {
+        if let Some(formats) =
+            quant_weights::kept_formats(&f, src, quant_on && quantizable_global(f.weight))
+        {
+            let m = ld.quant(&f, &formats)?;
+            match f.weight {
+                GlobalWeight::Embedding => quant_embed = Some(m),
+                _ => quant_lm_head = Some(m),
+            }
+            continue;
+        }
         let buf = ld.fused(&f)?;
         match f.weight {
             GlobalWeight::Embedding => embed = Some(buf),
@@ -188,15 +279,28 @@ pub fn load_weights(
         _ => bail!("the schema names some per-layer input weights but not all three"),
     };
     let mut layers = Vec::with_capacity(spec.layers.len());
+    let mut scratch_len = 0;
     for (l, layer) in spec.layers.iter().enumerate() {
         let mut w = LayerWeights {
             bufs: Default::default(),
+            quant: Default::default(),
         };
         for f in schema::layer_weights(l, layer, h) {
-            w.bufs[f.weight.index()] = Some(ld.fused(&f)?);
+            let i = f.weight.index();
+            match quant_weights::kept_formats(&f, src, quant_on && quantizable_layer(f.weight)) {
+                Some(formats) => {
+                    scratch_len = scratch_len.max(f.len());
+                    w.quant[i] = Some(ld.quant(&f, &formats)?);
+                }
+                None => w.bufs[i] = Some(ld.fused(&f)?),
+            }
         }
         layers.push(w);
     }
+    let scratch = match scratch_len {
+        0 => None,
+        n => Some(gpu.alloc::<u16>(n)?),
+    };
     let mut ropes = Vec::with_capacity(spec.ropes.len());
     let mut rope_bytes = 0;
     for rope in &spec.ropes {
@@ -217,11 +321,17 @@ pub fn load_weights(
     }
     gpu.synchronize()
         .context("building the weights on the device")?;
+    if embed.is_none() && quant_embed.is_none() {
+        bail!("the schema has no embedding");
+    }
     Ok(ModelWeights {
-        embed: embed.context("the schema has no embedding")?,
+        embed,
         out_norm: out_norm.context("the schema has no output norm")?,
         lm_head,
         per_layer,
+        quant_embed,
+        quant_lm_head,
+        scratch,
         layers,
         ropes,
         rope_positions,

@@ -3,7 +3,7 @@
 //! whether its prompt is prefilled whole or in chunks of 512 or 2048; in bf16 and in f32, where
 //! a prompt whose last chunk is one token (a decode row) gives the whole prompt's bits too. On
 //! the Gemma 4 dummies the 3,000-token prompt is far past the 64-token window, so chunks and
-//! decode steps cross it.
+//! decode steps cross it. In bf16 also with block-quantised weights.
 
 mod common;
 #[path = "common/models.rs"]
@@ -147,6 +147,12 @@ fn models(test: &str, dtype: StoreType) {
         &dummy_gemma_wide(),
         dtype,
     );
+    if dtype == StoreType::Bf16 {
+        // Block-quantised weights: decode rows through the quantised skinny kernels, prefill
+        // rows through their bf16 expansion.
+        let quant = dummy_mid().quantized(kiln_model::dummy_quant::DummyQuant::Q4KM);
+        invariance(&mut c, "dummy mid q4_k_m", &quant, dtype);
+    }
     c.finish();
 }
 

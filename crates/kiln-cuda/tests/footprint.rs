@@ -2,7 +2,8 @@
 //! serve`) against what `CudaBackend::new` allocates, byte for byte: dummy:tiny under small
 //! and large options, the Qwen3 8B shape (Q/K norms, its own LM head) and dummy:gemma4-tiny
 //! (per-layer input buffers, no KV room for the layers that read another's); dummy:tiny stored
-//! in f32 and f16 as well.
+//! in f32 and f16 as well, and with block-quantised matrices (llama.cpp's Q4_K_M mix: the
+//! blocks and the prefill scratch).
 
 mod common;
 
@@ -30,14 +31,20 @@ fn the_predicted_footprint_is_what_the_backend_allocates() {
         max_batch_tokens: Some(1000),
         ..CudaOptions::default()
     };
-    for preset in ["tiny", "qwen3-8b", "gemma4-tiny"] {
+    for preset in ["tiny", "qwen3-8b", "gemma4-tiny", "tiny:q4_k_m"] {
         let src = DummySource::preset(preset).expect("a preset");
         let config = src.config().clone();
         for opts in [small.clone(), large.clone()] {
             if preset == "qwen3-8b" && opts.max_seqs > 3 {
                 continue; // the 8B weights once are enough
             }
-            let predicted = Footprint::of(&config.spec(), config.max_position, &opts);
+            let predicted = Footprint::of_source(&src, &opts);
+            if src.quant().is_none() {
+                assert_eq!(
+                    predicted,
+                    Footprint::of(&config.spec(), config.max_position, &opts)
+                );
+            }
             let backend = CudaBackend::new(&src, opts.clone(), None).expect("the backend starts");
             assert_eq!(
                 backend.allocated(),

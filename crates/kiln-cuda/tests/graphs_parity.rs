@@ -1,10 +1,11 @@
 //! CUDA graphs vs eager launches: greedy continuations of 256 tokens are identical, on every
-//! fixture model (GGUF and HF), on dummy:llama3-8b and on Gemma 4 dummies (whose 256 decode
-//! steps cross the sliding window), for one sequence (its logits bit for bit as well) and for 7
-//! sequences of different prompt lengths joining a running batch at different steps
-//! (decode-only, prefill-only and mixed steps, padded to their buckets). Contexts shorter than
-//! prompt + 256 (the qwen3 fixture's 256) end generation at the context. The same in f32 on
-//! every fixture, a head-dim-128 dummy model and the Gemma 4 dummies.
+//! fixture model (GGUF and HF), on dummy:llama3-8b, on Gemma 4 dummies (whose 256 decode
+//! steps cross the sliding window) and on dummy:tiny:q4_k_m (block-quantised weights), for one
+//! sequence (its logits bit for bit as well) and for 7 sequences of different prompt lengths
+//! joining a running batch at different steps (decode-only, prefill-only and mixed steps, padded
+//! to their buckets). Contexts shorter than prompt + 256 (the qwen3 fixture's 256) end
+//! generation at the context. The same in f32 on every fixture, a head-dim-128 dummy model and
+//! the Gemma 4 dummies.
 
 mod common;
 #[path = "common/models.rs"]
@@ -217,6 +218,11 @@ fn models(test: &str, dtype: StoreType, dummy: Option<&str>) {
     compare(&mut c, "dummy:gemma4-tiny", &gemma, dtype);
     let wide = models::dummy_gemma_wide();
     compare(&mut c, "dummy gemma4-tiny, hd 512", &wide, dtype);
+    if dtype == StoreType::Bf16 {
+        // Block-quantised weights: the prefill scratch and the quantised launches in graphs.
+        let quant = DummySource::preset("tiny:q4_k_m").expect("dummy:tiny:q4_k_m");
+        compare(&mut c, "dummy:tiny:q4_k_m", &quant, dtype);
+    }
     c.finish();
 }
 

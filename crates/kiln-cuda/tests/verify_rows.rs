@@ -1,7 +1,8 @@
 //! The property speculative decoding rests on, on the GPU: a verify step (a sequence's last
 //! token and k drafted ones as k + 1 single-token rows of one step) gives each row the logits
 //! that plain decoding gives that token at that position, bit for bit, alone and beside other
-//! sequences' prefill chunks and decode rows in the same step.
+//! sequences' prefill chunks and decode rows in the same step; with bf16 and with
+//! block-quantised weights.
 
 mod common;
 #[path = "common/models.rs"]
@@ -106,6 +107,11 @@ fn verify_rows_equal_plain_decode_steps() {
         &mut c,
         "dummy:tiny",
         &DummySource::preset("tiny").expect("tiny"),
+    );
+    verify_rows(
+        &mut c,
+        "dummy:tiny:q4_k_m",
+        &DummySource::preset("tiny:q4_k_m").expect("tiny:q4_k_m"),
     );
     for (name, src) in fixture_sources() {
         verify_rows(&mut c, &name, src.as_ref());

@@ -31,8 +31,7 @@ pub struct MemoryFit {
 impl MemoryFit {
     /// The CUDA backend's footprint under `opts` on device `opts.device`.
     pub fn cuda(model: &LoadedModel, opts: &kiln_cuda::CudaOptions) -> anyhow::Result<MemoryFit> {
-        let spec = model.config.spec();
-        let fp = kiln_cuda::Footprint::of(&spec, model.config.max_position, opts);
+        let fp = kiln_cuda::Footprint::of_source(model.weights.as_ref(), opts);
         let (free, free_from) = match injected_free()? {
             Some(f) => f,
             None => {

@@ -1,0 +1,350 @@
+//! Launchers of kernels/quant_gemm.cu and the product of a block-quantised matrix: decode rows
+//! through `skinny_<format>_*` (blocks dequantised in registers, one summation order for any
+//! row count), prefill rows through the matrix expanded to bf16 in a scratch buffer just before
+//! its cuBLASLt GEMM (the values rounded as a bf16 copy made at load would be, so prefill rows
+//! match the weights expanded at load bit for bit).
+
+use std::sync::OnceLock;
+
+use anyhow::{anyhow, bail, Result};
+
+use crate::device::{i32_of, Arg, DevPtr, Gpu};
+use crate::gemm_lt::LtGemm;
+use crate::kernel_entries::EntryPoint;
+use crate::kernel_sources::source;
+use crate::quant_layout::{GpuQuant, CHUNK, TILE_ROWS};
+use crate::quant_weights::QuantMatrix;
+use crate::skinny::SKINNY_MAX_ROWS;
+use crate::switches::KernelChoice;
+
+/// One `SQ_ENTRY` of quant_gemm.cu.
+#[derive(Debug)]
+struct Entry {
+    name: String,
+    format: GpuQuant,
+    /// 8-row fragments of x per launch.
+    nt: usize,
+    stages: usize,
+    warps: usize,
+}
+
+impl Entry {
+    /// The ring (warps x stages records), or the warp sums after it if larger.
+    fn smem_bytes(&self) -> usize {
+        let ring = self.warps * self.stages * self.format.record_bytes();
+        ring.max(self.warps * self.nt * 128 * 4)
+    }
+
+    fn from_source(p: &EntryPoint) -> Result<Entry> {
+        let num = |what: &str| {
+            p.arg(what)
+                .and_then(|s| s.trim().parse::<usize>().ok())
+                .ok_or_else(|| anyhow!("quant entry {}: no number for {what}", p.name))
+        };
+        let format = match p.arg("F").map(str::trim) {
+            Some("QF_Q8_0") => GpuQuant::Q8_0,
+            Some("QF_Q4_0") => GpuQuant::Q4_0,
+            Some("QF_Q4K") => GpuQuant::Q4K,
+            Some("QF_Q6K") => GpuQuant::Q6K,
+            other => bail!("quant entry {}: unknown format {other:?}", p.name),
+        };
+        Ok(Entry {
+            name: p.name.clone(),
+            format,
+            nt: num("NT")?,
+            stages: num("S")?,
+            warps: num("W")?,
+        })
+    }
+}
+
+/// The skinny entries of quant_gemm.cu (its `SQ_ENTRY` lines), read once.
+fn entries() -> &'static [Entry] {
+    static ENTRIES: OnceLock<Vec<Entry>> = OnceLock::new();
+    ENTRIES.get_or_init(|| read_entries().expect("quant_gemm.cu's entries (unit-tested)"))
+}
+
+fn read_entries() -> Result<Vec<Entry>> {
+    let src = source("quant_gemm").ok_or_else(|| anyhow!("no quant_gemm.cu module"))?;
+    src.entry_points()?
+        .iter()
+        .filter(|p| p.name.starts_with("skinny_"))
+        .map(Entry::from_source)
+        .collect()
+}
+
+/// The entry for `nt` fragments of format `q`.
+fn entry(q: GpuQuant, nt: usize) -> Result<&'static Entry> {
+    entries()
+        .iter()
+        .find(|e| e.format == q && e.nt == nt)
+        .ok_or_else(|| anyhow!("no skinny entry for {q:?} with {nt} fragments"))
+}
+
+/// The skinny quant entries with more than 48 KB of dynamic shared memory, with their needs.
+pub fn large_smem_kernels() -> Vec<(String, usize)> {
+    entries()
+        .iter()
+        .filter(|e| e.smem_bytes() > 48 * 1024)
+        .map(|e| (e.name.clone(), e.smem_bytes()))
+        .collect()
+}
+
+impl Gpu {
+    /// y[m * ldy + n] = x[m, :] . W[n, :] for m < rows, n < n_rows, W `[n_rows, k]` in device
+    /// layout of `q` at `w`, x bf16 `[rows, k]`, in launches of at most 64 rows. Each row's
+    /// result is the same whatever `rows` is.
+    #[allow(clippy::too_many_arguments)]
+    pub fn skinny_quant(
+        &self,
+        q: GpuQuant,
+        y: u64,
+        ldy: usize,
+        x: u64,
+        w: u64,
+        rows: usize,
+        n_rows: usize,
+        k: usize,
+    ) -> Result<()> {
+        let pdl = KernelChoice::from_env().pdl;
+        let mut done = 0;
+        while done < rows {
+            let m = (rows - done).min(SKINNY_MAX_ROWS);
+            let nt = m.div_ceil(8).next_power_of_two();
+            let e = entry(q, nt)?;
+            let yd = DevPtr::<f32>::new(y).row(done, ldy).addr();
+            let xd = DevPtr::<u16>::new(x).row(done, k).addr();
+            self.launch_quant_entry(e, pdl, yd, ldy, xd, w, m, n_rows, k)?;
+            done += m;
+        }
+        Ok(())
+    }
+
+    /// One launch of the skinny quant entry `name` (for tests that compare a format's
+    /// entries).
+    #[allow(clippy::too_many_arguments)]
+    pub fn skinny_quant_entry(
+        &self,
+        name: &str,
+        y: u64,
+        ldy: usize,
+        x: u64,
+        w: u64,
+        rows: usize,
+        n_rows: usize,
+        k: usize,
+    ) -> Result<()> {
+        let Some(e) = entries().iter().find(|e| e.name == name) else {
+            bail!("no skinny quant entry {name}");
+        };
+        if rows == 0 || rows > 8 * e.nt {
+            bail!("{name} takes 1..={} rows, got {rows}", 8 * e.nt);
+        }
+        self.launch_quant_entry(
+            e,
+            KernelChoice::from_env().pdl,
+            y,
+            ldy,
+            x,
+            w,
+            rows,
+            n_rows,
+            k,
+        )
+    }
+
+    /// The names of the skinny entries of `q`, fewest rows first.
+    pub fn skinny_quant_entries(q: GpuQuant) -> Vec<String> {
+        entries()
+            .iter()
+            .filter(|e| e.format == q)
+            .map(|e| e.name.clone())
+            .collect()
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn launch_quant_entry(
+        &self,
+        e: &Entry,
+        pdl: bool,
+        y: u64,
+        ldy: usize,
+        x: u64,
+        w: u64,
+        rows: usize,
+        n_rows: usize,
+        k: usize,
+    ) -> Result<()> {
+        check_shape(e.format, n_rows, k)?;
+        if n_rows > ldy {
+            bail!("skinny quant GEMM: {n_rows} outputs per row in rows of {ldy}");
+        }
+        let args = [
+            Arg::Ptr(y),
+            Arg::Ptr(x),
+            Arg::Ptr(w),
+            Arg::I32(i32_of(rows, "rows")?),
+            Arg::I32(i32_of(n_rows, "n")?),
+            Arg::I32(i32_of(k, "k")?),
+            Arg::I32(i32_of(ldy, "ldy")?),
+        ];
+        let grid = (n_rows.div_ceil(TILE_ROWS) as u32, 1, 1);
+        let threads = 32 * e.warps as u32;
+        self.launch_with(&e.name, grid, threads, e.smem_bytes() as u32, &args, pdl)
+    }
+
+    /// out[n * ld + k] = bf16 of W[n, k] (the reference dequantisation's value, rounded to
+    /// nearest even) for the `[n_rows, k]` weight `w` in device layout of `q`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn quant_to_bf16(
+        &self,
+        q: GpuQuant,
+        out: u64,
+        ld: usize,
+        w: u64,
+        n_rows: usize,
+        k: usize,
+    ) -> Result<()> {
+        check_shape(q, n_rows, k)?;
+        if n_rows == 0 {
+            return Ok(());
+        }
+        let units = n_rows * k.div_ceil(CHUNK) * 16;
+        let grid = (
+            units.div_ceil(256).min(self.sm_count as usize * 16) as u32,
+            1,
+            1,
+        );
+        let args = [
+            Arg::Ptr(out),
+            Arg::Ptr(w),
+            Arg::I32(i32_of(n_rows, "n")?),
+            Arg::I32(i32_of(k, "k")?),
+            Arg::I32(i32_of(ld, "ld")?),
+        ];
+        self.launch(&format!("quant_to_bf16_{}", q.name()), grid, 256, 0, &args)
+    }
+
+    /// x[i, :] = the f32 values of row ids[i] of the `[_, k]` weight `w` (device layout of
+    /// `q`) times `scale`, for i < n_tokens; ids are device i32s, each checked by the step
+    /// (kiln_step).
+    #[allow(clippy::too_many_arguments)]
+    pub fn quant_embed(
+        &self,
+        q: GpuQuant,
+        x: u64,
+        w: u64,
+        ids: u64,
+        n_tokens: usize,
+        k: usize,
+        scale: f32,
+    ) -> Result<()> {
+        check_shape(q, 0, k)?;
+        if n_tokens == 0 {
+            return Ok(());
+        }
+        let threads = (k.div_ceil(CHUNK) * 16).next_multiple_of(32).clamp(32, 256) as u32;
+        let args = [
+            Arg::Ptr(x),
+            Arg::Ptr(w),
+            Arg::Ptr(ids),
+            Arg::I32(i32_of(k, "k")?),
+            Arg::F32(scale),
+        ];
+        self.launch(
+            &format!("quant_embed_{}", q.name()),
+            (n_tokens as u32, 1, 1),
+            threads,
+            0,
+            &args,
+        )
+    }
+}
+
+fn check_shape(q: GpuQuant, n_rows: usize, k: usize) -> Result<()> {
+    if !q.fits(k) {
+        bail!(
+            "a {} weight needs rows of whole {}-value blocks, got {k} columns",
+            q.dtype(),
+            q.dtype().block_elems()
+        );
+    }
+    i32_of(n_rows, "rows")?;
+    Ok(())
+}
+
+/// y[r, :] = x[r, :] . W^T for r < t, W quantised: rows 0..d (decode rows) through the skinny
+/// kernels segment by segment, rows d..t through `scratch` (bf16, room for W) and cuBLASLt.
+#[allow(clippy::too_many_arguments)]
+pub fn quant_gemm(
+    gpu: &Gpu,
+    lt: &mut LtGemm,
+    scratch: u64,
+    w: &QuantMatrix,
+    y: DevPtr<f32>,
+    x: DevPtr<u16>,
+    t: usize,
+    d: usize,
+) -> Result<()> {
+    let (n, k) = (w.rows, w.cols);
+    quant_skinny_all(gpu, w, y.addr(), x.addr(), d)?;
+    if t > d {
+        if scratch == 0 {
+            bail!("no prefill scratch for a quantised {n}x{k} weight");
+        }
+        let out = DevPtr::<u16>::new(scratch);
+        for s in &w.segments {
+            gpu.quant_to_bf16(
+                s.format,
+                out.row(s.row0, k).addr(),
+                k,
+                s.data.ptr(),
+                s.rows,
+                k,
+            )?;
+        }
+        lt.matmul(
+            gpu,
+            y.row(d, n).addr(),
+            x.row(d, k).addr(),
+            scratch,
+            t - d,
+            n,
+            k,
+        )?;
+    }
+    Ok(())
+}
+
+/// y[r, :] = x[r, :] . W^T for r < rows, every row through the skinny kernels (decode rows,
+/// and logits rows at the LM head).
+pub fn quant_skinny_all(gpu: &Gpu, w: &QuantMatrix, y: u64, x: u64, rows: usize) -> Result<()> {
+    let y = DevPtr::<f32>::new(y);
+    for s in &w.segments {
+        let ys = y.offset(s.row0).addr();
+        gpu.skinny_quant(s.format, ys, w.rows, x, s.data.ptr(), rows, s.rows, w.cols)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_format_has_an_entry_for_every_fragment_count_within_the_smem() {
+        for q in GpuQuant::ALL {
+            let names = Gpu::skinny_quant_entries(q);
+            assert_eq!(names.len(), 4, "{q:?}");
+            let mut warps = None;
+            for nt in [1, 2, 4, 8] {
+                let e = entry(q, nt).unwrap();
+                assert_eq!(e.name, format!("skinny_{}_{}", q.name(), 8 * nt));
+                assert!(e.stages >= 3, "{}", e.name);
+                assert!(e.smem_bytes() <= 227 * 1024, "{}", e.name);
+                // One summation order per format: the same warp count in every entry.
+                assert_eq!(*warps.get_or_insert(e.warps), e.warps, "{}", e.name);
+            }
+        }
+    }
+}

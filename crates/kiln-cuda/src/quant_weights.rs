@@ -1,0 +1,257 @@
+//! Matrices kept in their GGUF block formats on the device. A fused matrix of the schema
+//! (Q/K/V, gate/up) whose parts are all stored in formats the kernels read stays quantised,
+//! each run of parts in one format one segment (Q4_K_M files store V in Q6_K on some layers
+//! and Q/K in Q4_K); anything else is expanded to bf16 at load as before. Only with
+//! `KILN_GPU_QUANT=1` for now (switches.rs); without it everything is expanded. The loader and the memory figure ask the same question
+//! ([`kept_formats`]), so the footprint predicted before a load is what the load allocates.
+
+use std::ops::Range;
+
+use anyhow::{bail, ensure, Context, Result};
+use kiln_model::schema::{self, Fused, GlobalWeight, LayerWeight};
+use kiln_model::{ModelSpec, WeightSource};
+
+use crate::device::{DevBuf, Gpu};
+use crate::quant_layout::{repack, GpuQuant};
+
+/// Rows `row0..row0 + rows` of a matrix, in one block format, in device layout.
+pub struct QuantSegment {
+    pub row0: usize,
+    pub rows: usize,
+    pub format: GpuQuant,
+    pub data: DevBuf<u8>,
+}
+
+/// A `[rows, cols]` matrix in block-quantised segments.
+pub struct QuantMatrix {
+    pub rows: usize,
+    pub cols: usize,
+    pub segments: Vec<QuantSegment>,
+}
+
+impl QuantMatrix {
+    pub fn bytes(&self) -> usize {
+        self.segments.iter().map(|s| s.data.bytes()).sum()
+    }
+
+    /// Bytes of a bf16 copy: what the prefill scratch must hold for it.
+    pub fn bf16_bytes(&self) -> usize {
+        self.rows * self.cols * 2
+    }
+}
+
+/// The layer matrices that may stay quantised: the four projections.
+pub fn quantizable_layer(w: LayerWeight) -> bool {
+    matches!(
+        w,
+        LayerWeight::Qkv | LayerWeight::O | LayerWeight::GateUp | LayerWeight::Down
+    )
+}
+
+/// The global matrices that may stay quantised: the embedding (gathered row by row) and the
+/// LM head.
+pub fn quantizable_global(w: GlobalWeight) -> bool {
+    matches!(w, GlobalWeight::Embedding | GlobalWeight::LmHead)
+}
+
+/// The format of each part of `f` when the GPU keeps it quantised: `on` (the switch), a matrix
+/// whose every part the source stores in a format the kernels read, with whole blocks per row.
+/// None: the matrix is expanded to bf16.
+pub fn kept_formats<W>(f: &Fused<W>, src: &dyn WeightSource, on: bool) -> Option<Vec<GpuQuant>> {
+    let cols = f.cols?;
+    if !on || f.parts.is_empty() {
+        return None;
+    }
+    f.parts
+        .iter()
+        .map(|p| {
+            if !src.has(p.id) {
+                return None;
+            }
+            let q = GpuQuant::from_dtype(src.quantized_dtype(p.id)?)?;
+            q.fits(cols).then_some(q)
+        })
+        .collect()
+}
+
+/// Runs of consecutive parts in one format: (format, part indices).
+fn runs(formats: &[GpuQuant]) -> Vec<(GpuQuant, Range<usize>)> {
+    let mut out: Vec<(GpuQuant, Range<usize>)> = Vec::new();
+    for (i, &q) in formats.iter().enumerate() {
+        match out.last_mut() {
+            Some((last, r)) if *last == q => r.end = i + 1,
+            _ => out.push((q, i..i + 1)),
+        }
+    }
+    out
+}
+
+/// Device bytes of `f` kept in `formats`.
+pub fn device_bytes<W>(f: &Fused<W>, formats: &[GpuQuant]) -> usize {
+    let cols = f.cols.unwrap_or(1);
+    runs(formats)
+        .into_iter()
+        .map(|(q, r)| q.device_bytes(f.parts[r].iter().map(|p| p.rows).sum(), cols))
+        .sum()
+}
+
+/// Loads `f` in `formats` (from [`kept_formats`]): each run of parts read as blocks,
+/// repacked and uploaded as one segment. `tick` is called once per part loaded.
+pub fn load_matrix<W>(
+    gpu: &Gpu,
+    src: &dyn WeightSource,
+    f: &Fused<W>,
+    formats: &[GpuQuant],
+    mut tick: impl FnMut(),
+) -> Result<QuantMatrix> {
+    let cols = f.cols.context("a matrix weight without columns")?;
+    let mut segments = Vec::new();
+    let mut row0 = 0;
+    for (q, range) in runs(formats) {
+        let parts = &f.parts[range];
+        let rows: usize = parts.iter().map(|p| p.rows).sum();
+        let mut blocks = Vec::new();
+        for p in parts {
+            let t = src
+                .load_quantized(p.id)
+                .with_context(|| format!("loading {}", p.id))?;
+            let Some(t) = t else {
+                bail!(
+                    "{}: the source said {} blocks but offers none",
+                    p.id,
+                    q.dtype()
+                );
+            };
+            ensure!(
+                t.dtype == q.dtype() && t.shape == [p.rows, cols],
+                "{}: the source offers {} {:?}, expected {} [{}, {cols}]",
+                p.id,
+                t.dtype,
+                t.shape,
+                q.dtype(),
+                p.rows
+            );
+            blocks.extend_from_slice(&t.data);
+            tick();
+        }
+        let packed = repack(q, rows, cols, &blocks)
+            .with_context(|| format!("repacking {} rows of {}", rows, parts[0].id))?;
+        let data = gpu.alloc::<u8>(packed.len())?;
+        data.upload(0, &packed)?;
+        segments.push(QuantSegment {
+            row0,
+            rows,
+            format: q,
+            data,
+        });
+        row0 += rows;
+    }
+    Ok(QuantMatrix {
+        rows: row0,
+        cols,
+        segments,
+    })
+}
+
+/// What `load_weights` holds for `spec` from `src` with quantised weights `on`, as
+/// (device bytes of the weights apart from the RoPE tables, bytes of the prefill scratch).
+pub fn weight_bytes(spec: &ModelSpec, src: &dyn WeightSource, on: bool) -> (usize, usize) {
+    let mut bytes = 0;
+    let mut scratch = 0;
+    for f in schema::global_weights(spec) {
+        bytes += match kept_formats(&f, src, on && quantizable_global(f.weight)) {
+            Some(q) => device_bytes(&f, &q),
+            None => f.len() * 2,
+        };
+    }
+    for (l, layer) in spec.layers.iter().enumerate() {
+        for f in schema::layer_weights(l, layer, spec.hidden_size) {
+            bytes += match kept_formats(&f, src, on && quantizable_layer(f.weight)) {
+                Some(q) => {
+                    scratch = scratch.max(f.len() * 2);
+                    device_bytes(&f, &q)
+                }
+                None => f.len() * 2,
+            };
+        }
+    }
+    (bytes, scratch)
+}
+
+/// The quantised part of the weights for describe(): " (of which Q4_K 3.90 GiB, Q6_K 0.85
+/// GiB; prefill scratch 0.22 GiB)", or nothing.
+pub fn describe(w: &crate::weights::ModelWeights) -> String {
+    let mut per: Vec<(GpuQuant, usize)> = Vec::new();
+    for s in w.quantized().flat_map(|m| &m.segments) {
+        match per.iter_mut().find(|(q, _)| *q == s.format) {
+            Some((_, b)) => *b += s.data.bytes(),
+            None => per.push((s.format, s.data.bytes())),
+        }
+    }
+    if per.is_empty() {
+        return String::new();
+    }
+    per.sort_by_key(|(q, _)| q.code());
+    let gib = |b: usize| b as f64 / (1u64 << 30) as f64;
+    let formats: Vec<String> = per
+        .iter()
+        .map(|(q, b)| format!("{} {:.2} GiB", q.dtype(), gib(*b)))
+        .collect();
+    format!(
+        " (of which {}; prefill scratch {:.2} GiB in the buffers)",
+        formats.join(", "),
+        gib(w.scratch_bytes())
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_model::dummy::DummySource;
+
+    #[test]
+    fn runs_group_consecutive_formats() {
+        use GpuQuant::*;
+        assert_eq!(runs(&[Q4K, Q4K, Q6K]), vec![(Q4K, 0..2), (Q6K, 2..3)]);
+        assert_eq!(runs(&[Q8_0]), vec![(Q8_0, 0..1)]);
+        assert_eq!(runs(&[Q4K, Q6K, Q4K]).len(), 3);
+    }
+
+    #[test]
+    fn formats_follow_the_source_and_the_switch() {
+        let src = DummySource::preset("tiny:q4_k_m").unwrap();
+        let spec = src.config().spec();
+        let layers: Vec<_> = (0..4)
+            .map(|l| schema::layer_weights(l, &spec.layers[l], spec.hidden_size))
+            .collect();
+        let qkv = |l: usize| {
+            let f = layers[l]
+                .iter()
+                .find(|f| f.weight == LayerWeight::Qkv)
+                .unwrap();
+            kept_formats(f, &src, true)
+        };
+        // tiny's last layer gets Q6_K for V (llama.cpp's Q4_K_M).
+        use GpuQuant::*;
+        assert_eq!(qkv(0), Some(vec![Q4K, Q4K, Q4K]));
+        assert_eq!(qkv(3), Some(vec![Q4K, Q4K, Q6K]));
+        let norm = layers[0]
+            .iter()
+            .find(|f| f.weight == LayerWeight::AttnNorm)
+            .unwrap();
+        assert_eq!(kept_formats(norm, &src, true), None);
+        let f = layers[0]
+            .iter()
+            .find(|f| f.weight == LayerWeight::Qkv)
+            .unwrap();
+        assert_eq!(kept_formats(f, &src, false), None);
+        let plain = DummySource::preset("tiny").unwrap();
+        assert_eq!(kept_formats(f, &plain, true), None);
+        // Quantised bytes are fewer than bf16, and the scratch holds the largest matrix.
+        let (q, scratch) = weight_bytes(&spec, &src, true);
+        let (b, none) = weight_bytes(&spec, &src, false);
+        assert!(q < b / 3, "{q} vs {b}");
+        assert_eq!(none, 0);
+        assert_eq!(scratch, 2 * 768 * 256 * 2);
+    }
+}

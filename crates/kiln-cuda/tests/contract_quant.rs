@@ -1,0 +1,349 @@
+//! Kernel contract for block-quantised weights (kernels/quant_gemm.cu) on fresh random blocks
+//! of each format (Q8_0, Q4_0, Q4_K, Q6_K):
+//! - `skinny_<format>_*` against a float64 reference of x . W^T with W the reference
+//!   dequantisation (kiln-formats, the CPU's values): within 2e-5 of sum |x w| per output, at
+//!   odd row counts and weight shapes, outputs poisoned first, a row stride wider than the
+//!   weight (columns past it left untouched); every entry of a format gives each row the bits
+//!   it has alone. Negative controls: the same check against a reference with one quant or one
+//!   scale changed must fail, so the tolerance cannot hide a wrong value.
+//! - `quant_to_bf16_*`: bit for bit the bf16 of the reference value (as a copy expanded at load).
+//! - `quant_embed_*`: bit for bit the reference f32 row times the scale.
+//! - Bandwidth lines (`BENCH`) on Llama-3-8B shapes, rotating over copies past the L2.
+
+mod common;
+
+use common::{from_bf16, gpu_or_skip, timed, to_bf16, Checks, Rng};
+use kiln_cuda::device::{DevBuf, Gpu};
+use kiln_cuda::quant_layout::{decode_rows, repack, GpuQuant};
+use kiln_formats::dequantize_into;
+use kiln_model::dummy_quant::random_blocks;
+
+struct Weight {
+    q: GpuQuant,
+    n: usize,
+    k: usize,
+    blocks: Vec<u8>,
+    /// The reference values (kiln-formats).
+    values: Vec<f32>,
+    dev: DevBuf<u8>,
+}
+
+impl Weight {
+    fn new(gpu: &Gpu, rng: &mut Rng, q: GpuQuant, n: usize, k: usize) -> Weight {
+        let blocks = random_blocks(q.dtype(), n, k, rng.next_u64()).unwrap();
+        let values = reference_values(q, n, k, &blocks);
+        let packed = repack(q, n, k, &blocks).unwrap();
+        let dev = gpu.alloc::<u8>(packed.len()).unwrap();
+        dev.upload(0, &packed).unwrap();
+        Weight {
+            q,
+            n,
+            k,
+            blocks,
+            values,
+            dev,
+        }
+    }
+}
+
+fn reference_values(q: GpuQuant, n: usize, k: usize, blocks: &[u8]) -> Vec<f32> {
+    let mut v = vec![0f32; n * k];
+    dequantize_into(q.dtype(), blocks, &mut v).unwrap();
+    v
+}
+
+/// For rows `rows` of x: (x . W^T in float64, sum |x w| per output).
+fn reference(x: &[f32], values: &[f32], n: usize, k: usize, rows: usize) -> (Vec<f64>, Vec<f64>) {
+    let mut dot = Vec::with_capacity(rows * n);
+    let mut mag = Vec::with_capacity(rows * n);
+    for r in 0..rows {
+        let xr = &x[r * k..(r + 1) * k];
+        for j in 0..n {
+            let wr = &values[j * k..(j + 1) * k];
+            let (mut d, mut a) = (0f64, 0f64);
+            for (&p, &q) in xr.iter().zip(wr) {
+                let t = p as f64 * q as f64;
+                d += t;
+                a += t.abs();
+            }
+            dot.push(d);
+            mag.push(a);
+        }
+    }
+    (dot, mag)
+}
+
+const RTOL: f64 = 2e-5;
+
+/// Outputs outside the tolerance (a non-finite output counts), and the worst relative error.
+fn compare(got: &[f32], want: &[f64], mag: &[f64]) -> (usize, f64) {
+    let mut bad = 0;
+    let mut worst = 0f64;
+    for ((&g, &w), &m) in got.iter().zip(want).zip(mag) {
+        let err = (g as f64 - w).abs() / m.max(1e-30);
+        if !g.is_finite() || err > RTOL {
+            bad += 1;
+        }
+        worst = worst.max(if g.is_finite() { err } else { f64::INFINITY });
+    }
+    (bad, worst)
+}
+
+/// y rows of width `ldy` (columns n..ldy must stay poisoned) for `rows` rows through the
+/// format's dispatch.
+fn run_skinny(gpu: &Gpu, w: &Weight, x: &DevBuf<u16>, rows: usize, ldy: usize) -> Vec<f32> {
+    let y = gpu.alloc::<f32>(rows * ldy).unwrap();
+    y.fill_bytes(0xFF).unwrap();
+    gpu.skinny_quant(w.q, y.ptr(), ldy, x.ptr(), w.dev.ptr(), rows, w.n, w.k)
+        .unwrap();
+    y.download(gpu, 0, rows * ldy).unwrap()
+}
+
+fn shapes(q: GpuQuant) -> Vec<(usize, usize)> {
+    let mut s = vec![(37, 256), (16, 512), (250, 1024), (9, 4096)];
+    if q.dtype().block_elems() == 32 {
+        s.extend([(33, 96), (70, 4128)]);
+    }
+    s
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn skinny_quant_contract() {
+    let Some(gpu) = gpu_or_skip("skinny_quant_contract") else {
+        return;
+    };
+    let mut rng = Rng::new("skinny_quant_contract");
+    let mut c = Checks::new("skinny_quant");
+    for q in GpuQuant::ALL {
+        for (n, k) in shapes(q) {
+            let w = Weight::new(&gpu, &mut rng, q, n, k);
+            let max_rows = 77;
+            let xf = from_bf16(&to_bf16(&rng.vec(max_rows * k, 1.0)));
+            let x = gpu.alloc::<u16>(max_rows * k).unwrap();
+            x.upload(0, &to_bf16(&xf)).unwrap();
+            let (want, mag) = reference(&xf, &w.values, n, k, max_rows);
+            for rows in [1, 3, 8, 13, 16, 31, 40, 64, 77] {
+                let ldy = n + 5;
+                let t = std::time::Instant::now();
+                let y = run_skinny(&gpu, &w, &x, rows, ldy);
+                let secs = t.elapsed().as_secs_f64();
+                let got: Vec<f32> = (0..rows)
+                    .flat_map(|r| y[r * ldy..r * ldy + n].iter().copied())
+                    .collect();
+                let (bad, worst) = compare(&got, &want[..rows * n], &mag[..rows * n]);
+                c.check(
+                    bad == 0,
+                    format!("{q:?} m={rows} n={n} k={k}: {bad} outputs beyond {RTOL:.0e} of sum |x w|, worst {worst:.2e}, {:.3}ms", secs * 1e3),
+                );
+                let untouched =
+                    (0..rows).all(|r| y[r * ldy + n..(r + 1) * ldy].iter().all(|v| v.is_nan()));
+                c.check(
+                    untouched,
+                    format!("{q:?} m={rows} n={n} k={k}: columns past the weight untouched"),
+                );
+            }
+            // Every entry of the format gives a row the bits it has alone.
+            let alone = run_skinny(&gpu, &w, &x, 1, n);
+            for name in Gpu::skinny_quant_entries(q) {
+                let cap: usize = name.rsplit('_').next().unwrap().parse().unwrap();
+                let y = gpu.alloc::<f32>(cap * n).unwrap();
+                y.fill_bytes(0xFF).unwrap();
+                gpu.skinny_quant_entry(&name, y.ptr(), n, x.ptr(), w.dev.ptr(), cap, n, k)
+                    .unwrap();
+                let batch = y.download(&gpu, 0, cap * n).unwrap();
+                // Row r of the batch against row r alone (x offset by r rows).
+                let mut same = batch[..n]
+                    .iter()
+                    .zip(&alone)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                let r = cap - 1;
+                let y1 = gpu.alloc::<f32>(n).unwrap();
+                gpu.skinny_quant(
+                    q,
+                    y1.ptr(),
+                    n,
+                    x.dev_ptr().row(r, k).addr(),
+                    w.dev.ptr(),
+                    1,
+                    n,
+                    k,
+                )
+                .unwrap();
+                let last = y1.download(&gpu, 0, n).unwrap();
+                same &= batch[r * n..(r + 1) * n]
+                    .iter()
+                    .zip(&last)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                c.check(same, format!("{name} n={n} k={k}: rows 0 and {r} of {cap} equal the rows alone bit for bit"));
+            }
+            // Negative controls: one quant, then one scale, changed in the reference (at short
+            // rows, where one value's share of sum |x w| is well above the tolerance).
+            if k > 1024 {
+                continue;
+            }
+            let y = run_skinny(&gpu, &w, &x, 4, n);
+            for (what, at) in [("a quant", quant_byte(q)), ("a scale", scale_byte(q))] {
+                let mut blocks = w.blocks.clone();
+                let row_bytes = q.dtype().bytes_for(k).unwrap();
+                let at = (n / 2) * row_bytes + at;
+                blocks[at] ^= 0x24;
+                let values = reference_values(q, n, k, &blocks);
+                let (want, mag) = reference(&xf, &values, n, k, 4);
+                let (bad, _) = compare(&y, &want, &mag);
+                c.check(bad > 0, format!("{q:?} n={n} k={k}: a reference with {what} of row {} changed fails ({bad} outputs off)", n / 2));
+            }
+        }
+    }
+    c.finish();
+}
+
+/// A quant byte of the first block of a row.
+fn quant_byte(q: GpuQuant) -> usize {
+    match q {
+        GpuQuant::Q8_0 | GpuQuant::Q4_0 => 5,
+        GpuQuant::Q4K => 40,
+        GpuQuant::Q6K => 10,
+    }
+}
+
+/// A scale byte of the first block of a row (the low byte of an f16 scale, or a sub-block
+/// scale).
+fn scale_byte(q: GpuQuant) -> usize {
+    match q {
+        GpuQuant::Q8_0 | GpuQuant::Q4_0 => 0,
+        GpuQuant::Q4K => 5,
+        GpuQuant::Q6K => 195,
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn dequantised_rows_are_the_reference_values() {
+    let Some(gpu) = gpu_or_skip("dequantised_rows_are_the_reference_values") else {
+        return;
+    };
+    let mut rng = Rng::new("dequantised_rows_are_the_reference_values");
+    let mut c = Checks::new("quant_rows");
+    for q in GpuQuant::ALL {
+        for (n, k) in shapes(q) {
+            let w = Weight::new(&gpu, &mut rng, q, n, k);
+            // Expanded to bf16 in rows wider than the weight, as cuBLASLt reads the scratch.
+            let ld = k + 8;
+            let out = gpu.alloc::<u16>(n * ld).unwrap();
+            out.fill_bytes(0xFF).unwrap();
+            gpu.quant_to_bf16(q, out.ptr(), ld, w.dev.ptr(), n, k)
+                .unwrap();
+            let got = out.download(&gpu, 0, n * ld).unwrap();
+            let mut want: Vec<u16> = to_bf16(&w.values);
+            let ok = (0..n).all(|r| got[r * ld..r * ld + k] == want[r * k..(r + 1) * k]);
+            let pad = (0..n).all(|r| got[r * ld + k..(r + 1) * ld].iter().all(|&b| b == 0xFFFF));
+            c.check(ok && pad, format!("{q:?} {n}x{k}: quant_to_bf16 is the bf16 of every reference value, padding untouched"));
+            // The device decoding is the host's copy of it, too.
+            let host = decode_rows(q, n, k, &repack(q, n, k, &w.blocks).unwrap());
+            want = to_bf16(&host);
+            c.check(
+                (0..n).all(|r| got[r * ld..r * ld + k] == want[r * k..(r + 1) * k]),
+                format!("{q:?} {n}x{k}: quant_to_bf16 equals the host decoding of the layout"),
+            );
+            // Embedding rows: f32, bit for bit, in any order and repeated.
+            let mut ids: Vec<i32> = (0..n as i32).collect();
+            rng.shuffle(&mut ids);
+            ids.extend([n as i32 - 1, 0, n as i32 - 1]);
+            let dids = gpu.alloc::<i32>(ids.len()).unwrap();
+            dids.upload(0, &ids).unwrap();
+            let x = gpu.alloc::<f32>(ids.len() * k).unwrap();
+            x.fill_bytes(0xFF).unwrap();
+            // Gemma scales its embeddings by sqrt(hidden); others by 1.
+            let scale = if n % 2 == 0 { 1.0 } else { (k as f32).sqrt() };
+            gpu.quant_embed(q, x.ptr(), w.dev.ptr(), dids.ptr(), ids.len(), k, scale)
+                .unwrap();
+            let rows = x.download(&gpu, 0, ids.len() * k).unwrap();
+            let same = ids.iter().enumerate().all(|(i, &id)| {
+                let id = id as usize;
+                rows[i * k..(i + 1) * k]
+                    .iter()
+                    .zip(&w.values[id * k..(id + 1) * k])
+                    .all(|(a, b)| a.to_bits() == (b * scale).to_bits())
+            });
+            c.check(
+                same,
+                format!(
+                    "{q:?} {n}x{k}: quant_embed gives the reference rows bit for bit ({} ids)",
+                    ids.len()
+                ),
+            );
+        }
+    }
+    c.finish();
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn skinny_quant_bandwidth() {
+    let Some(gpu) = gpu_or_skip("skinny_quant_bandwidth") else {
+        return;
+    };
+    let mut rng = Rng::new("skinny_quant_bandwidth");
+    let x = gpu.alloc::<u16>(64 * 14336).unwrap();
+    x.upload(0, &to_bf16(&rng.vec(64 * 14336, 1.0))).unwrap();
+    // Llama-3-8B: QKV, O, gate/up, down, LM head. Each launch reads one of several copies of
+    // the weight, together well past the 50 MB L2, as a decode step does.
+    let llama = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)];
+    for q in GpuQuant::ALL {
+        // The LM head shape for the formats llama.cpp's Q4_K_M and Q8_0 files store it in.
+        let head = [(128256, 4096)];
+        let shapes = match q {
+            GpuQuant::Q6K | GpuQuant::Q8_0 => [&llama[..], &head[..]].concat(),
+            GpuQuant::Q4K => llama.to_vec(),
+            GpuQuant::Q4_0 => vec![(28672, 4096)],
+        };
+        for (n, k) in shapes {
+            let blocks = random_blocks(q.dtype(), n, k, rng.next_u64()).unwrap();
+            let packed = repack(q, n, k, &blocks).unwrap();
+            let copies: Vec<DevBuf<u8>> = (0..(600usize << 20).div_ceil(packed.len()))
+                .map(|_| {
+                    let w = gpu.alloc::<u8>(packed.len()).unwrap();
+                    w.upload(0, &packed).unwrap();
+                    w
+                })
+                .collect();
+            let y = gpu.alloc::<f32>(64 * n).unwrap();
+            for m in [1, 8, 32, 64] {
+                let mut turn = 0;
+                let mut launch = || {
+                    turn += 1;
+                    let w = copies[turn % copies.len()].ptr();
+                    gpu.skinny_quant(q, y.ptr(), n, x.ptr(), w, m, n, k)
+                };
+                launch().unwrap();
+                let iters = 30;
+                let secs = timed(&gpu, || {
+                    for _ in 0..iters {
+                        launch()?;
+                    }
+                    Ok(())
+                }) / iters as f64;
+                eprintln!(
+                    "[skinny_quant] BENCH {q:?} m={m} n={n} k={k}: {:.1} us, weights read at {:.2} TB/s ({:.2} bits per weight)",
+                    secs * 1e6,
+                    packed.len() as f64 / secs / 1e12,
+                    packed.len() as f64 * 8.0 / (n * k) as f64
+                );
+            }
+            // The prefill path's expansion of the same weight.
+            let out = gpu.alloc::<u16>(n * k).unwrap();
+            let secs = timed(&gpu, || {
+                for i in 0..10 {
+                    gpu.quant_to_bf16(q, out.ptr(), k, copies[i % copies.len()].ptr(), n, k)?;
+                }
+                Ok(())
+            }) / 10.0;
+            eprintln!(
+                "[skinny_quant] BENCH {q:?} quant_to_bf16 n={n} k={k}: {:.1} us ({:.2} TB/s read + written)",
+                secs * 1e6,
+                (packed.len() + n * k * 2) as f64 / secs / 1e12
+            );
+        }
+    }
+}

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Quantised weights on the GPU machine, in one call (needs .carry/ from scripts/build-gpu-carry.sh,
+# with the kiln binary): the quantised-weight GPU tests (kernel contracts, CPU parity, footprint,
+# invariance, verify rows, graphs; KILN_REQUIRE_GPU=1), the skinny kernels' bandwidth lines, then
+# `kiln bench` on each quantised GGUF given (decode at depth 0 and 8k, batch 1/8/32, prefill
+# 2k/8k) and, for the same file expanded to bf16 at load (KILN_GPU_QUANT=0), prefill 2k and
+# batch-1 decode: the A/B of keeping the blocks. Logs and JSON under $OUT; the summary last.
+# About 4 minutes on an H200 for two 8B files (the files' creation not counted).
+#
+# Usage: scripts/quant-gpu.sh [LABEL=]GGUF ...   e.g. q4_k_m=/tmp/llama3-8b-q4_k_m.gguf q8_0=/tmp/llama3-8b-q8_0.gguf
+#   LABEL is the `weights` field of the results (default: q4_k_m, q8_0, q4_0, q6_k or f16
+#   found in the file's name). With no file, dummy:llama3-8b:q4_k_m and dummy:llama3-8b:q8_0
+#   (random blocks of the same shapes) are benchmarked instead.
+# Environment: OUT (default ./quant-gpu-out), QUANT_GGUFS (files when no argument is given),
+#   SKIP_TESTS=1, SKIP_BENCH=1, SKIP_AB=1, BENCH_REPEATS (default 2),
+#   VS_LLAMA=PATH/llama-bench (also run llama.cpp on each file through `kiln bench --vs`).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/quant-gpu-out}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export KILN_FIXTURES="${KILN_FIXTURES:-$PWD/tests/fixtures}"
+export KILN_KERNEL_CACHE="${KILN_KERNEL_CACHE:-/tmp/kiln-kernel-cache}"
+export KILN_COMMIT="${KILN_COMMIT:-$(cat .carry/commit.txt 2>/dev/null || echo unknown)}"
+# The quantised path is opt-in for now: on for every test and benchmark here but the A/B.
+export KILN_GPU_QUANT=1
+manifest=.carry/manifest.txt
+summary="$OUT/summary.txt"
+: > "$summary"
+note() { echo "$*" | tee -a "$summary"; }
+[ -f "$manifest" ] || { echo "no $manifest: run scripts/build-gpu-carry.sh on the build machine" >&2; exit 1; }
+for f in .carry/bin/*.xz; do [ -f "$f" ] && xz -df "$f"; done
+start=$SECONDS
+note "kiln quant-gpu $(date -u +%Y-%m-%dT%H:%M:%SZ) commit $KILN_COMMIT"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$summary"
+
+exe() { awk -v n="$1" '$2==n {print $3}' "$manifest"; }
+status=0
+
+# Tests: each executable with a time limit, the quantised ones first.
+run_test() { # NAME LIMIT_S [FILTER]
+    local name=$1 limit=$2 path log rc pass fail
+    path=$(exe "$name")
+    if [ -z "$path" ]; then note "$name: not in the carry"; status=1; return; fi
+    log="$OUT/test-$name.log"
+    KILN_REQUIRE_GPU=1 timeout "$limit" ".carry/$path" --include-ignored --test-threads=1 --nocapture ${3:-} > "$log" 2>&1
+    rc=$?
+    pass=$(grep -c "\] PASS \|^test .* ok$" "$log")
+    fail=$(grep -c "\] FAIL \|panicked" "$log")
+    [ $rc -ne 0 ] && status=1
+    note "$(printf "%-20s rc %-3s %4d pass %3d fail" "$name" "$rc" "$pass" "$fail")"
+    grep -E "\] FAIL |panicked" "$log" | head -12 | cut -c1-220 | sed 's/^/    /' | tee -a "$summary"
+}
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+    run_test quant_layout 30
+    run_test contract_quant 100 "skinny_quant_contract dequantised_rows_are_the_reference_values"
+    run_test quant_parity 60
+    run_test footprint 40
+    run_test verify_rows 60
+    run_test backend_invariance 80
+fi
+
+# The skinny kernels' bandwidth on Llama-3-8B shapes (weights rotated past the L2).
+if [ "${SKIP_TESTS:-0}" != 1 ] && [ -n "$(exe contract_quant)" ]; then
+    KILN_REQUIRE_GPU=1 timeout 90 ".carry/$(exe contract_quant)" --include-ignored --nocapture skinny_quant_bandwidth > "$OUT/bandwidth.log" 2>&1
+    grep "BENCH" "$OUT/bandwidth.log" | sed 's/^\[skinny_quant\] BENCH /    /' > "$OUT/bandwidth.txt"
+    note "skinny quant bandwidth ($(wc -l < "$OUT/bandwidth.txt") lines, bandwidth.txt): m=1 lines:"
+    grep " m=1 " "$OUT/bandwidth.txt" | tee -a "$summary"
+fi
+
+# Benchmarks.
+BIN=.carry/bin/kiln
+models=("$@")
+[ ${#models[@]} -eq 0 ] && [ -n "${QUANT_GGUFS:-}" ] && read -r -a models <<< "$QUANT_GGUFS"
+[ ${#models[@]} -eq 0 ] && models=(q4_k_m=dummy:llama3-8b:q4_k_m q8_0=dummy:llama3-8b:q8_0)
+label_of() { # the weights label of a model argument
+    case "$1" in *=*) echo "${1%%=*}"; return ;; esac
+    local lower
+    lower=$(basename "$1" | tr 'A-Z' 'a-z')
+    for l in q4_k_m q8_0 q4_0 q6_k q4_k f16 bf16; do
+        case "$lower" in *"$l"*) echo "$l"; return ;; esac
+    done
+    echo unknown
+}
+bench() { # LABEL MODEL TAG ARGS...: one kiln bench run, JSON with the weights label added
+    local label=$1 model=$2 tag=$3; shift 3
+    local json="$OUT/bench-$label$tag.json" log="$OUT/bench-$label$tag.log"
+    RUST_LOG=info RUST_BACKTRACE=0 timeout 170 "$BIN" bench --model "$model" --device cuda \
+        --repeats "${BENCH_REPEATS:-2}" --json "$json" "$@" > "$OUT/bench-$label$tag.txt" 2> "$log"
+    local rc=$?
+    [ $rc -ne 0 ] && { note "kiln bench $label$tag: FAILED rc $rc ($(tail -1 "$log" | cut -c1-160))"; status=1; return; }
+    python3 - "$json" "$label" "$log" <<'PY'
+import json, re, sys
+path, label, log = sys.argv[1:]
+doc = json.load(open(path))
+doc["weights"] = label
+m = re.search(r"weights ([0-9.]+) GiB([^;]*);", open(log).read())
+if m:
+    doc["device_weights_gib"] = float(m.group(1))
+    doc["device_weights_note"] = m.group(2).strip()
+json.dump(doc, open(path, "w"), indent=1)
+PY
+}
+summarise() { # JSON: one line of the figures
+    python3 - "$1" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+parts = []
+for r in d.get("rows", []):
+    if r.get("engine", "kiln") != "kiln" or "tok_s" not in r:
+        continue
+    if r["test"] == "prefill":
+        parts.append(f"prefill {r['tokens']} {r['tok_s']:,.0f}")
+    elif r["test"] == "decode":
+        parts.append(f"decode d{r['tokens']} b{r['concurrency']} {r['tok_s']:,.1f}")
+w = d.get("device_weights_gib")
+print(f"{d.get('weights')} ({d.get('model')}): weights {w} GiB on the device; tok/s: " + "; ".join(parts))
+PY
+}
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+    [ -x "$BIN" ] || { note "no $BIN: build the carry with the kiln binary"; exit 1; }
+    for m in "${models[@]}"; do
+        label=$(label_of "$m")
+        model=${m#*=}
+        vs=()
+        [ -n "${VS_LLAMA:-}" ] && [ -f "$model" ] && vs=(--vs "llama.cpp=$VS_LLAMA")
+        bench "$label" "$model" "" --prefill 2048,8192 --decode 128 --depth 0,8192 --concurrency 1,8,32 "${vs[@]}"
+        [ -s "$OUT/bench-$label.json" ] && note "$(summarise "$OUT/bench-$label.json")"
+        if [ "${SKIP_AB:-0}" != 1 ]; then
+            KILN_GPU_QUANT=0 bench "$label" "$model" "-expanded" --prefill 2048 --decode 128 --depth 0 --concurrency 1
+            [ -s "$OUT/bench-$label-expanded.json" ] && note "  KILN_GPU_QUANT=0 (bf16 at load): $(summarise "$OUT/bench-$label-expanded.json")"
+        fi
+    done
+fi
+note ""
+note "SUMMARY ($((SECONDS - start)) s): $([ $status -eq 0 ] && echo ok || echo 'NOT ok, see above'); logs and JSON in $OUT"
+exit $status
