@@ -32,7 +32,10 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader 2
 # process's CUDA context with it; a hang costs only its own time). The first run compiles the
 # kernels into the cache.
 contract=$(exe test contract_attention)
-for t in attention_contract attention_contract_decode_mma attention_contract_flash_sm90 planted_bugs_fail; do
+# SKIP_CONTRACT=1: the contract ran already in this call (scripts/gpu-check.sh runs it among the tests).
+families="attention_contract attention_contract_decode_mma attention_contract_flash_sm90 planted_bugs_fail"
+[ "${SKIP_CONTRACT:-0}" = 1 ] && families=""
+for t in $families; do
     budget 75 "$contract" --include-ignored --exact "$t" --test-threads=1 --nocapture > "$OUT/contract-$t.log" 2>&1
     say "$t: rc=$?, $(checks "$OUT/contract-$t.log")"
     grep -E "\] FAIL |panicked|^SKIP" "$OUT/contract-$t.log" | head -8 | cut -c1-220 | sed 's/^/    /' | tee -a "$summary"
