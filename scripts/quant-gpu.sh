@@ -53,7 +53,7 @@ run_test() { # NAME LIMIT_S [FILTER]
 }
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
     run_test quant_layout 30
-    run_test contract_quant 100 "skinny_quant_contract dequantised_rows_are_the_reference_values"
+    run_test contract_quant 150 "skinny_quant_contract dequantised_rows_are_the_reference_values planted_bugs_fail"
     run_test quant_parity 60
     run_test footprint 40
     run_test verify_rows 60

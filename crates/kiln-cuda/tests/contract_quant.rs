@@ -6,6 +6,9 @@
 //!   weight (columns past it left untouched); every entry of a format gives each row the bits
 //!   it has alone. Negative controls: the same check against a reference with one quant or one
 //!   scale changed must fail, so the tolerance cannot hide a wrong value.
+//! - `planted_bugs_fail`: quant_gemm.cu loaded with one bug planted in its text at a time (an
+//!   offset, a sign, a scale group, Q4_K's minimum, Q6_K's high bits, the embedding scale) must
+//!   fail the contract.
 //! - `quant_to_bf16_*`: bit for bit the bf16 of the reference value (as a copy expanded at load).
 //! - `quant_embed_*`: bit for bit the reference f32 row times the scale.
 //! - Bandwidth lines (`BENCH`) on Llama-3-8B shapes, rotating over copies past the L2.
@@ -14,7 +17,9 @@ mod common;
 
 use common::{from_bf16, gpu_or_skip, timed, to_bf16, Checks, Rng};
 use kiln_cuda::device::{DevBuf, Gpu};
+use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
 use kiln_cuda::quant_layout::{decode_rows, repack, GpuQuant};
+use kiln_cuda::StoreType;
 use kiln_formats::dequantize_into;
 use kiln_model::dummy_quant::random_blocks;
 
@@ -115,18 +120,106 @@ fn skinny_quant_contract() {
     };
     let mut rng = Rng::new("skinny_quant_contract");
     let mut c = Checks::new("skinny_quant");
+    skinny_contract(
+        &gpu,
+        &mut rng,
+        &mut c,
+        &shapes,
+        &[1, 3, 8, 13, 16, 31, 40, 64, 77],
+        true,
+    );
+    c.finish();
+}
+
+/// quant_gemm.cu with one planted bug each: (text, replacement).
+const PLANTED: &[(&str, &str)] = &[
+    // Q4_0 quants without their offset of 8.
+    ("F == QF_Q4_0 ? 0xC308C308u", "F == QF_Q4_0 ? 0xC300C300u"),
+    // Q8_0 bytes read as unsigned.
+    ("^ 0x80808080u", "^ 0x00808080u"),
+    // Q8_0 and Q4_0: the first block's scale for every group.
+    ("sa = scale_f16(ra.s, grp);", "sa = scale_f16(ra.s, 0);"),
+    // Q4_K without its minimum.
+    ("ma = -__fmaf_rn(dma,", "ma = 0.f * __fmaf_rn(dma,"),
+    // Q6_K's high bits of the second word of a pair of words read from the first's.
+    (
+        "const int sh = 2 * p + 8 * (w & 1);",
+        "const int sh = 2 * p;",
+    ),
+    // The bf16 expansion of Q4_K without its minimum.
+    (
+        "v[e] = __fsub_rn(__fmul_rn(d1, (float)lo), m1);",
+        "v[e] = __fmul_rn(d1, (float)lo);",
+    ),
+    // The embedding's first value of each run unscaled.
+    (
+        "make_float4(__fmul_rn(v[4 * run], scale),",
+        "make_float4(v[4 * run],",
+    ),
+];
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn planted_bugs_fail() {
+    if gpu_or_skip("planted_bugs_fail").is_none() {
+        return;
+    }
+    let mut rng = Rng::new("planted_bugs_fail");
+    let mut c = Checks::new("quant planted bugs");
+    let small = |q: GpuQuant| {
+        let mut s = vec![(37, 256), (16, 512)];
+        if q.dtype().block_elems() == 32 {
+            s.push((33, 96));
+        }
+        s
+    };
+    for &(from, to) in PLANTED {
+        let mut sources: Vec<KernelSource> = SOURCES.to_vec();
+        let src = sources.iter_mut().find(|s| s.name == "quant_gemm").unwrap();
+        assert_eq!(
+            src.body.matches(from).count(),
+            1,
+            "quant_gemm.cu: `{from}` must occur once"
+        );
+        src.body = Box::leak(src.body.replace(from, to).into_boxed_str());
+        let bad =
+            Gpu::with_sources(0, StoreType::Bf16, &sources).expect("loading the planted module");
+        let mut planted = Checks::quiet("planted");
+        skinny_contract(&bad, &mut rng, &mut planted, &small, &[1, 13, 40], false);
+        rows_contract(&bad, &mut rng, &mut planted, &small);
+        c.check(
+            planted.failed() > 0,
+            format!(
+                "quant_gemm.cu with `{to}` for `{from}`: {} checks fail",
+                planted.failed()
+            ),
+        );
+    }
+    c.finish();
+}
+
+/// The skinny kernels of every format on `gpu` at `shapes`, `row_counts`; with `full`, also
+/// every entry against the rows alone and the negative controls.
+fn skinny_contract(
+    gpu: &Gpu,
+    rng: &mut Rng,
+    c: &mut Checks,
+    shapes: &dyn Fn(GpuQuant) -> Vec<(usize, usize)>,
+    row_counts: &[usize],
+    full: bool,
+) {
     for q in GpuQuant::ALL {
         for (n, k) in shapes(q) {
-            let w = Weight::new(&gpu, &mut rng, q, n, k);
+            let w = Weight::new(gpu, rng, q, n, k);
             let max_rows = 77;
             let xf = from_bf16(&to_bf16(&rng.vec(max_rows * k, 1.0)));
             let x = gpu.alloc::<u16>(max_rows * k).unwrap();
             x.upload(0, &to_bf16(&xf)).unwrap();
             let (want, mag) = reference(&xf, &w.values, n, k, max_rows);
-            for rows in [1, 3, 8, 13, 16, 31, 40, 64, 77] {
+            for &rows in row_counts {
                 let ldy = n + 5;
                 let t = std::time::Instant::now();
-                let y = run_skinny(&gpu, &w, &x, rows, ldy);
+                let y = run_skinny(gpu, &w, &x, rows, ldy);
                 let secs = t.elapsed().as_secs_f64();
                 let got: Vec<f32> = (0..rows)
                     .flat_map(|r| y[r * ldy..r * ldy + n].iter().copied())
@@ -143,15 +236,18 @@ fn skinny_quant_contract() {
                     format!("{q:?} m={rows} n={n} k={k}: columns past the weight untouched"),
                 );
             }
+            if !full {
+                continue;
+            }
             // Every entry of the format gives a row the bits it has alone.
-            let alone = run_skinny(&gpu, &w, &x, 1, n);
+            let alone = run_skinny(gpu, &w, &x, 1, n);
             for name in Gpu::skinny_quant_entries(q) {
                 let cap: usize = name.rsplit('_').next().unwrap().parse().unwrap();
                 let y = gpu.alloc::<f32>(cap * n).unwrap();
                 y.fill_bytes(0xFF).unwrap();
                 gpu.skinny_quant_entry(&name, y.ptr(), n, x.ptr(), w.dev.ptr(), cap, n, k)
                     .unwrap();
-                let batch = y.download(&gpu, 0, cap * n).unwrap();
+                let batch = y.download(gpu, 0, cap * n).unwrap();
                 // Row r of the batch against row r alone (x offset by r rows).
                 let mut same = batch[..n]
                     .iter()
@@ -170,7 +266,7 @@ fn skinny_quant_contract() {
                     k,
                 )
                 .unwrap();
-                let last = y1.download(&gpu, 0, n).unwrap();
+                let last = y1.download(gpu, 0, n).unwrap();
                 same &= batch[r * n..(r + 1) * n]
                     .iter()
                     .zip(&last)
@@ -182,7 +278,7 @@ fn skinny_quant_contract() {
             if k > 1024 {
                 continue;
             }
-            let y = run_skinny(&gpu, &w, &x, 4, n);
+            let y = run_skinny(gpu, &w, &x, 4, n);
             for (what, at) in [("a quant", quant_byte(q)), ("a scale", scale_byte(q))] {
                 let mut blocks = w.blocks.clone();
                 let row_bytes = q.dtype().bytes_for(k).unwrap();
@@ -195,7 +291,6 @@ fn skinny_quant_contract() {
             }
         }
     }
-    c.finish();
 }
 
 /// A quant byte of the first block of a row.
@@ -225,16 +320,27 @@ fn dequantised_rows_are_the_reference_values() {
     };
     let mut rng = Rng::new("dequantised_rows_are_the_reference_values");
     let mut c = Checks::new("quant_rows");
+    rows_contract(&gpu, &mut rng, &mut c, &shapes);
+    c.finish();
+}
+
+/// `quant_to_bf16_*` and `quant_embed_*` of every format on `gpu` at `shapes`, bit for bit.
+fn rows_contract(
+    gpu: &Gpu,
+    rng: &mut Rng,
+    c: &mut Checks,
+    shapes: &dyn Fn(GpuQuant) -> Vec<(usize, usize)>,
+) {
     for q in GpuQuant::ALL {
         for (n, k) in shapes(q) {
-            let w = Weight::new(&gpu, &mut rng, q, n, k);
+            let w = Weight::new(gpu, rng, q, n, k);
             // Expanded to bf16 in rows wider than the weight, as cuBLASLt reads the scratch.
             let ld = k + 8;
             let out = gpu.alloc::<u16>(n * ld).unwrap();
             out.fill_bytes(0xFF).unwrap();
             gpu.quant_to_bf16(q, out.ptr(), ld, w.dev.ptr(), n, k)
                 .unwrap();
-            let got = out.download(&gpu, 0, n * ld).unwrap();
+            let got = out.download(gpu, 0, n * ld).unwrap();
             let mut want: Vec<u16> = to_bf16(&w.values);
             let ok = (0..n).all(|r| got[r * ld..r * ld + k] == want[r * k..(r + 1) * k]);
             let pad = (0..n).all(|r| got[r * ld + k..(r + 1) * ld].iter().all(|&b| b == 0xFFFF));
@@ -258,7 +364,7 @@ fn dequantised_rows_are_the_reference_values() {
             let scale = if n % 2 == 0 { 1.0 } else { (k as f32).sqrt() };
             gpu.quant_embed(q, x.ptr(), w.dev.ptr(), dids.ptr(), ids.len(), k, scale)
                 .unwrap();
-            let rows = x.download(&gpu, 0, ids.len() * k).unwrap();
+            let rows = x.download(gpu, 0, ids.len() * k).unwrap();
             let same = ids.iter().enumerate().all(|(i, &id)| {
                 let id = id as usize;
                 rows[i * k..(i + 1) * k]
@@ -275,7 +381,6 @@ fn dequantised_rows_are_the_reference_values() {
             );
         }
     }
-    c.finish();
 }
 
 #[test]
