@@ -85,7 +85,10 @@ label_of() { # the weights label of a model argument
 bench() { # LABEL MODEL TAG ARGS...: one kiln bench run, JSON with the weights label added
     local label=$1 model=$2 tag=$3; shift 3
     local json="$OUT/bench-$label$tag.json" log="$OUT/bench-$label$tag.log"
-    RUST_LOG=info RUST_BACKTRACE=0 timeout 170 "$BIN" bench --model "$model" --device cuda \
+    # llama.cpp's runs (VS_LLAMA) take about as long again.
+    local limit=170
+    [ -n "${VS_LLAMA:-}" ] && limit=420
+    RUST_LOG=info RUST_BACKTRACE=0 timeout "$limit" "$BIN" bench --model "$model" --device cuda \
         --repeats "${BENCH_REPEATS:-2}" --json "$json" "$@" > "$OUT/bench-$label$tag.txt" 2> "$log"
     local rc=$?
     [ $rc -ne 0 ] && { note "kiln bench $label$tag: FAILED rc $rc ($(tail -1 "$log" | cut -c1-160))"; status=1; return; }

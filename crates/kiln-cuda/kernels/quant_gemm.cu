@@ -46,6 +46,15 @@ __device__ __forceinline__ u32 bf16x2_fma(u32 a, u32 b, u32 c) {
     return d;
 }
 
+// (a & M) | c in one instruction (ptxas splits the C form in two when c is a constant: a LOP3
+// takes one immediate, so c comes in a register).
+template <u32 M>
+__device__ __forceinline__ u32 masked_or(u32 a, u32 c) {
+    u32 d;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "n"(M), "r"(c));
+    return d;
+}
+
 __device__ __forceinline__ u32 u4_word(const uint4& v, int i) {
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
@@ -83,13 +92,15 @@ __device__ __forceinline__ u32 lane_pair(const LaneRow<F>& L, int w, int p) {
         return pack_bf16x2(lo, hi);
     }
     const u32 word = u4_word(L.q[0], w);
-    u32 v = ((word >> (4 * p)) & 0x000F000Fu) | 0x43004300u;  // bf16 128 + q in each half
+    // bf16 128 + q in each half (Q6_K: the high bits first, at bits 4-5).
+    u32 magic = 0x43004300u;
     if (F == QF_Q6K) {
         const u32 hw = (w < 2) ? L.h.x : L.h.y;
         const int sh = 2 * p + 8 * (w & 1);  // where this pair's high bits are
-        const u32 hi = (sh <= 4 ? (hw << (4 - sh)) : (hw >> (sh - 4))) & 0x00300030u;
-        return bf16x2_fma(v | hi, 0x3F803F80u, 0xC320C320u);  // - 160
+        magic = masked_or<0x00300030u>(sh <= 4 ? (hw << (4 - sh)) : (hw >> (sh - 4)), magic);
     }
+    const u32 v = masked_or<0x000F000Fu>(word >> (4 * p), magic);
+    if (F == QF_Q6K) return bf16x2_fma(v, 0x3F803F80u, 0xC320C320u);  // - 160
     return bf16x2_fma(v, 0x3F803F80u, F == QF_Q4_0 ? 0xC308C308u : 0xC300C300u);  // - 136 / - 128
 }
 
@@ -147,6 +158,16 @@ __device__ __forceinline__ void skinny_quant_body(float* __restrict__ y, const b
         issue(i + S - 1);
         const int k0 = (warp + i * W) * 128;
 
+        // Q4_K: d and dmin of both rows, then each times -2^23, once per chunk.
+        float k4[8];
+        if (F == QF_Q4K) {
+            k4[0] = scale_f16(ra.s, 0);
+            k4[1] = scale_f16(ra.s, 1);
+            k4[2] = scale_f16(rb.s, 0);
+            k4[3] = scale_f16(rb.s, 1);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) k4[4 + i] = -k4[i] * 8388608.0f;
+        }
 #pragma unroll
         for (int grp = 0; grp < 128 / G; ++grp) {
             // This group's operands: G / 16 tensor-core steps; step h of the chunk uses word
@@ -165,12 +186,10 @@ __device__ __forceinline__ void skinny_quant_body(float* __restrict__ y, const b
             if (F == QF_Q4K) {
                 // d * scale and dmin * min, exact products: fma(d, 2^23 + s, -d 2^23) rounds
                 // once, to the exact product.
-                const float da = scale_f16(ra.s, 0), dma = scale_f16(ra.s, 1);
-                const float db = scale_f16(rb.s, 0), dmb = scale_f16(rb.s, 1);
-                sa = __fmaf_rn(da, byte_plus_2p23(ra.s[1], grp), -da * 8388608.0f);
-                sb_ = __fmaf_rn(db, byte_plus_2p23(rb.s[1], grp), -db * 8388608.0f);
-                ma = -__fmaf_rn(dma, byte_plus_2p23(ra.s[2], grp), -dma * 8388608.0f);
-                mb = -__fmaf_rn(dmb, byte_plus_2p23(rb.s[2], grp), -dmb * 8388608.0f);
+                sa = __fmaf_rn(k4[0], byte_plus_2p23(ra.s[1], grp), k4[4]);
+                sb_ = __fmaf_rn(k4[2], byte_plus_2p23(rb.s[1], grp), k4[6]);
+                ma = -__fmaf_rn(k4[1], byte_plus_2p23(ra.s[2], grp), k4[5]);
+                mb = -__fmaf_rn(k4[3], byte_plus_2p23(rb.s[2], grp), k4[7]);
             } else if (F == QF_Q6K) {
                 const float fa = byte_plus_2p23(ra.s[grp >> 2], grp & 3) - 8388736.0f;
                 const float fb = byte_plus_2p23(rb.s[grp >> 2], grp & 3) - 8388736.0f;
