@@ -3,8 +3,9 @@
 # with the kiln binary): the quantised-weight GPU tests (kernel contracts, CPU parity, footprint,
 # invariance, verify rows, graphs; KILN_REQUIRE_GPU=1), the skinny kernels' bandwidth lines, then
 # `kiln bench` on each quantised GGUF given (decode at depth 0 and 8k, batch 1/8/32, prefill
-# 2k/8k) and, for the same file expanded to bf16 at load (KILN_GPU_QUANT=0), prefill 2k and
-# batch-1 decode: the A/B of keeping the blocks. Logs and JSON under $OUT; the summary last.
+# 128/2k/8k) and two A/Bs on the same file: expanded to bf16 at load (KILN_GPU_QUANT=0; prefill
+# 2k, batch-1 decode) and prefill rows through the quantised skinny kernels
+# (KILN_QUANT_PREFILL=skinny; prefill 128 and 2k). Logs and JSON under $OUT; the summary last.
 # About 4 minutes on an H200 for two 8B files (the files' creation not counted).
 #
 # Usage: scripts/quant-gpu.sh [LABEL=]GGUF ...   e.g. q4_k_m=/tmp/llama3-8b-q4_k_m.gguf q8_0=/tmp/llama3-8b-q8_0.gguf
@@ -127,11 +128,14 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
         model=${m#*=}
         vs=()
         [ -n "${VS_LLAMA:-}" ] && [ -f "$model" ] && vs=(--vs "llama.cpp=$VS_LLAMA")
-        bench "$label" "$model" "" --prefill 2048,8192 --decode 128 --depth 0,8192 --concurrency 1,8,32 "${vs[@]}"
+        bench "$label" "$model" "" --prefill 128,2048,8192 --decode 128 --depth 0,8192 --concurrency 1,8,32 "${vs[@]}"
         [ -s "$OUT/bench-$label.json" ] && note "$(summarise "$OUT/bench-$label.json")"
         if [ "${SKIP_AB:-0}" != 1 ]; then
             KILN_GPU_QUANT=0 bench "$label" "$model" "-expanded" --prefill 2048 --decode 128 --depth 0 --concurrency 1
             [ -s "$OUT/bench-$label-expanded.json" ] && note "  KILN_GPU_QUANT=0 (bf16 at load): $(summarise "$OUT/bench-$label-expanded.json")"
+            # Prefill rows through the quantised skinny kernels instead of a bf16 expansion.
+            KILN_QUANT_PREFILL=skinny bench "$label" "$model" "-prefill-skinny" --prefill 128,2048 --decode 0
+            [ -s "$OUT/bench-$label-prefill-skinny.json" ] && note "  KILN_QUANT_PREFILL=skinny: $(summarise "$OUT/bench-$label-prefill-skinny.json")"
         fi
     done
 fi

@@ -59,12 +59,14 @@ impl Footprint {
         let config = src.config();
         let spec = config.spec();
         let mut fp = Footprint::of(&spec, config.max_position, opts);
-        let on = crate::switches::Switches::from_env().gpu_quant && opts.dtype == StoreType::Bf16;
-        if on {
+        let sw = crate::switches::Switches::from_env();
+        if sw.gpu_quant && opts.dtype == StoreType::Bf16 {
             let (quant, scratch) = crate::quant_weights::weight_bytes(&spec, src, true);
             let (plain, _) = crate::quant_weights::weight_bytes(&spec, src, false);
             fp.weights = fp.weights - plain + quant;
-            fp.buffers += scratch;
+            if !sw.quant_prefill_skinny {
+                fp.buffers += scratch;
+            }
         }
         fp
     }

@@ -172,6 +172,12 @@ impl CudaOps<'_, '_> {
             MatrixRef::Plain(w) => w,
             MatrixRef::Quant(q) => {
                 let x = DevPtr::<u16>::new(x.addr());
+                // KILN_QUANT_PREFILL=skinny: prefill rows take the skinny kernels too.
+                let d = if self.ctx.sw.quant_prefill_skinny {
+                    t
+                } else {
+                    d
+                };
                 return quant_gemm(g, self.lt, self.ctx.w.scratch_ptr(), q, y, x, t, d);
             }
         };

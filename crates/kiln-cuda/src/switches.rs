@@ -25,6 +25,10 @@ pub struct Switches {
     /// (quant_weights.rs) instead of expanded to bf16 at load. Off by default until the path has
     /// been measured on a GPU; `0` keeps it off.
     pub gpu_quant: bool,
+    /// KILN_QUANT_PREFILL=skinny: every row of a quantised matrix, prefill rows too, through
+    /// the quantised skinny kernels (in launches of 64 rows) instead of prefill rows through a
+    /// bf16 expansion and cuBLASLt (`expand`, the default). Row-invariant either way.
+    pub quant_prefill_skinny: bool,
     /// KILN_CUDA_GRAPH_PREFILL=N: the largest prefill bucket with a graph (0: none); None when
     /// unset or not a number, for the default of graphs_pad.rs.
     pub graph_prefill_max: Option<usize>,
@@ -108,6 +112,7 @@ impl Env {
                 gemm_pin: var("KILN_GEMM_PIN").as_deref() != Some("0"),
                 cuda_graphs: on("KILN_CUDA_GRAPHS"),
                 gpu_quant: opt_in("KILN_GPU_QUANT"),
+                quant_prefill_skinny: var("KILN_QUANT_PREFILL").as_deref() == Some("skinny"),
                 graph_prefill_max: var("KILN_CUDA_GRAPH_PREFILL").and_then(|v| v.parse().ok()),
                 kernels: KernelChoice {
                     skinny_pipe: on("KILN_SKINNY_PIPE"),
@@ -161,7 +166,7 @@ impl Switches {
             KernelCache::Dir(d) => d.display().to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} pdl={} cuda_graphs={} gpu_quant={} graph_prefill={prefill} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} pdl={} cuda_graphs={} gpu_quant={} quant_prefill={} graph_prefill={prefill} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -178,6 +183,11 @@ impl Switches {
             k.pdl as u8,
             self.cuda_graphs as u8,
             self.gpu_quant as u8,
+            if self.quant_prefill_skinny {
+                "skinny"
+            } else {
+                "expand"
+            },
         )
     }
 }
@@ -259,6 +269,12 @@ mod tests {
         for on in ["1", "on", "true"] {
             assert!(read(&[("KILN_GPU_QUANT", on)]).switches.gpu_quant);
         }
+        let prefill = |v| {
+            read(&[("KILN_QUANT_PREFILL", v)])
+                .switches
+                .quant_prefill_skinny
+        };
+        assert!(prefill("skinny") && !prefill("expand") && !prefill("1"));
     }
 
     #[test]

@@ -297,8 +297,10 @@ pub fn load_weights(
         }
         layers.push(w);
     }
+    // No prefill row reads an expansion when every row takes the skinny kernels.
     let scratch = match scratch_len {
         0 => None,
+        _ if Switches::from_env().quant_prefill_skinny => None,
         n => Some(gpu.alloc::<u16>(n)?),
     };
     let mut ropes = Vec::with_capacity(spec.ropes.len());
