@@ -43,13 +43,13 @@ run_test() { # NAME LIMIT_S [FILTER]
     local name=$1 limit=$2 path log rc pass fail
     path=$(exe "$name")
     if [ -z "$path" ]; then note "$name: not in the carry"; status=1; return; fi
-    log="$OUT/test-$name.log"
+    log="$OUT/test-$name${TAG:-}.log"
     KILN_REQUIRE_GPU=1 timeout "$limit" ".carry/$path" --include-ignored --test-threads=1 --nocapture ${3:-} > "$log" 2>&1
     rc=$?
     pass=$(grep -c "\] PASS \|^test .* ok$" "$log")
     fail=$(grep -c "\] FAIL \|panicked" "$log")
     [ $rc -ne 0 ] && status=1
-    note "$(printf "%-20s rc %-3s %4d pass %3d fail" "$name" "$rc" "$pass" "$fail")"
+    note "$(printf "%-32s rc %-3s %4d pass %3d fail" "$name${TAG:-}" "$rc" "$pass" "$fail")"
     grep -E "\] FAIL |panicked" "$log" | head -12 | cut -c1-220 | sed 's/^/    /' | tee -a "$summary"
 }
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
@@ -59,6 +59,8 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
     run_test footprint 40
     run_test verify_rows 60
     run_test backend_invariance 80
+    # Prefill rows through the quantised skinny kernels: parity and invariance again.
+    KILN_QUANT_PREFILL=skinny TAG=-prefill-skinny run_test quant_parity 60
 fi
 
 # The skinny kernels' bandwidth on Llama-3-8B shapes (weights rotated past the L2).
