@@ -5,15 +5,17 @@
 # `kiln bench` on each quantised GGUF given (decode at depth 0 and 8k, batch 1/8/32, prefill
 # 128/2k/8k) and two A/Bs on the same file: expanded to bf16 at load (KILN_GPU_QUANT=0; prefill
 # 2k, batch-1 decode) and prefill rows through the quantised skinny kernels
-# (KILN_QUANT_PREFILL=skinny; prefill 128 and 2k). Logs and JSON under $OUT; the summary last.
-# About 4 minutes on an H200 for two 8B files (the files' creation not counted).
+# (KILN_QUANT_PREFILL=skinny; prefill 128 and 2k), both on the first file only (AB_ALL=1: every
+# file). Logs and JSON under $OUT; the summary last. About 4 minutes on an H200 for two 8B files
+# (the files' creation and llama.cpp's runs not counted).
 #
 # Usage: scripts/quant-gpu.sh [LABEL=]GGUF ...   e.g. q4_k_m=/tmp/llama3-8b-q4_k_m.gguf q8_0=/tmp/llama3-8b-q8_0.gguf
 #   LABEL is the `weights` field of the results (default: q4_k_m, q8_0, q4_0, q6_k or f16
 #   found in the file's name). With no file, dummy:llama3-8b:q4_k_m and dummy:llama3-8b:q8_0
 #   (random blocks of the same shapes) are benchmarked instead.
 # Environment: OUT (default ./quant-gpu-out), QUANT_GGUFS (files when no argument is given),
-#   SKIP_TESTS=1, SKIP_BENCH=1, SKIP_AB=1, BENCH_REPEATS (default 2),
+#   SKIP_TESTS=1, SKIP_BANDWIDTH=1, SKIP_BENCH=1, SKIP_AB=1 (no A/B), AB_ALL=1,
+#   BENCH_REPEATS (default 2),
 #   VS_LLAMA=PATH/llama-bench (also run llama.cpp on each file through `kiln bench --vs`).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -55,16 +57,18 @@ run_test() { # NAME LIMIT_S [FILTER]
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
     run_test quant_layout 30
     run_test contract_quant 150 "skinny_quant_contract dequantised_rows_are_the_reference_values planted_bugs_fail"
-    run_test quant_parity 60
+    run_test quant_parity 80
     run_test footprint 40
-    run_test verify_rows 60
-    run_test backend_invariance 80
-    # Prefill rows through the quantised skinny kernels: parity and invariance again.
-    KILN_QUANT_PREFILL=skinny TAG=-prefill-skinny run_test quant_parity 60
+    # The quantised cases of the invariance, verify-row and graph tests.
+    run_test backend_invariance 60 quantised
+    run_test verify_rows 40 quantised
+    run_test graphs_parity 60 quantised
+    # Prefill rows through the quantised skinny kernels: invariance again.
+    KILN_QUANT_PREFILL=skinny TAG=-prefill-skinny run_test backend_invariance 60 quantised
 fi
 
 # The skinny kernels' bandwidth on Llama-3-8B shapes (weights rotated past the L2).
-if [ "${SKIP_TESTS:-0}" != 1 ] && [ -n "$(exe contract_quant)" ]; then
+if [ "${SKIP_TESTS:-0}" != 1 ] && [ "${SKIP_BANDWIDTH:-0}" != 1 ] && [ -n "$(exe contract_quant)" ]; then
     KILN_REQUIRE_GPU=1 timeout 90 ".carry/$(exe contract_quant)" --include-ignored --nocapture skinny_quant_bandwidth > "$OUT/bandwidth.log" 2>&1
     grep "BENCH" "$OUT/bandwidth.log" | sed 's/^\[skinny_quant\] BENCH /    /' > "$OUT/bandwidth.txt"
     note "skinny quant bandwidth ($(wc -l < "$OUT/bandwidth.txt") lines, bandwidth.txt): m=1 lines:"
@@ -132,7 +136,7 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
         [ -n "${VS_LLAMA:-}" ] && [ -f "$model" ] && vs=(--vs "llama.cpp=$VS_LLAMA")
         bench "$label" "$model" "" --prefill 128,2048,8192 --decode 128 --depth 0,8192 --concurrency 1,8,32 "${vs[@]}"
         [ -s "$OUT/bench-$label.json" ] && note "$(summarise "$OUT/bench-$label.json")"
-        if [ "${SKIP_AB:-0}" != 1 ]; then
+        if [ "${SKIP_AB:-0}" != 1 ] && { [ "$m" = "${models[0]}" ] || [ "${AB_ALL:-0}" = 1 ]; }; then
             KILN_GPU_QUANT=0 bench "$label" "$model" "-expanded" --prefill 2048 --decode 128 --depth 0 --concurrency 1
             [ -s "$OUT/bench-$label-expanded.json" ] && note "  KILN_GPU_QUANT=0 (bf16 at load): $(summarise "$OUT/bench-$label-expanded.json")"
             # Prefill rows through the quantised skinny kernels instead of a bf16 expansion.

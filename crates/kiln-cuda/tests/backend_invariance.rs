@@ -3,7 +3,7 @@
 //! whether its prompt is prefilled whole or in chunks of 512 or 2048; in bf16 and in f32, where
 //! a prompt whose last chunk is one token (a decode row) gives the whole prompt's bits too. On
 //! the Gemma 4 dummies the 3,000-token prompt is far past the 64-token window, so chunks and
-//! decode steps cross it. In bf16 also with block-quantised weights.
+//! decode steps cross it. In bf16 also with block-quantised weights (a test of their own).
 
 mod common;
 #[path = "common/models.rs"]
@@ -147,12 +147,6 @@ fn models(test: &str, dtype: StoreType) {
         &dummy_gemma_wide(),
         dtype,
     );
-    if dtype == StoreType::Bf16 {
-        // Block-quantised weights: decode rows through the quantised skinny kernels, prefill
-        // rows through their bf16 expansion.
-        let quant = dummy_mid().quantized(kiln_model::dummy_quant::DummyQuant::Q4KM);
-        invariance(&mut c, "dummy mid q4_k_m", &quant, dtype);
-    }
     c.finish();
 }
 
@@ -166,4 +160,20 @@ fn gpu_logits_are_batch_and_chunk_invariant() {
 #[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn gpu_f32_logits_are_batch_and_chunk_invariant() {
     models("invariance_f32", StoreType::F32);
+}
+
+/// Block-quantised weights (held quantised with KILN_GPU_QUANT=1): decode rows through the
+/// quantised skinny kernels, prefill rows through their bf16 expansion (or the skinny kernels
+/// too, KILN_QUANT_PREFILL=skinny).
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn gpu_logits_are_batch_and_chunk_invariant_quantised() {
+    let test = "invariance_quantised";
+    let Some(_gpu) = gpu_or_skip(test) else {
+        return;
+    };
+    let mut c = Checks::new(test);
+    let quant = dummy_mid().quantized(kiln_model::dummy_quant::DummyQuant::Q4KM);
+    invariance(&mut c, "dummy mid q4_k_m", &quant, StoreType::Bf16);
+    c.finish();
 }

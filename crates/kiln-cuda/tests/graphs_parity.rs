@@ -1,7 +1,7 @@
 //! CUDA graphs vs eager launches: greedy continuations of 256 tokens are identical, on every
 //! fixture model (GGUF and HF), on dummy:llama3-8b, on Gemma 4 dummies (whose 256 decode
-//! steps cross the sliding window) and on dummy:tiny:q4_k_m (block-quantised weights), for one
-//! sequence (its logits bit for bit as well) and for 7 sequences of different prompt lengths
+//! steps cross the sliding window) and, in a test of their own, on Q4_K_M dummies
+//! (block-quantised weights), for one sequence (its logits bit for bit as well) and for 7 sequences of different prompt lengths
 //! joining a running batch at different steps (decode-only, prefill-only and mixed steps, padded
 //! to their buckets). Contexts shorter than prompt + 256 (the qwen3 fixture's 256) end
 //! generation at the context. The same in f32 on every fixture, a head-dim-128 dummy model and
@@ -218,10 +218,22 @@ fn models(test: &str, dtype: StoreType, dummy: Option<&str>) {
     compare(&mut c, "dummy:gemma4-tiny", &gemma, dtype);
     let wide = models::dummy_gemma_wide();
     compare(&mut c, "dummy gemma4-tiny, hd 512", &wide, dtype);
-    if dtype == StoreType::Bf16 {
-        // Block-quantised weights: the prefill scratch and the quantised launches in graphs.
-        let quant = DummySource::preset("tiny:q4_k_m").expect("dummy:tiny:q4_k_m");
-        compare(&mut c, "dummy:tiny:q4_k_m", &quant, dtype);
+    c.finish();
+}
+
+/// Block-quantised weights (held quantised with KILN_GPU_QUANT=1): the prefill scratch and the
+/// quantised launches in graphs.
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn gpu_graphs_give_the_tokens_of_eager_launches_quantised() {
+    let test = "graphs_parity_quantised";
+    let Some(_gpu) = gpu_or_skip(test) else {
+        return;
+    };
+    let mut c = Checks::new(test);
+    for preset in ["tiny:q4_k_m", "llama3-1b:q4_k_m"] {
+        let src = DummySource::preset(preset).expect("a quantised preset");
+        compare(&mut c, &format!("dummy:{preset}"), &src, StoreType::Bf16);
     }
     c.finish();
 }

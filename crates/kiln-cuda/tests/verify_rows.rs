@@ -108,13 +108,25 @@ fn verify_rows_equal_plain_decode_steps() {
         "dummy:tiny",
         &DummySource::preset("tiny").expect("tiny"),
     );
-    verify_rows(
-        &mut c,
-        "dummy:tiny:q4_k_m",
-        &DummySource::preset("tiny:q4_k_m").expect("tiny:q4_k_m"),
-    );
     for (name, src) in fixture_sources() {
         verify_rows(&mut c, &name, src.as_ref());
     }
+    c.finish();
+}
+
+/// Block-quantised weights (held quantised with KILN_GPU_QUANT=1).
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn verify_rows_equal_plain_decode_steps_quantised() {
+    let Some(_gpu) = gpu_or_skip("verify_rows_equal_plain_decode_steps_quantised") else {
+        return;
+    };
+    let mut c = Checks::new("verify_rows_quantised");
+    for preset in ["tiny:q4_k_m", "tiny:q8_0"] {
+        let src = DummySource::preset(preset).expect("a quantised preset");
+        verify_rows(&mut c, &format!("dummy:{preset}"), &src);
+    }
+    let mid = dummy_mid().quantized(kiln_model::dummy_quant::DummyQuant::Q4KM);
+    verify_rows(&mut c, "dummy mid q4_k_m", &mid);
     c.finish();
 }
