@@ -82,6 +82,26 @@ fn bad_specs_are_clear_errors() {
     assert!(err.contains("config.json"), "{err}");
 }
 
+/// `dummy:PRESET:FORMAT` offers its matrices as blocks and says so: the header counts the
+/// tensor types and the bytes as stored; an unknown format is named in the error.
+#[test]
+fn quantised_dummies_describe_their_blocks() {
+    let m = load("dummy:tiny:q4_k_m").unwrap();
+    assert_eq!(m.name, "dummy:tiny:q4_k_m");
+    let types = &m.description.tensor_types;
+    assert!(
+        types.contains_key("Q4_K") && types.contains_key("Q6_K"),
+        "{types:?}"
+    );
+    let plain = load("dummy:tiny").unwrap();
+    assert!(m.description.weight_bytes * 4 < plain.description.weight_bytes);
+    let v = TensorId::layer(3, Role::V);
+    let q = m.weights.load_quantized(v).unwrap().unwrap();
+    assert_eq!(q.dtype, kiln_formats::DType::Q6K);
+    let err = format!("{:#}", load("dummy:tiny:q5_k").unwrap_err());
+    assert!(err.contains("q5_k") && err.contains("q4_k_m"), "{err}");
+}
+
 /// A Gemma 4 folder loads its tokenizer and chat template the usual way: the fixture's
 /// tokenizer.json, and the Gemma 4 template of the test data as chat_template.jinja beside it,
 /// rendering Gemma's turns with the tokenizer's BOS.
