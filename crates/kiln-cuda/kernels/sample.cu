@@ -536,3 +536,14 @@ extern "C" __global__ void __launch_bounds__(SMP_THREADS, 1)
         __syncthreads();
     }
 }
+
+// A step's decode tokens taken from the picks of the step before, where they lie, so that a step
+// can be queued before the host has seen those picks: for each of n (flat token index, row)
+// pairs, tokens[index] = picks[row * stride]. Queued between the step's input upload and its
+// forward pass.
+extern "C" __global__ void feed_tokens(int* __restrict__ tokens, const int* __restrict__ picks, int stride,
+                                       const int* __restrict__ pairs, int n) {
+    pdl_enter();
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        tokens[pairs[2 * i]] = picks[(long long)pairs[2 * i + 1] * stride];
+}

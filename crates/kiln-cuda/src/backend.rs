@@ -5,8 +5,8 @@
 use anyhow::{bail, Context, Result};
 use kiln_model::{ModelConfig, ModelSpec, WeightSource};
 use kiln_step::{
-    Backend, ChunkInput, KvGeometry, RowSampling, SampleError, Sampled, StepCapacity, StepOutput,
-    Want,
+    Backend, ChunkInput, DeviceTiming, Feed, KvGeometry, Launched, OwnedWant, RowSampling,
+    SampleError, Sampled, StepCapacity, StepOutput, Want,
 };
 
 use crate::device::{Gpu, PinnedBuf};
@@ -16,6 +16,7 @@ use crate::graphs::{graphs_enabled_by_env, prefill_max_from_env, GraphCache, Gra
 use crate::graphs_pad::{pad_step, GraphBuckets, GraphShape};
 use crate::host_tier::HostTier;
 use crate::kv_cache::KvCache;
+use crate::pipeline::{PickSource, Picks, Pipeline};
 use crate::sampling::SamplingBuffers;
 use crate::step_plan::{pack_step, StepLayout, StepPlan};
 use crate::store::StoreType;
@@ -71,10 +72,12 @@ pub struct CudaBackend {
     host_tier: Option<HostTier>,
     kv: KvCache,
     weights: ModelWeights,
-    step_host: PinnedBuf<i32>,
+    /// Host staging of a step's inputs and argmax picks: two slots, one per launched step.
+    step_host: [PinnedBuf<i32>; 2],
     logits_host: PinnedBuf<f32>,
-    ids_host: PinnedBuf<i32>,
+    ids_host: [PinnedBuf<i32>; 2],
     sampling: SamplingBuffers,
+    pipe: Pipeline,
     layout: StepLayout,
     config: ModelConfig,
     spec: ModelSpec,
@@ -172,10 +175,17 @@ impl CudaBackend {
         );
         debug_assert_eq!(layout.len, probe.len);
         let host_tier = HostTier::new(&gpu, &kv, opts.host_cache_bytes)?;
-        let step_host = PinnedBuf::new(&gpu, layout.len)?;
+        let step_host = [
+            PinnedBuf::new(&gpu, layout.len)?,
+            PinnedBuf::new(&gpu, layout.len)?,
+        ];
         let logits_host = PinnedBuf::new(&gpu, opts.max_seqs * config.vocab_size)?;
-        let ids_host = PinnedBuf::new(&gpu, opts.max_seqs)?;
+        let ids_host = [
+            PinnedBuf::new(&gpu, opts.max_seqs)?,
+            PinnedBuf::new(&gpu, opts.max_seqs)?,
+        ];
         let sampling = SamplingBuffers::new(&gpu, opts.max_seqs)?;
+        let pipe = Pipeline::new(&gpu, opts.max_seqs)?;
         let graphs = GraphCache::new(
             GraphBuckets::new(&layout, prefill_max_from_env()),
             graphs_enabled_by_env(),
@@ -191,6 +201,7 @@ impl CudaBackend {
             logits_host,
             ids_host,
             sampling,
+            pipe,
             layout,
             config,
             spec,
@@ -218,6 +229,7 @@ impl CudaBackend {
             weights: self.weights.bytes,
             buffers: self.act.bytes()
                 + self.sampling.bytes()
+                + self.pipe.bytes()
                 + crate::gemm_lt::WORKSPACE_BYTES
                 + self.weights.scratch_bytes(),
             kv_block: KvCache::block_bytes(&self.spec, self.kv.block_size, self.gpu.store),
@@ -256,19 +268,26 @@ impl CudaBackend {
         s
     }
 
-    /// Runs one step on the device and leaves on the host what `out` asks for: the logits
-    /// rows, the device argmax, or the device sampler's picks (which must be supported).
-    fn run_step(&mut self, chunks: &[ChunkInput<'_>], out: Want<'_>) -> Result<StepPlan> {
+    /// Queues one step on the device into the next staging slot without waiting for it: the
+    /// input upload, the feeds, the forward pass and what `out` asks for (`on_host`: the logits
+    /// come back and the host picks as `out` says). [`Pipeline::wait_oldest`] finishes it.
+    fn queue_step(
+        &mut self,
+        chunks: &[ChunkInput<'_>],
+        out: &Want<'_>,
+        feeds: &[Feed],
+        on_host: bool,
+    ) -> Result<()> {
+        let logits = on_host || matches!(out, Want::Logits);
+        let slot = self.pipe.next_slot(logits)?;
         self.gpu.bind()?;
-        let plan = pack_step(chunks, &self.layout, self.step_host.as_mut_slice())?;
-        if plan.n_tokens == 0 {
-            return Ok(plan);
-        }
-        let shape = self.graphs.shape_for(&plan);
         let scratch = self.scratch_slot()?;
+        let step_host = &mut self.step_host[slot];
+        let plan = pack_step(chunks, &self.layout, step_host.as_mut_slice())?;
+        let shape = self.graphs.shape_for(&plan);
         let run = match shape {
             Some(s) => pad_step(
-                self.step_host.as_mut_slice(),
+                step_host.as_mut_slice(),
                 &self.layout,
                 &plan,
                 &self.graphs.buckets,
@@ -277,40 +296,115 @@ impl CudaBackend {
             )?,
             None => plan.clone(),
         };
-        self.step_host
-            .copy_to_device(&self.gpu, self.act.step.ptr(), run.upload_len)?;
-        self.launch_step(shape, &run)?;
-        match out {
-            Want::Logits => self.logits_host.copy_from_device(
-                &self.gpu,
-                self.act.logits.ptr(),
-                plan.n_logits * self.config.vocab_size,
-            )?,
-            Want::Argmax => {
-                self.ids_host
-                    .copy_from_device(&self.gpu, self.act.ids.ptr(), plan.n_logits)?
+        let events = self.pipe.begin(&self.gpu)?;
+        if plan.n_tokens > 0 {
+            step_host.copy_to_device(&self.gpu, self.act.step.ptr(), run.upload_len)?;
+            let tokens = self.act.step.at(self.layout.tokens);
+            self.pipe
+                .queue_feeds(&self.gpu, chunks, feeds, tokens, slot)?;
+            self.launch_step(shape, &run)?;
+        }
+        let vocab = self.config.vocab_size;
+        let picks = match out {
+            _ if logits => {
+                self.logits_host.copy_from_device(
+                    &self.gpu,
+                    self.act.logits.ptr(),
+                    plan.n_logits * vocab,
+                )?;
+                // Waits for a grammar's masks, which were computed while the forward pass ran.
+                Picks::Logits(OwnedWant::of(out))
             }
-            Want::Sample(rows) => self.sampling.queue(
-                &self.gpu,
-                self.act.logits.ptr(),
-                rows,
-                self.config.vocab_size,
-            )?,
+            Want::Argmax => {
+                self.ids_host[slot].copy_from_device(
+                    &self.gpu,
+                    self.act.ids.ptr(),
+                    plan.n_logits,
+                )?;
+                Picks::Argmax
+            }
+            Want::Sample(rows) => {
+                let rows = *rows;
+                self.sampling
+                    .queue(&self.gpu, self.act.logits.ptr(), rows, vocab, slot)?;
+                Picks::Sampled(rows.to_vec())
+            }
             // The adjustments (grammar masks) were being computed while the step ran; waiting
             // here leaves the device busy with the forward pass meanwhile.
-            Want::SampleAdjusted(rows, adjust) => self.sampling.queue_adjusted(
-                &self.gpu,
-                self.act.logits.ptr(),
-                rows,
-                Some(adjust.wait()),
-                self.config.vocab_size,
-            )?,
+            Want::SampleAdjusted(rows, adjust) => {
+                let rows = *rows;
+                self.sampling.queue_adjusted(
+                    &self.gpu,
+                    self.act.logits.ptr(),
+                    rows,
+                    Some(adjust.wait()),
+                    vocab,
+                    slot,
+                )?;
+                Picks::Sampled(rows.to_vec())
+            }
+            Want::Logits => unreachable!("logits are handled above"),
+        };
+        self.pipe.last_picks = match picks {
+            Picks::Logits(_) => None,
+            Picks::Argmax => Some(PickSource {
+                ptr: self.act.ids.ptr(),
+                stride: 1,
+                rows: plan.n_logits,
+            }),
+            Picks::Sampled(_) => Some(PickSource {
+                ptr: self.sampling.picks(),
+                stride: crate::sampling::OUT_WORDS,
+                rows: plan.n_logits,
+            }),
+        };
+        self.pipe.end(&self.gpu, plan, slot, picks, events)
+    }
+
+    /// Waits for the oldest launched step and reads its answer.
+    fn finish_oldest(&mut self) -> Result<StepOutput> {
+        let p = self.pipe.wait_oldest()?;
+        let n = p.plan.n_logits;
+        Ok(match p.picks {
+            Picks::Argmax => StepOutput::Tokens(
+                self.ids_host[p.slot].as_slice()[..n]
+                    .iter()
+                    .map(|&i| Ok(Sampled::id_only(i as u32)))
+                    .collect(),
+            ),
+            Picks::Sampled(rows) => StepOutput::Tokens(self.sampling.results(p.slot, &rows)),
+            Picks::Logits(want) => {
+                let vocab = self.config.vocab_size;
+                let logits = self.logits_host.as_slice()[..n * vocab].to_vec();
+                want.from_logits(logits, vocab)?
+            }
+        })
+    }
+
+    /// A whole step: queued, then waited for. Only when no launched step waits.
+    fn run_whole(
+        &mut self,
+        chunks: &[ChunkInput<'_>],
+        out: Want<'_>,
+        on_host: bool,
+    ) -> Result<StepOutput> {
+        anyhow::ensure!(
+            self.pipe.is_empty(),
+            "a whole step was asked for while launched steps wait to be collected"
+        );
+        self.queue_step(chunks, &out, &[], on_host)?;
+        self.finish_oldest()
+    }
+
+    /// Whether `want` is sampled on the host from the logits rather than on the device.
+    fn picks_on_host(&self, want: &Want<'_>) -> bool {
+        match want {
+            Want::Sample(rows) | Want::SampleAdjusted(rows, _) => {
+                !(self.switches.device_sampling
+                    && crate::sampling::supports(rows, self.config.vocab_size))
+            }
+            Want::Logits | Want::Argmax => false,
         }
-        // The step's one host synchronisation.
-        self.gpu
-            .synchronize()
-            .context("running the step on the GPU")?;
-        Ok(plan)
     }
 
     /// Queues a step whose inputs are on the device: its shape's graph when there is one (a
@@ -403,6 +497,10 @@ impl CudaBackend {
     /// free memory given at start), then records every held graph again, updated in place for
     /// the new pool. Every sequence's cache is lost: the engine must start over.
     pub fn rebuild_kv_cache(&mut self, kv_cache_bytes: Option<usize>) -> Result<KvGeometry> {
+        anyhow::ensure!(
+            self.pipe.is_empty(),
+            "the KV pool cannot be rebuilt while launched steps wait to be collected"
+        );
         self.gpu.bind()?;
         self.gpu.synchronize()?;
         let bs = self.opts.block_size;
@@ -425,11 +523,10 @@ impl CudaBackend {
     /// Runs a step like [`Backend::forward`] but returns only the argmax token of each row that
     /// wants logits (chosen on the device; only the ids cross to the host).
     pub fn forward_greedy(&mut self, chunks: &[ChunkInput<'_>]) -> Result<Vec<u32>> {
-        let plan = self.run_step(chunks, Want::Argmax)?;
-        Ok(self.ids_host.as_slice()[..plan.n_logits]
-            .iter()
-            .map(|&i| i as u32)
-            .collect())
+        match self.run_whole(chunks, Want::Argmax, false)? {
+            StepOutput::Tokens(t) => Ok(t.into_iter().map(|r| r.map_or(0, |s| s.id)).collect()),
+            StepOutput::Logits(_) => bail!("the argmax step returned logits"),
+        }
     }
 
     /// Runs a step like [`Backend::forward`] and samples each row that wants logits on the
@@ -439,16 +536,7 @@ impl CudaBackend {
         chunks: &[ChunkInput<'_>],
         rows: &[RowSampling],
     ) -> Result<Vec<Result<Sampled, SampleError>>> {
-        // Checked before the step runs: a mismatch is the caller's bug, not the GPU's.
-        let wanted = chunks.iter().filter(|c| c.want_logits).count();
-        if rows.len() != wanted {
-            bail!("{} sampling rows for {wanted} logits rows", rows.len());
-        }
-        let plan = self.run_step(chunks, Want::Sample(rows))?;
-        if plan.n_logits == 0 {
-            return Ok(Vec::new());
-        }
-        Ok(self.sampling.results(rows))
+        self.sampled_on_device(chunks, Want::Sample(rows))
     }
 
     /// Like [`CudaBackend::forward_sampled`], each row first adjusted by its entry of `adjust`
@@ -459,15 +547,26 @@ impl CudaBackend {
         rows: &[RowSampling],
         adjust: &kiln_step::StepAdjust,
     ) -> Result<Vec<Result<Sampled, SampleError>>> {
+        self.sampled_on_device(chunks, Want::SampleAdjusted(rows, adjust))
+    }
+
+    fn sampled_on_device(
+        &mut self,
+        chunks: &[ChunkInput<'_>],
+        want: Want<'_>,
+    ) -> Result<Vec<Result<Sampled, SampleError>>> {
+        let (Want::Sample(rows) | Want::SampleAdjusted(rows, _)) = want else {
+            bail!("not a sampling step");
+        };
+        // Checked before the step runs: a mismatch is the caller's bug, not the GPU's.
         let wanted = chunks.iter().filter(|c| c.want_logits).count();
         if rows.len() != wanted {
             bail!("{} sampling rows for {wanted} logits rows", rows.len());
         }
-        let plan = self.run_step(chunks, Want::SampleAdjusted(rows, adjust))?;
-        if plan.n_logits == 0 {
-            return Ok(Vec::new());
+        match self.run_whole(chunks, want, false)? {
+            StepOutput::Tokens(t) => Ok(t),
+            StepOutput::Logits(_) => bail!("the sampling step returned logits"),
         }
-        Ok(self.sampling.results(rows))
     }
 }
 
@@ -540,35 +639,36 @@ impl Backend for CudaBackend {
     /// more than the kernel does; then the logits come to the host and the reference sampler
     /// picks.
     fn step(&mut self, chunks: &[ChunkInput<'_>], want: Want<'_>) -> Result<StepOutput> {
-        let vocab = self.config.vocab_size;
-        match want {
-            Want::Logits => {
-                let plan = self.run_step(chunks, Want::Logits)?;
-                let logits = self.logits_host.as_slice()[..plan.n_logits * vocab].to_vec();
-                Ok(StepOutput::Logits(logits))
-            }
-            Want::Argmax => {
-                let ids = self.forward_greedy(chunks)?;
-                Ok(StepOutput::Tokens(
-                    ids.into_iter().map(|id| Ok(Sampled::id_only(id))).collect(),
-                ))
-            }
-            Want::Sample(rows)
-                if self.switches.device_sampling && crate::sampling::supports(rows, vocab) =>
-            {
-                Ok(StepOutput::Tokens(self.forward_sampled(chunks, rows)?))
-            }
-            Want::SampleAdjusted(rows, adjust)
-                if self.switches.device_sampling && crate::sampling::supports(rows, vocab) =>
-            {
-                Ok(StepOutput::Tokens(
-                    self.forward_sampled_adjusted(chunks, rows, adjust)?,
-                ))
-            }
-            Want::Sample(_) | Want::SampleAdjusted(..) => {
-                let logits = self.forward(chunks)?;
-                want.from_logits(logits, vocab)
-            }
-        }
+        let on_host = self.picks_on_host(&want);
+        self.run_whole(chunks, want, on_host)
+    }
+
+    fn pipelined(&self) -> bool {
+        true
+    }
+
+    /// Queued on the step stream after the steps before; a feed's token is copied on the
+    /// device from the picks of the step launched before, after this step's inputs are
+    /// uploaded and before its forward pass.
+    fn launch(
+        &mut self,
+        chunks: &[ChunkInput<'_>],
+        want: Want<'_>,
+        feeds: &[Feed],
+    ) -> Result<Launched> {
+        let on_host = self.picks_on_host(&want);
+        self.queue_step(chunks, &want, feeds, on_host)?;
+        Ok(Launched {
+            feeds_next: self.pipe.last_picks.is_some(),
+        })
+    }
+
+    fn collect(&mut self) -> Result<StepOutput> {
+        self.gpu.bind()?;
+        self.finish_oldest()
+    }
+
+    fn device_timing(&mut self) -> Option<DeviceTiming> {
+        self.pipe.take_timing()
     }
 }

@@ -240,7 +240,12 @@ mod tests {
                 "dummy_weights",
                 vec!["dummy_fill".into(), "fill_store".into()],
             ),
-            ("sample", vec!["adjust_rows".into(), "sample_rows".into()]),
+            (
+                "sample",
+                ["adjust_rows", "sample_rows", "feed_tokens"]
+                    .map(String::from)
+                    .to_vec(),
+            ),
             ("ref_attn", vec!["ref_attn".into()]),
             (
                 "gemma",

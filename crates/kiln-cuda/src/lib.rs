@@ -19,6 +19,7 @@ pub mod kernels_gemma;
 pub mod kv_cache;
 pub mod model_support;
 pub mod nvrtc_build;
+pub mod pipeline;
 pub mod quant_gemm;
 pub mod quant_layout;
 pub mod quant_weights;

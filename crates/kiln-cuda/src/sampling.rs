@@ -155,6 +155,37 @@ impl Gpu {
         )
     }
 
+    /// Writes into `tokens` (a step's token ids on the device) the picks of the step before,
+    /// before the forward pass reads them: `pairs` holds n (flat token index, row) pairs, and
+    /// row r's pick is `picks[r * stride]`.
+    pub fn feed_tokens(
+        &self,
+        tokens: u64,
+        picks: u64,
+        stride: usize,
+        pairs: u64,
+        n: usize,
+    ) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        // Plain order: the forward pass's kernels (dependent launches) wait for this one.
+        self.launch_with(
+            "feed_tokens",
+            (n.div_ceil(256) as u32, 1, 1),
+            256,
+            0,
+            &[
+                Arg::Ptr(tokens),
+                Arg::Ptr(picks),
+                Arg::I32(crate::device::i32_of(stride, "stride")?),
+                Arg::Ptr(pairs),
+                Arg::I32(crate::device::i32_of(n, "feeds")?),
+            ],
+            false,
+        )
+    }
+
     /// Writes the adjusted copy of each row `plan` names into `adjusted` (vocab floats each).
     #[allow(clippy::too_many_arguments)]
     pub fn adjust_rows(
@@ -259,12 +290,14 @@ impl AdjustBuffers {
     }
 }
 
-/// The buffers of device sampling, sized once for the largest step.
+/// The buffers of device sampling, sized once for the largest step. The host sides come in
+/// two slots, so that a step can be queued while the one before still reads its parameters or
+/// writes its results.
 pub struct SamplingBuffers {
     params: DevBuf<i32>,
     out: DevBuf<i32>,
-    params_host: PinnedBuf<i32>,
-    out_host: PinnedBuf<i32>,
+    params_host: [PinnedBuf<i32>; 2],
+    out_host: [PinnedBuf<i32>; 2],
     adjust: AdjustBuffers,
 }
 
@@ -273,8 +306,14 @@ impl SamplingBuffers {
         Ok(SamplingBuffers {
             params: gpu.alloc(max_rows * PARAM_WORDS)?,
             out: gpu.alloc(max_rows * OUT_WORDS)?,
-            params_host: PinnedBuf::new(gpu, max_rows * PARAM_WORDS)?,
-            out_host: PinnedBuf::new(gpu, max_rows * OUT_WORDS)?,
+            params_host: [
+                PinnedBuf::new(gpu, max_rows * PARAM_WORDS)?,
+                PinnedBuf::new(gpu, max_rows * PARAM_WORDS)?,
+            ],
+            out_host: [
+                PinnedBuf::new(gpu, max_rows * OUT_WORDS)?,
+                PinnedBuf::new(gpu, max_rows * OUT_WORDS)?,
+            ],
             adjust: AdjustBuffers {
                 rows: None,
                 plan: Staged::new(),
@@ -285,16 +324,18 @@ impl SamplingBuffers {
         })
     }
 
-    /// Queues the parameter upload, the kernel over `logits` and the result download; the
-    /// caller synchronises, then reads [`SamplingBuffers::results`].
+    /// Queues the parameter upload, the kernel over `logits` and the result download into
+    /// host slot `slot` (0 or 1); the caller synchronises, then reads
+    /// [`SamplingBuffers::results`] of that slot.
     pub fn queue(
         &mut self,
         gpu: &Gpu,
         logits: u64,
         rows: &[RowSampling],
         vocab: usize,
+        slot: usize,
     ) -> Result<()> {
-        self.queue_adjusted(gpu, logits, rows, None, vocab)
+        self.queue_adjusted(gpu, logits, rows, None, vocab, slot)
     }
 
     /// Like [`SamplingBuffers::queue`], each row first adjusted by its entry of `adjust`
@@ -306,9 +347,11 @@ impl SamplingBuffers {
         rows: &[RowSampling],
         adjust: Option<&[Option<RowAdjust>]>,
         vocab: usize,
+        slot: usize,
     ) -> Result<()> {
         let n = rows.len();
-        pack_params(rows, vocab, self.params_host.as_mut_slice());
+        let (params_host, out_host) = (&mut self.params_host[slot], &mut self.out_host[slot]);
+        pack_params(rows, vocab, params_host.as_mut_slice());
         let mut adjusted = logits;
         if let Some(adjust) = adjust {
             anyhow::ensure!(
@@ -319,14 +362,13 @@ impl SamplingBuffers {
             let pack = AdjustPack::new(adjust, vocab);
             if pack.rows() > 0 {
                 adjusted = self.adjust.queue(gpu, logits, &pack, vocab)?;
-                let params = self.params_host.as_mut_slice();
+                let params = params_host.as_mut_slice();
                 for (w, &copy) in params.chunks_exact_mut(PARAM_WORDS).zip(&pack.copy_of_row) {
                     w[7] = copy;
                 }
             }
         }
-        self.params_host
-            .copy_to_device(gpu, self.params.ptr(), n * PARAM_WORDS)?;
+        params_host.copy_to_device(gpu, self.params.ptr(), n * PARAM_WORDS)?;
         gpu.sample_rows(
             logits,
             adjusted,
@@ -335,13 +377,22 @@ impl SamplingBuffers {
             n,
             vocab,
         )?;
-        self.out_host
-            .copy_from_device(gpu, self.out.ptr(), n * OUT_WORDS)
+        out_host.copy_from_device(gpu, self.out.ptr(), n * OUT_WORDS)
     }
 
-    /// The rows sampled by the last [`SamplingBuffers::queue`], once the stream is synchronised.
-    pub fn results(&self, rows: &[RowSampling]) -> Vec<Result<Sampled, SampleError>> {
-        unpack(&self.out_host.as_slice()[..rows.len() * OUT_WORDS], rows)
+    /// The rows sampled into `slot` by the last [`SamplingBuffers::queue`] there, once the
+    /// stream has passed it.
+    pub fn results(&self, slot: usize, rows: &[RowSampling]) -> Vec<Result<Sampled, SampleError>> {
+        unpack(
+            &self.out_host[slot].as_slice()[..rows.len() * OUT_WORDS],
+            rows,
+        )
+    }
+
+    /// Where the last queued kernel leaves each row's pick on the device: the first word of
+    /// each row's OUT_WORDS.
+    pub fn picks(&self) -> u64 {
+        self.out.ptr()
     }
 
     pub fn bytes(&self) -> usize {

@@ -245,9 +245,9 @@ fn device_adjusted_sampling_equals_the_host() {
         dl.upload(0, &logits).unwrap();
         let mut bufs = SamplingBuffers::new(&gpu, n).unwrap();
         let secs = timed(&gpu, || {
-            bufs.queue_adjusted(&gpu, dl.ptr(), &rows, Some(&adjust), vocab)
+            bufs.queue_adjusted(&gpu, dl.ptr(), &rows, Some(&adjust), vocab, 1)
         });
-        let got = bufs.results(&rows);
+        let got = bufs.results(1, &rows);
         let step = StepAdjust::ready(adjust.clone());
         let want = match Want::SampleAdjusted(&rows, &step).from_logits(logits.clone(), vocab) {
             Ok(StepOutput::Tokens(t)) => t,

@@ -5,12 +5,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use kiln_step::{RowAdjust, RowSampling, MAX_DEVICE_TOP_LOGPROBS};
-use kiln_tokenizer::StreamDecoder;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::request::{DraftCounts, GenEvent, GenerateRequest};
 use crate::sampler;
-use crate::stop::StopMatcher;
 
 /// What the engine keeps for a request besides its tokens.
 pub(crate) struct Active {
@@ -20,9 +18,9 @@ pub(crate) struct Active {
     pub seed: u64,
     /// Length (prompt + generated) at which generation ends with `Length`.
     pub max_len: usize,
+    /// The request's events (the output stage sends them; this copy tells when the client has
+    /// gone).
     pub events: UnboundedSender<GenEvent>,
-    pub decoder: StreamDecoder,
-    pub stop: StopMatcher,
     pub submitted: Instant,
     pub time_to_first_token: Option<f64>,
     /// Tokens to draft next (adapts to how many were accepted); 0: not drafted for yet.

@@ -1,5 +1,7 @@
-//! The engine loop, on its own thread: take new requests, then step (schedule, forward,
-//! sample, postprocess) until there is nothing left to run.
+//! The engine loop, on its own thread: take new requests, then step (schedule, launch,
+//! collect, sample, hand tokens out) until there is nothing left to run. With a pipelined
+//! backend the next step is planned and launched while the device runs the one before
+//! (step_run.rs), so that the device does not wait for the host between steps.
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
@@ -7,24 +9,18 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
-use kiln_step::{Backend, RowSampling, StepOutput, Want};
-use kiln_tokenizer::{StreamDecoder, Tokenizer};
+use kiln_step::Backend;
+use kiln_tokenizer::Tokenizer;
 
 use crate::active::Active;
-use crate::batch_sampler::{self, SampleJob};
 use crate::draft::{DraftConfig, Drafter};
-use crate::sampler::{self, History, Sampled};
-use crate::scheduler::{ScheduledChunk, Scheduler, SchedulerConfig};
+use crate::output_stage::{Output, OutputStage};
+use crate::sampler;
+use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::sequence::{SeqId, Sequence};
 use crate::shared::{Command, EngineConfig, EngineStats, Shared, Submission};
-use crate::step_adjust::{self, StepAdjustments};
-use crate::stop::StopMatcher;
-
-/// What a step gave back, with the adjustments its rows were sampled under.
-struct Stepped {
-    output: StepOutput,
-    adjustments: Option<StepAdjustments>,
-}
+use crate::step_run::InFlight;
+use crate::step_timing::{self, Phase, StepTimingSnapshot};
 
 /// Set `KILN_DEVICE_ARGMAX=0` to always fetch logits, even for all-greedy steps. (Backends
 /// that sample on the device have their own switch, e.g. KILN_DEVICE_SAMPLING for CUDA.)
@@ -37,8 +33,19 @@ fn prefix_cache_enabled() -> bool {
     std::env::var("KILN_PREFIX_CACHE").map_or(true, |v| v != "0")
 }
 
+/// Set `KILN_OVERLAP=0` to finish every step before the next is planned, whatever the
+/// configuration says.
+fn overlap_enabled() -> bool {
+    std::env::var("KILN_OVERLAP").map_or(true, |v| v != "0")
+}
+
+/// Set `KILN_OUTPUT_THREAD=0` to detokenise and send events on the engine thread.
+fn output_thread_enabled() -> bool {
+    std::env::var("KILN_OUTPUT_THREAD").map_or(true, |v| v != "0")
+}
+
 pub(crate) struct Engine {
-    backend: Box<dyn Backend>,
+    pub(crate) backend: Box<dyn Backend>,
     pub(crate) tokenizer: Tokenizer,
     pub(crate) scheduler: Scheduler,
     pub(crate) active: HashMap<SeqId, Active>,
@@ -49,10 +56,22 @@ pub(crate) struct Engine {
     seed_source: u64,
     stopping: bool,
     /// Consecutive steps that ran nothing although requests were waiting.
-    idle_steps: u32,
-    device_argmax: bool,
+    pub(crate) idle_steps: u32,
+    pub(crate) device_argmax: bool,
     /// Speculative decoding: who drafts and how far (None: plain decoding).
     pub(crate) drafting: Option<(Box<dyn Drafter>, DraftConfig)>,
+    /// The next step is planned and launched while the device runs the one before.
+    pub(crate) overlap: bool,
+    /// The step launched and not yet finished.
+    pub(crate) in_flight: Option<InFlight>,
+    /// Where tokens become text and events.
+    pub(crate) output: Output,
+    /// The engine waited for requests with nothing to run since the last step: the device's
+    /// idle time before the next step is no gap between steps.
+    pub(crate) was_idle: bool,
+    /// The step timings when the last summary line was logged, and when.
+    last_summary: (StepTimingSnapshot, Instant),
+    summary_every: Option<std::time::Duration>,
 }
 
 impl Engine {
@@ -78,6 +97,8 @@ impl Engine {
             use std::hash::BuildHasher;
             std::collections::hash_map::RandomState::new().hash_one(Instant::now())
         };
+        let overlap = cfg.overlap && overlap_enabled() && backend.pipelined();
+        let last_summary = (shared.timings.snapshot(overlap), Instant::now());
         let engine = Engine {
             backend,
             tokenizer,
@@ -91,7 +112,18 @@ impl Engine {
             idle_steps: 0,
             device_argmax: device_argmax_enabled(),
             drafting: drafting.filter(|_| crate::draft::enabled_by_env()),
+            overlap,
+            in_flight: None,
+            output: if cfg.output_thread && output_thread_enabled() {
+                Output::threaded()
+            } else {
+                Output::Inline(OutputStage::default())
+            },
+            was_idle: true,
+            last_summary,
+            summary_every: step_timing::log_interval(),
         };
+        engine.shared.overlap.store(overlap, Ordering::Relaxed);
         engine.publish_stats();
         engine
     }
@@ -109,44 +141,44 @@ impl Engine {
                 );
             }
         }
+        // Every event handed to the output stage reaches its client before the engine ends.
+        self.output.close();
         self.publish_stats();
     }
 
     fn serve(&mut self) {
         while self.wait_for_work() {
-            let started = Instant::now();
-            let plan = self.scheduler.schedule();
-            if !self.copy_blocks(&plan) {
-                continue;
+            // A step whose picks the next one cannot take where they lie is finished first.
+            if self.in_flight.as_ref().is_some_and(|f| !f.ahead) {
+                self.finish_in_flight();
             }
-            // Gauges as of this step, before any of its tokens reach a client: a reader who has
-            // a token never sees the sequence still waiting or its blocks not yet taken.
-            self.publish_stats();
-            let forward_started = Instant::now();
-            let Some(stepped) = self.forward(&plan) else {
-                continue;
-            };
-            let forward_s = forward_started.elapsed().as_secs_f64();
-            let sampled = self.sample(&plan, stepped);
-            self.postprocess(&plan, sampled);
-            let step_s = started.elapsed().as_secs_f64();
-            self.bump(|s| {
-                s.forward_seconds += forward_s;
-                s.step_seconds += step_s;
-            });
-            self.publish_stats();
+            let next = self.launch_next();
+            self.finish_in_flight();
+            self.in_flight = next;
+            if !self.overlap {
+                self.finish_in_flight();
+            }
+            self.output.flush();
+            self.log_summary();
         }
+        self.finish_in_flight();
         self.cancel_all();
     }
 
-    /// Publishes stats, takes new requests and drops cancelled ones; blocks while idle.
-    /// False: time to stop.
+    /// Publishes stats, takes new requests and drops cancelled ones; blocks while there is
+    /// nothing to run and nothing in flight. False: time to stop.
     fn wait_for_work(&mut self) -> bool {
+        let mut started = Instant::now();
         loop {
             self.publish_stats();
-            let command = if self.scheduler.is_idle() {
+            let command = if self.scheduler.is_idle() && self.in_flight.is_none() {
                 match self.commands.recv() {
-                    Ok(c) => Some(c),
+                    Ok(c) => {
+                        // Time spent idle is no step's.
+                        started = Instant::now();
+                        self.was_idle = true;
+                        Some(c)
+                    }
                     Err(_) => return false,
                 }
             } else {
@@ -161,11 +193,31 @@ impl Engine {
             if self.stopping {
                 return false;
             }
+            for id in self.output.stopped() {
+                self.stopped_by_text(id);
+            }
             self.drop_cancelled();
-            if drained && !self.scheduler.is_idle() {
+            if drained && (!self.scheduler.is_idle() || self.in_flight.is_some()) {
+                self.shared.timings.observe_since(Phase::Admit, started);
                 return true;
             }
         }
+    }
+
+    /// Logs where the steps' time went since the last such line, every few seconds.
+    fn log_summary(&mut self) {
+        let Some(every) = self.summary_every else {
+            return;
+        };
+        let (earlier, at) = &self.last_summary;
+        if at.elapsed() < every {
+            return;
+        }
+        let now = self.shared.timings.snapshot(self.overlap);
+        if let Some(line) = now.summary_since(earlier, at.elapsed().as_secs_f64()) {
+            tracing::info!("{line}");
+        }
+        self.last_summary = (now, Instant::now());
     }
 
     pub(crate) fn admit(&mut self, mut s: Submission) {
@@ -179,14 +231,15 @@ impl Engine {
         };
         let prompt = std::mem::take(&mut s.req.prompt);
         let prompt_tokens = prompt.len();
-        self.scheduler.add(Sequence::new(s.id, prompt));
+        let mut seq = Sequence::new(s.id, prompt);
+        seq.max_len = max_len;
+        self.scheduler.add(seq);
+        self.open_output(s.id, s.events.clone(), &s.req.stop);
         let active = Active {
             prompt_tokens,
             seed,
             max_len,
             events: s.events,
-            decoder: StreamDecoder::new(&self.tokenizer),
-            stop: StopMatcher::new(&s.req.stop),
             submitted: s.submitted,
             time_to_first_token: None,
             draft_len: 0,
@@ -213,121 +266,10 @@ impl Engine {
         }
     }
 
-    /// Runs the plan through the backend. None when nothing ran (its requests have been told
-    /// why, if it failed).
-    fn forward(&mut self, plan: &[ScheduledChunk]) -> Option<Stepped> {
-        if plan.is_empty() {
-            self.unstick();
-            return None;
-        }
-        self.idle_steps = 0;
-        let rows: usize = plan.iter().map(ScheduledChunk::rows).sum();
-        let all_greedy = self.device_argmax
-            && plan
-                .iter()
-                .filter(|c| c.want_logits)
-                .all(|c| self.active.get(&c.seq).is_some_and(Active::plain_greedy));
-        let device_rows = if all_greedy {
-            None
-        } else {
-            self.device_rows(plan)
-        };
-        let adjusting = step_adjust::plan_adjusts(plan, &self.active);
-        let inputs = self.scheduler.inputs(plan);
-        let backend = &mut self.backend;
-        let mut run = |want: Want<'_>| {
-            std::panic::catch_unwind(AssertUnwindSafe(|| backend.step(&inputs, want)))
-                .unwrap_or_else(|_| Err(anyhow::anyhow!("the backend panicked")))
-        };
-        let (result, adjustments) = if adjusting {
-            let (r, a) =
-                step_adjust::run_adjusted(plan, &mut self.active, &self.scheduler, |adj| {
-                    run(match &device_rows {
-                        Some(rows) => Want::SampleAdjusted(rows, adj),
-                        None => Want::Logits,
-                    })
-                });
-            (r, Some(a))
-        } else {
-            let want = match (all_greedy, &device_rows) {
-                (true, _) => Want::Argmax,
-                (false, Some(rows)) => Want::Sample(rows),
-                (false, None) => Want::Logits,
-            };
-            (run(want), None)
-        };
-        if let Some(a) = &adjustments {
-            self.bump(|s| {
-                s.grammar_masks += a.masks as u64;
-                s.grammar_mask_seconds += a.mask_seconds;
-            });
-        }
-        let checked = result.and_then(|output| match &output {
-            StepOutput::Tokens(t) if t.len() != rows => Err(anyhow::anyhow!(
-                "the backend returned {} tokens for {rows} rows",
-                t.len()
-            )),
-            StepOutput::Logits(l) if rows > 0 && (l.is_empty() || l.len() % rows != 0) => Err(
-                anyhow::anyhow!("the backend returned {} logits for {rows} rows", l.len()),
-            ),
-            _ => Ok(output),
-        });
-        match checked {
-            Ok(output) => Some(Stepped {
-                output,
-                adjustments,
-            }),
-            Err(e) => {
-                tracing::error!("forward pass failed: {e:#}");
-                for c in plan {
-                    self.fail(c.seq, format!("forward pass failed: {e:#}"));
-                }
-                None
-            }
-        }
-    }
-
-    /// Makes the copies between the KV pool and the host tier that scheduling asked for; they
-    /// must land before the step reads or overwrites those blocks. False: they failed, and the
-    /// plan's requests were told (their KV could not be trusted).
-    fn copy_blocks(&mut self, plan: &[ScheduledChunk]) -> bool {
-        let copies = self.scheduler.take_copies();
-        if copies.is_empty() {
-            return true;
-        }
-        let backend = &mut self.backend;
-        let result = std::panic::catch_unwind(AssertUnwindSafe(|| backend.copy_blocks(&copies)))
-            .unwrap_or_else(|_| Err(anyhow::anyhow!("the backend panicked")));
-        match result {
-            Ok(()) => true,
-            Err(e) => {
-                tracing::error!("KV block copies failed: {e:#}");
-                for c in plan {
-                    self.fail(c.seq, format!("KV block copies failed: {e:#}"));
-                }
-                false
-            }
-        }
-    }
-
-    /// Every logits row's device sampling, in plan order; None if a row needs the host.
-    fn device_rows(&self, plan: &[ScheduledChunk]) -> Option<Vec<RowSampling>> {
-        let mut out = Vec::new();
-        for c in plan {
-            let generated = self.scheduler.get(c.seq)?.generated().len();
-            let a = self.active.get(&c.seq)?;
-            // Row j of a verify chunk draws the token j places after the next one.
-            for j in 0..c.rows() {
-                out.push(a.device_row(generated + j)?);
-            }
-        }
-        Some(out)
-    }
-
     /// An empty plan with requests waiting happens for one step after a sequence preempts
     /// itself. Submission checks make a lasting one impossible; if it happens anyway, the
     /// request at the head of the queue fails rather than the loop spinning.
-    fn unstick(&mut self) {
+    pub(crate) fn unstick(&mut self) {
         self.idle_steps += 1;
         if self.idle_steps > 2 {
             self.idle_steps = 0;
@@ -335,109 +277,6 @@ impl Engine {
                 self.fail(id, "the request does not fit in the KV cache".to_string());
             }
         }
-    }
-
-    /// Picks the next token for every chunk that produced logits. A row whose grammar failed
-    /// gets the grammar's reason.
-    fn sample(
-        &self,
-        plan: &[ScheduledChunk],
-        stepped: Stepped,
-    ) -> Vec<(SeqId, Result<Sampled, String>)> {
-        let Stepped {
-            output,
-            adjustments,
-        } = stepped;
-        let mut sampled = self.sample_rows(plan, output, adjustments.as_ref());
-        for (row, why) in adjustments.map(|a| a.errors).unwrap_or_default() {
-            if let Some(entry) = sampled.get_mut(row) {
-                entry.1 = Err(why);
-            }
-        }
-        sampled
-    }
-
-    fn sample_rows(
-        &self,
-        plan: &[ScheduledChunk],
-        output: StepOutput,
-        adjustments: Option<&StepAdjustments>,
-    ) -> Vec<(SeqId, Result<Sampled, String>)> {
-        // One entry per logits row: the sequence and the row's offset in its chunk.
-        let wanting: Vec<(SeqId, usize)> = plan
-            .iter()
-            .flat_map(|c| (0..c.rows()).map(move |j| (c.seq, j)))
-            .collect();
-        let logits = match output {
-            StepOutput::Tokens(rows) => {
-                let rows = rows.into_iter().map(|r| r.map_err(|e| e.to_string()));
-                return wanting.iter().map(|w| w.0).zip(rows).collect();
-            }
-            StepOutput::Logits(logits) => logits,
-        };
-        let adjust = adjustments.map(|a| a.adjust.wait());
-        let rows = wanting.len();
-        if rows == 0 {
-            return Vec::new();
-        }
-        let vocab = logits.len() / rows;
-        let mut ids = Vec::with_capacity(rows);
-        let mut jobs = Vec::with_capacity(rows);
-        for (r, (&(id, j), row)) in wanting.iter().zip(logits.chunks_exact(vocab)).enumerate() {
-            let (Some(seq), Some(a)) = (self.scheduler.get(id), self.active.get(&id)) else {
-                continue;
-            };
-            ids.push(id);
-            jobs.push(SampleJob {
-                row,
-                params: &a.req.sampling,
-                // Verify rows carry no penalties (drafting skips such requests), so the
-                // history past the last token does not matter to them.
-                history: History {
-                    prompt: seq.prompt(),
-                    generated: seq.generated(),
-                },
-                seed: a.seed,
-                index: (seq.generated().len() + j) as u64,
-                logprobs: a.req.logprobs,
-                adjust: adjust.and_then(|rows| rows.get(r)?.as_ref()),
-            });
-        }
-        let results = batch_sampler::sample_all(&jobs);
-        ids.into_iter()
-            .zip(results.into_iter().map(|r| r.map_err(|e| e.to_string())))
-            .collect()
-    }
-
-    /// Records the step and hands each new token to its request: text, stop checks, events. A
-    /// verify chunk's rows are judged first: its tokens are the target's choices up to the first
-    /// draft that differs from them.
-    fn postprocess(
-        &mut self,
-        plan: &[ScheduledChunk],
-        sampled: Vec<(SeqId, Result<Sampled, String>)>,
-    ) {
-        self.scheduler.complete(plan);
-        let processed: usize = plan.iter().map(|c| c.len).sum();
-        self.bump(|s| {
-            s.steps += 1;
-            s.tokens_processed += processed as u64;
-        });
-        let mut rows = sampled.into_iter();
-        for c in plan {
-            let chunk_rows: Vec<_> = rows.by_ref().take(c.rows()).collect();
-            if c.draft > 0 {
-                self.settle_verify(c, chunk_rows);
-                continue;
-            }
-            for (id, result) in chunk_rows {
-                match result {
-                    Ok(s) => self.accept(id, s),
-                    Err(e) => self.fail(id, format!("sampling failed: {e}")),
-                }
-            }
-        }
-        self.propose_drafts();
     }
 
     pub(crate) fn bump(&self, f: impl FnOnce(&mut EngineStats)) {

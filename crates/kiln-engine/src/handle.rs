@@ -278,6 +278,13 @@ impl EngineHandle {
         self.grammars.compile(grammar)
     }
 
+    /// Where the engine's steps spent their time, per phase, since the start.
+    pub fn step_timings(&self) -> crate::step_timing::StepTimingSnapshot {
+        self.shared
+            .timings
+            .snapshot(self.shared.overlap.load(Ordering::Relaxed))
+    }
+
     pub fn stats(&self) -> EngineStats {
         self.shared
             .stats

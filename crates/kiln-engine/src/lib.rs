@@ -12,6 +12,7 @@ mod grammar_space;
 pub mod handle;
 pub mod model_drafter;
 mod output;
+mod output_stage;
 pub mod prefix_cache;
 pub mod request;
 pub mod sampler;
@@ -20,6 +21,8 @@ pub mod sequence;
 mod shared;
 mod speculate;
 mod step_adjust;
+mod step_run;
+pub mod step_timing;
 pub mod stop;
 
 pub use draft::{DraftConfig, Drafter, NgramDrafter};
@@ -28,10 +31,11 @@ pub use handle::{
 };
 pub use kiln_grammar::{CompileError, Constraint, Grammar};
 pub use kiln_step::{
-    Backend, ChunkInput, KvGeometry, RowSampling, StepCapacity, StepOutput, Want,
-    MAX_DEVICE_TOP_LOGPROBS,
+    Backend, ChunkInput, DeviceTiming, Feed, KvGeometry, Launched, RowSampling, RunAtLaunch,
+    StepCapacity, StepOutput, Want, MAX_DEVICE_TOP_LOGPROBS,
 };
 pub use model_drafter::ModelDrafter;
 pub use request::{
     DraftCounts, Finish, FinishReason, GenEvent, GenerateRequest, SamplingParams, TokenEvent,
 };
+pub use step_timing::{Phase, PhaseTiming, StepTimingSnapshot};

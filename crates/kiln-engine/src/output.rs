@@ -1,21 +1,43 @@
-//! The request-output half of the engine: what happens to a sampled token on its way to the
-//! client (detokenising, stop strings, end of turn, length limit), and how a request ends
-//! (finished, failed, cancelled).
+//! The request-output half of the engine: what the engine decides about a sampled token on its
+//! way to the client (end of turn, grammar, length limit), and how a request ends (finished,
+//! failed, cancelled). The text (detokenising, stop strings) and the events are the output
+//! stage's (output_stage.rs), which gets one message per token or end, in order.
 
 use std::sync::atomic::Ordering;
 
+use kiln_tokenizer::StreamDecoder;
+use tokio::sync::mpsc::UnboundedSender;
+
 use crate::engine::Engine;
-use crate::request::{Finish, FinishReason, GenEvent, TokenEvent};
+use crate::output_stage::{FinishInfo, OutMsg};
+use crate::request::{FinishReason, GenEvent};
 use crate::sampler::Sampled;
 use crate::sequence::SeqId;
 use crate::shared::Command;
-use crate::stop::StopCheck;
+use crate::stop::StopMatcher;
 
 impl Engine {
+    /// A new request's text state goes to the output stage.
+    pub(crate) fn open_output(
+        &mut self,
+        id: SeqId,
+        events: UnboundedSender<GenEvent>,
+        stop: &[String],
+    ) {
+        let decoder = Box::new(StreamDecoder::new(&self.tokenizer));
+        let msg = OutMsg::Open {
+            id,
+            events,
+            decoder,
+            stop: StopMatcher::new(stop),
+        };
+        self.output.send(msg);
+    }
+
+    /// Hands `s`, already in the sequence's tokens, to its request.
     pub(crate) fn accept(&mut self, id: SeqId, s: Sampled) {
-        self.scheduler.push_token(id, s.id);
         self.bump(|st| st.generated_tokens += 1);
-        let len = self.scheduler.get(id).map_or(0, |q| q.tokens.len());
+        let len = self.scheduler.get(id).map_or(0, |q| q.known_len());
         let Some(a) = self.active.get_mut(&id) else {
             return;
         };
@@ -33,83 +55,90 @@ impl Engine {
             }
             grammar_done = c.is_finished();
         }
-        let (text, stop_string) = if ends_turn {
-            (String::new(), false)
-        } else {
-            match a.stop.push(&a.decoder.push(s.id)) {
-                StopCheck::Emit(text) => (text, false),
-                StopCheck::Stopped(text) => (text, true),
-            }
-        };
-        let reason = if ends_turn || stop_string || grammar_done {
+        let reason = if ends_turn || grammar_done {
             Some(FinishReason::Stop)
         } else {
             (len >= a.max_len).then_some(FinishReason::Length)
         };
-        let event = TokenEvent {
-            id: s.id,
-            text,
-            logprob: s.logprob,
-            top_logprobs: s.top_logprobs,
+        let info = self.finish_info(id);
+        let msg = OutMsg::Token {
+            id,
+            token: s,
+            ends_turn,
+            info,
         };
-        let sent = a.events.send(GenEvent::Token(event)).is_ok();
-        if stop_string {
-            self.finish(id, FinishReason::Stop, false);
+        if self.output.send(msg).is_some() {
+            // A stop string ended it (the stage sent `Done`).
+            self.stopped_by_text(id);
         } else if let Some(reason) = reason {
             self.finish(id, reason, true);
-        } else if !sent {
-            self.retire(id);
-            self.bump(|st| st.requests_cancelled += 1);
         }
     }
 
-    /// Ends a request and sends `Done`. `flush`: release the text still held back (unless
-    /// it completes a stop string); false after a stop string matched, when the rest is cut.
-    pub(crate) fn finish(&mut self, id: SeqId, mut reason: FinishReason, flush: bool) {
-        let Some(mut a) = self.active.remove(&id) else {
-            return;
-        };
-        let mut trailing = String::new();
-        if flush {
-            // Text the decoder or the stop matcher still holds; it may yet complete a stop string.
-            match a.stop.push(&a.decoder.finish()) {
-                StopCheck::Emit(text) => trailing = text + &a.stop.finish(),
-                StopCheck::Stopped(text) => {
-                    trailing = text;
-                    reason = FinishReason::Stop;
-                }
-            }
+    /// What `Done` reports about `id` as of now.
+    fn finish_info(&self, id: SeqId) -> FinishInfo {
+        let seq = self.scheduler.get(id);
+        let a = self.active.get(&id);
+        FinishInfo {
+            prompt_tokens: a.map_or(0, |a| a.prompt_tokens),
+            cached_tokens: seq.map_or(0, |s| s.cached_tokens),
+            completion_tokens: seq.map_or(0, |s| s.generated_known().len()),
+            time_to_first_token: a.and_then(|a| a.time_to_first_token),
+            draft: a.map(|a| a.draft).unwrap_or_default(),
         }
-        self.forget_draft(id);
-        let seq = self.scheduler.remove(id);
-        self.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
-        let finish = Finish {
+    }
+
+    /// Ends a request and has `Done` sent. `flush`: release the text still held back (unless
+    /// it completes a stop string).
+    pub(crate) fn finish(&mut self, id: SeqId, reason: FinishReason, flush: bool) {
+        if !self.active.contains_key(&id) {
+            return;
+        }
+        let info = self.finish_info(id);
+        self.leave(id);
+        self.output.send(OutMsg::End {
+            id,
             reason,
-            prompt_tokens: a.prompt_tokens,
-            cached_tokens: seq.as_ref().map_or(0, |s| s.cached_tokens),
-            completion_tokens: seq.map_or(0, |s| s.generated().len()),
-            trailing_text: trailing,
-            time_to_first_token: a.time_to_first_token,
-            draft: a.draft,
-        };
-        let _ = a.events.send(GenEvent::Done(finish));
+            flush,
+            info,
+        });
         match reason {
             FinishReason::Cancelled => self.bump(|s| s.requests_cancelled += 1),
             _ => self.bump(|s| s.requests_finished += 1),
         }
     }
 
+    /// A stop string ended `id` in the output stage, which has told its client: the engine lets
+    /// it go (unless it ended another way meanwhile).
+    pub(crate) fn stopped_by_text(&mut self, id: SeqId) {
+        if self.active.contains_key(&id) {
+            self.leave(id);
+            self.bump(|s| s.requests_finished += 1);
+        }
+    }
+
     /// Ends a request with an error event.
     pub(crate) fn fail(&mut self, id: SeqId, message: String) {
-        if let Some(a) = self.active.get(&id) {
-            let _ = a.events.send(GenEvent::Error(message));
+        if self.active.contains_key(&id) {
+            self.output.send(OutMsg::Error { id, message });
+            self.leave(id);
         }
-        self.retire(id);
         self.bump(|s| s.requests_failed += 1);
     }
 
     /// Forgets a request and frees its blocks, sending nothing.
     pub(crate) fn retire(&mut self, id: SeqId) {
+        if self.active.contains_key(&id) {
+            self.output.send(OutMsg::Close { id });
+            self.leave(id);
+        } else {
+            self.forget_draft(id);
+            self.scheduler.remove(id);
+        }
+    }
+
+    /// Takes a request out of the engine: its sequence, blocks and draft state.
+    fn leave(&mut self, id: SeqId) {
         self.forget_draft(id);
         self.scheduler.remove(id);
         if self.active.remove(&id).is_some() {

@@ -138,6 +138,10 @@ impl Scheduler {
             let Some(&id) = self.waiting.front() else {
                 break;
             };
+            // Preempted while its last token was being picked: it waits for that token.
+            if self.seqs.get(&id).is_some_and(|s| s.awaiting > 0) {
+                break;
+            }
             self.take_cached_prefix(id);
             let admitted = match self.next_chunk(id, budget, inputs) {
                 Some(chunk) if self.blocks.grow(id, chunk.start + chunk.len) => Some(chunk),
@@ -185,6 +189,11 @@ impl Scheduler {
     /// decoding sequence with a draft verifies as much of it as the limits allow.
     fn next_chunk(&self, id: SeqId, limit: usize, inputs: usize) -> Option<ScheduledChunk> {
         let seq = self.seqs.get(&id)?;
+        // A sequence at its length limit ends when its last token is known; one whose last
+        // token is still being picked runs nothing but that token (never a prefill with it).
+        if seq.tokens.len() >= seq.max_len || (seq.awaiting > 0 && seq.pending() != 1) {
+            return None;
+        }
         if seq.pending() == 1 && !seq.draft().is_empty() {
             let draft = seq.draft().len().min(limit - 1).min(inputs - 1);
             return Some(ScheduledChunk {
@@ -307,7 +316,40 @@ impl Scheduler {
     /// prefill chunks completed become findable in the prefix cache. Verify chunks are settled
     /// by [`Scheduler::settle_draft`] once their rows are judged.
     pub fn complete(&mut self, plan: &[ScheduledChunk]) {
-        let bs = self.blocks.block_size();
+        self.advance(plan);
+        self.register_computed(plan);
+    }
+
+    /// Records that the plan was launched, before its picks are known: its tokens count as
+    /// computed, and each sequence it picks a token for gets a stand-in for that token
+    /// ([`Sequence::awaiting`]), so that the next step can be planned at once.
+    /// [`Scheduler::resolve`] puts the token in, [`Scheduler::register_computed`] caches the
+    /// prefill blocks once the step has run.
+    pub fn launched(&mut self, plan: &[ScheduledChunk]) {
+        self.advance(plan);
+        for c in plan.iter().filter(|c| c.draft == 0 && c.want_logits) {
+            if let Some(seq) = self.seqs.get_mut(&c.seq) {
+                seq.tokens.push(0);
+                seq.awaiting += 1;
+            }
+        }
+    }
+
+    /// Puts the token a launched step picked in place of `id`'s oldest stand-in. False when
+    /// the sequence is gone or awaits nothing (the row is stale: its request ended meanwhile).
+    pub fn resolve(&mut self, id: SeqId, token: u32) -> bool {
+        match self.seqs.get_mut(&id) {
+            Some(seq) if seq.awaiting > 0 => {
+                let at = seq.tokens.len() - seq.awaiting;
+                seq.tokens[at] = token;
+                seq.awaiting -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn advance(&mut self, plan: &[ScheduledChunk]) {
         for c in plan.iter().filter(|c| c.draft == 0) {
             let Some(seq) = self.seqs.get_mut(&c.seq) else {
                 continue;
@@ -315,8 +357,21 @@ impl Scheduler {
             seq.num_computed = seq.num_computed.max(c.start + c.len);
             if c.len >= 2 && c.start == seq.prefill_upto {
                 seq.prefill_upto = c.start + c.len;
-                self.blocks
-                    .cache_computed(c.seq, &seq.tokens, seq.prefill_upto / bs);
+            }
+        }
+    }
+
+    /// Makes the blocks the plan's prefill chunks completed findable in the prefix cache, for
+    /// the sequences that still hold them (one preempted or removed since has given them up).
+    pub fn register_computed(&mut self, plan: &[ScheduledChunk]) {
+        let bs = self.blocks.block_size();
+        for c in plan.iter().filter(|c| c.draft == 0 && c.len >= 2) {
+            let end = c.start + c.len;
+            match self.seqs.get(&c.seq) {
+                Some(seq) if seq.prefill_upto >= end => {
+                    self.blocks.cache_computed(c.seq, &seq.tokens, end / bs)
+                }
+                _ => {}
             }
         }
     }

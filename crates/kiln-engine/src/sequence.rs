@@ -20,6 +20,11 @@ pub struct Sequence {
     /// The tokens of the next verify step: the last token, then the drafted ones after it
     /// (empty: no draft).
     pub verify: Vec<u32>,
+    /// Trailing tokens that are stand-ins for the picks of launched steps, not yet known here
+    /// (two when a step was launched before the one before it finished).
+    pub awaiting: usize,
+    /// Length at which the sequence ends (it is not decoded past it).
+    pub max_len: usize,
 }
 
 impl Sequence {
@@ -32,6 +37,8 @@ impl Sequence {
             prefill_upto: 0,
             cached_tokens: 0,
             verify: Vec::new(),
+            awaiting: 0,
+            max_len: usize::MAX,
         }
     }
 
@@ -41,6 +48,16 @@ impl Sequence {
 
     pub fn generated(&self) -> &[u32] {
         &self.tokens[self.prompt_len..]
+    }
+
+    /// Tokens known so far: every token but the stand-ins awaiting their picks.
+    pub fn known_len(&self) -> usize {
+        self.tokens.len() - self.awaiting
+    }
+
+    /// The generated tokens known so far.
+    pub fn generated_known(&self) -> &[u32] {
+        &self.tokens[self.prompt_len..self.known_len().max(self.prompt_len)]
     }
 
     /// Tokens still to run through the model before the next token can be sampled.

@@ -26,6 +26,12 @@ pub struct EngineConfig {
     /// Keep computed prompt blocks for later requests that start with the same tokens
     /// (`KILN_PREFIX_CACHE=0` turns it off too).
     pub prefix_cache: bool,
+    /// Plan and launch each step while the backend's device runs the one before, when the
+    /// backend can (`KILN_OVERLAP=0` turns it off too).
+    pub overlap: bool,
+    /// Detokenise, match stop strings and send events on a thread of their own
+    /// (`KILN_OUTPUT_THREAD=0` turns it off too).
+    pub output_thread: bool,
 }
 
 impl Default for EngineConfig {
@@ -37,6 +43,8 @@ impl Default for EngineConfig {
             max_queue: 1024,
             max_context: 4096,
             prefix_cache: true,
+            overlap: true,
+            output_thread: true,
         }
     }
 }
@@ -96,6 +104,9 @@ pub struct EngineStats {
 #[derive(Debug, Default)]
 pub(crate) struct Shared {
     pub stats: Mutex<EngineStats>,
+    pub timings: crate::step_timing::StepTimings,
+    /// Whether the engine overlaps steps (set once, at start).
+    pub overlap: AtomicBool,
     /// Submitted and not yet finished.
     pub in_flight: AtomicUsize,
     pub shutting_down: AtomicBool,

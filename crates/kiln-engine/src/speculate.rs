@@ -67,6 +67,7 @@ impl Engine {
             if !self.active.contains_key(&id) {
                 break;
             }
+            self.scheduler.push_token(id, s.id);
             self.accept(id, s);
         }
     }

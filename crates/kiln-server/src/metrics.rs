@@ -201,6 +201,68 @@ impl Metrics {
     }
 }
 
+/// The engine's step timings as one Prometheus histogram labelled by phase, with the rows and
+/// tokens its steps ran and whether steps overlap.
+pub fn render_step_timings(t: &kiln_engine::StepTimingSnapshot) -> String {
+    let mut out = String::new();
+    let name = "kiln_engine_step_phase_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Seconds per engine step in each phase: host work (admit, schedule, launch, \
+         sample, output), waiting for the device (wait), and the device's own busy and idle time \
+         when the backend measures them.\n# TYPE {name} histogram"
+    );
+    for p in &t.phases {
+        let phase = p.phase.name();
+        let mut cumulative = 0;
+        for (i, c) in p.counts.iter().enumerate() {
+            cumulative += c;
+            let le = t
+                .bounds
+                .get(i)
+                .map_or("+Inf".to_string(), |b| b.to_string());
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{phase=\"{phase}\",le=\"{le}\"}} {cumulative}"
+            );
+        }
+        let _ = writeln!(out, "{name}_sum{{phase=\"{phase}\"}} {}", p.sum_s);
+        let _ = writeln!(out, "{name}_count{{phase=\"{phase}\"}} {cumulative}");
+    }
+    for (metric, help, kind, value) in [
+        (
+            "kiln_engine_steps_launched_total",
+            "Engine steps launched.",
+            "counter",
+            t.steps,
+        ),
+        (
+            "kiln_engine_step_rows_total",
+            "Logits rows of the steps launched.",
+            "counter",
+            t.rows,
+        ),
+        (
+            "kiln_engine_step_tokens_total",
+            "Tokens of the steps launched (prompt chunks and decode rows).",
+            "counter",
+            t.tokens,
+        ),
+        (
+            "kiln_engine_overlap",
+            "1 when the engine plans and launches each step while the device runs the one before.",
+            "gauge",
+            t.overlap as u64,
+        ),
+    ] {
+        let _ = writeln!(
+            out,
+            "# HELP {metric} {help}\n# TYPE {metric} {kind}\n{metric} {value}"
+        );
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -256,6 +318,58 @@ mod tests {
         assert_eq!(sample(&text, "kiln_time_to_first_token_seconds_count"), 5.0);
         assert!((sample(&text, "kiln_time_to_first_token_seconds_sum") - 200.063).abs() < 1e-9);
         assert_eq!(m.time_to_first_token.count(), 5);
+    }
+
+    #[test]
+    fn step_timings_render_as_one_histogram_per_phase() {
+        use kiln_engine::{Phase, PhaseTiming, StepTimingSnapshot};
+        let bounds: &'static [f64] = &[0.001, 0.01];
+        let t = StepTimingSnapshot {
+            bounds,
+            phases: vec![
+                PhaseTiming {
+                    phase: Phase::Schedule,
+                    counts: vec![3, 1, 0],
+                    sum_s: 0.012,
+                },
+                PhaseTiming {
+                    phase: Phase::DeviceBusy,
+                    counts: vec![0, 2, 2],
+                    sum_s: 0.5,
+                },
+            ],
+            steps: 4,
+            rows: 128,
+            tokens: 300,
+            overlap: true,
+        };
+        let text = render_step_timings(&t);
+        let h = "kiln_engine_step_phase_seconds";
+        assert_eq!(
+            sample(
+                &text,
+                &format!("{h}_bucket{{phase=\"schedule\",le=\"0.01\"}}")
+            ),
+            4.0
+        );
+        assert_eq!(
+            sample(
+                &text,
+                &format!("{h}_bucket{{phase=\"device_busy\",le=\"+Inf\"}}")
+            ),
+            4.0
+        );
+        assert_eq!(
+            sample(&text, &format!("{h}_sum{{phase=\"device_busy\"}}")),
+            0.5
+        );
+        assert_eq!(sample(&text, "kiln_engine_step_rows_total"), 128.0);
+        assert_eq!(sample(&text, "kiln_engine_overlap"), 1.0);
+        assert_eq!(
+            text.matches("# TYPE kiln_engine_step_phase_seconds")
+                .count(),
+            1
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@ use anyhow::{bail, Result};
 
 use crate::adjust::{adjust_row, RowAdjust, StepAdjust};
 use crate::chunk::{ChunkInput, KvGeometry, StepCapacity};
+use crate::pipeline::{DeviceTiming, Feed, Launched};
 use crate::sampling::{choose, sample_row, sample_rows, RowSampling, SampleError, Sampled};
 
 /// What a step must return for its logits rows (one per chunk with `want_logits`, in chunk
@@ -135,6 +136,38 @@ pub trait Backend: Send {
             return Ok(());
         }
         bail!("this backend keeps no host copies of KV blocks")
+    }
+
+    /// Whether [`Backend::launch`] returns before the step has run, so that the host can
+    /// prepare the next step while the device works. Such a backend answers `launch` and
+    /// `collect`; the others only `step`.
+    fn pipelined(&self) -> bool {
+        false
+    }
+
+    /// Queues a step like [`Backend::step`] and returns at once; [`Backend::collect`] gives its
+    /// answer. `feeds`: inputs whose token is the pick of a row of the step launched before
+    /// this one (which must have said `feeds_next`), their tokens in `chunks` being stand-ins.
+    /// At most two launched steps wait to be collected at a time. Nothing runs when the step
+    /// is malformed.
+    fn launch(
+        &mut self,
+        _chunks: &[ChunkInput<'_>],
+        _want: Want<'_>,
+        _feeds: &[Feed],
+    ) -> Result<Launched> {
+        bail!("this backend runs steps only as a whole (step)")
+    }
+
+    /// The answer of the oldest launched step, waiting for the device if it is still running.
+    fn collect(&mut self) -> Result<StepOutput> {
+        bail!("this backend runs steps only as a whole (step)")
+    }
+
+    /// How long the device spent on the step last finished (by `step` or `collect`), when the
+    /// backend measures it; taken once.
+    fn device_timing(&mut self) -> Option<DeviceTiming> {
+        None
     }
 
     /// The step's logits rows: `step` with [`Want::Logits`].

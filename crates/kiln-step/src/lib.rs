@@ -8,12 +8,14 @@ pub mod adjust;
 mod backend;
 pub mod chunk;
 pub mod par;
+pub mod pipeline;
 pub mod sampling;
 pub mod sampling_weights;
 
 pub use adjust::{adjust_row, RowAdjust, StepAdjust, TokenSet};
 pub use backend::{Backend, BlockCopy, StepOutput, Want};
 pub use chunk::{ChunkInput, KvGeometry, StepCapacity, StepLimits};
+pub use pipeline::{DeviceTiming, Feed, Launched, OwnedWant, RunAtLaunch};
 pub use sampling::{
     sample_row, sample_rows, RowSampling, SampleError, Sampled, MAX_DEVICE_TOP_LOGPROBS,
 };

@@ -55,6 +55,10 @@ pub struct ServeArgs {
     /// requests that began with the same tokens (`KILN_PREFIX_CACHE=0` does the same).
     #[arg(long)]
     pub no_prefix_cache: bool,
+    /// Finish each engine step before planning the next, instead of planning and launching it
+    /// while the GPU runs the one before (`KILN_OVERLAP=0` does the same). For A/B runs.
+    #[arg(long)]
+    pub no_overlap: bool,
     /// Largest request body in bytes; larger ones get HTTP 413.
     #[arg(long, default_value_t = 8 * 1024 * 1024)]
     pub max_body_bytes: usize,
@@ -131,6 +135,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         max_queue: args.max_queue,
         max_context: max_context(&args, model.config.max_position)?,
         prefix_cache: !args.no_prefix_cache,
+        overlap: !args.no_overlap,
+        output_thread: true,
     };
     // The GPU backend sizes its step buffers from the engine's limits.
     let inputs = args.draft.inputs_per_seq();

@@ -43,6 +43,8 @@ pub fn config() -> EngineConfig {
         max_queue: 64,
         max_context: 1024,
         prefix_cache: true,
+        overlap: true,
+        output_thread: true,
     }
 }
 

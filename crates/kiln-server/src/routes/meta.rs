@@ -155,7 +155,10 @@ pub async fn metrics(State(st): State<Arc<AppState>>) -> Response {
             counter: true,
         },
     ];
-    let text = st.metrics.render(&gauges);
+    let mut text = st.metrics.render(&gauges);
+    text.push_str(&crate::metrics::render_step_timings(
+        &st.engine.step_timings(),
+    ));
     (
         [(
             header::CONTENT_TYPE,

@@ -43,6 +43,8 @@ pub fn engine_config() -> EngineConfig {
         max_queue: 64,
         max_context: MAX_CONTEXT,
         prefix_cache: true,
+        overlap: true,
+        output_thread: true,
     }
 }
 

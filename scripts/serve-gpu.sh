@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The server on the GPU under the recorded serving workload (scripts/serve_load.py: unique 400-word
+# prompts, 128 tokens, streamed /v1/completions) at 1 / 32 / 128 / 256 clients, with the engine's
+# step overlap on and off (KILN_OVERLAP=0), then 128 clients at other --max-batched-tokens values.
+# Before the loads, `kiln bench` decode at batch 1 and 128 for the ratios; with each server, an
+# exactness check (overlap on and off give the same output; concurrent requests what they give
+# alone). For each load, the engine's per-step split from /metrics: device busy and idle (CUDA
+# events) against the host's phases (admit, schedule, launch, sample, output) and the time it
+# waited for the device. About 4 minutes; logs and serve-results.json under $OUT, summary last.
+#
+# Usage: scripts/serve-gpu.sh [MODEL]   (default dummy:llama3-8b; a .gguf path or HF folder)
+# Needs the binary scripts/build-gpu-carry.sh leaves in .carry/ (unpacked here if compressed),
+# python3 with aiohttp.
+# Environment: OUT (./serve-gpu-out), KILN_BIN (.carry/bin/kiln), PORT (8012), MAX_SEQS (256),
+#   LEVELS ("1:4 32:64 128:256 256:512", clients:requests), BUDGETS ("1024 4096 8192", the sweep at
+#   SWEEP_CLIENTS=128; "" for none), PROMPT_WORDS (400), MAX_TOKENS (128), BENCH (1; 0 skips it).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export OUT="${OUT:-$PWD/serve-gpu-out}"
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export KILN_KERNEL_CACHE="${KILN_KERNEL_CACHE:-/tmp/kiln-kernel-cache}"
+[ -f .carry/bin/kiln.xz ] && [ ! -f .carry/bin/kiln ] && xz -dk .carry/bin/kiln.xz
+python3 -c "import aiohttp" 2>/dev/null || { echo "serve_load.py needs aiohttp (pip install aiohttp)" >&2; exit 1; }
+timeout 420 python3 scripts/serve_gpu.py "${1:-dummy:llama3-8b}" 2>&1 | tee "$OUT/serve-gpu.log"
+exit "${PIPESTATUS[0]}"
