@@ -6,14 +6,16 @@
 # exactness check (overlap on and off give the same output; concurrent requests what they give
 # alone). For each load, the engine's per-step split from /metrics: device busy and idle (CUDA
 # events) against the host's phases (admit, schedule, launch, sample, output) and the time it
-# waited for the device. About 4 minutes; logs and serve-results.json under $OUT, summary last.
+# waited for the device. About 5 minutes (under 6); logs, serve-results.json and summary.txt under
+# $OUT, the summary printed last. In one GPU call: scripts/gpu-run.sh serve:360.
 #
 # Usage: scripts/serve-gpu.sh [MODEL]   (default dummy:llama3-8b; a .gguf path or HF folder)
 # Needs the binary scripts/build-gpu-carry.sh leaves in .carry/ (unpacked here if compressed),
 # python3 with aiohttp.
 # Environment: OUT (./serve-gpu-out), KILN_BIN (.carry/bin/kiln), PORT (8012), MAX_SEQS (256),
 #   LEVELS ("1:4 32:64 128:256 256:512", clients:requests), BUDGETS ("1024 4096 8192", the sweep at
-#   SWEEP_CLIENTS=128; "" for none), PROMPT_WORDS (400), MAX_TOKENS (128), BENCH (1; 0 skips it).
+#   SWEEP_CLIENTS=128; "" for none), PROMPT_WORDS (400), MAX_TOKENS (128), BENCH (1; 0 skips it),
+#   BUDGET_S (330: sweep servers that would start later are skipped).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OUT="${OUT:-$PWD/serve-gpu-out}"
@@ -22,5 +24,5 @@ export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PAT
 export KILN_KERNEL_CACHE="${KILN_KERNEL_CACHE:-/tmp/kiln-kernel-cache}"
 [ -f .carry/bin/kiln.xz ] && [ ! -f .carry/bin/kiln ] && xz -dk .carry/bin/kiln.xz
 python3 -c "import aiohttp" 2>/dev/null || { echo "serve_load.py needs aiohttp (pip install aiohttp)" >&2; exit 1; }
-timeout 420 python3 scripts/serve_gpu.py "${1:-dummy:llama3-8b}" 2>&1 | tee "$OUT/serve-gpu.log"
+timeout 350 python3 scripts/serve_gpu.py "${1:-dummy:llama3-8b}" 2>&1 | tee "$OUT/serve-gpu.log"
 exit "${PIPESTATUS[0]}"

@@ -33,6 +33,8 @@ SWEEP_CLIENTS = int(os.environ.get("SWEEP_CLIENTS", "128"))
 WORDS = int(os.environ.get("PROMPT_WORDS", "400"))
 MAX_TOKENS = int(os.environ.get("MAX_TOKENS", "128"))
 BENCH = os.environ.get("BENCH", "1") != "0"
+# Seconds the whole run may take: sweep servers that would start past it less 40 s are skipped.
+BUDGET_S = float(os.environ.get("BUDGET_S", "330"))
 URL = f"http://127.0.0.1:{PORT}"
 PHASES = ["admit", "schedule", "launch", "wait", "sample", "output", "device_busy", "device_idle"]
 HOST = ["admit", "schedule", "launch", "sample", "output"]
@@ -223,6 +225,9 @@ def main():
             srv.stop()
     for budget in SWEEP:
         name = f"budget-{budget}"
+        if time.time() - T0 > BUDGET_S - 40:
+            log(f"{name}: skipped, out of time")
+            continue
         srv = Server(name, {}, ["--max-batched-tokens", str(budget)])
         try:
             r = load(f"{name} c={SWEEP_CLIENTS}", SWEEP_CLIENTS, 2 * SWEEP_CLIENTS)
@@ -271,7 +276,10 @@ def main():
         json.dump({"date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": commit, "model": MODEL,
                    "notes": f"scripts/serve-gpu.sh: serve_load.py, {WORDS}-word prompts, {MAX_TOKENS} tokens, "
                             f"--max-num-seqs {MAX_SEQS}", "rows": rows}, f, indent=1)
-    print("\n".join(["", f"serve-gpu summary ({time.time() - T0:.0f} s, model {MODEL}, commit {commit})"] + lines), flush=True)
+    summary = "\n".join([f"serve-gpu summary ({time.time() - T0:.0f} s, model {MODEL}, commit {commit})"] + lines)
+    with open(os.path.join(OUT, "summary.txt"), "w") as f:
+        f.write(summary + "\n")
+    print("\n" + summary, flush=True)
     sys.exit(0 if ok and all(r["errors"] == 0 for r in results) else 1)
 
 
