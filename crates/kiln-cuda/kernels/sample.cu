@@ -455,18 +455,22 @@ __device__ void top_tokens(const float* row, int vocab, int n, SmpShared& s) {
     __syncthreads();
 }
 
-// ---- adjusted rows: a client's logit bias and a grammar's allowed tokens ----
+// ---- adjusted rows: penalties, a client's logit bias and a grammar's allowed tokens ----
 
 // Per adjusted row, SMP_ADJ_WORDS words: its logits row, its mask (-1: none, else the index of
 // its (vocab + 31) / 32 words in `masks`, bit i % 32 of word i / 32 = token i allowed), its first
-// bias entry and how many. As kiln_step::adjust_row: each biased token gets its value added (one
-// f32 addition), each token outside the mask becomes -inf. Bias ids are distinct.
-#define SMP_ADJ_WORDS 4
+// bias entry and how many, its first penalty entry and how many, and the repetition, presence and
+// frequency penalties (f32 bits). Penalty entries are (token, times generated) pairs. As
+// kiln_step::adjust_row: each penalised token gets Penalty::apply (the repetition penalty, one
+// f32 division or multiplication, then one subtraction of presence + frequency * times), then
+// each biased token its value added (one f32 addition), and each token outside the mask becomes
+// -inf. Bias ids are distinct, penalty ids too.
+#define SMP_ADJ_WORDS 9
 
 extern "C" __global__ void __launch_bounds__(SMP_THREADS, 1)
     adjust_rows(const float* __restrict__ logits, float* __restrict__ adjusted, const int* __restrict__ plan,
                 const u32* __restrict__ masks, const int* __restrict__ bias_ids, const float* __restrict__ bias_vals,
-                int n, int vocab) {
+                const int* __restrict__ penalties, int n, int vocab) {
     pdl_enter();
     const int words = (vocab + 31) / 32;
     for (int r = blockIdx.x; r < n; r += gridDim.x) {
@@ -479,10 +483,22 @@ extern "C" __global__ void __launch_bounds__(SMP_THREADS, 1)
             dst[i] = ok ? src[i] : KILN_NEG_INF;
         }
         __syncthreads();
+        const float rep = __int_as_float(p[6]), pres = __int_as_float(p[7]), freq = __int_as_float(p[8]);
+        for (int e = threadIdx.x; e < p[5]; e += SMP_THREADS) {
+            const int id = penalties[2 * (p[4] + e)], times = penalties[2 * (p[4] + e) + 1];
+            const bool ok = id >= 0 && id < vocab && (m == nullptr || ((m[id >> 5] >> (id & 31)) & 1u));
+            if (!ok) continue;
+            float l = src[id];
+            if (rep != 1.f) l = l > 0.f ? __fdiv_rn(l, rep) : __fmul_rn(l, rep);
+            if (times > 0 && (pres != 0.f || freq != 0.f))
+                l = __fsub_rn(l, __fadd_rn(pres, __fmul_rn(freq, __int2float_rn(times))));
+            dst[id] = l;
+        }
+        __syncthreads();
         for (int e = threadIdx.x; e < p[3]; e += SMP_THREADS) {
             const int id = bias_ids[p[2] + e];
             const bool ok = id >= 0 && id < vocab && (m == nullptr || ((m[id >> 5] >> (id & 31)) & 1u));
-            if (ok) dst[id] = __fadd_rn(src[id], bias_vals[p[2] + e]);
+            if (ok) dst[id] = __fadd_rn(dst[id], bias_vals[p[2] + e]);
         }
         __syncthreads();
     }

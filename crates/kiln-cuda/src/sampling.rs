@@ -2,7 +2,7 @@
 //! words, one CTA per row, and only the chosen ids and log-probabilities copied back.
 
 use anyhow::Result;
-use kiln_step::{RowAdjust, RowSampling, MAX_DEVICE_TOP_LOGPROBS};
+use kiln_step::{Penalty, RowAdjust, RowSampling, MAX_DEVICE_TOP_LOGPROBS};
 use kiln_step::{SampleError, Sampled};
 
 use crate::device::{Arg, DevBuf, Gpu, PinnedBuf};
@@ -40,17 +40,22 @@ pub fn pack_params(rows: &[RowSampling], vocab: usize, out: &mut [i32]) {
 }
 
 /// Words of one adjusted row's plan (SMP_ADJ_WORDS in sample.cu).
-pub const ADJ_WORDS: usize = 4;
+pub const ADJ_WORDS: usize = 9;
 
 /// Where each adjusted row's inputs lie, as adjust_rows reads them: the rows that change
-/// (identity adjustments are skipped), their masks' words and their bias entries, packed.
+/// (identity adjustments are skipped), their masks' words, their penalty and bias entries,
+/// packed.
 #[derive(Debug, Default, PartialEq)]
 pub struct AdjustPack {
-    /// ADJ_WORDS per adjusted row: logits row, mask index (-1: none), first bias, bias count.
+    /// ADJ_WORDS per adjusted row: logits row, mask index (-1: none), first bias, bias count,
+    /// first penalty entry, penalty entries, and the repetition, presence and frequency
+    /// penalties (f32 bits).
     pub plan: Vec<i32>,
     pub masks: Vec<u32>,
     pub bias_ids: Vec<i32>,
     pub bias_vals: Vec<f32>,
+    /// Two words per penalty entry: the token, how often it was generated.
+    pub penalties: Vec<i32>,
     /// For each logits row, its adjusted copy's index (-1: sampled from the raw row).
     pub copy_of_row: Vec<i32>,
 }
@@ -77,14 +82,26 @@ impl AdjustPack {
                 }
                 None => -1,
             };
+            let none = Penalty {
+                repetition: 1.0,
+                ..Penalty::default()
+            };
+            let pen = a.penalty.as_deref().unwrap_or(&none);
             p.plan.extend([
                 row as i32,
                 mask,
                 p.bias_ids.len() as i32,
                 a.bias.len() as i32,
+                (p.penalties.len() / 2) as i32,
+                pen.tokens.len() as i32,
+                pen.repetition.to_bits() as i32,
+                pen.presence.to_bits() as i32,
+                pen.frequency.to_bits() as i32,
             ]);
             p.bias_ids.extend(a.bias.iter().map(|b| b.0 as i32));
             p.bias_vals.extend(a.bias.iter().map(|b| b.1));
+            p.penalties
+                .extend(pen.tokens.iter().flat_map(|&(t, n)| [t as i32, n as i32]));
         }
         p
     }
@@ -196,6 +213,7 @@ impl Gpu {
         masks: u64,
         bias_ids: u64,
         bias_vals: u64,
+        penalties: u64,
         n: usize,
         vocab: usize,
     ) -> Result<()> {
@@ -215,6 +233,7 @@ impl Gpu {
                 Arg::Ptr(masks),
                 Arg::Ptr(bias_ids),
                 Arg::Ptr(bias_vals),
+                Arg::Ptr(penalties),
                 Arg::I32(n as i32),
                 Arg::I32(vocab as i32),
             ],
@@ -263,6 +282,7 @@ struct AdjustBuffers {
     masks: Staged<u32>,
     bias_ids: Staged<i32>,
     bias_vals: Staged<f32>,
+    penalties: Staged<i32>,
 }
 
 impl AdjustBuffers {
@@ -277,7 +297,18 @@ impl AdjustBuffers {
         let masks = self.masks.upload(gpu, &pack.masks)?;
         let ids = self.bias_ids.upload(gpu, &pack.bias_ids)?;
         let vals = self.bias_vals.upload(gpu, &pack.bias_vals)?;
-        gpu.adjust_rows(logits, rows, plan, masks, ids, vals, pack.rows(), vocab)?;
+        let pens = self.penalties.upload(gpu, &pack.penalties)?;
+        gpu.adjust_rows(
+            logits,
+            rows,
+            plan,
+            masks,
+            ids,
+            vals,
+            pens,
+            pack.rows(),
+            vocab,
+        )?;
         Ok(rows)
     }
 
@@ -287,6 +318,7 @@ impl AdjustBuffers {
             + self.masks.bytes()
             + self.bias_ids.bytes()
             + self.bias_vals.bytes()
+            + self.penalties.bytes()
     }
 }
 
@@ -320,6 +352,7 @@ impl SamplingBuffers {
                 masks: Staged::new(),
                 bias_ids: Staged::new(),
                 bias_vals: Staged::new(),
+                penalties: Staged::new(),
             },
         })
     }

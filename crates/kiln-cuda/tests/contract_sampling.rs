@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use kiln_cuda::sampling::{pack_params, unpack, SamplingBuffers, OUT_WORDS, PARAM_WORDS};
 use kiln_step::sampling::{sample_row, SampleError, Sampled};
-use kiln_step::{RowAdjust, RowSampling, StepAdjust, StepOutput, TokenSet, Want};
+use kiln_step::{Penalty, RowAdjust, RowSampling, StepAdjust, StepOutput, TokenSet, Want};
 
 /// Log-probabilities: the device's f64 log-sum-exp sums in another order than the host's.
 const LOGPROB_ATOL: f64 = 2e-5;
@@ -216,13 +216,32 @@ fn adjust_of(rng: &mut Rng, vocab: usize) -> Option<RowAdjust> {
         }
         Arc::new(set)
     });
+    // Penalties on about half the rows: some of the tokens, seen in the prompt only (0) or
+    // generated up to three times, with and without each kind of penalty.
+    let penalty = (rng.below(2) == 0).then(|| {
+        let mut ids: Vec<u32> = (0..1 + rng.below(60))
+            .map(|_| rng.below(vocab) as u32)
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        Arc::new(Penalty {
+            repetition: [1.0, 1.3, 0.7][rng.below(3)],
+            presence: [0.0, 0.5, -1.5][rng.below(3)],
+            frequency: [0.0, 0.25, 2.0][rng.below(3)],
+            tokens: ids
+                .into_iter()
+                .map(|id| (id, rng.below(4) as u32))
+                .collect(),
+        })
+    });
     Some(RowAdjust {
         bias: bias.into(),
         allowed,
+        penalty,
     })
 }
 
-/// Adjusted rows (logit bias, grammar masks) on the device give the host's `adjust_row` then
+/// Adjusted rows (penalties, logit bias, grammar masks) on the device give the host's `adjust_row` then
 /// `choose` picks exactly, with the raw rows' log-probabilities; unadjusted rows in the same
 /// batch are untouched by their neighbours' adjustments.
 #[test]

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use kiln_step::{RowAdjust, RowSampling, MAX_DEVICE_TOP_LOGPROBS};
+use kiln_step::{Penalty, RowAdjust, RowSampling, MAX_DEVICE_TOP_LOGPROBS};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::request::{DraftCounts, GenEvent, GenerateRequest};
@@ -32,6 +32,9 @@ pub(crate) struct Active {
     pub draft: DraftCounts,
     /// The request's logit bias, shared by every row that samples for it.
     pub bias: Arc<[(u32, f32)]>,
+    /// Its penalties over the tokens so far (None: it has none), kept up to date token by token
+    /// so that a step hands them to the backend without reading the whole history.
+    pub penalty: Option<Penalty>,
 }
 
 impl Active {
@@ -47,26 +50,27 @@ impl Active {
         p.temperature <= 0.0 && !p.has_penalties() && self.req.logprobs.is_none() && !self.adjusts()
     }
 
-    /// Whether its logits are changed before sampling (a logit bias, a grammar).
+    /// Whether its logits are changed before sampling (penalties, a logit bias, a grammar).
     pub fn adjusts(&self) -> bool {
-        !self.bias.is_empty() || self.req.constraint.is_some()
+        !self.bias.is_empty() || self.req.constraint.is_some() || self.penalty.is_some()
     }
 
-    /// The row adjustment known before any grammar mask: the bias alone.
-    pub fn bias_only(&self) -> Option<RowAdjust> {
-        (!self.bias.is_empty()).then(|| RowAdjust {
+    /// The row adjustment known before any grammar mask: the penalties and the bias.
+    pub fn fixed_adjust(&self) -> Option<RowAdjust> {
+        (!self.bias.is_empty() || self.penalty.is_some()).then(|| RowAdjust {
             bias: self.bias.clone(),
             allowed: None,
+            penalty: self.penalty.clone().map(Arc::new),
         })
     }
 
-    /// How the backend may sample this request's next token, unless it needs the host
-    /// (penalties read the sequence's history).
+    /// How the backend may sample this request's next token (its penalties go with the row's
+    /// adjustment), unless it needs the host: more log-probabilities than a device computes.
     /// `index`: the draw index of the token (how many the request has generated before it).
     pub fn device_row(&self, index: usize) -> Option<RowSampling> {
         let p = &self.req.sampling;
         let top = self.req.logprobs.unwrap_or(0);
-        if p.has_penalties() || top > MAX_DEVICE_TOP_LOGPROBS {
+        if top > MAX_DEVICE_TOP_LOGPROBS {
             return None;
         }
         Some(RowSampling {

@@ -28,6 +28,12 @@ fn device_argmax_enabled() -> bool {
     std::env::var("KILN_DEVICE_ARGMAX").map_or(true, |v| v != "0")
 }
 
+/// Set `KILN_DEVICE_PENALTIES=0` to sample penalised rows on the host from their logits (with
+/// every other row of their steps), as before penalties went to the backend with the row.
+fn device_penalties_enabled() -> bool {
+    std::env::var("KILN_DEVICE_PENALTIES").map_or(true, |v| v != "0")
+}
+
 /// Set `KILN_PREFIX_CACHE=0` to turn the prefix cache off whatever the configuration says.
 fn prefix_cache_enabled() -> bool {
     std::env::var("KILN_PREFIX_CACHE").map_or(true, |v| v != "0")
@@ -58,6 +64,7 @@ pub(crate) struct Engine {
     /// Consecutive steps that ran nothing although requests were waiting.
     pub(crate) idle_steps: u32,
     pub(crate) device_argmax: bool,
+    pub(crate) device_penalties: bool,
     /// Speculative decoding: who drafts and how far (None: plain decoding).
     pub(crate) drafting: Option<(Box<dyn Drafter>, DraftConfig)>,
     /// The next step is planned and launched while the device runs the one before.
@@ -111,6 +118,7 @@ impl Engine {
             stopping: false,
             idle_steps: 0,
             device_argmax: device_argmax_enabled(),
+            device_penalties: device_penalties_enabled(),
             drafting: drafting.filter(|_| crate::draft::enabled_by_env()),
             overlap,
             in_flight: None,
@@ -247,6 +255,13 @@ impl Engine {
             draft_misses: 0,
             draft: Default::default(),
             bias: s.req.sampling.logit_bias.clone().into(),
+            penalty: s.req.sampling.has_penalties().then(|| {
+                let history = sampler::History {
+                    prompt: self.scheduler.get(s.id).map_or(&[][..], |q| q.prompt()),
+                    generated: &[],
+                };
+                sampler::penalty_of(&s.req.sampling, history)
+            }),
             req: s.req,
         };
         self.active.insert(s.id, active);

@@ -44,6 +44,9 @@ impl Engine {
         if a.time_to_first_token.is_none() {
             a.time_to_first_token = Some(a.submitted.elapsed().as_secs_f64());
         }
+        if let Some(p) = a.penalty.as_mut() {
+            p.push_generated(s.id);
+        }
         let ends_turn = (!a.req.ignore_eos && self.tokenizer.eos_ids().contains(&s.id))
             || a.req.stop_token_ids.contains(&s.id);
         // The grammar takes every token that is output; once complete, the request ends.

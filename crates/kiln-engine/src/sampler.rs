@@ -6,7 +6,7 @@
 
 use kiln_step::sampling::{choose, RowSampling};
 pub use kiln_step::sampling::{sample_row, splitmix64, uniform, SampleError, Sampled};
-use kiln_step::{adjust_row, RowAdjust};
+use kiln_step::{adjust_row, Penalty, RowAdjust};
 
 use crate::request::SamplingParams;
 
@@ -33,7 +33,8 @@ pub fn sample(
 }
 
 /// [`sample`] with `adjust` (a logit bias and a grammar's allowed set) applied after the
-/// penalties.
+/// penalties. An `adjust` that carries the penalties ([`RowAdjust::penalty`], from
+/// [`penalty_of`]) applies them itself.
 pub fn sample_adjusted(
     logits: &[f32],
     params: &SamplingParams,
@@ -43,8 +44,9 @@ pub fn sample_adjusted(
     logprobs: Option<usize>,
     adjust: Option<&RowAdjust>,
 ) -> Result<Sampled, SampleError> {
+    let carried = adjust.is_some_and(|a| a.penalty.is_some());
     let penalised;
-    let mut adjusted: &[f32] = if params.has_penalties() {
+    let mut adjusted: &[f32] = if params.has_penalties() && !carried {
         penalised = apply_penalties(logits, params, history)?;
         &penalised
     } else {
@@ -66,8 +68,19 @@ pub fn sample_adjusted(
     choose(logits, adjusted, &row)
 }
 
-/// Repetition penalty over prompt and generated tokens (as Hugging Face and vLLM do); presence
-/// and frequency penalties over generated tokens only (as OpenAI defines them).
+/// The penalties of `p` over `history`: repetition over prompt and generated tokens (as
+/// Hugging Face and vLLM do), presence and frequency over generated tokens only (as OpenAI
+/// defines them).
+pub fn penalty_of(p: &SamplingParams, history: History<'_>) -> Penalty {
+    Penalty::of_history(
+        p.repetition_penalty,
+        p.presence_penalty,
+        p.frequency_penalty,
+        history.prompt,
+        history.generated,
+    )
+}
+
 fn apply_penalties(
     logits: &[f32],
     p: &SamplingParams,
@@ -79,29 +92,10 @@ fn apply_penalties(
         return Err(SampleError::TokenOutOfRange { id, vocab });
     }
     let mut out = logits.to_vec();
-    if p.repetition_penalty != 1.0 {
-        let mut seen = vec![false; logits.len()];
-        for &t in all {
-            let t = t as usize;
-            if !seen[t] {
-                seen[t] = true;
-                let l = out[t];
-                out[t] = if l > 0.0 {
-                    l / p.repetition_penalty
-                } else {
-                    l * p.repetition_penalty
-                };
-            }
-        }
-    }
-    if p.presence_penalty != 0.0 || p.frequency_penalty != 0.0 {
-        let mut counts = std::collections::HashMap::<u32, u32>::new();
-        for &t in history.generated {
-            *counts.entry(t).or_default() += 1;
-        }
-        for (t, c) in counts {
-            out[t as usize] -= p.presence_penalty + p.frequency_penalty * c as f32;
-        }
+    let penalty = penalty_of(p, history);
+    for &(id, generated) in &penalty.tokens {
+        let l = &mut out[id as usize];
+        *l = penalty.apply(*l, generated);
     }
     Ok(out)
 }

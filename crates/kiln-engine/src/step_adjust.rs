@@ -41,6 +41,7 @@ struct MaskJob<'a> {
     /// The drafted tokens its verify rows follow.
     drafts: &'a [u32],
     bias: Arc<[(u32, f32)]>,
+    penalty: Option<Arc<kiln_step::Penalty>>,
     constraint: Mutex<&'a mut Constraint>,
 }
 
@@ -74,7 +75,8 @@ pub(crate) fn run_adjusted<R>(
         if rows == 0 {
             continue;
         }
-        let bias = a.bias_only();
+        let fixed_row = a.fixed_adjust();
+        let penalty = fixed_row.as_ref().and_then(|r| r.penalty.clone());
         match a.req.constraint.as_mut() {
             Some(constraint) => jobs.push(MaskJob {
                 first_row,
@@ -83,9 +85,10 @@ pub(crate) fn run_adjusted<R>(
                     .get(*id)
                     .map_or(&[][..], |s| &s.draft()[..draft.min(s.draft().len())]),
                 bias: a.bias.clone(),
+                penalty,
                 constraint: Mutex::new(constraint),
             }),
-            None => fixed[first_row..first_row + rows].fill(bias),
+            None => fixed[first_row..first_row + rows].fill(fixed_row),
         }
     }
     let adjust = StepAdjust::new();
@@ -169,6 +172,7 @@ fn fill_masks(
                 *slot = Some(RowAdjust {
                     bias: job.bias.clone(),
                     allowed: Some(Arc::new(allowed)),
+                    penalty: job.penalty.clone(),
                 });
             }
         }
@@ -201,6 +205,7 @@ mod tests {
                 rows: 2,
                 drafts: &[b'a' as u32],
                 bias: bias.clone(),
+                penalty: None,
                 constraint: Mutex::new(&mut broken),
             },
             MaskJob {
@@ -208,6 +213,7 @@ mod tests {
                 rows: 1,
                 drafts: &[],
                 bias: Arc::from(Vec::new()),
+                penalty: None,
                 constraint: Mutex::new(&mut fine),
             },
         ];

@@ -288,6 +288,9 @@ impl Engine {
         for c in plan {
             let generated = self.scheduler.get(c.seq)?.generated().len();
             let a = self.active.get(&c.seq)?;
+            if a.penalty.is_some() && !self.device_penalties {
+                return None;
+            }
             // Row j of a verify chunk draws the token j places after the next one.
             for j in 0..c.rows() {
                 out.push(a.device_row(generated + j)?);

@@ -281,7 +281,8 @@ fn an_engine_configured_beyond_the_backends_step_buffers_stays_within_them() {
 }
 
 /// The CPU backend answering `Want::Sample` with the host reference (`sampler::sample_row`),
-/// as a device sampler must, counting the rows it sampled.
+/// and `Want::SampleAdjusted` (penalties, bias) with `Want::from_logits`, as a device sampler
+/// must, counting the rows it sampled.
 struct SamplingCpu {
     inner: kiln_cpu::CpuBackend,
     vocab: usize,
@@ -294,6 +295,11 @@ impl Backend for SamplingCpu {
     }
 
     fn step(&mut self, chunks: &[ChunkInput<'_>], want: Want<'_>) -> anyhow::Result<StepOutput> {
+        if let Want::SampleAdjusted(rows, _) = want {
+            let logits = self.inner.forward(chunks)?;
+            self.sampled_rows.fetch_add(rows.len(), Ordering::SeqCst);
+            return want.from_logits(logits, self.vocab);
+        }
         let Want::Sample(rows) = want else {
             return self.inner.step(chunks, want);
         };
@@ -344,7 +350,7 @@ fn backend_sampling_gives_the_host_samplers_tokens_and_logprobs() {
         sampled_rows: sampled_rows.clone(),
     };
     let engine = kiln_engine::start(Box::new(backend), tokenizer(&source), config());
-    // Alone: every step without a penalised request goes to the backend's sampler.
+    // Alone: every row goes to the backend's sampler, penalised ones with their penalties.
     for (r, want) in reqs.iter().zip(&expected) {
         let before = sampled_rows.load(Ordering::SeqCst);
         let got = run(&engine, r.clone());
@@ -353,12 +359,73 @@ fn backend_sampling_gives_the_host_samplers_tokens_and_logprobs() {
             (&want.ids, &want.text, &want.logprobs, &want.top_logprobs)
         );
         let by_backend = sampled_rows.load(Ordering::SeqCst) - before;
-        let penalised = r.sampling.presence_penalty != 0.0;
-        assert_eq!(by_backend, if penalised { 0 } else { r.max_tokens });
+        assert_eq!(by_backend, r.max_tokens);
     }
-    // Together: steps holding a penalised request fall back to the host, the others do not.
+    // Together: a penalised request sends nobody's rows to the host.
+    let before = sampled_rows.load(Ordering::SeqCst);
     let together = run_concurrently(&engine, &reqs);
+    assert_eq!(
+        sampled_rows.load(Ordering::SeqCst) - before,
+        reqs.iter().map(|r| r.max_tokens).sum::<usize>()
+    );
     let want: Vec<Vec<u32>> = expected.iter().map(|o| o.ids.clone()).collect();
     assert_eq!(together, want);
+    engine.shutdown();
+}
+
+/// Penalised requests through the engine (their penalties handed to the backend with each row)
+/// give the tokens and log-probabilities of a plain loop over the backend that samples each row
+/// on the host with the sampler's own penalties over the history.
+#[test]
+fn penalties_equal_the_host_samplers_over_the_history() {
+    use kiln_engine::sampler::{sample, History};
+    let source = tiny();
+    let mut reqs = sampling_requests();
+    for (i, r) in reqs.iter_mut().enumerate() {
+        r.sampling.repetition_penalty = [1.0, 1.3, 0.8][i % 3];
+        r.sampling.presence_penalty = [0.0, 0.5, -0.25][(i / 2) % 3];
+        r.sampling.frequency_penalty = [0.25, 0.0, 1.5][(i / 3) % 3];
+        if i % 5 == 0 {
+            r.sampling.temperature = 0.0;
+        }
+    }
+    let engine = engine(256, config());
+    let together = run_concurrently(&engine, &reqs);
+    for (i, r) in reqs.iter().enumerate() {
+        let out = run(&engine, r.clone());
+        // The plain loop: whole prompt, then one token a step, sampled on the host.
+        let mut b = backend(&source, 64);
+        let table: Vec<u32> = (0..64).collect();
+        let mut tokens = r.prompt.clone();
+        let (mut start, mut logprobs) = (0, Vec::new());
+        for k in 0..r.max_tokens {
+            let chunk = ChunkInput {
+                tokens: &tokens[start..],
+                start_pos: start,
+                block_table: &table,
+                want_logits: true,
+            };
+            let logits = b.forward(&[chunk]).expect("forward");
+            let history = History {
+                prompt: &r.prompt,
+                generated: &tokens[r.prompt.len()..],
+            };
+            let s = sample(
+                &logits,
+                &r.sampling,
+                history,
+                500 + i as u64,
+                k as u64,
+                r.logprobs,
+            )
+            .expect("sample");
+            start = tokens.len();
+            tokens.push(s.id);
+            logprobs.push(s.logprob);
+        }
+        assert_eq!(out.ids, tokens[r.prompt.len()..], "request {i}");
+        assert_eq!(out.logprobs, logprobs, "request {i}");
+        assert_eq!(together[i], out.ids, "request {i} among the others");
+    }
     engine.shutdown();
 }

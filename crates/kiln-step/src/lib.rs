@@ -12,7 +12,7 @@ pub mod pipeline;
 pub mod sampling;
 pub mod sampling_weights;
 
-pub use adjust::{adjust_row, RowAdjust, StepAdjust, TokenSet};
+pub use adjust::{adjust_row, Penalty, RowAdjust, StepAdjust, TokenSet};
 pub use backend::{Backend, BlockCopy, StepOutput, Want};
 pub use chunk::{ChunkInput, KvGeometry, StepCapacity, StepLimits};
 pub use pipeline::{DeviceTiming, Feed, Launched, OwnedWant, RunAtLaunch};
