@@ -9,7 +9,9 @@ mod common;
 mod models;
 
 use common::{gpu_or_skip, Checks, Rng};
-use kiln_cuda::CudaBackend;
+use kiln_cuda::device::Gpu;
+use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
+use kiln_cuda::{CudaBackend, StoreType};
 use kiln_model::dummy::DummySource;
 use kiln_model::WeightSource;
 use kiln_step::sampling::uniform;
@@ -24,6 +26,43 @@ fn feed_tokens_writes_the_picks_it_names() {
     };
     let mut rng = Rng::new("feed_tokens_writes_the_picks_it_names");
     let mut c = Checks::new("feed_tokens");
+    feed_contract(&gpu, &mut rng, &mut c);
+    c.finish();
+}
+
+/// feed_tokens with one planted bug each must fail the contract.
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn planted_feed_bugs_fail() {
+    if gpu_or_skip("planted_feed_bugs_fail").is_none() {
+        return;
+    }
+    let mut rng = Rng::new("planted_feed_bugs_fail");
+    let mut c = Checks::new("feed_tokens planted bugs");
+    let good = "tokens[pairs[2 * i]] = picks[(long long)pairs[2 * i + 1] * stride];";
+    let plants = [
+        // The stride left out: row r's pick read at word r.
+        "tokens[pairs[2 * i]] = picks[pairs[2 * i + 1]];",
+        // The last pair never written.
+        "if (i + 1 < n) tokens[pairs[2 * i]] = picks[(long long)pairs[2 * i + 1] * stride];",
+    ];
+    for to in plants {
+        let mut sources: Vec<KernelSource> = SOURCES.to_vec();
+        let src = sources.iter_mut().find(|s| s.name == "sample").unwrap();
+        assert_eq!(src.body.matches(good).count(), 1, "sample.cu: `{good}`");
+        src.body = Box::leak(src.body.replace(good, to).into_boxed_str());
+        let bad = Gpu::with_sources(0, StoreType::Bf16, &sources).expect("the planted module");
+        let mut planted = Checks::quiet("planted");
+        feed_contract(&bad, &mut rng, &mut planted);
+        c.check(
+            planted.failed() > 0,
+            format!("feed_tokens with `{to}`: {} checks fail", planted.failed()),
+        );
+    }
+    c.finish();
+}
+
+fn feed_contract(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
     for (tokens, rows, stride, feeds) in [(1, 1, 1, 1), (300, 40, 44, 37), (2100, 600, 1, 513)] {
         let mut ids: Vec<i32> = (0..tokens).map(|_| rng.below(1 << 20) as i32).collect();
         let picks: Vec<i32> = (0..rows * stride)
@@ -43,7 +82,7 @@ fn feed_tokens_writes_the_picks_it_names() {
         dpairs.upload(0, &pairs).unwrap();
         gpu.feed_tokens(dt.ptr(), dp.ptr(), stride, dpairs.ptr(), feeds)
             .unwrap();
-        let got = dt.download(&gpu, 0, tokens).unwrap();
+        let got = dt.download(gpu, 0, tokens).unwrap();
         for p in pairs.chunks_exact(2) {
             ids[p[0] as usize] = picks[p[1] as usize * stride];
         }
@@ -53,7 +92,6 @@ fn feed_tokens_writes_the_picks_it_names() {
             &ids,
         );
     }
-    c.finish();
 }
 
 /// How the test's steps pick their tokens.
