@@ -22,6 +22,8 @@ export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PAT
 export KILN_KERNEL_CACHE="${KILN_KERNEL_CACHE:-/tmp/kiln-kernel-cache}"
 for f in .carry/bin/*.xz; do [ -f "$f" ] && xz -df "$f"; done
 KILN=.carry/bin/kiln
+# The commit the carried binaries were built from, recorded with every figure.
+[ -z "${KILN_COMMIT:-}" ] && [ -f .carry/commit.txt ] && export KILN_COMMIT="$(cat .carry/commit.txt)"
 B=/tmp/kiln-bench
 LLAMA_BENCH=${LLAMA_BUILD:-/tmp/llamacpp-build}/bin/llama-bench
 summary=$OUT/summary.txt
