@@ -121,9 +121,12 @@ impl Engine {
         };
         drop(inputs);
         let backend_s = launched_at.elapsed().as_secs_f64();
-        self.shared
-            .timings
-            .observe_since(Phase::Launch, launched_at);
+        // A whole step's call is split when it is finished, once the device's share is known.
+        if pipelined {
+            self.shared
+                .timings
+                .observe_since(Phase::Launch, launched_at);
+        }
         if let Some(a) = &adjustments {
             self.bump(|s| {
                 s.grammar_masks += a.masks as u64;
@@ -208,14 +211,24 @@ impl Engine {
             self.shared.timings.observe_since(Phase::Wait, waited);
         }
         let after_idle = std::mem::take(&mut self.was_idle);
-        if let Some(d) = self.backend.device_timing() {
-            let secs = |s: f64| std::time::Duration::from_secs_f64(s.max(0.0));
+        let secs = |s: f64| std::time::Duration::from_secs_f64(s.max(0.0));
+        let device = self.backend.device_timing();
+        if let Some(d) = device {
             self.shared
                 .timings
                 .observe(Phase::DeviceBusy, secs(d.busy_s));
             // After the engine waited for requests, the gap is that wait, not the host's cost.
             let idle = if after_idle { 0.0 } else { d.idle_before_s };
             self.shared.timings.observe(Phase::DeviceIdle, secs(idle));
+        }
+        if !collected {
+            // A whole step: the host waited for the device's share of the call.
+            let waited = device.map_or(0.0, |d| d.busy_s.min(f.backend_s));
+            let t = &self.shared.timings;
+            t.observe(Phase::Launch, secs(f.backend_s - waited));
+            if device.is_some() {
+                t.observe(Phase::Wait, secs(waited));
+            }
         }
         let rows: usize = f.plan.iter().map(ScheduledChunk::rows).sum();
         let checked = output.and_then(|output| match &output {

@@ -14,9 +14,10 @@ pub enum Phase {
     Admit,
     /// The plan, KV block copies, stats, sampling rows, inputs and feeds.
     Schedule,
-    /// The backend call that queues the step (for a synchronous backend: the whole step).
+    /// The backend call that queues the step (a whole step's call less the device's time on
+    /// it, when the backend measures that; else all of it).
     Launch,
-    /// Waiting for the device to finish a launched step.
+    /// Waiting for the device to finish a step (inside a whole step's call: the device's time).
     Wait,
     /// Sampling on the host, for rows whose logits came back.
     Sample,
