@@ -103,6 +103,33 @@ if want f32; then
         say "$(printf "f32 %-22s %-8s %6.1fs  checks: %d pass, %d fail" "$name${filter:+ $filter}" "$status" "$secs" "$pass" "$fail")"
         grep -E "\] FAIL |panicked" "$log" | head -12 | cut -c1-300 | sed 's/^/    /' | tee -a "$report"
     done
+    # The flag as a user gives it: kiln generate --dtype f32 on the GPU gives the CPU's greedy
+    # tokens on every fixture the CUDA backend runs.
+    kiln_bin=$(awk '$1=="bin" && $2=="kiln" {print $3}' "$manifest")
+    if [ -n "$kiln_bin" ]; then
+        same=0 differ=0 refused=0
+        for m in tests/fixtures/*/model.gguf tests/fixtures/*/hf; do
+            [ -e "$m" ] || continue
+            for dev in cpu cuda; do
+                ".carry/$kiln_bin" generate --model "$m" --device $dev --dtype f32 -p "The potter loads the kiln" \
+                    -n 32 --ignore-eos --temperature 0 --ignore-generation-config --json \
+                    > "$OUT/f32-cli-$dev.json" 2> "$OUT/f32-cli-$dev.err"
+            done
+            if grep -q "cannot run this" "$OUT/f32-cli-cuda.err"; then
+                refused=$((refused + 1))
+            elif python3 -c 'import json,sys; a,b=(json.load(open(f))["ids"] for f in sys.argv[1:]); sys.exit(a!=b)' \
+                    "$OUT/f32-cli-cpu.json" "$OUT/f32-cli-cuda.json" 2>/dev/null; then
+                same=$((same + 1))
+            else
+                differ=$((differ + 1))
+                say "    kiln generate --dtype f32 $m: GPU tokens differ from the CPU's ($(tail -1 "$OUT/f32-cli-cuda.err" | cut -c1-160))"
+            fi
+        done
+        status=ok
+        [ $differ -ne 0 ] && status=FAILED
+        printf "%s\t%s\t%s\t%.1f\t%s\t%s\t0\n" "f32:cli" "$status" "$differ" 0 "$same" "$differ" >> "$results"
+        say "f32 kiln generate --dtype f32: $same models give the CPU's tokens, $differ differ, $refused refused by the CUDA backend"
+    fi
 fi
 
 # The parity test again with every fast path off: if it fails above and passes here, the

@@ -8,6 +8,7 @@ use clap::{Args, ValueEnum};
 use kiln_engine::{Backend, EngineConfig};
 use kiln_load::LoadedModel;
 
+use crate::dtype_choice::Dtype;
 use crate::memory_fit::MemoryFit;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -18,50 +19,6 @@ pub enum Device {
     Cpu,
     /// The CUDA backend on GPU 0 (fails when none can be used).
     Cuda,
-}
-
-/// The number format weights and activations are computed in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Dtype {
-    /// The device's own: bf16 on the GPU, f32 on the CPU.
-    Auto,
-    /// bfloat16 weights and activations (the GPU's format).
-    Bf16,
-    /// float16 weights and activations (not available yet).
-    F16,
-    /// float32 throughout (the CPU's format; not available on the GPU yet).
-    F32,
-}
-
-impl Dtype {
-    /// The CUDA backend's storage type for this choice (auto: bf16).
-    pub fn cuda_store(self) -> kiln_cuda::StoreType {
-        match self {
-            Dtype::Auto | Dtype::Bf16 => kiln_cuda::StoreType::Bf16,
-            Dtype::F16 => kiln_cuda::StoreType::F16,
-            Dtype::F32 => kiln_cuda::StoreType::F32,
-        }
-    }
-
-    /// Refuses a format the chosen backend does not compute in, naming what is missing.
-    pub fn check(self, cuda: bool) -> anyhow::Result<()> {
-        match (self, cuda) {
-            (Dtype::Auto, _) | (Dtype::Bf16, true) | (Dtype::F32, false) => Ok(()),
-            (Dtype::F32, true) => anyhow::bail!(
-                "--dtype f32 is not available on the GPU yet: the CUDA backend keeps weights and \
-                 activations in bf16 and lacks f32 kernels and a cuBLAS path without TF32; use \
-                 --device cpu, which computes in f32"
-            ),
-            (Dtype::F16, true) => anyhow::bail!(
-                "--dtype f16 is not available on the GPU yet: the CUDA backend has bf16 kernels \
-                 only; use --dtype bf16 (the default)"
-            ),
-            (Dtype::Bf16 | Dtype::F16, false) => anyhow::bail!(
-                "the CPU backend computes in f32 (it is the exact reference); --dtype bf16 and \
-                 f16 are GPU formats: use --device cuda, or --dtype auto"
-            ),
-        }
-    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -143,10 +100,11 @@ fn parse_gib(s: &str) -> Result<f64, String> {
 pub const BLOCK_SIZE: usize = 16;
 
 impl DeviceArgs {
-    /// Whether the run goes to the GPU, with `--dtype` checked against the backend chosen.
-    /// Whether `config` runs on the GPU: `--device auto` picks the CPU for a model the CUDA
-    /// backend has no kernels for (saying so); `--device cuda` leaves the refusal to it.
-    pub fn use_cuda(&self, config: &kiln_model::ModelConfig) -> anyhow::Result<bool> {
+    /// Whether `model` runs on the GPU, with `--dtype` checked against the backend chosen and
+    /// the checkpoint: `--device auto` picks the CPU for a model the CUDA backend has no
+    /// kernels for (saying so); `--device cuda` leaves the refusal to it.
+    pub fn use_cuda(&self, model: &LoadedModel) -> anyhow::Result<bool> {
+        let config = &model.config;
         let cuda = match self.device {
             Device::Cpu => false,
             Device::Cuda => match kiln_cuda::unavailable_reason() {
@@ -164,7 +122,7 @@ impl DeviceArgs {
                 }
             }
         };
-        self.dtype.check(cuda)?;
+        self.dtype.check(cuda, &model.description.tensor_types)?;
         Ok(cuda)
     }
 }
@@ -182,7 +140,7 @@ pub fn build_backend_for(
     longest: usize,
     inputs_per_seq: usize,
 ) -> anyhow::Result<Box<dyn Backend>> {
-    let use_cuda = device.use_cuda(&model.config)?;
+    let use_cuda = device.use_cuda(model)?;
     let host_bytes = device
         .prefix_cache_host_gb
         .map_or(0, |gb| (gb * (1u64 << 30) as f64) as usize);

@@ -3,6 +3,7 @@
 mod backend_choice;
 mod bench;
 mod draft_choice;
+mod dtype_choice;
 mod generate;
 mod info;
 mod memory_fit;

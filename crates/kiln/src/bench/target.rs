@@ -32,7 +32,7 @@ pub struct Memory {
 impl Target {
     /// Loads the weights onto the device `args` names, with a KV pool that fits `plan`.
     pub fn build(model: &LoadedModel, args: &DeviceArgs, plan: &Plan) -> anyhow::Result<Target> {
-        let use_cuda = args.use_cuda(&model.config)?;
+        let use_cuda = args.use_cuda(model)?;
         let started = Instant::now();
         eprintln!("loading {} ...", model.name);
         let target = if use_cuda {
