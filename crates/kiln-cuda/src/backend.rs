@@ -5,23 +5,27 @@
 use anyhow::{bail, Context, Result};
 use kiln_model::{ModelConfig, ModelSpec, WeightSource};
 use kiln_step::{
-    Backend, ChunkInput, DeviceTiming, Feed, KvGeometry, Launched, OwnedWant, RowSampling,
-    SampleError, Sampled, StepCapacity, StepOutput, Want,
+    Backend, ChunkInput, DeviceTiming, Feed, KvGeometry, Launched, RowSampling, SampleError,
+    Sampled, StepCapacity, StepOutput, Want,
 };
 
 use crate::device::{Gpu, PinnedBuf};
 use crate::forward::{Activations, StepContext};
 use crate::gemm_lt::LtGemm;
 use crate::graphs::{graphs_enabled_by_env, prefill_max_from_env, GraphCache, GraphCounters};
-use crate::graphs_pad::{pad_step, GraphBuckets, GraphShape};
+use crate::graphs_pad::{GraphBuckets, GraphShape};
 use crate::host_tier::HostTier;
 use crate::kv_cache::KvCache;
-use crate::pipeline::{PickSource, Picks, Pipeline};
+use crate::pipeline::Pipeline;
 use crate::sampling::SamplingBuffers;
-use crate::step_plan::{pack_step, StepLayout, StepPlan};
+use crate::step_plan::{StepLayout, StepPlan};
 use crate::store::StoreType;
 use crate::switches::Switches;
 use crate::weights::{load_weights, ModelWeights};
+
+// Launching a step and collecting it (Backend::launch / collect).
+#[path = "backend_queue.rs"]
+mod queue;
 
 /// How the backend sizes itself. Everything is allocated once, in `CudaBackend::new`.
 #[derive(Debug, Clone, PartialEq)]
@@ -266,145 +270,6 @@ impl CudaBackend {
             s.push_str(c);
         }
         s
-    }
-
-    /// Queues one step on the device into the next staging slot without waiting for it: the
-    /// input upload, the feeds, the forward pass and what `out` asks for (`on_host`: the logits
-    /// come back and the host picks as `out` says). [`Pipeline::wait_oldest`] finishes it.
-    fn queue_step(
-        &mut self,
-        chunks: &[ChunkInput<'_>],
-        out: &Want<'_>,
-        feeds: &[Feed],
-        on_host: bool,
-    ) -> Result<()> {
-        let logits = on_host || matches!(out, Want::Logits);
-        let slot = self.pipe.next_slot(logits)?;
-        self.gpu.bind()?;
-        let scratch = self.scratch_slot()?;
-        let step_host = &mut self.step_host[slot];
-        let plan = pack_step(chunks, &self.layout, step_host.as_mut_slice())?;
-        let shape = self.graphs.shape_for(&plan);
-        let run = match shape {
-            Some(s) => pad_step(
-                step_host.as_mut_slice(),
-                &self.layout,
-                &plan,
-                &self.graphs.buckets,
-                s,
-                scratch,
-            )?,
-            None => plan.clone(),
-        };
-        let events = self.pipe.begin(&self.gpu)?;
-        if plan.n_tokens > 0 {
-            step_host.copy_to_device(&self.gpu, self.act.step.ptr(), run.upload_len)?;
-            let tokens = self.act.step.at(self.layout.tokens);
-            self.pipe
-                .queue_feeds(&self.gpu, chunks, feeds, tokens, slot)?;
-            self.launch_step(shape, &run)?;
-        }
-        let vocab = self.config.vocab_size;
-        let picks = match out {
-            _ if logits => {
-                self.logits_host.copy_from_device(
-                    &self.gpu,
-                    self.act.logits.ptr(),
-                    plan.n_logits * vocab,
-                )?;
-                // Waits for a grammar's masks, which were computed while the forward pass ran.
-                Picks::Logits(OwnedWant::of(out))
-            }
-            Want::Argmax => {
-                self.ids_host[slot].copy_from_device(
-                    &self.gpu,
-                    self.act.ids.ptr(),
-                    plan.n_logits,
-                )?;
-                Picks::Argmax
-            }
-            Want::Sample(rows) => {
-                let rows = *rows;
-                self.sampling
-                    .queue(&self.gpu, self.act.logits.ptr(), rows, vocab, slot)?;
-                Picks::Sampled(rows.to_vec())
-            }
-            // The adjustments (grammar masks) were being computed while the step ran; waiting
-            // here leaves the device busy with the forward pass meanwhile.
-            Want::SampleAdjusted(rows, adjust) => {
-                let rows = *rows;
-                self.sampling.queue_adjusted(
-                    &self.gpu,
-                    self.act.logits.ptr(),
-                    rows,
-                    Some(adjust.wait()),
-                    vocab,
-                    slot,
-                )?;
-                Picks::Sampled(rows.to_vec())
-            }
-            Want::Logits => unreachable!("logits are handled above"),
-        };
-        self.pipe.last_picks = match picks {
-            Picks::Logits(_) => None,
-            Picks::Argmax => Some(PickSource {
-                ptr: self.act.ids.ptr(),
-                stride: 1,
-                rows: plan.n_logits,
-            }),
-            Picks::Sampled(_) => Some(PickSource {
-                ptr: self.sampling.picks(),
-                stride: crate::sampling::OUT_WORDS,
-                rows: plan.n_logits,
-            }),
-        };
-        self.pipe.end(&self.gpu, plan, slot, picks, events)
-    }
-
-    /// Waits for the oldest launched step and reads its answer.
-    fn finish_oldest(&mut self) -> Result<StepOutput> {
-        let p = self.pipe.wait_oldest()?;
-        let n = p.plan.n_logits;
-        Ok(match p.picks {
-            Picks::Argmax => StepOutput::Tokens(
-                self.ids_host[p.slot].as_slice()[..n]
-                    .iter()
-                    .map(|&i| Ok(Sampled::id_only(i as u32)))
-                    .collect(),
-            ),
-            Picks::Sampled(rows) => StepOutput::Tokens(self.sampling.results(p.slot, &rows)),
-            Picks::Logits(want) => {
-                let vocab = self.config.vocab_size;
-                let logits = self.logits_host.as_slice()[..n * vocab].to_vec();
-                want.from_logits(logits, vocab)?
-            }
-        })
-    }
-
-    /// A whole step: queued, then waited for. Only when no launched step waits.
-    fn run_whole(
-        &mut self,
-        chunks: &[ChunkInput<'_>],
-        out: Want<'_>,
-        on_host: bool,
-    ) -> Result<StepOutput> {
-        anyhow::ensure!(
-            self.pipe.is_empty(),
-            "a whole step was asked for while launched steps wait to be collected"
-        );
-        self.queue_step(chunks, &out, &[], on_host)?;
-        self.finish_oldest()
-    }
-
-    /// Whether `want` is sampled on the host from the logits rather than on the device.
-    fn picks_on_host(&self, want: &Want<'_>) -> bool {
-        match want {
-            Want::Sample(rows) | Want::SampleAdjusted(rows, _) => {
-                !(self.switches.device_sampling
-                    && crate::sampling::supports(rows, self.config.vocab_size))
-            }
-            Want::Logits | Want::Argmax => false,
-        }
     }
 
     /// Queues a step whose inputs are on the device: its shape's graph when there is one (a
