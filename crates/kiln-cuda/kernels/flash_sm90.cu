@@ -3,7 +3,7 @@
 //
 // A CTA takes one tile of up to 64 query rows (AttnTile, as flash_attn.cu) for two query
 // heads of one GQA group: warpgroup 0 loads, through the block table, the K and V tiles both
-// heads need (cp.async into the 128-byte swizzled layout wgmma reads, two stages each, full
+// heads need (cp.async into the 128-byte swizzled layout wgmma reads, 2-4 stages each, full
 // and empty mbarriers); warpgroups 1 and 2 each compute one head: S = Q K^T (wgmma, A and B
 // from shared memory), the online softmax in registers, O += P V (wgmma, P from registers,
 // V transposed from shared memory). KV tiles of BN keys at absolute multiples of BN, visited
@@ -174,8 +174,17 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const u32* a, u64 db
 __device__ __forceinline__ void cp_async_16s(u32 dst, const void* src, int src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(src), "r"(src_bytes));
 }
-__device__ __forceinline__ void setmaxnreg_dec40() { asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n"); }
-__device__ __forceinline__ void setmaxnreg_inc232() { asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n"); }
+// One of the barrier's expected arrivals, made when every earlier cp.async of this thread has
+// landed.
+__device__ __forceinline__ void cp_async_arrive(u32 bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(bar) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+// 384 threads start with 168 registers each; the producer gives back 96 and the consumers
+// take 48 more (72 x 128 + 216 x 256 = 168 x 384). The consumers use at most 200 (hd 256); at 40
+// the producer recomputed its lane's indices and spilled.
+__device__ __forceinline__ void setmaxnreg_dec72() { asm volatile("setmaxnreg.dec.sync.aligned.u32 72;\n"); }
+__device__ __forceinline__ void setmaxnreg_inc216() { asm volatile("setmaxnreg.inc.sync.aligned.u32 216;\n"); }
 
 // ---- the kernel ----
 
@@ -183,35 +192,60 @@ struct AttnTile {
     int tok0, n_rows, seq, pos0;
 };
 
-// Shared memory (from a 1024-aligned base): Q of each head, two K stages, two V stages, then
-// the mbarriers: full K, full V (the producer's 128 threads arrive), empty K, empty V (the
-// consumers' 8 warps arrive), two of each.
-template <int HD, int BN>
+// Shared memory (from a 1024-aligned base): Q of each head, NS K stages, NS V stages, then
+// the mbarriers: full K, full V (the producer's 128 threads arrive as their copies land),
+// empty K, empty V (the consumers' 8 warps arrive), NS of each.
+template <int HD, int BN, int NS>
 struct FsSmem {
     static constexpr u32 Q = 64 * HD * 2, KV = BN * HD * 2;
     __device__ static constexpr u32 q(int c) { return c * Q; }
     __device__ static constexpr u32 k(int st) { return 2 * Q + st * KV; }
-    __device__ static constexpr u32 v(int st) { return 2 * Q + 2 * KV + st * KV; }
-    static constexpr u32 bar = 2 * Q + 4 * KV;
+    __device__ static constexpr u32 v(int st) { return 2 * Q + NS * KV + st * KV; }
+    static constexpr u32 bar = 2 * Q + 2 * NS * KV;
     __device__ static constexpr u32 full_k(int st) { return bar + 8 * st; }
-    __device__ static constexpr u32 full_v(int st) { return bar + 16 + 8 * st; }
-    __device__ static constexpr u32 empty_k(int st) { return bar + 32 + 8 * st; }
-    __device__ static constexpr u32 empty_v(int st) { return bar + 48 + 8 * st; }
+    __device__ static constexpr u32 full_v(int st) { return bar + 8 * NS + 8 * st; }
+    __device__ static constexpr u32 empty_k(int st) { return bar + 16 * NS + 8 * st; }
+    __device__ static constexpr u32 empty_v(int st) { return bar + 24 * NS + 8 * st; }
 };
 
-// One K or V tile of BN keys from k0 (keys from kv_end on read as zeros) into a swizzled stage,
-// by the producer's 128 threads.
+// The producer's 4 warps copy a tile's rows in 4 runs of BN / 4; lane l of warp w looks up
+// row w * BN / 4 + l % (BN / 4) in the block table once per tile, for K and V both, and the copy
+// loops take each row's index by shuffle: no division or dependent load per 16-byte copy.
+// The cache row (block * n_kv + kv head) * block_size + offset; 0 (a valid address, not
+// copied) for keys from kv_end on.
+template <int BN>
+__device__ __forceinline__ u32 fs_row(const int* __restrict__ table, int k0, int kv_end, int kvh, int n_kv,
+                                      int block_size, int w, int lane) {
+    const int p = k0 + w * (BN / 4) + lane % (BN / 4);
+    if (p >= kv_end) return 0u;
+    return ((u32)table[p / block_size] * (u32)n_kv + (u32)kvh) * (u32)block_size + (u32)(p % block_size);
+}
+
+// Each producer lane's offsets in the first 8 rows of its warp's run (32 / CH whole rows per
+// copy instruction): rows 8 apart share a swizzle pattern, so the copies step 1 KB per 8 rows.
 template <int HD, int BN>
-__device__ __forceinline__ void fs_load(u32 dst, const bf16_t* __restrict__ cache, const int* __restrict__ table,
-                                        int k0, int kv_end, int kvh, int n_kv, int block_size, int tid) {
-    constexpr int CH = HD / 8;
-#pragma unroll 4
-    for (int idx = tid; idx < BN * CH; idx += 128) {
-        const int r = idx / CH, c = idx % CH;
-        const int p = k0 + r;
-        const bool ok = p < kv_end;
-        const u64 off = ok ? (((u64)table[p / block_size] * n_kv + kvh) * block_size + p % block_size) * HD + c * 8 : 0;
-        cp_async_16s(dst + sw128(r, c, BN), cache + off, ok ? 16 : 0);
+struct FsLane {
+    static constexpr int CH = HD / 8, RW = BN / 4, RPI = 32 / CH, NP = 8 / RPI;
+    static_assert(CH <= 32 && RW % 8 == 0 && RW <= 32, "flash_sm90 tile shape");
+    u32 off[NP];
+    __device__ explicit FsLane(int w, int lane) {
+#pragma unroll
+        for (int t = 0; t < NP; ++t) off[t] = sw128(w * RW + t * RPI + lane / CH, lane % CH, BN);
+    }
+};
+
+// One K or V tile into the swizzled stage at `dst`: warp w copies rows w * BN / 4 onwards,
+// `row` from fs_row; rows from `lim` on (keys from kv_end on) are filled with zeros.
+template <int HD, int BN>
+__device__ __forceinline__ void fs_load(u32 dst, const bf16_t* __restrict__ cache, u32 row, int lim,
+                                        const FsLane<HD, BN>& ln, int lane) {
+    using F = FsLane<HD, BN>;
+    const char* src0 = reinterpret_cast<const char*>(cache + (lane % F::CH) * 8);
+#pragma unroll
+    for (int j = 0; j < F::RW / F::RPI; ++j) {
+        const int rl = j * F::RPI + lane / F::CH;
+        const u32 src = __shfl_sync(0xffffffffu, row, rl);
+        cp_async_16s(dst + ln.off[j % F::NP] + (j / F::NP) * 1024, src0 + (u64)src * (HD * 2), rl < lim ? 16 : 0);
     }
 }
 
@@ -291,13 +325,13 @@ __device__ __forceinline__ void fs_pack(u32 (&p)[BN / 4], const float (&s)[BN / 
     for (int i = 0; i < BN / 4; ++i) p[i] = pack_bf16x2(s[2 * i], s[2 * i + 1]);
 }
 
-template <int HD, int BN, int OVL>
+template <int HD, int BN, int NS, int OVL>
 __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, const bf16_t* __restrict__ kc,
                                                 const bf16_t* __restrict__ vc, const AttnTile* __restrict__ tiles,
                                                 const int* __restrict__ bt_start, const int* __restrict__ block_tables,
                                                 bf16_t* __restrict__ out, int n_q, int n_kv, int block_size,
                                                 int window, float scale_log2) {
-    using L = FsSmem<HD, BN>;
+    using L = FsSmem<HD, BN, NS>;
     extern __shared__ __align__(1024) unsigned char fs_smem[];
     // The swizzle is a function of the address: align the base to 1024 bytes (the launcher
     // asks for 1 KB more).
@@ -316,7 +350,7 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
 
     if (threadIdx.x == 0) {
 #pragma unroll
-        for (int st = 0; st < 2; ++st) {
+        for (int st = 0; st < NS; ++st) {
             mbar_init(base + L::full_k(st), 128);
             mbar_init(base + L::full_v(st), 128);
             mbar_init(base + L::empty_k(st), 8);
@@ -327,41 +361,33 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
     __syncthreads();
 
     if (wg == 0) {
-        // Producer: K_i then V_i into stage i % 2 once the consumers have released it. A tile
-        // is announced once its copies have landed (cp.async.wait_group) and been made visible
-        // to wgmma (proxy fence), one tile behind the copies being issued, so that two tiles'
-        // copies are in flight while the producer waits.
-        setmaxnreg_dec40();
-        const int tid = threadIdx.x;
-        auto landed = [&](u32 bar) {
-            fence_async_smem();
-            mbar_arrive(bar);
-        };
+        // Producer: K_i then V_i into stage i % NS once the consumers have released it. Each
+        // thread's copies of a tile arrive on the tile's full barrier when they land, so the
+        // producer never waits for its own copies and runs up to NS tiles ahead. The consumers
+        // fence the proxies after the barrier, before wgmma reads what cp.async wrote.
+        setmaxnreg_dec72();
+        const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        const FsLane<HD, BN> ln(w, lane);
+        auto rows = [&](int i) { return fs_row<BN>(table, (kt_lo + i) * BN, kv_end, kvh, n_kv, block_size, w, lane); };
+        u32 next = rows(0);
         for (int i = 0; i < nt; ++i) {
-            const int st = i & 1, k0 = (kt_lo + i) * BN;
-            if (i >= 2) mbar_wait(base + L::empty_k(st), ((i >> 1) - 1) & 1);
-            fs_load<HD, BN>(base + L::k(st), kc, table, k0, kv_end, kvh, n_kv, block_size, tid);
-            cp_async_commit();
-            if (i >= 1) {
-                cp_async_wait<2>();  // K_{i-1}
-                landed(base + L::full_k((i - 1) & 1));
-            }
-            if (i >= 2) mbar_wait(base + L::empty_v(st), ((i >> 1) - 1) & 1);
-            fs_load<HD, BN>(base + L::v(st), vc, table, k0, kv_end, kvh, n_kv, block_size, tid);
-            cp_async_commit();
-            if (i >= 1) {
-                cp_async_wait<2>();  // V_{i-1}
-                landed(base + L::full_v((i - 1) & 1));
-            }
+            const int st = i % NS, lim = kv_end - (kt_lo + i) * BN - w * (BN / 4);
+            const u32 freed = ((i / NS) & 1) ^ 1;  // parity of the release of this stage's last use
+            const u32 row = next;
+            // The next tile's table entries load while this one waits for its stages.
+            if (i + 1 < nt) next = rows(i + 1);
+            if (i >= NS) mbar_wait(base + L::empty_k(st), freed);
+            fs_load<HD, BN>(base + L::k(st), kc, row, lim, ln, lane);
+            cp_async_arrive(base + L::full_k(st));
+            if (i >= NS) mbar_wait(base + L::empty_v(st), freed);
+            fs_load<HD, BN>(base + L::v(st), vc, row, lim, ln, lane);
+            cp_async_arrive(base + L::full_v(st));
         }
-        cp_async_wait<1>();
-        landed(base + L::full_k((nt - 1) & 1));
-        cp_async_wait<0>();
-        landed(base + L::full_v((nt - 1) & 1));
+        cp_async_wait_all();  // no copy outlives its thread
         return;
     }
 
-    setmaxnreg_inc232();
+    setmaxnreg_inc216();
     const int c = wg - 1, h = h0 + c;
     const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const u32 sq = base + L::q(c);
@@ -434,6 +460,7 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
     float al_a, al_b;
     if constexpr (OVL) {
         mbar_wait(base + L::full_k(0), 0);
+        fence_async_smem();
         my_turn();
         issue_s(0);
         your_turn();
@@ -444,9 +471,10 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
         fs_rescale<HD>(o, al_a, al_b);
         fs_pack<BN>(p, s);
         for (int i = 1; i < nt; ++i) {
-            const int st = i & 1, pst = st ^ 1, kt = kt_lo + i;
-            mbar_wait(base + L::full_k(st), (i >> 1) & 1);
-            mbar_wait(base + L::full_v(pst), ((i - 1) >> 1) & 1);
+            const int st = i % NS, pst = (i - 1) % NS, kt = kt_lo + i;
+            mbar_wait(base + L::full_k(st), (i / NS) & 1);
+            mbar_wait(base + L::full_v(pst), ((i - 1) / NS) & 1);
+            fence_async_smem();
             my_turn();
             issue_s(st);
             issue_pv(pst);
@@ -462,8 +490,9 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
             fs_rescale<HD>(o, al_a, al_b);
             fs_pack<BN>(p, s);
         }
-        const int lst = (nt - 1) & 1;
-        mbar_wait(base + L::full_v(lst), ((nt - 1) >> 1) & 1);
+        const int lst = (nt - 1) % NS;
+        mbar_wait(base + L::full_v(lst), ((nt - 1) / NS) & 1);
+        fence_async_smem();
         my_turn();
         issue_pv(lst);
         if (c == 0) your_turn();  // consumer 1 takes the last turn: nobody waits for another
@@ -472,8 +501,9 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
         release(base + L::empty_v(lst));
     } else {
         for (int i = 0; i < nt; ++i) {
-            const int st = i & 1, kt = kt_lo + i;
-            mbar_wait(base + L::full_k(st), (i >> 1) & 1);
+            const int st = i % NS, kt = kt_lo + i;
+            mbar_wait(base + L::full_k(st), (i / NS) & 1);
+            fence_async_smem();
             issue_s(st);
             wgmma_wait<0>();
             reg_fence(s);
@@ -481,7 +511,8 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
             fs_softmax<BN>(s, m_a, m_b, l_a, l_b, al_a, al_b, masked(kt), kt, qa, qb, window, scale_log2, t);
             fs_rescale<HD>(o, al_a, al_b);
             fs_pack<BN>(p, s);
-            mbar_wait(base + L::full_v(st), (i >> 1) & 1);
+            mbar_wait(base + L::full_v(st), (i / NS) & 1);
+            fence_async_smem();
             issue_pv(st);
             wgmma_wait<0>();
             reg_fence(o);
@@ -506,23 +537,24 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
     }
 }
 
-// Two query heads of an even GQA group per CTA; 384 threads: a producer warpgroup (40
-// registers) and two consumer warpgroups (232).
-#define FS_ENTRY(NAME, HD, BN, OVL)                                                                      \
+// Two query heads of an even GQA group per CTA; 384 threads: a producer warpgroup (72
+// registers) and two consumer warpgroups (216). NS K/V stages: as many as 227 KB hold
+// (flash_sm90_stages in attn_launch.rs says the same).
+#define FS_ENTRY(NAME, HD, BN, NS, OVL)                                                                  \
     extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                           \
         const bf16_t* q, const bf16_t* kc, const bf16_t* vc, const AttnTile* tiles, const int* bt_start, \
         const int* block_tables, bf16_t* out, int n_q, int n_kv, int block_size, int window,            \
         float scale_log2) {                                                                             \
         pdl_enter();                                                                                    \
-        flash_sm90_body<HD, BN, OVL>(q, kc, vc, tiles, bt_start, block_tables, out, n_q, n_kv,          \
-                                     block_size, window, scale_log2);                                   \
+        flash_sm90_body<HD, BN, NS, OVL>(q, kc, vc, tiles, bt_start, block_tables, out, n_q, n_kv,      \
+                                         block_size, window, scale_log2);                               \
     }
-FS_ENTRY(flash_sm90_hd64, 64, 128, 0)
-FS_ENTRY(flash_sm90_hd128, 128, 128, 0)
-FS_ENTRY(flash_sm90_hd256, 256, 64, 0)
-FS_ENTRY(flash_sm90o_hd64, 64, 128, 1)
-FS_ENTRY(flash_sm90o_hd128, 128, 128, 1)
-FS_ENTRY(flash_sm90o_hd256, 256, 64, 1)
-FS_ENTRY(flash_sm90p_hd64, 64, 128, 2)
-FS_ENTRY(flash_sm90p_hd128, 128, 128, 2)
-FS_ENTRY(flash_sm90p_hd256, 256, 64, 2)
+FS_ENTRY(flash_sm90_hd64, 64, 128, 4, 0)
+FS_ENTRY(flash_sm90_hd128, 128, 128, 3, 0)
+FS_ENTRY(flash_sm90_hd256, 256, 64, 2, 0)
+FS_ENTRY(flash_sm90o_hd64, 64, 128, 4, 1)
+FS_ENTRY(flash_sm90o_hd128, 128, 128, 3, 1)
+FS_ENTRY(flash_sm90o_hd256, 256, 64, 2, 1)
+FS_ENTRY(flash_sm90p_hd64, 64, 128, 4, 2)
+FS_ENTRY(flash_sm90p_hd128, 128, 128, 3, 2)
+FS_ENTRY(flash_sm90p_hd256, 256, 64, 2, 2)

@@ -40,10 +40,20 @@ fn flash_sm90_block_n(hd: usize) -> usize {
     }
 }
 
-/// Dynamic shared memory of flash_sm90_hd{hd}: two heads' Q, two K and two V stages, the
-/// barriers, and 1 KB to align the base for the swizzle.
+/// K/V stages of flash_sm90_hd{hd} (FS_ENTRY in flash_sm90.cu): as many as fit in 227 KB.
+fn flash_sm90_stages(hd: usize) -> usize {
+    match hd {
+        0..=64 => 4,
+        65..=128 => 3,
+        _ => 2,
+    }
+}
+
+/// Dynamic shared memory of flash_sm90_hd{hd}: two heads' Q, the K and V stages, four
+/// barriers per stage, and 1 KB to align the base for the swizzle.
 pub fn flash_sm90_smem_bytes(hd: usize) -> usize {
-    (2 * 64 * hd + 4 * flash_sm90_block_n(hd) * hd) * 2 + 64 + 1024
+    let stages = flash_sm90_stages(hd);
+    (2 * 64 * hd + 2 * stages * flash_sm90_block_n(hd) * hd) * 2 + 32 * stages + 1024
 }
 
 /// The decode attention kernel family a launch uses.

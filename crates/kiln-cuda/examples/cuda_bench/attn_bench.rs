@@ -8,6 +8,8 @@
 //! - Decode: one step of `batch` sequences at depth 8k-128k (each its own blocks), both decode
 //!   families at head dim 128: microseconds per layer and KV bytes read per second; and a
 //!   speculative verify step (5 rows of one sequence at 8k) against a 1-row step.
+//! - Profile: one launch of each prefill family at head dim 128 on the last 2048-row chunk of
+//!   an 8k prompt, nothing else, for a profiler (`ncu -k regex:flash`).
 //!
 //! Human lines on stderr (`BENCH ...`), one JSON object on stdout.
 
@@ -103,31 +105,90 @@ fn flash_name(k: FlashKernel) -> &'static str {
     }
 }
 
-fn prefill(gpu: &Gpu, json: &mut Vec<String>) -> Result<()> {
-    let max_len = 32_768;
-    let blocks = max_len / BS;
-    let table: Vec<u32> = (0..blocks as u32).rev().collect();
-    for hd in [64usize, 128, 256] {
+/// A prefill layer's buffers at head dim `hd`: K/V caches of `blocks` blocks of dummy values,
+/// Q and the output of one chunk.
+struct Prefill {
+    k: DevBuf<u16>,
+    v: DevBuf<u16>,
+    q: DevBuf<u16>,
+    out: DevBuf<u16>,
+    hd: usize,
+}
+
+impl Prefill {
+    fn new(gpu: &Gpu, hd: usize, blocks: usize) -> Result<Prefill> {
         let cache_len = blocks * N_KV * BS * hd;
         let (k, v) = (gpu.alloc::<u16>(cache_len)?, gpu.alloc::<u16>(cache_len)?);
         gpu.dummy_fill(k.ptr(), cache_len, 11)?;
         gpu.dummy_fill(v.ptr(), cache_len, 12)?;
-        let kv = KvView {
-            k: k.ptr(),
-            v: v.ptr(),
-            n_kv: N_KV,
-            block_size: BS,
-        };
         let q = gpu.alloc::<u16>(CHUNK * N_Q * hd)?;
         gpu.dummy_fill(q.ptr(), CHUNK * N_Q * hd, 13)?;
         let out = gpu.alloc::<u16>(CHUNK * N_Q * hd)?;
-        let scale = 1.0 / (hd as f32).sqrt();
+        Ok(Prefill { k, v, q, out, hd })
+    }
+
+    /// The prefill families that run at this head dim: sm80, then sm90 plain, overlapped and
+    /// taking turns where the device has them.
+    fn kinds(&self, gpu: &Gpu) -> Vec<FlashKernel> {
         let mut kinds = vec![FlashKernel::Sm80 { pairs: true }];
+        let hd = self.hd;
         if FLASH_SM90_HEAD_DIMS.contains(&hd) && gpu.has_func(&format!("flash_sm90_hd{hd}")) {
             for (overlap, pingpong) in [(false, false), (true, false), (true, true)] {
                 kinds.push(FlashKernel::Sm90 { overlap, pingpong });
             }
         }
+        kinds
+    }
+
+    /// One launch of `kind` over the tiles of `st`.
+    fn launch(&self, gpu: &Gpu, kind: FlashKernel, st: &Step) -> Result<()> {
+        let kv = KvView {
+            k: self.k.ptr(),
+            v: self.v.ptr(),
+            n_kv: N_KV,
+            block_size: BS,
+        };
+        let scale = 1.0 / (self.hd as f32).sqrt();
+        gpu.flash_attn_kernel(
+            kind,
+            self.q.ptr(),
+            kv,
+            st.buf.at(st.layout.tiles),
+            st.n_tiles,
+            &st.inputs(),
+            self.out.ptr(),
+            N_Q,
+            self.hd,
+            0,
+            scale,
+        )
+    }
+}
+
+/// One launch of each prefill family at head dim 128, rows 6144..8191 of an 8k prompt.
+fn profile(gpu: &Gpu) -> Result<()> {
+    let (len, blocks) = (8192, 8192 / BS);
+    let table: Vec<u32> = (0..blocks as u32).rev().collect();
+    let p = Prefill::new(gpu, 128, blocks)?;
+    let st = Step::new(gpu, &[(&table, len - CHUNK, CHUNK)], blocks, len)?;
+    for kind in p.kinds(gpu) {
+        p.launch(gpu, kind, &st)?;
+        gpu.synchronize()?;
+        eprintln!(
+            "profiled flash {} hd 128, rows 6144..8191 of 8192",
+            flash_name(kind)
+        );
+    }
+    Ok(())
+}
+
+fn prefill(gpu: &Gpu, json: &mut Vec<String>) -> Result<()> {
+    let max_len = 32_768;
+    let blocks = max_len / BS;
+    let table: Vec<u32> = (0..blocks as u32).rev().collect();
+    for hd in [64usize, 128, 256] {
+        let p = Prefill::new(gpu, hd, blocks)?;
+        let kinds = p.kinds(gpu);
         for len in [2048usize, 8192, 32_768] {
             let steps: Vec<(Step, f64)> = (0..len)
                 .step_by(CHUNK)
@@ -144,23 +205,7 @@ fn prefill(gpu: &Gpu, json: &mut Vec<String>) -> Result<()> {
             for &kind in &kinds {
                 let (mut secs, mut flops) = (0.0, 0.0);
                 for (st, f) in &steps {
-                    let inp = st.inputs();
-                    let tiles = st.buf.at(st.layout.tiles);
-                    secs += time(gpu, 5, || {
-                        gpu.flash_attn_kernel(
-                            kind,
-                            q.ptr(),
-                            kv,
-                            tiles,
-                            st.n_tiles,
-                            &inp,
-                            out.ptr(),
-                            N_Q,
-                            hd,
-                            0,
-                            scale,
-                        )
-                    })?;
+                    secs += time(gpu, 5, || p.launch(gpu, kind, st))?;
                     flops += f;
                 }
                 let name = flash_name(kind);
@@ -274,7 +319,8 @@ fn decode(gpu: &Gpu, json: &mut Vec<String>) -> Result<()> {
 }
 
 /// `part`: "prefill" or "decode" for one half (each in a process of its own, so that a kernel
-/// that faults costs only its half), anything else for both.
+/// that faults costs only its half), "profile" for one launch of each prefill family, anything
+/// else for prefill and decode.
 pub fn run(part: Option<&str>) -> Result<()> {
     let gpu = Gpu::new(0).context("opening the GPU")?;
     eprintln!(
@@ -282,6 +328,9 @@ pub fn run(part: Option<&str>) -> Result<()> {
         gpu.name, gpu.arch, gpu.sm_count
     );
     let mut json = Vec::new();
+    if part == Some("profile") {
+        return profile(&gpu);
+    }
     if part != Some("decode") {
         prefill(&gpu, &mut json)?;
     }

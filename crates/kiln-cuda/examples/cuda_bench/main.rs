@@ -4,12 +4,12 @@
 //! fraction of the H200 floor where one is known; short prompts (32 and 128 tokens, one step
 //! each: the CUDA graph prefill buckets) as mean milliseconds per prompt. Human lines on
 //! stderr, one JSON object on stdout; KILN_CUDA_GRAPHS=0 for the eager figures.
-//! Usage: cuda_bench [PRESET] [decode|decode-batch|verify|attn|deep]   ("decode": only decode
-//! at batch 1, depth 0; "decode-batch": decode at batch 1, 8, 32 and 128 only; "verify": a
-//! speculative verify step of 1 + k rows of one sequence against a 1-row step, k = 1..8;
+//! Usage: cuda_bench [PRESET] [decode|decode-batch|verify|attn|deep|prefill]   ("decode": only
+//! decode at batch 1, depth 0; "decode-batch": decode at batch 1, 8, 32 and 128 only; "verify":
+//! a speculative verify step of 1 + k rows of one sequence against a 1-row step, k = 1..8;
 //! "attn": the attention kernels alone, see attn_bench.rs; "deep": what attention moves,
-//! prefill 2k/8k/32k and decode at depth 8k at batch 1, 8 and 32). A `chunk=N` argument after
-//! them sets the prefill chunk (default 2048).
+//! prefill 2k/8k/32k and decode at depth 8k at batch 1, 8 and 32; "prefill": prefill
+//! 2k/8k/32k only). A `chunk=N` argument after them sets the prefill chunk (default 2048).
 
 use std::time::Instant;
 
@@ -149,6 +149,7 @@ fn main() -> Result<()> {
     let verify_only = mode == "verify";
     let decode_only = mode == "decode" || mode == "decode-batch";
     let deep = mode == "deep";
+    let prefill_only = mode == "prefill";
     let src = DummySource::preset(&preset)?;
     let t = Instant::now();
     let opts = CudaOptions {
@@ -196,7 +197,9 @@ fn main() -> Result<()> {
     } else {
         &[(2048, 54_000.0), (8192, 50_000.0), (32_768, 35_000.0)]
     };
-    let decodes: &[(usize, usize, Option<f64>)] = if mode == "decode" {
+    let decodes: &[(usize, usize, Option<f64>)] = if prefill_only {
+        &[]
+    } else if mode == "decode" {
         &[(1, 0, Some(270.0))]
     } else if deep {
         &[(1, 8192, Some(265.0)), (8, 8192, None), (32, 8192, None)]
@@ -226,7 +229,11 @@ fn main() -> Result<()> {
         );
         json.push(format!("\"prefill_{len}_tok_s\":{tps:.1}"));
     }
-    let short: &[usize] = if decode_only || deep { &[] } else { &[32, 128] };
+    let short: &[usize] = if decode_only || deep || prefill_only {
+        &[]
+    } else {
+        &[32, 128]
+    };
     for &len in short {
         const REPS: usize = 20;
         let mut secs = 0.0;
