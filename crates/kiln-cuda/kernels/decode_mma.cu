@@ -30,18 +30,30 @@ __device__ __forceinline__ bool dm_same(const int* token_seq, const int* positio
            dm_span(positions[a] + 1, max_splits) == dm_span(positions[b] + 1, max_splits);
 }
 
+// One tile of 64 keys (keys from kv_end on read as zeros). Warp w copies 16 of its rows, CH
+// lanes to a row; lane l < 16 looks up one of them in the block table (once for K and V) and
+// the copying lanes take it by shuffle: no division or dependent load per 16-byte copy.
 template <int HD>
 __device__ __forceinline__ void dm_load_tile(bf16_t* sk, bf16_t* sv, const bf16_t* __restrict__ kc,
                                              const bf16_t* __restrict__ vc, const int* __restrict__ table,
                                              int k0, int kv_end, int kvh, int n_kv, int block_size) {
-    constexpr int LD = HD + 8, CH = HD / 8;
-    for (int idx = threadIdx.x; idx < DM_TILE * CH; idx += DM_WARPS * 32) {
-        const int r = idx / CH, c = idx % CH;
-        const int p = k0 + r;
-        const bool ok = p < kv_end;
-        const u64 off = ok ? (((u64)table[p / block_size] * n_kv + kvh) * block_size + p % block_size) * HD + c * 8 : 0;
-        cp_async_16(sk + r * LD + c * 8, kc + off, ok ? 16 : 0);
-        cp_async_16(sv + r * LD + c * 8, vc + off, ok ? 16 : 0);
+    constexpr int LD = HD + 8, CH = HD / 8, RPW = 32 / CH, RPS = DM_WARPS * RPW;  // rows per warp, per CTA a step
+    static_assert(CH <= 32 && RPW * CH == 32 && DM_TILE * CH == DM_WARPS * 32 * (CH / 2), "decode_mma tile shape");
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, l = lane & 15;
+    // Lane l's row: the one lane l % RPW copies in step l / RPW. 0 (a valid address) past kv_end.
+    const int mp = k0 + warp * RPW + l % RPW + RPS * (l / RPW);
+    const u32 mine = mp < kv_end
+        ? ((u32)table[mp / block_size] * (u32)n_kv + (u32)kvh) * (u32)block_size + (u32)(mp % block_size)
+        : 0u;
+    const int c = lane % CH;
+#pragma unroll
+    for (int j = 0; j < CH / 2; ++j) {
+        const int r = warp * RPW + lane / CH + RPS * j;
+        const u32 row = __shfl_sync(0xffffffffu, mine, lane / CH + RPW * j);
+        const int bytes = k0 + r < kv_end ? 16 : 0;
+        const u64 off = (u64)row * HD + c * 8;
+        cp_async_16(sk + r * LD + c * 8, kc + off, bytes);
+        cp_async_16(sv + r * LD + c * 8, vc + off, bytes);
     }
 }
 
