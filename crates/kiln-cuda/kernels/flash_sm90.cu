@@ -338,11 +338,14 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
     const u32 raw = smem_addr(fs_smem);
     const u32 base = (raw + 1023) & ~1023u;
 
-    // Later tiles of a chunk see more keys: hand them out first so the grid ends evenly.
-    const AttnTile tile = tiles[gridDim.x - 1 - blockIdx.x];
+    // Later tiles of a chunk see more keys: hand them out first, for every head pair before
+    // the next tile (CTAs start in the order of `item`, x fastest), so the grid ends evenly;
+    // the pairs of one tile read the same K/V at the same time.
+    const int item = blockIdx.y * gridDim.x + blockIdx.x;
+    const AttnTile tile = tiles[gridDim.x - 1 - item / gridDim.y];
     if (tile.n_rows == 0) return;
     const int wg = threadIdx.x >> 7;
-    const int h0 = blockIdx.y * 2, kvh = h0 / (n_q / n_kv);
+    const int h0 = (item % gridDim.y) * 2, kvh = h0 / (n_q / n_kv);
     const int* table = block_tables + bt_start[tile.seq];
     const int kv_end = tile.pos0 + tile.n_rows;  // keys past the last row are never needed
     const int first = window > 0 ? max(0, tile.pos0 + 1 - window) : 0;
