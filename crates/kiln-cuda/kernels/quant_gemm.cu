@@ -79,9 +79,23 @@ __device__ __forceinline__ LaneRow<F> lane_row(const unsigned char* rec, int r, 
     return L;
 }
 
-// The stored integer of lane value (word w, pair p, half) as bf16x2 operand pairs: pair p of
-// word w is values 8w + 2p (low half) and 8w + 2p + 1 (high half), already offset as the
-// format says (Q4_0: q - 8, Q6_K: q - 32, Q8_0: signed, Q4_K: q).
+// 128 + q as bf16 in each half of lane value pair (word w, pair p) of a 4- or 6-bit format
+// (magic-number conversions: 0x4300 | q is the bf16 of 128 + q; Q6_K's high bits are merged
+// into the magic first). Pair p of word w is values 8w + 2p (low half) and 8w + 2p + 1.
+template <int F>
+__device__ __forceinline__ u32 lane_pair_biased(const LaneRow<F>& L, int w, int p) {
+    const u32 word = u4_word(L.q[0], w);
+    u32 magic = 0x43004300u;
+    if (F == QF_Q6K) {
+        const u32 hw = (w < 2) ? L.h.x : L.h.y;
+        const int sh = 2 * p + 8 * (w & 1);  // where this pair's high bits are
+        magic = masked_or<0x00300030u>(sh <= 4 ? (hw << (4 - sh)) : (hw >> (sh - 4)), magic);
+    }
+    return masked_or<0x000F000Fu>(word >> (4 * p), magic);
+}
+
+// The stored integer of lane value (word w, pair p, half) as bf16x2 operand pairs, already
+// offset as the format says (Q4_0: q - 8, Q6_K: q - 32, Q8_0: signed, Q4_K: q).
 template <int F>
 __device__ __forceinline__ u32 lane_pair(const LaneRow<F>& L, int w, int p) {
     if (F == QF_Q8_0) {
@@ -91,15 +105,7 @@ __device__ __forceinline__ u32 lane_pair(const LaneRow<F>& L, int w, int p) {
         const float hi = byte_plus_2p23(word, 2 * (p & 1) + 1) - 8388736.0f;
         return pack_bf16x2(lo, hi);
     }
-    const u32 word = u4_word(L.q[0], w);
-    // bf16 128 + q in each half (Q6_K: the high bits first, at bits 4-5).
-    u32 magic = 0x43004300u;
-    if (F == QF_Q6K) {
-        const u32 hw = (w < 2) ? L.h.x : L.h.y;
-        const int sh = 2 * p + 8 * (w & 1);  // where this pair's high bits are
-        magic = masked_or<0x00300030u>(sh <= 4 ? (hw << (4 - sh)) : (hw >> (sh - 4)), magic);
-    }
-    const u32 v = masked_or<0x000F000Fu>(word >> (4 * p), magic);
+    const u32 v = lane_pair_biased<F>(L, w, p);
     if (F == QF_Q6K) return bf16x2_fma(v, 0x3F803F80u, 0xC320C320u);  // - 160
     return bf16x2_fma(v, 0x3F803F80u, F == QF_Q4_0 ? 0xC308C308u : 0xC300C300u);  // - 136 / - 128
 }

@@ -99,7 +99,12 @@ pub const SOURCES: &[KernelSource] = &[
     },
     KernelSource {
         name: "quant_gemm",
-        body: include_str!("../kernels/quant_gemm.cu"),
+        // One module in two files: the blocks, the first decode family and the expansions;
+        // the second decode family (quant_decode.cu starts with its own #line).
+        body: concat!(
+            include_str!("../kernels/quant_gemm.cu"),
+            include_str!("../kernels/quant_decode.cu")
+        ),
         builds: Builds::Bf16Only,
     },
 ];
@@ -201,6 +206,9 @@ mod tests {
         for f in formats {
             quant.push(format!("quant_to_bf16_{f}"));
             quant.push(format!("quant_embed_{f}"));
+        }
+        for f in formats {
+            quant.extend([1, 8, 16, 32, 64].map(|r| format!("skinny2_{f}_{r}")));
         }
         let decode = [&hd("decode_attn_hd")[..], &["decode_attn_combine".into()]].concat();
         let flash_sm90 = ["flash_sm90_hd", "flash_sm90o_hd", "flash_sm90p_hd"]

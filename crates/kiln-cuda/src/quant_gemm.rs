@@ -1,6 +1,7 @@
-//! Launchers of kernels/quant_gemm.cu and the product of a block-quantised matrix: decode rows
-//! through `skinny_<format>_*` (blocks dequantised in registers, one summation order for any
-//! row count), prefill rows through the matrix expanded to bf16 in a scratch buffer just before
+//! Launchers of kernels/quant_gemm.cu (and quant_decode.cu, the same module) and the product of
+//! a block-quantised matrix: decode rows through `skinny2_<format>_*` (`KILN_QUANT_DECODE=v1`:
+//! the first family, `skinny_<format>_*`; blocks dequantised in registers, one summation order
+//! for any row count within a family), prefill rows through the matrix expanded to bf16 in a scratch buffer just before
 //! its cuBLASLt GEMM (the values rounded as a bf16 copy made at load would be, so prefill rows
 //! match the weights expanded at load bit for bit).
 
@@ -17,10 +18,35 @@ use crate::quant_weights::QuantMatrix;
 use crate::skinny::SKINNY_MAX_ROWS;
 use crate::switches::KernelChoice;
 
-/// One `SQ_ENTRY` of quant_gemm.cu.
+/// A family of decode kernels: each sums in its own order, the same for any row count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodeFamily {
+    /// `skinny_*` (quant_gemm.cu's `SQ_ENTRY`).
+    V1,
+    /// `skinny2_*` (quant_decode.cu's `SQ2_ENTRY`): fewer instructions per record.
+    V2,
+}
+
+impl DecodeFamily {
+    pub const ALL: [DecodeFamily; 2] = [DecodeFamily::V1, DecodeFamily::V2];
+
+    /// The family `KILN_QUANT_DECODE` picks.
+    pub fn from_env() -> DecodeFamily {
+        if KernelChoice::from_env().quant_decode_v2 {
+            DecodeFamily::V2
+        } else {
+            DecodeFamily::V1
+        }
+    }
+}
+
+/// One `SQ_ENTRY` or `SQ2_ENTRY` of the module.
 #[derive(Debug)]
 struct Entry {
     name: String,
+    family: DecodeFamily,
+    /// Whether the odd columns (x rows 1, 3, ..) are summed: false only in one-row entries.
+    odd: bool,
     format: GpuQuant,
     /// 8-row fragments of x per launch.
     nt: usize,
@@ -48,8 +74,16 @@ impl Entry {
             Some("QF_Q6K") => GpuQuant::Q6K,
             other => bail!("quant entry {}: unknown format {other:?}", p.name),
         };
+        let (family, odd) = match p.arg("ODD").map(str::trim) {
+            None => (DecodeFamily::V1, true),
+            Some("true") => (DecodeFamily::V2, true),
+            Some("false") => (DecodeFamily::V2, false),
+            Some(other) => bail!("quant entry {}: ODD is {other:?}", p.name),
+        };
         Ok(Entry {
             name: p.name.clone(),
+            family,
+            odd,
             format,
             nt: num("NT")?,
             stages: num("S")?,
@@ -58,7 +92,7 @@ impl Entry {
     }
 }
 
-/// The skinny entries of quant_gemm.cu (its `SQ_ENTRY` lines), read once.
+/// The skinny entries of the module (its `SQ_ENTRY` and `SQ2_ENTRY` lines), read once.
 fn entries() -> &'static [Entry] {
     static ENTRIES: OnceLock<Vec<Entry>> = OnceLock::new();
     ENTRIES.get_or_init(|| read_entries().expect("quant_gemm.cu's entries (unit-tested)"))
@@ -68,17 +102,20 @@ fn read_entries() -> Result<Vec<Entry>> {
     let src = source("quant_gemm").ok_or_else(|| anyhow!("no quant_gemm.cu module"))?;
     src.entry_points()?
         .iter()
-        .filter(|p| p.name.starts_with("skinny_"))
+        .filter(|p| p.name.starts_with("skinny_") || p.name.starts_with("skinny2_"))
         .map(Entry::from_source)
         .collect()
 }
 
-/// The entry for `nt` fragments of format `q`.
-fn entry(q: GpuQuant, nt: usize) -> Result<&'static Entry> {
+/// The entry of `family` for `m` rows (at most 64) of format `q`: the fewest fragments that
+/// hold them, and in the second family the one-row entry for one row.
+fn entry(family: DecodeFamily, q: GpuQuant, m: usize) -> Result<&'static Entry> {
+    let nt = m.div_ceil(8).next_power_of_two();
+    let one = family == DecodeFamily::V2 && m == 1;
     entries()
         .iter()
-        .find(|e| e.format == q && e.nt == nt)
-        .ok_or_else(|| anyhow!("no skinny entry for {q:?} with {nt} fragments"))
+        .find(|e| e.family == family && e.format == q && e.nt == nt && e.odd != one)
+        .ok_or_else(|| anyhow!("no {family:?} skinny entry for {q:?} and {m} rows"))
 }
 
 /// The skinny quant entries with more than 48 KB of dynamic shared memory, with their needs.
@@ -106,12 +143,28 @@ impl Gpu {
         n_rows: usize,
         k: usize,
     ) -> Result<()> {
+        self.skinny_quant_family(DecodeFamily::from_env(), q, y, ldy, x, w, rows, n_rows, k)
+    }
+
+    /// [`Gpu::skinny_quant`] through the kernels of `family`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn skinny_quant_family(
+        &self,
+        family: DecodeFamily,
+        q: GpuQuant,
+        y: u64,
+        ldy: usize,
+        x: u64,
+        w: u64,
+        rows: usize,
+        n_rows: usize,
+        k: usize,
+    ) -> Result<()> {
         let pdl = KernelChoice::from_env().pdl;
         let mut done = 0;
         while done < rows {
             let m = (rows - done).min(SKINNY_MAX_ROWS);
-            let nt = m.div_ceil(8).next_power_of_two();
-            let e = entry(q, nt)?;
+            let e = entry(family, q, m)?;
             let yd = DevPtr::<f32>::new(y).row(done, ldy).addr();
             let xd = DevPtr::<u16>::new(x).row(done, k).addr();
             self.launch_quant_entry(e, pdl, yd, ldy, xd, w, m, n_rows, k)?;
@@ -137,8 +190,9 @@ impl Gpu {
         let Some(e) = entries().iter().find(|e| e.name == name) else {
             bail!("no skinny quant entry {name}");
         };
-        if rows == 0 || rows > 8 * e.nt {
-            bail!("{name} takes 1..={} rows, got {rows}", 8 * e.nt);
+        let cap = if e.odd { 8 * e.nt } else { 1 };
+        if rows == 0 || rows > cap {
+            bail!("{name} takes 1..={cap} rows, got {rows}");
         }
         self.launch_quant_entry(
             e,
@@ -153,12 +207,13 @@ impl Gpu {
         )
     }
 
-    /// The names of the skinny entries of `q`, fewest rows first.
-    pub fn skinny_quant_entries(q: GpuQuant) -> Vec<String> {
+    /// The names of the skinny entries of `family` for `q` with the rows each takes at most,
+    /// fewest rows first.
+    pub fn skinny_quant_entries(family: DecodeFamily, q: GpuQuant) -> Vec<(String, usize)> {
         entries()
             .iter()
-            .filter(|e| e.format == q)
-            .map(|e| e.name.clone())
+            .filter(|e| e.family == family && e.format == q)
+            .map(|e| (e.name.clone(), if e.odd { 8 * e.nt } else { 1 }))
             .collect()
     }
 
@@ -332,18 +387,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_format_has_an_entry_for_every_fragment_count_within_the_smem() {
-        for q in GpuQuant::ALL {
-            let names = Gpu::skinny_quant_entries(q);
-            assert_eq!(names.len(), 4, "{q:?}");
-            let mut warps = None;
-            for nt in [1, 2, 4, 8] {
-                let e = entry(q, nt).unwrap();
-                assert_eq!(e.name, format!("skinny_{}_{}", q.name(), 8 * nt));
-                assert!(e.stages >= 3, "{}", e.name);
-                assert!(e.smem_bytes() <= 227 * 1024, "{}", e.name);
-                // One summation order per format: the same warp count in every entry.
-                assert_eq!(*warps.get_or_insert(e.warps), e.warps, "{}", e.name);
+    fn every_format_has_an_entry_for_every_row_count_within_the_smem() {
+        for (family, prefix, ones) in [
+            (DecodeFamily::V1, "skinny", 0),
+            (DecodeFamily::V2, "skinny2", 1),
+        ] {
+            for q in GpuQuant::ALL {
+                let names = Gpu::skinny_quant_entries(family, q);
+                assert_eq!(names.len(), 4 + ones, "{family:?} {q:?}");
+                let mut warps = None;
+                for m in 1..=SKINNY_MAX_ROWS {
+                    let e = entry(family, q, m).unwrap();
+                    let cap = if ones == 1 && m == 1 { 1 } else { 8 * e.nt };
+                    assert!(m <= cap && (cap == 1 || m > cap / 2 || cap == 8));
+                    assert_eq!(e.name, format!("{prefix}_{}_{cap}", q.name()));
+                    assert!(e.stages >= 3, "{}", e.name);
+                    assert!(e.smem_bytes() <= 227 * 1024, "{}", e.name);
+                    // One summation order per family and format: the same warp count in
+                    // every entry.
+                    assert_eq!(*warps.get_or_insert(e.warps), e.warps, "{}", e.name);
+                }
             }
         }
     }

@@ -70,6 +70,10 @@ pub struct KernelChoice {
     /// sequence sharing K/V reads (`decode_mma_*`, the default) or on CUDA cores
     /// (`decode_attn_*`). Different bits, each batch-invariant.
     pub decode_mma: bool,
+    /// KILN_QUANT_DECODE=v1 | v2: decode rows of block-quantised matrices through the first
+    /// family of quantised skinny kernels (`skinny_*`) or the second (`skinny2_*`, fewer
+    /// instructions per record). Different bits, each batch-invariant.
+    pub quant_decode_v2: bool,
 }
 
 /// The defaults of the attention families: sm80 prefill until flash_sm90 measures faster;
@@ -133,6 +137,7 @@ impl Env {
                         Some("simt") => false,
                         _ => DECODE_MMA_DEFAULT,
                     },
+                    quant_decode_v2: var("KILN_QUANT_DECODE").as_deref() != Some("v1"),
                 },
             },
             kernel_cache: match var("KILN_KERNEL_CACHE") {
@@ -167,7 +172,7 @@ impl Switches {
             KernelCache::Dir(d) => d.display().to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} pdl={} cuda_graphs={} gpu_quant={} quant_prefill={} graph_prefill={prefill} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} pdl={} cuda_graphs={} gpu_quant={} quant_prefill={} quant_decode={} graph_prefill={prefill} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -189,6 +194,7 @@ impl Switches {
             } else {
                 "expand"
             },
+            if k.quant_decode_v2 { "v2" } else { "v1" },
         )
     }
 }
@@ -204,6 +210,7 @@ impl KernelChoice {
         flash_overlap: true,
         flash_pingpong: false,
         decode_mma: DECODE_MMA_DEFAULT,
+        quant_decode_v2: true,
     };
     pub const ALL_PLAIN: KernelChoice = KernelChoice {
         skinny_pipe: false,
@@ -215,6 +222,7 @@ impl KernelChoice {
         flash_overlap: false,
         flash_pingpong: false,
         decode_mma: false,
+        quant_decode_v2: false,
     };
 
     /// The process-wide choice, read from the environment on first use.
@@ -257,6 +265,7 @@ mod tests {
                 ("KILN_SKINNY_DEEP", off),
                 ("KILN_FLASH_OVERLAP", off),
                 ("KILN_DECODE_ATTN", "simt"),
+                ("KILN_QUANT_DECODE", "v1"),
             ]);
             assert_eq!(e.switches.kernels, KernelChoice::ALL_PLAIN);
             assert!(e.switches.skinny_gemm && e.switches.cuda_graphs);
@@ -277,6 +286,13 @@ mod tests {
                 .quant_prefill_skinny
         };
         assert!(prefill("skinny") && !prefill("expand") && !prefill("1"));
+        let v2 = |v| {
+            read(&[("KILN_QUANT_DECODE", v)])
+                .switches
+                .kernels
+                .quant_decode_v2
+        };
+        assert!(v2("v2") && v2("") && !v2("v1"));
     }
 
     #[test]

@@ -18,6 +18,7 @@ mod common;
 use common::{from_bf16, gpu_or_skip, timed, to_bf16, Checks, Rng};
 use kiln_cuda::device::{DevBuf, Gpu};
 use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
+use kiln_cuda::quant_gemm::DecodeFamily;
 use kiln_cuda::quant_layout::{decode_rows, repack, GpuQuant};
 use kiln_cuda::StoreType;
 use kiln_formats::dequantize_into;
@@ -95,11 +96,18 @@ fn compare(got: &[f32], want: &[f64], mag: &[f64]) -> (usize, f64) {
 }
 
 /// y rows of width `ldy` (columns n..ldy must stay poisoned) for `rows` rows through the
-/// format's dispatch.
-fn run_skinny(gpu: &Gpu, w: &Weight, x: &DevBuf<u16>, rows: usize, ldy: usize) -> Vec<f32> {
+/// format's dispatch in `fam`.
+fn run_skinny(
+    gpu: &Gpu,
+    fam: DecodeFamily,
+    w: &Weight,
+    x: &DevBuf<u16>,
+    rows: usize,
+    ldy: usize,
+) -> Vec<f32> {
     let y = gpu.alloc::<f32>(rows * ldy).unwrap();
     y.fill_bytes(0xFF).unwrap();
-    gpu.skinny_quant(w.q, y.ptr(), ldy, x.ptr(), w.dev.ptr(), rows, w.n, w.k)
+    gpu.skinny_quant_family(fam, w.q, y.ptr(), ldy, x.ptr(), w.dev.ptr(), rows, w.n, w.k)
         .unwrap();
     y.download(gpu, 0, rows * ldy).unwrap()
 }
@@ -134,13 +142,19 @@ fn skinny_quant_contract() {
 /// quant_gemm.cu with one planted bug each: (text, replacement).
 const PLANTED: &[(&str, &str)] = &[
     // Q4_0 quants without their offset of 8.
-    ("F == QF_Q4_0 ? 0xC308C308u", "F == QF_Q4_0 ? 0xC300C300u"),
+    (
+        "F == QF_Q4_0 ? 0xC308C308u : 0xC300C300u",
+        "F == QF_Q4_0 ? 0xC300C300u : 0xC300C300u",
+    ),
     // Q8_0 bytes read as unsigned.
-    ("^ 0x80808080u", "^ 0x00808080u"),
+    (
+        "2 * (w & 1) + (p >> 1)) ^ 0x80808080u",
+        "2 * (w & 1) + (p >> 1)) ^ 0x00808080u",
+    ),
     // Q8_0 and Q4_0: the first block's scale for every group.
     ("sa = scale_f16(ra.s, grp);", "sa = scale_f16(ra.s, 0);"),
     // Q4_K without its minimum.
-    ("ma = -__fmaf_rn(dma,", "ma = 0.f * __fmaf_rn(dma,"),
+    ("ma = -__fmaf_rn(k4[1],", "ma = 0.f * __fmaf_rn(k4[1],"),
     // Q6_K's high bits of the second word of a pair of words read from the first's.
     (
         "const int sh = 2 * p + 8 * (w & 1);",
@@ -156,7 +170,42 @@ const PLANTED: &[(&str, &str)] = &[
         "make_float4(__fmul_rn(v[4 * run], scale),",
         "make_float4(v[4 * run],",
     ),
+    // skinny2: Q4_K's offset of 128 taken back as 64.
+    ("ma = -__fmaf_rn(s0, 128.0f,", "ma = -__fmaf_rn(s0, 64.0f,"),
+    // skinny2: Q6_K's offset of 160 taken back as 128.
+    (
+        "F == QF_Q4_0 ? 0xC308C308u : 0xC320C320u",
+        "F == QF_Q4_0 ? 0xC308C308u : 0xC300C300u",
+    ),
+    // skinny2: Q8_0 bytes without their offset of 128.
+    ("fb[e] -= 8388736.0f;", "fb[e] -= 8388608.0f;"),
+    // skinny2: row g + 8 with row g's scale.
+    (
+        "acc[j][2] = __fmaf_rn(s8, tmp[2], acc[j][2]);",
+        "acc[j][2] = __fmaf_rn(s0, tmp[2], acc[j][2]);",
+    ),
 ];
+
+/// Every planted bug's text is in quant_gemm's source once, and the planted module compiles
+/// (where NVRTC is present: scripts/ci-nvrtc.sh), so that `planted_bugs_fail` tests what it
+/// says on a GPU.
+#[test]
+fn quant_planted_bugs_are_in_the_source() {
+    let src = SOURCES.iter().find(|s| s.name == "quant_gemm").unwrap();
+    for &(from, to) in PLANTED {
+        assert_eq!(
+            src.body.matches(from).count(),
+            1,
+            "quant_gemm: `{from}` must occur once"
+        );
+        if kiln_cuda::nvrtc_build::nvrtc_present() {
+            let body: &'static str = Box::leak(src.body.replace(from, to).into_boxed_str());
+            let planted = KernelSource { body, ..*src };
+            kiln_cuda::nvrtc_build::compile_cubin(&planted, 90, StoreType::Bf16)
+                .unwrap_or_else(|e| panic!("quant_gemm with `{to}`: {e:#}"));
+        }
+    }
+}
 
 #[test]
 #[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
@@ -216,80 +265,83 @@ fn skinny_contract(
             let x = gpu.alloc::<u16>(max_rows * k).unwrap();
             x.upload(0, &to_bf16(&xf)).unwrap();
             let (want, mag) = reference(&xf, &w.values, n, k, max_rows);
-            for &rows in row_counts {
-                let ldy = n + 5;
-                let t = std::time::Instant::now();
-                let y = run_skinny(gpu, &w, &x, rows, ldy);
-                let secs = t.elapsed().as_secs_f64();
-                let got: Vec<f32> = (0..rows)
-                    .flat_map(|r| y[r * ldy..r * ldy + n].iter().copied())
-                    .collect();
-                let (bad, worst) = compare(&got, &want[..rows * n], &mag[..rows * n]);
-                c.check(
-                    bad == 0,
-                    format!("{q:?} m={rows} n={n} k={k}: {bad} outputs beyond {RTOL:.0e} of sum |x w|, worst {worst:.2e}, {:.3}ms", secs * 1e3),
-                );
-                let untouched =
-                    (0..rows).all(|r| y[r * ldy + n..(r + 1) * ldy].iter().all(|v| v.is_nan()));
-                c.check(
-                    untouched,
-                    format!("{q:?} m={rows} n={n} k={k}: columns past the weight untouched"),
-                );
-            }
-            if !full {
-                continue;
-            }
-            // Every entry of the format gives a row the bits it has alone.
-            let alone = run_skinny(gpu, &w, &x, 1, n);
-            for name in Gpu::skinny_quant_entries(q) {
-                let cap: usize = name.rsplit('_').next().unwrap().parse().unwrap();
-                let y = gpu.alloc::<f32>(cap * n).unwrap();
-                y.fill_bytes(0xFF).unwrap();
-                gpu.skinny_quant_entry(&name, y.ptr(), n, x.ptr(), w.dev.ptr(), cap, n, k)
-                    .unwrap();
-                let batch = y.download(gpu, 0, cap * n).unwrap();
-                // Row r of the batch against row r alone (x offset by r rows).
-                let mut same = batch[..n]
-                    .iter()
-                    .zip(&alone)
-                    .all(|(a, b)| a.to_bits() == b.to_bits());
-                let r = cap - 1;
-                let y1 = gpu.alloc::<f32>(n).unwrap();
-                gpu.skinny_quant(
-                    q,
-                    y1.ptr(),
-                    n,
-                    x.dev_ptr().row(r, k).addr(),
-                    w.dev.ptr(),
-                    1,
-                    n,
-                    k,
-                )
-                .unwrap();
-                let last = y1.download(gpu, 0, n).unwrap();
-                same &= batch[r * n..(r + 1) * n]
-                    .iter()
-                    .zip(&last)
-                    .all(|(a, b)| a.to_bits() == b.to_bits());
-                c.check(same, format!("{name} n={n} k={k}: rows 0 and {r} of {cap} equal the rows alone bit for bit"));
-            }
-            // Negative controls: one quant, then one scale, changed in the reference (at short
-            // rows, where one value's share of sum |x w| is well above the tolerance).
-            if k > 1024 {
-                continue;
-            }
-            let y = run_skinny(gpu, &w, &x, 4, n);
-            for (what, at) in [("a quant", quant_byte(q)), ("a scale", scale_byte(q))] {
-                let mut blocks = w.blocks.clone();
-                let row_bytes = q.dtype().bytes_for(k).unwrap();
-                let at = (n / 2) * row_bytes + at;
-                blocks[at] ^= 0x24;
-                let values = reference_values(q, n, k, &blocks);
-                let (want, mag) = reference(&xf, &values, n, k, 4);
-                let (bad, _) = compare(&y, &want, &mag);
-                c.check(bad > 0, format!("{q:?} n={n} k={k}: a reference with {what} of row {} changed fails ({bad} outputs off)", n / 2));
+            for fam in DecodeFamily::ALL {
+                for &rows in row_counts {
+                    let ldy = n + 5;
+                    let t = std::time::Instant::now();
+                    let y = run_skinny(gpu, fam, &w, &x, rows, ldy);
+                    let secs = t.elapsed().as_secs_f64();
+                    let got: Vec<f32> = (0..rows)
+                        .flat_map(|r| y[r * ldy..r * ldy + n].iter().copied())
+                        .collect();
+                    let (bad, worst) = compare(&got, &want[..rows * n], &mag[..rows * n]);
+                    c.check(
+                        bad == 0,
+                        format!("{fam:?} {q:?} m={rows} n={n} k={k}: {bad} outputs beyond {RTOL:.0e} of sum |x w|, worst {worst:.2e}, {:.3}ms", secs * 1e3),
+                    );
+                    let untouched =
+                        (0..rows).all(|r| y[r * ldy + n..(r + 1) * ldy].iter().all(|v| v.is_nan()));
+                    c.check(
+                        untouched,
+                        format!(
+                            "{fam:?} {q:?} m={rows} n={n} k={k}: columns past the weight untouched"
+                        ),
+                    );
+                }
+                if !full {
+                    continue;
+                }
+                every_entry_as_alone(gpu, c, fam, &w, &x);
+                // Negative controls: one quant, then one scale, changed in the reference (at
+                // short rows, where one value's share of sum |x w| is well above the
+                // tolerance).
+                if k > 1024 {
+                    continue;
+                }
+                let y = run_skinny(gpu, fam, &w, &x, 4, n);
+                for (what, at) in [("a quant", quant_byte(q)), ("a scale", scale_byte(q))] {
+                    let mut blocks = w.blocks.clone();
+                    let row_bytes = q.dtype().bytes_for(k).unwrap();
+                    let at = (n / 2) * row_bytes + at;
+                    blocks[at] ^= 0x24;
+                    let values = reference_values(q, n, k, &blocks);
+                    let (want, mag) = reference(&xf, &values, n, k, 4);
+                    let (bad, _) = compare(&y, &want, &mag);
+                    c.check(bad > 0, format!("{fam:?} {q:?} n={n} k={k}: a reference with {what} of row {} changed fails ({bad} outputs off)", n / 2));
+                }
             }
         }
+    }
+}
+
+/// Every entry of `fam` for the weight's format gives its first and last rows the bits they
+/// have alone (x offset to the row).
+fn every_entry_as_alone(gpu: &Gpu, c: &mut Checks, fam: DecodeFamily, w: &Weight, x: &DevBuf<u16>) {
+    let (q, n, k) = (w.q, w.n, w.k);
+    let alone = |r: usize| {
+        let y1 = gpu.alloc::<f32>(n).unwrap();
+        let xr = x.dev_ptr().row(r, k).addr();
+        gpu.skinny_quant_family(fam, q, y1.ptr(), n, xr, w.dev.ptr(), 1, n, k)
+            .unwrap();
+        y1.download(gpu, 0, n).unwrap()
+    };
+    for (name, cap) in Gpu::skinny_quant_entries(fam, q) {
+        let y = gpu.alloc::<f32>(cap * n).unwrap();
+        y.fill_bytes(0xFF).unwrap();
+        gpu.skinny_quant_entry(&name, y.ptr(), n, x.ptr(), w.dev.ptr(), cap, n, k)
+            .unwrap();
+        let batch = y.download(gpu, 0, cap * n).unwrap();
+        let same_as = |r: usize| {
+            batch[r * n..(r + 1) * n]
+                .iter()
+                .zip(&alone(r))
+                .all(|(a, b)| a.to_bits() == b.to_bits())
+        };
+        let r = cap - 1;
+        c.check(
+            same_as(0) && same_as(r),
+            format!("{name} n={n} k={k}: rows 0 and {r} of {cap} equal the rows alone bit for bit"),
+        );
     }
 }
 
@@ -414,27 +466,29 @@ fn skinny_quant_bandwidth() {
                 })
                 .collect();
             let y = gpu.alloc::<f32>(64 * n).unwrap();
-            for m in [1, 8, 32, 64] {
-                let mut turn = 0;
-                let mut launch = || {
-                    turn += 1;
-                    let w = copies[turn % copies.len()].ptr();
-                    gpu.skinny_quant(q, y.ptr(), n, x.ptr(), w, m, n, k)
-                };
-                launch().unwrap();
-                let iters = 30;
-                let secs = timed(&gpu, || {
-                    for _ in 0..iters {
-                        launch()?;
-                    }
-                    Ok(())
-                }) / iters as f64;
-                eprintln!(
-                    "[skinny_quant] BENCH {q:?} m={m} n={n} k={k}: {:.1} us, weights read at {:.2} TB/s ({:.2} bits per weight)",
-                    secs * 1e6,
-                    packed.len() as f64 / secs / 1e12,
-                    packed.len() as f64 * 8.0 / (n * k) as f64
-                );
+            for fam in DecodeFamily::ALL {
+                for m in [1, 8, 32, 64] {
+                    let mut turn = 0;
+                    let mut launch = || {
+                        turn += 1;
+                        let w = copies[turn % copies.len()].ptr();
+                        gpu.skinny_quant_family(fam, q, y.ptr(), n, x.ptr(), w, m, n, k)
+                    };
+                    launch().unwrap();
+                    let iters = 30;
+                    let secs = timed(&gpu, || {
+                        for _ in 0..iters {
+                            launch()?;
+                        }
+                        Ok(())
+                    }) / iters as f64;
+                    eprintln!(
+                        "[skinny_quant] BENCH {fam:?} {q:?} m={m} n={n} k={k}: {:.1} us, weights read at {:.2} TB/s ({:.2} bits per weight)",
+                        secs * 1e6,
+                        packed.len() as f64 / secs / 1e12,
+                        packed.len() as f64 * 8.0 / (n * k) as f64
+                    );
+                }
             }
             // The prefill path's expansion of the same weight.
             let out = gpu.alloc::<u16>(n * k).unwrap();
