@@ -4,7 +4,8 @@
 # it must catch; SKIP_CONTRACT=1 leaves it to scripts/gpu-check.sh), the kernels' speed
 # (`cuda_bench llama3-8b attn`), an Nsight Compute profile of one launch of each prefill
 # family, torch SDPA on the same shapes, prefill end to end with flash_sm90, the defaults'
-# `cuda_bench llama3-8b deep`, and the invariance suite with flash_sm90, while time remains.
+# `cuda_bench llama3-8b deep`, decode_mma with fewer splits (KILN_DECODE_SPLITS), and the
+# invariance suite with flash_sm90, while time remains.
 # Needs the executables from scripts/build-gpu-carry.sh in .carry/. Logs under $OUT (default
 # ./attn-gpu-out); the summary comes last.
 set -uo pipefail
@@ -88,6 +89,11 @@ budget 30 "$bench" llama3-8b attn decode > "$OUT/attn-decode.json" 2> "$OUT/attn
 say "cuda_bench attn decode: rc=$?"
 e2e default-deep deep 45
 runs="sm90o-prefill sm90p-prefill default-deep"
+# decode_mma with at most 16 or 32 splits a row instead of 64: fewer, longer CTAs.
+for n in 16 32; do
+    KILN_DECODE_SPLITS=$n budget 25 "$bench" llama3-8b attn decode-mma > "$OUT/attn-decode-splits$n.json" 2> "$OUT/attn-decode-splits$n.log"
+    say "cuda_bench attn decode-mma (KILN_DECODE_SPLITS=$n): rc=$?"
+done
 
 # 5. The backend with flash_sm90: invariance (alone == batched == chunked), if time remains.
 t=backend_invariance
@@ -101,6 +107,7 @@ grep -h "^BENCH flash" "$OUT/attn-prefill.log" 2>/dev/null | sed 's/^BENCH //' |
 grep -h "^SDPA .*causal" "$OUT/sdpa.log" 2>/dev/null | grep -v unsupported | tee -a "$summary"
 cat "$OUT/ncu-summary.txt" 2>/dev/null | cut -c1-400 | tee -a "$summary"
 grep -h "^BENCH decode_attn" "$OUT/attn-decode.log" 2>/dev/null | sed 's/^BENCH //' | tee -a "$summary"
+for n in 16 32; do grep -h "^BENCH decode_attn" "$OUT/attn-decode-splits$n.log" 2>/dev/null | sed "s/^BENCH /splits $n: /" | tee -a "$summary"; done
 grep -h "^SDPA decode" "$OUT/sdpa.log" 2>/dev/null | tee -a "$summary"
 for run in $runs; do grep -h "^BENCH" "$OUT/e2e-$run.log" 2>/dev/null | sed "s/^BENCH /$run: /" | tee -a "$summary"; done
 if grep -q "\] FAIL \|panicked" "$OUT"/contract-*.log "$OUT"/sm90-*.log 2>/dev/null; then

@@ -8,7 +8,7 @@ use anyhow::{bail, Result};
 
 use crate::device::{i32_of, Arg, Gpu};
 use crate::kernels::{AttnInputs, KvView, DECODE_MAX_SPLITS};
-use crate::switches::KernelChoice;
+use crate::switches::{KernelChoice, Switches};
 
 /// Head dims of decode_mma_hd*.
 pub const DECODE_MMA_HEAD_DIMS: [usize; 5] = [16, 32, 64, 128, 256];
@@ -287,6 +287,11 @@ impl Gpu {
                 kv.n_kv
             );
         }
+        // At most this many splits per row (the partials have room for DECODE_MAX_SPLITS).
+        let max_splits = Switches::from_env()
+            .decode_mma_splits
+            .unwrap_or(DECODE_MAX_SPLITS)
+            .min(DECODE_MAX_SPLITS);
         // One CTA serves up to 16 query heads of a group (and 16 / heads rows of a sequence).
         let group = n_q / kv.n_kv;
         let chunks = group.div_ceil(group.min(16));
@@ -305,15 +310,11 @@ impl Gpu {
             Arg::I32(kv.block_size as i32),
             Arg::I32(i32_of(window, "window")?),
             Arg::F32(scale * std::f32::consts::LOG2_E),
-            Arg::I32(DECODE_MAX_SPLITS as i32),
+            Arg::I32(max_splits as i32),
         ];
         // Every split slot of every row is launched; slots past a row's splits (and rows whose
         // run another CTA serves) exit at once, so the grid depends on the row count only.
-        let grid = (
-            DECODE_MAX_SPLITS as u32,
-            (kv.n_kv * chunks) as u32,
-            rows as u32,
-        );
+        let grid = (max_splits as u32, (kv.n_kv * chunks) as u32, rows as u32);
         self.launch(
             &format!("decode_mma_hd{hd}"),
             grid,
@@ -328,7 +329,7 @@ impl Gpu {
             Arg::Ptr(out),
             Arg::I32(n_q as i32),
             Arg::I32(hd as i32),
-            Arg::I32(DECODE_MAX_SPLITS as i32),
+            Arg::I32(max_splits as i32),
         ];
         self.launch(
             "decode_mma_combine",

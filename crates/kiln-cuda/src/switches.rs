@@ -32,6 +32,10 @@ pub struct Switches {
     /// KILN_CUDA_GRAPH_PREFILL=N: the largest prefill bucket with a graph (0: none); None when
     /// unset or not a number, for the default of graphs_pad.rs.
     pub graph_prefill_max: Option<usize>,
+    /// KILN_DECODE_SPLITS=N (a power of two, 1-64): decode_mma splits a row into at most N
+    /// instead of 64, so fewer and longer CTAs (different bits, still a function of the row's
+    /// length only). None when unset or invalid.
+    pub decode_mma_splits: Option<usize>,
     /// The kernel variants.
     pub kernels: KernelChoice,
 }
@@ -119,6 +123,9 @@ impl Env {
                 gpu_quant: opt_in("KILN_GPU_QUANT"),
                 quant_prefill_skinny: var("KILN_QUANT_PREFILL").as_deref() == Some("skinny"),
                 graph_prefill_max: var("KILN_CUDA_GRAPH_PREFILL").and_then(|v| v.parse().ok()),
+                decode_mma_splits: var("KILN_DECODE_SPLITS")
+                    .and_then(|v| v.parse::<usize>().ok())
+                    .filter(|n| n.is_power_of_two() && *n <= 64),
                 kernels: KernelChoice {
                     skinny_pipe: on("KILN_SKINNY_PIPE"),
                     flash_pairs: on("KILN_FLASH_PAIRS"),
@@ -171,8 +178,11 @@ impl Switches {
             KernelCache::Off => "off".to_string(),
             KernelCache::Dir(d) => d.display().to_string(),
         };
+        let splits = self
+            .decode_mma_splits
+            .map_or("64".to_string(), |n| n.to_string());
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} pdl={} cuda_graphs={} gpu_quant={} quant_prefill={} quant_decode={} graph_prefill={prefill} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} pdl={} cuda_graphs={} gpu_quant={} quant_prefill={} quant_decode={} graph_prefill={prefill} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -317,6 +327,15 @@ mod tests {
         assert_eq!(prefill("0"), Some(0));
         assert_eq!(prefill("2048"), Some(2048));
         assert_eq!(prefill("many"), None);
+        let splits = |v| {
+            read(&[("KILN_DECODE_SPLITS", v)])
+                .switches
+                .decode_mma_splits
+        };
+        assert_eq!(splits("16"), Some(16));
+        assert_eq!(splits("24"), None);
+        assert_eq!(splits("128"), None);
+        assert_eq!(read(&[]).switches.decode_mma_splits, None);
         let cache = |v| read(&[("KILN_KERNEL_CACHE", v)]).kernel_cache;
         assert_eq!(cache("off"), KernelCache::Off);
         assert_eq!(cache("0"), KernelCache::Off);

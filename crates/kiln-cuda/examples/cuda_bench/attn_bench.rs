@@ -228,7 +228,7 @@ fn decode_name(k: DecodeKernel) -> &'static str {
     }
 }
 
-fn decode(gpu: &Gpu, json: &mut Vec<String>) -> Result<()> {
+fn decode(gpu: &Gpu, kinds: &[DecodeKernel], json: &mut Vec<String>) -> Result<()> {
     let hd = 128;
     let blocks = DECODE_TOKENS / BS + 256;
     let cache_len = blocks * N_KV * BS * hd;
@@ -281,7 +281,7 @@ fn decode(gpu: &Gpu, json: &mut Vec<String>) -> Result<()> {
                 tables.iter().map(|t| (&t[..], depth, 1)).collect();
             let st = Step::new(gpu, &chunks, blocks, depth + 1)?;
             let bytes = (batch * (depth + 1) * N_KV * hd * 2 * 2) as f64;
-            for kind in [DecodeKernel::Simt, DecodeKernel::Mma] {
+            for &kind in kinds {
                 let secs = run(kind, &st, 20)?;
                 let name = decode_name(kind);
                 eprintln!(
@@ -301,7 +301,7 @@ fn decode(gpu: &Gpu, json: &mut Vec<String>) -> Result<()> {
     let one = Step::new(gpu, &[(&table, 8192, 1)], blocks, 8200)?;
     let rows: Vec<(&[u32], usize, usize)> = (0..5).map(|j| (&table[..], 8192 + j, 1)).collect();
     let five = Step::new(gpu, &rows, blocks, 8200)?;
-    for kind in [DecodeKernel::Simt, DecodeKernel::Mma] {
+    for &kind in kinds {
         let (a, b) = (run(kind, &one, 50)?, run(kind, &five, 50)?);
         let name = decode_name(kind);
         eprintln!(
@@ -319,8 +319,9 @@ fn decode(gpu: &Gpu, json: &mut Vec<String>) -> Result<()> {
 }
 
 /// `part`: "prefill" or "decode" for one half (each in a process of its own, so that a kernel
-/// that faults costs only its half), "profile" for one launch of each prefill family, anything
-/// else for prefill and decode.
+/// that faults costs only its half), "decode-mma" for decode_mma alone (an A/B of its
+/// switches), "profile" for one launch of each prefill family, anything else for prefill and
+/// decode.
 pub fn run(part: Option<&str>) -> Result<()> {
     let gpu = Gpu::new(0).context("opening the GPU")?;
     eprintln!(
@@ -331,11 +332,13 @@ pub fn run(part: Option<&str>) -> Result<()> {
     if part == Some("profile") {
         return profile(&gpu);
     }
-    if part != Some("decode") {
+    if !matches!(part, Some("decode" | "decode-mma")) {
         prefill(&gpu, &mut json)?;
     }
-    if part != Some("prefill") {
-        decode(&gpu, &mut json)?;
+    if part == Some("decode-mma") {
+        decode(&gpu, &[DecodeKernel::Mma], &mut json)?;
+    } else if part != Some("prefill") {
+        decode(&gpu, &[DecodeKernel::Simt, DecodeKernel::Mma], &mut json)?;
     }
     println!("{{{}}}", json.join(","));
     Ok(())
