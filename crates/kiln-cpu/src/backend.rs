@@ -7,6 +7,7 @@ use kiln_step::{Backend, ChunkInput, KvGeometry, StepLimits, StepOutput, Want};
 
 use crate::forward::CpuOps;
 use crate::kv_cache::PagedKvCache;
+use crate::rounding::Rounding;
 use crate::step_plan::StepPlan;
 use crate::weights::ModelWeights;
 
@@ -43,6 +44,8 @@ pub struct CpuBackend {
     weights: ModelWeights,
     kv: PagedKvCache,
     pool: rayon::ThreadPool,
+    /// A narrower backend's roundings, emulated (None: the f32 reference).
+    rounding: Option<Rounding>,
 }
 
 impl CpuBackend {
@@ -80,7 +83,14 @@ impl CpuBackend {
             weights,
             kv,
             pool,
+            rounding: None,
         })
+    }
+
+    /// Rounds activations where a backend storing a narrower format does ([`Rounding`]), so
+    /// that this backend is the reference such a backend is held to; None: plain f32.
+    pub fn set_rounding(&mut self, rounding: Option<Rounding>) {
+        self.rounding = rounding;
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -118,9 +128,10 @@ impl Backend for CpuBackend {
         if plan.tokens.is_empty() {
             return want.from_logits(Vec::new(), self.spec.vocab_size);
         }
-        let (spec, weights, kv) = (&self.spec, &self.weights, &mut self.kv);
+        let (spec, weights, kv, rounding) =
+            (&self.spec, &self.weights, &mut self.kv, self.rounding);
         let logits = self.pool.install(|| -> anyhow::Result<Vec<f32>> {
-            let mut ops = CpuOps::new(spec, weights, kv, &plan);
+            let mut ops = CpuOps::new(spec, weights, kv, &plan, rounding);
             run_step(spec, &mut ops)?;
             Ok(ops.logits)
         })?;

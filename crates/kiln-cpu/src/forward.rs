@@ -9,11 +9,12 @@ use kiln_model::{Activation, LayerWeight, ModelSpec, StepOps};
 use rayon::prelude::*;
 
 use crate::kernels::{
-    apply_rope, geglu, gelu_tanh, matmul, paged_attention, rmsnorm, rmsnorm_heads_in_place,
-    rmsnorm_heads_unweighted_in_place, rmsnorm_row_in_place, silu, swiglu, AttentionShape, KvView,
-    QueryRow, RopeTable,
+    apply_rope, geglu, gelu_tanh, matmul, paged_attention, paged_attention_rounding, rmsnorm,
+    rmsnorm_heads_in_place, rmsnorm_heads_unweighted_in_place, rmsnorm_row_in_place, silu, swiglu,
+    AttentionShape, KvView, QueryRow, RopeTable, RoundProbs,
 };
 use crate::kv_cache::{PagedKvCache, TokenRows};
+use crate::rounding::{Narrow, Rounding};
 use crate::step_plan::StepPlan;
 use crate::weights::ModelWeights;
 
@@ -54,6 +55,10 @@ pub(crate) struct CpuOps<'a> {
     pending: bool,
     /// Row stride of `qkv` as the last QKV projection wrote it.
     qkv_stride: usize,
+    /// A narrower backend's roundings, emulated (None: plain f32).
+    rounding: Option<Rounding>,
+    /// Rows still computed that belong to chunks longer than one token (prefill rows).
+    prefill: Cow<'a, [bool]>,
     /// The step's result, filled by `logits`.
     pub logits: Vec<f32>,
 }
@@ -64,6 +69,7 @@ impl<'a> CpuOps<'a> {
         weights: &'a ModelWeights,
         kv: &'a mut PagedKvCache,
         plan: &'a StepPlan<'a>,
+        rounding: Option<Rounding>,
     ) -> CpuOps<'a> {
         let t = plan.tokens.len();
         let hidden = spec.hidden_size;
@@ -97,8 +103,15 @@ impl<'a> CpuOps<'a> {
             rows: Cow::Borrowed(plan.rows.as_slice()),
             pending: false,
             qkv_stride: 0,
+            rounding,
+            prefill: Cow::Borrowed(plan.prefill.as_slice()),
             logits: Vec::new(),
         }
+    }
+
+    /// The format projection inputs are rounded to, when emulating a narrower backend.
+    fn gemm_rounding(&self) -> Option<Narrow> {
+        self.rounding.filter(|r| r.gemm_inputs).map(|r| r.format)
     }
 
     fn n(&self) -> usize {
@@ -144,8 +157,9 @@ impl StepOps for CpuOps<'_> {
             .as_ref()
             .context("the per-layer input weights are not loaded")?;
         let (h, n, all) = (self.spec.hidden_size, self.n(), self.per_layer_row());
+        let x = rounded(&self.a.hidden[..n * h], self.gemm_rounding());
         let out = &mut self.a.per_layer[..n * all];
-        matmul(&self.a.hidden[..n * h], &w.projection, out);
+        matmul(&x, &w.projection, out);
         // (rmsnorm(proj(x) * s) + table[token] * t) * m, in transformers' order.
         out.par_chunks_mut(all)
             .zip(&self.plan.tokens)
@@ -227,6 +241,7 @@ impl StepOps for CpuOps<'_> {
             self.add_pending();
         }
         let w = self.weights.layers[layer].matrix(weight);
+        let narrow = self.gemm_rounding();
         let (n, a) = (self.n(), &mut self.a);
         let (x, y): (&[f32], &mut [f32]) = match weight {
             LayerWeight::Qkv => (&a.normed, &mut a.qkv),
@@ -237,7 +252,11 @@ impl StepOps for CpuOps<'_> {
             LayerWeight::PerLayerProj => (&a.pl_act, &mut a.proj),
             other => anyhow::bail!("{other:?} is not a projection"),
         };
-        matmul(&x[..n * w.cols()], w, &mut y[..n * w.rows()]);
+        matmul(
+            &rounded(&x[..n * w.cols()], narrow),
+            w,
+            &mut y[..n * w.rows()],
+        );
         match weight {
             LayerWeight::Qkv => self.qkv_stride = w.rows(),
             LayerWeight::O | LayerWeight::Down | LayerWeight::PerLayerProj => self.pending = true,
@@ -257,6 +276,7 @@ impl StepOps for CpuOps<'_> {
         let (q_norm, k_norm) = (lw.vector(LayerWeight::QNorm), lw.vector(LayerWeight::KNorm));
         let rope = &self.ropes[at.rope];
         let style = self.spec.ropes[at.rope].style;
+        let rounding = self.rounding;
         let n = self.rows.len();
         let qkv = &mut self.a.qkv[..n * stride];
         // V taken from K has no room in `qkv`: it goes to `v`, one kv_dim row per token.
@@ -298,6 +318,15 @@ impl StepOps for CpuOps<'_> {
                 let (cos, sin) = rope.row(t);
                 apply_rope(q, hd, cos, sin, style);
                 apply_rope(k, hd, cos, sin, style);
+                if let Some(r) = rounding {
+                    if r.q {
+                        r.format.round_all(q);
+                    }
+                    if r.kv {
+                        r.format.round_all(k);
+                        r.format.round_all(v);
+                    }
+                }
             });
         if at.writes_kv() {
             let k = TokenRows {
@@ -339,6 +368,7 @@ impl StepOps for CpuOps<'_> {
             }
         }
         self.rows = Cow::Owned(keep.iter().map(|&r| self.plan.rows[r]).collect());
+        self.prefill = Cow::Owned(keep.iter().map(|&r| self.plan.prefill[r]).collect());
         Ok(())
     }
 
@@ -354,18 +384,36 @@ impl StepOps for CpuOps<'_> {
         let cache = self.kv.layer(at.kv_layer(layer));
         let stride = at.qkv_rows();
         let n = self.rows.len();
-        paged_attention(
-            &shape,
-            at.scale,
+        let (q, out) = (
             &self.a.qkv[..n * stride],
-            stride,
-            &self.rows,
-            KvView {
-                k: &cache.k,
-                v: &cache.v,
-            },
             &mut self.a.attn[..n * at.q_dim()],
         );
+        let kv = KvView {
+            k: &cache.k,
+            v: &cache.v,
+        };
+        let round_rows: Vec<bool> = match self.rounding {
+            Some(r) => self
+                .prefill
+                .iter()
+                .map(|&p| r.rounds_probs(p, at.head_dim))
+                .collect(),
+            None => Vec::new(),
+        };
+        match self.rounding.filter(|_| round_rows.contains(&true)) {
+            None => paged_attention(&shape, at.scale, q, stride, &self.rows, kv, out),
+            Some(r) => {
+                let round: fn(f32) -> f32 = match r.format {
+                    Narrow::Bf16 => |x| Narrow::Bf16.round(x),
+                    Narrow::F16 => |x| Narrow::F16.round(x),
+                };
+                let probs = RoundProbs {
+                    round,
+                    rows: &round_rows,
+                };
+                paged_attention_rounding(&shape, at.scale, q, stride, &self.rows, kv, out, probs)
+            }
+        }
         Ok(())
     }
 
@@ -395,6 +443,9 @@ impl StepOps for CpuOps<'_> {
             self.spec.norm_eps,
             &mut normed,
         );
+        if let Some(f) = self.gemm_rounding() {
+            f.round_all(&mut normed);
+        }
         let mut logits = vec![0.0; self.n() * self.spec.vocab_size];
         matmul(&normed, &self.weights.lm_head, &mut logits);
         if let Some(cap) = self.spec.logit_softcap {
@@ -411,6 +462,14 @@ fn activation_fn(a: Activation) -> fn(f32) -> f32 {
     match a {
         Activation::Silu => silu,
         Activation::GeluTanh => gelu_tanh,
+    }
+}
+
+/// `x`, or a copy rounded to `narrow`.
+fn rounded(x: &[f32], narrow: Option<Narrow>) -> Cow<'_, [f32]> {
+    match narrow {
+        None => Cow::Borrowed(x),
+        Some(f) => Cow::Owned(x.iter().map(|&v| f.round(v)).collect()),
     }
 }
 

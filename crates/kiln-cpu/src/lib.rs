@@ -9,8 +9,10 @@ mod backend;
 mod forward;
 pub mod kernels;
 mod kv_cache;
+pub mod rounding;
 mod step_plan;
 pub mod switches;
 mod weights;
 
 pub use backend::{CpuBackend, CpuOptions};
+pub use rounding::{Narrow, Rounding};

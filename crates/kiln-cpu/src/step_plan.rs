@@ -14,6 +14,8 @@ pub(crate) struct StepPlan<'a> {
     pub rows: Vec<QueryRow<'a>>,
     /// Token rows whose logits the engine wants, in chunk order.
     pub logit_rows: Vec<usize>,
+    /// Per token row: its chunk has more than one token (a GPU runs it as a prefill row).
+    pub prefill: Vec<bool>,
 }
 
 impl<'a> StepPlan<'a> {
@@ -27,6 +29,7 @@ impl<'a> StepPlan<'a> {
             slots: Vec::with_capacity(total),
             rows: Vec::with_capacity(total),
             logit_rows: Vec::new(),
+            prefill: Vec::with_capacity(total),
         };
         for chunk in chunks {
             for (offset, &token) in chunk.tokens.iter().enumerate() {
@@ -38,6 +41,7 @@ impl<'a> StepPlan<'a> {
                     pos,
                     block_table: chunk.block_table,
                 });
+                plan.prefill.push(chunk.tokens.len() > 1);
             }
             if chunk.want_logits {
                 plan.logit_rows.push(plan.tokens.len() - 1);

@@ -1,12 +1,15 @@
-//! GPU vs CPU reference: the same model through CudaBackend and kiln_cpu's CpuBackend (f32):
-//! prompt logits and every greedy step's logits within 2e-2 relative in bf16 (1e-5 in f32 on
-//! the fixtures, 1e-4 on the larger dummy models), and identical greedy tokens, on dummy:tiny, a
+//! GPU vs CPU reference: the same model through CudaBackend and kiln_cpu's CpuBackend: prompt
+//! logits and every greedy step's logits within 1e-5 of the f32 CPU in f32 on the fixtures
+//! (1e-4 on the larger dummy models); in bf16 and f16 within the storage budget of the CPU
+//! emulating the GPU's rounding (common/parity.rs; at least 2e-2 in bf16); identical greedy
+//! tokens; on dummy:tiny, a
 //! head-dim-128 dummy model, Gemma 4 dummies (every layer kind; head dim 512 on full layers;
 //! decode across the sliding window) and every fixture model (GGUF and HF folder); on the
 //! fixtures also against the recorded transformers logits and continuations. In f32 every fixture's greedy
 //! tokens must match, the small margins included (the f32 parity run of scripts/gpu-check.sh).
 //! In f16 the models are first rounded to f16, as an f16 checkpoint holds them, and both
-//! backends run those weights (logits within 5e-3 on the fixtures, 1e-2 on the dummies).
+//! backends run those weights (the fixed part of the tolerance 5e-3 on the fixtures, 1e-2 on
+//! the dummies).
 
 mod common;
 #[path = "common/models.rs"]
@@ -160,7 +163,8 @@ fn fixtures(test: &str, dtype: StoreType) {
             })
             .unwrap_or_default();
         let stored = as_stored(src.as_ref(), dtype);
-        let gl = compare(&mut c, name, &stored, &prompt, true, dtype);
+        let measured = compare(&mut c, name, &stored, &prompt, true, dtype);
+        let gl = measured.logits;
         if dtype == StoreType::F16 {
             // transformers ran the f32 weights, not their f16 rounding.
             continue;
@@ -189,8 +193,9 @@ fn fixtures(test: &str, dtype: StoreType) {
             let worst = (0..n.min(rows.len() / v))
                 .map(|i| rel_err(&gl[i], &rows[i * v..(i + 1) * v]))
                 .fold(0f64, f64::max);
-            let rtol = logit_rtol(dtype, true);
-            c.check(worst <= rtol, format!("{name} {dtype}: GPU vs transformers logits: max rel err {worst:.3e}, tol {rtol:.0e}"));
+            // As against the CPU's f32: the fixed tolerance or 1.5 storage budgets.
+            let rtol = logit_rtol(dtype, true).max(1.5 * measured.budget);
+            c.check(worst <= rtol, format!("{name} {dtype}: GPU vs transformers logits: max rel err {worst:.3e}, tol {rtol:.3e}"));
         }
     }
     c.finish();

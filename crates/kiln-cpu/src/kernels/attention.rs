@@ -99,6 +99,35 @@ pub fn paged_attention(
     paged_attention_with(isa(), shape, scale, queries, cache, out)
 }
 
+/// Probabilities of some rows rounded as the P V product reads them, their sum left unrounded:
+/// the tensor-core attention of a narrower-storage backend, emulated (`rows[t]`: round row t).
+#[derive(Clone, Copy)]
+pub struct RoundProbs<'a> {
+    pub round: fn(f32) -> f32,
+    pub rows: &'a [bool],
+}
+
+/// [`paged_attention`] with the probabilities of some rows rounded ([`RoundProbs`]).
+#[allow(clippy::too_many_arguments)]
+pub fn paged_attention_rounding(
+    shape: &AttentionShape,
+    scale: f32,
+    q: &[f32],
+    q_stride: usize,
+    rows: &[QueryRow<'_>],
+    cache: KvView<'_>,
+    out: &mut [f32],
+    probs: RoundProbs<'_>,
+) {
+    assert_eq!(probs.rows.len(), rows.len(), "one rounding flag per row");
+    let queries = Queries {
+        data: q,
+        stride: q_stride,
+        rows,
+    };
+    attention_impl(isa(), shape, scale, queries, cache, out, Some(probs))
+}
+
 /// The query side of an attention call (see [`paged_attention`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Queries<'a> {
@@ -115,6 +144,18 @@ pub fn paged_attention_with(
     queries: Queries<'_>,
     cache: KvView<'_>,
     out: &mut [f32],
+) {
+    attention_impl(isa, shape, scale, queries, cache, out, None)
+}
+
+fn attention_impl(
+    isa: Isa,
+    shape: &AttentionShape,
+    scale: f32,
+    queries: Queries<'_>,
+    cache: KvView<'_>,
+    out: &mut [f32],
+    probs: Option<RoundProbs<'_>>,
 ) {
     let (hd, heads) = (shape.head_dim, shape.num_heads);
     let Queries {
@@ -146,6 +187,7 @@ pub fn paged_attention_with(
         queries,
         cache,
         group: heads / shape.num_kv_heads,
+        probs,
     };
     // One task per (token, KV head): its query heads share every key and value read.
     out.par_chunks_mut(task.group * hd)
@@ -164,6 +206,7 @@ struct Task<'a> {
     queries: Queries<'a>,
     cache: KvView<'a>,
     group: usize,
+    probs: Option<RoundProbs<'a>>,
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -182,6 +225,7 @@ fn attend<M: MulAdd>(task: &Task<'_>, s: &mut Scratch, i: usize, o: &mut [f32]) 
         queries,
         cache,
         group,
+        probs,
     } = *task;
     let (hd, kv_dim) = (shape.head_dim, shape.kv_dim());
     let (t, kvh) = (i / shape.num_kv_heads, i % shape.num_kv_heads);
@@ -208,6 +252,9 @@ fn attend<M: MulAdd>(task: &Task<'_>, s: &mut Scratch, i: usize, o: &mut [f32]) 
             *e = (*e - max).exp();
             *sum += *e;
         }
+    }
+    if let Some(p) = probs.filter(|p| p.rows[t]) {
+        s.scores.iter_mut().for_each(|e| *e = (p.round)(*e));
     }
 
     o.fill(0.0);

@@ -18,7 +18,8 @@ pub mod simd;
 pub mod swiglu;
 
 pub use attention::{
-    paged_attention, paged_attention_with, AttentionShape, KvView, Queries, QueryRow,
+    paged_attention, paged_attention_rounding, paged_attention_with, AttentionShape, KvView,
+    Queries, QueryRow, RoundProbs,
 };
 pub use geglu::{geglu, gelu_tanh};
 pub use matmul::{matmul, matmul_with, PackedMatrix, RowBlock};

@@ -110,6 +110,16 @@ impl WeightSource for Rounded<'_> {
     }
 }
 
+/// The fixture's prompt ids (reference.json).
+pub fn fixture_prompt(name: &str) -> Option<Vec<u32>> {
+    let r = fixture_reference(name)?;
+    r["prompt_ids"]
+        .as_array()?
+        .iter()
+        .map(|v| v.as_u64().map(|v| v as u32))
+        .collect()
+}
+
 /// The fixture's reference.json, when present.
 pub fn fixture_reference(name: &str) -> Option<serde_json::Value> {
     let dir = name.split('/').next()?;
