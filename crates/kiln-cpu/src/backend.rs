@@ -2,10 +2,12 @@
 //! the layer program (`kiln_model::run_step`) through the CPU's ops; argmax and sampling, when
 //! asked, are the reference sampler's on the step's logits.
 
+use anyhow::Context;
+use kiln_model::program::run_draft_step;
 use kiln_model::{run_step, ModelConfig, ModelSpec, WeightSource};
-use kiln_step::{Backend, ChunkInput, KvGeometry, StepLimits, StepOutput, Want};
+use kiln_step::{Backend, ChunkInput, DraftRow, KvGeometry, StepLimits, StepOutput, Want};
 
-use crate::forward::CpuOps;
+use crate::forward::{CpuOps, DraftIo};
 use crate::kv_cache::PagedKvCache;
 use crate::rounding::Rounding;
 use crate::step_plan::StepPlan;
@@ -46,6 +48,24 @@ pub struct CpuBackend {
     pool: rayon::ThreadPool,
     /// A narrower backend's roundings, emulated (None: the f32 reference).
     rounding: Option<Rounding>,
+    /// A draft model that reads this backend's KV cache (Gemma 4's assistant).
+    draft: Option<DraftModel>,
+    /// The final-normed logits rows of the step last run, `[rows, hidden]`, kept while a draft
+    /// model is attached: its first step starts from them.
+    last_hidden: Vec<f32>,
+}
+
+struct DraftModel {
+    spec: ModelSpec,
+    weights: ModelWeights,
+}
+
+/// A draft call's answer with the logits behind it (for parity tests).
+pub struct Drafted {
+    /// Per row, its `k` draft tokens.
+    pub tokens: Vec<Vec<u32>>,
+    /// `[k][rows * vocab]`: each draft step's logits rows.
+    pub logits: Vec<Vec<f32>>,
 }
 
 impl CpuBackend {
@@ -84,6 +104,8 @@ impl CpuBackend {
             kv,
             pool,
             rounding: None,
+            draft: None,
+            last_hidden: Vec::new(),
         })
     }
 
@@ -91,6 +113,78 @@ impl CpuBackend {
     /// that this backend is the reference such a backend is held to; None: plain f32.
     pub fn set_rounding(&mut self, rounding: Option<Rounding>) {
         self.rounding = rounding;
+    }
+
+    /// Loads a draft model that reads this backend's KV cache and hidden states (Gemma 4's
+    /// assistant); an error says why it does not fit this model.
+    pub fn attach_draft_model(
+        &mut self,
+        weights: &dyn WeightSource,
+        progress: Option<&dyn Fn(usize, usize)>,
+    ) -> anyhow::Result<()> {
+        let config = weights.config().clone();
+        config.validate("draft model config")?;
+        let spec = config
+            .draft_spec(&self.config)
+            .context("the draft model does not fit the model")?;
+        let weights = ModelWeights::load(weights, &spec, &self.pool, progress)?;
+        self.draft = Some(DraftModel { spec, weights });
+        Ok(())
+    }
+
+    /// [`Backend::draft`] with each draft step's logits.
+    pub fn draft_with_logits(
+        &mut self,
+        rows: &[DraftRow<'_>],
+        k: usize,
+    ) -> anyhow::Result<Drafted> {
+        let d = self.draft.as_ref().context("no draft model is attached")?;
+        let h = self.spec.hidden_size;
+        self.limits()
+            .check_draft(rows, self.last_hidden.len() / h.max(1))?;
+        let mut hidden: Vec<f32> = rows
+            .iter()
+            .flat_map(|r| &self.last_hidden[r.hidden_row * h..][..h])
+            .copied()
+            .collect();
+        let mut tokens: Vec<u32> = rows.iter().map(|r| r.token).collect();
+        let mut out = Drafted {
+            tokens: vec![Vec::with_capacity(k); rows.len()],
+            logits: Vec::with_capacity(k),
+        };
+        let vocab = d.spec.vocab_size;
+        for _ in 0..k {
+            let plan = StepPlan::draft(&tokens, rows);
+            let (spec, weights, target, kv) = (&d.spec, &d.weights, &self.weights, &mut self.kv);
+            let rounding = self.rounding;
+            let (logits, next) = self.pool.install(|| -> anyhow::Result<_> {
+                let mut ops = CpuOps::new(spec, weights, kv, &plan, rounding);
+                ops.draft = Some(DraftIo { target, hidden });
+                run_draft_step(spec, &mut ops)?;
+                let io = ops.draft.take().context("the draft step lost its state")?;
+                Ok((ops.logits, io.hidden))
+            })?;
+            hidden = next;
+            let picks = match Want::Argmax.from_logits(logits.clone(), vocab)? {
+                StepOutput::Tokens(t) => t,
+                StepOutput::Logits(_) => anyhow::bail!("argmax gave logits"),
+            };
+            for (i, p) in picks.into_iter().enumerate() {
+                tokens[i] = p.map_err(|e| anyhow::anyhow!("draft row {i}: {e}"))?.id;
+                out.tokens[i].push(tokens[i]);
+            }
+            out.logits.push(logits);
+        }
+        Ok(out)
+    }
+
+    fn limits(&self) -> StepLimits {
+        StepLimits {
+            kv: self.kv.geometry,
+            vocab_size: self.spec.vocab_size,
+            max_context: None,
+            capacity: None,
+        }
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -118,23 +212,29 @@ impl Backend for CpuBackend {
     }
 
     fn step(&mut self, chunks: &[ChunkInput<'_>], want: Want<'_>) -> anyhow::Result<StepOutput> {
-        let limits = StepLimits {
-            kv: self.kv.geometry,
-            vocab_size: self.spec.vocab_size,
-            max_context: None,
-            capacity: None,
-        };
-        let plan = StepPlan::new(chunks, &limits)?;
+        let plan = StepPlan::new(chunks, &self.limits())?;
+        self.last_hidden.clear();
         if plan.tokens.is_empty() {
             return want.from_logits(Vec::new(), self.spec.vocab_size);
         }
         let (spec, weights, kv, rounding) =
             (&self.spec, &self.weights, &mut self.kv, self.rounding);
-        let logits = self.pool.install(|| -> anyhow::Result<Vec<f32>> {
+        let (logits, normed) = self.pool.install(|| -> anyhow::Result<_> {
             let mut ops = CpuOps::new(spec, weights, kv, &plan, rounding);
             run_step(spec, &mut ops)?;
-            Ok(ops.logits)
+            Ok((ops.logits, ops.final_normed))
         })?;
+        if self.draft.is_some() {
+            self.last_hidden = normed;
+        }
         want.from_logits(logits, self.spec.vocab_size)
+    }
+
+    fn has_draft_model(&self) -> bool {
+        self.draft.is_some()
+    }
+
+    fn draft(&mut self, rows: &[DraftRow<'_>], k: usize) -> anyhow::Result<Vec<Vec<u32>>> {
+        Ok(self.draft_with_logits(rows, k)?.tokens)
     }
 }

@@ -40,6 +40,16 @@ struct Activations {
     pl_act: Vec<f32>,
 }
 
+/// What a draft model's step reads from its target and hands on
+/// (`kiln_model::program::run_draft_step`).
+pub(crate) struct DraftIo<'a> {
+    /// The target's weights, for the embedding of each row's token.
+    pub target: &'a ModelWeights,
+    /// `[rows, backbone]`: the hidden state each row starts from; after the step, the one it
+    /// gives the next.
+    pub hidden: Vec<f32>,
+}
+
 /// One step's ops: the model, the cache it writes, the step's rows and activations.
 pub(crate) struct CpuOps<'a> {
     spec: &'a ModelSpec,
@@ -61,6 +71,11 @@ pub(crate) struct CpuOps<'a> {
     prefill: Cow<'a, [bool]>,
     /// The step's result, filled by `logits`.
     pub logits: Vec<f32>,
+    /// The final-normed rows the LM head read, `[logit rows, hidden]` (a draft model starts
+    /// from them).
+    pub final_normed: Vec<f32>,
+    /// A draft model's step: its target's part.
+    pub draft: Option<DraftIo<'a>>,
 }
 
 impl<'a> CpuOps<'a> {
@@ -106,6 +121,8 @@ impl<'a> CpuOps<'a> {
             rounding,
             prefill: Cow::Borrowed(plan.prefill.as_slice()),
             logits: Vec::new(),
+            final_normed: Vec::new(),
+            draft: None,
         }
     }
 
@@ -452,7 +469,62 @@ impl StepOps for CpuOps<'_> {
             // transformers: logits / cap, tanh, * cap.
             logits.iter_mut().for_each(|x| *x = (*x / cap).tanh() * cap);
         }
+        let ordered = self.spec.draft.and_then(|d| d.ordered);
+        if let (Some(o), Some(w)) = (ordered, &self.weights.draft) {
+            let (Some(centroids), Some(ordering)) = (&w.centroids, &w.ordering) else {
+                anyhow::bail!("the ordered LM head's centroids are not loaded");
+            };
+            crate::draft_head::keep_best_centroids(&mut logits, &normed, centroids, ordering, o);
+        }
         self.logits = logits;
+        self.final_normed = normed;
+        Ok(())
+    }
+
+    fn draft_input(&mut self) -> Result<()> {
+        let d = self.spec.draft.context("the model is not a draft model")?;
+        let w = self
+            .weights
+            .draft
+            .as_ref()
+            .context("no draft projections")?;
+        let io = self
+            .draft
+            .as_ref()
+            .context("a draft step without its target")?;
+        let (b, n, h) = (d.backbone_hidden, self.n(), self.spec.hidden_size);
+        anyhow::ensure!(
+            io.hidden.len() == n * b,
+            "draft hidden states of the wrong size"
+        );
+        let mut input = vec![0.0; n * 2 * b];
+        let rows = input.chunks_exact_mut(2 * b).zip(&self.plan.tokens);
+        for ((row, &token), hidden) in rows.zip(io.hidden.chunks_exact(b)) {
+            // [the target's scaled embedding, its hidden state], as transformers concatenates.
+            let (embed, rest) = row.split_at_mut(b);
+            io.target.embed(token, embed);
+            embed.iter_mut().for_each(|x| *x *= d.input_embed_scale);
+            rest.copy_from_slice(hidden);
+        }
+        if let Some(f) = self.gemm_rounding() {
+            f.round_all(&mut input);
+        }
+        matmul(&input, &w.pre, &mut self.a.hidden[..n * h]);
+        Ok(())
+    }
+
+    fn draft_output(&mut self) -> Result<()> {
+        let w = self
+            .weights
+            .draft
+            .as_ref()
+            .context("no draft projections")?;
+        let io = self
+            .draft
+            .as_mut()
+            .context("a draft step without its target")?;
+        io.hidden.resize(self.rows.len() * w.post.rows(), 0.0);
+        matmul(&self.final_normed, &w.post, &mut io.hidden);
         Ok(())
     }
 }

@@ -6,6 +6,7 @@
 //! `KILN_CPU_SIMD=portable` turns off the AVX2 path.
 
 mod backend;
+mod draft_head;
 mod forward;
 pub mod kernels;
 mod kv_cache;
@@ -14,5 +15,5 @@ mod step_plan;
 pub mod switches;
 mod weights;
 
-pub use backend::{CpuBackend, CpuOptions};
+pub use backend::{CpuBackend, CpuOptions, Drafted};
 pub use rounding::{Narrow, Rounding};

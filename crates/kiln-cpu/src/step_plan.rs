@@ -50,3 +50,25 @@ impl<'a> StepPlan<'a> {
         Ok(plan)
     }
 }
+
+impl<'a> StepPlan<'a> {
+    /// A draft model's step: one row per sequence, its token at `pos` turned by RoPE at `pos`,
+    /// attending as the target's row at `pos - 1` does (its own K and V are not in the cache);
+    /// every row wants logits. Writes no KV, so no slots.
+    pub fn draft(tokens: &[u32], rows: &[kiln_step::DraftRow<'a>]) -> StepPlan<'a> {
+        StepPlan {
+            tokens: tokens.to_vec(),
+            positions: rows.iter().map(|r| r.pos).collect(),
+            slots: Vec::new(),
+            rows: rows
+                .iter()
+                .map(|r| QueryRow {
+                    pos: r.pos - 1,
+                    block_table: r.block_table,
+                })
+                .collect(),
+            logit_rows: (0..rows.len()).collect(),
+            prefill: vec![false; rows.len()],
+        }
+    }
+}

@@ -46,6 +46,18 @@ pub(crate) struct PerLayerWeights {
     pub norm: Vec<f32>,
 }
 
+/// A draft model's own weights beside its blocks (Gemma 4's assistant): the projections from
+/// and back to its target, and its ordered LM head's centroids and token ordering.
+pub(crate) struct DraftWeights {
+    /// `[hidden, 2 backbone]`.
+    pub pre: PackedMatrix,
+    /// `[backbone, hidden]`.
+    pub post: PackedMatrix,
+    /// `[centroids, hidden]` and the `[vocab]` token ids of the centroids in order.
+    pub centroids: Option<PackedMatrix>,
+    pub ordering: Option<Vec<u32>>,
+}
+
 pub(crate) struct ModelWeights {
     /// `[vocab, hidden]`; `None` when the LM head is the embedding (tied).
     embedding: Option<PackedMatrix>,
@@ -53,6 +65,7 @@ pub(crate) struct ModelWeights {
     pub output_norm: Vec<f32>,
     pub lm_head: PackedMatrix,
     pub per_layer: Option<PerLayerWeights>,
+    pub draft: Option<DraftWeights>,
 }
 
 impl ModelWeights {
@@ -76,6 +89,7 @@ impl ModelWeights {
         };
         let (mut embedding, mut lm_head, mut output_norm) = (None, None, None);
         let (mut pl_table, mut pl_projection, mut pl_norm) = (None, None, None);
+        let (mut pre, mut post, mut centroids, mut ordering) = (None, None, None, None);
         for f in schema::global_weights(spec) {
             match f.weight {
                 // Embedding rows are decoded one token at a time (`copy_row`), quantised or not.
@@ -85,8 +99,28 @@ impl ModelWeights {
                 GlobalWeight::PerLayerEmbedding => pl_table = Some(loader.matrix(&f)?),
                 GlobalWeight::PerLayerProjection => pl_projection = Some(loader.matrix(&f)?),
                 GlobalWeight::PerLayerProjNorm => pl_norm = Some(loader.vector(&f)?),
+                GlobalWeight::DraftPreProjection => pre = Some(loader.matrix(&f)?),
+                GlobalWeight::DraftPostProjection => post = Some(loader.matrix(&f)?),
+                GlobalWeight::Centroids => centroids = Some(loader.matrix(&f)?),
+                GlobalWeight::TokenOrdering => {
+                    let ids = loader.vector(&f)?;
+                    ordering = Some(kiln_model::draft_spec::token_ordering(
+                        &ids,
+                        spec.vocab_size,
+                    )?);
+                }
             }
         }
+        let draft = match (pre, post) {
+            (Some(pre), Some(post)) => Some(DraftWeights {
+                pre,
+                post,
+                centroids,
+                ordering,
+            }),
+            (None, None) => None,
+            _ => anyhow::bail!("the schema names one of a draft model's projections only"),
+        };
         let per_layer = match (pl_table, pl_projection, pl_norm) {
             (Some(table), Some(projection), Some(norm)) => Some(PerLayerWeights {
                 table,
@@ -123,6 +157,7 @@ impl ModelWeights {
             output_norm: output_norm.context("the schema has no output norm")?,
             lm_head,
             per_layer,
+            draft,
         })
     }
 

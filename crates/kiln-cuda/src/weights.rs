@@ -259,6 +259,15 @@ pub fn load_weights(
             }
             continue;
         }
+        if matches!(
+            f.weight,
+            GlobalWeight::DraftPreProjection
+                | GlobalWeight::DraftPostProjection
+                | GlobalWeight::Centroids
+                | GlobalWeight::TokenOrdering
+        ) {
+            bail!("the CUDA backend runs no draft model yet");
+        }
         let buf = ld.fused(&f)?;
         match f.weight {
             GlobalWeight::Embedding => embed = Some(buf),
@@ -267,6 +276,7 @@ pub fn load_weights(
             GlobalWeight::PerLayerEmbedding => pl_table = Some(buf),
             GlobalWeight::PerLayerProjection => pl_proj = Some(buf),
             GlobalWeight::PerLayerProjNorm => pl_norm = Some(buf),
+            _ => {}
         }
     }
     let per_layer = match (pl_table, pl_proj, pl_norm) {

@@ -19,6 +19,10 @@ pub enum Arch {
     /// Gemma 4 (dense text models): sliding and full layers with their own head shapes and
     /// RoPE, per-layer inputs, KV shared by the last layers, sandwich norms, GeGLU.
     Gemma4,
+    /// Gemma 4's assistant (`gemma4_assistant`): a draft model of Gemma 4 blocks that reads its
+    /// target's KV cache and last hidden state instead of keeping a cache of its own.
+    #[serde(rename = "gemma4_assistant")]
+    Gemma4Assistant,
 }
 
 /// How a Hugging Face config says which layers attend through the sliding window, when its
@@ -147,6 +151,9 @@ pub struct ArchInfo {
     pub hf_names: &'static [(Role, &'static str)],
     /// The multimodal checkpoint that may hold this architecture's text model.
     pub hf_multimodal: Option<MultimodalHf>,
+    /// A draft model for targets of this architecture (Gemma 4's assistant): its Hugging Face
+    /// config nests the blocks' config under `text_config`, beside its own options.
+    pub draft_of: Option<Arch>,
     pub hf: HfDefaults,
 }
 
@@ -163,7 +170,7 @@ const LLAMA_HF: HfDefaults = HfDefaults {
     gemma4: None,
 };
 
-pub const ARCHS: [ArchInfo; 5] = [
+pub const ARCHS: [ArchInfo; 6] = [
     ArchInfo {
         arch: Arch::Llama,
         name: "llama",
@@ -178,6 +185,7 @@ pub const ARCHS: [ArchInfo; 5] = [
         block: BlockTraits::PLAIN,
         hf_names: &[],
         hf_multimodal: None,
+        draft_of: None,
         hf: LLAMA_HF,
     },
     ArchInfo {
@@ -194,6 +202,7 @@ pub const ARCHS: [ArchInfo; 5] = [
         block: BlockTraits::PLAIN,
         hf_names: &[],
         hf_multimodal: None,
+        draft_of: None,
         hf: HfDefaults {
             max_position: 131_072,
             sliding_window: Some(4096),
@@ -214,6 +223,7 @@ pub const ARCHS: [ArchInfo; 5] = [
         block: BlockTraits::PLAIN,
         hf_names: &[],
         hf_multimodal: None,
+        draft_of: None,
         hf: HfDefaults {
             max_position: 32_768,
             sliding_window: Some(4096),
@@ -235,6 +245,7 @@ pub const ARCHS: [ArchInfo; 5] = [
         block: BlockTraits::PLAIN,
         hf_names: &[],
         hf_multimodal: None,
+        draft_of: None,
         hf: HfDefaults {
             head_dim: Some(128),
             max_position: 32_768,
@@ -254,17 +265,8 @@ pub const ARCHS: [ArchInfo; 5] = [
         qkv_bias: false,
         qk_norm: true,
         window: WindowRule::LayerTypes,
-        block: BlockTraits {
-            post_norms: true,
-            scaled_embedding: true,
-            v_norm: true,
-            unscaled_attention: true,
-            layer_output_scale: true,
-        },
-        hf_names: &[
-            (Role::PostAttnNorm, "post_attention_layernorm.weight"),
-            (Role::FfnNorm, "pre_feedforward_layernorm.weight"),
-        ],
+        block: GEMMA4_BLOCK,
+        hf_names: GEMMA4_HF_NAMES,
         hf_multimodal: Some(MultimodalHf {
             model_type: "gemma4",
             class: "Gemma4ForConditionalGeneration",
@@ -276,26 +278,61 @@ pub const ARCHS: [ArchInfo; 5] = [
                 ("model.embed_audio.", "audio embedder"),
             ],
         }),
-        hf: HfDefaults {
-            head_dim: Some(256),
-            max_position: 131_072,
-            sliding_window: Some(512),
-            max_window_layers: 0,
-            rms_norm_eps: 1e-6,
-            tie_embeddings: true,
-            activation_key: "hidden_activation",
-            activation: "gelu_pytorch_tanh",
-            gemma4: Some(Gemma4Defaults {
-                full_head_dim: 512,
-                per_layer_input: 256,
-                sliding_pattern: 6,
-                sliding_rope_theta: 10_000.0,
-                full_rope_theta: 1_000_000.0,
-                full_partial_rotary: 0.25,
-            }),
-        },
+        draft_of: None,
+        hf: GEMMA4_HF,
+    },
+    ArchInfo {
+        arch: Arch::Gemma4Assistant,
+        name: "gemma4_assistant",
+        hf_model_type: "gemma4_assistant",
+        hf_class: "Gemma4AssistantForCausalLM",
+        gguf_name: "gemma4-assistant",
+        gguf_llama_with_window: false,
+        gguf_proportional_rope_freqs: true,
+        qkv_bias: false,
+        qk_norm: true,
+        window: WindowRule::LayerTypes,
+        block: GEMMA4_BLOCK,
+        hf_names: GEMMA4_HF_NAMES,
+        hf_multimodal: None,
+        draft_of: Some(Arch::Gemma4),
+        hf: GEMMA4_HF,
     },
 ];
+
+/// Gemma 4's block, also its assistant's.
+const GEMMA4_BLOCK: BlockTraits = BlockTraits {
+    post_norms: true,
+    scaled_embedding: true,
+    v_norm: true,
+    unscaled_attention: true,
+    layer_output_scale: true,
+};
+
+const GEMMA4_HF_NAMES: &[(Role, &str)] = &[
+    (Role::PostAttnNorm, "post_attention_layernorm.weight"),
+    (Role::FfnNorm, "pre_feedforward_layernorm.weight"),
+];
+
+/// The defaults of `Gemma4TextConfig` (an assistant's `text_config` is one too).
+const GEMMA4_HF: HfDefaults = HfDefaults {
+    head_dim: Some(256),
+    max_position: 131_072,
+    sliding_window: Some(512),
+    max_window_layers: 0,
+    rms_norm_eps: 1e-6,
+    tie_embeddings: true,
+    activation_key: "hidden_activation",
+    activation: "gelu_pytorch_tanh",
+    gemma4: Some(Gemma4Defaults {
+        full_head_dim: 512,
+        per_layer_input: 256,
+        sliding_pattern: 6,
+        sliding_rope_theta: 10_000.0,
+        full_rope_theta: 1_000_000.0,
+        full_partial_rotary: 0.25,
+    }),
+};
 
 impl Arch {
     /// This architecture's row of the table.
@@ -377,6 +414,7 @@ mod tests {
             Arch::Qwen2,
             Arch::Qwen3,
             Arch::Gemma4,
+            Arch::Gemma4Assistant,
         ] {
             assert_eq!(ARCHS.iter().filter(|r| r.arch == a).count(), 1);
             let info = a.info();
@@ -394,7 +432,7 @@ mod tests {
         assert_eq!(Arch::from_hf(Some("gemma9"), Some("X")), None);
         assert_eq!(
             Arch::supported_list(),
-            "llama, mistral, qwen2, qwen3 and gemma4"
+            "llama, mistral, qwen2, qwen3, gemma4 and gemma4_assistant"
         );
         // The multimodal Gemma 4 checkpoint holds a gemma4 text model; nothing else is one.
         let (arch, mm) = Arch::from_hf_multimodal(None, Some("Gemma4ForConditionalGeneration"))

@@ -93,6 +93,27 @@ impl LayerType {
     }
 }
 
+/// A draft model's own options (Gemma 4's assistant, `gemma4_assistant`): it runs beside a
+/// target, reads the target's KV cache and its last hidden state, and keeps no KV of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AssistantConfig {
+    /// The hidden size of the target it was trained with (`backbone_hidden_size`).
+    pub backbone_hidden_size: usize,
+    /// The LM head scores only the tokens of the best centroids (`use_ordered_embeddings`).
+    pub ordered_embeddings: Option<OrderedEmbeddings>,
+}
+
+/// `use_ordered_embeddings`: the vocabulary split into `centroids` equal clusters (an ordering
+/// lists each cluster's token ids); a row's logits are those of the tokens of its `top_k`
+/// best-scoring clusters, the rest below them all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct OrderedEmbeddings {
+    /// `num_centroids`.
+    pub centroids: usize,
+    /// `centroid_intermediate_top_k`.
+    pub top_k: usize,
+}
+
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ModelConfig {
     pub arch: Arch,
@@ -139,6 +160,9 @@ pub struct ModelConfig {
     pub double_wide_mlp: bool,
     /// logits = cap * tanh(logits / cap) (`final_logit_softcapping`).
     pub logit_softcap: Option<f32>,
+    /// A draft model's options (Gemma 4's assistant); None for a model that runs alone.
+    #[serde(default)]
+    pub assistant: Option<AssistantConfig>,
 }
 
 impl ModelConfig {
@@ -193,8 +217,18 @@ impl ModelConfig {
     /// For each layer, the earlier layer whose KV cache it reads (None: its own). The last
     /// `kv_shared_layers` layers read the last layer before them of their own type, as
     /// transformers' Gemma 4 does; an error when one has no such layer.
+    /// An assistant's layers all read its target's KV: each names itself here, which gives
+    /// its shapes (no K or V of its own); [`ModelConfig::draft_spec`] names the target's layers.
     pub fn kv_sources(&self) -> anyhow::Result<Vec<Option<usize>>> {
         let n = self.num_layers;
+        if self.assistant.is_some() {
+            ensure!(
+                self.kv_shared_layers == n,
+                "all {n} layers of an assistant read its target's KV ('num_kv_shared_layers' is {})",
+                self.kv_shared_layers
+            );
+            return Ok((0..n).map(Some).collect());
+        }
         ensure!(
             self.kv_shared_layers < n || self.kv_shared_layers == 0,
             "{} KV-sharing layers leave none of the {n} layers to own a KV cache",
@@ -305,7 +339,37 @@ impl ModelConfig {
                 self.num_layers
             );
         }
+        if let Some(a) = &self.assistant {
+            self.check_assistant(origin, a)?;
+        }
         check_rope_scaling(origin, &self.rope_scaling, self.head_dim)
+    }
+
+    /// What transformers' `Gemma4AssistantConfig` checks, and what its masked LM head needs.
+    fn check_assistant(&self, origin: &str, a: &AssistantConfig) -> anyhow::Result<()> {
+        ensure!(
+            a.backbone_hidden_size > 0,
+            "{origin}: 'backbone_hidden_size' must be positive"
+        );
+        ensure!(
+            self.per_layer_input == 0 && !self.double_wide_mlp,
+            "{origin}: an assistant has no per-layer inputs and no double-wide feed-forward"
+        );
+        if let Some(o) = a.ordered_embeddings {
+            ensure!(
+                o.centroids > 0 && self.vocab_size.is_multiple_of(o.centroids),
+                "{origin}: {} centroids do not split the {}-token vocabulary evenly",
+                o.centroids,
+                self.vocab_size
+            );
+            ensure!(
+                o.top_k > 0 && o.top_k <= o.centroids,
+                "{origin}: 'centroid_intermediate_top_k' {} must be 1 to {}",
+                o.top_k,
+                o.centroids
+            );
+        }
+        Ok(())
     }
 }
 

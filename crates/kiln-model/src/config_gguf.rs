@@ -27,6 +27,9 @@ impl ModelConfig {
             )
         })?;
         let info = arch.info();
+        if info.draft_of.is_some() {
+            bail!("{origin}: {arch} GGUF files are not supported yet; use the Hugging Face folder");
+        }
         if let Some(experts) = m.opt("expert_count")?.filter(|n| *n > 0) {
             bail!(
                 "{origin}: Mixture-of-Experts {arch} models ({experts} experts) are not supported yet"
@@ -129,6 +132,7 @@ impl ModelConfig {
                 .get_f64(&m.key("final_logit_softcapping"))?
                 .filter(|c| *c > 0.0)
                 .map(|c| c as f32),
+            assistant: None,
         };
         if info.qk_norm && !config.qk_norm {
             bail!("{origin}: {arch} model without attn_q_norm tensors");

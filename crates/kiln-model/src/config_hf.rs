@@ -11,7 +11,10 @@ use serde_json::{Map, Value};
 use crate::arch::{ArchInfo, MultimodalHf, WindowRule};
 use crate::config_hf_layers::{gemma4_options, layer_ropes, layer_shapes, Gemma4Options};
 use crate::rope::yarn_mscale;
-use crate::{Activation, Arch, LayerType, ModelConfig, RopeScaling, RopeStyle};
+use crate::{
+    Activation, Arch, AssistantConfig, LayerType, ModelConfig, OrderedEmbeddings, RopeScaling,
+    RopeStyle,
+};
 
 /// Where a Hugging Face checkpoint keeps the text model's tensors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -69,8 +72,64 @@ impl ModelConfig {
                 },
             ));
         }
+        if let Some(arch) = Arch::from_hf(model_type, class).filter(|a| a.info().draft_of.is_some())
+        {
+            return Ok((parse_assistant_config(top, arch)?, HfLayout::default()));
+        }
         Ok((parse_text_config(top, None, None)?, HfLayout::default()))
     }
+}
+
+/// A draft model's config (`Gemma4AssistantConfig`): its blocks' config under `text_config`,
+/// its own options beside it, with transformers' defaults and checks.
+fn parse_assistant_config(top: Json<'_>, arch: Arch) -> anyhow::Result<ModelConfig> {
+    let text = match top.0.get("text_config") {
+        Some(Value::Object(m)) => Json(m),
+        _ => bail!(
+            "a {} config without a 'text_config' object",
+            arch.info().hf_class
+        ),
+    };
+    // transformers: every layer reads the target's KV; 0 or none means all of them.
+    let layers = text.usize("num_hidden_layers")?.unwrap_or(0);
+    if let Some(n) = text
+        .usize("num_kv_shared_layers")?
+        .filter(|&n| n != 0 && n != layers)
+    {
+        bail!("all layers of an assistant read its target's KV; 'num_kv_shared_layers' is {n} of {layers}");
+    }
+    if let Some(p) = text
+        .usize("hidden_size_per_layer_input")?
+        .filter(|&p| p != 0)
+    {
+        bail!("an assistant has no per-layer inputs; 'hidden_size_per_layer_input' is {p}");
+    }
+    if text.bool("use_double_wide_mlp")?.unwrap_or(false) {
+        bail!("an assistant has no double-wide feed-forward ('use_double_wide_mlp')");
+    }
+    let mut text_map = text.0.clone();
+    // The per-layer inputs default to 256 in Gemma4TextConfig: an assistant's are 0. Its
+    // blocks are read as a model of their own first (no KV sharing), then made to share.
+    text_map.insert("hidden_size_per_layer_input".into(), Value::from(0));
+    text_map.insert("num_kv_shared_layers".into(), Value::from(0));
+    let tie = top.bool("tie_word_embeddings")?.or(Some(true));
+    let mut config = parse_text_config(Json(&text_map), Some(arch), tie)
+        .with_context(|| format!("in 'text_config' of the {} config", arch.info().hf_class))?;
+    let ordered = top.bool("use_ordered_embeddings")?.unwrap_or(false);
+    config.kv_shared_layers = config.num_layers;
+    config.assistant = Some(AssistantConfig {
+        backbone_hidden_size: top.usize("backbone_hidden_size")?.unwrap_or(1536),
+        ordered_embeddings: ordered
+            .then(|| -> anyhow::Result<OrderedEmbeddings> {
+                Ok(OrderedEmbeddings {
+                    centroids: top.usize("num_centroids")?.unwrap_or(2048),
+                    top_k: top.usize("centroid_intermediate_top_k")?.unwrap_or(32),
+                })
+            })
+            .transpose()?,
+    });
+    config.validate("config.json")?;
+    Ok(config)
 }
 
 fn first_class<'a>(j: &Json<'a>) -> Option<&'a str> {
@@ -184,6 +243,7 @@ fn parse_text_config(
         full_attention_v_from_k: options.v_from_k,
         double_wide_mlp: options.double_wide_mlp,
         logit_softcap: options.logit_softcap,
+        assistant: None,
     };
     config.validate("config.json")?;
     Ok(config)

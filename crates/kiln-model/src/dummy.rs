@@ -24,7 +24,7 @@ use kiln_formats::DType;
 
 use crate::dummy_quant::{random_blocks, DummyQuant};
 use crate::presets::{preset, PRESETS};
-use crate::{DummyFill, HostTensor, ModelConfig, QuantTensor, TensorId, WeightSource};
+use crate::{DummyFill, HostTensor, ModelConfig, QuantTensor, Role, TensorId, WeightSource};
 
 /// Half the range of the uniform distribution: 0.02 * sqrt(3), for a standard deviation of 0.02.
 pub const DUMMY_HALF_RANGE: f32 = 0.034_641_016;
@@ -140,6 +140,13 @@ impl WeightSource for DummySource {
                 data,
             });
         }
+        if id.role == Role::TokenOrdering && self.has(id) {
+            let data = crate::draft_spec::dummy_token_ordering(self.config.vocab_size);
+            return Ok(HostTensor {
+                shape: vec![data.len()],
+                data,
+            });
+        }
         let fill = self
             .dummy_fill(id)
             .ok_or_else(|| anyhow!("dummy model has no tensor {id}"))?;
@@ -175,9 +182,10 @@ impl WeightSource for DummySource {
         self.quant?.dtype_for(id, &self.config)
     }
 
-    /// None for quantised tensors: they come from `load_quantized` or `load_f32`.
+    /// None for quantised tensors: they come from `load_quantized` or `load_f32`; nor for a
+    /// token ordering, which must be a permutation (`load_f32` gives it).
     fn dummy_fill(&self, id: TensorId) -> Option<DummyFill> {
-        if !self.has(id) || self.quantized_dtype(id).is_some() {
+        if !self.has(id) || self.quantized_dtype(id).is_some() || id.role == Role::TokenOrdering {
             None
         } else if id.role.is_norm() {
             Some(DummyFill::Ones)

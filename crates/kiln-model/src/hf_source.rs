@@ -8,8 +8,9 @@ use anyhow::{anyhow, bail, Context};
 use kiln_formats::SafetensorsModel;
 
 use crate::schema::IfAbsent;
-use crate::{HfLayout, HostTensor, ModelConfig, TensorId, WeightSource};
+use crate::{HfLayout, HostTensor, ModelConfig, Role, TensorId, WeightSource};
 use kiln_formats::dequant::to_f32;
+use kiln_formats::{DType, TensorView};
 
 pub struct HfSource {
     weights: SafetensorsModel,
@@ -122,10 +123,35 @@ impl WeightSource for HfSource {
             bail!("{root}: the model has no tensor {name}");
         }
         let view = self.weights.tensor(&name)?;
-        let data = to_f32(&view).map_err(|e| anyhow!("{root}: {e}"))?;
+        let data = match id.role {
+            Role::TokenOrdering => ids_to_f32(&view).map_err(|e| anyhow!("{root}: {name}: {e}"))?,
+            _ => to_f32(&view).map_err(|e| anyhow!("{root}: {e}"))?,
+        };
         Ok(HostTensor {
             shape: view.shape.clone(),
             data,
         })
     }
+}
+
+/// Token ids stored as integers (an ordered LM head's token ordering), as exact f32 values.
+fn ids_to_f32(view: &TensorView) -> anyhow::Result<Vec<f32>> {
+    let width = match view.dtype {
+        DType::I32 => 4,
+        DType::I64 => 8,
+        // A float file of ids (as some converters write them): its values are taken as they are.
+        _ => return Ok(to_f32(view)?),
+    };
+    view.data
+        .chunks_exact(width)
+        .map(|b| {
+            let v = match width {
+                4 => i32::from_le_bytes(b.try_into()?) as i64,
+                _ => i64::from_le_bytes(b.try_into()?),
+            };
+            // Ids below 2^24 are exact in f32.
+            anyhow::ensure!((0..1 << 24).contains(&v), "token id {v} is out of range");
+            Ok(v as f32)
+        })
+        .collect()
 }

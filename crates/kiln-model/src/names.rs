@@ -39,13 +39,21 @@ pub enum Role {
     PerLayerTokenEmbd,
     PerLayerModelProj,
     PerLayerProjNorm,
+    /// Gemma 4's assistant: the projection of the target's embedding and hidden state into the
+    /// assistant `[hidden, 2 backbone]`, of its output back to the target's width
+    /// `[backbone, hidden]`, the centroids of its ordered LM head `[centroids, hidden]` and the
+    /// token ids each centroid owns, in order `[vocab]` (integers in the files).
+    DraftPreProjection,
+    DraftPostProjection,
+    Centroids,
+    TokenOrdering,
 }
 
 /// GGUF's tensor of per-frequency RoPE divisors (Llama 3.1-style scaling).
 pub const GGUF_ROPE_FREQS: &str = "rope_freqs.weight";
 
 /// Global roles with their GGUF and Hugging Face names.
-const GLOBAL: [(Role, &str, &str); 6] = [
+const GLOBAL: [(Role, &str, &str); 10] = [
     (
         Role::TokenEmbd,
         "token_embd.weight",
@@ -67,6 +75,26 @@ const GLOBAL: [(Role, &str, &str); 6] = [
         Role::PerLayerProjNorm,
         "per_layer_proj_norm.weight",
         "model.per_layer_projection_norm.weight",
+    ),
+    (
+        Role::DraftPreProjection,
+        "nextn.pre_projection.weight",
+        "pre_projection.weight",
+    ),
+    (
+        Role::DraftPostProjection,
+        "nextn.post_projection.weight",
+        "post_projection.weight",
+    ),
+    (
+        Role::Centroids,
+        "masked_embd_centroids.weight",
+        "masked_embedding.centroids.weight",
+    ),
+    (
+        Role::TokenOrdering,
+        "masked_embd_ordering",
+        "masked_embedding.token_ordering",
     ),
 ];
 

@@ -2,11 +2,12 @@
 //! models for benchmarks and demos without files.
 
 use crate::{
-    Activation, Arch, LayerShape, LayerType, ModelConfig, RopeParams, RopeScaling, RopeStyle,
+    Activation, Arch, AssistantConfig, LayerShape, LayerType, ModelConfig, OrderedEmbeddings,
+    RopeParams, RopeScaling, RopeStyle,
 };
 
 /// Every preset name, in the order `kiln` lists them.
-pub const PRESETS: [&str; 7] = [
+pub const PRESETS: [&str; 9] = [
     "tiny",
     "llama3-1b",
     "llama3-8b",
@@ -14,6 +15,8 @@ pub const PRESETS: [&str; 7] = [
     "mistral-7b",
     "gemma4-tiny",
     "gemma4-e4b",
+    "gemma4-tiny-assistant",
+    "gemma4-e4b-assistant",
 ];
 
 /// The configuration of a named preset, or None for an unknown name.
@@ -51,11 +54,14 @@ pub fn preset(name: &str) -> Option<ModelConfig> {
         full_attention_v_from_k: false,
         double_wide_mlp: false,
         logit_softcap: None,
+        assistant: None,
     };
     Some(match name {
         // Small enough that a CI test runs a forward pass in milliseconds.
         "gemma4-tiny" => gemma4_tiny(),
         "gemma4-e4b" => gemma4_e4b(),
+        "gemma4-tiny-assistant" => gemma4_tiny_assistant(),
+        "gemma4-e4b-assistant" => gemma4_e4b_assistant(),
         "tiny" => ModelConfig {
             vocab_size: 512,
             hidden_size: 256,
@@ -159,6 +165,7 @@ fn gemma4_tiny() -> ModelConfig {
         full_attention_v_from_k: true,
         double_wide_mlp: true,
         logit_softcap: Some(30.0),
+        assistant: None,
     }
 }
 
@@ -201,6 +208,67 @@ fn gemma4_e4b() -> ModelConfig {
         double_wide_mlp: false,
         logit_softcap: None,
         ..gemma4_tiny()
+    }
+}
+
+/// An assistant (draft model) for `gemma4-tiny`: two layers of width 64, sliding (the
+/// target's window) then full, with the target's KV heads; an ordered LM head of 16 centroids
+/// of which 4 are scored.
+fn gemma4_tiny_assistant() -> ModelConfig {
+    let (s, f) = (LayerType::SlidingAttention, LayerType::FullAttention);
+    let target = gemma4_tiny();
+    let types = vec![s, f];
+    let shapes = vec![target.layer_shapes[0], target.layer_shapes[2]];
+    ModelConfig {
+        arch: Arch::Gemma4Assistant,
+        hidden_size: 64,
+        intermediate_size: 128,
+        num_layers: types.len(),
+        num_heads: 4,
+        layer_shapes: shapes,
+        layer_types: Some(types),
+        per_layer_input: 0,
+        kv_shared_layers: 2,
+        full_attention_v_from_k: false,
+        double_wide_mlp: false,
+        logit_softcap: None,
+        assistant: Some(AssistantConfig {
+            backbone_hidden_size: target.hidden_size,
+            ordered_embeddings: Some(OrderedEmbeddings {
+                centroids: 16,
+                top_k: 4,
+            }),
+        }),
+        ..target
+    }
+}
+
+/// An assistant for `gemma4-e4b` of the released E4B assistant's kind: four layers of width
+/// 256 (three sliding, one full), GeGLU of 2048, an ordered LM head of 2048 centroids of which
+/// 32 are scored; the target's KV heads. For the mechanism's cost in benchmarks.
+fn gemma4_e4b_assistant() -> ModelConfig {
+    let (s, f) = (LayerType::SlidingAttention, LayerType::FullAttention);
+    let target = gemma4_e4b();
+    let types = vec![s, s, s, f];
+    let shape = |t: &LayerType| target.layer_shapes[if *t == f { 5 } else { 0 }];
+    ModelConfig {
+        arch: Arch::Gemma4Assistant,
+        hidden_size: 256,
+        intermediate_size: 2048,
+        num_layers: types.len(),
+        num_heads: 4,
+        layer_shapes: types.iter().map(shape).collect(),
+        layer_types: Some(types),
+        per_layer_input: 0,
+        kv_shared_layers: 4,
+        assistant: Some(AssistantConfig {
+            backbone_hidden_size: target.hidden_size,
+            ordered_embeddings: Some(OrderedEmbeddings {
+                centroids: 2048,
+                top_k: 32,
+            }),
+        }),
+        ..target
     }
 }
 

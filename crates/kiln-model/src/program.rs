@@ -12,7 +12,9 @@
 //! - `qkv`, `attn`, `gate_up`, `act`: the projections' outputs and the attention and
 //!   activation results in between;
 //! - `per_layer`: the per-layer inputs of every token and layer (Gemma 4), and `pl_gate`,
-//!   `pl_act`: one layer's gate of its slice and the gated slice.
+//!   `pl_act`: one layer's gate of its slice and the gated slice;
+//! - `draft_hidden`: a draft model's input hidden state per row, the target's at first and
+//!   then what each draft step gives the next ([`run_draft_step`]).
 
 use anyhow::Result;
 
@@ -65,8 +67,20 @@ pub trait StepOps {
     fn scale_residual(&mut self, layer: usize) -> Result<()>;
 
     /// `x + delta` at the rows that want logits, the final norm, the LM head (and the spec's
-    /// soft cap).
+    /// soft cap; a draft model's ordered LM head scores the tokens of its best centroids only).
     fn logits(&mut self) -> Result<()>;
+
+    /// A draft model's input: `x = DraftPreProjection([target embedding of each row's token *
+    /// input_embed_scale, draft_hidden])` ([`crate::spec::DraftSpec`]).
+    fn draft_input(&mut self) -> Result<()> {
+        anyhow::bail!("this backend runs no draft model")
+    }
+
+    /// `draft_hidden = DraftPostProjection(normed)`: the final-normed rows `logits` left,
+    /// projected back to the target's width for the next draft step.
+    fn draft_output(&mut self) -> Result<()> {
+        anyhow::bail!("this backend runs no draft model")
+    }
 }
 
 /// One forward step of `spec` through `ops`.
@@ -75,6 +89,22 @@ pub fn run_step(spec: &ModelSpec, ops: &mut impl StepOps) -> Result<()> {
     if spec.per_layer_input.is_some() {
         ops.per_layer_inputs()?;
     }
+    run_layers(spec, ops)?;
+    ops.logits()
+}
+
+/// One step of a draft model that reads its target (`spec.draft`): the layers between its
+/// projections from and back to the target ([`crate::spec::DraftSpec`]).
+pub fn run_draft_step(spec: &ModelSpec, ops: &mut impl StepOps) -> Result<()> {
+    anyhow::ensure!(spec.draft.is_some(), "the model is not a draft model");
+    ops.draft_input()?;
+    run_layers(spec, ops)?;
+    ops.logits()?;
+    ops.draft_output()
+}
+
+/// Every layer, in the model's order.
+fn run_layers(spec: &ModelSpec, ops: &mut impl StepOps) -> Result<()> {
     let last = spec.layers.len().saturating_sub(1);
     for (l, layer) in spec.layers.iter().enumerate() {
         ops.add_norm(l, LayerWeight::AttnNorm)?;
@@ -109,7 +139,7 @@ pub fn run_step(spec: &ModelSpec, ops: &mut impl StepOps) -> Result<()> {
             ops.scale_residual(l)?;
         }
     }
-    ops.logits()
+    Ok(())
 }
 
 #[cfg(test)]
@@ -170,6 +200,34 @@ mod tests {
             self.0.push("logits".into());
             Ok(())
         }
+        fn draft_input(&mut self) -> Result<()> {
+            self.0.push("draft_input".into());
+            Ok(())
+        }
+        fn draft_output(&mut self) -> Result<()> {
+            self.0.push("draft_output".into());
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_draft_step_runs_the_same_layers_between_its_projections() {
+        let target = preset("gemma4-tiny").unwrap();
+        let spec = preset("gemma4-tiny-assistant")
+            .unwrap()
+            .draft_spec(&target)
+            .unwrap();
+        let mut t = Trace::default();
+        run_draft_step(&spec, &mut t).unwrap();
+        let n = t.0.len();
+        assert_eq!(t.0[0], "draft_input");
+        assert_eq!(t.0[n - 2..], ["logits", "draft_output"]);
+        // The blocks are Gemma 4's, without per-layer inputs: what run_step runs for them.
+        let mut plain = Trace::default();
+        run_step(&spec, &mut plain).unwrap();
+        assert_eq!(t.0[1..n - 2], plain.0[1..plain.0.len() - 1]);
+        assert!(t.0.iter().all(|s| !s.contains("PerLayer")));
+        assert!(run_draft_step(&target.spec(), &mut Trace::default()).is_err());
     }
 
     #[test]

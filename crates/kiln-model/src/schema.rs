@@ -71,6 +71,13 @@ pub enum GlobalWeight {
     PerLayerEmbedding,
     PerLayerProjection,
     PerLayerProjNorm,
+    /// A draft model's projections from and to its target (`[hidden, 2 backbone]` and
+    /// `[backbone, hidden]`), and its ordered LM head's centroids `[centroids, hidden]` and
+    /// token ordering `[vocab]` (ids, exact in f32).
+    DraftPreProjection,
+    DraftPostProjection,
+    Centroids,
+    TokenOrdering,
 }
 
 /// What a missing part becomes.
@@ -277,6 +284,30 @@ pub fn global_weights(spec: &ModelSpec) -> Vec<Fused<GlobalWeight>> {
             vec![part(Role::PerLayerProjNorm, ple.width)],
             IfAbsent::Error,
         ));
+    }
+    if let Some(d) = &spec.draft {
+        out.push(matrix(
+            GlobalWeight::DraftPreProjection,
+            2 * d.backbone_hidden,
+            vec![part(Role::DraftPreProjection, h)],
+        ));
+        out.push(matrix(
+            GlobalWeight::DraftPostProjection,
+            h,
+            vec![part(Role::DraftPostProjection, d.backbone_hidden)],
+        ));
+        if let Some(o) = &d.ordered {
+            out.push(matrix(
+                GlobalWeight::Centroids,
+                h,
+                vec![part(Role::Centroids, o.centroids)],
+            ));
+            out.push(vector(
+                GlobalWeight::TokenOrdering,
+                vec![part(Role::TokenOrdering, v)],
+                IfAbsent::Error,
+            ));
+        }
     }
     out
 }

@@ -4,7 +4,7 @@
 //! shapes); nothing below reads a global switch instead.
 
 use crate::rope::{attention_factor, inv_freq};
-use crate::{ModelConfig, RopeScaling, RopeStyle};
+use crate::{ModelConfig, OrderedEmbeddings, RopeScaling, RopeStyle};
 
 /// A whole model: its layers and what surrounds them.
 #[derive(Debug, Clone, PartialEq)]
@@ -24,6 +24,28 @@ pub struct ModelSpec {
     /// The RoPE settings the layers use, each once ([`AttnSpec::rope`] indexes them).
     pub ropes: Vec<RopeSpec>,
     pub layers: Vec<LayerSpec>,
+    /// A draft model that reads its target (Gemma 4's assistant); None for a model that runs
+    /// alone.
+    pub draft: Option<DraftSpec>,
+}
+
+/// A draft model that reads its target instead of keeping a KV cache (Gemma 4's assistant).
+/// One draft step of a row whose token sits at position `p` (its KV not yet in the cache),
+/// the target's last hidden state being that of position `p - 1`:
+/// `x = pre_projection([target_embedding(token) * input_embed_scale, hidden])`, the layers,
+/// the final norm, the LM head (only the tokens of the best centroids when `ordered`), and
+/// `hidden = post_projection(normed)` for the next step, which drafts at the same position
+/// from the token just drafted. Each layer reads the target's KV of layer `kv_from`, at the
+/// positions before `p`, as the target's row at `p - 1` attends; a sliding layer's window is
+/// one wider than its `sliding_window` (transformers' assistant mask keeps the keys within
+/// that distance of the last one, bounds included).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DraftSpec {
+    /// The target's hidden size: its embedding rows and hidden states are this wide.
+    pub backbone_hidden: usize,
+    /// The target's embedding scale (Gemma: sqrt of its hidden size).
+    pub input_embed_scale: f32,
+    pub ordered: Option<OrderedEmbeddings>,
 }
 
 /// Gemma 4's per-layer inputs: for each token and layer, `width` values mixed from a token
@@ -69,6 +91,7 @@ pub struct AttnSpec {
     pub num_kv_heads: usize,
     pub head_dim: usize,
     /// Each token attends to at most this many tokens (itself included); None: all before it.
+    /// (A draft model's row attends as the target's row before it: see [`DraftSpec`].)
     pub window: Option<usize>,
     /// The softmax scale of Q.K: `1 / sqrt(head_dim)` rounded once from f64 (1 for Gemma 4).
     pub scale: f32,
@@ -81,7 +104,8 @@ pub struct AttnSpec {
     /// V is the K projection itself, taken before K's norm and RoPE (`attention_k_eq_v`).
     pub v_from_k: bool,
     /// The earlier layer whose KV cache this layer reads; None: its own. A layer that reads
-    /// another's projects only Q and writes no KV.
+    /// another's projects only Q and writes no KV. (A draft model's layers read its target's
+    /// layers: [`ModelConfig::draft_spec`] names them.)
     pub kv_from: Option<usize>,
     /// Index of this layer's RoPE in [`ModelSpec::ropes`].
     pub rope: usize,
@@ -214,12 +238,17 @@ impl ModelConfig {
                     false => (1.0 / (shape.head_dim as f64).sqrt()) as f32,
                 };
                 let wide = self.double_wide_mlp && l >= first_shared && self.kv_shared_layers > 0;
+                // transformers' assistant mask lets a sliding layer see one key more.
+                let window = match self.assistant {
+                    Some(_) => self.sliding_window.map(|w| w + 1),
+                    None => self.sliding_window,
+                };
                 LayerSpec {
                     attn: AttnSpec {
                         num_heads: self.num_heads,
                         num_kv_heads: shape.num_kv_heads,
                         head_dim: shape.head_dim,
-                        window: self.sliding_window.filter(|_| !full),
+                        window: window.filter(|_| !full),
                         scale,
                         qkv_bias: self.qkv_bias,
                         qk_norm: self.qk_norm,
@@ -247,18 +276,25 @@ impl ModelConfig {
             norm_eps: self.rms_norm_eps,
             act: self.activation,
         });
+        // An assistant's input is the target's embedding, and its logits are never capped
+        // (transformers' Gemma4AssistantForCausalLM applies no final_logit_softcapping).
+        let draft = self.assistant.map(|a| DraftSpec {
+            backbone_hidden: a.backbone_hidden_size,
+            input_embed_scale: (a.backbone_hidden_size as f64).sqrt() as f32,
+            ordered: a.ordered_embeddings,
+        });
         ModelSpec {
             vocab_size: self.vocab_size,
             hidden_size: self.hidden_size,
             tie_embeddings: self.tie_embeddings,
             norm_eps: self.rms_norm_eps,
-            embed_scale: block
-                .scaled_embedding
+            embed_scale: (block.scaled_embedding && draft.is_none())
                 .then(|| (self.hidden_size as f64).sqrt() as f32),
             per_layer_input,
-            logit_softcap: self.logit_softcap,
+            logit_softcap: self.logit_softcap.filter(|_| draft.is_none()),
             ropes,
             layers,
+            draft,
         }
     }
 

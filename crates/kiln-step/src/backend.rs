@@ -107,6 +107,19 @@ pub enum BlockCopy {
     ToDevice { slot: usize, block: u32 },
 }
 
+/// One sequence a backend's own draft model drafts for ([`Backend::draft`]).
+#[derive(Debug, Clone, Copy)]
+pub struct DraftRow<'a> {
+    /// The sequence's last token, at position `pos`; its K and V are not in the cache yet.
+    pub token: u32,
+    pub pos: usize,
+    /// The sequence's KV blocks, covering at least positions `0..pos`.
+    pub block_table: &'a [u32],
+    /// The logits row of the step last finished that chose `token` (the row at `pos - 1`):
+    /// the draft model starts from that row's hidden state.
+    pub hidden_row: usize,
+}
+
 /// A compute backend. It owns the weights and the KV pool and runs forward passes; it knows
 /// nothing of requests, scheduling or HTTP.
 pub trait Backend: Send {
@@ -168,6 +181,19 @@ pub trait Backend: Send {
     /// backend measures it; taken once.
     fn device_timing(&mut self) -> Option<DeviceTiming> {
         None
+    }
+
+    /// Whether the backend holds a draft model that reads its own KV cache and hidden states
+    /// (Gemma 4's assistant), so that [`Backend::draft`] answers.
+    fn has_draft_model(&self) -> bool {
+        false
+    }
+
+    /// `k` greedy draft tokens for each row, all rows at once, from the backend's draft
+    /// model: it reads the KV cache below each row's position and the hidden state of the
+    /// row's `hidden_row` in the step last finished, and writes no KV.
+    fn draft(&mut self, _rows: &[DraftRow<'_>], _k: usize) -> Result<Vec<Vec<u32>>> {
+        bail!("this backend holds no draft model")
     }
 
     /// The step's logits rows: `step` with [`Want::Logits`].

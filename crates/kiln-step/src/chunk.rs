@@ -135,6 +135,56 @@ impl StepLimits {
     }
 }
 
+impl StepLimits {
+    /// Checks the rows of a draft call ([`crate::DraftRow`]): each token in the vocabulary,
+    /// after position 0 and inside the context, its block table covering the positions before
+    /// it with blocks of the pool, its hidden row one of the `hidden_rows` logits rows of the
+    /// step last finished.
+    pub fn check_draft(&self, rows: &[crate::DraftRow<'_>], hidden_rows: usize) -> Result<()> {
+        for (i, r) in rows.iter().enumerate() {
+            ensure!(
+                (r.token as usize) < self.vocab_size,
+                "draft row {i}: token id {} is outside the vocabulary of {} tokens",
+                r.token,
+                self.vocab_size
+            );
+            ensure!(
+                r.pos > 0,
+                "draft row {i}: a draft needs the hidden state of an earlier position"
+            );
+            if let Some(max) = self.max_context {
+                ensure!(
+                    r.pos < max,
+                    "draft row {i}: position {} is beyond the backend's context of {max} tokens",
+                    r.pos
+                );
+            }
+            ensure!(
+                r.hidden_row < hidden_rows,
+                "draft row {i}: hidden row {} of a step that had {hidden_rows} logits rows",
+                r.hidden_row
+            );
+            let blocks = r.pos.div_ceil(self.kv.block_size);
+            ensure!(
+                r.block_table.len() >= blocks,
+                "draft row {i}: its block table covers {} positions, the draft reads {}",
+                r.block_table.len() * self.kv.block_size,
+                r.pos
+            );
+            if let Some(b) = r.block_table[..blocks]
+                .iter()
+                .find(|&&b| b as usize >= self.kv.num_blocks)
+            {
+                bail!(
+                    "draft row {i}: block id {b} is outside the KV pool of {} blocks",
+                    self.kv.num_blocks
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,6 +215,29 @@ mod tests {
 
     fn err(chunks: &[ChunkInput<'_>]) -> String {
         limits().check(chunks).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn draft_rows_are_checked() {
+        let row = |token, pos, table: &'static [u32], hidden_row| crate::DraftRow {
+            token,
+            pos,
+            block_table: table,
+            hidden_row,
+        };
+        assert!(limits().check_draft(&[row(5, 17, &[0, 1], 1)], 2).is_ok());
+        let cases = [
+            (row(1000, 17, &[0, 1], 0), "vocabulary"),
+            (row(5, 0, &[0], 0), "earlier position"),
+            (row(5, 1024, &[0; 64], 0), "context"),
+            (row(5, 17, &[0, 1], 2), "hidden row 2"),
+            (row(5, 17, &[0], 0), "covers 16"),
+            (row(5, 17, &[0, 64], 0), "outside the KV pool"),
+        ];
+        for (r, want) in cases {
+            let e = limits().check_draft(&[r], 2).unwrap_err().to_string();
+            assert!(e.contains(want), "{want}: {e}");
+        }
     }
 
     #[test]

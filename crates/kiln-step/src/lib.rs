@@ -13,7 +13,7 @@ pub mod sampling;
 pub mod sampling_weights;
 
 pub use adjust::{adjust_row, Penalty, RowAdjust, StepAdjust, TokenSet};
-pub use backend::{Backend, BlockCopy, StepOutput, Want};
+pub use backend::{Backend, BlockCopy, DraftRow, StepOutput, Want};
 pub use chunk::{ChunkInput, KvGeometry, StepCapacity, StepLimits};
 pub use pipeline::{DeviceTiming, Feed, Launched, OwnedWant, RunAtLaunch};
 pub use sampling::{

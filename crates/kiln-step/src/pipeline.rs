@@ -164,6 +164,18 @@ impl<B: Backend> Backend for RunAtLaunch<B> {
         self.inner.device_timing()
     }
 
+    fn has_draft_model(&self) -> bool {
+        self.inner.has_draft_model()
+    }
+
+    fn draft(&mut self, rows: &[crate::DraftRow<'_>], k: usize) -> Result<Vec<Vec<u32>>> {
+        ensure!(
+            self.held.is_empty(),
+            "drafts read the hidden states of the step last finished: collect every step first"
+        );
+        self.inner.draft(rows, k)
+    }
+
     fn launch(
         &mut self,
         chunks: &[ChunkInput<'_>],

@@ -33,6 +33,7 @@ fn base() -> ModelConfig {
         full_attention_v_from_k: false,
         double_wide_mlp: false,
         logit_softcap: None,
+        assistant: None,
     }
 }
 

@@ -156,6 +156,7 @@ pub fn dummy_mid() -> DummySource {
         full_attention_v_from_k: false,
         double_wide_mlp: false,
         logit_softcap: None,
+        assistant: None,
     })
     .expect("dummy config")
 }
