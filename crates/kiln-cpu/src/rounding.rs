@@ -56,9 +56,10 @@ pub struct Rounding {
 }
 
 impl Rounding {
-    /// Every rounding point of a GPU storing `format` with its default kernels: prefill rows'
-    /// probabilities rounded in bf16 (tensor-core flash attention), decode rows' not (CUDA-core
-    /// split-KV attention). The f16 GPU runs every row through the split-KV kernel.
+    /// Every rounding point of a GPU storing `format` whose prefill attention runs on the
+    /// tensor cores (probabilities rounded in bf16) and decode attention on CUDA cores (not
+    /// rounded; set `decode_probs_max_hd` for a tensor-core decode kernel). The f16 GPU runs
+    /// every row through the CUDA-core split kernel.
     pub fn of_gpu(format: Narrow) -> Rounding {
         Rounding {
             format,

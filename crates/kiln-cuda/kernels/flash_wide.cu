@@ -195,3 +195,182 @@ __device__ __forceinline__ void flash_wide_body(const bf16_t* __restrict__ q, co
                                     window, scale_log2);                                                 \
     }
 FW_ENTRY(flash_attn_wide_hd512, 512, 256, 32)
+
+// KILN_FLASH_WIDE=split: the same tiles, masks and order, 8 warps per CTA holding the whole head.
+// Warps w and w + 4 share 16 query rows: warp w takes the head's first half, w + 4 the second, for
+// the scores (each a partial sum over its half, the two summed through shared memory first half
+// first, so both hold the same bits) and for the output columns. No score is computed twice and
+// each K/V tile is read once per 64 rows; 216 KB of shared memory, one CTA per SM.
+#define FWS_LDS 33  // row stride of the partial scores (floats)
+
+template <int HD, int BN>
+__device__ __forceinline__ void flash_wide_split_body(const bf16_t* __restrict__ q, const bf16_t* __restrict__ kc,
+                                                      const bf16_t* __restrict__ vc, const WideTile* __restrict__ tiles,
+                                                      const int* __restrict__ bt_start,
+                                                      const int* __restrict__ block_tables, bf16_t* __restrict__ out,
+                                                      int n_q, int n_kv, int block_size, int window, float scale_log2) {
+    constexpr int BM = 64, LD = HD + 8, NT = BN / 8, DH = HD / 2, DO = DH / 8, CQ = HD / 8;
+    extern __shared__ __align__(16) unsigned char fws_smem[];
+    bf16_t* sq = reinterpret_cast<bf16_t*>(fws_smem);
+    bf16_t* sk0 = sq + BM * LD;
+    bf16_t* sv0 = sk0 + 2 * BN * LD;
+    float* sp = reinterpret_cast<float*>(sv0 + 2 * BN * LD);  // [warp][16][FWS_LDS]
+
+    const WideTile tile = tiles[gridDim.x - 1 - blockIdx.x];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int half = warp >> 2, col0 = half * DH;
+    const int h = blockIdx.y, kvh = h / (n_q / n_kv);
+    const int* table = block_tables + bt_start[tile.seq];
+    const int kv_end = tile.pos0 + tile.n_rows;
+    const int first = window > 0 ? max(0, tile.pos0 + 1 - window) : 0;
+    const int kt_lo = first / BN, kt_hi = (kv_end - 1) / BN;
+
+    for (int idx = threadIdx.x; idx < BM * CQ; idx += blockDim.x) {
+        const int r = idx / CQ, c = idx % CQ;
+        const bool ok = r < tile.n_rows;
+        const bf16_t* src = q + ((u64)(tile.tok0 + (ok ? r : 0)) * n_q + h) * HD + c * 8;
+        cp_async_16(sq + r * LD + c * 8, src, ok ? 16 : 0);
+    }
+    // K and V tiles of the whole head (wide_load_kv with the V slice as wide as the head).
+    wide_load_kv<HD, HD, BN>(sk0, sv0, kc, vc, table, kt_lo, kv_end, kvh, n_kv, block_size, 0);
+    cp_async_commit();
+
+    const int wr = (warp & 3) * 16;  // first row of this warp's pair inside the tile
+    const bool warp_live = wr < tile.n_rows;
+    const int wq_lo = tile.pos0 + wr, wq_hi = tile.pos0 + min(wr + 15, tile.n_rows - 1);
+    const int qa = wr + g < tile.n_rows ? tile.pos0 + wr + g : -1;
+    const int qb = wr + g + 8 < tile.n_rows ? tile.pos0 + wr + g + 8 : -1;
+    float m_a = KILN_NEG_INF, m_b = KILN_NEG_INF, l_a = 0.f, l_b = 0.f;
+    float o[DO][4];
+#pragma unroll
+    for (int d = 0; d < DO; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
+    const int mi = lane >> 3;
+    float* mine = sp + warp * 16 * FWS_LDS;
+    const float* first_half = sp + (warp & 3) * 16 * FWS_LDS;
+    const float* second_half = sp + ((warp & 3) + 4) * 16 * FWS_LDS;
+
+    for (int kt = kt_lo; kt <= kt_hi; ++kt) {
+        const int stage = (kt - kt_lo) & 1;
+        if (kt < kt_hi) {
+            wide_load_kv<HD, HD, BN>(sk0 + (stage ^ 1) * BN * LD, sv0 + (stage ^ 1) * BN * LD, kc, vc, table, kt + 1,
+                                     kv_end, kvh, n_kv, block_size, 0);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const bf16_t* sk = sk0 + stage * BN * LD;
+        const bf16_t* sv = sv0 + stage * BN * LD;
+        const int k_lo = kt * BN, k_hi = kt * BN + BN - 1;
+        // The same answer for both warps of a pair (it depends on their rows only).
+        const bool skip = !warp_live || k_lo > wq_hi || (window > 0 && wq_lo - k_hi >= window);
+        float s[NT][4];
+        if (!skip) {
+#pragma unroll
+            for (int n = 0; n < NT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll 8
+            for (int kk = 0; kk < DH / 16; ++kk) {
+                u32 a[4];
+                ldmatrix_x4(a, sq + (wr + (mi & 1) * 8 + (lane & 7)) * LD + col0 + kk * 16 + (mi >> 1) * 8);
+#pragma unroll
+                for (int n = 0; n < NT; n += 2) {
+                    u32 b[4];
+                    ldmatrix_x4(b, sk + (n * 8 + (mi >> 1) * 8 + (lane & 7)) * LD + col0 + kk * 16 + (mi & 1) * 8);
+                    mma_bf16_16816(s[n], a, b);
+                    mma_bf16_16816(s[n + 1], a, b + 2);
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < NT; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) mine[(g + (e >> 1) * 8) * FWS_LDS + n * 8 + 2 * t + (e & 1)] = s[n][e];
+        }
+        __syncthreads();
+        if (!skip) {
+            float mx_a = KILN_NEG_INF, mx_b = KILN_NEG_INF;
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int at = (g + (e >> 1) * 8) * FWS_LDS + n * 8 + 2 * t + (e & 1);
+                    const float v = __fadd_rn(first_half[at], second_half[at]);
+                    const int kp = kt * BN + n * 8 + 2 * t + (e & 1);
+                    const int qp = e < 2 ? qa : qb;
+                    const bool ok = kp <= qp && (window <= 0 || qp - kp < window);
+                    s[n][e] = ok ? v * scale_log2 : KILN_NEG_INF;
+                }
+                mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
+                mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
+            }
+            mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+            mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+            mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+            mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+            const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
+            const float base_a = mn_a == KILN_NEG_INF ? 0.f : mn_a;
+            const float base_b = mn_b == KILN_NEG_INF ? 0.f : mn_b;
+            const float al_a = exp2f(m_a - base_a), al_b = exp2f(m_b - base_b);
+            m_a = mn_a;
+            m_b = mn_b;
+            float ps_a = 0.f, ps_b = 0.f;
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+                s[n][0] = exp2f(s[n][0] - base_a);
+                s[n][1] = exp2f(s[n][1] - base_a);
+                s[n][2] = exp2f(s[n][2] - base_b);
+                s[n][3] = exp2f(s[n][3] - base_b);
+                ps_a += s[n][0] + s[n][1];
+                ps_b += s[n][2] + s[n][3];
+            }
+            l_a = l_a * al_a + ps_a;
+            l_b = l_b * al_b + ps_b;
+#pragma unroll
+            for (int d = 0; d < DO; ++d) {
+                o[d][0] *= al_a;
+                o[d][1] *= al_a;
+                o[d][2] *= al_b;
+                o[d][3] *= al_b;
+            }
+#pragma unroll
+            for (int ks = 0; ks < BN / 16; ++ks) {
+                u32 a[4];
+                a[0] = pack_bf16x2(s[2 * ks][0], s[2 * ks][1]);
+                a[1] = pack_bf16x2(s[2 * ks][2], s[2 * ks][3]);
+                a[2] = pack_bf16x2(s[2 * ks + 1][0], s[2 * ks + 1][1]);
+                a[3] = pack_bf16x2(s[2 * ks + 1][2], s[2 * ks + 1][3]);
+#pragma unroll
+                for (int d = 0; d < DO; d += 2) {
+                    u32 b[4];
+                    ldmatrix_x4_trans(b, sv + (ks * 16 + (mi & 1) * 8 + (lane & 7)) * LD + col0 + d * 8 + (mi >> 1) * 8);
+                    mma_bf16_16816(o[d], a, b);
+                    mma_bf16_16816(o[d + 1], a, b + 2);
+                }
+            }
+        }
+        __syncthreads();
+    }
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
+    l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
+    l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
+    const float inv_a = l_a > 0.f ? 1.f / l_a : 0.f, inv_b = l_b > 0.f ? 1.f / l_b : 0.f;
+    if (qa >= 0) {
+        u32* dst = reinterpret_cast<u32*>(out + ((u64)(tile.tok0 + wr + g) * n_q + h) * HD + col0);
+#pragma unroll
+        for (int d = 0; d < DO; ++d) dst[d * 4 + t] = pack_bf16x2(o[d][0] * inv_a, o[d][1] * inv_a);
+    }
+    if (qb >= 0) {
+        u32* dst = reinterpret_cast<u32*>(out + ((u64)(tile.tok0 + wr + g + 8) * n_q + h) * HD + col0);
+#pragma unroll
+        for (int d = 0; d < DO; ++d) dst[d * 4 + t] = pack_bf16x2(o[d][2] * inv_b, o[d][3] * inv_b);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256, 1) flash_attn_wide_split_hd512(
+    const bf16_t* q, const bf16_t* kc, const bf16_t* vc, const WideTile* tiles, const int* bt_start,
+    const int* block_tables, bf16_t* out, int n_q, int n_kv, int block_size, int window, float scale_log2) {
+    pdl_enter();
+    flash_wide_split_body<512, 32>(q, kc, vc, tiles, bt_start, block_tables, out, n_q, n_kv, block_size, window,
+                                   scale_log2);
+}

@@ -117,3 +117,42 @@ extern "C" __global__ void softcap_logits(float* __restrict__ logits, u64 n, flo
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
         logits[i] = tanhf(logits[i] / cap) * cap;
 }
+
+// A post-norm fused into the op that consumes the block output (KILN_GEMMA_FUSE): delta = rmsnorm(delta)
+// * w_post, then by `mode`
+//   0: x += delta, out = store(rmsnorm(x) * w)   (the post-norm, then the next add-and-norm)
+//   1: x += delta, out = store(x)                (then the per-layer gate's input)
+//   2: x = (x + delta) * w[0]                    (then the layer output scale)
+// The bits of rmsnorm_delta followed by rmsnorm_residual, residual_to_store or scale_residual:
+// the same block size, reduction tree and operations (products rounded before the add, as
+// when rmsnorm_delta stores them), one launch instead of two.
+extern "C" __global__ void post_norm_fused(float* __restrict__ x, const float* __restrict__ delta,
+                                           const store_t* __restrict__ w_post, const store_t* __restrict__ w,
+                                           store_t* __restrict__ out, int hidden, float eps_post, float eps,
+                                           int mode) {
+    pdl_enter();
+    __shared__ float scratch[32];
+    const u64 row = (u64)blockIdx.x * hidden;
+    const float* d = delta + row;
+    float* xr = x + row;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) ss += d[i] * d[i];
+    const float inv_post = rsqrtf(block_sum(ss, scratch) / (float)hidden + eps_post);
+    const float s = mode == 2 ? from_store(w[0]) : 0.f;
+    float ss_x = 0.f;
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+        const float dn = __fmul_rn(__fmul_rn(d[i], inv_post), from_store(w_post[i]));
+        float v = xr[i];
+        v += dn;
+        if (mode == 2) {
+            xr[i] = v * s;
+        } else {
+            xr[i] = v;
+            if (mode == 1) out[row + i] = to_store(v);
+            ss_x += v * v;
+        }
+    }
+    if (mode != 0) return;
+    const float inv = rsqrtf(block_sum(ss_x, scratch) / (float)hidden + eps);
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) out[row + i] = to_store(xr[i] * inv * from_store(w[i]));
+}

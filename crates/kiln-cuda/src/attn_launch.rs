@@ -220,8 +220,12 @@ impl Gpu {
         window: usize,
         scale: f32,
     ) -> Result<()> {
-        // bf16 backends only load decode_mma; the others keep the typed kernel.
-        let kind = if KernelChoice::from_env().decode_mma
+        // bf16 backends only load decode_mma; the others keep the typed kernel. 512-wide
+        // heads take it only with KILN_DECODE_WIDE=mma (opt-in until measured).
+        let sw = Switches::from_env();
+        let wide = crate::attn_wide::WIDE_HEAD_DIMS.contains(&hd);
+        let kind = if sw.kernels.decode_mma
+            && (!wide || sw.decode_wide_mma)
             && self.has_func(&format!("decode_mma_hd{hd}"))
         {
             DecodeKernel::Mma
@@ -277,6 +281,11 @@ impl Gpu {
     ) -> Result<()> {
         if rows == 0 {
             return Ok(());
+        }
+        if crate::attn_wide::WIDE_HEAD_DIMS.contains(&hd) {
+            return self.decode_mma_wide(
+                q, kv, inp, part_o, part_ml, out, rows, n_q, hd, window, scale,
+            );
         }
         if !DECODE_MMA_HEAD_DIMS.contains(&hd) {
             bail!("decode_mma supports head dims {DECODE_MMA_HEAD_DIMS:?}, not {hd}");

@@ -1,12 +1,13 @@
-//! Launchers of kernels/flash_wide.cu and decode_wide.cu: attention for heads too wide for the
-//! register tiles of flash_attn.cu and decode_attn.cu (Gemma 4's 512-wide full-attention
-//! heads). `Gpu::flash_attn` and `Gpu::decode_attn` send those head dims here, so callers name
-//! no kernel.
+//! Launchers of kernels/flash_wide.cu, decode_wide.cu and decode_mma_wide.cu: attention for
+//! heads too wide for the register tiles of flash_attn.cu, decode_attn.cu and decode_mma.cu
+//! (Gemma 4's 512-wide full-attention heads). `Gpu::flash_attn` and `Gpu::decode_attn` send
+//! those head dims here, so callers name no kernel.
 
 use anyhow::{bail, Result};
 
 use crate::device::{i32_of, Arg, Gpu};
 use crate::kernels::{AttnInputs, KvView, DECODE_MAX_SPLITS, DECODE_MIN_SPAN, FLASH_TILE_ROWS};
+use crate::switches::Switches;
 
 /// Head dims of the wide kernels.
 pub const WIDE_HEAD_DIMS: [usize; 1] = [512];
@@ -15,6 +16,10 @@ const FLASH_WIDE_COLS: usize = 256;
 const FLASH_WIDE_BN: usize = 32;
 /// Query heads one decode CTA serves (decode_wide.cu's DW_GROUP).
 const DECODE_WIDE_GROUP: usize = 2;
+/// decode_mma_wide.cu: keys per K/V tile, ring stages, warps (each a quarter of the head).
+const DECODE_MMA_WIDE_TILE: usize = 32;
+const DECODE_MMA_WIDE_STAGES: usize = 3;
+const DECODE_MMA_WIDE_WARPS: usize = 4;
 
 /// Dynamic shared memory of the wide flash kernel: the Q tile, two stages of whole-head K and
 /// of the CTA's columns of V, rows padded by 8.
@@ -23,17 +28,40 @@ pub fn flash_wide_smem_bytes(hd: usize) -> usize {
     (FLASH_TILE_ROWS * ldk + 2 * FLASH_WIDE_BN * ldk + 2 * FLASH_WIDE_BN * ldv) * 2
 }
 
+/// Dynamic shared memory of the split wide flash kernel: the Q tile, two stages of whole-head
+/// K and V, rows padded by 8, and each of the 8 warps' partial scores (16 rows x 33 floats).
+pub fn flash_wide_split_smem_bytes(hd: usize) -> usize {
+    let ld = hd + 8;
+    (FLASH_TILE_ROWS + 4 * FLASH_WIDE_BN) * ld * 2 + 8 * 16 * 33 * 4
+}
+
+/// Dynamic shared memory of decode_mma_hd{hd} (wide): 16 query slots, the K/V ring, and each
+/// warp's partial scores (16 slots x 33 floats), rows of K, V and Q padded by 8.
+pub fn decode_mma_wide_smem_bytes(hd: usize) -> usize {
+    let ld = hd + 8;
+    (16 + 2 * DECODE_MMA_WIDE_STAGES * DECODE_MMA_WIDE_TILE) * ld * 2
+        + DECODE_MMA_WIDE_WARPS * 16 * 33 * 4
+}
+
 /// The wide kernels that need more than the default 48 KB of dynamic shared memory.
 pub fn large_smem_kernels() -> Vec<(String, usize)> {
     WIDE_HEAD_DIMS
         .iter()
-        .map(|&hd| (format!("flash_attn_wide_hd{hd}"), flash_wide_smem_bytes(hd)))
+        .flat_map(|&hd| {
+            [
+                (format!("flash_attn_wide_hd{hd}"), flash_wide_smem_bytes(hd)),
+                (
+                    format!("flash_attn_wide_split_hd{hd}"),
+                    flash_wide_split_smem_bytes(hd),
+                ),
+                (format!("decode_mma_hd{hd}"), decode_mma_wide_smem_bytes(hd)),
+            ]
+        })
         .collect()
 }
 
 impl Gpu {
-    /// [`Gpu::flash_attn`] for a wide head: each CTA computes the scores of 64 rows over the
-    /// whole head and accumulates 256 of its output columns.
+    /// [`Gpu::flash_attn`] for a wide head, in the variant KILN_FLASH_WIDE selects.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn flash_attn_wide(
         &self,
@@ -48,8 +76,35 @@ impl Gpu {
         window: usize,
         scale: f32,
     ) -> Result<()> {
+        let split = Switches::from_env().flash_wide_split;
+        self.flash_attn_wide_with(
+            split, q, kv, tiles, n_tiles, inp, out, n_q, hd, window, scale,
+        )
+    }
+
+    /// Prefill attention of a wide head: with `split`, 8 warps per CTA over 64 rows and the
+    /// whole head, the two halves' partial scores summed in shared memory; else 4 warps per
+    /// CTA over 64 rows and 256 of the output columns, the scores recomputed in each half.
+    #[allow(clippy::too_many_arguments)]
+    pub fn flash_attn_wide_with(
+        &self,
+        split: bool,
+        q: u64,
+        kv: KvView,
+        tiles: u64,
+        n_tiles: usize,
+        inp: &AttnInputs,
+        out: u64,
+        n_q: usize,
+        hd: usize,
+        window: usize,
+        scale: f32,
+    ) -> Result<()> {
         if !WIDE_HEAD_DIMS.contains(&hd) {
             bail!("wide flash attention supports head dims {WIDE_HEAD_DIMS:?}, not {hd}");
+        }
+        if n_tiles == 0 {
+            return Ok(());
         }
         let args = [
             Arg::Ptr(q),
@@ -65,6 +120,17 @@ impl Gpu {
             Arg::I32(i32_of(window, "window")?),
             Arg::F32(scale * std::f32::consts::LOG2_E),
         ];
+        if split {
+            let grid = (n_tiles as u32, n_q as u32, 1);
+            let smem = flash_wide_split_smem_bytes(hd) as u32;
+            return self.launch(
+                &format!("flash_attn_wide_split_hd{hd}"),
+                grid,
+                256,
+                smem,
+                &args,
+            );
+        }
         let grid = (n_tiles as u32, n_q as u32, (hd / FLASH_WIDE_COLS) as u32);
         self.launch(
             &format!("flash_attn_wide_hd{hd}"),
@@ -139,6 +205,81 @@ impl Gpu {
     }
 }
 
+impl Gpu {
+    /// [`Gpu::decode_attn`]'s tensor-core family for a wide head (decode_mma_wide.cu): the
+    /// splits and partials of decode_mma.cu, merged by its combine kernel.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn decode_mma_wide(
+        &self,
+        q: u64,
+        kv: KvView,
+        inp: &AttnInputs,
+        part_o: u64,
+        part_ml: u64,
+        out: u64,
+        rows: usize,
+        n_q: usize,
+        hd: usize,
+        window: usize,
+        scale: f32,
+    ) -> Result<()> {
+        if rows == 0 {
+            return Ok(());
+        }
+        if !WIDE_HEAD_DIMS.contains(&hd) {
+            bail!("wide decode_mma supports head dims {WIDE_HEAD_DIMS:?}, not {hd}");
+        }
+        if kv.n_kv == 0 || !n_q.is_multiple_of(kv.n_kv) {
+            bail!(
+                "decode_mma: {n_q} query heads do not group over {} KV heads",
+                kv.n_kv
+            );
+        }
+        let group = n_q / kv.n_kv;
+        let chunks = group.div_ceil(group.min(16));
+        let args = [
+            Arg::Ptr(q),
+            Arg::Ptr(kv.k),
+            Arg::Ptr(kv.v),
+            Arg::Ptr(inp.positions),
+            Arg::Ptr(inp.token_seq),
+            Arg::Ptr(inp.bt_start),
+            Arg::Ptr(inp.block_tables),
+            Arg::Ptr(part_o),
+            Arg::Ptr(part_ml),
+            Arg::I32(n_q as i32),
+            Arg::I32(kv.n_kv as i32),
+            Arg::I32(kv.block_size as i32),
+            Arg::I32(i32_of(window, "window")?),
+            Arg::F32(scale * std::f32::consts::LOG2_E),
+            Arg::I32(DECODE_MAX_SPLITS as i32),
+        ];
+        let grid = (
+            DECODE_MAX_SPLITS as u32,
+            (kv.n_kv * chunks) as u32,
+            rows as u32,
+        );
+        let smem = decode_mma_wide_smem_bytes(hd) as u32;
+        self.launch(&format!("decode_mma_hd{hd}"), grid, 128, smem, &args)?;
+        let args = [
+            Arg::Ptr(part_o),
+            Arg::Ptr(part_ml),
+            Arg::Ptr(inp.positions),
+            Arg::Ptr(out),
+            Arg::I32(n_q as i32),
+            Arg::I32(hd as i32),
+            Arg::I32(DECODE_MAX_SPLITS as i32),
+        ];
+        self.launch(
+            "decode_mma_combine",
+            (n_q as u32, rows as u32, 1),
+            256,
+            0,
+            &args,
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,5 +291,8 @@ mod tests {
             assert!(flash_wide_smem_bytes(hd) <= 227 * 1024, "hd {hd}");
         }
         assert_eq!(flash_wide_smem_bytes(512), 166_912);
+        // One CTA per SM: the most an sm_90 CTA may take is 227 KB.
+        assert!(decode_mma_wide_smem_bytes(512) <= 227 * 1024);
+        assert!(flash_wide_split_smem_bytes(512) <= 227 * 1024);
     }
 }

@@ -12,6 +12,7 @@ use kiln_model::{run_step, Activation, LayerWeight, ModelSpec, RopeStyle, StepOp
 use crate::device::{DevBuf, DevPtr, Gpu};
 use crate::gemm_lt::LtGemm;
 use crate::kernels::{AttnInputs, QkvKind, DECODE_MAX_SPLITS};
+use crate::kernels_gemma::PostNormThen;
 use crate::kv_cache::KvCache;
 use crate::quant_gemm::{quant_gemm, quant_skinny_all};
 use crate::step_plan::{StepLayout, StepPlan};
@@ -120,6 +121,7 @@ impl StepContext<'_> {
             lt,
             plan,
             pending: false,
+            post_norm: None,
         };
         run_step(self.spec, &mut ops)
     }
@@ -146,6 +148,16 @@ struct CudaOps<'c, 'a> {
     plan: &'c StepPlan,
     /// `delta` holds a block's output not yet added to `x`.
     pending: bool,
+    /// A post-norm of `delta` not yet applied (KILN_GEMMA_FUSE): the op that consumes the
+    /// block output applies it in the same launch.
+    post_norm: Option<PostNorm>,
+}
+
+/// A deferred post-norm: its weight and epsilon.
+#[derive(Debug, Clone, Copy)]
+struct PostNorm {
+    w: u64,
+    eps: f32,
 }
 
 impl CudaOps<'_, '_> {
@@ -216,6 +228,33 @@ impl CudaOps<'_, '_> {
         Ok(())
     }
 
+    /// Applies a deferred post-norm on its own (a consumer that cannot fuse it).
+    fn flush_post_norm(&mut self) -> Result<()> {
+        match self.post_norm.take() {
+            None => Ok(()),
+            Some(p) => {
+                let c = self.ctx;
+                let (rows, h) = (self.plan.n_tokens, c.spec.hidden_size);
+                c.gpu.rmsnorm_delta(c.a.delta.ptr(), p.w, rows, h, p.eps)
+            }
+        }
+    }
+
+    /// Runs a deferred post-norm together with `then`, consuming the pending block output;
+    /// false (nothing launched) when no post-norm waits.
+    fn fused_post_norm(&mut self, then: PostNormThen) -> Result<bool> {
+        let Some(p) = self.post_norm.take() else {
+            return Ok(false);
+        };
+        let c = self.ctx;
+        let delta = self.take_delta();
+        ensure!(delta != 0, "a post-norm with no block output");
+        let (rows, h) = (self.plan.n_tokens, c.spec.hidden_size);
+        c.gpu
+            .post_norm_fused(c.a.x.ptr(), delta, p.w, p.eps, then, rows, h)?;
+        Ok(true)
+    }
+
     /// The address of `delta` when a block's output is pending (no longer pending after the
     /// caller's kernel adds it), else 0.
     fn take_delta(&mut self) -> u64 {
@@ -279,13 +318,19 @@ impl StepOps for CudaOps<'_, '_> {
             self.pending,
             "{weight:?} of layer {layer}: no block output to norm"
         );
+        self.flush_post_norm()?;
         let c = self.ctx;
+        let (w, eps) = (c.w.layers[layer].ptr(weight), c.spec.layers[layer].norm_eps);
+        if c.sw.gemma_fuse {
+            self.post_norm = Some(PostNorm { w, eps });
+            return Ok(());
+        }
         c.gpu.rmsnorm_delta(
             c.a.delta.ptr(),
-            c.w.layers[layer].ptr(weight),
+            w,
             self.plan.n_tokens,
             c.spec.hidden_size,
-            c.spec.layers[layer].norm_eps,
+            eps,
         )
     }
 
@@ -310,6 +355,10 @@ impl StepOps for CudaOps<'_, '_> {
 
     fn scale_residual(&mut self, layer: usize) -> Result<()> {
         let c = self.ctx;
+        let scale = c.w.layers[layer].ptr(LayerWeight::OutputScale);
+        if self.fused_post_norm(PostNormThen::Scale { scale })? {
+            return Ok(());
+        }
         let delta = self.take_delta();
         c.gpu.scale_residual(
             c.a.x.ptr(),
@@ -321,6 +370,14 @@ impl StepOps for CudaOps<'_, '_> {
 
     fn add_norm(&mut self, layer: usize, weight: LayerWeight) -> Result<()> {
         let c = self.ctx;
+        let then = PostNormThen::Norm {
+            w: c.w.layers[layer].ptr(weight),
+            out: c.a.normed.ptr(),
+            eps: c.spec.layers[layer].norm_eps,
+        };
+        if self.fused_post_norm(then)? {
+            return Ok(());
+        }
         let delta = self.take_delta();
         c.gpu.rmsnorm_residual(
             c.a.x.ptr(),
@@ -350,9 +407,16 @@ impl StepOps for CudaOps<'_, '_> {
         };
         if weight == LayerWeight::PerLayerGate {
             // The gate reads the residual stream itself, the pending block output added.
-            let delta = self.take_delta();
-            c.gpu
-                .residual_to_store(a.x.ptr(), delta, a.normed.ptr(), self.plan.n_tokens, h)?;
+            let then = PostNormThen::Store {
+                out: a.normed.ptr(),
+            };
+            if !self.fused_post_norm(then)? {
+                let delta = self.take_delta();
+                c.gpu
+                    .residual_to_store(a.x.ptr(), delta, a.normed.ptr(), self.plan.n_tokens, h)?;
+            }
+        } else {
+            self.flush_post_norm()?;
         }
         let w = c.w.layers[layer].matrix(weight);
         self.gemm(y.dev_ptr(), x.dev_ptr(), w, n, k)?;
@@ -461,6 +525,7 @@ impl StepOps for CudaOps<'_, '_> {
     }
 
     fn logits(&mut self) -> Result<()> {
+        self.flush_post_norm()?;
         let c = self.ctx;
         let (g, a, s) = (c.gpu, c.a, c.spec);
         let r = self.plan.n_logits;

@@ -98,6 +98,11 @@ pub const SOURCES: &[KernelSource] = &[
         builds: Builds::Typed,
     },
     KernelSource {
+        name: "decode_mma_wide",
+        body: include_str!("../kernels/decode_mma_wide.cu"),
+        builds: Builds::Bf16Only,
+    },
+    KernelSource {
         name: "quant_gemm",
         // One module in two files: the blocks, the first decode family and the expansions;
         // the second decode family (quant_decode.cu starts with its own #line).
@@ -265,11 +270,18 @@ mod tests {
                     "per_layer_act",
                     "scale_residual",
                     "softcap_logits",
+                    "post_norm_fused",
                 ]
                 .map(String::from)
                 .to_vec(),
             ),
-            ("flash_wide", vec!["flash_attn_wide_hd512".into()]),
+            (
+                "flash_wide",
+                vec![
+                    "flash_attn_wide_hd512".into(),
+                    "flash_attn_wide_split_hd512".into(),
+                ],
+            ),
             (
                 "decode_wide",
                 vec![
@@ -277,6 +289,7 @@ mod tests {
                     "decode_attn_wide_combine".into(),
                 ],
             ),
+            ("decode_mma_wide", vec!["decode_mma_hd512".into()]),
             ("quant_gemm", quant),
         ];
         let names: Vec<&str> = SOURCES.iter().map(|s| s.name).collect();

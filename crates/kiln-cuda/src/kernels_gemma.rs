@@ -19,6 +19,17 @@ fn act_code(act: Activation) -> i32 {
     }
 }
 
+/// What a fused post-norm does with the normed block output (gemma.cu's `post_norm_fused`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum PostNormThen {
+    /// x += delta, out = store(rmsnorm(x) * w): [`Gpu::rmsnorm_residual`].
+    Norm { w: u64, out: u64, eps: f32 },
+    /// x += delta, out = store(x): [`Gpu::residual_to_store`].
+    Store { out: u64 },
+    /// x = (x + delta) * scale[0]: [`Gpu::scale_residual`].
+    Scale { scale: u64 },
+}
+
 impl Gpu {
     /// out[t, i] = store(gelu_tanh(gate) * up) for `rows` rows of `gu` = [gate | up].
     pub fn geglu(&self, gu: u64, out: u64, inter: usize, rows: usize) -> Result<()> {
@@ -55,6 +66,48 @@ impl Gpu {
         ];
         self.launch(
             "rmsnorm_delta",
+            (rows as u32, 1, 1),
+            norm_block(hidden),
+            0,
+            &args,
+        )
+    }
+
+    /// A post-norm of `delta` (weight `w_post`) fused with the op that consumes it
+    /// ([`PostNormThen`]), for `rows` rows: the bits of [`Gpu::rmsnorm_delta`] followed by
+    /// that op, in one launch.
+    #[allow(clippy::too_many_arguments)]
+    pub fn post_norm_fused(
+        &self,
+        x: u64,
+        delta: u64,
+        w_post: u64,
+        eps_post: f32,
+        then: PostNormThen,
+        rows: usize,
+        hidden: usize,
+    ) -> Result<()> {
+        if rows == 0 {
+            return Ok(());
+        }
+        let (w, out, eps, mode) = match then {
+            PostNormThen::Norm { w, out, eps } => (w, out, eps, 0),
+            PostNormThen::Store { out } => (0, out, 0.0, 1),
+            PostNormThen::Scale { scale } => (scale, 0, 0.0, 2),
+        };
+        let args = [
+            Arg::Ptr(x),
+            Arg::Ptr(delta),
+            Arg::Ptr(w_post),
+            Arg::Ptr(w),
+            Arg::Ptr(out),
+            Arg::I32(i32_of(hidden, "hidden")?),
+            Arg::F32(eps_post),
+            Arg::F32(eps),
+            Arg::I32(mode),
+        ];
+        self.launch(
+            "post_norm_fused",
             (rows as u32, 1, 1),
             norm_block(hidden),
             0,

@@ -36,6 +36,18 @@ pub struct Switches {
     /// instead of 64, so fewer and longer CTAs (different bits, still a function of the row's
     /// length only). None when unset or invalid.
     pub decode_mma_splits: Option<usize>,
+    /// KILN_GEMMA_FUSE=1: Gemma 4's post-norms fused into the op that consumes them (same
+    /// bits, three launches fewer per layer). Opt-in until measured on the GPU.
+    pub gemma_fuse: bool,
+    /// KILN_FLASH_WIDE=split: prefill attention of 512-wide heads with the head's two halves
+    /// in one CTA (8 warps), their partial scores summed through shared memory, instead of
+    /// one CTA per output half recomputing the scores (`recompute`, the default until
+    /// measured). Different bits, each chunk-invariant.
+    pub flash_wide_split: bool,
+    /// KILN_DECODE_WIDE=mma: with the tensor-core decode family (KILN_DECODE_ATTN=mma, the
+    /// default), 512-wide heads take decode_mma_wide.cu instead of the CUDA-core
+    /// decode_wide.cu. Opt-in until measured on the GPU.
+    pub decode_wide_mma: bool,
     /// The kernel variants.
     pub kernels: KernelChoice,
 }
@@ -126,6 +138,9 @@ impl Env {
                 decode_mma_splits: var("KILN_DECODE_SPLITS")
                     .and_then(|v| v.parse::<usize>().ok())
                     .filter(|n| n.is_power_of_two() && *n <= 64),
+                gemma_fuse: opt_in("KILN_GEMMA_FUSE"),
+                flash_wide_split: var("KILN_FLASH_WIDE").as_deref() == Some("split"),
+                decode_wide_mma: var("KILN_DECODE_WIDE").as_deref() == Some("mma"),
                 kernels: KernelChoice {
                     skinny_pipe: on("KILN_SKINNY_PIPE"),
                     flash_pairs: on("KILN_FLASH_PAIRS"),
@@ -182,7 +197,7 @@ impl Switches {
             .decode_mma_splits
             .map_or("64".to_string(), |n| n.to_string());
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} pdl={} cuda_graphs={} gpu_quant={} quant_prefill={} quant_decode={} graph_prefill={prefill} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} pdl={} cuda_graphs={} gpu_quant={} quant_prefill={} quant_decode={} graph_prefill={prefill} gemma_fuse={} flash_wide={} decode_wide={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -205,6 +220,13 @@ impl Switches {
                 "expand"
             },
             if k.quant_decode_v2 { "v2" } else { "v1" },
+            self.gemma_fuse as u8,
+            if self.flash_wide_split {
+                "split"
+            } else {
+                "recompute"
+            },
+            if self.decode_wide_mma { "mma" } else { "simt" },
         )
     }
 }
@@ -303,6 +325,13 @@ mod tests {
                 .quant_decode_v2
         };
         assert!(v2("v2") && v2("") && !v2("v1"));
+        assert!(
+            !read(&[]).switches.gemma_fuse && read(&[("KILN_GEMMA_FUSE", "1")]).switches.gemma_fuse
+        );
+        let wide = |v| read(&[("KILN_FLASH_WIDE", v)]).switches.flash_wide_split;
+        assert!(wide("split") && !wide("recompute") && !read(&[]).switches.flash_wide_split);
+        let dw = |v| read(&[("KILN_DECODE_WIDE", v)]).switches.decode_wide_mma;
+        assert!(dw("mma") && !dw("simt") && !read(&[]).switches.decode_wide_mma);
     }
 
     #[test]

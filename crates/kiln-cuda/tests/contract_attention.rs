@@ -18,6 +18,7 @@ use common::{from_bf16, gpu_or_skip, Checks, Rng};
 use kiln_cuda::attn_launch::{
     DecodeKernel, FlashKernel, DECODE_MMA_HEAD_DIMS, FLASH_SM90_HEAD_DIMS,
 };
+use kiln_cuda::attn_wide::WIDE_HEAD_DIMS;
 use kiln_cuda::device::Gpu;
 use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
 
@@ -27,6 +28,8 @@ enum Kind {
     Ref,
     Decode(DecodeKernel),
     Flash(FlashKernel),
+    /// flash_wide.cu's split variant for 512-wide heads (KILN_FLASH_WIDE=split).
+    FlashWideSplit,
 }
 
 impl Kind {
@@ -36,6 +39,7 @@ impl Kind {
             Kind::Decode(DecodeKernel::Simt) => "decode_attn".into(),
             Kind::Decode(DecodeKernel::Mma) => "decode_mma".into(),
             Kind::Flash(FlashKernel::Sm80 { pairs }) => format!("flash_attn pairs={}", pairs as u8),
+            Kind::FlashWideSplit => "flash_wide split".into(),
             Kind::Flash(FlashKernel::Sm90 { overlap, pingpong }) => {
                 format!(
                     "flash_sm90 overlap={} pingpong={}",
@@ -50,7 +54,7 @@ impl Kind {
         match self {
             Kind::Ref => true,
             Kind::Decode(_) => rows == 1,
-            Kind::Flash(_) => rows > 1,
+            Kind::Flash(_) | Kind::FlashWideSplit => rows > 1,
         }
     }
 }
@@ -75,8 +79,12 @@ fn kinds(gpu: &Gpu, case: &Case, family: Family) -> Vec<Kind> {
             Kind::Flash(FlashKernel::Sm80 { pairs: true }),
             Kind::Flash(FlashKernel::Sm80 { pairs: false }),
         ]);
+        if WIDE_HEAD_DIMS.contains(&case.hd) {
+            k.push(Kind::FlashWideSplit);
+        }
     }
-    if family == Family::DecodeMma && DECODE_MMA_HEAD_DIMS.contains(&case.hd) {
+    let wide_mma = WIDE_HEAD_DIMS.contains(&case.hd);
+    if family == Family::DecodeMma && (DECODE_MMA_HEAD_DIMS.contains(&case.hd) || wide_mma) {
         k.push(Kind::Decode(DecodeKernel::Mma));
     }
     let even = (case.n_q / case.n_kv).is_multiple_of(2);
@@ -121,6 +129,19 @@ fn run(gpu: &Gpu, s: &Setup, step: &Step, kind: Kind) -> (Vec<u16>, f64) {
             pm.ptr(),
             out,
             step.n_decode(),
+            n_q,
+            hd,
+            w,
+            scale,
+        ),
+        Kind::FlashWideSplit => gpu.flash_attn_wide_with(
+            true,
+            step.dq.ptr(),
+            s.kv(),
+            step.tiles(),
+            step.plan.n_tiles,
+            &inp,
+            out,
             n_q,
             hd,
             w,
@@ -309,7 +330,8 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case, family: Famil
     if !halves.is_empty() {
         let which: Vec<usize> = halves.iter().flat_map(|&(_, h, _)| [h, h + 1]).collect();
         let split = s.step(gpu, &which);
-        for (kind, out) in outs.iter().filter(|(k, _)| matches!(k, Kind::Flash(_))) {
+        let flash = |k: &Kind| matches!(k, Kind::Flash(_) | Kind::FlashWideSplit);
+        for (kind, out) in outs.iter().filter(|(k, _)| flash(k)) {
             let (o, _) = run(gpu, &s, &split, *kind);
             let mut same = true;
             for &(ci, h, a) in &halves {
@@ -443,10 +465,19 @@ fn contract(test: &str, family: Family) {
     }
     let mut rng = Rng::new(test);
     let mut c = Checks::new(test);
-    for case in cases() {
+    for case in cases().into_iter().filter(|c| head_dim_wanted(c.hd)) {
         run_case(&gpu, &mut rng, &mut c, &case, family);
     }
     c.finish();
+}
+
+/// KILN_ATTN_HEAD_DIMS=512,256 limits the GPU tests to cases (and planted bugs) of those head
+/// dims, for a short call about some kernels (gemma-gpu.sh: the wide ones); unset: all.
+fn head_dim_wanted(hd: usize) -> bool {
+    match std::env::var("KILN_ATTN_HEAD_DIMS") {
+        Ok(v) => v.split(',').any(|d| d.trim().parse() == Ok(hd)),
+        Err(_) => true,
+    }
 }
 
 #[test]
@@ -488,6 +519,18 @@ const PLANTED: &[(&str, &str, &str)] = &[
         "flash_wide",
         "vc + head + (ok ? col0 + c * 8 : 0)",
         "vc + head + (ok ? c * 8 : 0)",
+    ),
+    // The split wide flash kernel forgets the second half of the head's scores.
+    (
+        "flash_wide",
+        "__fadd_rn(first_half[at], second_half[at])",
+        "first_half[at]",
+    ),
+    // The wide tensor-core decode keeps only the first quarter of the head in its scores.
+    (
+        "decode_mma_wide",
+        "for (int w = 1; w < DMW_WARPS; ++w) v = __fadd_rn(v, sp[w * 16 * DMW_LDS + at]);",
+        "",
     ),
     // Keys past a wide decode split's end (the last key, loaded again) are counted.
     (
@@ -569,6 +612,9 @@ fn planted_bugs_fail() {
         } else {
             &case
         };
+        if !head_dim_wanted(case.hd) {
+            continue;
+        }
         if module == "flash_sm90" && !gpu.has_func("flash_sm90_hd128") {
             eprintln!("SKIP planted bug in {module}.cu: no sm_90 device");
             continue;
@@ -581,7 +627,7 @@ fn planted_bugs_fail() {
         let refs = references(&s, case.chunks.len());
         let mut failed = 0;
         let family = match module {
-            "decode_mma" => Family::DecodeMma,
+            "decode_mma" | "decode_mma_wide" => Family::DecodeMma,
             "flash_sm90" => Family::FlashSm90,
             _ => Family::First,
         };

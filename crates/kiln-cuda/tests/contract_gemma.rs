@@ -1,7 +1,8 @@
 //! Kernel contract for the block extras of Gemma 4 (kernels/gemma.cu): GeGLU, the norm of a
 //! pending block output, the residual stream cast to the storage type, the per-layer inputs
 //! (token table gathered by id, mixed with the projected embedding), the per-layer gate, the
-//! layer output scale and the logits' soft cap, against float64 host references on fresh
+//! layer output scale, the logits' soft cap and the post-norms fused with their consumers (also
+//! bit for bit against the two launches they replace), against float64 host references on fresh
 //! random inputs, odd sizes and poisoned outputs (bf16 kernels). `planted_bugs_fail` loads
 //! gemma.cu with a bug planted in its text, one at a time, and checks that the contract fails.
 
@@ -79,6 +80,11 @@ const PLANTED: &[(&str, &str)] = &[
     ("x[i] = v * s;", "x[i] = v;"),
     // The soft cap forgets to divide by the cap.
     ("tanhf(logits[i] / cap) * cap", "tanhf(logits[i]) * cap"),
+    // The fused post-norm forgets to normalise.
+    (
+        "__fmul_rn(__fmul_rn(d[i], inv_post), from_store(w_post[i]))",
+        "__fmul_rn(d[i], from_store(w_post[i]))",
+    ),
 ];
 
 #[test]
@@ -198,6 +204,7 @@ fn contract(g: &Gpu, rng: &mut Rng, c: &mut Checks) {
     }
 
     per_layer_cases(g, rng, c);
+    fused_post_norm_cases(g, rng, c);
 
     // Layer output scale: x = (x + delta) * s, s a one-element bf16 weight.
     for with_delta in [true, false] {
@@ -244,6 +251,104 @@ fn contract(g: &Gpu, rng: &mut Rng, c: &mut Checks) {
             1e-6,
             secs,
         );
+    }
+}
+
+/// `post_norm_fused` in each mode against float64 and bit for bit against `rmsnorm_delta`
+/// followed by the op it replaces.
+fn fused_post_norm_cases(g: &Gpu, rng: &mut Rng, c: &mut Checks) {
+    use kiln_cuda::kernels_gemma::PostNormThen;
+    for (rows, hidden) in [(1, 2304), (9, 1000), (3, 5120)] {
+        let (x, d) = (rng.vec(rows * hidden, 4.0), rng.vec(rows * hidden, 3.0));
+        let wp = round_bf16(&rng.vec(hidden, 1.5));
+        let w = round_bf16(&rng.vec(hidden, 1.5));
+        let s = round_bf16(&[rng.uniform(0.05, 2.0)]);
+        let (eps_post, eps) = (1e-6f32, 1e-5f32);
+        let (dwp, dw, ds) = (up_bf16(g, &wp), up_bf16(g, &w), up_bf16(g, &s));
+        // x + rmsnorm(d) * wp, in f64.
+        let sum: Vec<f64> = x
+            .chunks(hidden)
+            .zip(d.chunks(hidden))
+            .flat_map(|(xr, dr)| {
+                let dv: Vec<f64> = dr.iter().map(|&v| v as f64).collect();
+                let inv = rms_inv(&dv, eps_post);
+                xr.iter()
+                    .zip(&dv)
+                    .zip(&wp)
+                    .map(|((&a, b), &p)| a as f64 + b * inv * p as f64)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        for mode in ["norm", "store", "scale"] {
+            let (fx, fd, fout) = (up_f32(g, &x), up_f32(g, &d), poisoned::<u16>(g, x.len()));
+            let (ux, ud, uout) = (up_f32(g, &x), up_f32(g, &d), poisoned::<u16>(g, x.len()));
+            let then = match mode {
+                "norm" => PostNormThen::Norm {
+                    w: dw.ptr(),
+                    out: fout.ptr(),
+                    eps,
+                },
+                "store" => PostNormThen::Store { out: fout.ptr() },
+                _ => PostNormThen::Scale { scale: ds.ptr() },
+            };
+            let secs = timed(g, || {
+                g.post_norm_fused(fx.ptr(), fd.ptr(), dwp.ptr(), eps_post, then, rows, hidden)
+            });
+            g.rmsnorm_delta(ud.ptr(), dwp.ptr(), rows, hidden, eps_post)
+                .unwrap();
+            match mode {
+                "norm" => {
+                    g.rmsnorm_residual(ux.ptr(), ud.ptr(), dw.ptr(), uout.ptr(), rows, hidden, eps)
+                }
+                "store" => g.residual_to_store(ux.ptr(), ud.ptr(), uout.ptr(), rows, hidden),
+                _ => g.scale_residual(ux.ptr(), ud.ptr(), ds.ptr(), rows * hidden),
+            }
+            .unwrap();
+            let n = x.len();
+            let (got_x, two_x) = (fx.download(g, 0, n).unwrap(), ux.download(g, 0, n).unwrap());
+            let case = format!("post_norm_fused {mode} rows={rows} hidden={hidden}");
+            let want_x: Vec<f64> = match mode {
+                "scale" => sum.iter().map(|v| v * s[0] as f64).collect(),
+                _ => sum.clone(),
+            };
+            c.close(&format!("{case} x"), &got_x, &want_x, 1e-5, 1e-5, secs);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            c.identical(
+                &format!("{case} x == two launches"),
+                &bits(&got_x),
+                &bits(&two_x),
+            );
+            if mode == "scale" {
+                continue;
+            }
+            let out = fout.download(g, 0, n).unwrap();
+            c.identical(
+                &format!("{case} out == two launches"),
+                &out,
+                &uout.download(g, 0, n).unwrap(),
+            );
+            let want: Vec<f64> = match mode {
+                "store" => sum.clone(),
+                _ => sum
+                    .chunks(hidden)
+                    .flat_map(|r| {
+                        let inv = rms_inv(r, eps);
+                        r.iter()
+                            .zip(&w)
+                            .map(|(v, &g)| v * inv * g as f64)
+                            .collect::<Vec<_>>()
+                    })
+                    .collect(),
+            };
+            c.close(
+                &format!("{case} out"),
+                &from_bf16(&out),
+                &want,
+                1e-5,
+                BF16_RTOL,
+                secs,
+            );
+        }
     }
 }
 

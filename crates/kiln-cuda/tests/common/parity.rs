@@ -62,7 +62,11 @@ pub fn gpu_rounding(dtype: StoreType) -> Option<Rounding> {
     let sw = Switches::from_env();
     let tensor_cores = dtype == StoreType::Bf16 && sw.flash_attn;
     let mma_decode = tensor_cores && sw.split_decode && sw.kernels.decode_mma;
-    let widest = kiln_cuda::attn_launch::DECODE_MMA_HEAD_DIMS.iter().max();
+    // decode_mma.cu's head dims, and decode_mma_wide.cu's with KILN_DECODE_WIDE=mma.
+    let widest = match sw.decode_wide_mma {
+        true => kiln_cuda::attn_wide::WIDE_HEAD_DIMS.iter().max(),
+        false => kiln_cuda::attn_launch::DECODE_MMA_HEAD_DIMS.iter().max(),
+    };
     Some(Rounding {
         prefill_probs: tensor_cores,
         decode_probs_max_hd: if mma_decode { *widest.unwrap_or(&0) } else { 0 },
