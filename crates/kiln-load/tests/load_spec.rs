@@ -114,8 +114,7 @@ fn a_gemma4_folder_loads_its_tokenizer_and_chat_template() {
         let path = entry.unwrap().path();
         std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
     }
-    let template =
-        fixtures::fixtures_dir().join("../../../shared/templates/google-gemma-4-31B-it.jinja");
+    let template = test_data::templates_dir().join("google-gemma-4-31B-it.jinja");
     std::fs::copy(&template, dir.join("chat_template.jinja")).unwrap();
     let m = load(dir.to_str().unwrap()).unwrap();
     assert_eq!(m.config.arch, Arch::Gemma4);
