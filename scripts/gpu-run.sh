@@ -9,6 +9,7 @@
 #   check        scripts/gpu-check.sh tests          attn   scripts/attn-gpu.sh
 #   gemma        scripts/gemma-gpu.sh                quant  scripts/quant-gpu.sh on the dummies
 #   gemma-vs     kiln bench on the random Gemma 4 GGUF beside llama.cpp (--vs)
+#   quant-tests  scripts/quant-gpu.sh TESTS_ONLY=1 (the quantised tests with KILN_GPU_QUANT=1, < 90 s)
 #   quant-vs     scripts/quant-gpu.sh on the llama-quantize'd Q4_K_M and Q8_0 files, beside llama.cpp
 #   f16-vs       kiln bench on the Llama-3-8B F16 GGUF beside llama.cpp (the baseline of quant-vs)
 #   serve        scripts/serve-gpu.sh
@@ -57,6 +58,7 @@ part() { # NAME LIMIT
         gemma) env "${extra[@]}" OUT=$dir timeout "$limit" scripts/gemma-gpu.sh > "$dir/out.txt" 2>&1; rc=$?
                cp "$dir/report.txt" "$dir/summary.txt" 2>/dev/null ;;
         quant) env "${extra[@]}" OUT=$dir timeout "$limit" scripts/quant-gpu.sh > "$dir/out.txt" 2>&1; rc=$? ;;
+        quant-tests) env "${extra[@]}" OUT=$dir TESTS_ONLY=1 timeout "$limit" scripts/quant-gpu.sh > "$dir/out.txt" 2>&1; rc=$? ;;
         quant-vs) scripts/gpu-wait.sh llama quant > "$dir/out.txt" 2>&1 \
                   && env "${extra[@]}" OUT=$dir SKIP_TESTS=1 VS_LLAMA=$LLAMA_BENCH timeout "$limit" scripts/quant-gpu.sh \
                      q4_k_m=$B/llama3-8b-q4_k_m.gguf q8_0=$B/llama3-8b-q8_0.gguf >> "$dir/out.txt" 2>&1; rc=$? ;;

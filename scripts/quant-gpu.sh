@@ -3,18 +3,26 @@
 # with the kiln binary): the quantised-weight GPU tests (kernel contracts, CPU parity, footprint,
 # invariance, verify rows, graphs; KILN_REQUIRE_GPU=1), the skinny kernels' bandwidth lines, then
 # `kiln bench` on each quantised GGUF given (decode at depth 0 and 8k, batch 1/8/32, prefill
-# 128/2k/8k) and two A/Bs on the same file: expanded to bf16 at load (KILN_GPU_QUANT=0; prefill
-# 2k, batch-1 decode) and prefill rows through the quantised skinny kernels
-# (KILN_QUANT_PREFILL=skinny; prefill 128 and 2k), both on the first file only (AB_ALL=1: every
-# file). Logs and JSON under $OUT; the summary last. About 4 minutes on an H200 for two 8B files
-# (the files' creation and llama.cpp's runs not counted).
+# 128/2k/8k) and A/Bs of the quantised path's switches on the same file: decode through the first
+# family of quantised decode kernels (KILN_QUANT_DECODE=v1; depth 0, batch 1 and 32), one 16-row
+# tile a CTA (KILN_QUANT_TILES=1; batch 8 and 32), the first bf16 expansion kernel
+# (KILN_QUANT_EXPAND=words; prefill 2k), on the first file only (AB_ALL=1: every file). The
+# expansion at load (KILN_GPU_QUANT=0) and KILN_QUANT_PREFILL=skinny were measured on 2026-12-02
+# (docs/BENCH.md) and are no longer run here. Logs and JSON under $OUT; the summary last. About
+# 4 minutes on an H200 for two 8B files (the files' creation and llama.cpp's runs not counted).
+#
+# TESTS_ONLY=1: only the quick tests, all with KILN_GPU_QUANT=1, in QUICK_BUDGET_S (default 85 s):
+# footprint, quant_parity, verify_rows, the decode kernels' contract (both families), the
+# quantised invariance cases; each test's limit is cut to what remains and a test that no longer
+# fits is named as skipped. What the lead needs to make KILN_GPU_QUANT the default.
 #
 # Usage: scripts/quant-gpu.sh [LABEL=]GGUF ...   e.g. q4_k_m=/tmp/llama3-8b-q4_k_m.gguf q8_0=/tmp/llama3-8b-q8_0.gguf
 #   LABEL is the `weights` field of the results (default: q4_k_m, q8_0, q4_0, q6_k or f16
 #   found in the file's name). With no file, dummy:llama3-8b:q4_k_m and dummy:llama3-8b:q8_0
 #   (random blocks of the same shapes) are benchmarked instead.
 # Environment: OUT (default ./quant-gpu-out), QUANT_GGUFS (files when no argument is given),
-#   SKIP_TESTS=1, SKIP_BANDWIDTH=1, SKIP_BENCH=1, SKIP_AB=1 (no A/B), AB_ALL=1,
+#   TESTS_ONLY=1, QUICK_BUDGET_S, SKIP_TESTS=1, SKIP_BANDWIDTH=1, SKIP_BENCH=1, SKIP_AB=1 (no A/B),
+#   AB_ALL=1,
 #   BENCH_REPEATS (default 2),
 #   VS_LLAMA=PATH/llama-bench (also run llama.cpp on each file through `kiln bench --vs`).
 set -uo pipefail
@@ -25,7 +33,7 @@ export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PAT
 export KILN_FIXTURES="${KILN_FIXTURES:-$PWD/tests/fixtures}"
 export KILN_KERNEL_CACHE="${KILN_KERNEL_CACHE:-/tmp/kiln-kernel-cache}"
 export KILN_COMMIT="${KILN_COMMIT:-$(cat .carry/commit.txt 2>/dev/null || echo unknown)}"
-# The quantised path is opt-in for now: on for every test and benchmark here but the A/B.
+# The quantised path is opt-in for now: on for every test and benchmark here.
 export KILN_GPU_QUANT=1
 manifest=.carry/manifest.txt
 summary="$OUT/summary.txt"
@@ -40,9 +48,15 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>
 exe() { awk -v n="$1" '$2==n {print $3}' "$manifest"; }
 status=0
 
-# Tests: each executable with a time limit, the quantised ones first.
+# Tests: each executable with a time limit, the quantised ones first. Under TESTS_ONLY the limit
+# is also cut to what remains of QUICK_BUDGET_S.
 run_test() { # NAME LIMIT_S [FILTER]
     local name=$1 limit=$2 path log rc pass fail
+    if [ -n "${budget_end:-}" ]; then
+        local left=$((budget_end - SECONDS))
+        [ "$left" -lt 8 ] && { note "$name${TAG:-}: skipped (the ${QUICK_BUDGET_S:-85} s budget is spent)"; status=1; return; }
+        [ "$left" -lt "$limit" ] && limit=$left
+    fi
     path=$(exe "$name")
     if [ -z "$path" ]; then note "$name: not in the carry"; status=1; return; fi
     log="$OUT/test-$name${TAG:-}.log"
@@ -54,6 +68,17 @@ run_test() { # NAME LIMIT_S [FILTER]
     note "$(printf "%-32s rc %-3s %4d pass %3d fail" "$name${TAG:-}" "$rc" "$pass" "$fail")"
     grep -E "\] FAIL |panicked" "$log" | head -12 | cut -c1-220 | sed 's/^/    /' | tee -a "$summary"
 }
+if [ "${TESTS_ONLY:-0}" = 1 ]; then
+    budget_end=$((SECONDS + ${QUICK_BUDGET_S:-85}))
+    run_test footprint 30
+    run_test quant_parity 40
+    run_test verify_rows 30
+    run_test contract_quant 40 skinny_quant_contract
+    run_test backend_invariance 30 quantised
+    note ""
+    note "SUMMARY tests only ($((SECONDS - start)) s): $([ $status -eq 0 ] && echo ok || echo 'NOT ok, see above'); logs in $OUT"
+    exit $status
+fi
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
     run_test quant_layout 30
     run_test contract_quant 150 "skinny_quant_contract dequantised_rows_are_the_reference_values planted_bugs_fail"
@@ -137,11 +162,13 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
         bench "$label" "$model" "" --prefill 128,2048,8192 --decode 128 --depth 0,8192 --concurrency 1,8,32 "${vs[@]}"
         [ -s "$OUT/bench-$label.json" ] && note "$(summarise "$OUT/bench-$label.json")"
         if [ "${SKIP_AB:-0}" != 1 ] && { [ "$m" = "${models[0]}" ] || [ "${AB_ALL:-0}" = 1 ]; }; then
-            KILN_GPU_QUANT=0 bench "$label" "$model" "-expanded" --prefill 2048 --decode 128 --depth 0 --concurrency 1
-            [ -s "$OUT/bench-$label-expanded.json" ] && note "  KILN_GPU_QUANT=0 (bf16 at load): $(summarise "$OUT/bench-$label-expanded.json")"
-            # Prefill rows through the quantised skinny kernels instead of a bf16 expansion.
-            KILN_QUANT_PREFILL=skinny bench "$label" "$model" "-prefill-skinny" --prefill 128,2048 --decode 0
-            [ -s "$OUT/bench-$label-prefill-skinny.json" ] && note "  KILN_QUANT_PREFILL=skinny: $(summarise "$OUT/bench-$label-prefill-skinny.json")"
+            # Each switch of this round against the run above (its default on).
+            KILN_QUANT_DECODE=v1 bench "$label" "$model" "-decode-v1" --prefill none --decode 128 --depth 0 --concurrency 1,32
+            [ -s "$OUT/bench-$label-decode-v1.json" ] && note "  KILN_QUANT_DECODE=v1: $(summarise "$OUT/bench-$label-decode-v1.json")"
+            KILN_QUANT_TILES=1 bench "$label" "$model" "-tiles-1" --prefill none --decode 128 --depth 0 --concurrency 8,32
+            [ -s "$OUT/bench-$label-tiles-1.json" ] && note "  KILN_QUANT_TILES=1: $(summarise "$OUT/bench-$label-tiles-1.json")"
+            KILN_QUANT_EXPAND=words bench "$label" "$model" "-expand-words" --prefill 2048 --decode 0
+            [ -s "$OUT/bench-$label-expand-words.json" ] && note "  KILN_QUANT_EXPAND=words: $(summarise "$OUT/bench-$label-expand-words.json")"
         fi
     done
 fi

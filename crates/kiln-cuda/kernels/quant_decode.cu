@@ -31,6 +31,13 @@ __device__ __forceinline__ float byte_f(u32 word, u32 m) {
     return __uint_as_float(r);
 }
 
+// Byte `sel & 3` of `word` as 2^23 + byte, the selector (0x7540 | byte) in a register.
+__device__ __forceinline__ float byte_sel(u32 word, u32 m, u32 sel) {
+    u32 r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(word), "r"(m), "r"(sel));
+    return __uint_as_float(r);
+}
+
 // The four bytes of `word`, each as 2^23 + byte.
 __device__ __forceinline__ void bytes_f(u32 word, u32 m, float* b) {
     b[0] = byte_f<0>(word, m);
@@ -39,7 +46,7 @@ __device__ __forceinline__ void bytes_f(u32 word, u32 m, float* b) {
     b[3] = byte_f<3>(word, m);
 }
 
-template <int F, int NT, int S, int W, bool ODD>
+template <int F, int NT, int S, int W, bool ODD, int R>
 __device__ __forceinline__ void skinny2_body(float* __restrict__ y, const bf16_t* __restrict__ x,
                                              const unsigned char* __restrict__ wq, int M, int N,
                                              int K, int ldy) {
@@ -49,25 +56,34 @@ __device__ __forceinline__ void skinny2_body(float* __restrict__ y, const bf16_t
     constexpr int PIECES = REC / 16, ROUNDS = (PIECES + 31) / 32;
     // K-quant rows are whole 256-value blocks: every chunk is whole.
     constexpr bool WHOLE = F == QF_Q4K || F == QF_Q6K;
-    constexpr bool HOIST = NT == 1;
+    // x of the whole chunk loaded before the record is read: one fragment (but Q4_K's 8-row
+    // entry, which has no registers for it once it shares the scales; see below).
+    constexpr bool HOIST = NT == 1 && !(F == QF_Q4K && ODD);
     extern __shared__ __align__(16) unsigned char sq_smem[];
     pdl_trigger();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     const int chunks = (K + 127) / 128;
     const int n_my = chunks > warp ? (chunks - warp + W - 1) / W : 0;
-    const unsigned char* src = wq + ((u64)blockIdx.x * chunks + warp) * REC + lane * 16;
-    unsigned char* const ring = sq_smem + warp * S * REC;
+    // This CTA's R tiles of 16 rows (a tile past the weight is neither read nor written).
+    const int tile0 = blockIdx.x * R, tiles = (N + 15) / 16;
+    const unsigned char* src = wq + ((u64)tile0 * chunks + warp) * REC + lane * 16;
+    unsigned char* const ring = sq_smem + warp * S * R * REC;
     int put = 0, issued = 0;
-    // Copies this warp's next record into its stage; always commits a group (maybe empty) so
-    // that the wait counts below hold at the tail.
+    // Copies this warp's next record of each tile into its stage; always commits a group
+    // (maybe empty) so that the wait counts below hold at the tail.
     auto issue = [&]() {
         if (issued < n_my) {
-            unsigned char* dst = ring + put * REC + lane * 16;
 #pragma unroll
-            for (int r = 0; r < ROUNDS; ++r)
-                if (32 * (r + 1) <= PIECES || lane + 32 * r < PIECES)
-                    cp_async_16(dst + 512 * r, src + 512 * r, 16);
+            for (int r = 0; r < R; ++r) {
+                if (r > 0 && tile0 + r >= tiles) break;
+                unsigned char* dst = ring + (put * R + r) * REC + lane * 16;
+                const unsigned char* from = src + (u64)r * chunks * REC;
+#pragma unroll
+                for (int k = 0; k < ROUNDS; ++k)
+                    if (32 * (k + 1) <= PIECES || lane + 32 * k < PIECES)
+                        cp_async_16(dst + 512 * k, from + 512 * k, 16);
+            }
             src += (u64)W * REC;
             put = put + 1 == S ? 0 : put + 1;
         }
@@ -88,9 +104,11 @@ __device__ __forceinline__ void skinny2_body(float* __restrict__ y, const bf16_t
         // only, and those columns are not written. No predicate, no zero fill.
         xrow[j] = x + (u64)(j * 8 + g < M ? j * 8 + g : 0) * K + t * P;
     }
-    float acc[NT][4];
+    float acc[R][NT][4];
 #pragma unroll
-    for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int j = 0; j < NT; ++j) acc[r][j][0] = acc[r][j][1] = acc[r][j][2] = acc[r][j][3] = 0.f;
     const u32 ones[4] = {0x3F803F80u, 0x3F803F80u, 0x3F803F80u, 0x3F803F80u};
     const u32 offs[4] = {offset_operand<F>(), offset_operand<F>(), offset_operand<F>(),
                          offset_operand<F>()};
@@ -117,7 +135,7 @@ __device__ __forceinline__ void skinny2_body(float* __restrict__ y, const bf16_t
             }
         };
         // One fragment: the whole chunk's x is loaded before the record is read (16
-        // registers a fragment); more, group by group where it is used.
+        // registers a fragment); more, group by group where it is used, once for the R tiles.
         u32 bxa[HOIST ? NT : 1][NG][G / 8];
         if (HOIST) {
 #pragma unroll
@@ -127,116 +145,181 @@ __device__ __forceinline__ void skinny2_body(float* __restrict__ y, const bf16_t
         }
         cp_async_wait<S - 2>();  // this lane's copies of record i have landed
         __syncwarp();            // ... and every other lane's
-        const unsigned char* st = ring + get * REC;
+        const unsigned char* st = ring + get * R * REC;
         get = get + 1 == S ? 0 : get + 1;
-        const LaneRow<F> ra = lane_row<F>(st, g, t);
-        const LaneRow<F> rb = lane_row<F>(st, g + 8, t);
+        LaneRow<F> ra[R], rb[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            ra[r] = lane_row<F>(st + r * REC, g, t);
+            rb[r] = lane_row<F>(st + r * REC, g + 8, t);
+        }
         // Every lane has read the stage read one iteration ago (the barrier above): refill it.
         issue();
 
         // The magic of byte_f, opaque to the compiler so that it stays in a register.
         u32 m23;
         asm("mov.b32 %0, 0x4B000000;" : "=r"(m23));
-        // Q4_K: d and dmin of both rows, and -2^23 times each, once per chunk; the scale and
-        // minimum bytes of both rows as 2^23 + byte. Q6_K: the scale bytes (+ 128).
-        float k4[8], sc[4][F == QF_Q6K ? 8 : 4];
-        if (F == QF_Q4K) {
-            bytes_f(ra.s[1], m23, sc[0]);
-            bytes_f(rb.s[1], m23, sc[1]);
-            bytes_f(ra.s[2], m23, sc[2]);
-            bytes_f(rb.s[2], m23, sc[3]);
-        } else if (F == QF_Q6K) {
-            bytes_f(ra.s[0], m23, sc[0]);
-            bytes_f(ra.s[1], m23, sc[0] + 4);
-            bytes_f(rb.s[0], m23, sc[1]);
-            bytes_f(rb.s[1], m23, sc[1] + 4);
-        }
-        if (F == QF_Q4K) {
-            k4[0] = scale_f16(ra.s, 0);
-            k4[1] = scale_f16(ra.s, 1);
-            k4[2] = scale_f16(rb.s, 0);
-            k4[3] = scale_f16(rb.s, 1);
+        // K-quants: each group's scale (and Q4_K's minimum coefficient) of rows g and g + 8,
+        // each computed by one lane of the four that share the rows (lane t: Q4_K's group t,
+        // Q6_K's groups 2t and 2t + 1) and passed on through the stage just read, whose bytes
+        // are all in registers now: the same operations on the same values as when every lane
+        // computed all of them, a quarter of the instructions. Each row's eight floats: (scale,
+        // minimum) pairs (Q4_K) or scales (Q6_K), read where they are used.
+        // The one-row entries, whose registers are spent, compute every scale in every lane.
+        constexpr bool KQ = (F == QF_Q4K || F == QF_Q6K) && ODD;
+        float k4[R][8], sc[R][4][F == QF_Q6K ? 8 : 4];
+        if (!KQ && (F == QF_Q4K || F == QF_Q6K)) {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) k4[4 + e] = -k4[e] * 8388608.0f;
+            for (int r = 0; r < R; ++r) {
+                if (F == QF_Q4K) {
+                    bytes_f(ra[r].s[1], m23, sc[r][0]);
+                    bytes_f(rb[r].s[1], m23, sc[r][1]);
+                    bytes_f(ra[r].s[2], m23, sc[r][2]);
+                    bytes_f(rb[r].s[2], m23, sc[r][3]);
+                    k4[r][0] = scale_f16(ra[r].s, 0);
+                    k4[r][1] = scale_f16(ra[r].s, 1);
+                    k4[r][2] = scale_f16(rb[r].s, 0);
+                    k4[r][3] = scale_f16(rb[r].s, 1);
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) k4[r][4 + e] = -k4[r][e] * 8388608.0f;
+                } else {
+                    bytes_f(ra[r].s[0], m23, sc[r][0]);
+                    bytes_f(ra[r].s[1], m23, sc[r][0] + 4);
+                    bytes_f(rb[r].s[0], m23, sc[r][1]);
+                    bytes_f(rb[r].s[1], m23, sc[r][1] + 4);
+                }
+            }
+        }
+        if (KQ) {
+            __syncwarp();  // every lane has read the stage
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                float* scr = reinterpret_cast<float*>(const_cast<unsigned char*>(st) + r * REC);
+                if (F == QF_Q4K) {
+                    const u32 sel = 0x7540u | (u32)t;
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const LaneRow<F>& L = h ? rb[r] : ra[r];
+                        const float d = scale_f16(L.s, 0), dmin = scale_f16(L.s, 1);
+                        const float sc = __fmaf_rn(d, byte_sel(L.s[1], m23, sel), -d * 8388608.0f);
+                        // dmin m + 128 d sc (dmin m exact, one rounding), taken with a minus sign.
+                        const float mc = __fmaf_rn(
+                            sc, 128.0f, __fmaf_rn(dmin, byte_sel(L.s[2], m23, sel), -dmin * 8388608.0f));
+                        *reinterpret_cast<float2*>(scr + (g + 8 * h) * 8 + 2 * t) = make_float2(sc, mc);
+                    }
+                } else {
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const LaneRow<F>& L = h ? rb[r] : ra[r];
+                        const float d = f16_bits_to_f32(L.s[2]);
+                        // Scale bytes 2t, 2t + 1 (+ 128) of word t / 2.
+                        const u32 word = L.s[t >> 1];
+                        const u32 sel = 0x7540u | (u32)(2 * (t & 1));
+                        const float f0 = byte_sel(word, m23, sel) - 8388736.0f;
+                        const float f1 = byte_sel(word, m23, sel + 1) - 8388736.0f;
+                        *reinterpret_cast<float2*>(scr + (g + 8 * h) * 8 + 2 * t) =
+                            make_float2(__fmul_rn(d, f0), __fmul_rn(d, f1));
+                    }
+                }
+            }
+            __syncwarp();
         }
 #pragma unroll
         for (int grp = 0; grp < NG; ++grp) {
-            u32 a[G / 16][4];
-            if (F == QF_Q8_0) {
-                // Word w of the lane's 32 bytes is group w / 2's bytes 4 (w % 2)..: pairs p and
-                // p + 1 of a step are one word, bytes + 128 through f32 (exact), minus 128.
+            u32 a[R][G / 16][4];
+            // Scales of rows g (s0) and g + 8 (s8); Q4_K's minimum coefficients with the offset
+            // (negated where used).
+            float s0[R], s8[R], ma[R], mb[R];
 #pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const int w = 2 * grp + u;
-                    const u32 wa = u4_word(ra.q[w >> 2], w & 3) ^ 0x80808080u;
-                    const u32 wb = u4_word(rb.q[w >> 2], w & 3) ^ 0x80808080u;
-                    float fa[4], fb[4];
-                    bytes_f(wa, m23, fa);
-                    bytes_f(wb, m23, fb);
+            for (int r = 0; r < R; ++r) {
+                if (F == QF_Q8_0) {
+                    // Word w of the lane's 32 bytes is group w / 2's bytes 4 (w % 2)..: pairs p
+                    // and p + 1 of a step are one word, bytes + 128 through f32 (exact), - 128.
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        fa[e] -= 8388736.0f;
-                        fb[e] -= 8388736.0f;
+                    for (int u = 0; u < 2; ++u) {
+                        const int w = 2 * grp + u;
+                        const u32 wa = u4_word(ra[r].q[w >> 2], w & 3) ^ 0x80808080u;
+                        const u32 wb = u4_word(rb[r].q[w >> 2], w & 3) ^ 0x80808080u;
+                        float fa[4], fb[4];
+                        bytes_f(wa, m23, fa);
+                        bytes_f(wb, m23, fb);
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            fa[e] -= 8388736.0f;
+                            fb[e] -= 8388736.0f;
+                        }
+                        a[r][u][0] = pack_bf16x2(fa[0], fa[1]);
+                        a[r][u][1] = pack_bf16x2(fb[0], fb[1]);
+                        a[r][u][2] = pack_bf16x2(fa[2], fa[3]);
+                        a[r][u][3] = pack_bf16x2(fb[2], fb[3]);
                     }
-                    a[u][0] = pack_bf16x2(fa[0], fa[1]);
-                    a[u][1] = pack_bf16x2(fb[0], fb[1]);
-                    a[u][2] = pack_bf16x2(fa[2], fa[3]);
-                    a[u][3] = pack_bf16x2(fb[2], fb[3]);
-                }
-            } else {
+                } else {
 #pragma unroll
-                for (int u = 0; u < G / 16; ++u) {
-                    const int h = grp * (G / 16) + u, w = h >> 1, p = 2 * (h & 1);
-                    a[u][0] = lane_pair_biased<F>(ra, w, p);
-                    a[u][1] = lane_pair_biased<F>(rb, w, p);
-                    a[u][2] = lane_pair_biased<F>(ra, w, p + 1);
-                    a[u][3] = lane_pair_biased<F>(rb, w, p + 1);
+                    for (int u = 0; u < G / 16; ++u) {
+                        const int h = grp * (G / 16) + u, w = h >> 1, p = 2 * (h & 1);
+                        a[r][u][0] = lane_pair_biased<F>(ra[r], w, p);
+                        a[r][u][1] = lane_pair_biased<F>(rb[r], w, p);
+                        a[r][u][2] = lane_pair_biased<F>(ra[r], w, p + 1);
+                        a[r][u][3] = lane_pair_biased<F>(rb[r], w, p + 1);
+                    }
                 }
-            }
-            // Scales of rows g (s0) and g + 8 (s8); Q4_K's minimum coefficients with the offset.
-            float s0, s8, ma = 0.f, mb = 0.f;
-            if (F == QF_Q4K) {
-                s0 = __fmaf_rn(k4[0], sc[0][grp], k4[4]);
-                s8 = __fmaf_rn(k4[2], sc[1][grp], k4[6]);
-                // -(dmin m + 128 d sc): dmin m exact, one rounding.
-                ma = -__fmaf_rn(s0, 128.0f, __fmaf_rn(k4[1], sc[2][grp], k4[5]));
-                mb = -__fmaf_rn(s8, 128.0f, __fmaf_rn(k4[3], sc[3][grp], k4[7]));
-            } else if (F == QF_Q6K) {
-                const float fa = sc[0][grp] - 8388736.0f;
-                const float fb = sc[1][grp] - 8388736.0f;
-                s0 = __fmul_rn(f16_bits_to_f32(ra.s[2]), fa);
-                s8 = __fmul_rn(f16_bits_to_f32(rb.s[2]), fb);
-            } else {
-                s0 = scale_f16(ra.s, grp);
-                s8 = scale_f16(rb.s, grp);
+                ma[r] = mb[r] = 0.f;
+                const float* scr = reinterpret_cast<const float*>(st + r * REC);
+                if (KQ && F == QF_Q4K) {
+                    const float2 pa = *reinterpret_cast<const float2*>(scr + g * 8 + 2 * grp);
+                    const float2 pb = *reinterpret_cast<const float2*>(scr + (g + 8) * 8 + 2 * grp);
+                    s0[r] = pa.x, ma[r] = pa.y, s8[r] = pb.x, mb[r] = pb.y;
+                } else if (KQ) {
+                    s0[r] = scr[g * 8 + grp];
+                    s8[r] = scr[(g + 8) * 8 + grp];
+                } else if (F == QF_Q4K) {
+                    s0[r] = __fmaf_rn(k4[r][0], sc[r][0][grp], k4[r][4]);
+                    s8[r] = __fmaf_rn(k4[r][2], sc[r][1][grp], k4[r][6]);
+                    // dmin m + 128 d sc (dmin m exact, one rounding), taken with a minus sign.
+                    ma[r] = __fmaf_rn(s0[r], 128.0f, __fmaf_rn(k4[r][1], sc[r][2][grp], k4[r][5]));
+                    mb[r] = __fmaf_rn(s8[r], 128.0f, __fmaf_rn(k4[r][3], sc[r][3][grp], k4[r][7]));
+                } else if (F == QF_Q6K) {
+                    s0[r] = __fmul_rn(f16_bits_to_f32(ra[r].s[2]), sc[r][0][grp] - 8388736.0f);
+                    s8[r] = __fmul_rn(f16_bits_to_f32(rb[r].s[2]), sc[r][1][grp] - 8388736.0f);
+                } else {
+                    s0[r] = scale_f16(ra[r].s, grp);
+                    s8[r] = scale_f16(rb[r].s, grp);
+                }
             }
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
                 u32 bl[G / 8];
                 if (!HOIST) load_x(j, grp, bl);
                 const u32* b = HOIST ? bxa[HOIST ? j : 0][grp] : bl;
-                float tmp[4] = {0.f, 0.f, 0.f, 0.f};
+                // Q4_K: the sum of x over the group (taken with the first tile, for every tile).
+                float xs[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-                for (int u = 0; u < G / 16; ++u) {
-                    if (F == QF_Q4_0 || F == QF_Q6K) mma_bf16_16816(tmp, offs, &b[2 * u]);
-                    mma_bf16_16816(tmp, a[u], &b[2 * u]);
-                }
-                // c0, c1: row g; c2, c3: row g + 8 (columns 2t, 2t + 1 are x rows).
-                acc[j][0] = __fmaf_rn(s0, tmp[0], acc[j][0]);
-                acc[j][2] = __fmaf_rn(s8, tmp[2], acc[j][2]);
-                if (ODD) {
-                    acc[j][1] = __fmaf_rn(s0, tmp[1], acc[j][1]);
-                    acc[j][3] = __fmaf_rn(s8, tmp[3], acc[j][3]);
-                }
-                if (F == QF_Q4K) {
-                    float xs[4] = {0.f, 0.f, 0.f, 0.f};
+                for (int r = 0; r < R; ++r) {
+                    float tmp[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-                    for (int u = 0; u < G / 16; ++u) mma_bf16_16816(xs, ones, &b[2 * u]);
-                    acc[j][0] = __fmaf_rn(ma, xs[0], acc[j][0]);
-                    acc[j][2] = __fmaf_rn(mb, xs[2], acc[j][2]);
+                    for (int u = 0; u < G / 16; ++u) {
+                        if (F == QF_Q4_0 || F == QF_Q6K) mma_bf16_16816(tmp, offs, &b[2 * u]);
+                        mma_bf16_16816(tmp, a[r][u], &b[2 * u]);
+                    }
+                    float* c = acc[r][j];
+                    // c0, c1: row g; c2, c3: row g + 8 (columns 2t, 2t + 1 are x rows).
+                    c[0] = __fmaf_rn(s0[r], tmp[0], c[0]);
+                    c[2] = __fmaf_rn(s8[r], tmp[2], c[2]);
                     if (ODD) {
-                        acc[j][1] = __fmaf_rn(ma, xs[1], acc[j][1]);
-                        acc[j][3] = __fmaf_rn(mb, xs[3], acc[j][3]);
+                        c[1] = __fmaf_rn(s0[r], tmp[1], c[1]);
+                        c[3] = __fmaf_rn(s8[r], tmp[3], c[3]);
+                    }
+                    if (F == QF_Q4K) {
+                        if (r == 0) {
+#pragma unroll
+                            for (int u = 0; u < G / 16; ++u) mma_bf16_16816(xs, ones, &b[2 * u]);
+                        }
+                        c[0] = __fmaf_rn(-ma[r], xs[0], c[0]);
+                        c[2] = __fmaf_rn(-mb[r], xs[2], c[2]);
+                        if (ODD) {
+                            c[1] = __fmaf_rn(-ma[r], xs[1], c[1]);
+                            c[3] = __fmaf_rn(-mb[r], xs[3], c[3]);
+                        }
                     }
                 }
             }
@@ -244,48 +327,59 @@ __device__ __forceinline__ void skinny2_body(float* __restrict__ y, const bf16_t
     }
     cp_async_wait<0>();
     __syncthreads();
-    float* red = reinterpret_cast<float*>(sq_smem);  // [W][NT][4][32]
+    float* red = reinterpret_cast<float*>(sq_smem);  // [W][R][NT][4][32]
 #pragma unroll
-    for (int j = 0; j < NT; ++j)
+    for (int r = 0; r < R; ++r)
 #pragma unroll
-        for (int q = 0; q < 4; ++q) red[((warp * NT + j) * 4 + q) * 32 + lane] = acc[j][q];
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int q = 0; q < 4; ++q)
+                red[(((warp * R + r) * NT + j) * 4 + q) * 32 + lane] = acc[r][j][q];
     __syncthreads();
-    const int row0 = blockIdx.x * 16;
-    for (int e = threadIdx.x; e < NT * 4 * 32; e += blockDim.x) {
-        const int j = e / 128, q = (e / 32) % 4, l = e % 32;
+    for (int e = threadIdx.x; e < R * NT * 128; e += blockDim.x) {
+        const int r = e / (NT * 128), j = (e / 128) % NT, q = (e / 32) % 4, l = e % 32;
         float s = 0.f;
 #pragma unroll
-        for (int wi = 0; wi < W; ++wi) s += red[wi * NT * 128 + e];
-        const int n = row0 + (l >> 2) + ((q & 2) ? 8 : 0);
+        for (int wi = 0; wi < W; ++wi) s += red[wi * R * NT * 128 + e];
+        const int n = (tile0 + r) * 16 + (l >> 2) + ((q & 2) ? 8 : 0);
         const int m = j * 8 + (l & 3) * 2 + (q & 1);
         if (n < N && m < M) y[(u64)m * ldy + n] = s;
     }
 }
 
-// As SQ_ENTRY, with ODD: whether the odd columns are accumulated (false only in the one-row
-// entries, `_1`). Every entry of a format has the same W, so the same order.
-#define SQ2_ENTRY(NAME, F, NT, S, W, MINB, ODD)                                                      \
+// As SQ_ENTRY, with ODD (whether the odd columns are accumulated: false only in the one-row
+// entries, `_1`) and R, the 16-row tiles a CTA takes: x is read once for the R tiles (the `_t2`
+// entries, one CTA an SM). Every entry of a format has the same W, so the same order.
+#define SQ2_ENTRY(NAME, F, NT, S, W, MINB, ODD, R)                                                   \
     extern "C" __global__ void __launch_bounds__(32 * W, MINB)                                       \
         NAME(float* y, const bf16_t* x, const unsigned char* w, int M, int N, int K, int ldy) {      \
-        skinny2_body<F, NT, S, W, ODD>(y, x, w, M, N, K, ldy);                                       \
+        skinny2_body<F, NT, S, W, ODD, R>(y, x, w, M, N, K, ldy);                                    \
     }
-SQ2_ENTRY(skinny2_q8_0_1, QF_Q8_0, 1, 3, 16, 2, false)
-SQ2_ENTRY(skinny2_q8_0_8, QF_Q8_0, 1, 3, 16, 2, true)
-SQ2_ENTRY(skinny2_q8_0_16, QF_Q8_0, 2, 3, 16, 2, true)
-SQ2_ENTRY(skinny2_q8_0_32, QF_Q8_0, 4, 4, 16, 1, true)
-SQ2_ENTRY(skinny2_q8_0_64, QF_Q8_0, 8, 4, 16, 1, true)
-SQ2_ENTRY(skinny2_q4_0_1, QF_Q4_0, 1, 6, 16, 2, false)
-SQ2_ENTRY(skinny2_q4_0_8, QF_Q4_0, 1, 6, 16, 2, true)
-SQ2_ENTRY(skinny2_q4_0_16, QF_Q4_0, 2, 6, 16, 2, true)
-SQ2_ENTRY(skinny2_q4_0_32, QF_Q4_0, 4, 4, 16, 1, true)
-SQ2_ENTRY(skinny2_q4_0_64, QF_Q4_0, 8, 4, 16, 1, true)
-SQ2_ENTRY(skinny2_q4_k_1, QF_Q4K, 1, 5, 16, 2, false)
-SQ2_ENTRY(skinny2_q4_k_8, QF_Q4K, 1, 5, 16, 2, true)
-SQ2_ENTRY(skinny2_q4_k_16, QF_Q4K, 2, 5, 16, 2, true)
-SQ2_ENTRY(skinny2_q4_k_32, QF_Q4K, 4, 4, 16, 1, true)
-SQ2_ENTRY(skinny2_q4_k_64, QF_Q4K, 8, 4, 16, 1, true)
-SQ2_ENTRY(skinny2_q6_k_1, QF_Q6K, 1, 4, 16, 2, false)
-SQ2_ENTRY(skinny2_q6_k_8, QF_Q6K, 1, 4, 16, 2, true)
-SQ2_ENTRY(skinny2_q6_k_16, QF_Q6K, 2, 4, 16, 2, true)
-SQ2_ENTRY(skinny2_q6_k_32, QF_Q6K, 4, 4, 16, 1, true)
-SQ2_ENTRY(skinny2_q6_k_64, QF_Q6K, 8, 4, 16, 1, true)
+SQ2_ENTRY(skinny2_q8_0_1, QF_Q8_0, 1, 3, 16, 2, false, 1)
+SQ2_ENTRY(skinny2_q8_0_8, QF_Q8_0, 1, 3, 16, 2, true, 1)
+SQ2_ENTRY(skinny2_q8_0_16, QF_Q8_0, 2, 3, 16, 2, true, 1)
+SQ2_ENTRY(skinny2_q8_0_32, QF_Q8_0, 4, 4, 16, 1, true, 1)
+SQ2_ENTRY(skinny2_q8_0_64, QF_Q8_0, 8, 4, 16, 1, true, 1)
+SQ2_ENTRY(skinny2_q8_0_16_t2, QF_Q8_0, 2, 3, 16, 1, true, 2)
+SQ2_ENTRY(skinny2_q8_0_32_t2, QF_Q8_0, 4, 3, 16, 1, true, 2)
+SQ2_ENTRY(skinny2_q4_0_1, QF_Q4_0, 1, 6, 16, 2, false, 1)
+SQ2_ENTRY(skinny2_q4_0_8, QF_Q4_0, 1, 6, 16, 2, true, 1)
+SQ2_ENTRY(skinny2_q4_0_16, QF_Q4_0, 2, 6, 16, 2, true, 1)
+SQ2_ENTRY(skinny2_q4_0_32, QF_Q4_0, 4, 4, 16, 1, true, 1)
+SQ2_ENTRY(skinny2_q4_0_64, QF_Q4_0, 8, 4, 16, 1, true, 1)
+SQ2_ENTRY(skinny2_q4_0_16_t2, QF_Q4_0, 2, 4, 16, 1, true, 2)
+SQ2_ENTRY(skinny2_q4_0_32_t2, QF_Q4_0, 4, 4, 16, 1, true, 2)
+SQ2_ENTRY(skinny2_q4_k_1, QF_Q4K, 1, 5, 16, 2, false, 1)
+SQ2_ENTRY(skinny2_q4_k_8, QF_Q4K, 1, 5, 16, 2, true, 1)
+SQ2_ENTRY(skinny2_q4_k_16, QF_Q4K, 2, 5, 16, 2, true, 1)
+SQ2_ENTRY(skinny2_q4_k_32, QF_Q4K, 4, 4, 16, 1, true, 1)
+SQ2_ENTRY(skinny2_q4_k_64, QF_Q4K, 8, 4, 16, 1, true, 1)
+SQ2_ENTRY(skinny2_q4_k_16_t2, QF_Q4K, 2, 4, 16, 1, true, 2)
+SQ2_ENTRY(skinny2_q4_k_32_t2, QF_Q4K, 4, 4, 16, 1, true, 2)
+SQ2_ENTRY(skinny2_q6_k_1, QF_Q6K, 1, 4, 16, 2, false, 1)
+SQ2_ENTRY(skinny2_q6_k_8, QF_Q6K, 1, 4, 16, 2, true, 1)
+SQ2_ENTRY(skinny2_q6_k_16, QF_Q6K, 2, 4, 16, 2, true, 1)
+SQ2_ENTRY(skinny2_q6_k_32, QF_Q6K, 4, 4, 16, 1, true, 1)
+SQ2_ENTRY(skinny2_q6_k_64, QF_Q6K, 8, 4, 16, 1, true, 1)
+SQ2_ENTRY(skinny2_q6_k_16_t2, QF_Q6K, 2, 3, 16, 1, true, 2)
+SQ2_ENTRY(skinny2_q6_k_32_t2, QF_Q6K, 4, 3, 16, 1, true, 2)

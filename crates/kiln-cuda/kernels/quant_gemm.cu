@@ -11,7 +11,7 @@
 //   kernels do; warps are summed in index order. The order is fixed by K and W alone, so a
 //   row's bits do not depend on how many rows run (the entries differ in ring depth only).
 // quant_to_bf16: the weight expanded to bf16 (the reference dequantisation's f32 value,
-//   rounded to nearest even), for prefill GEMMs through cuBLASLt.
+//   rounded to nearest even), for prefill GEMMs through cuBLASLt (256 threads a CTA).
 // quant_embed: rows of the weight as f32 (the reference values) times a scale, for the embedding.
 
 #define QF_Q8_0 0
@@ -79,19 +79,42 @@ __device__ __forceinline__ LaneRow<F> lane_row(const unsigned char* rec, int r, 
     return L;
 }
 
+// Q6_K's three words of lane pairs 8g..8g + 8 (quant_layout.rs, q6_places): a0 and a1 of the
+// 16 quant bytes, a2 of the 8 at 1024.
+__device__ __forceinline__ void q6_words(const LaneRow<QF_Q6K>& L, int g, u32& a0, u32& a1, u32& a2) {
+    a0 = g ? L.q[0].z : L.q[0].x;
+    a1 = g ? L.q[0].w : L.q[0].y;
+    a2 = g ? L.h.y : L.h.x;
+}
+
 // 128 + q as bf16 in each half of lane value pair (word w, pair p) of a 4- or 6-bit format
-// (magic-number conversions: 0x4300 | q is the bf16 of 128 + q; Q6_K's high bits are merged
-// into the magic first). Pair p of word w is values 8w + 2p (low half) and 8w + 2p + 1.
+// (magic-number conversions: 0x4300 | q is the bf16 of 128 + q). Pair p of word w is values
+// 8w + 2p (low half) and 8w + 2p + 1. Q6_K's pairs 0-5 of each eight are six-bit fields (one
+// mask), pairs 6 and 7 a nibble and two high bits merged into the magic first.
 template <int F>
 __device__ __forceinline__ u32 lane_pair_biased(const LaneRow<F>& L, int w, int p) {
-    const u32 word = u4_word(L.q[0], w);
-    u32 magic = 0x43004300u;
-    if (F == QF_Q6K) {
-        const u32 hw = (w < 2) ? L.h.x : L.h.y;
-        const int sh = 2 * p + 8 * (w & 1);  // where this pair's high bits are
-        magic = masked_or<0x00300030u>(sh <= 4 ? (hw << (4 - sh)) : (hw >> (sh - 4)), magic);
+    const u32 magic = 0x43004300u;
+    if constexpr (F == QF_Q6K) {
+        u32 a0, a1, a2;
+        q6_words(L, w >> 1, a0, a1, a2);
+        const int pp = 4 * (w & 1) + p;
+        if (pp == 6) return masked_or<0x000F000Fu>(a0 >> 12, masked_or<0x00300030u>(a2 >> 8, magic));
+        if (pp == 7) return masked_or<0x000F000Fu>(a1 >> 12, masked_or<0x00300030u>(a2 >> 10, magic));
+        const u32 src = pp < 2 ? a0 : pp < 4 ? a1 : a2;
+        return masked_or<0x003F003Fu>(src >> (6 * (pp & 1)), magic);
     }
-    return masked_or<0x000F000Fu>(word >> (4 * p), magic);
+    return masked_or<0x000F000Fu>(u4_word(L.q[0], w) >> (4 * p), magic);
+}
+
+// Q6_K's stored six-bit quant (0..63) of lane value pair (word w, pair p), half `half`.
+__device__ __forceinline__ int q6_quant(const LaneRow<QF_Q6K>& L, int w, int p, int half) {
+    u32 a0, a1, a2;
+    q6_words(L, w >> 1, a0, a1, a2);
+    const int pp = 4 * (w & 1) + p, h = 16 * half;
+    if (pp == 6) return (int)(((a0 >> (12 + h)) & 15u) | (((a2 >> (12 + h)) & 3u) << 4));
+    if (pp == 7) return (int)(((a1 >> (12 + h)) & 15u) | (((a2 >> (14 + h)) & 3u) << 4));
+    const u32 src = pp < 2 ? a0 : pp < 4 ? a1 : a2;
+    return (int)((src >> (6 * (pp & 1) + h)) & 63u);
 }
 
 // The stored integer of lane value (word w, pair p, half) as bf16x2 operand pairs, already
@@ -290,13 +313,12 @@ SQ_ENTRY(skinny_q6_k_16, QF_Q6K, 2, 4, 16, 2)
 SQ_ENTRY(skinny_q6_k_32, QF_Q6K, 4, 4, 16, 1)
 SQ_ENTRY(skinny_q6_k_64, QF_Q6K, 8, 4, 16, 1)
 
-// The eight values of word w of lane t of row r of a record, with the reference
+// The eight values of word w of lane t's part L of a row of a record, with the reference
 // dequantisation's operations in its order (kiln_formats::dequant; no contractions), and the
 // chunk-relative k of the first of each run of four (`kk[0]` for values 0..3, `kk[1]` 4..7).
 template <int F>
-__device__ __forceinline__ void word_values(const unsigned char* rec, int r, int t, int w, float* v, int* kk) {
+__device__ __forceinline__ void word_values(const LaneRow<F>& L, int t, int w, float* v, int* kk) {
     using Q = QFmt<F>;
-    const LaneRow<F> L = lane_row<F>(rec, r, t);
     if (Q::G == 32) {
         kk[0] = w * 32 + t * 8;
         kk[1] = kk[0] + 4;
@@ -321,21 +343,61 @@ __device__ __forceinline__ void word_values(const unsigned char* rec, int r, int
             const float d1 = __fmul_rn(scale_f16(L.s, 0), (float)((L.s[1] >> (8 * w)) & 0xffu));
             const float m1 = __fmul_rn(scale_f16(L.s, 1), (float)((L.s[2] >> (8 * w)) & 0xffu));
             v[e] = __fsub_rn(__fmul_rn(d1, (float)lo), m1);
-        } else {
-            const u32 hw = (w < 2) ? L.h.x : L.h.y;
-            const int hi = (int)((hw >> (2 * p + 8 * (w & 1) + 16 * half)) & 3u);
+        } else if constexpr (F == QF_Q6K) {
+            const int q6 = q6_quant(L, w, p, half);
             const int grp = 2 * w + (e >> 2);
             const int sc = (int)((L.s[grp >> 2] >> (8 * (grp & 3))) & 0xffu) - 128;
             const float ds = __fmul_rn(f16_bits_to_f32(L.s[2]), (float)sc);
-            v[e] = __fmul_rn(ds, (float)((lo | (hi << 4)) - 32));
+            v[e] = __fmul_rn(ds, (float)(q6 - 32));
         }
     }
 }
 
-// out[n * ld + k] = bf16(value of W[n, k]) for n < N, k < K: one thread per word (8 values),
-// threads of a row's chunk writing its 128 k in order.
+// out[n * ld + k] = bf16(value of W[n, k]) for n < N, k < K: a thread per (record, row, lane),
+// its 32 values of the row's chunk (four words) from one read of its quants and the row's
+// scales, the words unrolled; 64 threads a record, consecutive threads on one row's 128 k.
+// Index arithmetic in 32 bits, once per record (it was most of the instructions).
 template <int F>
 __device__ __forceinline__ void to_bf16_body(bf16_t* __restrict__ out, const unsigned char* __restrict__ wq,
+                                             int N, int K, int ld) {
+    pdl_enter();
+    constexpr int REC = q_record<F>();
+    const u32 chunks = (u32)(K + 127) / 128;
+    const u32 records = (u32)((N + 15) / 16) * chunks;
+    const int t = threadIdx.x & 3, r = (threadIdx.x >> 2) & 15;
+    const u32 per_cta = blockDim.x / 64;
+    // K-quant rows are whole 256-value blocks: every chunk is whole.
+    constexpr bool WHOLE = F == QF_Q4K || F == QF_Q6K;
+    for (u32 rec = blockIdx.x * per_cta + (threadIdx.x >> 6); rec < records; rec += gridDim.x * per_cta) {
+        const u32 tile = rec / chunks, c = rec - tile * chunks;
+        const int n = (int)tile * 16 + r;
+        if (n >= N) continue;
+        const LaneRow<F> L = lane_row<F>(wq + (u64)rec * REC, r, t);
+        bf16_t* row = out + (u64)n * ld + c * 128;
+        const int kmax = K - (int)c * 128;
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+            float v[8];
+            int kk[2];
+            word_values<F>(L, t, w, v, kk);
+            if (!WHOLE && kk[0] >= kmax) continue;
+            const uint4 o = make_uint4(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]),
+                                       pack_bf16x2(v[4], v[5]), pack_bf16x2(v[6], v[7]));
+            if (QFmt<F>::G == 32) {
+                // Eight values in a run of k (ld is a multiple of 8: quant_gemm.rs).
+                *reinterpret_cast<uint4*>(row + kk[0]) = o;
+            } else {
+                *reinterpret_cast<uint2*>(row + kk[0]) = make_uint2(o.x, o.y);
+                *reinterpret_cast<uint2*>(row + kk[1]) = make_uint2(o.z, o.w);
+            }
+        }
+    }
+}
+
+// The same values as to_bf16_body, one thread per word (8 values) with 64-bit index arithmetic
+// per word: the first expansion, kept for A/B runs (KILN_QUANT_EXPAND=words).
+template <int F>
+__device__ __forceinline__ void to_bf16_words_body(bf16_t* __restrict__ out, const unsigned char* __restrict__ wq,
                                              int N, int K, int ld) {
     pdl_enter();
     constexpr int REC = q_record<F>();
@@ -348,7 +410,7 @@ __device__ __forceinline__ void to_bf16_body(bf16_t* __restrict__ out, const uns
         const unsigned char* rec = wq + ((u64)(n >> 4) * chunks + c) * REC;
         float v[8];
         int kk[2];
-        word_values<F>(rec, n & 15, t, w, v, kk);
+        word_values<F>(lane_row<F>(rec, n & 15, t), t, w, v, kk);
 #pragma unroll
         for (int run = 0; run < 2; ++run) {
             const int k = c * 128 + kk[run];
@@ -360,6 +422,7 @@ __device__ __forceinline__ void to_bf16_body(bf16_t* __restrict__ out, const uns
         }
     }
 }
+
 
 // x[i, :] = f32 values of row ids[i] of W times `scale` (Gemma's scaled embeddings; 1 otherwise),
 // one CTA per row.
@@ -375,7 +438,7 @@ __device__ __forceinline__ void embed_body(float* __restrict__ xo, const unsigne
         const unsigned char* rec = wq + ((u64)(n >> 4) * chunks + c) * REC;
         float v[8];
         int kk[2];
-        word_values<F>(rec, n & 15, t, w, v, kk);
+        word_values<F>(lane_row<F>(rec, n & 15, t), t, w, v, kk);
 #pragma unroll
         for (int run = 0; run < 2; ++run) {
             const int k = c * 128 + kk[run];
@@ -391,6 +454,10 @@ __device__ __forceinline__ void embed_body(float* __restrict__ xo, const unsigne
     extern "C" __global__ void NAME(bf16_t* out, const unsigned char* w, int N, int K, int ld) {     \
         to_bf16_body<F>(out, w, N, K, ld);                                                           \
     }
+#define QTBW_ENTRY(NAME, F)                                                                          \
+    extern "C" __global__ void NAME(bf16_t* out, const unsigned char* w, int N, int K, int ld) {     \
+        to_bf16_words_body<F>(out, w, N, K, ld);                                                     \
+    }
 #define QEMB_ENTRY(NAME, F)                                                                          \
     extern "C" __global__ void NAME(float* x, const unsigned char* w, const int* ids, int K,         \
                                     float scale) {                                                   \
@@ -398,9 +465,13 @@ __device__ __forceinline__ void embed_body(float* __restrict__ xo, const unsigne
     }
 QTB_ENTRY(quant_to_bf16_q8_0, QF_Q8_0)
 QEMB_ENTRY(quant_embed_q8_0, QF_Q8_0)
+QTBW_ENTRY(quant_to_bf16_words_q8_0, QF_Q8_0)
 QTB_ENTRY(quant_to_bf16_q4_0, QF_Q4_0)
 QEMB_ENTRY(quant_embed_q4_0, QF_Q4_0)
+QTBW_ENTRY(quant_to_bf16_words_q4_0, QF_Q4_0)
 QTB_ENTRY(quant_to_bf16_q4_k, QF_Q4K)
 QEMB_ENTRY(quant_embed_q4_k, QF_Q4K)
+QTBW_ENTRY(quant_to_bf16_words_q4_k, QF_Q4K)
 QTB_ENTRY(quant_to_bf16_q6_k, QF_Q6K)
 QEMB_ENTRY(quant_embed_q6_k, QF_Q6K)
+QTBW_ENTRY(quant_to_bf16_words_q6_k, QF_Q6K)

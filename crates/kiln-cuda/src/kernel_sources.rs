@@ -211,9 +211,11 @@ mod tests {
         for f in formats {
             quant.push(format!("quant_to_bf16_{f}"));
             quant.push(format!("quant_embed_{f}"));
+            quant.push(format!("quant_to_bf16_words_{f}"));
         }
         for f in formats {
             quant.extend([1, 8, 16, 32, 64].map(|r| format!("skinny2_{f}_{r}")));
+            quant.extend([16, 32].map(|r| format!("skinny2_{f}_{r}_t2")));
         }
         let decode = [&hd("decode_attn_hd")[..], &["decode_attn_combine".into()]].concat();
         let flash_sm90 = ["flash_sm90_hd", "flash_sm90o_hd", "flash_sm90p_hd"]

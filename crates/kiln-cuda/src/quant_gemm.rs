@@ -52,13 +52,15 @@ struct Entry {
     nt: usize,
     stages: usize,
     warps: usize,
+    /// 16-row tiles a CTA takes (x read once for them).
+    tiles: usize,
 }
 
 impl Entry {
-    /// The ring (warps x stages records), or the warp sums after it if larger.
+    /// The ring (warps x stages x tiles records), or the warp sums after it if larger.
     fn smem_bytes(&self) -> usize {
-        let ring = self.warps * self.stages * self.format.record_bytes();
-        ring.max(self.warps * self.nt * 128 * 4)
+        let ring = self.warps * self.stages * self.tiles * self.format.record_bytes();
+        ring.max(self.warps * self.tiles * self.nt * 128 * 4)
     }
 
     fn from_source(p: &EntryPoint) -> Result<Entry> {
@@ -88,6 +90,11 @@ impl Entry {
             nt: num("NT")?,
             stages: num("S")?,
             warps: num("W")?,
+            tiles: if family == DecodeFamily::V2 {
+                num("R")?
+            } else {
+                1
+            },
         })
     }
 }
@@ -108,13 +115,23 @@ fn read_entries() -> Result<Vec<Entry>> {
 }
 
 /// The entry of `family` for `m` rows (at most 64) of format `q`: the fewest fragments that
-/// hold them, and in the second family the one-row entry for one row.
+/// hold them; in the second family the one-row entry for one row, and for 9-32 rows the entry
+/// that takes two tiles a CTA (`_t2`: x read once for both; `KILN_QUANT_TILES=1` keeps one).
+/// Tiles a CTA never change a row's bits.
 fn entry(family: DecodeFamily, q: GpuQuant, m: usize) -> Result<&'static Entry> {
     let nt = m.div_ceil(8).next_power_of_two();
-    let one = family == DecodeFamily::V2 && m == 1;
+    let v2 = family == DecodeFamily::V2;
+    let one = v2 && m == 1;
+    let tiles = if v2 && (nt == 2 || nt == 4) && KernelChoice::from_env().quant_tiles2 {
+        2
+    } else {
+        1
+    };
     entries()
         .iter()
-        .find(|e| e.family == family && e.format == q && e.nt == nt && e.odd != one)
+        .find(|e| {
+            e.family == family && e.format == q && e.nt == nt && e.odd != one && e.tiles == tiles
+        })
         .ok_or_else(|| anyhow!("no {family:?} skinny entry for {q:?} and {m} rows"))
 }
 
@@ -243,16 +260,33 @@ impl Gpu {
             Arg::I32(i32_of(k, "k")?),
             Arg::I32(i32_of(ldy, "ldy")?),
         ];
-        let grid = (n_rows.div_ceil(TILE_ROWS) as u32, 1, 1);
+        let grid = (n_rows.div_ceil(TILE_ROWS * e.tiles) as u32, 1, 1);
         let threads = 32 * e.warps as u32;
         self.launch_with(&e.name, grid, threads, e.smem_bytes() as u32, &args, pdl)
     }
 
     /// out[n * ld + k] = bf16 of W[n, k] (the reference dequantisation's value, rounded to
-    /// nearest even) for the `[n_rows, k]` weight `w` in device layout of `q`.
+    /// nearest even) for the `[n_rows, k]` weight `w` in device layout of `q`; `ld` a multiple
+    /// of 8.
     #[allow(clippy::too_many_arguments)]
     pub fn quant_to_bf16(
         &self,
+        q: GpuQuant,
+        out: u64,
+        ld: usize,
+        w: u64,
+        n_rows: usize,
+        k: usize,
+    ) -> Result<()> {
+        let words = KernelChoice::from_env().quant_expand_words;
+        self.quant_to_bf16_kernel(words, q, out, ld, w, n_rows, k)
+    }
+
+    /// [`Gpu::quant_to_bf16`] through the first kernel (`words`) or the second.
+    #[allow(clippy::too_many_arguments)]
+    pub fn quant_to_bf16_kernel(
+        &self,
+        words: bool,
         q: GpuQuant,
         out: u64,
         ld: usize,
@@ -264,12 +298,25 @@ impl Gpu {
         if n_rows == 0 {
             return Ok(());
         }
-        let units = n_rows * k.div_ceil(CHUNK) * 16;
-        let grid = (
-            units.div_ceil(256).min(self.sm_count as usize * 16) as u32,
-            1,
-            1,
-        );
+        // Runs of eight values are stored 16 bytes at a time.
+        if !ld.is_multiple_of(8) || ld < k {
+            bail!(
+                "quant_to_bf16: rows of {ld} values for {k} columns (a multiple of 8 at least k)"
+            );
+        }
+        // A thread per 8 values (the first kernel), or 64 threads a record and four records a
+        // CTA.
+        let units = if words {
+            (n_rows * k.div_ceil(CHUNK) * 16).div_ceil(256)
+        } else {
+            (n_rows.div_ceil(TILE_ROWS) * k.div_ceil(CHUNK)).div_ceil(4)
+        };
+        let grid = (units.min(self.sm_count as usize * 16) as u32, 1, 1);
+        let name = if words {
+            format!("quant_to_bf16_words_{}", q.name())
+        } else {
+            format!("quant_to_bf16_{}", q.name())
+        };
         let args = [
             Arg::Ptr(out),
             Arg::Ptr(w),
@@ -277,7 +324,7 @@ impl Gpu {
             Arg::I32(i32_of(k, "k")?),
             Arg::I32(i32_of(ld, "ld")?),
         ];
-        self.launch(&format!("quant_to_bf16_{}", q.name()), grid, 256, 0, &args)
+        self.launch(&name, grid, 256, 0, &args)
     }
 
     /// x[i, :] = the f32 values of row ids[i] of the `[_, k]` weight `w` (device layout of
@@ -388,19 +435,23 @@ mod tests {
 
     #[test]
     fn every_format_has_an_entry_for_every_row_count_within_the_smem() {
-        for (family, prefix, ones) in [
+        for (family, prefix, extra) in [
             (DecodeFamily::V1, "skinny", 0),
-            (DecodeFamily::V2, "skinny2", 1),
+            (DecodeFamily::V2, "skinny2", 3),
         ] {
             for q in GpuQuant::ALL {
                 let names = Gpu::skinny_quant_entries(family, q);
-                assert_eq!(names.len(), 4 + ones, "{family:?} {q:?}");
+                assert_eq!(names.len(), 4 + extra, "{family:?} {q:?}");
                 let mut warps = None;
                 for m in 1..=SKINNY_MAX_ROWS {
                     let e = entry(family, q, m).unwrap();
-                    let cap = if ones == 1 && m == 1 { 1 } else { 8 * e.nt };
+                    let one = family == DecodeFamily::V2 && m == 1;
+                    let cap = if one { 1 } else { 8 * e.nt };
                     assert!(m <= cap && (cap == 1 || m > cap / 2 || cap == 8));
-                    assert_eq!(e.name, format!("{prefix}_{}_{cap}", q.name()));
+                    let two = family == DecodeFamily::V2 && (9..=32).contains(&m);
+                    assert_eq!(e.tiles, if two { 2 } else { 1 }, "{}", e.name);
+                    let suffix = if two { "_t2" } else { "" };
+                    assert_eq!(e.name, format!("{prefix}_{}_{cap}{suffix}", q.name()));
                     assert!(e.stages >= 3, "{}", e.name);
                     assert!(e.smem_bytes() <= 227 * 1024, "{}", e.name);
                     // One summation order per family and format: the same warp count in

@@ -16,7 +16,7 @@
 //! | Q8_0 | i8: half `i / 16` at `half * 1024 + (r * 4 + t) * 16 + i % 16` | 4 x f16 d |
 //! | Q4_0 | nibble: u32 word `i / 8` at `(r * 4 + t) * 16 + word * 4`, bit `4 pair + 16 half` | 4 x f16 d |
 //! | Q4_K | as Q4_0 | f16 d, f16 dmin, u8 scale[4], u8 min[4] (of the chunk's sub-blocks) |
-//! | Q6_K | low nibbles as Q4_0; high 2 bits: u32 at `1024 + (r * 4 + t) * 8 + (word / 2) * 4`, bit `2 pair + 8 (word % 2) + 16 half` | u8 scale + 128 [8], f16 d, 2 bytes padding |
+//! | Q6_K | six-bit fields in the lane's 16 bytes at `(r * 4 + t) * 16` and 8 bytes at `1024 + (r * 4 + t) * 8`, placed so that most pairs are one mask away from their bf16 operands (`q6_places`) | u8 scale + 128 [8], f16 d, 2 bytes padding |
 //!
 //! Rows past the weight's last (up to the tile) and k past its last (up to the chunk, Q8_0
 //! and Q4_0 only: K-quant rows are whole 256-value blocks) are zero bytes: zero scales, so
@@ -140,6 +140,7 @@ fn quant_place(q: GpuQuant, r: usize, t: usize, i: usize) -> (usize, u32) {
             let at = (i / 16) * 1024 + (r * 4 + t) * 16 + i % 16;
             (at & !3, 8 * (at as u32 & 3))
         }
+        GpuQuant::Q6K => q6_places(r, t, i).0,
         _ => (
             (r * 4 + t) * 16 + word * 4,
             4 * (e as u32 / 2) + 16 * (e as u32 % 2),
@@ -148,11 +149,28 @@ fn quant_place(q: GpuQuant, r: usize, t: usize, i: usize) -> (usize, u32) {
 }
 
 fn hi_place(r: usize, t: usize, i: usize) -> (usize, u32) {
-    let (word, e) = (i / 8, i % 8);
-    (
-        1024 + (r * 4 + t) * 8 + (word / 2) * 4,
-        2 * (e as u32 / 2) + 8 * (word as u32 % 2) + 16 * (e as u32 % 2),
-    )
+    q6_places(r, t, i).1
+}
+
+/// Q6_K's low nibble and high two bits of lane value `i` (pair `i / 2`, half `i % 2`). Pairs
+/// 8g..8g + 8 live in three words: a0 and a1 (the lane's 16-byte quants, words 2g and 2g + 1)
+/// and a2 (its 8 bytes at 1024, word g). Pairs 0-5 of the eight are whole six-bit fields, two a
+/// word (bits 0 and 6 of each half), so that one mask makes a pair's bf16 operands; pair 6 has
+/// its low nibbles at bit 12 of a0's halves and its high bits at bit 12 of a2's, pair 7 at bit
+/// 12 of a1's and bit 14 of a2's.
+fn q6_places(r: usize, t: usize, i: usize) -> ((usize, u32), (usize, u32)) {
+    let (pair, half) = (i / 2, 16 * (i as u32 % 2));
+    let (g, pp) = (pair / 8, pair % 8);
+    let a0 = (r * 4 + t) * 16 + 8 * g;
+    let words = [a0, a0 + 4, 1024 + (r * 4 + t) * 8 + 4 * g];
+    match pp {
+        6 => ((words[0], 12 + half), (words[2], 12 + half)),
+        7 => ((words[1], 12 + half), (words[2], 14 + half)),
+        _ => {
+            let bit = 6 * (pp as u32 % 2) + half;
+            ((words[pp / 2], bit), (words[pp / 2], bit + 4))
+        }
+    }
 }
 
 /// The stored integers of values `c * 128..` of a row of GGML blocks (as many as the row has,

@@ -90,6 +90,13 @@ pub struct KernelChoice {
     /// family of quantised skinny kernels (`skinny_*`) or the second (`skinny2_*`, fewer
     /// instructions per record). Different bits, each batch-invariant.
     pub quant_decode_v2: bool,
+    /// KILN_QUANT_EXPAND=words: the bf16 expansion of quantised matrices for prefill GEMMs
+    /// through the first kernel (`quant_to_bf16_words_*`, a thread per 8 values with 64-bit
+    /// index arithmetic) instead of `quant_to_bf16_*`. Same bits.
+    pub quant_expand_words: bool,
+    /// KILN_QUANT_TILES=1: the second family's 9-32-row launches take one 16-row tile a CTA
+    /// instead of two (`_t2`, x read once for both). Same bits.
+    pub quant_tiles2: bool,
 }
 
 /// The defaults of the attention families: sm80 prefill until flash_sm90 measures faster;
@@ -160,6 +167,8 @@ impl Env {
                         _ => DECODE_MMA_DEFAULT,
                     },
                     quant_decode_v2: var("KILN_QUANT_DECODE").as_deref() != Some("v1"),
+                    quant_expand_words: var("KILN_QUANT_EXPAND").as_deref() == Some("words"),
+                    quant_tiles2: var("KILN_QUANT_TILES").as_deref() != Some("1"),
                 },
             },
             kernel_cache: match var("KILN_KERNEL_CACHE") {
@@ -197,7 +206,7 @@ impl Switches {
             .decode_mma_splits
             .map_or("64".to_string(), |n| n.to_string());
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} pdl={} cuda_graphs={} gpu_quant={} quant_prefill={} quant_decode={} graph_prefill={prefill} gemma_fuse={} flash_wide={} decode_wide={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} pdl={} cuda_graphs={} gpu_quant={} quant_prefill={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} flash_wide={} decode_wide={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -220,6 +229,12 @@ impl Switches {
                 "expand"
             },
             if k.quant_decode_v2 { "v2" } else { "v1" },
+            if k.quant_expand_words {
+                "words"
+            } else {
+                "records"
+            },
+            if k.quant_tiles2 { 2 } else { 1 },
             self.gemma_fuse as u8,
             if self.flash_wide_split {
                 "split"
@@ -243,6 +258,8 @@ impl KernelChoice {
         flash_pingpong: false,
         decode_mma: DECODE_MMA_DEFAULT,
         quant_decode_v2: true,
+        quant_expand_words: false,
+        quant_tiles2: true,
     };
     pub const ALL_PLAIN: KernelChoice = KernelChoice {
         skinny_pipe: false,
@@ -255,6 +272,8 @@ impl KernelChoice {
         flash_pingpong: false,
         decode_mma: false,
         quant_decode_v2: false,
+        quant_expand_words: true,
+        quant_tiles2: false,
     };
 
     /// The process-wide choice, read from the environment on first use.
@@ -298,6 +317,8 @@ mod tests {
                 ("KILN_FLASH_OVERLAP", off),
                 ("KILN_DECODE_ATTN", "simt"),
                 ("KILN_QUANT_DECODE", "v1"),
+                ("KILN_QUANT_EXPAND", "words"),
+                ("KILN_QUANT_TILES", "1"),
             ]);
             assert_eq!(e.switches.kernels, KernelChoice::ALL_PLAIN);
             assert!(e.switches.skinny_gemm && e.switches.cuda_graphs);

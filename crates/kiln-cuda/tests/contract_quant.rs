@@ -155,10 +155,15 @@ const PLANTED: &[(&str, &str)] = &[
     ("sa = scale_f16(ra.s, grp);", "sa = scale_f16(ra.s, 0);"),
     // Q4_K without its minimum.
     ("ma = -__fmaf_rn(k4[1],", "ma = 0.f * __fmaf_rn(k4[1],"),
-    // Q6_K's high bits of the second word of a pair of words read from the first's.
+    // Q6_K's high bits of each eighth pair read from the seventh's.
     (
-        "const int sh = 2 * p + 8 * (w & 1);",
-        "const int sh = 2 * p;",
+        "masked_or<0x00300030u>(a2 >> 10, magic)",
+        "masked_or<0x00300030u>(a2 >> 8, magic)",
+    ),
+    // Q6_K's expansion: the eighth pairs' high bits read from the seventh's.
+    (
+        "(((a2 >> (14 + h)) & 3u) << 4)",
+        "(((a2 >> (12 + h)) & 3u) << 4)",
     ),
     // The bf16 expansion of Q4_K without its minimum.
     (
@@ -171,7 +176,17 @@ const PLANTED: &[(&str, &str)] = &[
         "make_float4(v[4 * run],",
     ),
     // skinny2: Q4_K's offset of 128 taken back as 64.
-    ("ma = -__fmaf_rn(s0, 128.0f,", "ma = -__fmaf_rn(s0, 64.0f,"),
+    (
+        "ma[r] = __fmaf_rn(s0[r], 128.0f,",
+        "ma[r] = __fmaf_rn(s0[r], 64.0f,",
+    ),
+    // skinny2, scales shared by the four lanes of two rows: Q4_K's offset taken back as 64.
+    ("sc, 128.0f, __fmaf_rn(dmin,", "sc, 64.0f, __fmaf_rn(dmin,"),
+    // skinny2, scales shared: Q6_K's two groups of a lane swapped.
+    (
+        "make_float2(__fmul_rn(d, f0), __fmul_rn(d, f1))",
+        "make_float2(__fmul_rn(d, f1), __fmul_rn(d, f0))",
+    ),
     // skinny2: Q6_K's offset of 160 taken back as 128.
     (
         "F == QF_Q4_0 ? 0xC308C308u : 0xC320C320u",
@@ -181,8 +196,13 @@ const PLANTED: &[(&str, &str)] = &[
     ("fb[e] -= 8388736.0f;", "fb[e] -= 8388608.0f;"),
     // skinny2: row g + 8 with row g's scale.
     (
-        "acc[j][2] = __fmaf_rn(s8, tmp[2], acc[j][2]);",
-        "acc[j][2] = __fmaf_rn(s0, tmp[2], acc[j][2]);",
+        "c[2] = __fmaf_rn(s8[r], tmp[2], c[2]);",
+        "c[2] = __fmaf_rn(s0[r], tmp[2], c[2]);",
+    ),
+    // skinny2, two tiles a CTA: the second tile's records read from the first tile's.
+    (
+        "const unsigned char* from = src + (u64)r * chunks * REC;",
+        "const unsigned char* from = src;",
     ),
 ];
 
@@ -386,24 +406,33 @@ fn rows_contract(
     for q in GpuQuant::ALL {
         for (n, k) in shapes(q) {
             let w = Weight::new(gpu, rng, q, n, k);
-            // Expanded to bf16 in rows wider than the weight, as cuBLASLt reads the scratch.
+            // Expanded to bf16 in rows wider than the weight, as cuBLASLt reads the scratch,
+            // by both kernels.
             let ld = k + 8;
-            let out = gpu.alloc::<u16>(n * ld).unwrap();
-            out.fill_bytes(0xFF).unwrap();
-            gpu.quant_to_bf16(q, out.ptr(), ld, w.dev.ptr(), n, k)
-                .unwrap();
-            let got = out.download(gpu, 0, n * ld).unwrap();
-            let mut want: Vec<u16> = to_bf16(&w.values);
-            let ok = (0..n).all(|r| got[r * ld..r * ld + k] == want[r * k..(r + 1) * k]);
-            let pad = (0..n).all(|r| got[r * ld + k..(r + 1) * ld].iter().all(|&b| b == 0xFFFF));
-            c.check(ok && pad, format!("{q:?} {n}x{k}: quant_to_bf16 is the bf16 of every reference value, padding untouched"));
-            // The device decoding is the host's copy of it, too.
-            let host = decode_rows(q, n, k, &repack(q, n, k, &w.blocks).unwrap());
-            want = to_bf16(&host);
-            c.check(
-                (0..n).all(|r| got[r * ld..r * ld + k] == want[r * k..(r + 1) * k]),
-                format!("{q:?} {n}x{k}: quant_to_bf16 equals the host decoding of the layout"),
-            );
+            for words in [false, true] {
+                let out = gpu.alloc::<u16>(n * ld).unwrap();
+                out.fill_bytes(0xFF).unwrap();
+                gpu.quant_to_bf16_kernel(words, q, out.ptr(), ld, w.dev.ptr(), n, k)
+                    .unwrap();
+                let got = out.download(gpu, 0, n * ld).unwrap();
+                let mut want: Vec<u16> = to_bf16(&w.values);
+                let ok = (0..n).all(|r| got[r * ld..r * ld + k] == want[r * k..(r + 1) * k]);
+                let pad =
+                    (0..n).all(|r| got[r * ld + k..(r + 1) * ld].iter().all(|&b| b == 0xFFFF));
+                let which = if words {
+                    "quant_to_bf16_words"
+                } else {
+                    "quant_to_bf16"
+                };
+                c.check(ok && pad, format!("{q:?} {n}x{k}: {which} is the bf16 of every reference value, padding untouched"));
+                // The device decoding is the host's copy of it, too.
+                let host = decode_rows(q, n, k, &repack(q, n, k, &w.blocks).unwrap());
+                want = to_bf16(&host);
+                c.check(
+                    (0..n).all(|r| got[r * ld..r * ld + k] == want[r * k..(r + 1) * k]),
+                    format!("{q:?} {n}x{k}: {which} equals the host decoding of the layout"),
+                );
+            }
             // Embedding rows: f32, bit for bit, in any order and repeated.
             let mut ids: Vec<i32> = (0..n as i32).collect();
             rng.shuffle(&mut ids);
@@ -490,19 +519,27 @@ fn skinny_quant_bandwidth() {
                     );
                 }
             }
-            // The prefill path's expansion of the same weight.
+            // The prefill path's expansion of the same weight, by both kernels.
             let out = gpu.alloc::<u16>(n * k).unwrap();
-            let secs = timed(&gpu, || {
-                for i in 0..10 {
-                    gpu.quant_to_bf16(q, out.ptr(), k, copies[i % copies.len()].ptr(), n, k)?;
-                }
-                Ok(())
-            }) / 10.0;
-            eprintln!(
-                "[skinny_quant] BENCH {q:?} quant_to_bf16 n={n} k={k}: {:.1} us ({:.2} TB/s read + written)",
-                secs * 1e6,
-                (packed.len() + n * k * 2) as f64 / secs / 1e12
-            );
+            for words in [false, true] {
+                let secs = timed(&gpu, || {
+                    for i in 0..10 {
+                        let w = copies[i % copies.len()].ptr();
+                        gpu.quant_to_bf16_kernel(words, q, out.ptr(), k, w, n, k)?;
+                    }
+                    Ok(())
+                }) / 10.0;
+                let which = if words {
+                    "quant_to_bf16_words"
+                } else {
+                    "quant_to_bf16"
+                };
+                eprintln!(
+                    "[skinny_quant] BENCH {q:?} {which} n={n} k={k}: {:.1} us ({:.2} TB/s read + written)",
+                    secs * 1e6,
+                    (packed.len() + n * k * 2) as f64 / secs / 1e12
+                );
+            }
         }
     }
 }
