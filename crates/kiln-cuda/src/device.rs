@@ -462,6 +462,12 @@ impl<T: Copy + Default> PinnedBuf<T> {
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
 
+    /// The address kernels read this memory at: with unified addressing (every 64-bit device
+    /// kiln runs on) pinned host memory is reachable from the device at its host address.
+    pub fn device_addr(&self) -> u64 {
+        self.ptr as u64
+    }
+
     /// Queues a copy of elements `0..n` to `dst` on the stream.
     pub fn copy_to_device(&self, gpu: &Gpu, dst: u64, n: usize) -> Result<()> {
         self.copy_range_to_device(gpu, 0, dst, n)

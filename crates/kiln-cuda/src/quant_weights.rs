@@ -11,15 +11,49 @@ use anyhow::{bail, ensure, Context, Result};
 use kiln_model::schema::{self, Fused, GlobalWeight, LayerWeight};
 use kiln_model::{ModelSpec, WeightSource};
 
-use crate::device::{DevBuf, Gpu};
+use crate::device::{DevBuf, Gpu, PinnedBuf};
 use crate::quant_layout::{repack, GpuQuant};
+use crate::switches::Switches;
+
+/// Where a segment's records are: device memory, or pinned host memory that the kernels read
+/// over the bus (the embedding with `KILN_QUANT_EMBED=host`: a step reads its tokens' rows only).
+pub enum SegData {
+    Device(DevBuf<u8>),
+    Host(PinnedBuf<u8>),
+}
+
+impl SegData {
+    /// The address kernels read the records at.
+    pub fn ptr(&self) -> u64 {
+        match self {
+            SegData::Device(b) => b.ptr(),
+            SegData::Host(b) => b.device_addr(),
+        }
+    }
+
+    /// Device bytes held (none for host memory).
+    pub fn bytes(&self) -> usize {
+        match self {
+            SegData::Device(b) => b.bytes(),
+            SegData::Host(_) => 0,
+        }
+    }
+
+    /// Host bytes held.
+    pub fn host_bytes(&self) -> usize {
+        match self {
+            SegData::Device(_) => 0,
+            SegData::Host(b) => b.as_slice().len(),
+        }
+    }
+}
 
 /// Rows `row0..row0 + rows` of a matrix, in one block format, in device layout.
 pub struct QuantSegment {
     pub row0: usize,
     pub rows: usize,
     pub format: GpuQuant,
-    pub data: DevBuf<u8>,
+    pub data: SegData,
 }
 
 /// A `[rows, cols]` matrix in block-quantised segments.
@@ -30,8 +64,14 @@ pub struct QuantMatrix {
 }
 
 impl QuantMatrix {
+    /// Device bytes.
     pub fn bytes(&self) -> usize {
         self.segments.iter().map(|s| s.data.bytes()).sum()
+    }
+
+    /// Pinned host bytes (a host-kept embedding).
+    pub fn host_bytes(&self) -> usize {
+        self.segments.iter().map(|s| s.data.host_bytes()).sum()
     }
 
     /// Bytes of a bf16 copy: what the prefill scratch must hold for it.
@@ -46,6 +86,13 @@ pub fn quantizable_layer(w: LayerWeight) -> bool {
         w,
         LayerWeight::Qkv | LayerWeight::O | LayerWeight::GateUp | LayerWeight::Down
     )
+}
+
+/// Whether a quantised embedding is kept in pinned host memory (`KILN_QUANT_EMBED=host`), as
+/// llama.cpp keeps it: only when the LM head is a matrix of its own, since a tied one is read
+/// whole every step.
+pub fn embedding_on_host(spec: &ModelSpec) -> bool {
+    Switches::from_env().quant_embed_host && !spec.tie_embeddings
 }
 
 /// The global matrices that may stay quantised: the embedding (gathered row by row) and the
@@ -96,12 +143,14 @@ pub fn device_bytes<W>(f: &Fused<W>, formats: &[GpuQuant]) -> usize {
 }
 
 /// Loads `f` in `formats` (from [`kept_formats`]): each run of parts read as blocks,
-/// repacked and uploaded as one segment. `tick` is called once per part loaded.
+/// repacked and uploaded as one segment (into pinned host memory with `host`). `tick` is called
+/// once per part loaded.
 pub fn load_matrix<W>(
     gpu: &Gpu,
     src: &dyn WeightSource,
     f: &Fused<W>,
     formats: &[GpuQuant],
+    host: bool,
     mut tick: impl FnMut(),
 ) -> Result<QuantMatrix> {
     let cols = f.cols.context("a matrix weight without columns")?;
@@ -136,8 +185,15 @@ pub fn load_matrix<W>(
         }
         let packed = repack(q, rows, cols, &blocks)
             .with_context(|| format!("repacking {} rows of {}", rows, parts[0].id))?;
-        let data = gpu.alloc::<u8>(packed.len())?;
-        data.upload(0, &packed)?;
+        let data = if host {
+            let mut b = PinnedBuf::<u8>::new(gpu, packed.len())?;
+            b.as_mut_slice().copy_from_slice(&packed);
+            SegData::Host(b)
+        } else {
+            let b = gpu.alloc::<u8>(packed.len())?;
+            b.upload(0, &packed)?;
+            SegData::Device(b)
+        };
         segments.push(QuantSegment {
             row0,
             rows,
@@ -160,6 +216,7 @@ pub fn weight_bytes(spec: &ModelSpec, src: &dyn WeightSource, on: bool) -> (usiz
     let mut scratch = 0;
     for f in schema::global_weights(spec) {
         bytes += match kept_formats(&f, src, on && quantizable_global(f.weight)) {
+            Some(_) if f.weight == GlobalWeight::Embedding && embedding_on_host(spec) => 0,
             Some(q) => device_bytes(&f, &q),
             None => f.len() * 2,
         };
@@ -197,8 +254,17 @@ pub fn describe(w: &crate::weights::ModelWeights) -> String {
         .iter()
         .map(|(q, b)| format!("{} {:.2} GiB", q.dtype(), gib(*b)))
         .collect();
+    let host: usize = w.quantized().map(QuantMatrix::host_bytes).sum();
+    let host = if host > 0 {
+        format!(
+            "; the embedding in pinned host memory, {:.2} GiB",
+            gib(host)
+        )
+    } else {
+        String::new()
+    };
     format!(
-        " (of which {}; prefill scratch {:.2} GiB in the buffers)",
+        " (of which {}; prefill scratch {:.2} GiB in the buffers{host})",
         formats.join(", "),
         gib(w.scratch_bytes())
     )

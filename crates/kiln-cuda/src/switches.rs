@@ -29,6 +29,10 @@ pub struct Switches {
     /// the quantised skinny kernels (in launches of 64 rows) instead of prefill rows through a
     /// bf16 expansion and cuBLASLt (`expand`, the default). Row-invariant either way.
     pub quant_prefill_skinny: bool,
+    /// KILN_QUANT_EMBED=host: a quantised embedding (with an LM head of its own) is kept in
+    /// pinned host memory, as llama.cpp keeps it, and gathered over the bus: its bytes leave
+    /// the GPU. Opt-in until measured.
+    pub quant_embed_host: bool,
     /// KILN_CUDA_GRAPH_PREFILL=N: the largest prefill bucket with a graph (0: none); None when
     /// unset or not a number, for the default of graphs_pad.rs.
     pub graph_prefill_max: Option<usize>,
@@ -141,6 +145,7 @@ impl Env {
                 cuda_graphs: on("KILN_CUDA_GRAPHS"),
                 gpu_quant: opt_in("KILN_GPU_QUANT"),
                 quant_prefill_skinny: var("KILN_QUANT_PREFILL").as_deref() == Some("skinny"),
+                quant_embed_host: var("KILN_QUANT_EMBED").as_deref() == Some("host"),
                 graph_prefill_max: var("KILN_CUDA_GRAPH_PREFILL").and_then(|v| v.parse().ok()),
                 decode_mma_splits: var("KILN_DECODE_SPLITS")
                     .and_then(|v| v.parse::<usize>().ok())
@@ -206,7 +211,7 @@ impl Switches {
             .decode_mma_splits
             .map_or("64".to_string(), |n| n.to_string());
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} pdl={} cuda_graphs={} gpu_quant={} quant_prefill={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} flash_wide={} decode_wide={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} pdl={} cuda_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} flash_wide={} decode_wide={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -227,6 +232,11 @@ impl Switches {
                 "skinny"
             } else {
                 "expand"
+            },
+            if self.quant_embed_host {
+                "host"
+            } else {
+                "device"
             },
             if k.quant_decode_v2 { "v2" } else { "v1" },
             if k.quant_expand_words {

@@ -175,10 +175,11 @@ impl Loader<'_> {
         &mut self,
         f: &Fused<W>,
         formats: &[crate::quant_layout::GpuQuant],
+        host: bool,
     ) -> Result<QuantMatrix> {
         let (gpu, src, total, progress) = (self.gpu, self.src, self.total, self.progress);
         let done = &mut self.done;
-        let m = quant_weights::load_matrix(gpu, src, f, formats, || {
+        let m = quant_weights::load_matrix(gpu, src, f, formats, host, || {
             *done += 1;
             if let Some(p) = progress {
                 p(*done, total);
@@ -252,7 +253,9 @@ pub fn load_weights(
         if let Some(formats) =
             quant_weights::kept_formats(&f, src, quant_on && quantizable_global(f.weight))
         {
-            let m = ld.quant(&f, &formats)?;
+            let host =
+                f.weight == GlobalWeight::Embedding && quant_weights::embedding_on_host(spec);
+            let m = ld.quant(&f, &formats, host)?;
             match f.weight {
                 GlobalWeight::Embedding => quant_embed = Some(m),
                 _ => quant_lm_head = Some(m),
@@ -300,7 +303,7 @@ pub fn load_weights(
             match quant_weights::kept_formats(&f, src, quant_on && quantizable_layer(f.weight)) {
                 Some(formats) => {
                     scratch_len = scratch_len.max(f.len());
-                    w.quant[i] = Some(ld.quant(&f, &formats)?);
+                    w.quant[i] = Some(ld.quant(&f, &formats, false)?);
                 }
                 None => w.bufs[i] = Some(ld.fused(&f)?),
             }
