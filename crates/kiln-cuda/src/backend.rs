@@ -223,6 +223,19 @@ impl CudaBackend {
         &self.config
     }
 
+    /// A draft model that reads this backend's KV cache (Gemma 4's assistant).
+    pub fn attach_draft_model(
+        &mut self,
+        weights: &dyn WeightSource,
+        _progress: Option<&dyn Fn(usize, usize)>,
+    ) -> Result<()> {
+        weights
+            .config()
+            .draft_spec(&self.config)
+            .context("the draft model does not fit the model")?;
+        bail!("the CUDA backend runs no draft model yet; run it on the CPU (--device cpu)")
+    }
+
     pub fn gpu(&self) -> &Gpu {
         &self.gpu
     }

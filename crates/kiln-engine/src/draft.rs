@@ -39,6 +39,28 @@ pub trait Drafter: Send {
 
     /// `seq` is gone; a drafter with state per sequence lets go of it.
     fn forget(&mut self, _seq: SeqId) {}
+
+    /// The drafts come from the target's backend itself (its draft model reads the target's
+    /// KV cache: [`kiln_step::Backend::draft`]); the engine asks it for every decoding
+    /// sequence at once and never calls `propose`.
+    fn in_backend(&self) -> bool {
+        false
+    }
+}
+
+/// The target backend's own draft model (Gemma 4's assistant): no state here, no cache of
+/// its own; each sequence drafts from the hidden state of the row that chose its last token.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BackendDrafter;
+
+impl Drafter for BackendDrafter {
+    fn propose(&mut self, _seq: SeqId, _tokens: &[u32], _k: usize) -> Vec<u32> {
+        Vec::new()
+    }
+
+    fn in_backend(&self) -> bool {
+        true
+    }
 }
 
 /// Prompt lookup: the tokens that followed the latest earlier occurrence of the sequence's last

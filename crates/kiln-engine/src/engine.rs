@@ -67,6 +67,9 @@ pub(crate) struct Engine {
     pub(crate) device_penalties: bool,
     /// Speculative decoding: who drafts and how far (None: plain decoding).
     pub(crate) drafting: Option<(Box<dyn Drafter>, DraftConfig)>,
+    /// Per sequence, the logits row of the step last finished that chose its last token: a
+    /// draft model in the backend starts from that row's hidden state.
+    pub(crate) chosen_rows: HashMap<SeqId, usize>,
     /// The next step is planned and launched while the device runs the one before.
     pub(crate) overlap: bool,
     /// The step launched and not yet finished.
@@ -120,6 +123,7 @@ impl Engine {
             device_argmax: device_argmax_enabled(),
             device_penalties: device_penalties_enabled(),
             drafting: drafting.filter(|_| crate::draft::enabled_by_env()),
+            chosen_rows: HashMap::new(),
             overlap,
             in_flight: None,
             output: if cfg.output_thread && output_thread_enabled() {

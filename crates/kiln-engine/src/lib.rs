@@ -25,14 +25,14 @@ mod step_run;
 pub mod step_timing;
 pub mod stop;
 
-pub use draft::{DraftConfig, Drafter, NgramDrafter};
+pub use draft::{BackendDrafter, DraftConfig, Drafter, NgramDrafter};
 pub use handle::{
     start, start_with_drafter, EngineConfig, EngineHandle, EngineStats, RequestStream, SubmitError,
 };
 pub use kiln_grammar::{CompileError, Constraint, Grammar};
 pub use kiln_step::{
-    Backend, ChunkInput, DeviceTiming, Feed, KvGeometry, Launched, RowSampling, RunAtLaunch,
-    StepCapacity, StepOutput, Want, MAX_DEVICE_TOP_LOGPROBS,
+    Backend, ChunkInput, DeviceTiming, DraftRow, Feed, KvGeometry, Launched, RowSampling,
+    RunAtLaunch, StepCapacity, StepOutput, Want, MAX_DEVICE_TOP_LOGPROBS,
 };
 pub use model_drafter::ModelDrafter;
 pub use request::{

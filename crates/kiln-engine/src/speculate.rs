@@ -4,6 +4,10 @@
 //! seeded draw for that draw index), so the kept tokens are exactly plain decoding's: the draft
 //! only decides how many of them one step yields.
 
+use std::panic::AssertUnwindSafe;
+
+use kiln_step::DraftRow;
+
 use crate::engine::Engine;
 use crate::sampler::Sampled;
 use crate::scheduler::ScheduledChunk;
@@ -12,15 +16,17 @@ use crate::sequence::SeqId;
 impl Engine {
     /// Judges a verify chunk's rows: keeps the target's tokens up to and including the first
     /// whose draft differs, rolls the rest back, and hands the kept ones to the request.
+    /// Returns how many drafts were kept (the row after them chose the last token), None when
+    /// the request failed.
     pub(crate) fn settle_verify(
         &mut self,
         chunk: &ScheduledChunk,
         rows: Vec<(SeqId, Result<Sampled, String>)>,
-    ) {
+    ) -> Option<usize> {
         let id = chunk.seq;
         let draft: Vec<u32> = match self.scheduler.get(id) {
             Some(seq) => seq.draft()[..chunk.draft].to_vec(),
-            None => return,
+            None => return None,
         };
         let mut kept = Vec::with_capacity(rows.len());
         for (j, (_, result)) in rows.into_iter().enumerate() {
@@ -28,7 +34,7 @@ impl Engine {
                 Ok(s) => s,
                 Err(e) => {
                     self.fail(id, format!("sampling failed: {e}"));
-                    return;
+                    return None;
                 }
             };
             let matches = draft.get(j) == Some(&s.id);
@@ -70,6 +76,7 @@ impl Engine {
             self.scheduler.push_token(id, s.id);
             self.accept(id, s);
         }
+        Some(accepted)
     }
 
     /// Asks the drafter for each decoding sequence's next draft, unless too many decode at
@@ -82,6 +89,9 @@ impl Engine {
         if decoding.len() > cfg.max_batch {
             return;
         }
+        let in_backend = drafter.in_backend();
+        let mut wanted: Vec<(SeqId, usize)> = Vec::new();
+        let mut proposed: Vec<(SeqId, Vec<u32>)> = Vec::new();
         for id in decoding {
             let Some(a) = self.active.get_mut(&id) else {
                 continue;
@@ -111,18 +121,85 @@ impl Engine {
                 .draft_len
                 .clamp(1, cap)
                 .min(room.saturating_sub(seq.tokens.len()));
-            let mut draft = if k == 0 {
+            if in_backend {
+                wanted.push((id, k));
+                continue;
+            }
+            let draft = if k == 0 {
                 Vec::new()
             } else {
                 drafter.propose(id, &seq.tokens, k)
             };
-            // Under a grammar, a draft is cut where the grammar would refuse it: the rows
-            // after could never be kept.
-            if let Some(c) = a.req.constraint.as_mut() {
-                let valid = c.valid_prefix(&draft);
-                draft.truncate(valid);
+            proposed.push((id, draft));
+        }
+        for (id, draft) in proposed {
+            self.set_checked_draft(id, draft);
+        }
+        if in_backend {
+            self.backend_drafts(&wanted);
+        }
+    }
+
+    /// Sets `id`'s draft, cut where its grammar would refuse it (the rows after could never
+    /// be kept).
+    fn set_checked_draft(&mut self, id: SeqId, mut draft: Vec<u32>) {
+        if let Some(c) = self
+            .active
+            .get_mut(&id)
+            .and_then(|a| a.req.constraint.as_mut())
+        {
+            let valid = c.valid_prefix(&draft);
+            draft.truncate(valid);
+        }
+        self.scheduler.set_draft(id, draft);
+    }
+
+    /// Drafts from the backend's own draft model, every sequence of `wanted` (with its draft
+    /// length) at once; a sequence whose last token no row of the step last finished chose
+    /// (it was not in that step) drafts nothing this time.
+    fn backend_drafts(&mut self, wanted: &[(SeqId, usize)]) {
+        let mut ids = Vec::new();
+        for &(id, k) in wanted {
+            self.scheduler.set_draft(id, Vec::new());
+            let hidden_row = self.chosen_rows.get(&id).copied();
+            if let (Some(row), true) = (hidden_row, k > 0 && self.scheduler.get(id).is_some()) {
+                ids.push((id, k, row));
             }
-            self.scheduler.set_draft(id, draft);
+        }
+        if ids.is_empty() {
+            return;
+        }
+        let k_max = ids.iter().map(|&(_, k, _)| k).max().unwrap_or(0);
+        let rows: Vec<DraftRow<'_>> = ids
+            .iter()
+            .filter_map(|&(id, _, hidden_row)| {
+                let seq = self.scheduler.get(id)?;
+                Some(DraftRow {
+                    token: *seq.tokens.last()?,
+                    pos: seq.tokens.len() - 1,
+                    block_table: self.scheduler.blocks().table(id),
+                    hidden_row,
+                })
+            })
+            .collect();
+        let backend = &mut self.backend;
+        let drafted = std::panic::catch_unwind(AssertUnwindSafe(|| backend.draft(&rows, k_max)))
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("the backend panicked")));
+        drop(rows);
+        match drafted {
+            Ok(drafts) if drafts.len() == ids.len() => {
+                for ((id, k, _), mut draft) in ids.into_iter().zip(drafts) {
+                    draft.truncate(k);
+                    self.set_checked_draft(id, draft);
+                }
+            }
+            Ok(drafts) => tracing::warn!(
+                "the draft model gave {} drafts for {} sequences; no drafts this step",
+                drafts.len(),
+                ids.len()
+            ),
+            // Plain decoding goes on: a draft only ever saves passes.
+            Err(e) => tracing::warn!("the draft model failed, no drafts this step: {e:#}"),
         }
     }
 }

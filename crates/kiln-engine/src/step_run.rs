@@ -405,14 +405,24 @@ impl Engine {
             s.tokens_processed += processed as u64;
         });
         let mut rows = sampled.into_iter();
+        self.chosen_rows.clear();
+        let mut first_row = 0;
         for c in plan {
             let chunk_rows: Vec<_> = rows.by_ref().take(c.rows()).collect();
+            let at = first_row;
+            first_row += c.rows();
             if !self.active.contains_key(&c.seq) {
                 continue;
             }
             if c.draft > 0 {
-                self.settle_verify(c, chunk_rows);
+                // The row after the kept drafts chose the last token.
+                if let Some(accepted) = self.settle_verify(c, chunk_rows) {
+                    self.chosen_rows.insert(c.seq, at + accepted);
+                }
                 continue;
+            }
+            if c.want_logits {
+                self.chosen_rows.insert(c.seq, at);
             }
             for (id, result) in chunk_rows {
                 match result {

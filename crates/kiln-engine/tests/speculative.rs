@@ -2,7 +2,7 @@
 //! and log-probability for log-probability, greedy and seeded, with the n-gram drafter, with a
 //! drafter that is always right and one that is always wrong, alone and in batches mixed with
 //! prefill chunks; stop strings and max_tokens behave as without drafting; what a rollback left
-//! behind never reaches a later request.
+//! behind never reaches a later request. (Gemma 4's assistant: speculative_assistant.rs.)
 
 mod common;
 
@@ -11,14 +11,6 @@ use std::sync::{Arc, Mutex};
 
 use common::*;
 use kiln_engine::{DraftConfig, Drafter, EngineHandle, GenerateRequest, NgramDrafter};
-
-/// Greedy with log-probabilities: equal outcomes mean equal logits.
-fn probed(prompt: Vec<u32>, max_tokens: usize) -> GenerateRequest {
-    GenerateRequest {
-        logprobs: Some(4),
-        ..greedy(prompt, max_tokens)
-    }
-}
 
 fn drafted(drafter: Box<dyn Drafter>, max_tokens: usize) -> EngineHandle {
     let source = tiny();
@@ -40,17 +32,6 @@ fn plain_outcomes(reqs: &[GenerateRequest]) -> Vec<Outcome> {
     let out = reqs.iter().map(|r| run(&e, r.clone())).collect();
     e.shutdown();
     out
-}
-
-fn same(got: &Outcome, want: &Outcome, what: &str) {
-    assert_eq!(got.ids, want.ids, "{what}: tokens");
-    assert_eq!(got.logprobs, want.logprobs, "{what}: log-probabilities");
-    assert_eq!(
-        got.top_logprobs, want.top_logprobs,
-        "{what}: top log-probabilities"
-    );
-    assert_eq!(got.text, want.text, "{what}: text");
-    assert_eq!(got.finish.reason, want.finish.reason, "{what}: finish");
 }
 
 /// Prompts whose continuations repeat (dummy:tiny's greedy output loops), so n-grams match.

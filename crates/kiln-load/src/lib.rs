@@ -88,6 +88,34 @@ pub fn load(spec: &str) -> anyhow::Result<LoadedModel> {
     })
 }
 
+/// A model's weights and configuration without its tokenizer: a draft model that drafts in its
+/// target's vocabulary (Gemma 4's assistant, whose folder need not hold a tokenizer).
+pub struct LoadedWeights {
+    pub name: String,
+    pub config: ModelConfig,
+    pub weights: Arc<dyn WeightSource>,
+}
+
+/// Loads `spec`'s weights and configuration as [`load`] does, without asking for a tokenizer.
+pub fn load_weights(spec: &str) -> anyhow::Result<LoadedWeights> {
+    let header::Opened { header, weights } = header::open(spec)?;
+    let config = header.config.map_err(|why| anyhow!("{why}"))?;
+    let weights = weights.ok_or_else(|| {
+        anyhow!(
+            "{}",
+            header
+                .weights_missing
+                .clone()
+                .unwrap_or_else(|| "the weights cannot be read".into())
+        )
+    })?;
+    Ok(LoadedWeights {
+        name: header.name,
+        config,
+        weights,
+    })
+}
+
 /// A tokenizer that produces ids past the embedding table would crash a forward pass later.
 fn check_vocab(tokenizer: &Tokenizer, config: &ModelConfig, origin: &str) -> anyhow::Result<()> {
     if tokenizer.vocab_size() > config.vocab_size {

@@ -6,7 +6,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use kiln_engine::{Backend, EngineConfig};
-use kiln_load::LoadedModel;
+use kiln_load::{LoadedModel, LoadedWeights};
 
 use crate::dtype_choice::Dtype;
 use crate::memory_fit::MemoryFit;
@@ -140,6 +140,20 @@ pub fn build_backend_for(
     longest: usize,
     inputs_per_seq: usize,
 ) -> anyhow::Result<Box<dyn Backend>> {
+    build_backend_with(model, device, cfg, kv_tokens, longest, inputs_per_seq, None)
+}
+
+/// [`build_backend_for`], with a draft model that reads the target's KV cache (Gemma 4's
+/// assistant, checked to fit by `DraftArgs::assistant`) attached to the backend.
+pub fn build_backend_with(
+    model: &LoadedModel,
+    device: &DeviceArgs,
+    cfg: &EngineConfig,
+    kv_tokens: usize,
+    longest: usize,
+    inputs_per_seq: usize,
+    assistant: Option<&LoadedWeights>,
+) -> anyhow::Result<Box<dyn Backend>> {
     let use_cuda = device.use_cuda(model)?;
     let host_bytes = device
         .prefix_cache_host_gb
@@ -161,8 +175,14 @@ pub fn build_backend_for(
             ..kiln_cuda::CudaOptions::default()
         };
         check_gpu_fit(model, &opts, longest)?;
-        let backend = kiln_cuda::CudaBackend::new(model.weights.as_ref(), opts, Some(&progress))
-            .with_context(|| format!("cannot start the CUDA backend for `{}`", model.name))?;
+        let mut backend =
+            kiln_cuda::CudaBackend::new(model.weights.as_ref(), opts, Some(&progress))
+                .with_context(|| format!("cannot start the CUDA backend for `{}`", model.name))?;
+        if let Some(a) = assistant {
+            backend
+                .attach_draft_model(a.weights.as_ref(), Some(&progress))
+                .with_context(|| format!("cannot attach the draft model `{}`", a.name))?;
+        }
         Box::new(backend)
     } else {
         MemoryFit::cpu(model, cfg.max_batched_tokens, cfg.max_num_seqs)?
@@ -184,8 +204,13 @@ pub fn build_backend_for(
                 host_bytes / (2 * 4 * BLOCK_SIZE * kv).max(1)
             },
         };
-        let backend = kiln_cpu::CpuBackend::new(model.weights.as_ref(), opts, Some(&progress))
+        let mut backend = kiln_cpu::CpuBackend::new(model.weights.as_ref(), opts, Some(&progress))
             .with_context(|| format!("cannot start the CPU backend for `{}`", model.name))?;
+        if let Some(a) = assistant {
+            backend
+                .attach_draft_model(a.weights.as_ref(), Some(&progress))
+                .with_context(|| format!("cannot attach the draft model `{}`", a.name))?;
+        }
         Box::new(backend)
     };
     bar.finish(if use_cuda { "cuda" } else { "cpu" });

@@ -1,19 +1,22 @@
 //! `--draft ngram|MODEL` and `--draft-tokens K`: speculative decoding for `generate` and
 //! `serve`. A draft model must share the target's tokenizer, token for token; it runs on the
-//! same kind of device as the target.
+//! same kind of device as the target. A draft model that reads its target's KV cache (Gemma 4's
+//! assistant, `gemma4_assistant`) is attached to the target's backend instead, after checking
+//! that it fits the target.
 
 use anyhow::{bail, Context};
 use clap::Args;
-use kiln_engine::{DraftConfig, Drafter, EngineConfig, ModelDrafter, NgramDrafter};
-use kiln_load::LoadedModel;
+use kiln_engine::{BackendDrafter, DraftConfig, Drafter, EngineConfig, ModelDrafter, NgramDrafter};
+use kiln_load::{LoadedModel, LoadedWeights};
 
 use crate::backend_choice::{build_backend_for, DeviceArgs};
 
 #[derive(Debug, Clone, Args)]
 pub struct DraftArgs {
     /// Speculative decoding: `ngram` (prompt lookup, no model), or a draft model (a .gguf, a
-    /// Hugging Face folder or dummy:PRESET) with the target's tokenizer. The output is the same
-    /// as without; only the speed differs. `KILN_SPEC=0` turns it off.
+    /// Hugging Face folder or dummy:PRESET) with the target's tokenizer, or a Gemma 4 assistant
+    /// (`gemma4_assistant`) for a Gemma 4 target, which reads the target's KV cache. The output
+    /// is the same as without; only the speed differs. `KILN_SPEC=0` turns it off.
     #[arg(long)]
     pub draft: Option<String>,
     /// Most tokens drafted for one verify step (sampled requests draft half as many).
@@ -35,12 +38,40 @@ impl DraftArgs {
         }
     }
 
-    /// The drafter these options name, for an engine serving `target` on `device`.
+    /// The draft model to attach to the target's backend, when `--draft` names one that reads
+    /// the target's KV cache (Gemma 4's assistant); an error names both models and what differs
+    /// when it does not fit `target`.
+    pub fn assistant(&self, target: &LoadedModel) -> anyhow::Result<Option<LoadedWeights>> {
+        let Some(spec) = self.draft.as_deref().filter(|s| *s != "ngram") else {
+            return Ok(None);
+        };
+        let header = kiln_load::inspect(spec)
+            .with_context(|| format!("cannot read the draft model `{spec}`"))?;
+        if !header.config.as_ref().is_ok_and(|c| c.assistant.is_some()) {
+            return Ok(None);
+        }
+        let draft = kiln_load::load_weights(spec)
+            .with_context(|| format!("cannot load the draft model `{spec}`"))?;
+        if let Err(e) = draft.config.draft_spec(&target.config) {
+            bail!(
+                "the draft model `{}` ({}) does not fit the model `{}` ({}): {e:#}",
+                draft.name,
+                draft.config.arch,
+                target.name,
+                target.config.arch
+            );
+        }
+        Ok(Some(draft))
+    }
+
+    /// The drafter these options name, for an engine serving `target` on `device`;
+    /// `in_backend`: the target's backend holds the draft model (see [`DraftArgs::assistant`]).
     pub fn build(
         &self,
         target: &LoadedModel,
         device: &DeviceArgs,
         cfg: &EngineConfig,
+        in_backend: bool,
     ) -> anyhow::Result<Option<(Box<dyn Drafter>, DraftConfig)>> {
         let Some(spec) = &self.draft else {
             return Ok(None);
@@ -51,6 +82,9 @@ impl DraftArgs {
         };
         if spec == "ngram" {
             return Ok(Some((Box::new(NgramDrafter::default()), dcfg)));
+        }
+        if in_backend {
+            return Ok(Some((Box::new(BackendDrafter), dcfg)));
         }
         let draft = kiln_load::load(spec)
             .with_context(|| format!("cannot load the draft model `{spec}`"))?;

@@ -9,7 +9,7 @@ use clap::Args;
 use kiln_engine::{EngineConfig, Finish, GenEvent, GenerateRequest};
 use kiln_tokenizer::{ChatMessage, Tokenizer};
 
-use crate::backend_choice::{build_backend_for, DeviceArgs, ModelArgs};
+use crate::backend_choice::{build_backend_with, DeviceArgs, ModelArgs};
 use crate::draft_choice::DraftArgs;
 use crate::sampling_choice::SamplingArgs;
 
@@ -71,17 +71,21 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         ..EngineConfig::default()
     };
     let kv_tokens = prompt_ids.len() + max_tokens;
-    let backend = build_backend_for(
+    let assistant = args.draft.assistant(&model)?;
+    let backend = build_backend_with(
         &model,
         &args.device,
         &cfg,
         kv_tokens,
         kv_tokens,
         args.draft.inputs_per_seq(),
+        assistant.as_ref(),
     )?;
     let load_s = t0.elapsed().as_secs_f64();
 
-    let drafting = args.draft.build(&model, &args.device, &cfg)?;
+    let drafting = args
+        .draft
+        .build(&model, &args.device, &cfg, assistant.is_some())?;
     let engine = kiln_engine::start_with_drafter(backend, model.tokenizer.clone(), cfg, drafting);
     if let Some(d) = args.sampling.model_defaults(&model.sampling) {
         eprintln!(

@@ -8,7 +8,7 @@ use clap::Args;
 use kiln_engine::EngineConfig;
 use kiln_server::{Access, ConnectionLimits, Limits, PromptRules, ServeOptions};
 
-use crate::backend_choice::{build_backend_for, DeviceArgs, ModelArgs, BLOCK_SIZE};
+use crate::backend_choice::{build_backend_with, DeviceArgs, ModelArgs, BLOCK_SIZE};
 use crate::draft_choice::DraftArgs;
 
 #[derive(Debug, Clone, Args)]
@@ -140,15 +140,19 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     // The GPU backend sizes its step buffers from the engine's limits.
     let inputs = args.draft.inputs_per_seq();
-    let backend = build_backend_for(
+    let assistant = args.draft.assistant(&model)?;
+    let backend = build_backend_with(
         &model,
         &args.device,
         &cfg,
         args.kv_blocks * BLOCK_SIZE,
         cfg.max_context,
         inputs,
+        assistant.as_ref(),
     )?;
-    let drafting = args.draft.build(&model, &args.device, &cfg)?;
+    let drafting = args
+        .draft
+        .build(&model, &args.device, &cfg, assistant.is_some())?;
     let engine = kiln_engine::start_with_drafter(backend, model.tokenizer.clone(), cfg, drafting);
     let name = args
         .served_model_name

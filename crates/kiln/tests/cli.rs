@@ -207,3 +207,47 @@ fn drafted_generation_gives_the_plain_text_and_reports_its_drafts() {
     assert!(!mismatch.status.success());
     assert!(String::from_utf8_lossy(&mismatch.stderr).contains("share the target's tokenizer"));
 }
+
+#[test]
+fn a_gemma4_assistant_drafts_inside_its_target_and_a_mismatched_one_is_refused() {
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures");
+    let target = format!("{fixtures}/gemma4/hf");
+    let assistant = format!("{fixtures}/gemma4_assistant/assistant");
+    let base = [
+        "generate",
+        "--model",
+        &target,
+        "--device",
+        "cpu",
+        "-p",
+        "The potter loads the kiln",
+        "-n",
+        "24",
+        "--ignore-eos",
+        "--json",
+    ];
+    let plain = json(&base);
+    let mut args = base.to_vec();
+    args.extend(["--draft", &assistant]);
+    let drafted = json(&args);
+    assert_eq!(drafted["ids"], plain["ids"]);
+    assert_eq!(drafted["text"], plain["text"]);
+    assert!(drafted["draft"]["proposed"].as_u64().unwrap() > 0);
+    // gemma4_kv's full layers have one KV head, this assistant's two; a llama is no target.
+    let kv_target = format!("{fixtures}/gemma4_kv/hf");
+    for (model, want) in [
+        (kv_target.as_str(), "KV heads"),
+        ("dummy:tiny", "drafts for gemma4 models"),
+    ] {
+        let out = kiln(&[
+            "generate", "--model", model, "--device", "cpu", "-p", "x", "-n", "2", "--draft",
+            &assistant,
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{model}");
+        assert!(
+            err.contains("does not fit the model") && err.contains(want),
+            "{model}: {err}"
+        );
+    }
+}

@@ -144,3 +144,23 @@ pub fn wait_for(
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
+
+/// Greedy with log-probabilities: equal outcomes mean equal logits.
+pub fn probed(prompt: Vec<u32>, max_tokens: usize) -> GenerateRequest {
+    GenerateRequest {
+        logprobs: Some(4),
+        ..greedy(prompt, max_tokens)
+    }
+}
+
+/// Two runs of a request gave the same tokens, log-probabilities, text and finish.
+pub fn same(got: &Outcome, want: &Outcome, what: &str) {
+    assert_eq!(got.ids, want.ids, "{what}: tokens");
+    assert_eq!(got.logprobs, want.logprobs, "{what}: log-probabilities");
+    assert_eq!(
+        got.top_logprobs, want.top_logprobs,
+        "{what}: top log-probabilities"
+    );
+    assert_eq!(got.text, want.text, "{what}: text");
+    assert_eq!(got.finish.reason, want.finish.reason, "{what}: finish");
+}

@@ -10,7 +10,7 @@ use kiln_engine::{DraftCounts, EngineConfig, GenEvent, GenerateRequest};
 use kiln_load::LoadedModel;
 
 use super::stats::Spread;
-use crate::backend_choice::{build_backend_for, DeviceArgs};
+use crate::backend_choice::{build_backend_with, DeviceArgs};
 use crate::draft_choice::DraftArgs;
 
 /// The default prompt's file: this one, cut to a size most contexts hold with room to reply.
@@ -67,15 +67,17 @@ pub fn measure(
         max_context,
         ..EngineConfig::default()
     };
-    let backend = build_backend_for(
+    let assistant = draft.assistant(model)?;
+    let backend = build_backend_with(
         model,
         device,
         &cfg,
         max_context,
         max_context,
         draft.inputs_per_seq(),
+        assistant.as_ref(),
     )?;
-    let drafting = draft.build(model, device, &cfg)?;
+    let drafting = draft.build(model, device, &cfg, assistant.is_some())?;
     let engine = kiln_engine::start_with_drafter(backend, model.tokenizer.clone(), cfg, drafting);
     let run = |no_draft: bool| -> anyhow::Result<(f64, Vec<u32>, DraftCounts)> {
         let req = GenerateRequest {
