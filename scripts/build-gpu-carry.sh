@@ -58,6 +58,15 @@ if [ "${KILN_CARRY_SKIP_BIN:-0}" != 1 ]; then
         echo "WARNING: the kiln binary did not build; the GPU checks do not need it" >&2
     fi
 fi
+# KILN_CARRY_KERNELS=1: the bf16 kernels compiled for sm_90 (NVRTC from scripts/ci-nvrtc.sh)
+# as a kernel cache in .carry/kernel-cache.tar.xz, which decode-gpu.sh unpacks into its cache:
+# no NVRTC minutes on the GPU machine.
+if [ "${KILN_CARRY_KERNELS:-0}" = 1 ]; then
+    eval "$(scripts/ci-nvrtc.sh)"
+    KILN_KERNEL_CACHE="$PWD/$carry/kernel-cache" KILN_FILL_CACHE=1 \
+        cargo test -p kiln-cuda --release --test kernels_compile fill_kernel_cache -- --nocapture >&2
+    tar -C "$carry" -cJf "$carry/kernel-cache.tar.xz" kernel-cache && rm -rf "$carry/kernel-cache"
+fi
 # The commit the executables were built from (the GPU machine's copy may have no history).
 echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates || echo +changes)" > "$carry/commit.txt"
 # xz keeps the carry small (gpu-check.sh unpacks it there); KILN_CARRY_XZ=0 leaves it plain.

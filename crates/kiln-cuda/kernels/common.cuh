@@ -113,6 +113,21 @@ __device__ __forceinline__ void mma_bf16_16816(float* d, const u32* a, const u32
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// SwiGLU's product silu(g) * u, written once for every kernel that computes it (swiglu and the
+// fused GEMM epilogue), so both are the same expression and compile to the same operations (the
+// compiler fuses expf's last scaling with the + 1).
+__device__ __forceinline__ float silu_mul(float g, float u) {
+    return g / (1.f + expf(-g)) * u;
+}
+
+// RoPE of the pair (x1, x2) by (c, s): (x1 c - x2 s, x2 c + x1 s), each with one product
+// rounded and the other fused, the roundings qkv_prepare has always had; every kernel that
+// rotates uses this.
+__device__ __forceinline__ void rope_rotate(float x1, float x2, float c, float s, float& o1, float& o2) {
+    o1 = __fmaf_rn(x1, c, -__fmul_rn(x2, s));
+    o2 = __fmaf_rn(x1, s, __fmul_rn(x2, c));
+}
+
 __device__ __forceinline__ u32 smem_addr(const void* p) {
     return (u32)__cvta_generic_to_shared(p);
 }

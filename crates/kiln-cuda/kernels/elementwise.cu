@@ -99,7 +99,7 @@ extern "C" __global__ void swiglu(const float* __restrict__ gu, store_t* __restr
         const u64 t = idx / inter, i = idx % inter;
         const float g = gu[t * 2 * inter + i];
         const float u = gu[t * 2 * inter + inter + i];
-        out[idx] = to_store(g / (1.f + expf(-g)) * u);
+        out[idx] = to_store(silu_mul(g, u));
     }
 }
 

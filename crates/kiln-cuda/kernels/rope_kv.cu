@@ -73,8 +73,9 @@ extern "C" __global__ void qkv_prepare(const float* __restrict__ qkv, const stor
     for (int i = lane; i < half; i += 32) {
         const int i1 = neox ? i : 2 * i, i2 = neox ? i + half : 2 * i + 1;
         const float c = cs[2 * i], s = cs[2 * i + 1];
-        const float x1 = b[i1], x2 = b[i2];
-        dst[i1] = to_store(x1 * c - x2 * s);
-        dst[i2] = to_store(x2 * c + x1 * s);
+        float o1, o2;
+        rope_rotate(b[i1], b[i2], c, s, o1, o2);
+        dst[i1] = to_store(o1);
+        dst[i2] = to_store(o2);
     }
 }

@@ -1,3 +1,4 @@
+#line 1 "skinny_gemm.cu"
 // Decode-shaped GEMM: Y[m, n] = sum_k X[m, k] * W[n, k] for a few rows m (at most 64 per launch),
 // W bf16 [N, K] row-major (the weight as stored), X bf16 [M, K], Y f32 [M, N].
 //
@@ -97,10 +98,17 @@ extern "C" __global__ void __launch_bounds__(256) skinny_gemm_64(float* y, const
 // latency); without it, just before use (fewer registers, for the many-row kernels). RT: 16-row
 // weight tiles per CTA, each x fragment feeding the MMAs of all of them (the order per output is
 // unchanged). Dynamic shared memory: W * S * RT KB (the warp sums reuse it after the loop).
+//
+// FUSED (the skinny_fused* entries): tile T's rows and what becomes of its sums are the Epi's
+// (skinny_epilogue.cu), each thread finishing tile rows r and r + 8 of one token; NORM: x is
+// built from the residual stream and the norm weight as rmsnorm_residual would have written
+// it (norm_prologue, norm_piece; at most 8 rows). Neither changes which warp sums which chunk
+// or the order of the warp sums: the bits are those of the entries without them.
 
-template <int NT, int S, int W, bool XP, int RT>
+template <int NT, int S, int W, bool XP, int RT, bool FUSED = false, bool NORM = false>
 __device__ __forceinline__ void skinny_pipe_body(float* __restrict__ y, const bf16_t* __restrict__ x,
-                                                 const bf16_t* __restrict__ w, int M, int N, int K) {
+                                                 const bf16_t* __restrict__ w, int M, int N, int K,
+                                                 const Epi& ep = Epi{}, const NormIn& nin = NormIn{}) {
     extern __shared__ __align__(16) unsigned char sp_smem[];
     pdl_trigger();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -111,9 +119,15 @@ __device__ __forceinline__ void skinny_pipe_body(float* __restrict__ y, const bf
     bool rok[2 * RT];
 #pragma unroll
     for (int r = 0; r < 2 * RT; ++r) {
-        const int row = row0 + (r >> 1) * 16 + (r & 1) * 8 + g;
-        rok[r] = row < N;
-        wr[r] = w + (u64)(rok[r] ? row : 0) * K;
+        if constexpr (FUSED) {
+            const int row = epi_row(ep, blockIdx.x * RT + (r >> 1), (r & 1) * 8 + g);
+            rok[r] = row >= 0;
+            wr[r] = w + (u64)(rok[r] ? row : 0) * K;
+        } else {
+            const int row = row0 + (r >> 1) * 16 + (r & 1) * 8 + g;
+            rok[r] = row < N;
+            wr[r] = w + (u64)(rok[r] ? row : 0) * K;
+        }
     }
     // Stage s of this warp: 32 pieces of each of the 2 * RT rows (16-byte strides, no conflicts).
     uint4* ring = reinterpret_cast<uint4*>(sp_smem) + warp * S * 64 * RT;
@@ -134,12 +148,18 @@ __device__ __forceinline__ void skinny_pipe_body(float* __restrict__ y, const bf
         }
         cp_async_commit();
     };
+    // NORM: 32 floats of block_sum scratch and each row's inverse norm, past the ring.
+    float* nsh = reinterpret_cast<float*>(sp_smem + W * S * RT * 1024);
     auto load_x = [&](int i, uint4* vx) {
         const int k = (warp + i * W) * 32 + t * 8;
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
             const int m = j * 8 + g;
-            vx[j] = (i < n_my && k < K && m < M) ? ld_16(x + (u64)m * K + k) : zero;
+            if constexpr (NORM) {
+                vx[j] = (i < n_my && k < K && m < M) ? norm_piece(nin, m, K, k, nsh[32 + m]) : zero;
+            } else {
+                vx[j] = (i < n_my && k < K && m < M) ? ld_16(x + (u64)m * K + k) : zero;
+            }
         }
     };
 
@@ -148,6 +168,7 @@ __device__ __forceinline__ void skinny_pipe_body(float* __restrict__ y, const bf
     // Started as a dependent launch (Gpu::launch_with): the weights above stream in while the
     // previous kernel finishes; x and y belong to it until here.
     pdl_wait();
+    if constexpr (NORM) norm_prologue(nin, M, K, nsh);
     float acc[RT][NT][4];
 #pragma unroll
     for (int rt = 0; rt < RT; ++rt)
@@ -195,6 +216,21 @@ __device__ __forceinline__ void skinny_pipe_body(float* __restrict__ y, const bf
             for (int q = 0; q < 4; ++q)
                 red[(((warp * RT + rt) * NT + j) * 4 + q) * 32 + lane] = acc[rt][j][q];
     __syncthreads();
+    if constexpr (FUSED) {
+        // Fragment elements q and q + 2 (tile rows r and r + 8, one token) in one thread.
+        for (int e2 = threadIdx.x; e2 < RT * NT * 2 * 32; e2 += blockDim.x) {
+            const int rt = e2 / (NT * 64), j = (e2 / 64) % NT, qh = (e2 / 32) & 1, l = e2 % 32;
+            const int lo_at = ((rt * NT + j) * 4 + qh) * 32 + l, hi_at = lo_at + 64;
+            float lo = 0.f, hi = 0.f;
+#pragma unroll
+            for (int wi = 0; wi < W; ++wi) lo += red[wi * RT * NT * 128 + lo_at];
+#pragma unroll
+            for (int wi = 0; wi < W; ++wi) hi += red[wi * RT * NT * 128 + hi_at];
+            const int m = j * 8 + (l & 3) * 2 + qh;
+            if (m < M) epi_pair(ep, blockIdx.x * RT + rt, l >> 2, m, lo, hi);
+        }
+        return;
+    }
     for (int e = threadIdx.x; e < RT * NT * 4 * 32; e += blockDim.x) {
         const int rt = e / (NT * 128), j = (e / 128) % NT, q = (e / 32) % 4, l = e % 32;
         float s = 0.f;
@@ -234,3 +270,21 @@ SP_ENTRY(skinny_wide4_8, 1, 4, 16, true, 3, 1)
 SP_ENTRY(skinny_wide_16, 2, 4, 16, true, 2, 1)
 SP_ENTRY(skinny_wide_32, 4, 4, 16, false, 2, 1)
 SP_ENTRY(skinny_wide_64, 8, 4, 16, false, 1, 2)
+
+// skinny_fused*: the 16-warp entries with an epilogue (and NORM, a norm prologue), the same
+// order as skinny_wide*: a fused launch gives the bits of the plain one and the kernels after
+// it. Shared memory: W * S * RT KB, and 256 bytes more with the prologue (NORM = true).
+#define SF_ENTRY(NAME, NT, S, W, XP, MINB, RT, NORM)                                                \
+    extern "C" __global__ void __launch_bounds__(32 * W, MINB)                                     \
+        NAME(const bf16_t* x, const bf16_t* w, int M, int K, EPI_PARAMS, const float* norm_x,       \
+             const bf16_t* norm_w, float norm_eps, int norm_nb) {                                   \
+        skinny_pipe_body<NT, S, W, XP, RT, true, NORM>(y, x, w, M, 0, K, EPI_MAKE,                  \
+                                                       NormIn{norm_x, norm_w, norm_eps, norm_nb}); \
+    }
+SF_ENTRY(skinny_fused_8, 1, 7, 16, true, 2, 1, false)
+SF_ENTRY(skinny_fused4_8, 1, 4, 16, true, 3, 1, false)
+SF_ENTRY(skinny_fused_16, 2, 4, 16, true, 2, 1, false)
+SF_ENTRY(skinny_fused_32, 4, 4, 16, false, 2, 1, false)
+SF_ENTRY(skinny_fused_64, 8, 4, 16, false, 1, 2, false)
+SF_ENTRY(skinny_fusedn_8, 1, 7, 16, true, 2, 1, true)
+SF_ENTRY(skinny_fusedn4_8, 1, 4, 16, true, 3, 1, true)

@@ -20,6 +20,10 @@ use crate::store::{StoreBuf, StorePtr, StoreType};
 use crate::switches::Switches;
 use crate::weights::{MatrixRef, ModelWeights};
 
+#[path = "forward_fused.rs"]
+mod fused;
+use fused::Fusion;
+
 /// Activation buffers, sized once for the largest step and the widest layer, at fixed
 /// addresses: f32 where GEMMs write, the storage type where they read.
 pub struct Activations {
@@ -122,6 +126,7 @@ impl StepContext<'_> {
             plan,
             pending: false,
             post_norm: None,
+            fused: Fusion::for_step(self.spec, &self.sw, self.gpu.store, plan),
         };
         run_step(self.spec, &mut ops)
     }
@@ -151,6 +156,8 @@ struct CudaOps<'c, 'a> {
     /// A post-norm of `delta` not yet applied (KILN_GEMMA_FUSE): the op that consumes the
     /// block output applies it in the same launch.
     post_norm: Option<PostNorm>,
+    /// What this step's GEMMs take over from the kernels around them (forward_fused.rs).
+    fused: Fusion,
 }
 
 /// A deferred post-norm: its weight and epsilon.
@@ -369,6 +376,9 @@ impl StepOps for CudaOps<'_, '_> {
     }
 
     fn add_norm(&mut self, layer: usize, weight: LayerWeight) -> Result<()> {
+        if self.defer_norm(layer, weight) {
+            return Ok(());
+        }
         let c = self.ctx;
         let then = PostNormThen::Norm {
             w: c.w.layers[layer].ptr(weight),
@@ -391,6 +401,9 @@ impl StepOps for CudaOps<'_, '_> {
     }
 
     fn linear(&mut self, layer: usize, weight: LayerWeight) -> Result<()> {
+        if self.fused_linear(layer, weight)? {
+            return Ok(());
+        }
         let c = self.ctx;
         let (spec, a) = (&c.spec.layers[layer], c.a);
         let h = c.spec.hidden_size;
@@ -428,6 +441,9 @@ impl StepOps for CudaOps<'_, '_> {
     }
 
     fn qkv_rope_kv(&mut self, layer: usize) -> Result<()> {
+        if std::mem::take(&mut self.fused.roped) {
+            return Ok(());
+        }
         let c = self.ctx;
         let (spec, lw, a) = (&c.spec.layers[layer], &c.w.layers[layer], c.a);
         let at = &spec.attn;
@@ -515,6 +531,9 @@ impl StepOps for CudaOps<'_, '_> {
     }
 
     fn ffn_activation(&mut self, layer: usize) -> Result<()> {
+        if std::mem::take(&mut self.fused.activated) {
+            return Ok(());
+        }
         let c = self.ctx;
         let ffn = &c.spec.layers[layer].ffn;
         let (gu, act, rows) = (c.a.gu.ptr(), c.a.act.ptr(), self.plan.n_tokens);

@@ -44,7 +44,11 @@ pub const SOURCES: &[KernelSource] = &[
     },
     KernelSource {
         name: "skinny_gemm",
-        body: include_str!("../kernels/skinny_gemm.cu"),
+        // The epilogues of the fused entries first (skinny_epilogue.cu, shared with skinny_tc).
+        body: concat!(
+            include_str!("../kernels/skinny_epilogue.cu"),
+            include_str!("../kernels/skinny_gemm.cu")
+        ),
         builds: Builds::Bf16Only,
     },
     KernelSource {
@@ -109,6 +113,14 @@ pub const SOURCES: &[KernelSource] = &[
         body: concat!(
             include_str!("../kernels/quant_gemm.cu"),
             include_str!("../kernels/quant_decode.cu")
+        ),
+        builds: Builds::Bf16Only,
+    },
+    KernelSource {
+        name: "skinny_tc",
+        body: concat!(
+            include_str!("../kernels/skinny_epilogue.cu"),
+            include_str!("../kernels/skinny_tc.cu")
         ),
         builds: Builds::Bf16Only,
     },
@@ -201,6 +213,13 @@ mod tests {
             "skinny_wide_16",
             "skinny_wide_32",
             "skinny_wide_64",
+            "skinny_fused_8",
+            "skinny_fused4_8",
+            "skinny_fused_16",
+            "skinny_fused_32",
+            "skinny_fused_64",
+            "skinny_fusedn_8",
+            "skinny_fusedn4_8",
         ];
         let flash = [hd("flash_attn_hd"), hd("flash_attn2_hd")].concat();
         let formats = ["q8_0", "q4_0", "q4_k", "q6_k"];
@@ -293,6 +312,12 @@ mod tests {
             ),
             ("decode_mma_wide", vec!["decode_mma_hd512".into()]),
             ("quant_gemm", quant),
+            (
+                "skinny_tc",
+                ["4x1", "2x2", "1x4", "4x2", "2x4"]
+                    .map(|t| format!("skinny_tc_{t}"))
+                    .to_vec(),
+            ),
         ];
         let names: Vec<&str> = SOURCES.iter().map(|s| s.name).collect();
         assert_eq!(names, expected.iter().map(|(n, _)| *n).collect::<Vec<_>>());

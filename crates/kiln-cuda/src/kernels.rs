@@ -57,6 +57,7 @@ pub fn large_smem_kernels() -> Vec<(String, usize)> {
         v.push((format!("flash_attn2_hd{hd}"), flash_smem_bytes(hd, 2)));
     }
     v.extend(crate::skinny::large_smem_kernels());
+    v.extend(crate::skinny_tc::large_smem_kernels());
     v.extend(crate::attn_launch::large_smem_kernels());
     v.extend(crate::attn_wide::large_smem_kernels());
     v.extend(crate::quant_gemm::large_smem_kernels());

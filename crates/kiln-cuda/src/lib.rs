@@ -25,6 +25,8 @@ pub mod quant_layout;
 pub mod quant_weights;
 pub mod sampling;
 pub mod skinny;
+pub mod skinny_fused;
+pub mod skinny_tc;
 pub mod step_plan;
 pub mod store;
 pub mod switches;

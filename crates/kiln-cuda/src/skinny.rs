@@ -14,21 +14,26 @@ use crate::switches::KernelChoice;
 pub const SKINNY_MAX_ROWS: usize = 64;
 
 /// One kernel entry of skinny_gemm.cu.
-struct Entry {
-    name: String,
+pub(crate) struct Entry {
+    pub(crate) name: String,
     /// 8-row fragments per launch.
     nt: usize,
-    warps: usize,
+    pub(crate) warps: usize,
     /// Ring stages (0: the plain kernel, no ring).
     stages: usize,
     /// 16-row weight tiles per CTA (sharing each x fragment).
-    tiles: usize,
+    pub(crate) tiles: usize,
+    /// A fused entry with the norm prologue (`SF_ENTRY(.., NORM)` true).
+    norm: bool,
 }
 
+/// Shared memory past the ring of a norm-prologue entry: block_sum's 32 floats and 8 rows' norms.
+const NORM_SMEM_BYTES: usize = 256;
+
 impl Entry {
-    /// Dynamic shared memory: warps x stages x 1 KB per weight tile.
-    fn smem_bytes(&self) -> usize {
-        self.warps * self.stages * 1024 * self.tiles
+    /// Dynamic shared memory: warps x stages x 1 KB per weight tile (and the norm's floats).
+    pub(crate) fn smem_bytes(&self) -> usize {
+        self.warps * self.stages * 1024 * self.tiles + if self.norm { NORM_SMEM_BYTES } else { 0 }
     }
 
     /// The shape of a kernel as its source gives it: a ring kernel from its line
@@ -50,6 +55,7 @@ impl Entry {
                 warps: threads / 32,
                 stages: 0,
                 tiles: 1,
+                norm: false,
             });
         }
         Ok(Entry {
@@ -57,6 +63,7 @@ impl Entry {
             warps: num(p.arg("W"), "W")?,
             stages: num(p.arg("S"), "S")?,
             tiles: num(p.arg("RT"), "RT")?,
+            norm: p.arg("NORM") == Some("true"),
             name,
         })
     }
@@ -136,6 +143,21 @@ impl SkinnyKind {
     }
 }
 
+/// The fused 16-warp entry (`skinny_fused*`: the order of `skinny_wide*`) for `nt` fragments of
+/// 8 rows of `tiles` 16-row tiles on `sms` multiprocessors, with the norm prologue or without.
+pub(crate) fn fused_entry(nt: usize, tiles: usize, sms: usize, norm: bool) -> &'static Entry {
+    let name = match (nt, norm) {
+        (1, true) if tiles <= 2 * sms => "skinny_fusedn_8",
+        (1, true) => "skinny_fusedn4_8",
+        (1, false) if tiles <= 2 * sms => "skinny_fused_8",
+        (1, false) => "skinny_fused4_8",
+        (2, _) => "skinny_fused_16",
+        (4, _) => "skinny_fused_32",
+        _ => "skinny_fused_64",
+    };
+    find_entry(name).expect("every name above is an entry of skinny_gemm.cu")
+}
+
 /// The ring kernels with more than 48 KB of dynamic shared memory, with their needs.
 pub fn large_smem_kernels() -> Vec<(String, usize)> {
     entries()
@@ -149,6 +171,12 @@ pub fn large_smem_kernels() -> Vec<(String, usize)> {
 pub const DEEP_MIN_K: usize = 8192;
 
 impl KernelChoice {
+    /// Whether a decode launch of `rows` rows in family `kind` takes the tensor-core kernel: it
+    /// keeps the 16-warp order only, so the other families never do.
+    pub fn tc_takes(&self, kind: SkinnyKind, rows: usize) -> bool {
+        kind == SkinnyKind::Wide && self.skinny_tc.is_some_and(|min| rows >= min)
+    }
+
     /// The skinny family for a weight of inner dimension `k`: never a function of the row
     /// count, so a row's bits do not depend on its batch.
     pub fn skinny_kind(&self, k: usize) -> SkinnyKind {
@@ -177,7 +205,12 @@ impl Gpu {
         k: usize,
     ) -> Result<()> {
         let c = KernelChoice::from_env();
-        self.skinny_gemm_launch(c.skinny_kind(k), c.pdl, y, x, w, rows, n, k)
+        let kind = c.skinny_kind(k);
+        if c.tc_takes(kind, rows) {
+            let epi = crate::skinny_fused::Epilogue::Store { y };
+            return self.skinny_tc(&epi, c.pdl, x, w, rows, n, k);
+        }
+        self.skinny_gemm_launch(kind, c.pdl, y, x, w, rows, n, k)
     }
 
     /// [`Gpu::skinny_gemm`] with the kernel family given, and `pdl`: start as dependent
@@ -304,12 +337,49 @@ mod tests {
             ("skinny_wide_16", 2, 16, 4, 1),
             ("skinny_wide_32", 4, 16, 4, 1),
             ("skinny_wide_64", 8, 16, 4, 2),
+            ("skinny_fused_8", 1, 16, 7, 1),
+            ("skinny_fused4_8", 1, 16, 4, 1),
+            ("skinny_fused_16", 2, 16, 4, 1),
+            ("skinny_fused_32", 4, 16, 4, 1),
+            ("skinny_fused_64", 8, 16, 4, 2),
+            ("skinny_fusedn_8", 1, 16, 7, 1),
+            ("skinny_fusedn4_8", 1, 16, 4, 1),
         ];
         let got: Vec<_> = entries()
             .iter()
             .map(|e| (e.name.as_str(), e.nt, e.warps, e.stages, e.tiles))
             .collect();
         assert_eq!(got, want);
+    }
+
+    /// Each fused entry has the shape of the 16-warp entry whose order it keeps, and the norm
+    /// prologue's floats fit beside the ring of the entries that have it.
+    #[test]
+    fn fused_entries_mirror_the_wide_ones() {
+        for (nt, tiles) in [(1, 100), (1, 8016), (2, 8016), (4, 1), (8, 256)] {
+            let plain = SkinnyKind::Wide.entry(nt, tiles, 132);
+            let fused = fused_entry(nt, tiles, 132, false);
+            assert_eq!(
+                (fused.nt, fused.warps, fused.stages, fused.tiles, fused.norm),
+                (plain.nt, plain.warps, plain.stages, plain.tiles, false),
+                "{} against {}",
+                fused.name,
+                plain.name
+            );
+        }
+        for tiles in [100, 8016] {
+            let n = fused_entry(1, tiles, 132, true);
+            let plain = SkinnyKind::Wide.entry(1, tiles, 132);
+            assert!(n.norm && n.stages == plain.stages, "{}", n.name);
+            assert_eq!(n.smem_bytes(), plain.smem_bytes() + NORM_SMEM_BYTES);
+        }
+        let tc = KernelChoice {
+            skinny_tc: Some(64),
+            ..KernelChoice::ALL_FAST
+        };
+        assert!(tc.tc_takes(SkinnyKind::Wide, 64) && !tc.tc_takes(SkinnyKind::Wide, 63));
+        assert!(!tc.tc_takes(SkinnyKind::Pipe, 128));
+        assert!(!KernelChoice::ALL_FAST.tc_takes(SkinnyKind::Wide, 256));
     }
 
     #[test]

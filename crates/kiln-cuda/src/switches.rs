@@ -52,9 +52,78 @@ pub struct Switches {
     /// default), 512-wide heads take decode_mma_wide.cu instead of the CUDA-core
     /// decode_wide.cu. Opt-in until measured on the GPU.
     pub decode_wide_mma: bool,
+    /// KILN_DECODE_FUSE=glu,add,norm,rope | all: in decode-only steps, the kernels after a
+    /// GEMM moved into it (docs/CUDA.md, "Fused decode launches"). The same bits either way;
+    /// off until measured on the GPU.
+    pub fuse: DecodeFuse,
     /// The kernel variants.
     pub kernels: KernelChoice,
 }
+
+/// Which of a decode step's kernels move into the GEMMs around them (KILN_DECODE_FUSE). Each
+/// fused launch computes what the launches it replaces computed, in the same order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DecodeFuse {
+    /// `glu`: SwiGLU in the gate/up GEMM's epilogue (no `swiglu` launch).
+    pub glu: bool,
+    /// `add`: the residual add in the o and down GEMMs' epilogues (the norm after them reads
+    /// no pending block output).
+    pub add: bool,
+    /// `norm`: the RMSNorm in the QKV and gate/up GEMMs' prologues for steps of at most
+    /// `FUSED_NORM_MAX_ROWS` rows (no `rmsnorm_residual` launch); needs `add`.
+    pub norm: bool,
+    /// `rope`: qkv_prepare in the QKV GEMM's epilogue (layers without Q/K/V norms).
+    pub rope: bool,
+}
+
+impl DecodeFuse {
+    pub const ALL: DecodeFuse = DecodeFuse {
+        glu: true,
+        add: true,
+        norm: true,
+        rope: true,
+    };
+
+    /// `all`, or a comma-separated list of glu, add, norm, rope; anything else is none. `norm`
+    /// brings `add` with it (the norm in a GEMM cannot also add the block output).
+    pub fn parse(v: &str) -> DecodeFuse {
+        if v == "all" {
+            return DecodeFuse::ALL;
+        }
+        let has = |w| v.split(',').any(|p| p.trim() == w);
+        DecodeFuse {
+            glu: has("glu"),
+            add: has("add") || has("norm"),
+            norm: has("norm"),
+            rope: has("rope"),
+        }
+    }
+
+    pub fn any(&self) -> bool {
+        self.glu || self.add || self.norm || self.rope
+    }
+
+    fn describe(&self) -> String {
+        let on: Vec<&str> = [
+            (self.glu, "glu"),
+            (self.add, "add"),
+            (self.norm, "norm"),
+            (self.rope, "rope"),
+        ]
+        .iter()
+        .filter(|(b, _)| *b)
+        .map(|(_, n)| *n)
+        .collect();
+        if on.is_empty() {
+            "none".into()
+        } else {
+            on.join(",")
+        }
+    }
+}
+
+/// Decode launches of at least this many rows take the tensor-core GEMM under `KILN_SKINNY_TC=on`.
+pub const SKINNY_TC_DEFAULT_ROWS: usize = 64;
 
 /// Which variant of a kernel family a launch uses. The fast variants are the defaults; each
 /// has an off switch.
@@ -101,6 +170,10 @@ pub struct KernelChoice {
     /// KILN_QUANT_TILES=1: the second family's 9-32-row launches take one 16-row tile a CTA
     /// instead of two (`_t2`, x read once for both). Same bits.
     pub quant_tiles2: bool,
+    /// KILN_SKINNY_TC=N | on: decode GEMM launches of at least N rows (on: 64) on the tensor
+    /// cores (`skinny_tc_*`), with the 16-warp skinny kernel's bits, so the row count may pick
+    /// the kernel. None (unset, 0, off): the skinny kernel at every row count. Off until measured.
+    pub skinny_tc: Option<usize>,
 }
 
 /// The defaults of the attention families: sm80 prefill until flash_sm90 measures faster;
@@ -153,6 +226,9 @@ impl Env {
                 gemma_fuse: opt_in("KILN_GEMMA_FUSE"),
                 flash_wide_split: var("KILN_FLASH_WIDE").as_deref() == Some("split"),
                 decode_wide_mma: var("KILN_DECODE_WIDE").as_deref() == Some("mma"),
+                fuse: var("KILN_DECODE_FUSE")
+                    .map(|v| DecodeFuse::parse(&v))
+                    .unwrap_or_default(),
                 kernels: KernelChoice {
                     skinny_pipe: on("KILN_SKINNY_PIPE"),
                     flash_pairs: on("KILN_FLASH_PAIRS"),
@@ -174,6 +250,11 @@ impl Env {
                     quant_decode_v2: var("KILN_QUANT_DECODE").as_deref() != Some("v1"),
                     quant_expand_words: var("KILN_QUANT_EXPAND").as_deref() == Some("words"),
                     quant_tiles2: var("KILN_QUANT_TILES").as_deref() != Some("1"),
+                    skinny_tc: match var("KILN_SKINNY_TC").as_deref() {
+                        Some("on") => Some(SKINNY_TC_DEFAULT_ROWS),
+                        Some(v) => v.parse::<usize>().ok().filter(|&n| n > 0),
+                        None => None,
+                    },
                 },
             },
             kernel_cache: match var("KILN_KERNEL_CACHE") {
@@ -210,8 +291,9 @@ impl Switches {
         let splits = self
             .decode_mma_splits
             .map_or("64".to_string(), |n| n.to_string());
+        let tc = k.skinny_tc.map_or("off".to_string(), |n| format!("{n}+"));
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} pdl={} cuda_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} flash_wide={} decode_wide={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} pdl={} cuda_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} flash_wide={} decode_wide={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -220,6 +302,7 @@ impl Switches {
             k.skinny_pipe as u8,
             k.skinny_deep as u8,
             k.skinny_wide as u8,
+            self.fuse.describe(),
             k.flash_pairs as u8,
             if k.flash_sm90 { "sm90" } else { "sm80" },
             k.flash_overlap as u8,
@@ -270,6 +353,7 @@ impl KernelChoice {
         quant_decode_v2: true,
         quant_expand_words: false,
         quant_tiles2: true,
+        skinny_tc: None,
     };
     pub const ALL_PLAIN: KernelChoice = KernelChoice {
         skinny_pipe: false,
@@ -284,6 +368,7 @@ impl KernelChoice {
         quant_decode_v2: false,
         quant_expand_words: true,
         quant_tiles2: false,
+        skinny_tc: None,
     };
 
     /// The process-wide choice, read from the environment on first use.
@@ -375,6 +460,27 @@ mod tests {
         let s = k(&[("KILN_FLASH_ATTN", "0")]);
         assert!(!s.flash_attn && s.kernels.flash_sm90 == FLASH_SM90_DEFAULT);
         assert_eq!(k(&[]).kernels.decode_mma, DECODE_MMA_DEFAULT);
+    }
+
+    #[test]
+    fn decode_kernels_are_opt_in() {
+        let s = read(&[]).switches;
+        assert_eq!(s.fuse, DecodeFuse::default());
+        assert!(!s.fuse.any() && s.kernels.skinny_tc.is_none());
+        let fuse = |v| read(&[("KILN_DECODE_FUSE", v)]).switches.fuse;
+        assert_eq!(fuse("all"), DecodeFuse::ALL);
+        assert_eq!(fuse("none"), DecodeFuse::default());
+        let f = fuse("glu, rope");
+        assert!(f.glu && f.rope && !f.add && !f.norm);
+        // The norm in a GEMM needs the residual add in the GEMM before it.
+        let f = fuse("norm");
+        assert!(f.norm && f.add && !f.glu);
+        assert_eq!(f.describe(), "add,norm");
+        let tc = |v| read(&[("KILN_SKINNY_TC", v)]).switches.kernels.skinny_tc;
+        assert_eq!(tc("on"), Some(SKINNY_TC_DEFAULT_ROWS));
+        assert_eq!(tc("96"), Some(96));
+        assert_eq!(tc("0"), None);
+        assert_eq!(tc("off"), None);
     }
 
     #[test]

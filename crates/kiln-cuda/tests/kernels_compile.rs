@@ -1,7 +1,8 @@
 //! Every kernel module compiles with NVRTC for sm_90 (H100/H200) in each storage type it is
 //! built for (a typed module for bf16, f16 and f32), with no GPU needed. Skips with a printed
 //! reason when libnvrtc is missing, unless KILN_REQUIRE_NVRTC=1. KILN_DUMP_CUBIN=DIR writes each
-//! build's cubin there as NAME.cubin (bf16) or NAME-f32.cubin (read it with `cuobjdump -sass`).
+//! build's cubin there as NAME.cubin (bf16) or NAME-f32.cubin (read it with `cuobjdump -sass`);
+//! KILN_COMPILE_ONLY=NAME[,NAME..] compiles only those modules.
 
 use kiln_cuda::kernel_sources::SOURCES;
 use kiln_cuda::nvrtc_build::{compile_cubin_with_log, nvrtc_present, nvrtc_version};
@@ -20,8 +21,15 @@ fn kernels_compile() {
     let (major, minor) = nvrtc_version().expect("nvrtc version");
     eprintln!("NVRTC {major}.{minor}");
     let mut failures = Vec::new();
+    // KILN_COMPILE_ONLY=a,b: only those modules (a quick check while editing one).
+    let only = std::env::var("KILN_COMPILE_ONLY").ok();
+    let wanted = |name: &str| {
+        only.as_deref()
+            .is_none_or(|o| o.split(',').any(|n| n == name))
+    };
     let builds = SOURCES
         .iter()
+        .filter(|src| wanted(src.name))
         .flat_map(|src| src.all_builds().into_iter().map(move |store| (src, store)));
     for (src, store) in builds {
         let t = std::time::Instant::now();
@@ -77,4 +85,24 @@ fn kernels_compile() {
         "kernel compilation failed:\n{}",
         failures.join("\n")
     );
+}
+
+/// KILN_FILL_CACHE=1: compiles every module a bf16 backend on an sm_90 device loads into the
+/// kernel cache (KILN_KERNEL_CACHE), so a GPU run that carries the cache starts without NVRTC
+/// work. Does nothing otherwise.
+#[test]
+fn fill_kernel_cache() {
+    if std::env::var("KILN_FILL_CACHE").as_deref() != Ok("1") || !nvrtc_present() {
+        return;
+    }
+    for src in SOURCES.iter().filter(|s| s.builds_for(StoreType::Bf16)) {
+        let c = kiln_cuda::nvrtc_build::compile_cached(src, 90, StoreType::Bf16)
+            .unwrap_or_else(|e| panic!("{}: {e:#}", src.name));
+        eprintln!(
+            "cached {}.cu ({} bytes{})",
+            src.name,
+            c.cubin.len(),
+            if c.from_cache { ", already there" } else { "" }
+        );
+    }
 }

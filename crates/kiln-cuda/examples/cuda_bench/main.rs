@@ -9,7 +9,10 @@
 //! a speculative verify step of 1 + k rows of one sequence against a 1-row step, k = 1..8;
 //! "attn": the attention kernels alone, see attn_bench.rs; "deep": what attention moves,
 //! prefill 2k/8k/32k and decode at depth 8k at batch 1, 8 and 32; "prefill": prefill
-//! 2k/8k/32k only). A `chunk=N` argument after them sets the prefill chunk (default 2048).
+//! 2k/8k/32k only; "decode-grid": decode at batch 1, 8, 32 and 128 from depth 0 and at batch 1,
+//! 8 and 32 from depth 8k, the figures the decode switches are judged by; "gemm": the decode
+//! GEMM kernels alone, see gemm_bench.rs). A `chunk=N` argument after them sets the prefill
+//! chunk (default 2048).
 
 use std::time::Instant;
 
@@ -19,6 +22,7 @@ use kiln_model::dummy::DummySource;
 use kiln_step::{Backend, ChunkInput};
 
 mod attn_bench;
+mod gemm_bench;
 
 /// Prefill chunk (tokens per step) unless a `chunk=N` argument says otherwise.
 const CHUNK: usize = 2048;
@@ -146,8 +150,11 @@ fn main() -> Result<()> {
     if mode == "attn" {
         return attn_bench::run(std::env::args().nth(3).as_deref());
     }
+    if mode == "gemm" {
+        return gemm_bench::run();
+    }
     let verify_only = mode == "verify";
-    let decode_only = mode == "decode" || mode == "decode-batch";
+    let decode_only = mode == "decode" || mode == "decode-batch" || mode == "decode-grid";
     let deep = mode == "deep";
     let prefill_only = mode == "prefill";
     let src = DummySource::preset(&preset)?;
@@ -203,6 +210,16 @@ fn main() -> Result<()> {
         &[(1, 0, Some(270.0))]
     } else if deep {
         &[(1, 8192, Some(265.0)), (8, 8192, None), (32, 8192, None)]
+    } else if mode == "decode-grid" {
+        &[
+            (1, 0, Some(270.0)),
+            (8, 0, None),
+            (32, 0, None),
+            (128, 0, None),
+            (1, 8192, Some(265.0)),
+            (8, 8192, None),
+            (32, 8192, None),
+        ]
     } else if mode == "decode-batch" {
         &[
             (1, 0, Some(270.0)),

@@ -1,0 +1,127 @@
+//! `cuda_bench PRESET gemm`: the decode GEMM alone on Llama-3-8B's weights (QKV, o, gate/up,
+//! down, LM head) at 1-256 rows: the 16-warp skinny kernel (launches of at most 64 rows, as
+//! decode runs it today), the tensor-core kernel with the shape the launcher picks and with
+//! each shape, and the fused gate/up launch (SwiGLU in the epilogue) against the GEMM and
+//! swiglu. Each launch reads one of several copies of its weight, together well past the L2, as
+//! a decode step reads every layer's own weights. Microseconds per launch (median of 5 rounds
+//! of 20 launches) and the weight's bytes over that time; human lines on stderr (`BENCH ...`),
+//! one JSON object on stdout.
+
+use std::time::Instant;
+
+use anyhow::Result;
+use kiln_cuda::device::{DevBuf, Gpu};
+use kiln_cuda::skinny::SkinnyKind;
+use kiln_cuda::skinny_fused::Epilogue;
+use kiln_cuda::skinny_tc::{choose_tc_entry, tc_entries};
+
+const SHAPES: [(&str, usize, usize); 5] = [
+    ("qkv", 6144, 4096),
+    ("o", 4096, 4096),
+    ("gate_up", 28672, 4096),
+    ("down", 4096, 14336),
+    ("lm_head", 128256, 4096),
+];
+const ROWS: [usize; 7] = [1, 8, 32, 64, 128, 192, 256];
+const MAX_ROWS: usize = 256;
+
+/// Median seconds per call of `f` over 5 rounds of 20 calls (after one untimed call).
+fn time(gpu: &Gpu, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    f()?;
+    gpu.synchronize()?;
+    let mut rounds = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        for _ in 0..20 {
+            f()?;
+        }
+        gpu.synchronize()?;
+        rounds.push(t.elapsed().as_secs_f64() / 20.0);
+    }
+    rounds.sort_by(f64::total_cmp);
+    Ok(rounds[2])
+}
+
+pub fn run() -> Result<()> {
+    let gpu = Gpu::new(0)?;
+    let mut json = Vec::new();
+    let k_max = SHAPES.iter().map(|s| s.2).max().unwrap_or(0);
+    let x = gpu.alloc::<u16>(MAX_ROWS * k_max)?;
+    gpu.dummy_fill(x.ptr(), MAX_ROWS * k_max, 7)?;
+    for (name, n, k) in SHAPES {
+        let copies: Vec<DevBuf<u16>> = (0..(800usize << 20).div_ceil(n * k * 2).max(2))
+            .map(|i| {
+                let w = gpu.alloc::<u16>(n * k)?;
+                gpu.dummy_fill(w.ptr(), n * k, 100 + i as u64)?;
+                Ok(w)
+            })
+            .collect::<Result<_>>()?;
+        let y = gpu.alloc::<f32>(MAX_ROWS * n)?;
+        let bytes = (n * k * 2) as f64;
+        let mut turn = 0usize;
+        let mut next_w = || {
+            turn += 1;
+            copies[turn % copies.len()].ptr()
+        };
+        for m in ROWS {
+            let mut line = format!("BENCH gemm {name} {n}x{k} rows {m}:");
+            let mut report = |label: &str, secs: f64, line: &mut String| {
+                *line += &format!(
+                    " {label} {:.1} us ({:.2} TB/s);",
+                    secs * 1e6,
+                    bytes / secs / 1e12
+                );
+                json.push(format!("\"{name}_m{m}_{label}_us\":{:.2}", secs * 1e6));
+            };
+            let skinny = time(&gpu, || {
+                gpu.skinny_gemm_launch(SkinnyKind::Wide, true, y.ptr(), x.ptr(), next_w(), m, n, k)
+            })?;
+            report("skinny", skinny, &mut line);
+            let epi = Epilogue::Store { y: y.ptr() };
+            let chosen = choose_tc_entry(n.div_ceil(16), m, gpu.sm_count as usize);
+            let tc = time(&gpu, || {
+                gpu.skinny_tc(&epi, true, x.ptr(), next_w(), m, n, k)
+            })?;
+            report(
+                &format!("tc[{}]", &chosen.name["skinny_tc_".len()..]),
+                tc,
+                &mut line,
+            );
+            if m >= 32 {
+                for e in tc_entries() {
+                    let s = time(&gpu, || {
+                        gpu.skinny_tc_entry(e, &epi, true, x.ptr(), next_w(), m, n, k)
+                    })?;
+                    report(&e.name["skinny_".len()..], s, &mut line);
+                }
+            }
+            if name == "gate_up" {
+                // SwiGLU fused into the launch against the GEMM and the swiglu kernel.
+                let inter = n / 2;
+                let act = gpu.alloc::<u16>(MAX_ROWS * inter)?;
+                let glu = Epilogue::Glu {
+                    act: act.ptr(),
+                    inter,
+                };
+                let c = kiln_cuda::kernels::KernelChoice::from_env();
+                let fused = time(&gpu, || {
+                    let w = next_w();
+                    if c.tc_takes(SkinnyKind::Wide, m) {
+                        gpu.skinny_tc(&glu, true, x.ptr(), w, m, n, k)
+                    } else {
+                        gpu.skinny_fused(&glu, None, true, x.ptr(), w, m, n, k)
+                    }
+                })?;
+                let apart = time(&gpu, || {
+                    gpu.skinny_gemm(y.ptr(), x.ptr(), next_w(), m, n, k)?;
+                    gpu.swiglu(y.ptr(), act.ptr(), inter, m)
+                })?;
+                report("glu_fused", fused, &mut line);
+                report("gemm_then_swiglu", apart, &mut line);
+            }
+            eprintln!("{}", line.trim_end_matches(';'));
+        }
+    }
+    println!("{{{}}}", json.join(","));
+    Ok(())
+}

@@ -1,0 +1,190 @@
+#line 1 "skinny_tc.cu"
+// Decode GEMM for many rows (32-256 tokens) on the tensor cores, with the bits of the 16-warp
+// skinny kernel: Y[m, n] = sum_k X[m, k] W[n, k], W bf16 [N, K], X bf16 [M, K], K % 8 == 0.
+//
+// The order it keeps. skinny_wide_* splits K into 32-wide chunks, chunk c summed by warp c % 16:
+// each warp chains its chunks in order (two m16n8k16 MMAs a chunk, lane (g, t) holding k = 32 c
+// + 8 t .. + 8 of rows g and g + 8 as its fragment slots), from zero, and the 16 warp sums are
+// added in warp order, s = ((0 + a0) + a1) + ... + a15. A product with many tokens cannot give a
+// CTA's 16 warps a copy of every output (registers), so here each output has one owner thread,
+// which walks the same chains one after the other: pass p (0..7) computes a_{2p} and a_{2p+1}
+// together from k-tiles of chunks (16 j + 2p, 16 j + 2p + 1) for j = 0, 1, ... (64 k, 128
+// contiguous bytes of a row), then adds them to s in that order. The MMAs see the same operands
+// in the same slots, in the same order, and a row's place in an MMA does not change its result,
+// so every output has the skinny kernel's bits for any row count, tile shape or CTA.
+//
+// CTA: WN x WM warps, each warp 32 weight rows (two 16-row tiles) x 32 tokens (four 8-token MMA
+// columns), three accumulator sets (s, a_{2p}, a_{2p+1}). W and X k-tiles stream through an
+// S-stage cp.async ring, row r of a stage at 128 r bytes, its 16-byte piece q at q ^ 4 (r & 1)
+// (lanes g and g + 1 of a quarter warp read pieces 4h + t of adjacent rows: no bank conflicts).
+// The CTAs of one weight tile (its token tiles) are adjacent in the grid, so they read it from
+// memory once. Weight rows and what becomes of the sums: the Epi (skinny_epilogue.cu).
+
+#define TC_W 16
+
+template <int WN, int WM, int S>
+__device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16_t* __restrict__ w,
+                                        int M, int K, const Epi& ep) {
+    constexpr int BN = 32 * WN, BM = 32 * WM, ROWS = BN + BM, THREADS = 32 * WN * WM;
+    constexpr int STAGE = ROWS * 128;
+    // Each thread copies piece q = tid % 8 of rows tid / 8 + i * THREADS / 8; the first PW of
+    // them are weight rows (BN is a multiple of THREADS / 8), the other PX token rows.
+    constexpr int PW = BN * 8 / THREADS, PX = BM * 8 / THREADS;
+    static_assert(BN * 8 % THREADS == 0 && BM * 8 % THREADS == 0, "pieces split evenly");
+    extern __shared__ __align__(128) unsigned char tc_smem[];
+    pdl_trigger();
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int wn = warp % WN, wm = warp / WN;
+    const int m_tiles = (M + BM - 1) / BM;
+    const int nb = blockIdx.x / m_tiles, mb = blockIdx.x - nb * m_tiles;
+    const int tile0 = nb * (BN / 16), m0 = mb * BM;
+    const int chunks = (K + 31) / 32;
+    const int J = (chunks + TC_W - 1) / TC_W;  // k-tiles a pass
+    const int T = (TC_W / 2) * J;
+
+    // Rows r0 + i * THREADS / 8 all have r0's parity (THREADS / 8 and BN are even), hence one
+    // swizzled piece offset for all of this thread's copies.
+    const int q = tid & 7, r0 = tid >> 3;
+    const int piece = (q ^ ((r0 & 1) << 2)) << 4;
+    u32 woff[PW], xoff[PX];  // row starts in elements (a weight holds < 2^32 of them)
+    bool wok[PW], xok[PX];
+#pragma unroll
+    for (int i = 0; i < PW; ++i) {
+        const int r = r0 + i * (THREADS / 8);
+        const int row = epi_row(ep, tile0 + (r >> 4), r & 15);
+        wok[i] = row >= 0;
+        woff[i] = (u32)(wok[i] ? row : 0) * (u32)K;
+    }
+#pragma unroll
+    for (int i = 0; i < PX; ++i) {
+        const int m = m0 + r0 + i * (THREADS / 8);
+        xok[i] = m < M;
+        xoff[i] = (u32)(xok[i] ? m : 0) * (u32)K;
+    }
+    // k-tile it: pass p = it / J, step j = it % J, chunks c0 = 16 j + 2 p and c0 + 1.
+    auto tile_k = [&](int it) {
+        const int p = it / J, j = it - p * J;
+        return (j * TC_W + 2 * p) * 32 + q * 8;
+    };
+    auto issue_w = [&](int it) {
+        if (it >= T) return;
+        const int k = tile_k(it);
+        const bool kin = k < K;
+        unsigned char* st = tc_smem + (it % S) * STAGE;
+#pragma unroll
+        for (int i = 0; i < PW; ++i)
+            cp_async_16(st + (r0 + i * (THREADS / 8)) * 128 + piece, w + woff[i] + (kin ? k : 0),
+                        (kin && wok[i]) ? 16 : 0);
+    };
+    auto issue_x = [&](int it) {
+        if (it >= T) return;
+        const int k = tile_k(it);
+        const bool kin = k < K;
+        unsigned char* st = tc_smem + (it % S) * STAGE;
+#pragma unroll
+        for (int i = 0; i < PX; ++i)
+            cp_async_16(st + (BN + r0 + i * (THREADS / 8)) * 128 + piece, x + xoff[i] + (kin ? k : 0),
+                        (kin && xok[i]) ? 16 : 0);
+    };
+
+    // Weights are the model's and never written: their first stages stream in while the previous
+    // kernel ends. x belongs to it until pdl_wait. Group 0 holds the early weights and x of tile
+    // 0, group s the x of tile s, so waiting for group i still means "tile i has landed".
+#pragma unroll
+    for (int s = 0; s < S - 1; ++s) issue_w(s);
+    pdl_wait();
+#pragma unroll
+    for (int s = 0; s < S - 1; ++s) {
+        issue_x(s);
+        cp_async_commit();
+    }
+
+    float acc[2][4][4], a0[2][4][4], a1[2][4][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) acc[mi][ni][v] = a0[mi][ni][v] = a1[mi][ni][v] = 0.f;
+
+    // One chunk (half h of a k-tile) into `a`: the skinny kernel's two MMAs per fragment.
+    auto chunk = [&](const unsigned char* st, int h, float (&a)[2][4][4]) {
+        const int off = ((4 * h + t) ^ ((g & 1) << 2)) << 4;
+        uint4 va[2], vb[2], vx[4];
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+            const int r = wn * 32 + mi * 16 + g;
+            va[mi] = *reinterpret_cast<const uint4*>(st + r * 128 + off);
+            vb[mi] = *reinterpret_cast<const uint4*>(st + (r + 8) * 128 + off);
+        }
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+            const int r = BN + wm * 32 + ni * 8 + g;
+            vx[ni] = *reinterpret_cast<const uint4*>(st + r * 128 + off);
+        }
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+            const u32 f0[4] = {va[mi].x, vb[mi].x, va[mi].y, vb[mi].y};
+            const u32 f1[4] = {va[mi].z, vb[mi].z, va[mi].w, vb[mi].w};
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni) {
+                const u32 b0[2] = {vx[ni].x, vx[ni].y};
+                const u32 b1[2] = {vx[ni].z, vx[ni].w};
+                mma_bf16_16816(a[mi][ni], f0, b0);
+                mma_bf16_16816(a[mi][ni], f1, b1);
+            }
+        }
+    };
+
+    for (int it = 0; it < T; ++it) {
+        cp_async_wait<S - 2>();  // tile it has landed (this thread's copies)
+        __syncthreads();         // everyone's copies; everyone is done with tile it - 1's stage
+        issue_w(it + S - 1);
+        issue_x(it + S - 1);
+        cp_async_commit();
+        const int p = it / J, j = it - p * J;
+        const int c0 = j * TC_W + 2 * p;
+        const unsigned char* st = tc_smem + (it % S) * STAGE;
+        // A chunk past K is one the skinny kernel never sums (its warp has fewer chunks).
+        if (c0 < chunks) chunk(st, 0, a0);
+        if (c0 + 1 < chunks) chunk(st, 1, a1);
+        if (j == J - 1) {
+            // The end of pass p: warp sums 2p and 2p + 1 join s, in warp order.
+#pragma unroll
+            for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+                for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+                    for (int v = 0; v < 4; ++v) {
+                        acc[mi][ni][v] = (acc[mi][ni][v] + a0[mi][ni][v]) + a1[mi][ni][v];
+                        a0[mi][ni][v] = a1[mi][ni][v] = 0.f;
+                    }
+        }
+    }
+    cp_async_wait<0>();
+
+    // Fragment element v of (mi, ni): tile row g + 8 (v & 2), token 2 t + (v & 1).
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+            const int tile = tile0 + wn * 2 + mi, m = m0 + wm * 32 + ni * 8 + 2 * t;
+            if (m < M) epi_pair(ep, tile, g, m, acc[mi][ni][0], acc[mi][ni][2]);
+            if (m + 1 < M) epi_pair(ep, tile, g, m + 1, acc[mi][ni][1], acc[mi][ni][3]);
+        }
+}
+
+// The entries: warps along the weight (WN) and along the tokens (WM), ring stages, CTAs per SM
+// the launch bounds promise. src/skinny_tc.rs reads the shapes from these lines and picks one
+// per launch; every entry gives the same bits. Shared memory: S * (32 WN + 32 WM) * 128 bytes.
+#define TC_ENTRY(NAME, WN, WM, S, MINB)                                                             \
+    extern "C" __global__ void __launch_bounds__(32 * WN * WM, MINB)                               \
+        NAME(const bf16_t* x, const bf16_t* w, int M, int K, EPI_PARAMS) {                          \
+        tc_body<WN, WM, S>(x, w, M, K, EPI_MAKE);                                                   \
+    }
+TC_ENTRY(skinny_tc_4x1, 4, 1, 4, 2)
+TC_ENTRY(skinny_tc_2x2, 2, 2, 4, 3)
+TC_ENTRY(skinny_tc_1x4, 1, 4, 4, 2)
+TC_ENTRY(skinny_tc_4x2, 4, 2, 6, 1)
+TC_ENTRY(skinny_tc_2x4, 2, 4, 6, 1)

@@ -1,0 +1,202 @@
+//! Fused decode launches (KILN_DECODE_FUSE, a child module of forward.rs): in a step whose rows
+//! are all decode rows, the kernels around a GEMM move into it. The residual add goes into the
+//! o and down GEMMs' epilogues (`add`); the RMSNorm into the QKV and gate/up GEMMs' prologues
+//! (`norm`, up to 8 rows, after `add`: the GEMM reads the residual stream itself); SwiGLU into
+//! the gate/up epilogue (`glu`); bias, RoPE and the KV write into the QKV epilogue (`rope`).
+//! Each fused launch computes what the launches it replaces computed, in the same order
+//! (skinny_epilogue.cu), so a step gives the same bits fused or not, and `linear` falls back to
+//! the plain path wherever a condition fails (a quantised weight, another storage type, a
+//! layer with post-norms or Q/K norms).
+
+use anyhow::Result;
+use kiln_model::{Activation, LayerWeight, ModelSpec, RopeStyle};
+
+use super::CudaOps;
+use crate::kernels::{norm_block, QkvKind};
+use crate::skinny::SkinnyKind;
+use crate::skinny_fused::{Epilogue, NormPrologue, RopeOut, NORM_PROLOGUE_MAX_ROWS};
+use crate::step_plan::StepPlan;
+use crate::store::{StorePtr, StoreType};
+use crate::switches::{DecodeFuse, Switches};
+use crate::weights::MatrixRef;
+
+/// A step's fusion state.
+#[derive(Debug, Default)]
+pub(super) struct Fusion {
+    /// What this step fuses: nothing unless every row is a decode row of a model whose blocks
+    /// are norm, attention, norm, gated MLP (no post-norms, per-layer inputs or output scales),
+    /// in bf16 with the 16-warp skinny kernel.
+    pub on: DecodeFuse,
+    /// A norm deferred to the next projection: (norm weight, eps).
+    pub norm: Option<(u64, f32)>,
+    /// The QKV projection finished Q, K and V (no qkv_prepare); the gate/up projection wrote
+    /// the activation (no swiglu).
+    pub roped: bool,
+    pub activated: bool,
+}
+
+impl Fusion {
+    pub fn for_step(spec: &ModelSpec, sw: &Switches, store: StoreType, plan: &StepPlan) -> Fusion {
+        let plain_blocks = spec.per_layer_input.is_none()
+            && spec
+                .layers
+                .iter()
+                .all(|l| !l.post_norms && l.per_layer_input.is_none() && !l.output_scale);
+        let k = sw.kernels;
+        let wide = k.skinny_pipe && k.skinny_wide;
+        let on = sw.fuse.any()
+            && plain_blocks
+            && wide
+            && sw.skinny_gemm
+            && store == StoreType::Bf16
+            && plan.n_tokens > 0
+            && plan.n_decode == plan.n_tokens;
+        let mut f = Fusion::default();
+        if on {
+            f.on = sw.fuse;
+            // The norm prologue keeps the norm kernel's reduction for blocks of up to 512
+            // threads and reads x whole per CTA: a few rows only.
+            f.on.norm &= plan.n_tokens <= NORM_PROLOGUE_MAX_ROWS
+                && norm_block(spec.hidden_size) <= 512
+                && sw.fuse.add;
+        }
+        f
+    }
+}
+
+impl CudaOps<'_, '_> {
+    /// add_norm when the next projection computes the norm: nothing to launch now.
+    pub(super) fn defer_norm(&mut self, layer: usize, weight: LayerWeight) -> bool {
+        if !self.fused.on.norm || self.pending {
+            return false;
+        }
+        let c = self.ctx;
+        let w = c.w.layers[layer].ptr(weight);
+        self.fused.norm = Some((w, c.spec.layers[layer].norm_eps));
+        true
+    }
+
+    /// Launches a deferred norm the way add_norm would have (nothing pending: `add` is on).
+    pub(super) fn flush_norm(&mut self) -> Result<()> {
+        let Some((w, eps)) = self.fused.norm.take() else {
+            return Ok(());
+        };
+        let c = self.ctx;
+        let (h, a) = (c.spec.hidden_size, c.a);
+        c.gpu
+            .rmsnorm_residual(a.x.ptr(), 0, w, a.normed.ptr(), self.plan.n_tokens, h, eps)
+    }
+
+    /// A projection with what fusion moves into it; Ok(false) when nothing is fused for it
+    /// (the caller then runs the plain path, after any deferred norm was flushed).
+    pub(super) fn fused_linear(&mut self, layer: usize, weight: LayerWeight) -> Result<bool> {
+        let c = self.ctx;
+        let f = self.fused.on;
+        if !f.any() {
+            return Ok(false);
+        }
+        let MatrixRef::Plain(w) = c.w.layers[layer].matrix(weight) else {
+            self.flush_norm()?;
+            return Ok(false);
+        };
+        let (spec, a, h) = (&c.spec.layers[layer], c.a, c.spec.hidden_size);
+        let norm = |f: &mut Fusion| {
+            f.norm.take().map(|(w, eps)| NormPrologue {
+                x: a.x.ptr(),
+                w,
+                eps,
+            })
+        };
+        let (epi, x, n, k, pro) = match weight {
+            LayerWeight::Qkv => {
+                let at = &spec.attn;
+                let roped = f.rope
+                    && QkvKind::of(at) == QkvKind::Full
+                    && !at.qk_norm
+                    && !at.v_norm
+                    && at.head_dim.is_multiple_of(16);
+                let epi = if roped {
+                    let lw = &c.w.layers[layer];
+                    Epilogue::Rope(RopeOut {
+                        q_out: a.q.ptr(),
+                        bias: lw.ptr(LayerWeight::QkvBias),
+                        rope: c.w.ropes[at.rope].ptr(),
+                        positions: c.step_ptr(c.layout.positions),
+                        slots: c.step_ptr(c.layout.slots),
+                        kv: c.kv.view(layer),
+                        n_q: at.num_heads,
+                        hd: at.head_dim,
+                        neox: matches!(c.spec.rope(layer).style, RopeStyle::Neox),
+                    })
+                } else {
+                    Epilogue::Store { y: a.qkv.ptr() }
+                };
+                self.fused.roped = roped;
+                (
+                    epi,
+                    a.normed.dev_ptr(),
+                    at.qkv_rows(),
+                    h,
+                    norm(&mut self.fused),
+                )
+            }
+            LayerWeight::GateUp => {
+                let inter = spec.ffn.intermediate();
+                let glu = f.glu && spec.ffn.activation() == Activation::Silu;
+                let epi = if glu {
+                    Epilogue::Glu {
+                        act: a.act.ptr(),
+                        inter,
+                    }
+                } else {
+                    Epilogue::Store { y: a.gu.ptr() }
+                };
+                self.fused.activated = glu;
+                (epi, a.normed.dev_ptr(), 2 * inter, h, norm(&mut self.fused))
+            }
+            LayerWeight::O if f.add => (
+                Epilogue::Add { y: a.x.ptr() },
+                a.attn.dev_ptr(),
+                h,
+                spec.attn.q_dim(),
+                None,
+            ),
+            LayerWeight::Down if f.add => (
+                Epilogue::Add { y: a.x.ptr() },
+                a.act.dev_ptr(),
+                h,
+                spec.ffn.intermediate(),
+                None,
+            ),
+            _ => {
+                self.flush_norm()?;
+                return Ok(false);
+            }
+        };
+        if matches!(epi, Epilogue::Store { .. }) && pro.is_none() {
+            return Ok(false);
+        }
+        self.fused_gemm(&epi, pro, x, w, n, k)?;
+        Ok(true)
+    }
+
+    /// One fused GEMM over the step's rows: the tensor-core kernel where it takes this many
+    /// rows (it has no norm prologue: `Fusion::for_step` keeps the norm to fewer rows), else
+    /// the skinny kernel's fused entries.
+    fn fused_gemm(
+        &self,
+        epi: &Epilogue,
+        norm: Option<NormPrologue>,
+        x: StorePtr,
+        w: u64,
+        n: usize,
+        k: usize,
+    ) -> Result<()> {
+        let (g, rows) = (self.ctx.gpu, self.plan.n_tokens);
+        let kc = self.ctx.sw.kernels;
+        if norm.is_none() && kc.tc_takes(SkinnyKind::Wide, rows) {
+            return g.skinny_tc(epi, kc.pdl, x.addr(), w, rows, n, k);
+        }
+        g.skinny_fused(epi, norm, kc.pdl, x.addr(), w, rows, n, k)
+    }
+}

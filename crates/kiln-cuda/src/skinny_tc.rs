@@ -1,0 +1,240 @@
+//! Launchers of the tensor-core decode GEMM (kernels/skinny_tc.cu): the 16-warp skinny kernel's
+//! bits for many rows, weights read once per launch for all of them. Which CTA shape a launch
+//! takes never changes a bit, so it is chosen per launch from the weight and the row count.
+
+use std::sync::OnceLock;
+
+use anyhow::{anyhow, bail, Result};
+
+use crate::device::{i32_of, Arg, Gpu};
+use crate::kernel_entries::EntryPoint;
+use crate::kernel_sources::source;
+use crate::skinny_fused::Epilogue;
+
+/// One `TC_ENTRY(NAME, WN, WM, S, MINB)` of skinny_tc.cu.
+#[derive(Debug, Clone)]
+pub struct TcEntry {
+    pub name: String,
+    /// Warps along the weight (32 rows each) and along the tokens (32 each).
+    pub wn: usize,
+    pub wm: usize,
+    pub stages: usize,
+    /// CTAs per multiprocessor the launch bounds promise.
+    pub min_blocks: usize,
+}
+
+impl TcEntry {
+    fn from_source(p: &EntryPoint) -> Result<TcEntry> {
+        let num = |what: &str| {
+            p.arg(what)
+                .and_then(|s| s.trim().parse::<usize>().ok())
+                .ok_or_else(|| anyhow!("tensor-core entry {}: no number for {what}", p.name))
+        };
+        Ok(TcEntry {
+            name: p.name.clone(),
+            wn: num("WN")?,
+            wm: num("WM")?,
+            stages: num("S")?,
+            min_blocks: num("MINB")?,
+        })
+    }
+
+    pub fn threads(&self) -> usize {
+        32 * self.wn * self.wm
+    }
+
+    /// Weight rows and tokens of one CTA.
+    pub fn tile(&self) -> (usize, usize) {
+        (32 * self.wn, 32 * self.wm)
+    }
+
+    /// The ring: `stages` k-tiles of 128 bytes per weight row and token row.
+    pub fn smem_bytes(&self) -> usize {
+        let (bn, bm) = self.tile();
+        self.stages * (bn + bm) * 128
+    }
+
+    /// CTAs of a launch over `tiles` 16-row weight tiles and `rows` tokens.
+    pub fn ctas(&self, tiles: usize, rows: usize) -> usize {
+        let (bn, bm) = self.tile();
+        tiles.div_ceil(bn / 16) * rows.div_ceil(bm)
+    }
+
+    /// Bytes the CTAs read through L2, in units of the weight's bytes: the weight once per token
+    /// tile, the tokens once per weight tile (`k` cancels).
+    fn l2_reads(&self, tiles: usize, rows: usize) -> f64 {
+        let (bn, bm) = self.tile();
+        rows.div_ceil(bm) as f64
+            + rows as f64 * tiles.div_ceil(bn / 16) as f64 / tiles as f64 / 16.0
+    }
+}
+
+/// Every entry of skinny_tc.cu, read from its source once.
+pub fn tc_entries() -> &'static [TcEntry] {
+    static ENTRIES: OnceLock<Vec<TcEntry>> = OnceLock::new();
+    ENTRIES.get_or_init(|| {
+        let src = source("skinny_tc").expect("the skinny_tc module");
+        src.entry_points()
+            .and_then(|v| v.iter().map(TcEntry::from_source).collect())
+            .expect("skinny_tc.cu's entries (unit-tested)")
+    })
+}
+
+pub fn find_tc_entry(name: &str) -> Option<&'static TcEntry> {
+    tc_entries().iter().find(|e| e.name == name)
+}
+
+/// The CTA shape for `tiles` 16-row weight tiles and `rows` tokens on `sms` multiprocessors: of
+/// the shapes whose CTAs fill every resident slot at least once, the one reading the least
+/// through L2 (the largest tiles); when none fills the GPU, the one with the most CTAs, then
+/// the least L2 traffic; ties go to fewer token tiles. KILN_SKINNY_TC_TILE=WNxWM forces a shape (for A/B runs).
+pub fn choose_tc_entry(tiles: usize, rows: usize, sms: usize) -> &'static TcEntry {
+    if let Some(e) = forced_tile() {
+        return e;
+    }
+    let all = tc_entries();
+    // Equal L2 traffic: fewer token tiles, so each weight byte leaves memory once for sure.
+    let by_l2 = |a: &&TcEntry, b: &&TcEntry| {
+        a.l2_reads(tiles, rows)
+            .total_cmp(&b.l2_reads(tiles, rows))
+            .then(rows.div_ceil(a.tile().1).cmp(&rows.div_ceil(b.tile().1)))
+    };
+    let filling = all
+        .iter()
+        .filter(|e| e.ctas(tiles, rows) >= sms * e.min_blocks)
+        .min_by(by_l2);
+    filling.unwrap_or_else(|| {
+        let most = all.iter().map(|e| e.ctas(tiles, rows)).max().unwrap_or(0);
+        all.iter()
+            .filter(|e| e.ctas(tiles, rows) == most)
+            .min_by(by_l2)
+            .expect("skinny_tc.cu has entries")
+    })
+}
+
+fn forced_tile() -> Option<&'static TcEntry> {
+    static FORCED: OnceLock<Option<&'static TcEntry>> = OnceLock::new();
+    *FORCED.get_or_init(|| {
+        let v = std::env::var("KILN_SKINNY_TC_TILE").ok()?;
+        find_tc_entry(&format!("skinny_tc_{v}"))
+    })
+}
+
+/// The tensor-core entries with more than 48 KB of dynamic shared memory, with their needs.
+pub fn large_smem_kernels() -> Vec<(String, usize)> {
+    tc_entries()
+        .iter()
+        .filter(|e| e.smem_bytes() > 48 * 1024)
+        .map(|e| (e.name.clone(), e.smem_bytes()))
+        .collect()
+}
+
+impl Gpu {
+    /// x . w^T for `rows` rows (any number, one launch) on the tensor cores, the sums going where
+    /// `epi` says: each row gets the bits of the 16-warp skinny kernel (and of the kernels the
+    /// epilogue replaces). Needs k % 8 == 0 and 16-byte aligned x and w.
+    #[allow(clippy::too_many_arguments)]
+    pub fn skinny_tc(
+        &self,
+        epi: &Epilogue,
+        pdl: bool,
+        x: u64,
+        w: u64,
+        rows: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<()> {
+        let tiles = epi.tiles(n)?;
+        let e = choose_tc_entry(tiles, rows, self.sm_count as usize);
+        self.skinny_tc_entry(e, epi, pdl, x, w, rows, n, k)
+    }
+
+    /// [`Gpu::skinny_tc`] through entry `e` (tests and benchmarks compare the shapes).
+    #[allow(clippy::too_many_arguments)]
+    pub fn skinny_tc_entry(
+        &self,
+        e: &TcEntry,
+        epi: &Epilogue,
+        pdl: bool,
+        x: u64,
+        w: u64,
+        rows: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<()> {
+        if rows == 0 {
+            return Ok(());
+        }
+        if !k.is_multiple_of(8) {
+            bail!("tensor-core decode GEMM needs k % 8 == 0, got {k}");
+        }
+        let tiles = epi.tiles(n)?;
+        let ctas = e.ctas(tiles, rows);
+        let mut args = vec![
+            Arg::Ptr(x),
+            Arg::Ptr(w),
+            Arg::I32(i32_of(rows, "rows")?),
+            Arg::I32(i32_of(k, "k")?),
+        ];
+        args.extend(epi.args(n)?);
+        let grid = (u32::try_from(ctas)?, 1, 1);
+        self.launch_with(
+            &e.name,
+            grid,
+            e.threads() as u32,
+            e.smem_bytes() as u32,
+            &args,
+            pdl,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_entries_read_from_the_source_have_their_shapes() {
+        let got: Vec<_> = tc_entries()
+            .iter()
+            .map(|e| (e.name.as_str(), e.wn, e.wm, e.stages, e.min_blocks))
+            .collect();
+        let want = [
+            ("skinny_tc_4x1", 4, 1, 4, 2),
+            ("skinny_tc_2x2", 2, 2, 4, 3),
+            ("skinny_tc_1x4", 1, 4, 4, 2),
+            ("skinny_tc_4x2", 4, 2, 6, 1),
+            ("skinny_tc_2x4", 2, 4, 6, 1),
+        ];
+        assert_eq!(got, want);
+    }
+
+    /// The CTAs the launch bounds promise fit an H100/H200 multiprocessor: 228 KB of shared
+    /// memory (1 KB of it reserved per CTA) and 64K registers at the 168 a thread the kernels
+    /// take (kernels_compile prints them).
+    #[test]
+    fn every_entry_fits_its_occupancy() {
+        for e in tc_entries() {
+            let smem = e.min_blocks * (e.smem_bytes() + 1024);
+            assert!(smem <= 228 * 1024, "{}: {smem} bytes", e.name);
+            assert!(e.min_blocks * e.threads() * 168 <= 65536, "{}", e.name);
+        }
+    }
+
+    #[test]
+    fn the_shape_follows_the_weight_and_the_rows() {
+        let sms = 132;
+        // A wide weight at 128 rows: 64 x 128 tiles fill the GPU and read the least.
+        let e = choose_tc_entry(28672 / 16, 128, sms);
+        assert_eq!(e.name, "skinny_tc_2x4");
+        assert_eq!(e.ctas(28672 / 16, 128), 448);
+        // 4096 rows at 128 tokens fill no shape: the most CTAs, then the least L2 (64 x 64).
+        let e = choose_tc_entry(4096 / 16, 128, sms);
+        assert_eq!(e.name, "skinny_tc_2x2");
+        // The LM head at 256 rows: 64 x 128 and 128 x 64 read alike; two token tiles either way
+        // for 64 x 128, four for 128 x 64.
+        let e = choose_tc_entry(128256 / 16, 256, sms);
+        assert_eq!(e.l2_reads(8016, 256), 2.0 + 256.0 / 64.0);
+        assert_eq!(e.name, "skinny_tc_2x4");
+    }
+}
