@@ -54,7 +54,7 @@ grid() { # RUN SECONDS [VAR=VALUE...]
 }
 grid base 40
 grid all 40 KILN_DECODE_FUSE=all KILN_SKINNY_TC=64
-grid tc 40 KILN_SKINNY_TC=64
+grid tc 40 KILN_SKINNY_TC=32
 grid fuse 40 KILN_DECODE_FUSE=all
 
 # 3. The GEMM kernels alone: skinny against each tensor-core shape, 1-256 rows.

@@ -94,7 +94,7 @@ const PLANTED: &[(&str, &str, &str, Part)] = &[
     // SwiGLU without the sigmoid.
     (
         "elementwise",
-        "to_store(g / (1.f + expf(-g)) * u)",
+        "to_store(silu_mul(g, u))",
         "to_store(g * u)",
         rows::row_kernels,
     ),
@@ -108,8 +108,8 @@ const PLANTED: &[(&str, &str, &str, Part)] = &[
     // RoPE turning the wrong way.
     (
         "rope_kv",
-        "dst[i1] = to_store(x1 * c - x2 * s);",
-        "dst[i1] = to_store(x1 * c + x2 * s);",
+        "rope_rotate(b[i1], b[i2], c, s, o1, o2);",
+        "rope_rotate(b[i1], b[i2], c, -s, o1, o2);",
         rows::qkv_prepare,
     ),
     // The split kernel reads V from the K cache.
