@@ -6,10 +6,10 @@
 # summary last. Whole run bounded to about 8 minutes.
 #
 # Usage: scripts/gpu-check.sh [PART...]   PARTs: tests, bench (the default: both), f32, digests,
-# base-bench. `f32` runs the f32 path's checks alone: the typed kernels' contracts in f32 and
+# base-bench, f32-cli. `f32` runs the f32 path's checks alone: the typed kernels' contracts in f32 and
 # f16, then the backend in f32 against the CPU on every fixture (the same greedy tokens, logits
-# within 1e-5), in f16 on the fixtures rounded to f16, and its batch invariance and graphs vs
-# eager in f32 (`tests` runs them too, among the rest). `digests` runs the logits_digest example on the fixtures and the 8B dummy
+# within 1e-5), in f16 on the fixtures rounded to f16, its batch invariance and graphs vs
+# eager in f32, and `kiln generate --dtype f32` against the CPU (`f32-cli`: that alone) (`tests` runs them too, among the rest). `digests` runs the logits_digest example on the fixtures and the 8B dummy
 # presets; with a baseline build in .carry-base/ (logits_digest, cuda_bench built from an
 # earlier commit) it runs that too and diffs the two, and `base-bench` times the baseline's
 # cuda_bench right after this build's, for a same-call A/B of a change that must not move
@@ -103,6 +103,9 @@ if want f32; then
         say "$(printf "f32 %-22s %-8s %6.1fs  checks: %d pass, %d fail" "$name${filter:+ $filter}" "$status" "$secs" "$pass" "$fail")"
         grep -E "\] FAIL |panicked" "$log" | head -12 | cut -c1-300 | sed 's/^/    /' | tee -a "$report"
     done
+fi
+# `f32-cli` runs this check alone.
+if want f32 || want f32-cli; then
     # The flag as a user gives it: kiln generate --dtype f32 on the GPU gives the CPU's greedy
     # tokens on every fixture the CUDA backend runs.
     kiln_bin=$(awk '$1=="bin" && $2=="kiln" {print $3}' "$manifest")

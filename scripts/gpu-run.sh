@@ -12,6 +12,7 @@
 #   quant-tests  scripts/quant-gpu.sh TESTS_ONLY=1 (the quantised tests with KILN_GPU_QUANT=1, < 90 s)
 #   quant-vs     scripts/quant-gpu.sh on the llama-quantize'd Q4_K_M and Q8_0 files, beside llama.cpp
 #   f16-vs       kiln bench on the Llama-3-8B F16 GGUF beside llama.cpp (the baseline of quant-vs)
+#   f32-cli      scripts/gpu-check.sh f32-cli (kiln generate --dtype f32 on the GPU vs the CPU)
 #   decode       scripts/decode-gpu.sh (tensor-core decode GEMM, fused decode launches)
 #   serve        scripts/serve-gpu.sh
 # Environment: OUT (default ./gpu-run-out); PART_ENV_<part>="VAR=VALUE ..." extra environment for a part.
@@ -71,6 +72,8 @@ part() { # NAME LIMIT
                 && env "${extra[@]}" timeout "$limit" bash -c "$(declare -f vs_bench); KILN=$KILN LOGS=$LOGS LLAMA_BENCH=$LLAMA_BENCH \
                    vs_bench f16-vs $B/llama3-8b-f16.gguf --prefill 2048,8192 --depth 0,8192 --concurrency 1,8,32 \
                    --decode 128 --repeats 3" > "$dir/summary.txt" 2>&1; rc=$? ;;
+        f32-cli) env "${extra[@]}" OUT=$dir timeout "$limit" scripts/gpu-check.sh f32-cli > "$dir/out.txt" 2>&1; rc=$?
+                 cp "$dir/report.txt" "$dir/summary.txt" 2>/dev/null ;;
         decode) env "${extra[@]}" OUT=$dir TOTAL_S=$((limit - 5)) timeout "$limit" scripts/decode-gpu.sh > "$dir/out.txt" 2>&1; rc=$? ;;
         serve) env "${extra[@]}" OUT=$dir timeout "$limit" scripts/serve-gpu.sh > "$dir/out.txt" 2>&1; rc=$? ;;
         *) echo "unknown part $name" > "$dir/summary.txt"; rc=2 ;;
