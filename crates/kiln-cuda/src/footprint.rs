@@ -99,7 +99,8 @@ fn weight_bytes(spec: &ModelSpec, rope_positions: usize, store: StoreType) -> us
     (globals + layers) * store.bytes() + ropes
 }
 
-/// The activation buffers (forward.rs `Activations::new`) and the sampler's (sampling.rs).
+/// The activation buffers (forward.rs `Activations::new`), the sampler's (sampling.rs) and the
+/// fed tokens of launched-ahead steps (pipeline.rs).
 fn buffer_bytes(
     spec: &ModelSpec,
     max_tokens: usize,
@@ -135,7 +136,8 @@ fn buffer_bytes(
         + t * inter // act
         + s * h // logit_in
         + t * pl_width; // pl_act
-    let i32s = s + layout.len; // ids, step
+    let i32s = s + layout.len // ids, step
+        + 2 * s.max(1); // pipeline.rs feed_dev: a (sequence, token) pair a sequence
     let sampler = s * (PARAM_WORDS + OUT_WORDS) * 4;
     f32s * 4 + stored * store.bytes() + i32s * 4 + sampler
 }

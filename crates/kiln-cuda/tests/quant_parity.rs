@@ -55,13 +55,16 @@ fn quantised_gpu_matches_the_cpu_reference() {
         let prompt: Vec<u32> = (0..300u32).map(|i| (i * 7919 + 13) % vocab).collect();
         let prompt = &prompt[..prompt.len().min(config.max_position / 4)];
         compare(&mut c, &name, src.as_ref(), prompt, false, StoreType::Bf16);
-        // Held quantised: the weights' bytes on the device against their bf16 size.
+        // Held quantised: the weights' bytes on the device against their bf16 size. A record
+        // is 128 k wide, so a model narrower than that (the llama fixture: hidden 64) pads
+        // every row to 128 and saves nothing; it must still be held in its formats, not bf16.
         let opts = CudaOptions::default();
         let held = Footprint::of_source(src.as_ref(), &opts).weights;
         let bf16 = Footprint::of(&config.spec(), config.max_position, &opts).weights;
         let quant_on = kiln_cuda::switches::Switches::from_env().gpu_quant;
+        let narrow = config.hidden_size < 128;
         c.check(
-            !quant_on || held * 10 < bf16 * 7,
+            !quant_on || held * 10 < bf16 * 7 || (narrow && held != bf16),
             format!("{name}: weights held in {held} bytes, {bf16} in bf16"),
         );
     }
