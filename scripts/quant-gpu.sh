@@ -7,7 +7,7 @@
 # family of quantised decode kernels (KILN_QUANT_DECODE=v1; depth 0, batch 1 and 32), one 16-row
 # tile a CTA (KILN_QUANT_TILES=1; batch 8 and 32), the first bf16 expansion kernel
 # (KILN_QUANT_EXPAND=words; prefill 2k), the embedding in pinned host memory
-# (KILN_QUANT_EMBED=host, opt-in; prefill 2k, batch-1 decode), on the first file only (AB_ALL=1: every file). The
+# (KILN_QUANT_EMBED=device: the embedding on the GPU; prefill 2k, batch-1 decode), on the first file only (AB_ALL=1: every file). The
 # expansion at load (KILN_GPU_QUANT=0) and KILN_QUANT_PREFILL=skinny were measured on 2026-12-02
 # (docs/BENCH.md) and are no longer run here. Logs and JSON under $OUT; the summary last. About
 # 4 minutes on an H200 for two 8B files (the files' creation and llama.cpp's runs not counted).
@@ -80,7 +80,7 @@ if [ "${TESTS_ONLY:-0}" = 1 ]; then
     run_test contract_quant 40 skinny_quant_contract
     run_test backend_invariance 30 quantised
     # The embedding in pinned host memory (opt-in): CPU parity again, if time remains.
-    KILN_QUANT_EMBED=host TAG=-embed-host run_test quant_parity 30
+    KILN_QUANT_EMBED=device TAG=-embed-device run_test quant_parity 30
     note ""
     note "SUMMARY tests only ($((SECONDS - start)) s): $([ $status -eq 0 ] && echo ok || echo 'NOT ok, see above'); logs in $OUT"
     exit $status
@@ -95,8 +95,8 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
     run_test verify_rows 40 quantised
     run_test graphs_parity 60 quantised
     # The embedding in pinned host memory (opt-in): parity and the footprint again.
-    KILN_QUANT_EMBED=host TAG=-embed-host run_test quant_parity 80
-    KILN_QUANT_EMBED=host TAG=-embed-host run_test footprint 40
+    KILN_QUANT_EMBED=device TAG=-embed-device run_test quant_parity 80
+    KILN_QUANT_EMBED=device TAG=-embed-device run_test footprint 40
     # Prefill rows through the quantised skinny kernels: invariance again.
     KILN_QUANT_PREFILL=skinny TAG=-prefill-skinny run_test backend_invariance 60 quantised
 fi
@@ -179,8 +179,8 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
             KILN_QUANT_EXPAND=words bench "$label" "$model" "-expand-words" --prefill 2048 --decode 0
             [ -s "$OUT/bench-$label-expand-words.json" ] && note "  KILN_QUANT_EXPAND=words: $(summarise "$OUT/bench-$label-expand-words.json")"
             # The embedding in pinned host memory (opt-in): weights on the device, and its cost.
-            KILN_QUANT_EMBED=host bench "$label" "$model" "-embed-host" --prefill 2048 --decode 128 --depth 0 --concurrency 1
-            [ -s "$OUT/bench-$label-embed-host.json" ] && note "  KILN_QUANT_EMBED=host: $(summarise "$OUT/bench-$label-embed-host.json")"
+            KILN_QUANT_EMBED=device bench "$label" "$model" "-embed-device" --prefill 2048 --decode 128 --depth 0 --concurrency 1
+            [ -s "$OUT/bench-$label-embed-device.json" ] && note "  KILN_QUANT_EMBED=device: $(summarise "$OUT/bench-$label-embed-device.json")"
         fi
     done
 fi

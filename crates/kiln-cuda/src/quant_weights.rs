@@ -16,7 +16,7 @@ use crate::quant_layout::{repack, GpuQuant};
 use crate::switches::Switches;
 
 /// Where a segment's records are: device memory, or pinned host memory that the kernels read
-/// over the bus (the embedding with `KILN_QUANT_EMBED=host`: a step reads its tokens' rows only).
+/// over the bus (the embedding, unless `KILN_QUANT_EMBED=device`: a step reads its tokens' rows only).
 pub enum SegData {
     Device(DevBuf<u8>),
     Host(PinnedBuf<u8>),
@@ -88,7 +88,7 @@ pub fn quantizable_layer(w: LayerWeight) -> bool {
     )
 }
 
-/// Whether a quantised embedding is kept in pinned host memory (`KILN_QUANT_EMBED=host`), as
+/// Whether a quantised embedding is kept in pinned host memory (the default; `KILN_QUANT_EMBED=device` keeps it on the GPU), as
 /// llama.cpp keeps it: only when the LM head is a matrix of its own, since a tied one is read
 /// whole every step.
 pub fn embedding_on_host(spec: &ModelSpec) -> bool {
