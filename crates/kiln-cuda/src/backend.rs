@@ -27,6 +27,11 @@ use crate::weights::{load_weights, ModelWeights};
 #[path = "backend_queue.rs"]
 mod queue;
 
+// A draft model that reads this backend's KV cache (Backend::draft).
+#[path = "backend_draft.rs"]
+mod draft;
+pub use draft::Drafted;
+
 /// How the backend sizes itself. Everything is allocated once, in `CudaBackend::new`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CudaOptions {
@@ -72,6 +77,8 @@ pub struct CudaBackend {
     // Field order is drop order: everything on the device goes before the context in `gpu`.
     graphs: GraphCache,
     lt: LtGemm,
+    /// A draft model that reads this backend's KV cache (Gemma 4's assistant).
+    draft: Option<draft::DraftModel>,
     act: Activations,
     host_tier: Option<HostTier>,
     kv: KvCache,
@@ -87,6 +94,9 @@ pub struct CudaBackend {
     spec: ModelSpec,
     switches: Switches,
     opts: CudaOptions,
+    /// Logits rows of the step last finished: the final-normed rows in `act.logit_in` a draft
+    /// may start from.
+    hidden_rows: usize,
     gpu: Gpu,
 }
 
@@ -102,6 +112,7 @@ macro_rules! step_context {
             a: &$b.act,
             layout: &$b.layout,
             sw: $b.switches,
+            draft: None,
         }
     };
 }
@@ -197,6 +208,7 @@ impl CudaBackend {
         let mut backend = CudaBackend {
             graphs,
             lt,
+            draft: None,
             act,
             host_tier,
             kv,
@@ -211,6 +223,7 @@ impl CudaBackend {
             spec,
             switches: Switches::from_env(),
             opts,
+            hidden_rows: 0,
             gpu,
         };
         if backend.graphs.enabled() {
@@ -221,19 +234,6 @@ impl CudaBackend {
 
     pub fn config(&self) -> &ModelConfig {
         &self.config
-    }
-
-    /// A draft model that reads this backend's KV cache (Gemma 4's assistant).
-    pub fn attach_draft_model(
-        &mut self,
-        weights: &dyn WeightSource,
-        _progress: Option<&dyn Fn(usize, usize)>,
-    ) -> Result<()> {
-        weights
-            .config()
-            .draft_spec(&self.config)
-            .context("the draft model does not fit the model")?;
-        bail!("the CUDA backend runs no draft model yet; run it on the CPU (--device cpu)")
     }
 
     pub fn gpu(&self) -> &Gpu {
@@ -393,6 +393,8 @@ impl CudaBackend {
         let budget = kv_budget(&self.gpu, kv_cache_bytes, self.opts.kv_cache_fraction)?;
         self.kv = kv_pool(&self.gpu, &self.spec, bs, budget)?;
         self.layout.num_blocks = self.kv.num_blocks - 1;
+        // No step has run on the new pool: nothing a draft could start from.
+        self.hidden_rows = 0;
         let held = self.graphs.held_shapes();
         self.capture_shapes(&held, "KV pool rebuild");
         Ok(self.kv_geometry())
@@ -548,5 +550,13 @@ impl Backend for CudaBackend {
 
     fn device_timing(&mut self) -> Option<DeviceTiming> {
         self.pipe.take_timing()
+    }
+
+    fn has_draft_model(&self) -> bool {
+        self.has_draft()
+    }
+
+    fn draft(&mut self, rows: &[kiln_step::DraftRow<'_>], k: usize) -> Result<Vec<Vec<u32>>> {
+        Ok(self.draft_with_logits(rows, k, false)?.tokens)
     }
 }

@@ -109,6 +109,7 @@ impl CudaBackend {
     pub(super) fn finish_oldest(&mut self) -> Result<StepOutput> {
         let p = self.pipe.wait_oldest()?;
         let n = p.plan.n_logits;
+        self.hidden_rows = n;
         Ok(match p.picks {
             Picks::Argmax => StepOutput::Tokens(
                 self.ids_host[p.slot].as_slice()[..n]

@@ -7,6 +7,7 @@
 //! code, so they queue the same launches in the same order.
 
 use anyhow::{bail, ensure, Context, Result};
+use kiln_model::program::run_draft_step;
 use kiln_model::{run_step, Activation, LayerWeight, ModelSpec, RopeStyle, StepOps};
 
 use crate::device::{DevBuf, DevPtr, Gpu};
@@ -23,6 +24,11 @@ use crate::weights::{MatrixRef, ModelWeights};
 #[path = "forward_fused.rs"]
 mod fused;
 use fused::Fusion;
+
+// A draft model's step: its input and output projections (Gemma 4's assistant).
+#[path = "forward_draft.rs"]
+mod draft;
+pub use draft::DraftIo;
 
 /// Activation buffers, sized once for the largest step and the widest layer, at fixed
 /// addresses: f32 where GEMMs write, the storage type where they read.
@@ -114,6 +120,9 @@ pub struct StepContext<'a> {
     pub a: &'a Activations,
     pub layout: &'a StepLayout,
     pub sw: Switches,
+    /// A draft model's step: what it reads from its target and where it writes (None: a
+    /// model's own step).
+    pub draft: Option<DraftIo<'a>>,
 }
 
 impl StepContext<'_> {
@@ -128,7 +137,10 @@ impl StepContext<'_> {
             post_norm: None,
             fused: Fusion::for_step(self.spec, &self.sw, self.gpu.store, plan),
         };
-        run_step(self.spec, &mut ops)
+        match self.draft {
+            None => run_step(self.spec, &mut ops),
+            Some(_) => run_draft_step(self.spec, &mut ops),
+        }
     }
 
     fn step_ptr(&self, section: usize) -> u64 {
@@ -220,7 +232,7 @@ impl CudaOps<'_, '_> {
             let rows = step.min(n_tokens - r0);
             g.decode_attn(
                 a.q.dev_ptr().row(r0, nq * hd).addr(),
-                c.kv.view(layer),
+                c.kv_view(layer),
                 &inp.from_row(r0),
                 a.part_o.ptr(),
                 a.part_ml.ptr(),
@@ -454,10 +466,10 @@ impl StepOps for CudaOps<'_, '_> {
             lw.ptr(LayerWeight::QNorm),
             lw.ptr(LayerWeight::KNorm),
             c.w.ropes[at.rope].ptr(),
-            c.step_ptr(c.layout.positions),
+            c.rope_positions(),
             c.step_ptr(c.layout.slots),
             a.q.ptr(),
-            c.kv.view(layer),
+            c.kv_view(layer),
             self.plan.n_tokens,
             at.num_heads,
             at.head_dim,
@@ -480,7 +492,7 @@ impl StepOps for CudaOps<'_, '_> {
         let at = &c.spec.layers[layer].attn;
         let (nq, hd, scale) = (at.num_heads, at.head_dim, at.scale);
         let window = at.window.unwrap_or(0);
-        let kv = c.kv.view(layer);
+        let kv = c.kv_view(layer);
         let inp = c.attn_inputs();
         if g.store != StoreType::Bf16 && c.sw.flash_attn && c.sw.split_decode {
             return self.split_attention_every_row(layer);
@@ -576,6 +588,16 @@ impl StepOps for CudaOps<'_, '_> {
         if let Some(cap) = s.logit_softcap {
             g.softcap_logits(logits, r * s.vocab_size, cap)?;
         }
-        g.argmax_rows(logits, a.ids.ptr(), r, s.vocab_size)
+        self.keep_best_centroids()?;
+        let picks = c.draft.map_or(a.ids.ptr(), |d| d.picks);
+        g.argmax_rows(logits, picks, r, s.vocab_size)
+    }
+
+    fn draft_input(&mut self) -> Result<()> {
+        self.draft_in()
+    }
+
+    fn draft_output(&mut self) -> Result<()> {
+        self.draft_out()
     }
 }

@@ -117,6 +117,11 @@ pub const SOURCES: &[KernelSource] = &[
         builds: Builds::Bf16Only,
     },
     KernelSource {
+        name: "draft",
+        body: include_str!("../kernels/draft.cu"),
+        builds: Builds::Typed,
+    },
+    KernelSource {
         name: "skinny_tc",
         body: concat!(
             include_str!("../kernels/skinny_epilogue.cu"),
@@ -312,6 +317,10 @@ mod tests {
             ),
             ("decode_mma_wide", vec!["decode_mma_hd512".into()]),
             ("quant_gemm", quant),
+            (
+                "draft",
+                vec!["draft_concat".into(), "keep_best_centroids".into()],
+            ),
             (
                 "skinny_tc",
                 ["4x1", "2x2", "1x4", "4x2", "2x4"]

@@ -55,6 +55,15 @@ pub struct PerLayerWeights {
     pub norm: StoreBuf,
 }
 
+/// A draft model's weights beside its blocks (Gemma 4's assistant): the projections from and
+/// back to its target, and its ordered LM head's centroids `[centroids, hidden]` with each
+/// token's centroid `[vocab]` (i32, from the token ordering).
+pub struct DraftWeights {
+    pub pre: StoreBuf,
+    pub post: StoreBuf,
+    pub ordered: Option<(StoreBuf, DevBuf<i32>)>,
+}
+
 pub struct ModelWeights {
     /// None when the embedding is kept quantised (`quant_embed`).
     pub embed: Option<StoreBuf>,
@@ -63,6 +72,8 @@ pub struct ModelWeights {
     pub lm_head: Option<StoreBuf>,
     /// None when the model has no per-layer inputs.
     pub per_layer: Option<PerLayerWeights>,
+    /// A draft model's own weights (Gemma 4's assistant); None for a model that runs alone.
+    pub draft: Option<DraftWeights>,
     pub quant_embed: Option<QuantMatrix>,
     pub quant_lm_head: Option<QuantMatrix>,
     /// bf16 room for the largest quantised projection, which prefill rows multiply (None
@@ -170,6 +181,28 @@ impl Loader<'_> {
         Ok(())
     }
 
+    /// Each token's centroid under `order` (the token ids of centroid 0, then 1, ...), i32 on
+    /// the device.
+    fn token_owners(&mut self, order: &[u32], spec: &ModelSpec) -> Result<DevBuf<i32>> {
+        let o = spec
+            .draft
+            .and_then(|d| d.ordered)
+            .context("a token ordering without an ordered LM head")?;
+        let per = order.len() / o.centroids;
+        let mut owner = vec![0i32; order.len()];
+        for (i, &t) in order.iter().enumerate() {
+            owner[t as usize] = (i / per) as i32;
+        }
+        let buf = self.gpu.alloc::<i32>(owner.len())?;
+        buf.upload(0, &owner)?;
+        self.bytes += buf.bytes();
+        self.done += 1;
+        if let Some(p) = self.progress {
+            p(self.done, self.total);
+        }
+        Ok(buf)
+    }
+
     /// A matrix of the schema kept in its block formats.
     fn quant<W>(
         &mut self,
@@ -249,6 +282,7 @@ pub fn load_weights(
     let (mut embed, mut lm_head, mut out_norm) = (None, None, None);
     let (mut pl_table, mut pl_proj, mut pl_norm) = (None, None, None);
     let (mut quant_embed, mut quant_lm_head) = (None, None);
+    let (mut pre, mut post, mut centroids, mut owner) = (None, None, None, None);
     for f in schema::global_weights(spec) {
         if let Some(formats) =
             quant_weights::kept_formats(&f, src, quant_on && quantizable_global(f.weight))
@@ -262,14 +296,11 @@ pub fn load_weights(
             }
             continue;
         }
-        if matches!(
-            f.weight,
-            GlobalWeight::DraftPreProjection
-                | GlobalWeight::DraftPostProjection
-                | GlobalWeight::Centroids
-                | GlobalWeight::TokenOrdering
-        ) {
-            bail!("the CUDA backend runs no draft model yet");
+        if f.weight == GlobalWeight::TokenOrdering {
+            let ids = ld.src.load_f32(f.parts[0].id)?.data;
+            let order = kiln_model::draft_spec::token_ordering(&ids, spec.vocab_size)?;
+            owner = Some(ld.token_owners(&order, spec)?);
+            continue;
         }
         let buf = ld.fused(&f)?;
         match f.weight {
@@ -279,7 +310,10 @@ pub fn load_weights(
             GlobalWeight::PerLayerEmbedding => pl_table = Some(buf),
             GlobalWeight::PerLayerProjection => pl_proj = Some(buf),
             GlobalWeight::PerLayerProjNorm => pl_norm = Some(buf),
-            _ => {}
+            GlobalWeight::DraftPreProjection => pre = Some(buf),
+            GlobalWeight::DraftPostProjection => post = Some(buf),
+            GlobalWeight::Centroids => centroids = Some(buf),
+            GlobalWeight::TokenOrdering => {}
         }
     }
     let per_layer = match (pl_table, pl_proj, pl_norm) {
@@ -290,6 +324,19 @@ pub fn load_weights(
         }),
         (None, None, None) => None,
         _ => bail!("the schema names some per-layer input weights but not all three"),
+    };
+    let draft = match (pre, post) {
+        (Some(pre), Some(post)) => Some(DraftWeights {
+            pre,
+            post,
+            ordered: match (centroids, owner) {
+                (Some(c), Some(o)) => Some((c, o)),
+                (None, None) => None,
+                _ => bail!("the schema names the centroids or the token ordering alone"),
+            },
+        }),
+        (None, None) => None,
+        _ => bail!("the schema names one of a draft model's projections only"),
     };
     let mut layers = Vec::with_capacity(spec.layers.len());
     let mut scratch_len = 0;
@@ -344,6 +391,7 @@ pub fn load_weights(
         out_norm: out_norm.context("the schema has no output norm")?,
         lm_head,
         per_layer,
+        draft,
         quant_embed,
         quant_lm_head,
         scratch,
