@@ -397,6 +397,7 @@ impl CudaBackend {
         self.hidden_rows = 0;
         let held = self.graphs.held_shapes();
         self.capture_shapes(&held, "KV pool rebuild");
+        self.forget_draft_graphs();
         Ok(self.kv_geometry())
     }
 

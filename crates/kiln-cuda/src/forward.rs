@@ -573,7 +573,8 @@ impl StepOps for CudaOps<'_, '_> {
         )?;
         // Logits rows always take the skinny kernel (bf16, quantised or not) or the pinned
         // cuBLASLt algorithm (other formats), so a row's logits never depend on the step.
-        let (logits, x) = (a.logits.ptr(), a.logit_in.ptr());
+        let logits = c.draft.map_or(a.logits.ptr(), |d| d.logits);
+        let x = a.logit_in.ptr();
         match c.w.lm_head()? {
             MatrixRef::Quant(q) => quant_skinny_all(g, q, logits, x, r)?,
             MatrixRef::Plain(w) if g.store == StoreType::Bf16 => {

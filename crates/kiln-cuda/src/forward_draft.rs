@@ -37,6 +37,8 @@ pub struct DraftIo<'a> {
     pub next_hidden: u64,
     /// f32 `[rows, centroids]`: the ordered LM head's centroid scores.
     pub scores: u64,
+    /// f32 `[rows, vocab]`: where the step's logits go.
+    pub logits: u64,
     /// i32 `[rows]`: each row's argmax pick.
     pub picks: u64,
 }
@@ -142,7 +144,7 @@ impl CudaOps<'_, '_> {
                 .matmul(g, io.scores, x, centroids.ptr(), r, o.centroids, h)?,
         }
         g.keep_best_centroids(
-            c.a.logits.ptr(),
+            io.logits,
             io.scores,
             owner.ptr(),
             r,

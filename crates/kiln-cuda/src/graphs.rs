@@ -43,7 +43,7 @@ pub fn prefill_max_from_env() -> usize {
 
 /// An instantiated graph, destroyed when dropped (before the context: the backend's field
 /// order).
-struct Exec(sys::CUgraphExec);
+pub(crate) struct Exec(sys::CUgraphExec);
 
 impl Drop for Exec {
     fn drop(&mut self) {
@@ -143,14 +143,7 @@ impl GraphCache {
             // Another launch sequence: the held executable cannot take it.
             self.execs.remove(&s);
         }
-        // SAFETY: a complete recording from stream capture.
-        let exec = unsafe { drv::graph::instantiate(rec.0, sys::CUgraphInstantiate_flags(0)) }
-            .map_err(|e| anyhow!("instantiating the graph of {s:?}: {e:?}"))?;
-        let exec = Exec(exec);
-        // Move the executable to the device now rather than on its first replay.
-        // SAFETY: valid executable and stream.
-        unsafe { drv::graph::upload(exec.0, gpu.stream.cu_stream()) }
-            .map_err(|e| anyhow!("uploading the graph of {s:?}: {e:?}"))?;
+        let exec = instantiate(gpu, &rec).map_err(|e| anyhow!("the graph of {s:?}: {e:#}"))?;
         self.counters.instantiations += 1;
         self.execs.insert(s, exec);
         Ok(())
@@ -178,9 +171,8 @@ impl GraphCache {
             .execs
             .get(&s)
             .ok_or_else(|| anyhow!("no graph held for {s:?}"))?;
-        // SAFETY: valid executable and stream.
-        unsafe { drv::graph::launch(exec.0, gpu.stream.cu_stream()) }
-            .map_err(|e| anyhow!("launching the graph of {s:?}: {e:?}"))?;
+        exec.launch(gpu)
+            .map_err(|e| anyhow!("the graph of {s:?}: {e:#}"))?;
         self.counters.replays += 1;
         Ok(())
     }
@@ -215,6 +207,33 @@ impl GraphCache {
             c.eager_steps
         )
     }
+}
+
+impl Exec {
+    /// Launches the executable on the stream.
+    pub(crate) fn launch(&self, gpu: &Gpu) -> Result<()> {
+        // SAFETY: valid executable and stream.
+        unsafe { drv::graph::launch(self.0, gpu.stream.cu_stream()) }
+            .map_err(|e| anyhow!("launching: {e:?}"))
+    }
+}
+
+/// Instantiates a recording and moves the executable to the device now rather than on its
+/// first replay.
+fn instantiate(gpu: &Gpu, rec: &Recording) -> Result<Exec> {
+    // SAFETY: a complete recording from stream capture.
+    let exec = unsafe { drv::graph::instantiate(rec.0, sys::CUgraphInstantiate_flags(0)) }
+        .map_err(|e| anyhow!("instantiating: {e:?}"))?;
+    let exec = Exec(exec);
+    // SAFETY: valid executable and stream.
+    unsafe { drv::graph::upload(exec.0, gpu.stream.cu_stream()) }
+        .map_err(|e| anyhow!("uploading: {e:?}"))?;
+    Ok(exec)
+}
+
+/// Records the launches `queue` makes on the stream and instantiates them.
+pub(crate) fn capture_exec(gpu: &Gpu, queue: impl FnOnce() -> Result<()>) -> Result<Exec> {
+    instantiate(gpu, &record(gpu, queue)?)
 }
 
 /// Runs `queue` under stream capture and returns the recording. The capture always ends, so

@@ -6,6 +6,7 @@ pub mod attn_launch;
 pub mod attn_wide;
 pub mod backend;
 pub mod device;
+pub mod draft_graphs;
 pub mod footprint;
 pub mod forward;
 pub mod gemm_lt;

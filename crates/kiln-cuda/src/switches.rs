@@ -21,6 +21,9 @@ pub struct Switches {
     pub gemm_pin: bool,
     /// KILN_CUDA_GRAPHS=0: every step runs launch by launch.
     pub cuda_graphs: bool,
+    /// KILN_DRAFT_GRAPHS=0: a draft model's calls (Gemma 4's assistant) run launch by launch
+    /// instead of as one CUDA graph of all their steps per batch size.
+    pub draft_graphs: bool,
     /// Block-quantised GGUF matrices are kept in their formats on the device (quant_weights.rs);
     /// KILN_GPU_QUANT=0 expands them to bf16 at load. On the H200 (2026-12-02) the Q4_K_M 8B
     /// file decodes at 343 tok/s kept (1.25x llama.cpp) against about 200 expanded.
@@ -218,6 +221,7 @@ impl Env {
                 device_sampling: on("KILN_DEVICE_SAMPLING"),
                 gemm_pin: var("KILN_GEMM_PIN").as_deref() != Some("0"),
                 cuda_graphs: on("KILN_CUDA_GRAPHS"),
+                draft_graphs: on("KILN_DRAFT_GRAPHS"),
                 gpu_quant: on("KILN_GPU_QUANT"),
                 quant_prefill_skinny: var("KILN_QUANT_PREFILL").as_deref() == Some("skinny"),
                 quant_embed_host: var("KILN_QUANT_EMBED").as_deref() != Some("device"),
@@ -295,7 +299,7 @@ impl Switches {
             .map_or("64".to_string(), |n| n.to_string());
         let tc = k.skinny_tc.map_or("off".to_string(), |n| format!("{n}+"));
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} pdl={} cuda_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} flash_wide={} decode_wide={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} flash_wide={} decode_wide={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -312,6 +316,7 @@ impl Switches {
             if k.decode_mma { "mma" } else { "simt" },
             k.pdl as u8,
             self.cuda_graphs as u8,
+            self.draft_graphs as u8,
             self.gpu_quant as u8,
             if self.quant_prefill_skinny {
                 "skinny"

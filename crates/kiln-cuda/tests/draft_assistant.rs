@@ -6,55 +6,23 @@
 //! logit error; drafting every point at once gives the bits of each point alone; and through
 //! the engine, drafted generation gives plain generation's greedy tokens.
 
+#[path = "common/assistant.rs"]
+mod assistant;
 mod common;
 #[path = "common/models.rs"]
 mod models;
 #[path = "common/parity.rs"]
 mod parity;
 
+use assistant::{fixture, Fixture, FIXTURES};
 use common::{gpu_or_skip, Checks};
 use kiln_cpu::CpuBackend;
 use kiln_cuda::{CudaBackend, StoreType};
 use kiln_engine::{BackendDrafter, DraftConfig, EngineConfig, GenEvent, GenerateRequest};
-use kiln_model::hf_source::HfSource;
 use kiln_model::{DummyFill, HostTensor, ModelConfig, QuantTensor, Role, TensorId, WeightSource};
 use kiln_step::{Backend, ChunkInput, DraftRow};
-use models::{cuda_backend, fixture_reference, fixtures_dir, rel_err, Rounded};
+use models::{cuda_backend, rel_err, Rounded};
 use parity::{gpu_rounding, logit_rtol, margin, reference_cpu};
-
-const FIXTURES: [&str; 2] = ["gemma4_assistant", "gemma4_assistant_plain"];
-
-/// An assistant fixture: its target and assistant, the target's tokens and the points drafted at
-/// (at point n the cache holds the positions below n and the drafts follow token n).
-struct Fixture {
-    target: HfSource,
-    assistant: HfSource,
-    tokens: Vec<u32>,
-    points: Vec<usize>,
-    steps: usize,
-}
-
-fn fixture(name: &str) -> Fixture {
-    let r = fixture_reference(name).unwrap_or_else(|| panic!("{name}/reference.json"));
-    let ids = |v: &serde_json::Value| -> Vec<u32> {
-        v.as_array()
-            .expect("a list of ids")
-            .iter()
-            .map(|x| x.as_u64().expect("an id") as u32)
-            .collect()
-    };
-    let points: Vec<usize> = ids(&r["points"]).into_iter().map(|p| p as usize).collect();
-    let steps = r["logits_shape"][0].as_u64().unwrap() as usize / points.len();
-    let dir = fixtures_dir();
-    let target = dir.join(r["target"].as_str().unwrap()).join("hf");
-    Fixture {
-        target: HfSource::open(&target).expect("the target fixture"),
-        assistant: HfSource::open(&dir.join(name).join("assistant")).expect("the assistant"),
-        tokens: ids(&r["tokens"]),
-        points,
-        steps,
-    }
-}
 
 /// `Rounded`, but the token ordering: its values are token ids, kept exact.
 struct RoundedWeights<'a>(Rounded<'a>);
