@@ -5,6 +5,10 @@
 # llama3-8b gemm`), the A/B of each decode switch end to end (`cuda_bench llama3-8b
 # decode-grid`: batch 1/8/32/128 at depth 0, 1/8/32 at 8k; then batch 1 per fusion), and the
 # invariance suites with the switches on, while time remains.
+# QUICK=1 (off by default) runs only the tensor-core GEMM's contract (tc_gemm_contract,
+# tc_auto_contract) and decode at batch 32 and 128 (depth 0, `cuda_bench llama3-8b decode-tc`)
+# with the defaults against KILN_SKINNY_TC=auto, and prints the ratio: under a minute once
+# the kernels are compiled.
 # Needs the executables from scripts/build-gpu-carry.sh in .carry/ (with KILN_CARRY_KERNELS=1
 # the compiled kernels too, which saves the NVRTC time here). Logs under $OUT (default
 # ./decode-gpu-out); the summary comes last.
@@ -36,10 +40,50 @@ checks() { echo "$(grep -c '\] PASS ' "$1") pass, $(grep -c '\] FAIL \|panicked'
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader 2>&1 | head -1 | tee -a "$summary"
 bench=$(exe bench cuda_bench)
 
+if [ "${QUICK:-0}" = 1 ]; then
+    contract=$(exe test contract_decode_fused)
+    for t in tc_gemm_contract tc_auto_contract; do
+        budget 40 "$contract" --include-ignored --exact "$t" --test-threads=1 --nocapture > "$OUT/contract-$t.log" 2>&1
+        say "$t: rc=$?, $(checks "$OUT/contract-$t.log")"
+        grep -E "\] FAIL |panicked|^SKIP" "$OUT/contract-$t.log" | head -6 | cut -c1-220 | sed 's/^/    /' | tee -a "$summary"
+    done
+    for tc in off auto; do
+        budget 40 env KILN_SKINNY_TC=$tc "$bench" llama3-8b decode-tc > "$OUT/tc-$tc.json" 2> "$OUT/tc-$tc.log"
+        say "decode-tc KILN_SKINNY_TC=$tc: rc=$?"
+    done
+    python3 - "$OUT" <<'EOF' | tee -a "$summary"
+import re, sys
+out = sys.argv[1]
+def rates(tc):
+    r = {}
+    try:
+        for line in open(f"{out}/tc-{tc}.log"):
+            m = re.match(r"BENCH decode batch (\d+) depth 0: ([\d.]+) tok/s", line)
+            if m:
+                r[int(m[1])] = float(m[2])
+    except OSError:
+        pass
+    return r
+base, auto = rates("off"), rates("auto")
+for b in (32, 128):
+    if b in base and b in auto:
+        print(f"b{b} d0: defaults {base[b]:,.1f}, KILN_SKINNY_TC=auto {auto[b]:,.1f} tok/s ({auto[b] / base[b]:.3f}x)")
+    else:
+        print(f"b{b} d0: missing (defaults {base.get(b)}, auto {auto.get(b)})")
+EOF
+    say "QUICK ($(( $(date +%s) - start )) s)"
+    if grep -q "\] FAIL \|panicked" "$OUT"/contract-tc_*.log 2>/dev/null; then
+        say "RESULT: failures (see above and $OUT)"
+        exit 1
+    fi
+    say "RESULT: no failures"
+    exit 0
+fi
+
 # 1. The contract, each test in a process of its own (a faulting kernel takes its process's
 # context with it). The first one compiles the kernels into the cache unless they came along.
 contract=$(exe test contract_decode_fused)
-for t in tc_gemm_contract fused_decode_contract planted_bugs_fail; do
+for t in tc_gemm_contract tc_auto_contract fused_decode_contract planted_bugs_fail; do
     budget 50 "$contract" --include-ignored --exact "$t" --test-threads=1 --nocapture > "$OUT/contract-$t.log" 2>&1
     say "$t: rc=$?, $(checks "$OUT/contract-$t.log")"
     grep -E "\] FAIL |panicked|^SKIP" "$OUT/contract-$t.log" | head -6 | cut -c1-220 | sed 's/^/    /' | tee -a "$summary"
@@ -53,8 +97,8 @@ grid() { # RUN SECONDS [VAR=VALUE...]
     say "decode-grid $run${*:+ ($*)}: rc=$?"
 }
 grid base 40
-grid all 40 KILN_DECODE_FUSE=all KILN_SKINNY_TC=64
-grid tc 40 KILN_SKINNY_TC=32
+grid all 40 KILN_DECODE_FUSE=all KILN_SKINNY_TC=auto
+grid tc 40 KILN_SKINNY_TC=auto
 grid fuse 40 KILN_DECODE_FUSE=all
 
 # 3. The GEMM kernels alone: skinny against each tensor-core shape, 1-256 rows.

@@ -194,8 +194,10 @@ impl CudaOps<'_, '_> {
     ) -> Result<()> {
         let (g, rows) = (self.ctx.gpu, self.plan.n_tokens);
         let kc = self.ctx.sw.kernels;
-        if norm.is_none() && kc.tc_takes(SkinnyKind::Wide, rows) {
-            return g.skinny_tc(epi, kc.pdl, x.addr(), w, rows, n, k);
+        if norm.is_none() {
+            if let Some(e) = g.tc_for(&kc, SkinnyKind::Wide, epi, rows, n, k)? {
+                return g.skinny_tc_entry(e, epi, kc.pdl, x.addr(), w, rows, n, k);
+            }
         }
         g.skinny_fused(epi, norm, kc.pdl, x.addr(), w, rows, n, k)
     }

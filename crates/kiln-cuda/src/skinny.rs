@@ -171,12 +171,6 @@ pub fn large_smem_kernels() -> Vec<(String, usize)> {
 pub const DEEP_MIN_K: usize = 8192;
 
 impl KernelChoice {
-    /// Whether a decode launch of `rows` rows in family `kind` takes the tensor-core kernel: it
-    /// keeps the 16-warp order only, so the other families never do.
-    pub fn tc_takes(&self, kind: SkinnyKind, rows: usize) -> bool {
-        kind == SkinnyKind::Wide && self.skinny_tc.is_some_and(|min| rows >= min)
-    }
-
     /// The skinny family for a weight of inner dimension `k`: never a function of the row
     /// count, so a row's bits do not depend on its batch.
     pub fn skinny_kind(&self, k: usize) -> SkinnyKind {
@@ -204,11 +198,25 @@ impl Gpu {
         n: usize,
         k: usize,
     ) -> Result<()> {
-        let c = KernelChoice::from_env();
+        self.skinny_gemm_with(&KernelChoice::from_env(), y, x, w, rows, n, k)
+    }
+
+    /// [`Gpu::skinny_gemm`] under the kernel choice `c` (tests follow a switch's routes).
+    #[allow(clippy::too_many_arguments)]
+    pub fn skinny_gemm_with(
+        &self,
+        c: &KernelChoice,
+        y: u64,
+        x: u64,
+        w: u64,
+        rows: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<()> {
         let kind = c.skinny_kind(k);
-        if c.tc_takes(kind, rows) {
-            let epi = crate::skinny_fused::Epilogue::Store { y };
-            return self.skinny_tc(&epi, c.pdl, x, w, rows, n, k);
+        let epi = crate::skinny_fused::Epilogue::Store { y };
+        if let Some(e) = self.tc_for(c, kind, &epi, rows, n, k)? {
+            return self.skinny_tc_entry(e, &epi, c.pdl, x, w, rows, n, k);
         }
         self.skinny_gemm_launch(kind, c.pdl, y, x, w, rows, n, k)
     }
@@ -374,12 +382,15 @@ mod tests {
             assert_eq!(n.smem_bytes(), plain.smem_bytes() + NORM_SMEM_BYTES);
         }
         let tc = KernelChoice {
-            skinny_tc: Some(64),
+            skinny_tc: crate::switches::SkinnyTc::From(64),
             ..KernelChoice::ALL_FAST
         };
-        assert!(tc.tc_takes(SkinnyKind::Wide, 64) && !tc.tc_takes(SkinnyKind::Wide, 63));
-        assert!(!tc.tc_takes(SkinnyKind::Pipe, 128));
-        assert!(!KernelChoice::ALL_FAST.tc_takes(SkinnyKind::Wide, 256));
+        let takes = |c: &KernelChoice, kind, rows| {
+            crate::skinny_tc::tc_choice(c, kind, rows, 4096, 4096, 256, 132).is_some()
+        };
+        assert!(takes(&tc, SkinnyKind::Wide, 64) && !takes(&tc, SkinnyKind::Wide, 63));
+        assert!(!takes(&tc, SkinnyKind::Pipe, 128));
+        assert!(!takes(&KernelChoice::ALL_FAST, SkinnyKind::Wide, 256));
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! Launchers of the tensor-core decode GEMM (kernels/skinny_tc.cu): the 16-warp skinny kernel's
 //! bits for many rows, weights read once per launch for all of them. Which CTA shape a launch
-//! takes never changes a bit, so it is chosen per launch from the weight and the row count.
+//! takes never changes a bit (contract_decode_fused checks every shape against the skinny kernel
+//! at every row count), so it is chosen per launch from the weight and the row count: by the
+//! L2 rule of [`choose_tc_entry`] (`KILN_SKINNY_TC=N|on`) or by the measured table
+//! [`MEASURED`] (`KILN_SKINNY_TC=auto`).
 
 use std::sync::OnceLock;
 
@@ -9,7 +12,9 @@ use anyhow::{anyhow, bail, Result};
 use crate::device::{i32_of, Arg, Gpu};
 use crate::kernel_entries::EntryPoint;
 use crate::kernel_sources::source;
+use crate::skinny::SkinnyKind;
 use crate::skinny_fused::Epilogue;
+use crate::switches::{KernelChoice, SkinnyTc};
 
 /// One `TC_ENTRY(NAME, WN, WM, S, MINB)` of skinny_tc.cu.
 #[derive(Debug, Clone)]
@@ -120,6 +125,99 @@ fn forced_tile() -> Option<&'static TcEntry> {
     })
 }
 
+/// One weight shape of `KILN_SKINNY_TC=auto`: `from` lists (first row count, tiling), the
+/// tiling `None` for the skinny kernel, each holding up to the next; the last holds beyond.
+#[derive(Debug)]
+pub struct MeasuredShape {
+    pub what: &'static str,
+    pub n: usize,
+    pub k: usize,
+    pub from: &'static [(usize, Option<&'static str>)],
+}
+
+/// The decode GEMM per Llama-3-8B weight and row count, from `cuda_bench llama3-8b gemm` on
+/// the H200 (bench/results/2026-12-02-h200-decode-fusion.json, gemm_us; microseconds below,
+/// skinny = the 16-warp kernel in launches of 64 rows). Rows (lo, hi] take a tiling where its
+/// time at the measured row count whose grid covers them beats by 5% or more the skinny
+/// kernel's least time over them (its launches of 64 rows, plus the remainder's at the
+/// smallest measured count of the same entry, e.g. 65 rows: 64 + 1); gate/up and the LM head
+/// keep 2x2 through 65-96 (3% ahead at 65, 16% at 96). Past 256 rows the last choice holds:
+/// the tensor-core time grows by a token tile per 32 or 64 rows, the skinny one by a launch
+/// per 64. Other shapes (not measured) keep the skinny kernel.
+pub const MEASURED: [MeasuredShape; 5] = [
+    // 128 rows: 2x2 59.2 (4x1 55.8) vs skinny 72.5 (at 97 at least 68.6); 192: 71.3 vs 107.9;
+    // 256: 71.0 vs 143.4. At 64: 4x1 54.1 vs 34.3.
+    MeasuredShape {
+        what: "qkv",
+        n: 6144,
+        k: 4096,
+        from: &[(1, None), (97, Some("2x2"))],
+    },
+    // 128: 4x1 54.4 vs skinny 39.2; 192: 55.7 vs 57.8 (too close); 256: 56.0 vs 76.9
+    // (2x2 70.2).
+    MeasuredShape {
+        what: "o",
+        n: 4096,
+        k: 4096,
+        from: &[(1, None), (193, Some("4x1"))],
+    },
+    // 8: skinny 62.2 (4x1 at 32 rows' grid 62.7); 32: 4x1 62.7 vs 85.6; 64: 2x2 111.4 (4x1
+    // 110.8) vs 122.4; 128: 2x2 175.4 vs 251.1 (2x4, the L2 rule's, 229.6); 192: 255.0 vs
+    // 375.7; 256: 319.6 vs 501.7.
+    MeasuredShape {
+        what: "gate_up",
+        n: 28672,
+        k: 4096,
+        from: &[(1, None), (17, Some("4x1")), (33, Some("2x2"))],
+    },
+    // 128: 4x1 177.1 vs skinny 119.8; 192: 181.1 vs 179.3; 256: 181.9 vs 238.5 (2x2 229.9).
+    MeasuredShape {
+        what: "down",
+        n: 4096,
+        k: 14336,
+        from: &[(1, None), (193, Some("4x1"))],
+    },
+    // 1 and 8: 4x1 245.6 / 249.9 vs skinny 255.5 / 259.8 (under 5%); 32: 4x1 261.9 vs 347.6;
+    // 64: 2x2 383.7 vs 510.9; 128: 741.7 vs 1053.8; 192: 1037.4 vs 1560.9; 256: 1421.8 vs
+    // 2087.1.
+    MeasuredShape {
+        what: "lm_head",
+        n: 128256,
+        k: 4096,
+        from: &[(1, None), (17, Some("4x1")), (33, Some("2x2"))],
+    },
+];
+
+/// The tiling [`MEASURED`] gives an `n` x `k` weight at `rows` rows; None: the skinny kernel.
+pub fn measured_entry(n: usize, k: usize, rows: usize) -> Option<&'static TcEntry> {
+    let shape = MEASURED.iter().find(|s| s.n == n && s.k == k)?;
+    let (_, tiling) = shape.from.iter().rev().find(|(r, _)| rows >= *r)?;
+    let name = format!("skinny_tc_{}", (*tiling)?);
+    Some(find_tc_entry(&name).expect("MEASURED names entries of skinny_tc.cu (unit-tested)"))
+}
+
+/// The tensor-core entry a decode launch of `rows` rows of an `n` x `k` weight in family
+/// `kind` takes under `c`, over `tiles` weight tiles on `sms` multiprocessors; None: the
+/// skinny kernel. Only the 16-warp family has the tensor-core kernel's order.
+pub fn tc_choice(
+    c: &KernelChoice,
+    kind: SkinnyKind,
+    rows: usize,
+    n: usize,
+    k: usize,
+    tiles: usize,
+    sms: usize,
+) -> Option<&'static TcEntry> {
+    if kind != SkinnyKind::Wide {
+        return None;
+    }
+    match c.skinny_tc {
+        SkinnyTc::Off => None,
+        SkinnyTc::From(min) => (rows >= min).then(|| choose_tc_entry(tiles, rows, sms)),
+        SkinnyTc::Measured => measured_entry(n, k, rows),
+    }
+}
+
 /// The tensor-core entries with more than 48 KB of dynamic shared memory, with their needs.
 pub fn large_smem_kernels() -> Vec<(String, usize)> {
     tc_entries()
@@ -130,6 +228,29 @@ pub fn large_smem_kernels() -> Vec<(String, usize)> {
 }
 
 impl Gpu {
+    /// [`tc_choice`] for a launch through epilogue `epi` on this GPU.
+    #[allow(clippy::too_many_arguments)]
+    pub fn tc_for(
+        &self,
+        c: &KernelChoice,
+        kind: SkinnyKind,
+        epi: &Epilogue,
+        rows: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<Option<&'static TcEntry>> {
+        let tiles = epi.tiles(n)?;
+        Ok(tc_choice(
+            c,
+            kind,
+            rows,
+            n,
+            k,
+            tiles,
+            self.sm_count as usize,
+        ))
+    }
+
     /// x . w^T for `rows` rows (any number, one launch) on the tensor cores, the sums going where
     /// `epi` says: each row gets the bits of the 16-warp skinny kernel (and of the kernels the
     /// epilogue replaces). Needs k % 8 == 0 and 16-byte aligned x and w.
@@ -236,5 +357,55 @@ mod tests {
         let e = choose_tc_entry(128256 / 16, 256, sms);
         assert_eq!(e.l2_reads(8016, 256), 2.0 + 256.0 / 64.0);
         assert_eq!(e.name, "skinny_tc_2x4");
+    }
+
+    #[test]
+    fn the_measured_table_names_entries_in_order() {
+        for s in &MEASURED {
+            assert_eq!(s.from[0].0, 1, "{}: starts at one row", s.what);
+            assert!(s.from.windows(2).all(|w| w[0].0 < w[1].0), "{}", s.what);
+            for (_, t) in s.from {
+                if let Some(t) = t {
+                    assert!(find_tc_entry(&format!("skinny_tc_{t}")).is_some(), "{t}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn auto_follows_the_measured_table() {
+        let name = |n, k, rows| measured_entry(n, k, rows).map(|e| &e.name["skinny_tc_".len()..]);
+        // gate/up: skinny to 16 rows, 4x1 to 32, 2x2 from 33 (and past 256).
+        assert_eq!(name(28672, 4096, 16), None);
+        assert_eq!(name(28672, 4096, 17), Some("4x1"));
+        assert_eq!(name(28672, 4096, 32), Some("4x1"));
+        assert_eq!(name(28672, 4096, 33), Some("2x2"));
+        assert_eq!(name(28672, 4096, 128), Some("2x2"));
+        assert_eq!(name(28672, 4096, 1000), Some("2x2"));
+        assert_eq!(name(128256, 4096, 64), Some("2x2"));
+        // qkv from 97 rows; o and down from 193, in 4x1.
+        assert_eq!(name(6144, 4096, 96), None);
+        assert_eq!(name(6144, 4096, 97), Some("2x2"));
+        assert_eq!(name(4096, 4096, 128), None);
+        assert_eq!(name(4096, 4096, 256), Some("4x1"));
+        assert_eq!(name(4096, 14336, 192), None);
+        assert_eq!(name(4096, 14336, 193), Some("4x1"));
+        // A shape not measured keeps the skinny kernel.
+        assert_eq!(name(5120, 4096, 256), None);
+        let c = |tc| KernelChoice {
+            skinny_tc: tc,
+            ..KernelChoice::ALL_FAST
+        };
+        let auto = c(SkinnyTc::Measured);
+        let pick = |c: &KernelChoice, kind, rows| tc_choice(c, kind, rows, 28672, 4096, 1792, 132);
+        assert_eq!(pick(&auto, SkinnyKind::Wide, 128).map(|e| e.wn), Some(2));
+        assert!(pick(&auto, SkinnyKind::Pipe, 128).is_none());
+        assert!(pick(&c(SkinnyTc::Off), SkinnyKind::Wide, 128).is_none());
+        let from64 = c(SkinnyTc::From(64));
+        assert!(pick(&from64, SkinnyKind::Wide, 63).is_none());
+        assert_eq!(
+            pick(&from64, SkinnyKind::Wide, 128).unwrap().name,
+            "skinny_tc_2x4"
+        );
     }
 }

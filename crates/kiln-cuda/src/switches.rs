@@ -129,6 +129,19 @@ impl DecodeFuse {
 /// Decode launches of at least this many rows take the tensor-core GEMM under `KILN_SKINNY_TC=on`.
 pub const SKINNY_TC_DEFAULT_ROWS: usize = 64;
 
+/// Which decode GEMM launches run on the tensor cores (`KILN_SKINNY_TC`). Every choice gives the
+/// 16-warp skinny kernel's bits, so it changes speed only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SkinnyTc {
+    /// Unset, 0, off: the skinny kernel at every row count.
+    Off,
+    /// N | on (64): launches of at least N rows, in the CTA shape `choose_tc_entry` picks.
+    From(usize),
+    /// auto: per weight shape and row count, the kernel and tiling the H200 measured fastest
+    /// (`skinny_tc::MEASURED`); shapes not measured keep the skinny kernel.
+    Measured,
+}
+
 /// Which variant of a kernel family a launch uses. The fast variants are the defaults; each
 /// has an off switch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,10 +187,11 @@ pub struct KernelChoice {
     /// KILN_QUANT_TILES=1: the second family's 9-32-row launches take one 16-row tile a CTA
     /// instead of two (`_t2`, x read once for both). Same bits.
     pub quant_tiles2: bool,
-    /// KILN_SKINNY_TC=N | on: decode GEMM launches of at least N rows (on: 64) on the tensor
-    /// cores (`skinny_tc_*`), with the 16-warp skinny kernel's bits, so the row count may pick
-    /// the kernel. None (unset, 0, off): the skinny kernel at every row count. Off until measured.
-    pub skinny_tc: Option<usize>,
+    /// KILN_SKINNY_TC=N | on | auto: decode GEMM launches on the tensor cores (`skinny_tc_*`),
+    /// with the 16-warp skinny kernel's bits, so the row count may pick the kernel: from N rows
+    /// (on: 64), or as the measured table says (auto). Off (unset, 0, off) until measured end
+    /// to end.
+    pub skinny_tc: SkinnyTc,
 }
 
 /// The defaults of the attention families: flash_sm90 prefill where the GPU has it (on the
@@ -257,9 +271,14 @@ impl Env {
                     quant_expand_words: var("KILN_QUANT_EXPAND").as_deref() == Some("words"),
                     quant_tiles2: var("KILN_QUANT_TILES").as_deref() != Some("1"),
                     skinny_tc: match var("KILN_SKINNY_TC").as_deref() {
-                        Some("on") => Some(SKINNY_TC_DEFAULT_ROWS),
-                        Some(v) => v.parse::<usize>().ok().filter(|&n| n > 0),
-                        None => None,
+                        Some("on") => SkinnyTc::From(SKINNY_TC_DEFAULT_ROWS),
+                        Some("auto") => SkinnyTc::Measured,
+                        Some(v) => v
+                            .parse::<usize>()
+                            .ok()
+                            .filter(|&n| n > 0)
+                            .map_or(SkinnyTc::Off, SkinnyTc::From),
+                        None => SkinnyTc::Off,
                     },
                 },
             },
@@ -297,7 +316,11 @@ impl Switches {
         let splits = self
             .decode_mma_splits
             .map_or("64".to_string(), |n| n.to_string());
-        let tc = k.skinny_tc.map_or("off".to_string(), |n| format!("{n}+"));
+        let tc = match k.skinny_tc {
+            SkinnyTc::Off => "off".to_string(),
+            SkinnyTc::From(n) => format!("{n}+"),
+            SkinnyTc::Measured => "auto".to_string(),
+        };
         format!(
             "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} flash_wide={} decode_wide={} kernel_cache={cache}",
             self.skinny_gemm as u8,
@@ -360,7 +383,7 @@ impl KernelChoice {
         quant_decode_v2: true,
         quant_expand_words: false,
         quant_tiles2: true,
-        skinny_tc: None,
+        skinny_tc: SkinnyTc::Off,
     };
     pub const ALL_PLAIN: KernelChoice = KernelChoice {
         skinny_pipe: false,
@@ -375,7 +398,7 @@ impl KernelChoice {
         quant_decode_v2: false,
         quant_expand_words: true,
         quant_tiles2: false,
-        skinny_tc: None,
+        skinny_tc: SkinnyTc::Off,
     };
 
     /// The process-wide choice, read from the environment on first use.
@@ -474,7 +497,7 @@ mod tests {
     fn decode_kernels_are_opt_in() {
         let s = read(&[]).switches;
         assert_eq!(s.fuse, DecodeFuse::default());
-        assert!(!s.fuse.any() && s.kernels.skinny_tc.is_none());
+        assert!(!s.fuse.any() && s.kernels.skinny_tc == SkinnyTc::Off);
         let fuse = |v| read(&[("KILN_DECODE_FUSE", v)]).switches.fuse;
         assert_eq!(fuse("all"), DecodeFuse::ALL);
         assert_eq!(fuse("none"), DecodeFuse::default());
@@ -485,10 +508,11 @@ mod tests {
         assert!(f.norm && f.add && !f.glu);
         assert_eq!(f.describe(), "add,norm");
         let tc = |v| read(&[("KILN_SKINNY_TC", v)]).switches.kernels.skinny_tc;
-        assert_eq!(tc("on"), Some(SKINNY_TC_DEFAULT_ROWS));
-        assert_eq!(tc("96"), Some(96));
-        assert_eq!(tc("0"), None);
-        assert_eq!(tc("off"), None);
+        assert_eq!(tc("on"), SkinnyTc::From(SKINNY_TC_DEFAULT_ROWS));
+        assert_eq!(tc("96"), SkinnyTc::From(96));
+        assert_eq!(tc("auto"), SkinnyTc::Measured);
+        assert_eq!(tc("0"), SkinnyTc::Off);
+        assert_eq!(tc("off"), SkinnyTc::Off);
     }
 
     #[test]

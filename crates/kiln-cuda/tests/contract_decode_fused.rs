@@ -4,7 +4,8 @@
 //!
 //! - every tensor-core entry gives the 16-warp skinny kernel's bits at every row count (so the
 //!   row count may choose the kernel), agrees with a float64 reference, and writes nothing past
-//!   its rows;
+//!   its rows; `KILN_SKINNY_TC=auto`'s routes (skinny_tc::MEASURED) on the Llama-3-8B weights
+//!   give those bits on both sides of every boundary of the table;
 //! - each epilogue (residual add, SwiGLU, RoPE and the KV write) and the norm prologue give the
 //!   bits of the unfused launches they replace (skinny GEMM, then rmsnorm_residual, swiglu or
 //!   qkv_prepare; rmsnorm_residual, then the GEMM), through the skinny kernel and the
@@ -19,7 +20,8 @@ use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
 use kiln_cuda::kernels::{KvView, QkvKind};
 use kiln_cuda::skinny::SkinnyKind;
 use kiln_cuda::skinny_fused::{Epilogue, NormPrologue, RopeOut};
-use kiln_cuda::skinny_tc::{find_tc_entry, tc_entries};
+use kiln_cuda::skinny_tc::{find_tc_entry, measured_entry, tc_entries, MEASURED};
+use kiln_cuda::switches::{KernelChoice, SkinnyTc};
 
 fn up_f32(gpu: &Gpu, v: &[f32]) -> DevBuf<f32> {
     let d = gpu.alloc::<f32>(v.len()).unwrap();
@@ -136,8 +138,10 @@ impl Path {
     }
 }
 
-const PATHS: [Path; 3] = [
+/// The skinny kernel, the tilings `KILN_SKINNY_TC=auto` takes (4x1, 2x2) and the L2 rule's 2x4.
+const PATHS: [Path; 4] = [
     Path::Skinny,
+    Path::Tc("skinny_tc_4x1"),
     Path::Tc("skinny_tc_2x2"),
     Path::Tc("skinny_tc_2x4"),
 ];
@@ -200,6 +204,58 @@ fn tc_matches_skinny(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, quick: bool) {
                 &format!("m={m} n={n} k={k}: rows {r0}.. alone"),
                 &got,
                 &want[r0 * n..(r0 + 3) * n],
+            );
+        }
+    }
+}
+
+/// `KILN_SKINNY_TC=auto` through `skinny_gemm_with` on each weight of its table, at the row
+/// counts on both sides of every boundary and past the last measured (256): the 16-warp skinny
+/// kernel's bits whichever kernel and tiling the table picks, nothing written past the rows.
+fn auto_matches_skinny(gpu: &Gpu, c: &mut Checks) {
+    let auto = KernelChoice {
+        skinny_tc: SkinnyTc::Measured,
+        ..KernelChoice::ALL_FAST
+    };
+    let max_rows = 300;
+    let k_max = MEASURED.iter().map(|s| s.k).max().unwrap();
+    let x = gpu.alloc::<u16>(max_rows * k_max).unwrap();
+    gpu.dummy_fill(x.ptr(), max_rows * k_max, 7).unwrap();
+    for s in &MEASURED {
+        let (n, k) = (s.n, s.k);
+        let w = gpu.alloc::<u16>(n * k).unwrap();
+        gpu.dummy_fill(w.ptr(), n * k, 11).unwrap();
+        let mut rows: Vec<usize> = s.from.iter().flat_map(|&(r, _)| [r - 1, r]).collect();
+        rows.extend([256, max_rows]);
+        rows.retain(|&r| r > 0);
+        for m in rows {
+            let want = poisoned::<f32>(gpu, m * n);
+            gpu.skinny_gemm_launch(
+                SkinnyKind::Wide,
+                true,
+                want.ptr(),
+                x.ptr(),
+                w.ptr(),
+                m,
+                n,
+                k,
+            )
+            .unwrap();
+            let got = poisoned::<f32>(gpu, (m + 1) * n);
+            gpu.skinny_gemm_with(&auto, got.ptr(), x.ptr(), w.ptr(), m, n, k)
+                .unwrap();
+            let route = measured_entry(n, k, m).map_or("skinny", |e| e.name.as_str());
+            let v = format!("auto {} {n}x{k} m={m} ({route})", s.what);
+            let got = all(gpu, &got);
+            c.identical(
+                &format!("{v}: == skinny_wide"),
+                &bits(&got[..m * n]),
+                &bits(&all(gpu, &want)),
+            );
+            let untouched = got[m * n..].iter().all(|v| v.to_bits() == u32::MAX);
+            c.check(
+                untouched,
+                format!("{v}: the row past the end left poisoned"),
             );
         }
     }
@@ -420,6 +476,17 @@ fn tc_gemm_contract() {
     let mut rng = Rng::new("tc_gemm_contract");
     let mut c = Checks::new("tc_gemm");
     tc_matches_skinny(&gpu, &mut rng, &mut c, false);
+    c.finish();
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn tc_auto_contract() {
+    let Some(gpu) = gpu_or_skip("tc_auto_contract") else {
+        return;
+    };
+    let mut c = Checks::new("tc_auto");
+    auto_matches_skinny(&gpu, &mut c);
     c.finish();
 }
 

@@ -1,8 +1,8 @@
 //! `cuda_bench PRESET gemm`: the decode GEMM alone on Llama-3-8B's weights (QKV, o, gate/up,
 //! down, LM head) at 1-256 rows: the 16-warp skinny kernel (launches of at most 64 rows, as
-//! decode runs it today), the tensor-core kernel with the shape the launcher picks and with
-//! each shape, and the fused gate/up launch (SwiGLU in the epilogue) against the GEMM and
-//! swiglu. Each launch reads one of several copies of its weight, together well past the L2, as
+//! decode runs it today), the tensor-core kernel with the shape the L2 rule picks and with
+//! each shape, the kernel and shape `KILN_SKINNY_TC=auto` picks (`auto[...]`), and the fused
+//! gate/up launch (SwiGLU in the epilogue) against the GEMM and swiglu. Each launch reads one of several copies of its weight, together well past the L2, as
 //! a decode step reads every layer's own weights. Microseconds per launch (median of 5 rounds
 //! of 20 launches) and the weight's bytes over that time; human lines on stderr (`BENCH ...`),
 //! one JSON object on stdout.
@@ -13,7 +13,7 @@ use anyhow::Result;
 use kiln_cuda::device::{DevBuf, Gpu};
 use kiln_cuda::skinny::SkinnyKind;
 use kiln_cuda::skinny_fused::Epilogue;
-use kiln_cuda::skinny_tc::{choose_tc_entry, tc_entries};
+use kiln_cuda::skinny_tc::{choose_tc_entry, measured_entry, tc_entries};
 
 const SHAPES: [(&str, usize, usize); 5] = [
     ("qkv", 6144, 4096),
@@ -87,6 +87,23 @@ pub fn run() -> Result<()> {
                 tc,
                 &mut line,
             );
+            // KILN_SKINNY_TC=auto's pick (skinny_tc::MEASURED), timed again on its own.
+            let auto = measured_entry(n, k, m);
+            let secs = time(&gpu, || match auto {
+                Some(e) => gpu.skinny_tc_entry(e, &epi, true, x.ptr(), next_w(), m, n, k),
+                None => gpu.skinny_gemm_launch(
+                    SkinnyKind::Wide,
+                    true,
+                    y.ptr(),
+                    x.ptr(),
+                    next_w(),
+                    m,
+                    n,
+                    k,
+                ),
+            })?;
+            let pick = auto.map_or("skinny", |e| &e.name["skinny_tc_".len()..]);
+            report(&format!("auto[{pick}]"), secs, &mut line);
             if m >= 32 {
                 for e in tc_entries() {
                     let s = time(&gpu, || {
@@ -106,8 +123,8 @@ pub fn run() -> Result<()> {
                 let c = kiln_cuda::kernels::KernelChoice::from_env();
                 let fused = time(&gpu, || {
                     let w = next_w();
-                    if c.tc_takes(SkinnyKind::Wide, m) {
-                        gpu.skinny_tc(&glu, true, x.ptr(), w, m, n, k)
+                    if let Some(e) = gpu.tc_for(&c, SkinnyKind::Wide, &glu, m, n, k)? {
+                        gpu.skinny_tc_entry(e, &glu, true, x.ptr(), w, m, n, k)
                     } else {
                         gpu.skinny_fused(&glu, None, true, x.ptr(), w, m, n, k)
                     }

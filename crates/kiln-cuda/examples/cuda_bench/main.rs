@@ -10,7 +10,8 @@
 //! "attn": the attention kernels alone, see attn_bench.rs; "deep": what attention moves,
 //! prefill 2k/8k/32k and decode at depth 8k at batch 1, 8 and 32; "prefill": prefill
 //! 2k/8k/32k only; "decode-grid": decode at batch 1, 8, 32 and 128 from depth 0 and at batch 1,
-//! 8 and 32 from depth 8k, the figures the decode switches are judged by; "gemm": the decode
+//! 8 and 32 from depth 8k, the figures the decode switches are judged by; "decode-tc": decode
+//! at batch 32 and 128 from depth 0 only, the quick A/B of KILN_SKINNY_TC; "gemm": the decode
 //! GEMM kernels alone, see gemm_bench.rs). A `chunk=N` argument after them sets the prefill
 //! chunk (default 2048).
 
@@ -154,7 +155,10 @@ fn main() -> Result<()> {
         return gemm_bench::run();
     }
     let verify_only = mode == "verify";
-    let decode_only = mode == "decode" || mode == "decode-batch" || mode == "decode-grid";
+    let decode_only = matches!(
+        mode.as_str(),
+        "decode" | "decode-batch" | "decode-grid" | "decode-tc"
+    );
     let deep = mode == "deep";
     let prefill_only = mode == "prefill";
     let src = DummySource::preset(&preset)?;
@@ -220,6 +224,8 @@ fn main() -> Result<()> {
             (8, 8192, None),
             (32, 8192, None),
         ]
+    } else if mode == "decode-tc" {
+        &[(32, 0, None), (128, 0, None)]
     } else if mode == "decode-batch" {
         &[
             (1, 0, Some(270.0)),
