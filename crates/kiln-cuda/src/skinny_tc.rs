@@ -146,7 +146,7 @@ pub struct MeasuredShape {
 /// per 64. Other shapes (not measured) keep the skinny kernel.
 pub const MEASURED: [MeasuredShape; 5] = [
     // 128 rows: 2x2 59.2 (4x1 55.8) vs skinny 72.5 (at 97 at least 68.6); 192: 71.3 vs 107.9;
-    // 256: 71.0 vs 143.4. At 64: 4x1 54.1 vs 34.3.
+    // 256: 71.0 vs 143.4. At 64: 4x1 54.1 vs 34.3; at 65-96 4x1 55.8 vs at least 48.5 (64 + 1).
     MeasuredShape {
         what: "qkv",
         n: 6144,
@@ -161,9 +161,9 @@ pub const MEASURED: [MeasuredShape; 5] = [
         k: 4096,
         from: &[(1, None), (193, Some("4x1"))],
     },
-    // 8: skinny 62.2 (4x1 at 32 rows' grid 62.7); 32: 4x1 62.7 vs 85.6; 64: 2x2 111.4 (4x1
-    // 110.8) vs 122.4; 128: 2x2 175.4 vs 251.1 (2x4, the L2 rule's, 229.6); 192: 255.0 vs
-    // 375.7; 256: 319.6 vs 501.7.
+    // 1-16: skinny 58.9-62.2 vs 4x1 62.7 (its grid for up to 32 rows); 32: 4x1 62.7 vs 85.6
+    // (the 16-warp entry for 17-32 rows); 64: 2x2 111.4 (4x1 110.8) vs 122.4; 128: 2x2 175.4
+    // vs 251.1 (2x4, the L2 rule's, 229.6); 192: 255.0 vs 375.7; 256: 319.6 vs 501.7.
     MeasuredShape {
         what: "gate_up",
         n: 28672,
@@ -192,8 +192,11 @@ pub const MEASURED: [MeasuredShape; 5] = [
 pub fn measured_entry(n: usize, k: usize, rows: usize) -> Option<&'static TcEntry> {
     let shape = MEASURED.iter().find(|s| s.n == n && s.k == k)?;
     let (_, tiling) = shape.from.iter().rev().find(|(r, _)| rows >= *r)?;
-    let name = format!("skinny_tc_{}", (*tiling)?);
-    Some(find_tc_entry(&name).expect("MEASURED names entries of skinny_tc.cu (unit-tested)"))
+    let tiling = (*tiling)?;
+    let e = tc_entries()
+        .iter()
+        .find(|e| e.name.strip_prefix("skinny_tc_") == Some(tiling));
+    Some(e.expect("MEASURED names entries of skinny_tc.cu (unit-tested)"))
 }
 
 /// The tensor-core entry a decode launch of `rows` rows of an `n` x `k` weight in family
