@@ -5,9 +5,11 @@
 use anyhow::Context;
 use kiln_model::program::run_draft_step;
 use kiln_model::{run_step, ModelConfig, ModelSpec, WeightSource};
-use kiln_step::{Backend, ChunkInput, DraftRow, KvGeometry, StepLimits, StepOutput, Want};
+use kiln_step::{
+    Backend, ChunkInput, DraftRow, KvGeometry, KvRing, StepCapacity, StepLimits, StepOutput, Want,
+};
 
-use crate::forward::{CpuOps, DraftIo};
+use crate::forward::{CpuOps, DraftIo, RingLayers};
 use crate::kv_cache::PagedKvCache;
 use crate::rounding::Rounding;
 use crate::step_plan::StepPlan;
@@ -53,6 +55,14 @@ pub struct CpuBackend {
     /// The final-normed logits rows of the step last run, `[rows, hidden]`, kept while a draft
     /// model is attached: its first step starts from them.
     last_hidden: Vec<f32>,
+    /// The sliding-window layers' KV ring, when enabled ([`CpuBackend::enable_kv_ring`]).
+    ring: Option<Ring>,
+}
+
+struct Ring {
+    kv: KvRing,
+    layers: RingLayers,
+    capacity: StepCapacity,
 }
 
 struct DraftModel {
@@ -106,7 +116,60 @@ impl CpuBackend {
             rounding: None,
             draft: None,
             last_hidden: Vec::new(),
+            ring: None,
         })
+    }
+
+    /// Keeps the sliding-window layers' KV in a ring of blocks per sequence
+    /// ([`kiln_step::KvRing`]) for up to `max_seqs` sequences and steps of up to `max_chunk`
+    /// tokens: those layers hold only blocks `0..max_seqs * ring length` (fewer rings when the
+    /// pool holds fewer). The KV pool is allocated again (empty), and the backend then has a
+    /// step capacity and no host tier.
+    pub fn enable_kv_ring(&mut self, max_seqs: usize, max_chunk: usize) -> anyhow::Result<KvRing> {
+        let window = self
+            .spec
+            .ring_window()
+            .context("no layer of this model attends within a window")?;
+        anyhow::ensure!(
+            self.draft.is_none(),
+            "a draft model reads the KV cache whole"
+        );
+        anyhow::ensure!(max_seqs > 0 && max_chunk > 0, "an empty step capacity");
+        let geometry = self.kv.geometry;
+        let blocks = KvRing::blocks_for(window, max_chunk, geometry.block_size);
+        // A sequence needs a whole ring: as many rings as the pool holds, up to one each.
+        let rings = max_seqs.min(geometry.num_blocks / blocks);
+        anyhow::ensure!(
+            rings > 0,
+            "a KV ring of {blocks} blocks does not fit a pool of {}",
+            geometry.num_blocks
+        );
+        let kv = KvRing {
+            blocks,
+            capable: rings * blocks,
+            window,
+        };
+        let layers = RingLayers {
+            caches: self.spec.ring_caches(),
+            reads: self.spec.reads_ring(),
+        };
+        let kv_dims: Vec<usize> = self
+            .spec
+            .layers
+            .iter()
+            .map(|l| l.attn.cache_kv_dim())
+            .collect();
+        self.kv = PagedKvCache::with_ring(&kv_dims, &layers.caches, geometry, kv.capable)?;
+        let capacity = StepCapacity {
+            max_seqs,
+            max_tokens: max_chunk,
+        };
+        self.ring = Some(Ring {
+            kv,
+            layers,
+            capacity,
+        });
+        Ok(kv)
     }
 
     /// Rounds activations where a backend storing a narrower format does ([`Rounding`]), so
@@ -122,6 +185,10 @@ impl CpuBackend {
         weights: &dyn WeightSource,
         progress: Option<&dyn Fn(usize, usize)>,
     ) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.ring.is_none(),
+            "a draft model reads the KV cache whole, and this backend keeps a ring"
+        );
         let config = weights.config().clone();
         config.validate("draft model config")?;
         let spec = config
@@ -183,7 +250,8 @@ impl CpuBackend {
             kv: self.kv.geometry,
             vocab_size: self.spec.vocab_size,
             max_context: None,
-            capacity: None,
+            capacity: self.ring.as_ref().map(|r| r.capacity),
+            ring: self.ring.as_ref().map(|r| r.kv),
         }
     }
 
@@ -207,6 +275,14 @@ impl Backend for CpuBackend {
         self.kv.host_blocks
     }
 
+    fn step_capacity(&self) -> Option<StepCapacity> {
+        self.ring.as_ref().map(|r| r.capacity)
+    }
+
+    fn kv_ring(&self) -> Option<KvRing> {
+        self.ring.as_ref().map(|r| r.kv)
+    }
+
     fn copy_blocks(&mut self, copies: &[kiln_step::BlockCopy]) -> anyhow::Result<()> {
         copies.iter().try_for_each(|&c| self.kv.copy_block(c))
     }
@@ -219,8 +295,13 @@ impl Backend for CpuBackend {
         }
         let (spec, weights, kv, rounding) =
             (&self.spec, &self.weights, &mut self.kv, self.rounding);
+        let ring_rows = plan.ring_rows();
+        let ring = self.ring.as_ref().map(|r| &r.layers);
         let (logits, normed) = self.pool.install(|| -> anyhow::Result<_> {
             let mut ops = CpuOps::new(spec, weights, kv, &plan, rounding);
+            if let Some(layers) = ring {
+                ops = ops.with_ring(layers, &ring_rows);
+            }
             run_step(spec, &mut ops)?;
             Ok((ops.logits, ops.final_normed))
         })?;

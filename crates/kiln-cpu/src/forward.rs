@@ -76,6 +76,16 @@ pub(crate) struct CpuOps<'a> {
     pub final_normed: Vec<f32>,
     /// A draft model's step: its target's part.
     pub draft: Option<DraftIo<'a>>,
+    /// With a KV ring: which layers' caches are rings and which layers read one, and the rows
+    /// as those layers read them (still computed, like `rows`).
+    ring: Option<(&'a RingLayers, Cow<'a, [QueryRow<'a>]>)>,
+}
+
+/// Which layers keep their KV in the ring (`ModelSpec::ring_caches`) and which read a ring
+/// (`ModelSpec::reads_ring`).
+pub(crate) struct RingLayers {
+    pub caches: Vec<bool>,
+    pub reads: Vec<bool>,
 }
 
 impl<'a> CpuOps<'a> {
@@ -123,7 +133,15 @@ impl<'a> CpuOps<'a> {
             logits: Vec::new(),
             final_normed: Vec::new(),
             draft: None,
+            ring: None,
         }
+    }
+
+    /// Ring layers write their KV at the plan's ring slots and read through `rows`, the ring
+    /// tables' view of the plan's rows.
+    pub fn with_ring(mut self, layers: &'a RingLayers, rows: &'a [QueryRow<'a>]) -> CpuOps<'a> {
+        self.ring = Some((layers, Cow::Borrowed(rows)));
+        self
     }
 
     /// The format projection inputs are rounded to, when emulating a narrower backend.
@@ -363,7 +381,11 @@ impl StepOps for CpuOps<'_> {
                     offset: q_dim + kv_dim,
                 },
             };
-            self.kv.write(layer, &self.plan.slots, k, v);
+            let slots = match &self.ring {
+                Some((r, _)) if r.caches[layer] => &self.plan.ring_slots,
+                _ => &self.plan.slots,
+            };
+            self.kv.write(layer, slots, k, v);
         }
         Ok(())
     }
@@ -385,6 +407,9 @@ impl StepOps for CpuOps<'_> {
             }
         }
         self.rows = Cow::Owned(keep.iter().map(|&r| self.plan.rows[r]).collect());
+        if let Some((_, rows)) = &mut self.ring {
+            *rows = Cow::Owned(keep.iter().map(|&r| rows[r]).collect());
+        }
         self.prefill = Cow::Owned(keep.iter().map(|&r| self.plan.prefill[r]).collect());
         Ok(())
     }
@@ -409,6 +434,10 @@ impl StepOps for CpuOps<'_> {
             k: &cache.k,
             v: &cache.v,
         };
+        let rows: &[QueryRow<'_>] = match &self.ring {
+            Some((r, ring_rows)) if r.reads[layer] => ring_rows,
+            _ => &self.rows,
+        };
         let round_rows: Vec<bool> = match self.rounding {
             Some(r) => self
                 .prefill
@@ -418,7 +447,7 @@ impl StepOps for CpuOps<'_> {
             None => Vec::new(),
         };
         match self.rounding.filter(|_| round_rows.contains(&true)) {
-            None => paged_attention(&shape, at.scale, q, stride, &self.rows, kv, out),
+            None => paged_attention(&shape, at.scale, q, stride, rows, kv, out),
             Some(r) => {
                 let round: fn(f32) -> f32 = match r.format {
                     Narrow::Bf16 => |x| Narrow::Bf16.round(x),
@@ -428,7 +457,7 @@ impl StepOps for CpuOps<'_> {
                     round,
                     rows: &round_rows,
                 };
-                paged_attention_rounding(&shape, at.scale, q, stride, &self.rows, kv, out, probs)
+                paged_attention_rounding(&shape, at.scale, q, stride, rows, kv, out, probs)
             }
         }
         Ok(())

@@ -81,6 +81,40 @@ impl PagedKvCache {
         })
     }
 
+    /// The same pool with the layers `ring` marks holding only blocks `0..capable`
+    /// (kiln_step::KvRing), and no host tier.
+    pub fn with_ring(
+        kv_dims: &[usize],
+        ring: &[bool],
+        geometry: KvGeometry,
+        capable: usize,
+    ) -> anyhow::Result<PagedKvCache> {
+        anyhow::ensure!(
+            capable <= geometry.num_blocks,
+            "a KV ring of {capable} blocks does not fit a pool of {}",
+            geometry.num_blocks
+        );
+        let layers = kv_dims
+            .iter()
+            .zip(ring)
+            .map(|(&kv_dim, &ring)| {
+                let blocks = if ring { capable } else { geometry.num_blocks };
+                let n = blocks * geometry.block_size * kv_dim;
+                Ok(LayerKv {
+                    k: zeroed(n)?,
+                    v: zeroed(n)?,
+                    kv_dim,
+                })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(PagedKvCache {
+            geometry,
+            layers,
+            host: Vec::new(),
+            host_blocks: 0,
+        })
+    }
+
     /// Copies one block of every layer to a host slot or back.
     pub fn copy_block(&mut self, copy: kiln_step::BlockCopy) -> anyhow::Result<()> {
         use kiln_step::BlockCopy;

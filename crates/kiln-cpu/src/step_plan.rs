@@ -16,6 +16,11 @@ pub(crate) struct StepPlan<'a> {
     pub logit_rows: Vec<usize>,
     /// Per token row: its chunk has more than one token (a GPU runs it as a prefill row).
     pub prefill: Vec<bool>,
+    /// With a ring (kiln_step::KvRing): each token's slot in the ring layers' caches, each
+    /// chunk's table as the ring layers read it, and each row's chunk.
+    pub ring_slots: Vec<usize>,
+    pub ring_tables: Vec<Vec<u32>>,
+    pub chunk_of: Vec<usize>,
 }
 
 impl<'a> StepPlan<'a> {
@@ -30,8 +35,18 @@ impl<'a> StepPlan<'a> {
             rows: Vec::with_capacity(total),
             logit_rows: Vec::new(),
             prefill: Vec::with_capacity(total),
+            ring_slots: Vec::new(),
+            ring_tables: Vec::new(),
+            chunk_of: Vec::with_capacity(total),
         };
-        for chunk in chunks {
+        let bs = limits.kv.block_size;
+        for (ci, chunk) in chunks.iter().enumerate() {
+            if let Some(ring) = limits.ring {
+                plan.ring_tables.push(ring.table(chunk.block_table));
+                let positions = chunk.start_pos..chunk.end();
+                plan.ring_slots
+                    .extend(positions.map(|p| ring.slot(chunk.block_table, p, bs)));
+            }
             for (offset, &token) in chunk.tokens.iter().enumerate() {
                 let pos = chunk.start_pos + offset;
                 plan.tokens.push(token);
@@ -42,12 +57,31 @@ impl<'a> StepPlan<'a> {
                     block_table: chunk.block_table,
                 });
                 plan.prefill.push(chunk.tokens.len() > 1);
+                plan.chunk_of.push(ci);
             }
             if chunk.want_logits {
                 plan.logit_rows.push(plan.tokens.len() - 1);
             }
         }
         Ok(plan)
+    }
+}
+
+impl StepPlan<'_> {
+    /// Each row as the ring layers read it: its position and its chunk's ring table (none
+    /// without a ring).
+    pub fn ring_rows(&self) -> Vec<QueryRow<'_>> {
+        if self.ring_tables.is_empty() {
+            return Vec::new();
+        }
+        self.rows
+            .iter()
+            .zip(&self.chunk_of)
+            .map(|(r, &c)| QueryRow {
+                pos: r.pos,
+                block_table: &self.ring_tables[c],
+            })
+            .collect()
     }
 }
 
@@ -69,6 +103,9 @@ impl<'a> StepPlan<'a> {
                 .collect(),
             logit_rows: (0..rows.len()).collect(),
             prefill: vec![false; rows.len()],
+            ring_slots: Vec::new(),
+            ring_tables: Vec::new(),
+            chunk_of: (0..rows.len()).collect(),
         }
     }
 }

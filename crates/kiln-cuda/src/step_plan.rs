@@ -109,6 +109,7 @@ impl StepLayout {
                 max_seqs: self.max_seqs,
                 max_tokens: self.max_tokens,
             }),
+            ring: None,
         }
     }
 }

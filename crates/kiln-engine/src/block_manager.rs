@@ -2,12 +2,16 @@
 //! reference count per block, and the prefix cache: full blocks whose keys and values were
 //! computed stay findable by their tokens after their sequence lets go, until the pool needs
 //! them (least recently used first). A block held by a sequence is never evicted.
+//!
+//! With a KV ring (kiln_step::KvRing) a sequence's first `ring.blocks` blocks come from the
+//! ring-capable ids `0..ring.capable`, which also hold the sliding-window layers' KV, and the
+//! rest from the other ids; ring blocks are neither cached nor shared.
 
 use std::collections::{HashMap, VecDeque};
 
 use crate::prefix_cache::{PrefixIndex, PrefixStats, ROOT};
 use crate::sequence::SeqId;
-use kiln_step::{BlockCopy, KvGeometry};
+use kiln_step::{BlockCopy, KvGeometry, KvRing};
 
 #[derive(Debug)]
 pub struct BlockManager {
@@ -26,6 +30,8 @@ pub struct BlockManager {
     host_free: Vec<usize>,
     /// Copies between the pool and the host tier the backend must make before the next step.
     copies: Vec<BlockCopy>,
+    /// With a KV ring: its shape and the free ring-capable blocks (`free` holds the others).
+    ring: Option<(KvRing, VecDeque<u32>)>,
 }
 
 impl BlockManager {
@@ -41,6 +47,31 @@ impl BlockManager {
             host: None,
             host_free: Vec::new(),
             copies: Vec::new(),
+            ring: None,
+        }
+    }
+
+    /// A pool (without a prefix cache: ring blocks hold a sequence's latest positions, not a
+    /// prefix) whose sequences take their first `ring.blocks` blocks from the ids below
+    /// `ring.capable`.
+    pub fn with_kv_ring(geometry: KvGeometry, ring: KvRing) -> BlockManager {
+        let mut m = BlockManager::new(geometry);
+        let capable = ring.capable.min(geometry.num_blocks) as u32;
+        let (low, high): (VecDeque<u32>, VecDeque<u32>) =
+            m.free.drain(..).partition(|&b| b < capable);
+        m.free = high;
+        m.ring = Some((ring, low));
+        m
+    }
+
+    /// The most positions one sequence can hold (all of the pool without a ring).
+    pub fn max_sequence_tokens(&self) -> usize {
+        match &self.ring {
+            None => self.capacity_tokens(),
+            Some((r, _)) => {
+                let other = self.num_blocks().saturating_sub(r.capable);
+                (r.blocks.min(r.capable) + other) * self.block_size
+            }
         }
     }
 
@@ -81,7 +112,8 @@ impl BlockManager {
 
     /// Blocks a sequence may take: the free ones and the cached ones nobody holds.
     pub fn num_free(&self) -> usize {
-        self.free.len() + self.cache.as_ref().map_or(0, PrefixIndex::num_idle)
+        let ring = self.ring.as_ref().map_or(0, |(_, f)| f.len());
+        self.free.len() + ring + self.cache.as_ref().map_or(0, PrefixIndex::num_idle)
     }
 
     pub fn num_used(&self) -> usize {
@@ -135,6 +167,24 @@ impl BlockManager {
     /// least recently used cached ones are evicted.
     pub fn grow(&mut self, seq: SeqId, tokens: usize) -> bool {
         let missing = self.missing_blocks(seq, tokens);
+        if let Some((ring, ring_free)) = self.ring.as_ref().map(|(r, f)| (*r, f.len())) {
+            // Table indices below the ring's length take ring-capable blocks.
+            let have = self.table(seq).len();
+            let from_ring = ring.blocks.min(have + missing).saturating_sub(have);
+            if from_ring > ring_free || missing - from_ring > self.free.len() {
+                return false;
+            }
+            for i in have..have + missing {
+                let block = match i < ring.blocks {
+                    true => self.ring.as_mut().and_then(|(_, f)| f.pop_front()),
+                    false => self.free.pop_front(),
+                };
+                let block = block.expect("free counts checked above");
+                self.ref_counts[block as usize] = 1;
+                self.tables.entry(seq).or_default().push(block);
+            }
+            return true;
+        }
         if missing > self.num_free() {
             return false;
         }
@@ -195,8 +245,9 @@ impl BlockManager {
         if *rc > 0 {
             return false;
         }
-        match self.cache.as_mut() {
-            Some(c) if c.is_cached(block) => c.park(block),
+        match (self.cache.as_mut(), self.ring.as_mut()) {
+            (Some(c), _) if c.is_cached(block) => c.park(block),
+            (_, Some((r, f))) if (block as usize) < r.capable => f.push_back(block),
             _ => self.free.push_back(block),
         }
         true
@@ -204,6 +255,10 @@ impl BlockManager {
 
     /// Appends a block another sequence already holds to `seq`'s table, taking a reference.
     pub fn share(&mut self, seq: SeqId, block: u32) -> bool {
+        // Ring blocks are rewritten as their sequence moves on: never shared.
+        if self.ring.is_some() {
+            return false;
+        }
         match self.ref_counts.get_mut(block as usize) {
             Some(rc) if *rc > 0 => {
                 *rc += 1;
@@ -321,6 +376,38 @@ mod tests {
             block_size: 4,
             num_blocks,
         })
+    }
+
+    #[test]
+    fn a_ring_gives_each_sequence_its_first_blocks_from_the_capable_ids() {
+        let geometry = KvGeometry {
+            block_size: 4,
+            num_blocks: 10,
+        };
+        let ring = KvRing {
+            blocks: 2,
+            capable: 4,
+            window: 5,
+        };
+        let mut m = BlockManager::with_kv_ring(geometry, ring);
+        assert!(!m.prefix_cache_on());
+        assert_eq!(m.max_sequence_tokens(), (2 + 6) * 4);
+        assert!(m.grow(1, 13));
+        let t1 = m.table(1).to_vec();
+        assert!(t1[..2].iter().all(|&b| b < 4) && t1[2..].iter().all(|&b| b >= 4));
+        assert!(m.grow(2, 5));
+        assert!(m.table(2).iter().all(|&b| b < 4));
+        // No ring-capable block is left for a third sequence, whatever else is free.
+        assert!(!m.grow(3, 1));
+        assert!(m.table(3).is_empty());
+        // Ring blocks are not shared; given back, they serve the ring again.
+        assert!(!m.share(3, t1[0]));
+        m.release(1);
+        assert!(m.grow(3, 20));
+        let t3 = m.table(3);
+        assert!(t3[..2].iter().all(|&b| b < 4) && t3[2..].iter().all(|&b| b >= 4));
+        // A sequence longer than its ring and the other blocks can never fit.
+        assert!(!m.grow(2, 8 * 4 + 1));
     }
 
     #[test]

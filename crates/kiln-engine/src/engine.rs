@@ -102,7 +102,15 @@ impl Engine {
             host_blocks: backend.host_blocks(),
             max_inputs: backend.step_capacity().map_or(0, |c| c.max_seqs),
         };
-        let scheduler = Scheduler::new(sched_cfg, backend.kv_geometry());
+        let mut scheduler = Scheduler::new(sched_cfg, backend.kv_geometry());
+        if let Some(ring) = backend.kv_ring() {
+            scheduler.use_kv_ring(ring);
+            tracing::info!(
+                blocks = ring.blocks,
+                window = ring.window,
+                "sliding-window layers keep a ring of KV blocks per sequence; prefix cache off"
+            );
+        }
         let seed_source = {
             use std::hash::BuildHasher;
             std::collections::hash_map::RandomState::new().hash_one(Instant::now())

@@ -88,7 +88,12 @@ pub fn start_with_drafter(
 ) -> EngineHandle {
     let cfg = fit_to_backend(cfg, backend.step_capacity());
     let geometry = backend.kv_geometry();
-    let kv_capacity = geometry.num_blocks * geometry.block_size;
+    // With a KV ring one sequence holds its ring and the blocks outside it.
+    let kv_blocks = match backend.kv_ring() {
+        None => geometry.num_blocks,
+        Some(r) => r.blocks.min(r.capable) + geometry.num_blocks.saturating_sub(r.capable),
+    };
+    let kv_capacity = kv_blocks * geometry.block_size;
     let max_context = cfg.max_context.min(kv_capacity);
     let vocab_size = tokenizer.vocab_size();
     let grammars = GrammarSpace::new(tokenizer.clone());

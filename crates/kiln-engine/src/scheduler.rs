@@ -13,7 +13,7 @@ use std::collections::{HashMap, VecDeque};
 
 use crate::block_manager::BlockManager;
 use crate::sequence::{SeqId, Sequence};
-use kiln_step::{ChunkInput, KvGeometry};
+use kiln_step::{ChunkInput, KvGeometry, KvRing};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SchedulerConfig {
@@ -99,6 +99,18 @@ impl Scheduler {
             running: Vec::new(),
             preemptions: 0,
         }
+    }
+
+    /// Gives sequences their first blocks from the backend's KV ring (see [`KvRing`]) and
+    /// turns the prefix cache off: a ring block holds a sequence's latest positions, so no
+    /// prefix of it can be reused. Call before the first sequence is added.
+    pub fn use_kv_ring(&mut self, ring: KvRing) {
+        let geometry = KvGeometry {
+            block_size: self.blocks.block_size(),
+            num_blocks: self.blocks.num_blocks(),
+        };
+        self.blocks = BlockManager::with_kv_ring(geometry, ring);
+        self.cfg.prefix_cache = false;
     }
 
     /// Queues a new sequence behind the waiting ones.

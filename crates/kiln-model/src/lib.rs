@@ -21,6 +21,7 @@ pub mod names;
 pub mod permute;
 pub mod presets;
 pub mod program;
+mod ring_layers;
 pub mod rope;
 pub mod schema;
 pub mod source;

@@ -125,6 +125,13 @@ pub struct DraftRow<'a> {
 pub trait Backend: Send {
     fn kv_geometry(&self) -> KvGeometry;
 
+    /// The ring holding the sliding-window layers' KV ([`crate::KvRing`]), when the backend
+    /// keeps one: the engine then gives each sequence its first `blocks` blocks from the ids
+    /// below `capable`, and runs without the prefix cache.
+    fn kv_ring(&self) -> Option<crate::KvRing> {
+        None
+    }
+
     /// The largest step the backend accepts; `None`: no fixed limit. The engine never schedules
     /// a larger step, whatever its own configuration asks for.
     fn step_capacity(&self) -> Option<StepCapacity> {

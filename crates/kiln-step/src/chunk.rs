@@ -60,6 +60,8 @@ pub struct StepLimits {
     pub max_context: Option<usize>,
     /// None: no fixed step size.
     pub capacity: Option<StepCapacity>,
+    /// The ring of the sliding-window layers' KV, when the backend keeps one.
+    pub ring: Option<crate::KvRing>,
 }
 
 impl StepLimits {
@@ -85,6 +87,9 @@ impl StepLimits {
         }
         for (i, chunk) in chunks.iter().enumerate() {
             self.check_chunk(i, chunk)?;
+            if let Some(ring) = self.ring {
+                ring.check(i, chunk, self.kv.block_size)?;
+            }
         }
         let mut seen = HashSet::with_capacity(total.unwrap_or(0));
         for chunk in chunks {
@@ -201,6 +206,7 @@ mod tests {
                 max_seqs: 8,
                 max_tokens: 256,
             }),
+            ring: None,
         }
     }
 

@@ -9,6 +9,7 @@ mod backend;
 pub mod chunk;
 pub mod par;
 pub mod pipeline;
+pub mod ring;
 pub mod sampling;
 pub mod sampling_weights;
 
@@ -16,6 +17,7 @@ pub use adjust::{adjust_row, Penalty, RowAdjust, StepAdjust, TokenSet};
 pub use backend::{Backend, BlockCopy, DraftRow, StepOutput, Want};
 pub use chunk::{ChunkInput, KvGeometry, StepCapacity, StepLimits};
 pub use pipeline::{DeviceTiming, Feed, Launched, OwnedWant, RunAtLaunch};
+pub use ring::{kv_ring_from_env, KvRing};
 pub use sampling::{
     sample_row, sample_rows, RowSampling, SampleError, Sampled, MAX_DEVICE_TOP_LOGPROBS,
 };

@@ -139,6 +139,10 @@ impl<B: Backend> Backend for RunAtLaunch<B> {
         self.inner.step_capacity()
     }
 
+    fn kv_ring(&self) -> Option<crate::KvRing> {
+        self.inner.kv_ring()
+    }
+
     fn step(&mut self, chunks: &[ChunkInput<'_>], want: Want<'_>) -> Result<StepOutput> {
         ensure!(
             self.held.is_empty(),

@@ -211,6 +211,15 @@ pub fn build_backend_with(
                 .attach_draft_model(a.weights.as_ref(), Some(&progress))
                 .with_context(|| format!("cannot attach the draft model `{}`", a.name))?;
         }
+        // KILN_KV_RING=1: sliding-window layers keep only their window (a draft model reads
+        // the cache whole, so not beside one).
+        let windowed = model.config.spec().ring_window().is_some();
+        if kiln_step::kv_ring_from_env() && windowed && assistant.is_none() {
+            let seqs = cfg.max_num_seqs * inputs_per_seq.max(1);
+            backend
+                .enable_kv_ring(seqs, cfg.max_batched_tokens)
+                .context("cannot keep the sliding-window layers' KV in a ring")?;
+        }
         Box::new(backend)
     };
     bar.finish(if use_cuda { "cuda" } else { "cpu" });
