@@ -5,8 +5,8 @@
 use anyhow::{bail, Context, Result};
 use kiln_model::{ModelConfig, ModelSpec, WeightSource};
 use kiln_step::{
-    Backend, ChunkInput, DeviceTiming, Feed, KvGeometry, Launched, RowSampling, SampleError,
-    Sampled, StepCapacity, StepOutput, Want,
+    Backend, ChunkInput, DeviceTiming, Feed, KvGeometry, KvRing, Launched, RowSampling,
+    SampleError, Sampled, StepCapacity, StepOutput, Want,
 };
 
 use crate::device::{Gpu, PinnedBuf};
@@ -15,7 +15,7 @@ use crate::gemm_lt::LtGemm;
 use crate::graphs::{graphs_enabled_by_env, prefill_max_from_env, GraphCache, GraphCounters};
 use crate::graphs_pad::{GraphBuckets, GraphShape};
 use crate::host_tier::HostTier;
-use crate::kv_cache::KvCache;
+use crate::kv_cache::{KvCache, RingAsk};
 use crate::pipeline::Pipeline;
 use crate::sampling::SamplingBuffers;
 use crate::step_plan::{StepLayout, StepPlan};
@@ -54,6 +54,9 @@ pub struct CudaOptions {
     pub host_cache_bytes: usize,
     /// The number format of weights, GEMM inputs, Q and the KV cache (store.rs).
     pub dtype: StoreType,
+    /// Sliding-window layers keep only their window, in a ring of blocks per sequence
+    /// (kiln_step::KvRing); None: as KILN_KV_RING says (off unless 1). No host tier beside it.
+    pub kv_ring: Option<bool>,
 }
 
 impl Default for CudaOptions {
@@ -69,6 +72,7 @@ impl Default for CudaOptions {
             max_context: None,
             host_cache_bytes: 0,
             dtype: StoreType::Bf16,
+            kv_ring: None,
         }
     }
 }
@@ -129,13 +133,30 @@ fn kv_budget(gpu: &Gpu, bytes: Option<usize>, fraction: f32) -> Result<usize> {
 }
 
 /// The KV pool for `budget` bytes plus one scratch block past the engine's blocks, which the
-/// inert padding rows of a graph step write to.
-fn kv_pool(gpu: &Gpu, c: &ModelSpec, block_size: usize, budget: usize) -> Result<KvCache> {
+/// inert padding rows of a graph step write to; with a ring when `ring` asks for one and the
+/// budget holds one (kv_cache.rs).
+fn kv_pool(
+    gpu: &Gpu,
+    c: &ModelSpec,
+    block_size: usize,
+    budget: usize,
+    ring: Option<RingAsk>,
+) -> Result<(KvCache, Option<KvRing>)> {
+    if let Some(ask) = ring {
+        if KvCache::ring_sizing(c, block_size, gpu.store, budget, ask).is_some() {
+            let (kv, ring) = KvCache::with_ring(gpu, c, block_size, budget, ask)?;
+            return Ok((kv, Some(ring)));
+        }
+        tracing::warn!(
+            "the KV budget holds no ring of {} blocks: sliding-window layers keep all their KV",
+            ask.blocks
+        );
+    }
     let per_block = KvCache::block_bytes(c, block_size, gpu.store);
     if budget < per_block {
         bail!("KV cache budget of {budget} bytes holds no block of {block_size} tokens ({per_block} bytes each)");
     }
-    KvCache::new(gpu, c, block_size, budget + per_block)
+    Ok((KvCache::new(gpu, c, block_size, budget + per_block)?, None))
 }
 
 impl CudaBackend {
@@ -167,29 +188,29 @@ impl CudaBackend {
             lt.pin_shape(&gpu, n, k)
                 .with_context(|| format!("choosing the GEMM algorithm for {n}x{k}"))?;
         }
-        // The block count is unknown until the budget is; size the step layout for the pool after.
-        let probe = StepLayout::new(
-            max_tokens,
-            opts.max_seqs,
-            max_context,
-            opts.block_size,
-            1,
-            config.vocab_size,
-        );
+        let switches = Switches::from_env();
+        let ring_on = opts.kv_ring.unwrap_or(switches.kv_ring);
+        let (bs, seqs) = (opts.block_size, opts.max_seqs);
+        let ask = RingAsk::for_model(&spec, ring_on, bs, max_tokens, seqs, max_context);
+        // The block count is unknown until the budget is; size the step layout for the pool
+        // after (a pool too small for the ring asked drops it, and the layout only shrinks).
+        let probe_ring = ask.map(|a| KvRing {
+            blocks: a.blocks,
+            capable: a.blocks,
+            window: a.window,
+        });
+        let vocab = config.vocab_size;
+        let probe = StepLayout::with_ring(max_tokens, seqs, max_context, bs, 1, vocab, probe_ring);
         let act = Activations::new(&gpu, &spec, &probe)?;
         let budget = kv_budget(&gpu, opts.kv_cache_bytes, opts.kv_cache_fraction)?;
-        let kv = kv_pool(&gpu, &spec, opts.block_size, budget)?;
+        let (kv, ring) = kv_pool(&gpu, &spec, bs, budget, ask)?;
         // The last block is the scratch block: the engine sees the ones before it.
-        let layout = StepLayout::new(
-            max_tokens,
-            opts.max_seqs,
-            max_context,
-            opts.block_size,
-            kv.num_blocks - 1,
-            config.vocab_size,
-        );
-        debug_assert_eq!(layout.len, probe.len);
-        let host_tier = HostTier::new(&gpu, &kv, opts.host_cache_bytes)?;
+        let blocks = kv.num_blocks - 1;
+        let layout = StepLayout::with_ring(max_tokens, seqs, max_context, bs, blocks, vocab, ring);
+        debug_assert!(layout.len <= probe.len);
+        // A ring holds no prefix: no prefix cache, so no host tier for it.
+        let host_bytes = ring.map_or(opts.host_cache_bytes, |_| 0);
+        let host_tier = HostTier::new(&gpu, &kv, host_bytes)?;
         let step_host = [
             PinnedBuf::new(&gpu, layout.len)?,
             PinnedBuf::new(&gpu, layout.len)?,
@@ -221,7 +242,7 @@ impl CudaBackend {
             layout,
             config,
             spec,
-            switches: Switches::from_env(),
+            switches,
             opts,
             hidden_rows: 0,
             gpu,
@@ -238,6 +259,11 @@ impl CudaBackend {
 
     pub fn gpu(&self) -> &Gpu {
         &self.gpu
+    }
+
+    /// Bytes of the KV pool (its scratch blocks too).
+    pub fn kv_cache_bytes(&self) -> usize {
+        self.kv.bytes()
     }
 
     /// What was allocated, in the terms of [`crate::Footprint`] (which predicts it).
@@ -391,8 +417,14 @@ impl CudaBackend {
         )?;
         drop(std::mem::replace(&mut self.kv, stand_in));
         let budget = kv_budget(&self.gpu, kv_cache_bytes, self.opts.kv_cache_fraction)?;
-        self.kv = kv_pool(&self.gpu, &self.spec, bs, budget)?;
-        self.layout.num_blocks = self.kv.num_blocks - 1;
+        let l = self.layout;
+        let on = l.ring.is_some();
+        let ask = RingAsk::for_model(&self.spec, on, bs, l.max_tokens, l.max_seqs, l.max_context);
+        let (kv, ring) = kv_pool(&self.gpu, &self.spec, bs, budget, ask)?;
+        self.kv = kv;
+        let blocks = self.kv.num_blocks - 1;
+        let (seqs, ctx, vocab) = (l.max_seqs, l.max_context, l.vocab_size);
+        self.layout = StepLayout::with_ring(l.max_tokens, seqs, ctx, bs, blocks, vocab, ring);
         // No step has run on the new pool: nothing a draft could start from.
         self.hidden_rows = 0;
         let held = self.graphs.held_shapes();
@@ -501,6 +533,10 @@ impl Backend for CudaBackend {
 
     fn host_blocks(&self) -> usize {
         self.host_tier.as_ref().map_or(0, |h| h.slots)
+    }
+
+    fn kv_ring(&self) -> Option<KvRing> {
+        self.layout.ring
     }
 
     /// Queued on the step stream: the next step's kernels run after them.

@@ -93,6 +93,11 @@ impl CudaBackend {
         weights: &dyn WeightSource,
         progress: Option<&dyn Fn(usize, usize)>,
     ) -> Result<()> {
+        ensure!(
+            self.layout.ring.is_none(),
+            "a draft model reads the KV cache whole, and this backend keeps a ring \
+             (KILN_KV_RING=0 or CudaOptions::kv_ring = Some(false))"
+        );
         self.gpu.bind()?;
         let config = weights.config().clone();
         config.validate("draft model config")?;

@@ -12,7 +12,7 @@ use kiln_model::{run_step, Activation, LayerWeight, ModelSpec, RopeStyle, StepOp
 
 use crate::device::{DevBuf, DevPtr, Gpu};
 use crate::gemm_lt::LtGemm;
-use crate::kernels::{AttnInputs, QkvKind, DECODE_MAX_SPLITS};
+use crate::kernels::{QkvKind, DECODE_MAX_SPLITS};
 use crate::kernels_gemma::PostNormThen;
 use crate::kv_cache::KvCache;
 use crate::quant_gemm::{quant_gemm, quant_skinny_all};
@@ -29,6 +29,9 @@ use fused::Fusion;
 #[path = "forward_draft.rs"]
 mod draft;
 pub use draft::DraftIo;
+// The ring layers' view of the step buffer (a KV ring).
+#[path = "forward_ring.rs"]
+mod ring;
 
 /// Activation buffers, sized once for the largest step and the widest layer, at fixed
 /// addresses: f32 where GEMMs write, the storage type where they read.
@@ -146,16 +149,6 @@ impl StepContext<'_> {
     fn step_ptr(&self, section: usize) -> u64 {
         self.a.step.at(section)
     }
-
-    fn attn_inputs(&self) -> AttnInputs {
-        let l = self.layout;
-        AttnInputs {
-            positions: self.step_ptr(l.positions),
-            token_seq: self.step_ptr(l.token_seq),
-            bt_start: self.step_ptr(l.bt_start),
-            block_tables: self.step_ptr(l.block_tables),
-        }
-    }
 }
 
 /// One step's ops on the device.
@@ -226,7 +219,7 @@ impl CudaOps<'_, '_> {
         let (g, a, n_tokens) = (c.gpu, c.a, self.plan.n_tokens);
         let at = &c.spec.layers[layer].attn;
         let (nq, hd) = (at.num_heads, at.head_dim);
-        let inp = c.attn_inputs();
+        let inp = c.attn_inputs(layer);
         let step = c.layout.max_seqs;
         for r0 in (0..n_tokens).step_by(step) {
             let rows = step.min(n_tokens - r0);
@@ -467,7 +460,7 @@ impl StepOps for CudaOps<'_, '_> {
             lw.ptr(LayerWeight::KNorm),
             c.w.ropes[at.rope].ptr(),
             c.rope_positions(),
-            c.step_ptr(c.layout.slots),
+            c.kv_slots(layer),
             a.q.ptr(),
             c.kv_view(layer),
             self.plan.n_tokens,
@@ -493,7 +486,7 @@ impl StepOps for CudaOps<'_, '_> {
         let (nq, hd, scale) = (at.num_heads, at.head_dim, at.scale);
         let window = at.window.unwrap_or(0);
         let kv = c.kv_view(layer);
-        let inp = c.attn_inputs();
+        let inp = c.attn_inputs(layer);
         if g.store != StoreType::Bf16 && c.sw.flash_attn && c.sw.split_decode {
             return self.split_attention_every_row(layer);
         }

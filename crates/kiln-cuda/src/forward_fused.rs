@@ -122,7 +122,7 @@ impl CudaOps<'_, '_> {
                         bias: lw.ptr(LayerWeight::QkvBias),
                         rope: c.w.ropes[at.rope].ptr(),
                         positions: c.rope_positions(),
-                        slots: c.step_ptr(c.layout.slots),
+                        slots: c.kv_slots(layer),
                         kv: c.kv_view(layer),
                         n_q: at.num_heads,
                         hd: at.head_dim,

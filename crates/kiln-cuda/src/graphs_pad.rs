@@ -149,12 +149,15 @@ pub fn pad_step(
         bail!("step of {d} decode and {p} prefill rows does not fit graph shape {s:?}");
     }
     let shift = dp - d;
-    for (section, pad) in [
+    // With a ring, the ring layers' slots too (padding rows write the ring's scratch slot).
+    let ring = l.ring_scratch_slot().map(|r| (l.ring_slots, r));
+    let sections = [
         (l.tokens, 0),
         (l.positions, 0),
         (l.slots, scratch_slot),
         (l.token_seq, 0),
-    ] {
+    ];
+    for (section, pad) in sections.into_iter().chain(ring) {
         let sec = &mut buf[section..section + dp + pp];
         sec.copy_within(d..d + p, dp);
         sec[d..dp].fill(pad);
@@ -310,5 +313,55 @@ mod tests {
             prefill_rows: 128,
         };
         assert!(pad_step(&mut buf, &l, &plan, &b, tiny, scratch).is_err());
+    }
+
+    #[test]
+    fn padding_rows_write_the_rings_scratch_slot() {
+        let ring = kiln_step::KvRing {
+            blocks: 6,
+            capable: 20,
+            window: 64,
+        };
+        let l = StepLayout::with_ring(300, 40, 1024, 16, 64, 1000, Some(ring));
+        let b = GraphBuckets::new(&l, 128);
+        let mut buf = vec![-7i32; l.len];
+        let prompt: Vec<u32> = (1..=20).collect();
+        let chunks = [
+            ChunkInput {
+                tokens: &prompt,
+                start_pos: 0,
+                block_table: &[3, 4],
+                want_logits: true,
+            },
+            ChunkInput {
+                tokens: &[9],
+                start_pos: 100,
+                block_table: &[10, 11, 12, 13, 14, 15, 40],
+                want_logits: true,
+            },
+        ];
+        let plan = pack_step(&chunks, &l, &mut buf).unwrap();
+        let packed = buf.clone();
+        let s = GraphShape {
+            decode_rows: 2,
+            prefill_rows: 32,
+        };
+        let scratch = 64 * 16;
+        pad_step(&mut buf, &l, &plan, &b, s, scratch).unwrap();
+        let (rs, ring_scratch) = (l.ring_slots, 20 * 16);
+        // Position 100 is in block 6, the ring's block 0 (id 10).
+        assert_eq!(buf[rs], 10 * 16 + 4);
+        assert_eq!(buf[l.slots], 40 * 16 + 4);
+        // The prompt's ring slots move with it; padding rows take the ring's scratch slot.
+        assert_eq!(&buf[rs + 2..rs + 22], &packed[rs + 1..rs + 21]);
+        for r in std::iter::once(1).chain(22..34) {
+            assert_eq!(buf[rs + r], ring_scratch);
+            assert_eq!(buf[l.slots + r], scratch);
+        }
+        // The ring tables' starts are untouched.
+        assert_eq!(
+            buf[l.ring_bt_start..l.ring_bt_start + 2],
+            packed[l.ring_bt_start..l.ring_bt_start + 2]
+        );
     }
 }

@@ -3,9 +3,14 @@
 //! i32 array with fixed section offsets, uploaded in one copy into a persistent device buffer.
 //! Decode rows (single-token chunks) come first so that GEMMs route them by position: rows
 //! 0..n_decode go to the skinny kernel, the rest to the tensor-core path.
+//!
+//! With a KV ring (kiln_step::KvRing) the ring layers write at `ring_slots` and read through
+//! `ring_bt_start`: each sequence's ring table (`KvRing::table`) packed after the plain tables,
+//! so the attention kernels, which look position p up at `p / block_size`, find its ring block
+//! `table[(p / block_size) % blocks]` unchanged.
 
 use anyhow::Result;
-use kiln_step::{ChunkInput, KvGeometry, StepCapacity, StepLimits};
+use kiln_step::{ChunkInput, KvGeometry, KvRing, StepCapacity, StepLimits};
 
 use crate::kernels::FLASH_TILE_ROWS;
 
@@ -28,6 +33,11 @@ pub struct StepLayout {
     pub logits_rows: usize,
     pub tiles: usize,
     pub block_tables: usize,
+    /// The ring of the sliding-window layers' KV, when kept; the two ring sections are empty
+    /// without one.
+    pub ring: Option<KvRing>,
+    pub ring_slots: usize,
+    pub ring_bt_start: usize,
     /// Total i32 capacity.
     pub len: usize,
 }
@@ -41,6 +51,20 @@ impl StepLayout {
         num_blocks: usize,
         vocab_size: usize,
     ) -> StepLayout {
+        let (bs, n, vocab) = (block_size, num_blocks, vocab_size);
+        StepLayout::with_ring(max_tokens, max_seqs, max_context, bs, n, vocab, None)
+    }
+
+    /// The layout with `ring`'s sections (and room for the ring tables beside the plain ones).
+    pub fn with_ring(
+        max_tokens: usize,
+        max_seqs: usize,
+        max_context: usize,
+        block_size: usize,
+        num_blocks: usize,
+        vocab_size: usize,
+        ring: Option<KvRing>,
+    ) -> StepLayout {
         let max_tiles = max_tokens.div_ceil(FLASH_TILE_ROWS) + max_seqs;
         let max_blocks_per_seq = max_context.div_ceil(block_size);
         let tokens = 0;
@@ -50,8 +74,11 @@ impl StepLayout {
         let bt_start = token_seq + max_tokens;
         let logits_rows = bt_start + max_seqs;
         let tiles = logits_rows + max_seqs;
-        let block_tables = tiles + 4 * max_tiles;
-        let len = block_tables + max_seqs * max_blocks_per_seq;
+        let ring_slots = tiles + 4 * max_tiles;
+        let ringed = ring.is_some() as usize;
+        let ring_bt_start = ring_slots + ringed * max_tokens;
+        let block_tables = ring_bt_start + ringed * max_seqs;
+        let len = block_tables + (1 + ringed) * max_seqs * max_blocks_per_seq;
         StepLayout {
             max_tokens,
             max_seqs,
@@ -69,8 +96,18 @@ impl StepLayout {
             logits_rows,
             tiles,
             block_tables,
+            ring,
+            ring_slots,
+            ring_bt_start,
             len,
         }
+    }
+
+    /// The ring layers' scratch slot, which padding rows write to: the first of ring block
+    /// `capable`, never one of a sequence's ring blocks.
+    pub fn ring_scratch_slot(&self) -> Option<i32> {
+        self.ring
+            .and_then(|r| i32::try_from(r.capable * self.block_size).ok())
     }
 }
 
@@ -109,7 +146,7 @@ impl StepLayout {
                 max_seqs: self.max_seqs,
                 max_tokens: self.max_tokens,
             }),
-            ring: None,
+            ring: self.ring,
         }
     }
 }
@@ -132,6 +169,8 @@ pub fn pack_step(chunks: &[ChunkInput<'_>], l: &StepLayout, buf: &mut [i32]) -> 
     // block tables): an adjacent decode row reading the same blocks shares them.
     let mut last_decode: Option<(usize, usize)> = None;
     let mut seqs = 0usize;
+    // Per sequence index: its packed table's length (the ring tables follow them).
+    let mut seq_blocks: Vec<usize> = Vec::with_capacity(chunks.len());
     for &ci in &order {
         let c = &chunks[ci];
         first_token[ci] = t;
@@ -157,6 +196,7 @@ pub fn pack_step(chunks: &[ChunkInput<'_>], l: &StepLayout, buf: &mut [i32]) -> 
                     bt += 1;
                 }
                 last_decode = Some((seq, blocks.max(had)));
+                seq_blocks[seq] = blocks.max(had);
                 seq
             }
             None => {
@@ -167,6 +207,7 @@ pub fn pack_step(chunks: &[ChunkInput<'_>], l: &StepLayout, buf: &mut [i32]) -> 
                     buf[l.block_tables + bt + j] = b as i32;
                 }
                 bt += blocks;
+                seq_blocks.push(blocks);
                 last_decode = is_decode(c).then_some((seq, blocks));
                 seq
             }
@@ -177,6 +218,9 @@ pub fn pack_step(chunks: &[ChunkInput<'_>], l: &StepLayout, buf: &mut [i32]) -> 
             buf[l.positions + t + j] = p as i32;
             buf[l.slots + t + j] = limits.kv.slot(c.block_table, p) as i32;
             buf[l.token_seq + t + j] = seq as i32;
+            if let Some(r) = l.ring {
+                buf[l.ring_slots + t + j] = r.slot(c.block_table, p, l.block_size) as i32;
+            }
         }
         if !is_decode(c) {
             for r0 in (0..c.tokens.len()).step_by(FLASH_TILE_ROWS) {
@@ -200,13 +244,25 @@ pub fn pack_step(chunks: &[ChunkInput<'_>], l: &StepLayout, buf: &mut [i32]) -> 
             n_logits += 1;
         }
     }
+    let mut tables_len = bt;
+    if let Some(r) = l.ring {
+        // Entry j of a sequence's ring table is entry j % blocks of its table.
+        for (seq, &n) in seq_blocks.iter().enumerate() {
+            let at = l.block_tables + buf[l.bt_start + seq] as usize;
+            buf[l.ring_bt_start + seq] = (bt + at - l.block_tables) as i32;
+            for j in 0..n {
+                buf[at + bt + j] = buf[at + j % r.blocks];
+            }
+        }
+        tables_len += bt;
+    }
     Ok(StepPlan {
         n_tokens,
         n_decode,
         n_seqs: chunks.len(),
         n_tiles: tiles,
         n_logits,
-        upload_len: l.block_tables + bt,
+        upload_len: l.block_tables + tables_len,
     })
 }
 
@@ -263,6 +319,56 @@ mod tests {
             &[1, 2, 3, 4, 5, 6, 7]
         );
         assert_eq!(plan.upload_len, l.block_tables + 7);
+    }
+}
+
+#[cfg(test)]
+mod ring {
+    use super::*;
+
+    #[test]
+    fn ring_layers_read_their_tables_and_write_their_slots() {
+        let ring = KvRing {
+            blocks: 3,
+            capable: 8,
+            window: 20,
+        };
+        let l = StepLayout::with_ring(64, 4, 256, 16, 64, 1000, Some(ring));
+        assert_eq!(l.ring_scratch_slot(), Some(8 * 16));
+        let mut buf = vec![-7i32; l.len];
+        let prompt: Vec<u32> = (0..20).collect();
+        let chunks = [
+            ChunkInput {
+                tokens: &prompt,
+                start_pos: 40,
+                block_table: &[1, 2, 3, 30],
+                want_logits: true,
+            },
+            ChunkInput {
+                tokens: &[9],
+                start_pos: 50,
+                block_table: &[4, 5, 6, 40],
+                want_logits: true,
+            },
+        ];
+        let plan = pack_step(&chunks, &l, &mut buf).unwrap();
+        // Plain tables: the decode row's, then the prompt's; their ring tables after them.
+        let tables = &buf[l.block_tables..plan.upload_len];
+        assert_eq!(tables, &[4, 5, 6, 40, 1, 2, 3, 30, 4, 5, 6, 4, 1, 2, 3, 1]);
+        assert_eq!(&buf[l.bt_start..l.bt_start + 2], &[0, 4]);
+        assert_eq!(&buf[l.ring_bt_start..l.ring_bt_start + 2], &[8, 12]);
+        // Position 50 is in block 3: block 3 % 3 = 0 (id 4) of the ring, id 40 of the table.
+        assert_eq!(buf[l.ring_slots], 4 * 16 + 2);
+        assert_eq!(buf[l.slots], 40 * 16 + 2);
+        // The prompt: position 40 in block 2 (id 3), 59 in block 3 % 3 = 0 (id 1).
+        assert_eq!(buf[l.ring_slots + 1], 3 * 16 + 8);
+        assert_eq!(buf[l.ring_slots + 20], 16 + 11);
+        // A first block outside the ring-capable ids is refused.
+        let bad = [ChunkInput {
+            block_table: &[9, 2, 3, 30],
+            ..chunks[0]
+        }];
+        assert!(pack_step(&bad, &l, &mut buf).is_err());
     }
 }
 

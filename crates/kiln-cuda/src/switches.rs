@@ -60,6 +60,10 @@ pub struct Switches {
     /// GEMM moved into it (docs/CUDA.md, "Fused decode launches"). The same bits either way;
     /// off until measured on the GPU.
     pub fuse: DecodeFuse,
+    /// KILN_KV_RING=1: sliding-window layers keep only their window, in a ring of blocks per
+    /// sequence (kiln_step::KvRing; the prefix cache is off beside it). Off until the GPU test
+    /// (tests/kv_ring.rs) has run; `CudaOptions::kv_ring` overrides it.
+    pub kv_ring: bool,
     /// The kernel variants.
     pub kernels: KernelChoice,
 }
@@ -249,6 +253,7 @@ impl Env {
                 fuse: var("KILN_DECODE_FUSE")
                     .map(|v| DecodeFuse::parse(&v))
                     .unwrap_or_default(),
+                kv_ring: opt_in("KILN_KV_RING"),
                 kernels: KernelChoice {
                     skinny_pipe: on("KILN_SKINNY_PIPE"),
                     flash_pairs: on("KILN_FLASH_PAIRS"),
@@ -322,7 +327,7 @@ impl Switches {
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} flash_wide={} decode_wide={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -365,6 +370,7 @@ impl Switches {
                 "recompute"
             },
             if self.decode_wide_mma { "mma" } else { "simt" },
+            self.kv_ring as u8,
         )
     }
 }

@@ -22,7 +22,7 @@ use crate::ChunkInput;
 /// KILN_KV_RING=1 (or `on`) lets a backend keep its sliding-window layers' KV in a ring; off
 /// by default, since the prefix cache is off beside a ring; `0` keeps it off.
 pub fn kv_ring_from_env() -> bool {
-    std::env::var("KILN_KV_RING").is_ok_and(|v| v == "1" || v == "on")
+    std::env::var("KILN_KV_RING").is_ok_and(|v| matches!(v.as_str(), "1" | "on" | "true"))
 }
 
 /// The ring of a backend's sliding-window layers (see the module note).

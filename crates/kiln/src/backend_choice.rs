@@ -172,6 +172,8 @@ pub fn build_backend_with(
                 .map(|gb| (gb * (1u64 << 30) as f64) as usize),
             host_cache_bytes: host_bytes,
             dtype: device.dtype.cuda_store(),
+            // A draft model reads the KV cache whole: no ring beside one.
+            kv_ring: assistant.map(|_| false),
             ..kiln_cuda::CudaOptions::default()
         };
         check_gpu_fit(model, &opts, longest)?;
