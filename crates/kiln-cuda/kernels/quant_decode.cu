@@ -53,12 +53,12 @@ __device__ __forceinline__ void skinny2_body(float* __restrict__ y, const bf16_t
     using Q = QFmt<F>;
     constexpr int REC = q_record<F>();
     constexpr int G = Q::G, P = G / 4, NG = 128 / G;
-    constexpr int PIECES = REC / 16, ROUNDS = (PIECES + 31) / 32;
+    constexpr int PIECES = REC / 16, ROUNDS = (PIECES + 31) / 32, QROUNDS = Q::QB / 512;
     // K-quant rows are whole 256-value blocks: every chunk is whole.
-    constexpr bool WHOLE = F == QF_Q4K || F == QF_Q6K;
+    constexpr bool WHOLE = is_q4k<F>() || F == QF_Q6K;
     // x of the whole chunk loaded before the record is read: one fragment (but Q4_K's 8-row
     // entry, which has no registers for it once it shares the scales; see below).
-    constexpr bool HOIST = NT == 1 && !(F == QF_Q4K && ODD);
+    constexpr bool HOIST = NT == 1 && !(is_q4k<F>() && ODD);
     extern __shared__ __align__(16) unsigned char sq_smem[];
     pdl_trigger();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -67,24 +67,35 @@ __device__ __forceinline__ void skinny2_body(float* __restrict__ y, const bf16_t
     const int n_my = chunks > warp ? (chunks - warp + W - 1) / W : 0;
     // This CTA's R tiles of 16 rows (a tile past the weight is neither read nor written).
     const int tile0 = blockIdx.x * R, tiles = (N + 15) / 16;
-    const unsigned char* src = wq + ((u64)tile0 * chunks + warp) * REC + lane * 16;
     unsigned char* const ring = sq_smem + warp * S * R * REC;
+    // Global bytes a chunk takes (Q4K2: half a 2,304-byte record); a warp's chunks are W apart
+    // (W even: a Q4K2 warp keeps its half).
+    constexpr int CB = F == QF_Q4K2 ? 1152 : REC;
+    static_assert(F != QF_Q4K2 || W % 2 == 0, "Q4K2 warps keep one half of each record");
+    const unsigned char* scl;
+    const unsigned char* src = chunk_at<F>(wq, (u64)tile0, chunks, warp, scl) + lane * 16;
+    scl += lane * 16;
     int put = 0, issued = 0;
-    // Copies this warp's next record of each tile into its stage; always commits a group
-    // (maybe empty) so that the wait counts below hold at the tail.
+    // Copies this warp's next record of each tile into its stage (quants, then the rows'
+    // scales: a record's two parts, apart only in Q4K2); always commits a group (maybe empty) so
+    // that the wait counts below hold at the tail.
     auto issue = [&]() {
         if (issued < n_my) {
 #pragma unroll
             for (int r = 0; r < R; ++r) {
                 if (r > 0 && tile0 + r >= tiles) break;
                 unsigned char* dst = ring + (put * R + r) * REC + lane * 16;
-                const unsigned char* from = src + (u64)r * chunks * REC;
+                const u64 at = (u64)r * chunks * CB;
 #pragma unroll
                 for (int k = 0; k < ROUNDS; ++k)
                     if (32 * (k + 1) <= PIECES || lane + 32 * k < PIECES)
-                        cp_async_16(dst + 512 * k, from + 512 * k, 16);
+                        cp_async_16(dst + 512 * k,
+                                    F != QF_Q4K2 || k < QROUNDS ? src + at + 512 * k
+                                                                : scl + at + 512 * (k - QROUNDS),
+                                    16);
             }
-            src += (u64)W * REC;
+            src += (u64)W * CB;
+            if (F == QF_Q4K2) scl += (u64)W * CB;
             put = put + 1 == S ? 0 : put + 1;
         }
         ++issued;
@@ -150,8 +161,8 @@ __device__ __forceinline__ void skinny2_body(float* __restrict__ y, const bf16_t
         LaneRow<F> ra[R], rb[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-            ra[r] = lane_row<F>(st + r * REC, g, t);
-            rb[r] = lane_row<F>(st + r * REC, g + 8, t);
+            ra[r] = lane_row<F>(st + r * REC, g, t, (k0 >> 7) & 1);
+            rb[r] = lane_row<F>(st + r * REC, g + 8, t, (k0 >> 7) & 1);
         }
         // Every lane has read the stage read one iteration ago (the barrier above): refill it.
         issue();
@@ -166,12 +177,12 @@ __device__ __forceinline__ void skinny2_body(float* __restrict__ y, const bf16_t
         // computed all of them, a quarter of the instructions. Each row's eight floats: (scale,
         // minimum) pairs (Q4_K) or scales (Q6_K), read where they are used.
         // The one-row entries, whose registers are spent, compute every scale in every lane.
-        constexpr bool KQ = (F == QF_Q4K || F == QF_Q6K) && ODD;
+        constexpr bool KQ = (is_q4k<F>() || F == QF_Q6K) && ODD;
         float k4[R][8], sc[R][4][F == QF_Q6K ? 8 : 4];
-        if (!KQ && (F == QF_Q4K || F == QF_Q6K)) {
+        if (!KQ && (is_q4k<F>() || F == QF_Q6K)) {
 #pragma unroll
             for (int r = 0; r < R; ++r) {
-                if (F == QF_Q4K) {
+                if (is_q4k<F>()) {
                     bytes_f(ra[r].s[1], m23, sc[r][0]);
                     bytes_f(rb[r].s[1], m23, sc[r][1]);
                     bytes_f(ra[r].s[2], m23, sc[r][2]);
@@ -195,7 +206,7 @@ __device__ __forceinline__ void skinny2_body(float* __restrict__ y, const bf16_t
 #pragma unroll
             for (int r = 0; r < R; ++r) {
                 float* scr = reinterpret_cast<float*>(const_cast<unsigned char*>(st) + r * REC);
-                if (F == QF_Q4K) {
+                if (is_q4k<F>()) {
                     const u32 sel = 0x7540u | (u32)t;
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
@@ -265,14 +276,14 @@ __device__ __forceinline__ void skinny2_body(float* __restrict__ y, const bf16_t
                 }
                 ma[r] = mb[r] = 0.f;
                 const float* scr = reinterpret_cast<const float*>(st + r * REC);
-                if (KQ && F == QF_Q4K) {
+                if (KQ && is_q4k<F>()) {
                     const float2 pa = *reinterpret_cast<const float2*>(scr + g * 8 + 2 * grp);
                     const float2 pb = *reinterpret_cast<const float2*>(scr + (g + 8) * 8 + 2 * grp);
                     s0[r] = pa.x, ma[r] = pa.y, s8[r] = pb.x, mb[r] = pb.y;
                 } else if (KQ) {
                     s0[r] = scr[g * 8 + grp];
                     s8[r] = scr[(g + 8) * 8 + grp];
-                } else if (F == QF_Q4K) {
+                } else if (is_q4k<F>()) {
                     s0[r] = __fmaf_rn(k4[r][0], sc[r][0][grp], k4[r][4]);
                     s8[r] = __fmaf_rn(k4[r][2], sc[r][1][grp], k4[r][6]);
                     // dmin m + 128 d sc (dmin m exact, one rounding), taken with a minus sign.
@@ -309,7 +320,7 @@ __device__ __forceinline__ void skinny2_body(float* __restrict__ y, const bf16_t
                         c[1] = __fmaf_rn(s0[r], tmp[1], c[1]);
                         c[3] = __fmaf_rn(s8[r], tmp[3], c[3]);
                     }
-                    if (F == QF_Q4K) {
+                    if (is_q4k<F>()) {
                         if (r == 0) {
 #pragma unroll
                             for (int u = 0; u < G / 16; ++u) mma_bf16_16816(xs, ones, &b[2 * u]);
@@ -376,6 +387,13 @@ SQ2_ENTRY(skinny2_q4_k_32, QF_Q4K, 4, 4, 16, 1, true, 1)
 SQ2_ENTRY(skinny2_q4_k_64, QF_Q4K, 8, 4, 16, 1, true, 1)
 SQ2_ENTRY(skinny2_q4_k_16_t2, QF_Q4K, 2, 4, 16, 1, true, 2)
 SQ2_ENTRY(skinny2_q4_k_32_t2, QF_Q4K, 4, 4, 16, 1, true, 2)
+SQ2_ENTRY(skinny2_q4_k2_1, QF_Q4K2, 1, 5, 16, 2, false, 1)
+SQ2_ENTRY(skinny2_q4_k2_8, QF_Q4K2, 1, 5, 16, 2, true, 1)
+SQ2_ENTRY(skinny2_q4_k2_16, QF_Q4K2, 2, 5, 16, 2, true, 1)
+SQ2_ENTRY(skinny2_q4_k2_32, QF_Q4K2, 4, 4, 16, 1, true, 1)
+SQ2_ENTRY(skinny2_q4_k2_64, QF_Q4K2, 8, 4, 16, 1, true, 1)
+SQ2_ENTRY(skinny2_q4_k2_16_t2, QF_Q4K2, 2, 4, 16, 1, true, 2)
+SQ2_ENTRY(skinny2_q4_k2_32_t2, QF_Q4K2, 4, 4, 16, 1, true, 2)
 SQ2_ENTRY(skinny2_q6_k_1, QF_Q6K, 1, 4, 16, 2, false, 1)
 SQ2_ENTRY(skinny2_q6_k_8, QF_Q6K, 1, 4, 16, 2, true, 1)
 SQ2_ENTRY(skinny2_q6_k_16, QF_Q6K, 2, 4, 16, 2, true, 1)

@@ -18,15 +18,39 @@
 #define QF_Q4_0 1
 #define QF_Q4K 2
 #define QF_Q6K 3
+// Q4_K in records of 256 k (quant_layout.rs, GpuQuant::Q4K2): a super-block's two 128-k halves
+// of quants, then each row's 16 bytes of the file (d, dmin, the 12 bytes of packed six-bit
+// scales and minimums), 4.5 bits a weight. A warp still takes 128-k chunks: it copies its half's
+// quants and the rows' packed scales into a stage laid out as the other formats' records.
+#define QF_Q4K2 4
 
 template <int F> struct QFmt;
-// G: k per scale; QB: quant bytes per record; SR: scale bytes per row.
+// G: k per scale; QB: quant bytes per record (per 128-k chunk); SR: scale bytes per row.
 template <> struct QFmt<QF_Q8_0> { static constexpr int G = 32, QB = 2048, SR = 8; };
 template <> struct QFmt<QF_Q4_0> { static constexpr int G = 32, QB = 1024, SR = 8; };
 template <> struct QFmt<QF_Q4K> { static constexpr int G = 32, QB = 1024, SR = 12; };
 template <> struct QFmt<QF_Q6K> { static constexpr int G = 16, QB = 1536, SR = 12; };
+template <> struct QFmt<QF_Q4K2> { static constexpr int G = 32, QB = 1024, SR = 16; };
 
+// Bytes of a chunk's stage in shared memory (the record itself but for Q4K2).
 template <int F> __host__ __device__ constexpr int q_record() { return QFmt<F>::QB + 16 * QFmt<F>::SR; }
+
+template <int F> __host__ __device__ constexpr bool is_q4k() { return F == QF_Q4K || F == QF_Q4K2; }
+
+// Where chunk c of row tile `tile` is in global memory: its quants (returned) and its rows'
+// scales (`scales`), contiguous but for Q4K2.
+template <int F>
+__device__ __forceinline__ const unsigned char* chunk_at(const unsigned char* wq, u64 tile, int chunks, int c,
+                                                         const unsigned char*& scales) {
+    if (F == QF_Q4K2) {
+        const unsigned char* sb = wq + (tile * (u64)(chunks >> 1) + (u64)(c >> 1)) * 2304;
+        scales = sb + 2048;
+        return sb + (c & 1) * 1024;
+    }
+    const unsigned char* q = wq + (tile * (u64)chunks + (u64)c) * q_record<F>();
+    scales = q + QFmt<F>::QB;
+    return q;
+}
 
 __device__ __forceinline__ float f16_bits_to_f32(u32 bits) {
     const unsigned short h = (unsigned short)(bits & 0xffffu);
@@ -66,17 +90,34 @@ template <int F> struct LaneRow {
     u32 s[3];
 };
 
+// Lane t's part of row r from a chunk's quants `rec` and its rows' scales `scl` (a stage: scl =
+// rec + QB). Q4K2 unpacks half `half` of the row's packed scales into Q4_K's words: s[1] the
+// four sub-block scales, s[2] the four minimums (kiln_formats' scale_min_k4, a word at a time).
 template <int F>
-__device__ __forceinline__ LaneRow<F> lane_row(const unsigned char* rec, int r, int t) {
+__device__ __forceinline__ LaneRow<F> lane_row_at(const unsigned char* rec, const unsigned char* scl, int r,
+                                                  int t, int half) {
     using Q = QFmt<F>;
     LaneRow<F> L;
     L.q[0] = *reinterpret_cast<const uint4*>(rec + (r * 4 + t) * 16);
     if (F == QF_Q8_0) L.q[F == QF_Q8_0 ? 1 : 0] = *reinterpret_cast<const uint4*>(rec + 1024 + (r * 4 + t) * 16);
     if (F == QF_Q6K) L.h = *reinterpret_cast<const uint2*>(rec + 1024 + (r * 4 + t) * 8);
-    const u32* s = reinterpret_cast<const u32*>(rec + Q::QB + r * Q::SR);
+    if (F == QF_Q4K2) {
+        const uint4 v = *reinterpret_cast<const uint4*>(scl + r * 16);
+        L.s[0] = v.x;
+        L.s[1] = half ? (v.w & 0x0F0F0F0Fu) | ((v.y >> 2) & 0x30303030u) : v.y & 0x3F3F3F3Fu;
+        L.s[2] = half ? ((v.w >> 4) & 0x0F0F0F0Fu) | ((v.z >> 2) & 0x30303030u) : v.z & 0x3F3F3F3Fu;
+        return L;
+    }
+    const u32* s = reinterpret_cast<const u32*>(scl + r * Q::SR);
 #pragma unroll
     for (int i = 0; i < Q::SR / 4; ++i) L.s[i] = s[i];
     return L;
+}
+
+// From a stage (or a record laid out as one).
+template <int F>
+__device__ __forceinline__ LaneRow<F> lane_row(const unsigned char* rec, int r, int t, int half = 0) {
+    return lane_row_at<F>(rec, rec + QFmt<F>::QB, r, t, half);
 }
 
 // Q6_K's three words of lane pairs 8g..8g + 8 (quant_layout.rs, q6_places): a0 and a1 of the
@@ -339,7 +380,7 @@ __device__ __forceinline__ void word_values(const LaneRow<F>& L, int t, int w, f
         const int lo = (int)((word >> (4 * p + 16 * half)) & 0xFu);
         if (F == QF_Q4_0) {
             v[e] = __fmul_rn((float)(lo - 8), scale_f16(L.s, w));
-        } else if (F == QF_Q4K) {
+        } else if (is_q4k<F>()) {
             const float d1 = __fmul_rn(scale_f16(L.s, 0), (float)((L.s[1] >> (8 * w)) & 0xffu));
             const float m1 = __fmul_rn(scale_f16(L.s, 1), (float)((L.s[2] >> (8 * w)) & 0xffu));
             v[e] = __fsub_rn(__fmul_rn(d1, (float)lo), m1);
@@ -361,18 +402,19 @@ template <int F>
 __device__ __forceinline__ void to_bf16_body(bf16_t* __restrict__ out, const unsigned char* __restrict__ wq,
                                              int N, int K, int ld) {
     pdl_enter();
-    constexpr int REC = q_record<F>();
     const u32 chunks = (u32)(K + 127) / 128;
     const u32 records = (u32)((N + 15) / 16) * chunks;
     const int t = threadIdx.x & 3, r = (threadIdx.x >> 2) & 15;
     const u32 per_cta = blockDim.x / 64;
     // K-quant rows are whole 256-value blocks: every chunk is whole.
-    constexpr bool WHOLE = F == QF_Q4K || F == QF_Q6K;
+    constexpr bool WHOLE = is_q4k<F>() || F == QF_Q6K;
     for (u32 rec = blockIdx.x * per_cta + (threadIdx.x >> 6); rec < records; rec += gridDim.x * per_cta) {
         const u32 tile = rec / chunks, c = rec - tile * chunks;
         const int n = (int)tile * 16 + r;
         if (n >= N) continue;
-        const LaneRow<F> L = lane_row<F>(wq + (u64)rec * REC, r, t);
+        const unsigned char* scl;
+        const unsigned char* q = chunk_at<F>(wq, tile, (int)chunks, (int)c, scl);
+        const LaneRow<F> L = lane_row_at<F>(q, scl, r, t, (int)(c & 1));
         bf16_t* row = out + (u64)n * ld + c * 128;
         const int kmax = K - (int)c * 128;
 #pragma unroll
@@ -400,17 +442,17 @@ template <int F>
 __device__ __forceinline__ void to_bf16_words_body(bf16_t* __restrict__ out, const unsigned char* __restrict__ wq,
                                              int N, int K, int ld) {
     pdl_enter();
-    constexpr int REC = q_record<F>();
     const int chunks = (K + 127) / 128;
     const u64 units = (u64)N * chunks * 16;
     for (u64 u = (u64)blockIdx.x * blockDim.x + threadIdx.x; u < units; u += (u64)gridDim.x * blockDim.x) {
         const int t = (int)(u & 3), w = (int)((u >> 2) & 3);
         const u64 rc = u >> 4;
         const int c = (int)(rc % chunks), n = (int)(rc / chunks);
-        const unsigned char* rec = wq + ((u64)(n >> 4) * chunks + c) * REC;
+        const unsigned char* scl;
+        const unsigned char* rec = chunk_at<F>(wq, (u64)(n >> 4), chunks, c, scl);
         float v[8];
         int kk[2];
-        word_values<F>(lane_row<F>(rec, n & 15, t), t, w, v, kk);
+        word_values<F>(lane_row_at<F>(rec, scl, n & 15, t, c & 1), t, w, v, kk);
 #pragma unroll
         for (int run = 0; run < 2; ++run) {
             const int k = c * 128 + kk[run];
@@ -430,15 +472,15 @@ template <int F>
 __device__ __forceinline__ void embed_body(float* __restrict__ xo, const unsigned char* __restrict__ wq,
                                            const int* __restrict__ ids, int K, float scale) {
     pdl_enter();
-    constexpr int REC = q_record<F>();
     const int chunks = (K + 127) / 128;
     const int n = ids[blockIdx.x];
     for (int u = threadIdx.x; u < chunks * 16; u += blockDim.x) {
         const int t = u & 3, w = (u >> 2) & 3, c = u >> 4;
-        const unsigned char* rec = wq + ((u64)(n >> 4) * chunks + c) * REC;
+        const unsigned char* scl;
+        const unsigned char* rec = chunk_at<F>(wq, (u64)(n >> 4), chunks, c, scl);
         float v[8];
         int kk[2];
-        word_values<F>(lane_row<F>(rec, n & 15, t), t, w, v, kk);
+        word_values<F>(lane_row_at<F>(rec, scl, n & 15, t, c & 1), t, w, v, kk);
 #pragma unroll
         for (int run = 0; run < 2; ++run) {
             const int k = c * 128 + kk[run];
@@ -475,3 +517,6 @@ QTBW_ENTRY(quant_to_bf16_words_q4_k, QF_Q4K)
 QTB_ENTRY(quant_to_bf16_q6_k, QF_Q6K)
 QEMB_ENTRY(quant_embed_q6_k, QF_Q6K)
 QTBW_ENTRY(quant_to_bf16_words_q6_k, QF_Q6K)
+QTB_ENTRY(quant_to_bf16_q4_k2, QF_Q4K2)
+QEMB_ENTRY(quant_embed_q4_k2, QF_Q4K2)
+QTBW_ENTRY(quant_to_bf16_words_q4_k2, QF_Q4K2)

@@ -30,6 +30,11 @@ pub enum DecodeFamily {
 impl DecodeFamily {
     pub const ALL: [DecodeFamily; 2] = [DecodeFamily::V1, DecodeFamily::V2];
 
+    /// Whether the family has kernels for `q` (the first reads 128-k records only).
+    pub fn reads(self, q: GpuQuant) -> bool {
+        self == DecodeFamily::V2 || q != GpuQuant::Q4K2
+    }
+
     /// The family `KILN_QUANT_DECODE` picks.
     pub fn from_env() -> DecodeFamily {
         if KernelChoice::from_env().quant_decode_v2 {
@@ -74,6 +79,7 @@ impl Entry {
             Some("QF_Q4_0") => GpuQuant::Q4_0,
             Some("QF_Q4K") => GpuQuant::Q4K,
             Some("QF_Q6K") => GpuQuant::Q6K,
+            Some("QF_Q4K2") => GpuQuant::Q4K2,
             other => bail!("quant entry {}: unknown format {other:?}", p.name),
         };
         let (family, odd) = match p.arg("ODD").map(str::trim) {
@@ -177,6 +183,12 @@ impl Gpu {
         n_rows: usize,
         k: usize,
     ) -> Result<()> {
+        if !family.reads(q) {
+            bail!(
+                "{q:?} records are read by the second decode family only (KILN_QUANT_Q4K=256 \
+                 is off under KILN_QUANT_DECODE=v1)"
+            );
+        }
         let pdl = KernelChoice::from_env().pdl;
         let mut done = 0;
         while done < rows {
@@ -439,7 +451,7 @@ mod tests {
             (DecodeFamily::V1, "skinny", 0),
             (DecodeFamily::V2, "skinny2", 3),
         ] {
-            for q in GpuQuant::ALL {
+            for q in GpuQuant::ALL.into_iter().filter(|&q| family.reads(q)) {
                 let names = Gpu::skinny_quant_entries(family, q);
                 assert_eq!(names.len(), 4 + extra, "{family:?} {q:?}");
                 let mut warps = None;
@@ -459,6 +471,22 @@ mod tests {
                     assert_eq!(*warps.get_or_insert(e.warps), e.warps, "{}", e.name);
                 }
             }
+        }
+        // The first family has no entry for 256-k records.
+        assert!(Gpu::skinny_quant_entries(DecodeFamily::V1, GpuQuant::Q4K2).is_empty());
+        assert!(entry(DecodeFamily::V1, GpuQuant::Q4K2, 1).is_err());
+        // A Q4K2 warp keeps one half of every record: an even warp count (quant_decode.cu);
+        // each entry has Q4_K's warps, fragments and tiles, so Q4_K's order of sums and bits.
+        for e in entries().iter().filter(|e| e.format == GpuQuant::Q4K2) {
+            assert_eq!(e.warps % 2, 0, "{}", e.name);
+            let twin = e.name.replace("q4_k2", "q4_k");
+            let t = entries().iter().find(|t| t.name == twin).unwrap();
+            assert_eq!(
+                (t.format, t.warps, t.nt, t.tiles, t.odd),
+                (GpuQuant::Q4K, e.warps, e.nt, e.tiles, e.odd),
+                "{}",
+                e.name
+            );
         }
     }
 }

@@ -40,10 +40,21 @@ pub enum GpuQuant {
     Q4_0,
     Q4K,
     Q6K,
+    /// Q4_K in records of 16 rows x 256 k that keep the file's packed scales (4.5 bits a weight
+    /// instead of 4.75): a super-block's two halves of quants as Q4_K lays out a chunk's, then
+    /// each row's 16 bytes of the block (d, dmin, 12 bytes of six-bit scales and minimums).
+    /// `KILN_QUANT_Q4K=256`; the second decode family, the expansion and the embedding read it.
+    Q4K2,
 }
 
 impl GpuQuant {
-    pub const ALL: [GpuQuant; 4] = [GpuQuant::Q8_0, GpuQuant::Q4_0, GpuQuant::Q4K, GpuQuant::Q6K];
+    pub const ALL: [GpuQuant; 5] = [
+        GpuQuant::Q8_0,
+        GpuQuant::Q4_0,
+        GpuQuant::Q4K,
+        GpuQuant::Q6K,
+        GpuQuant::Q4K2,
+    ];
 
     pub fn from_dtype(dtype: DType) -> Option<GpuQuant> {
         Some(match dtype {
@@ -59,7 +70,7 @@ impl GpuQuant {
         match self {
             GpuQuant::Q8_0 => DType::Q8_0,
             GpuQuant::Q4_0 => DType::Q4_0,
-            GpuQuant::Q4K => DType::Q4K,
+            GpuQuant::Q4K | GpuQuant::Q4K2 => DType::Q4K,
             GpuQuant::Q6K => DType::Q6K,
         }
     }
@@ -71,6 +82,7 @@ impl GpuQuant {
             GpuQuant::Q4_0 => "q4_0",
             GpuQuant::Q4K => "q4_k",
             GpuQuant::Q6K => "q6_k",
+            GpuQuant::Q4K2 => "q4_k2",
         }
     }
 
@@ -81,6 +93,7 @@ impl GpuQuant {
             GpuQuant::Q4_0 => 1,
             GpuQuant::Q4K => 2,
             GpuQuant::Q6K => 3,
+            GpuQuant::Q4K2 => 4,
         }
     }
 
@@ -95,26 +108,31 @@ impl GpuQuant {
     fn quant_bytes(self) -> usize {
         match self {
             GpuQuant::Q8_0 => TILE_ROWS * CHUNK,
-            GpuQuant::Q4_0 | GpuQuant::Q4K => TILE_ROWS * CHUNK / 2,
+            GpuQuant::Q4_0 | GpuQuant::Q4K | GpuQuant::Q4K2 => TILE_ROWS * CHUNK / 2,
             GpuQuant::Q6K => TILE_ROWS * CHUNK * 3 / 4,
         }
     }
 
-    /// Bytes of one row's scales in a record.
+    /// Bytes of one row's scales in a record (Q4K2: in a chunk's stage in shared memory).
     pub fn scale_row_bytes(self) -> usize {
         match self {
             GpuQuant::Q8_0 | GpuQuant::Q4_0 => 8,
             GpuQuant::Q4K | GpuQuant::Q6K => 12,
+            GpuQuant::Q4K2 => 16,
         }
     }
 
-    /// Bytes of one record (16 rows x 128 k), a multiple of 16.
+    /// Bytes of one record (16 rows x 128 k), a multiple of 16: what a warp holds of a chunk
+    /// in shared memory (Q4K2's records in memory are [`Q4K2_RECORD`] bytes for 256 k).
     pub fn record_bytes(self) -> usize {
         self.quant_bytes() + TILE_ROWS * self.scale_row_bytes()
     }
 
     /// Device bytes of a `[rows, cols]` weight.
     pub fn device_bytes(self, rows: usize, cols: usize) -> usize {
+        if self == GpuQuant::Q4K2 {
+            return rows.div_ceil(TILE_ROWS) * cols.div_ceil(2 * CHUNK) * Q4K2_RECORD;
+        }
         rows.div_ceil(TILE_ROWS) * cols.div_ceil(CHUNK) * self.record_bytes()
     }
 
@@ -123,6 +141,9 @@ impl GpuQuant {
         cols > 0 && cols.is_multiple_of(self.dtype().block_elems())
     }
 }
+
+/// Bytes of a Q4K2 record: 16 rows x 256 k.
+pub const Q4K2_RECORD: usize = 2 * 1024 + TILE_ROWS * 16;
 
 /// `(t, i)` of chunk-relative k: the inverse of `lane_k`.
 fn lane_of(q: GpuQuant, kk: usize) -> (usize, usize) {
@@ -194,7 +215,7 @@ fn raw_chunk(q: GpuQuant, row: &[u8], c: usize, raw: &mut [u8; CHUNK]) {
                 }
             }
         }
-        GpuQuant::Q4K => {
+        GpuQuant::Q4K | GpuQuant::Q4K2 => {
             // Half `c % 2` of super-block `c / 2`: two 32-byte runs of nibbles, low then high.
             let x = &row[(c / 2) * 144..][..144];
             for (a, out) in raw.chunks_exact_mut(64).enumerate() {
@@ -231,7 +252,7 @@ fn put_scales(q: GpuQuant, row: &[u8], cols: usize, c: usize, dst: &mut [u8]) {
                 }
             }
         }
-        GpuQuant::Q4K => {
+        GpuQuant::Q4K | GpuQuant::Q4K2 => {
             let x = &row[(c / 2) * 144..][..144];
             dst[..4].copy_from_slice(&x[..4]);
             for sb in 0..4 {
@@ -274,8 +295,11 @@ impl Places {
 }
 
 /// Repacks `rows` rows of `cols` values of GGML blocks of `q` into the device layout
-/// (`[tile][chunk][record]`).
+/// (`[tile][chunk][record]`; Q4K2 `[tile][super-block][record]`).
 pub fn repack(q: GpuQuant, rows: usize, cols: usize, bytes: &[u8]) -> Result<Vec<u8>> {
+    if q == GpuQuant::Q4K2 {
+        return repack_q4k2(rows, cols, bytes);
+    }
     let dtype = q.dtype();
     ensure!(
         q.fits(cols),
@@ -330,6 +354,47 @@ pub fn repack(q: GpuQuant, rows: usize, cols: usize, bytes: &[u8]) -> Result<Vec
     Ok(out)
 }
 
+/// Q4K2 from Q4_K's records: each super-block's two chunks' quants, then the rows' first 16
+/// bytes of the block as the file has them.
+fn repack_q4k2(rows: usize, cols: usize, bytes: &[u8]) -> Result<Vec<u8>> {
+    let q4 = repack(GpuQuant::Q4K, rows, cols, bytes)?;
+    let (chunks, rec) = (cols.div_ceil(CHUNK), GpuQuant::Q4K.record_bytes());
+    let blocks = chunks / 2;
+    let mut out = vec![0u8; GpuQuant::Q4K2.device_bytes(rows, cols)];
+    let row_bytes = DType::Q4K.bytes_for(cols).expect("checked by repack");
+    out.par_chunks_mut(blocks * Q4K2_RECORD)
+        .enumerate()
+        .for_each(|(tile, dst)| {
+            for (b, record) in dst.chunks_exact_mut(Q4K2_RECORD).enumerate() {
+                for h in 0..2 {
+                    let from = &q4[(tile * chunks + 2 * b + h) * rec..][..1024];
+                    record[h * 1024..(h + 1) * 1024].copy_from_slice(from);
+                }
+                for r in 0..TILE_ROWS.min(rows - tile * TILE_ROWS) {
+                    let row = &bytes[(tile * TILE_ROWS + r) * row_bytes..][..row_bytes];
+                    record[2048 + r * 16..][..16].copy_from_slice(&row[b * 144..b * 144 + 16]);
+                }
+            }
+        });
+    Ok(out)
+}
+
+/// Q4K2: the scale and minimum words of half `h` of a row's packed 12 bytes `p` (little-endian
+/// words v1, v2, v3), as the device unpacks them: byte j of each is sub-block 4h + j's
+/// (kiln_formats' scale_min_k4, four at a time).
+fn q4k2_words(p: &[u8], h: usize) -> (u32, u32) {
+    let w = |i: usize| u32::from_le_bytes(p[4 * i..4 * i + 4].try_into().expect("4 bytes"));
+    let (v1, v2, v3) = (w(0), w(1), w(2));
+    if h == 0 {
+        (v1 & 0x3F3F_3F3F, v2 & 0x3F3F_3F3F)
+    } else {
+        (
+            (v3 & 0x0F0F_0F0F) | ((v1 >> 2) & 0x3030_3030),
+            ((v3 >> 4) & 0x0F0F_0F0F) | ((v2 >> 2) & 0x3030_3030),
+        )
+    }
+}
+
 fn f16_at(x: &[u8], at: usize) -> f32 {
     f16::from_bits(u16::from_le_bytes([x[at], x[at + 1]])).to_f32()
 }
@@ -340,8 +405,9 @@ fn bits_at(rec: &[u8], (at, bit): (usize, u32), width: u32) -> u8 {
 }
 
 /// Row `r`'s value at chunk-relative k `kk` of a record, with the operations of the reference
-/// dequantisation (kiln_formats::dequant) in their order; the device does the same.
-pub fn record_value(q: GpuQuant, rec: &[u8], r: usize, kk: usize) -> f32 {
+/// dequantisation (kiln_formats::dequant) in their order; the device does the same. Q4K2's
+/// records hold 256 k and are decoded by `decode_q4k2`.
+fn record_value(q: GpuQuant, rec: &[u8], r: usize, kk: usize) -> f32 {
     let (t, i) = lane_of(q, kk);
     let s = &rec[q.quant_bytes() + r * q.scale_row_bytes()..][..q.scale_row_bytes()];
     match q {
@@ -360,6 +426,7 @@ pub fn record_value(q: GpuQuant, rec: &[u8], r: usize, kk: usize) -> f32 {
             let m1 = f16_at(s, 2) * s[8 + sb] as f32;
             d1 * raw as f32 - m1
         }
+        GpuQuant::Q4K2 => unreachable!("decode_rows passes Q4K2 to decode_q4k2"),
         GpuQuant::Q6K => {
             let lo = bits_at(rec, quant_place(q, r, t, i), 4);
             let hi = bits_at(rec, hi_place(r, t, i), 2);
@@ -371,6 +438,9 @@ pub fn record_value(q: GpuQuant, rec: &[u8], r: usize, kk: usize) -> f32 {
 
 /// The `[rows, cols]` values of a weight in device layout, decoded as the device does.
 pub fn decode_rows(q: GpuQuant, rows: usize, cols: usize, data: &[u8]) -> Vec<f32> {
+    if q == GpuQuant::Q4K2 {
+        return decode_q4k2(rows, cols, data);
+    }
     let chunks = cols.div_ceil(CHUNK);
     let rec = q.record_bytes();
     let mut out = vec![0f32; rows * cols];
@@ -379,6 +449,30 @@ pub fn decode_rows(q: GpuQuant, rows: usize, cols: usize, data: &[u8]) -> Vec<f3
         for (k, v) in row.iter_mut().enumerate() {
             let at = (tile * chunks + k / CHUNK) * rec;
             *v = record_value(q, &data[at..at + rec], r, k % CHUNK);
+        }
+    });
+    out
+}
+
+/// Q4K2's `[rows, cols]` values, decoded as the device does: the row's packed scales of the
+/// chunk's half unpacked a word at a time, then Q4_K's operations.
+fn decode_q4k2(rows: usize, cols: usize, data: &[u8]) -> Vec<f32> {
+    let blocks = cols.div_ceil(2 * CHUNK);
+    let mut out = vec![0f32; rows * cols];
+    out.par_chunks_mut(cols).enumerate().for_each(|(n, row)| {
+        let (tile, r) = (n / TILE_ROWS, n % TILE_ROWS);
+        for (k, v) in row.iter_mut().enumerate() {
+            let at = (tile * blocks + k / (2 * CHUNK)) * Q4K2_RECORD;
+            let record = &data[at..at + Q4K2_RECORD];
+            let (h, kk) = ((k / CHUNK) % 2, k % CHUNK);
+            let (t, i) = lane_of(GpuQuant::Q4K, kk);
+            let raw = bits_at(&record[h * 1024..], quant_place(GpuQuant::Q4K, r, t, i), 4);
+            let s = &record[2048 + r * 16..][..16];
+            let (sc, m) = q4k2_words(&s[4..], h);
+            let sb = 8 * (kk / 32) as u32;
+            let d1 = f16_at(s, 0) * ((sc >> sb) & 0xFF) as f32;
+            let m1 = f16_at(s, 2) * ((m >> sb) & 0xFF) as f32;
+            *v = d1 * raw as f32 - m1;
         }
     });
     out

@@ -103,8 +103,18 @@ pub fn quantizable_global(w: GlobalWeight) -> bool {
 
 /// The format of each part of `f` when the GPU keeps it quantised: `on` (the switch), a matrix
 /// whose every part the source stores in a format the kernels read, with whole blocks per row.
-/// None: the matrix is expanded to bf16.
+/// None: the matrix is expanded to bf16. Q4_K is kept as Q4K2 with `KILN_QUANT_Q4K=256`.
 pub fn kept_formats<W>(f: &Fused<W>, src: &dyn WeightSource, on: bool) -> Option<Vec<GpuQuant>> {
+    kept_formats_as(f, src, on, Switches::from_env().quant_q4k256)
+}
+
+/// [`kept_formats`] with Q4_K kept as Q4K2 or not (`q4k256`).
+fn kept_formats_as<W>(
+    f: &Fused<W>,
+    src: &dyn WeightSource,
+    on: bool,
+    q4k256: bool,
+) -> Option<Vec<GpuQuant>> {
     let cols = f.cols?;
     if !on || f.parts.is_empty() {
         return None;
@@ -116,6 +126,12 @@ pub fn kept_formats<W>(f: &Fused<W>, src: &dyn WeightSource, on: bool) -> Option
                 return None;
             }
             let q = GpuQuant::from_dtype(src.quantized_dtype(p.id)?)?;
+            // Q4_K in 256-k records with the file's packed scales (KILN_QUANT_Q4K=256).
+            let q = if q == GpuQuant::Q4K && q4k256 {
+                GpuQuant::Q4K2
+            } else {
+                q
+            };
             q.fits(cols).then_some(q)
         })
         .collect()
@@ -212,18 +228,30 @@ pub fn load_matrix<W>(
 /// What `load_weights` holds for `spec` from `src` with quantised weights `on`, as
 /// (device bytes of the weights apart from the RoPE tables, bytes of the prefill scratch).
 pub fn weight_bytes(spec: &ModelSpec, src: &dyn WeightSource, on: bool) -> (usize, usize) {
+    let q4k256 = Switches::from_env().quant_q4k256;
+    weight_bytes_as(spec, src, on, q4k256, embedding_on_host(spec))
+}
+
+/// [`weight_bytes`] with Q4_K as Q4K2 or not (`q4k256`), the embedding on the host or not.
+fn weight_bytes_as(
+    spec: &ModelSpec,
+    src: &dyn WeightSource,
+    on: bool,
+    q4k256: bool,
+    embed_host: bool,
+) -> (usize, usize) {
     let mut bytes = 0;
     let mut scratch = 0;
     for f in schema::global_weights(spec) {
-        bytes += match kept_formats(&f, src, on && quantizable_global(f.weight)) {
-            Some(_) if f.weight == GlobalWeight::Embedding && embedding_on_host(spec) => 0,
+        bytes += match kept_formats_as(&f, src, on && quantizable_global(f.weight), q4k256) {
+            Some(_) if f.weight == GlobalWeight::Embedding && embed_host => 0,
             Some(q) => device_bytes(&f, &q),
             None => f.len() * 2,
         };
     }
     for (l, layer) in spec.layers.iter().enumerate() {
         for f in schema::layer_weights(l, layer, spec.hidden_size) {
-            bytes += match kept_formats(&f, src, on && quantizable_layer(f.weight)) {
+            bytes += match kept_formats_as(&f, src, on && quantizable_layer(f.weight), q4k256) {
                 Some(q) => {
                     scratch = scratch.max(f.len() * 2);
                     device_bytes(&f, &q)
@@ -239,6 +267,10 @@ pub fn weight_bytes(spec: &ModelSpec, src: &dyn WeightSource, on: bool) -> (usiz
 /// GiB; prefill scratch 0.22 GiB)", or nothing.
 pub fn describe(w: &crate::weights::ModelWeights) -> String {
     let mut per: Vec<(GpuQuant, usize)> = Vec::new();
+    let label = |q: GpuQuant| match q {
+        GpuQuant::Q4K2 => "Q4_K (256-k records)".to_string(),
+        q => q.dtype().to_string(),
+    };
     for s in w.quantized().flat_map(|m| &m.segments) {
         match per.iter_mut().find(|(q, _)| *q == s.format) {
             Some((_, b)) => *b += s.data.bytes(),
@@ -252,7 +284,7 @@ pub fn describe(w: &crate::weights::ModelWeights) -> String {
     let gib = |b: usize| b as f64 / (1u64 << 30) as f64;
     let formats: Vec<String> = per
         .iter()
-        .map(|(q, b)| format!("{} {:.2} GiB", q.dtype(), gib(*b)))
+        .map(|(q, b)| format!("{} {:.2} GiB", label(*q), gib(*b)))
         .collect();
     let host: usize = w.quantized().map(QuantMatrix::host_bytes).sum();
     let host = if host > 0 {
@@ -319,5 +351,57 @@ mod tests {
         assert!(q < b / 3, "{q} vs {b}");
         assert_eq!(none, 0);
         assert_eq!(scratch, 2 * 768 * 256 * 2);
+    }
+
+    #[test]
+    fn q4_k_in_256_k_records_takes_the_files_bytes() {
+        // Llama-3-8B in llama.cpp's Q4_K_M mix: each kept Q4_K matrix in Q4K2 takes the file's
+        // 144 bytes a 256-value block (4.5 bits a weight) instead of Q4_K records' 152 (4.75);
+        // nothing else changes, the prefill scratch neither.
+        let src = DummySource::preset("llama3-8b:q4_k_m").unwrap();
+        let spec = src.config().spec();
+        // 256-value blocks of the parts kept as Q4K2.
+        fn q4k2_blocks<W>(f: &Fused<W>, src: &DummySource) -> usize {
+            let formats = kept_formats_as(f, src, true, true).unwrap();
+            f.parts
+                .iter()
+                .zip(formats)
+                .filter(|(_, q)| *q == GpuQuant::Q4K2)
+                .map(|(p, _)| p.rows * f.cols.unwrap() / 256)
+                .sum()
+        }
+        let mut q4k_blocks = 0;
+        for f in schema::global_weights(&spec) {
+            if quantizable_global(f.weight) {
+                q4k_blocks += q4k2_blocks(&f, &src);
+            }
+        }
+        for (l, layer) in spec.layers.iter().enumerate() {
+            for f in schema::layer_weights(l, layer, spec.hidden_size) {
+                if quantizable_layer(f.weight) {
+                    q4k_blocks += q4k2_blocks(&f, &src);
+                }
+            }
+        }
+        assert!(q4k_blocks > 0);
+        let gib = |b: usize| b as f64 / (1u64 << 30) as f64;
+        for embed_host in [false, true] {
+            let (q4k, scratch) = weight_bytes_as(&spec, &src, true, false, embed_host);
+            let (q4k2, scratch2) = weight_bytes_as(&spec, &src, true, true, embed_host);
+            assert_eq!(scratch, scratch2);
+            // The embedding (Q4_K) leaves the sum when it is kept on the host.
+            let embed = if embed_host {
+                spec.vocab_size * spec.hidden_size / 256
+            } else {
+                0
+            };
+            assert_eq!(q4k - q4k2, (q4k_blocks - embed) * (152 - 144));
+            eprintln!(
+                "llama3-8b:q4_k_m weights, embedding on the {}: {:.3} GiB with Q4_K records, {:.3} GiB with Q4K2",
+                if embed_host { "host" } else { "device" },
+                gib(q4k),
+                gib(q4k2)
+            );
+        }
     }
 }

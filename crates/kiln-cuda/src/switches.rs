@@ -37,6 +37,10 @@ pub struct Switches {
     /// Q4_K_M 8B file; prefill and decode within 1% on the H200). KILN_QUANT_EMBED=device
     /// keeps it on the GPU.
     pub quant_embed_host: bool,
+    /// KILN_QUANT_Q4K=256: Q4_K matrices in records of 256 k that keep the file's packed scales
+    /// (GpuQuant::Q4K2, 4.5 bits a weight instead of 4.75), read by the second decode family
+    /// only: off with KILN_QUANT_DECODE=v1 (Q4_K stays in 128-k records). Opt-in until measured.
+    pub quant_q4k256: bool,
     /// KILN_CUDA_GRAPH_PREFILL=N: the largest prefill bucket with a graph (0: none); None when
     /// unset or not a number, for the default of graphs_pad.rs.
     pub graph_prefill_max: Option<usize>,
@@ -231,6 +235,7 @@ impl Env {
         let on = |name| !matches!(var(name).as_deref(), Some("0" | "off" | "false"));
         // Off unless the variable is 1, on or true.
         let opt_in = |name| matches!(var(name).as_deref(), Some("1" | "on" | "true"));
+        let quant_decode_v2 = var("KILN_QUANT_DECODE").as_deref() != Some("v1");
         Env {
             switches: Switches {
                 skinny_gemm: on("KILN_SKINNY_GEMM"),
@@ -243,6 +248,8 @@ impl Env {
                 gpu_quant: on("KILN_GPU_QUANT"),
                 quant_prefill_skinny: var("KILN_QUANT_PREFILL").as_deref() == Some("skinny"),
                 quant_embed_host: var("KILN_QUANT_EMBED").as_deref() != Some("device"),
+                // The first decode family has no kernels for 256-k records.
+                quant_q4k256: var("KILN_QUANT_Q4K").as_deref() == Some("256") && quant_decode_v2,
                 graph_prefill_max: var("KILN_CUDA_GRAPH_PREFILL").and_then(|v| v.parse().ok()),
                 decode_mma_splits: var("KILN_DECODE_SPLITS")
                     .and_then(|v| v.parse::<usize>().ok())
@@ -272,7 +279,7 @@ impl Env {
                         Some("simt") => false,
                         _ => DECODE_MMA_DEFAULT,
                     },
-                    quant_decode_v2: var("KILN_QUANT_DECODE").as_deref() != Some("v1"),
+                    quant_decode_v2,
                     quant_expand_words: var("KILN_QUANT_EXPAND").as_deref() == Some("words"),
                     quant_tiles2: var("KILN_QUANT_TILES").as_deref() != Some("1"),
                     skinny_tc: match var("KILN_SKINNY_TC").as_deref() {
@@ -327,7 +334,7 @@ impl Switches {
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_q4k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -356,6 +363,7 @@ impl Switches {
             } else {
                 "device"
             },
+            if self.quant_q4k256 { 256 } else { 128 },
             if k.quant_decode_v2 { "v2" } else { "v1" },
             if k.quant_expand_words {
                 "words"
@@ -485,6 +493,19 @@ mod tests {
         assert!(wide("split") && !wide("recompute") && !read(&[]).switches.flash_wide_split);
         let dw = |v| read(&[("KILN_DECODE_WIDE", v)]).switches.decode_wide_mma;
         assert!(dw("mma") && !dw("simt") && !read(&[]).switches.decode_wide_mma);
+        // Q4_K in 256-k records: opt-in, and never with the first decode family, which cannot
+        // read them.
+        let q4k = |vars: &[(&str, &str)]| read(vars).switches.quant_q4k256;
+        assert!(!q4k(&[]) && !q4k(&[("KILN_QUANT_Q4K", "128")]));
+        assert!(q4k(&[("KILN_QUANT_Q4K", "256")]));
+        assert!(q4k(&[
+            ("KILN_QUANT_Q4K", "256"),
+            ("KILN_QUANT_DECODE", "v2")
+        ]));
+        assert!(!q4k(&[
+            ("KILN_QUANT_Q4K", "256"),
+            ("KILN_QUANT_DECODE", "v1")
+        ]));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Kernel contract for block-quantised weights (kernels/quant_gemm.cu) on fresh random blocks
-//! of each format (Q8_0, Q4_0, Q4_K, Q6_K):
+//! of each format (Q8_0, Q4_0, Q4_K, Q6_K, and Q4_K in 256-k records, Q4K2, which only the
+//! second decode family reads):
 //! - `skinny_<format>_*` against a float64 reference of x . W^T with W the reference
 //!   dequantisation (kiln-formats, the CPU's values): within 2e-5 of sum |x w| per output, at
 //!   odd row counts and weight shapes, outputs poisoned first, a row stride wider than the
@@ -7,8 +8,8 @@
 //!   it has alone. Negative controls: the same check against a reference with one quant or one
 //!   scale changed must fail, so the tolerance cannot hide a wrong value.
 //! - `planted_bugs_fail`: quant_gemm.cu loaded with one bug planted in its text at a time (an
-//!   offset, a sign, a scale group, Q4_K's minimum, Q6_K's high bits, the embedding scale) must
-//!   fail the contract.
+//!   offset, a sign, a scale group, Q4_K's minimum, Q6_K's high bits, the embedding scale,
+//!   Q4K2's unpacked scales and halves) must fail the contract.
 //! - `quant_to_bf16_*`: bit for bit the bf16 of the reference value (as a copy expanded at load).
 //! - `quant_embed_*`: bit for bit the reference f32 row times the scale.
 //! - Bandwidth lines (`BENCH`) on Llama-3-8B shapes, rotating over copies past the L2.
@@ -37,6 +38,10 @@ struct Weight {
 impl Weight {
     fn new(gpu: &Gpu, rng: &mut Rng, q: GpuQuant, n: usize, k: usize) -> Weight {
         let blocks = random_blocks(q.dtype(), n, k, rng.next_u64()).unwrap();
+        Weight::of_blocks(gpu, q, n, k, blocks)
+    }
+
+    fn of_blocks(gpu: &Gpu, q: GpuQuant, n: usize, k: usize, blocks: Vec<u8>) -> Weight {
         let values = reference_values(q, n, k, &blocks);
         let packed = repack(q, n, k, &blocks).unwrap();
         let dev = gpu.alloc::<u8>(packed.len()).unwrap();
@@ -200,10 +205,14 @@ const PLANTED: &[(&str, &str)] = &[
         "c[2] = __fmaf_rn(s0[r], tmp[2], c[2]);",
     ),
     // skinny2, two tiles a CTA: the second tile's records read from the first tile's.
+    ("const u64 at = (u64)r * chunks * CB;", "const u64 at = 0;"),
+    // Q4K2: the second half's scales with the wrong two high bits.
     (
-        "const unsigned char* from = src + (u64)r * chunks * REC;",
-        "const unsigned char* from = src;",
+        "(v.w & 0x0F0F0F0Fu) | ((v.y >> 2) & 0x30303030u)",
+        "(v.w & 0x0F0F0F0Fu) | ((v.y >> 4) & 0x30303030u)",
     ),
+    // Q4K2: a super-block's second half of quants read from its first.
+    ("return sb + (c & 1) * 1024;", "return sb;"),
 ];
 
 /// Every planted bug's text is in quant_gemm's source once, and the planted module compiles
@@ -285,7 +294,7 @@ fn skinny_contract(
             let x = gpu.alloc::<u16>(max_rows * k).unwrap();
             x.upload(0, &to_bf16(&xf)).unwrap();
             let (want, mag) = reference(&xf, &w.values, n, k, max_rows);
-            for fam in DecodeFamily::ALL {
+            for fam in DecodeFamily::ALL.into_iter().filter(|f| f.reads(q)) {
                 for &rows in row_counts {
                     let ldy = n + 5;
                     let t = std::time::Instant::now();
@@ -307,6 +316,9 @@ fn skinny_contract(
                             "{fam:?} {q:?} m={rows} n={n} k={k}: columns past the weight untouched"
                         ),
                     );
+                }
+                if q == GpuQuant::Q4K2 {
+                    q4k2_is_q4k(gpu, c, fam, &w, &x, row_counts);
                 }
                 if !full {
                     continue;
@@ -331,6 +343,27 @@ fn skinny_contract(
                 }
             }
         }
+    }
+}
+
+/// Q4K2 (the file's packed scales in 256-k records) gives Q4_K's records' bits: the same
+/// values in the same order of sums.
+fn q4k2_is_q4k(
+    gpu: &Gpu,
+    c: &mut Checks,
+    fam: DecodeFamily,
+    w: &Weight,
+    x: &DevBuf<u16>,
+    row_counts: &[usize],
+) {
+    let q4k = Weight::of_blocks(gpu, GpuQuant::Q4K, w.n, w.k, w.blocks.clone());
+    for &rows in row_counts {
+        let a = run_skinny(gpu, fam, w, x, rows, w.n);
+        let b = run_skinny(gpu, fam, &q4k, x, rows, w.n);
+        c.check(
+            a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()),
+            format!("{fam:?} Q4K2 m={rows} n={} k={}: Q4_K's bits", w.n, w.k),
+        );
     }
 }
 
@@ -369,7 +402,7 @@ fn every_entry_as_alone(gpu: &Gpu, c: &mut Checks, fam: DecodeFamily, w: &Weight
 fn quant_byte(q: GpuQuant) -> usize {
     match q {
         GpuQuant::Q8_0 | GpuQuant::Q4_0 => 5,
-        GpuQuant::Q4K => 40,
+        GpuQuant::Q4K | GpuQuant::Q4K2 => 40,
         GpuQuant::Q6K => 10,
     }
 }
@@ -379,7 +412,7 @@ fn quant_byte(q: GpuQuant) -> usize {
 fn scale_byte(q: GpuQuant) -> usize {
     match q {
         GpuQuant::Q8_0 | GpuQuant::Q4_0 => 0,
-        GpuQuant::Q4K => 5,
+        GpuQuant::Q4K | GpuQuant::Q4K2 => 5,
         GpuQuant::Q6K => 195,
     }
 }
@@ -481,7 +514,7 @@ fn skinny_quant_bandwidth() {
         let head = [(128256, 4096)];
         let shapes = match q {
             GpuQuant::Q6K | GpuQuant::Q8_0 => [&llama[..], &head[..]].concat(),
-            GpuQuant::Q4K => llama.to_vec(),
+            GpuQuant::Q4K | GpuQuant::Q4K2 => llama.to_vec(),
             GpuQuant::Q4_0 => vec![(28672, 4096)],
         };
         for (n, k) in shapes {
@@ -495,7 +528,7 @@ fn skinny_quant_bandwidth() {
                 })
                 .collect();
             let y = gpu.alloc::<f32>(64 * n).unwrap();
-            for fam in DecodeFamily::ALL {
+            for fam in DecodeFamily::ALL.into_iter().filter(|f| f.reads(q)) {
                 for m in [1, 8, 32, 64] {
                     let mut turn = 0;
                     let mut launch = || {

@@ -3,9 +3,10 @@
 //! kiln-formats' reference dequantisation (the values kiln-cpu computes with) bit for bit, for
 //! each format, on generated blocks and on blocks of random bytes (any scale a file may hold),
 //! at shapes with partial tiles and, for Q8_0 and Q4_0, partial chunks; and the padding is
-//! zero.
+//! zero. Q4K2 (Q4_K in 256-k records, `KILN_QUANT_Q4K=256`) decodes to Q4_K's values and
+//! holds the file's bytes: its scales are each block's first 16 bytes as the file has them.
 
-use kiln_cuda::quant_layout::{decode_rows, repack, GpuQuant, CHUNK, TILE_ROWS};
+use kiln_cuda::quant_layout::{decode_rows, repack, GpuQuant, CHUNK, Q4K2_RECORD, TILE_ROWS};
 use kiln_formats::dequantize_into;
 use kiln_model::dummy_quant::random_blocks;
 
@@ -86,9 +87,8 @@ fn padding_rows_and_columns_are_zero() {
         let tile_rows = rows.div_ceil(TILE_ROWS) * TILE_ROWS;
         let all = decode_rows(q, tile_rows, cols, &packed);
         assert!(all[rows * cols..].iter().all(|&v| v == 0.0), "{q:?}");
-        // A record of the last tile past the last row has no non-zero byte in its rows.
-        let rec = q.record_bytes();
-        let last = &packed[(rows / TILE_ROWS) * chunks * rec..];
+        // The last tile's records hold the last rows (Q4K2's records are 256 k).
+        let last = &packed[q.device_bytes(rows / TILE_ROWS * TILE_ROWS, cols)..];
         assert!(last.iter().any(|&b| b != 0), "{q:?}");
         if cols % CHUNK != 0 {
             // k past the weight decodes to zero too (the kernels also read no x there).
@@ -109,4 +109,39 @@ fn bad_shapes_are_refused() {
     assert!(repack(GpuQuant::Q4K, 3, 256, &bytes).is_err());
     assert!(repack(GpuQuant::Q4K, 2, 256, &bytes).is_ok());
     assert!(!GpuQuant::Q6K.fits(128) && GpuQuant::Q8_0.fits(96) && !GpuQuant::Q8_0.fits(0));
+}
+
+#[test]
+fn q4k2_keeps_the_files_scale_bytes_and_size() {
+    let (rows, cols) = (40, 768);
+    let bytes = random_blocks(GpuQuant::Q4K.dtype(), rows, cols, 9).unwrap();
+    let packed = repack(GpuQuant::Q4K2, rows, cols, &bytes).unwrap();
+    let row_bytes = GpuQuant::Q4K.dtype().bytes_for(cols).unwrap();
+    let blocks = cols / 256;
+    // Whole tiles: exactly the file's bytes (144 a block, 4.5 bits a weight).
+    assert_eq!(
+        GpuQuant::Q4K2.device_bytes(32, cols),
+        32 * row_bytes,
+        "Q4K2 of whole tiles is the file's size"
+    );
+    assert_eq!(
+        packed.len(),
+        rows.div_ceil(TILE_ROWS) * blocks * Q4K2_RECORD
+    );
+    for n in 0..rows {
+        for b in 0..blocks {
+            let record = &packed[((n / TILE_ROWS) * blocks + b) * Q4K2_RECORD..][..Q4K2_RECORD];
+            let file = &bytes[n * row_bytes + b * 144..][..16];
+            assert_eq!(
+                &record[2048 + (n % TILE_ROWS) * 16..][..16],
+                file,
+                "row {n} block {b}"
+            );
+        }
+    }
+    // The same values as Q4_K's records.
+    let q4k = repack(GpuQuant::Q4K, rows, cols, &bytes).unwrap();
+    let a = decode_rows(GpuQuant::Q4K, rows, cols, &q4k);
+    let b = decode_rows(GpuQuant::Q4K2, rows, cols, &packed);
+    assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
 }
