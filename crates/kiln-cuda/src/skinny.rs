@@ -390,7 +390,14 @@ mod tests {
         };
         assert!(takes(&tc, SkinnyKind::Wide, 64) && !takes(&tc, SkinnyKind::Wide, 63));
         assert!(!takes(&tc, SkinnyKind::Pipe, 128));
-        assert!(!takes(&KernelChoice::ALL_FAST, SkinnyKind::Wide, 256));
+        let off = KernelChoice {
+            skinny_tc: crate::switches::SkinnyTc::Off,
+            ..KernelChoice::ALL_FAST
+        };
+        assert!(!takes(&off, SkinnyKind::Wide, 256));
+        // The default, the measured table: o_proj's shape takes the tensor cores from 193 rows.
+        let fast = KernelChoice::ALL_FAST;
+        assert!(takes(&fast, SkinnyKind::Wide, 256) && !takes(&fast, SkinnyKind::Wide, 128));
     }
 
     #[test]

@@ -78,7 +78,16 @@ fn scores_of(rng: &mut Rng, c: usize) -> Vec<f32> {
     s
 }
 
-fn mask_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, rows: usize, shape: (usize, usize, usize)) {
+/// `shift` moves every score (NaN stays NaN): below zero, the best centroids are ranked among
+/// negative scores, whose raw bits order backwards.
+fn mask_case(
+    gpu: &Gpu,
+    rng: &mut Rng,
+    c: &mut Checks,
+    rows: usize,
+    shape: (usize, usize, usize),
+    shift: f32,
+) {
     let (vocab, centroids, top_k) = shape;
     let mut ordering: Vec<u32> = (0..vocab as u32).collect();
     rng.shuffle(&mut ordering);
@@ -89,7 +98,10 @@ fn mask_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, rows: usize, shape: (usiz
     }
     let mut logits = rng.vec(rows * vocab, 12.0);
     logits[rng.below(rows * vocab)] = f32::NAN;
-    let scores: Vec<f32> = (0..rows).flat_map(|_| scores_of(rng, centroids)).collect();
+    let scores: Vec<f32> = (0..rows)
+        .flat_map(|_| scores_of(rng, centroids))
+        .map(|x| x + shift)
+        .collect();
     let (dl, ds, dw) = (
         gpu.alloc::<f32>(logits.len()).unwrap(),
         gpu.alloc::<f32>(scores.len()).unwrap(),
@@ -112,7 +124,7 @@ fn mask_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, rows: usize, shape: (usiz
     let got = dl.download(gpu, 0, logits.len()).unwrap();
     c.identical(
         &format!(
-            "keep_best_centroids rows={rows} vocab={vocab} centroids={centroids} top_k={top_k} ({:.3}ms)",
+            "keep_best_centroids rows={rows} vocab={vocab} centroids={centroids} top_k={top_k} shift={shift} ({:.3}ms)",
             secs * 1e3
         ),
         &bits(&got),
@@ -124,14 +136,16 @@ fn contract(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
     for (n, b) in [(1, 64), (5, 2560), (64, 8), (3, 1000)] {
         concat_case(gpu, rng, c, n, b);
     }
-    for (rows, shape) in [
-        (1, (512, 16, 4)),
-        (4, (512, 16, 16)),
-        (7, (262_144, 2048, 32)),
-        (3, (4096, 4096, 1)),
-        (2, (1000, 5, 3)),
+    for (rows, shape, shift) in [
+        (1, (512, 16, 4), 0.0),
+        (4, (512, 16, 16), 0.0),
+        (7, (262_144, 2048, 32), 0.0),
+        (3, (4096, 4096, 1), 0.0),
+        (2, (1000, 5, 3), 0.0),
+        (3, (512, 16, 4), -8.0),
+        (2, (262_144, 2048, 32), -8.0),
     ] {
-        mask_case(gpu, rng, c, rows, shape);
+        mask_case(gpu, rng, c, rows, shape, shift);
     }
 }
 

@@ -43,13 +43,16 @@ fn prompt(len: usize, salt: usize, vocab: usize) -> Vec<u32> {
 }
 
 /// Sequence `s`'s table of `n` blocks: with a ring its first `ring.blocks` ring-capable
-/// (sequence s's own), the rest past the capable ids; without, blocks of its own.
-fn table(ring: Option<KvRing>, s: usize, n: usize) -> Vec<u32> {
+/// (sequence s's own), the rest past the capable ids; without, blocks of its own. Each
+/// sequence owns a stretch of `stride` ids (the most a sequence of CONTEXT tokens takes), so
+/// no two sequences share a block whatever their lengths.
+fn table(ring: Option<KvRing>, s: usize, n: usize, stride: usize) -> Vec<u32> {
+    assert!(n <= stride, "a table of {n} blocks in a stretch of {stride}");
     (0..n)
         .map(|i| match ring {
             Some(r) if i < r.blocks => s * r.blocks + i,
-            Some(r) => r.capable + s * n + i,
-            None => s * n + i,
+            Some(r) => r.capable + s * stride + i,
+            None => s * stride + i,
         } as u32)
         .collect()
 }
@@ -77,7 +80,7 @@ fn run(b: &mut CudaBackend, prompts: &[Vec<u32>], chunk: usize, gen: usize) -> V
             tokens: p.clone(),
             prompt: p.len(),
             done: 0,
-            table: table(ring, s, (p.len() + gen + 1).div_ceil(bs)),
+            table: table(ring, s, (p.len() + gen + 1).div_ceil(bs), CONTEXT.div_ceil(bs)),
             rows: Vec::new(),
             out: Vec::new(),
         })
