@@ -92,8 +92,14 @@ pub struct Runner<'a> {
 impl<'a> Runner<'a> {
     pub fn new(backend: &'a mut dyn Backend, vocab: usize, chunk: usize) -> Runner<'a> {
         // Blocks become findable only where a case asks (`resumed`); lookups only there too.
-        let blocks = BlockManager::with_prefix_cache(backend.kv_geometry())
-            .with_host_tier(backend.host_blocks());
+        // A backend keeping its sliding-window layers' KV as a ring gives each sequence its
+        // first blocks from the ring-capable ids, as the engine's scheduler does, and has no
+        // prefix cache.
+        let blocks = match backend.kv_ring() {
+            Some(ring) => BlockManager::with_kv_ring(backend.kv_geometry(), ring),
+            None => BlockManager::with_prefix_cache(backend.kv_geometry())
+                .with_host_tier(backend.host_blocks()),
+        };
         Runner {
             backend,
             blocks,
@@ -150,6 +156,10 @@ impl<'a> Runner<'a> {
         warmup: usize,
         repeats: usize,
     ) -> anyhow::Result<ResumedTiming> {
+        anyhow::ensure!(
+            self.blocks.prefix_cache_on(),
+            "a resumed prompt needs the prefix cache, which a KV ring turns off (unset KILN_KV_RING)"
+        );
         let mut prompt = self.random_tokens(history);
         prompt.extend(self.random_tokens(new_tokens));
         let bs = self.blocks.block_size();

@@ -403,3 +403,30 @@ fn the_draft_case_decodes_with_and_without_drafts_and_checks_they_agree() {
     assert!(row["speed_up"].as_f64().unwrap() > 0.0);
     assert!(row["target_passes"].as_u64().unwrap() > 0, "{row}");
 }
+
+/// A backend keeping a KV ring: the runner takes each sequence's first blocks from the
+/// ring-capable ids, as the engine does (else the backend refuses the step), and refuses a
+/// resumed case, which needs the prefix cache a ring turns off.
+#[test]
+fn a_kv_ring_backend_gets_ring_blocks_and_no_resumed_case() {
+    use kiln_model::WeightSource;
+    let source = kiln_model::DummySource::preset("gemma4-tiny").unwrap();
+    let opts = kiln_cpu::CpuOptions {
+        kv_blocks: 64,
+        block_size: 16,
+        threads: Some(1),
+        host_blocks: 0,
+    };
+    let vocab = source.config().vocab_size;
+    let mut backend = kiln_cpu::CpuBackend::new(&source, opts, None).unwrap();
+    let ring = backend.enable_kv_ring(2, 16).unwrap();
+    let mut runner = Runner::new(&mut backend, vocab, 16);
+    // Deeper than the ring, so the decode steps write past its first lap.
+    let depth = ring.blocks * 16 + 7;
+    let filled = runner.fill_streams(2, depth, 8).unwrap();
+    let timing = runner.decode(&filled, 2, 8, 0, 1).unwrap();
+    assert_eq!((timing.concurrency, timing.steps), (2, 8));
+    runner.release(filled);
+    let err = runner.resumed(40, 8, 0, 1).unwrap_err().to_string();
+    assert!(err.contains("prefix cache"), "{err}");
+}
