@@ -47,7 +47,10 @@ fn prompt(len: usize, salt: usize, vocab: usize) -> Vec<u32> {
 /// sequence owns a stretch of `stride` ids (the most a sequence of CONTEXT tokens takes), so
 /// no two sequences share a block whatever their lengths.
 fn table(ring: Option<KvRing>, s: usize, n: usize, stride: usize) -> Vec<u32> {
-    assert!(n <= stride, "a table of {n} blocks in a stretch of {stride}");
+    assert!(
+        n <= stride,
+        "a table of {n} blocks in a stretch of {stride}"
+    );
     (0..n)
         .map(|i| match ring {
             Some(r) if i < r.blocks => s * r.blocks + i,
@@ -80,7 +83,12 @@ fn run(b: &mut CudaBackend, prompts: &[Vec<u32>], chunk: usize, gen: usize) -> V
             tokens: p.clone(),
             prompt: p.len(),
             done: 0,
-            table: table(ring, s, (p.len() + gen + 1).div_ceil(bs), CONTEXT.div_ceil(bs)),
+            table: table(
+                ring,
+                s,
+                (p.len() + gen + 1).div_ceil(bs),
+                CONTEXT.div_ceil(bs),
+            ),
             rows: Vec::new(),
             out: Vec::new(),
         })
