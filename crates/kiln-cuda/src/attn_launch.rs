@@ -282,12 +282,10 @@ impl Gpu {
         if rows == 0 {
             return Ok(());
         }
-        if crate::attn_wide::WIDE_HEAD_DIMS.contains(&hd) {
-            return self.decode_mma_wide(
-                q, kv, inp, part_o, part_ml, out, rows, n_q, hd, window, scale,
-            );
-        }
-        if !DECODE_MMA_HEAD_DIMS.contains(&hd) {
+        // A 512-wide head takes decode_mma_wide.cu's entry: the same arguments, splits and
+        // combine, its own shared memory, and always the full split count.
+        let wide = crate::attn_wide::WIDE_HEAD_DIMS.contains(&hd);
+        if !wide && !DECODE_MMA_HEAD_DIMS.contains(&hd) {
             bail!("decode_mma supports head dims {DECODE_MMA_HEAD_DIMS:?}, not {hd}");
         }
         if kv.n_kv == 0 || !n_q.is_multiple_of(kv.n_kv) {
@@ -297,10 +295,17 @@ impl Gpu {
             );
         }
         // At most this many splits per row (the partials have room for DECODE_MAX_SPLITS).
-        let max_splits = Switches::from_env()
-            .decode_mma_splits
-            .unwrap_or(DECODE_MAX_SPLITS)
-            .min(DECODE_MAX_SPLITS);
+        let max_splits = match wide {
+            true => DECODE_MAX_SPLITS,
+            false => Switches::from_env()
+                .decode_mma_splits
+                .unwrap_or(DECODE_MAX_SPLITS)
+                .min(DECODE_MAX_SPLITS),
+        };
+        let smem = match wide {
+            true => crate::attn_wide::decode_mma_wide_smem_bytes(hd),
+            false => decode_mma_smem_bytes(hd),
+        };
         // One CTA serves up to 16 query heads of a group (and 16 / heads rows of a sequence).
         let group = n_q / kv.n_kv;
         let chunks = group.div_ceil(group.min(16));
@@ -324,13 +329,7 @@ impl Gpu {
         // Every split slot of every row is launched; slots past a row's splits (and rows whose
         // run another CTA serves) exit at once, so the grid depends on the row count only.
         let grid = (max_splits as u32, (kv.n_kv * chunks) as u32, rows as u32);
-        self.launch(
-            &format!("decode_mma_hd{hd}"),
-            grid,
-            128,
-            decode_mma_smem_bytes(hd) as u32,
-            &args,
-        )?;
+        self.launch(&format!("decode_mma_hd{hd}"), grid, 128, smem as u32, &args)?;
         let args = [
             Arg::Ptr(part_o),
             Arg::Ptr(part_ml),

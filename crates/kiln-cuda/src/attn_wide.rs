@@ -1,7 +1,8 @@
 //! Launchers of kernels/flash_wide.cu, decode_wide.cu and decode_mma_wide.cu: attention for
 //! heads too wide for the register tiles of flash_attn.cu, decode_attn.cu and decode_mma.cu
 //! (Gemma 4's 512-wide full-attention heads). `Gpu::flash_attn` and `Gpu::decode_attn` send
-//! those head dims here, so callers name no kernel.
+//! those head dims here, so callers name no kernel; `Gpu::decode_mma` launches
+//! decode_mma_wide.cu's entry itself with the shared memory sized here.
 
 use anyhow::{bail, Result};
 
@@ -199,81 +200,6 @@ impl Gpu {
             "decode_attn_wide_combine",
             (n_q as u32, rows as u32, 1),
             hd.clamp(32, 1024) as u32,
-            0,
-            &args,
-        )
-    }
-}
-
-impl Gpu {
-    /// [`Gpu::decode_attn`]'s tensor-core family for a wide head (decode_mma_wide.cu): the
-    /// splits and partials of decode_mma.cu, merged by its combine kernel.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn decode_mma_wide(
-        &self,
-        q: u64,
-        kv: KvView,
-        inp: &AttnInputs,
-        part_o: u64,
-        part_ml: u64,
-        out: u64,
-        rows: usize,
-        n_q: usize,
-        hd: usize,
-        window: usize,
-        scale: f32,
-    ) -> Result<()> {
-        if rows == 0 {
-            return Ok(());
-        }
-        if !WIDE_HEAD_DIMS.contains(&hd) {
-            bail!("wide decode_mma supports head dims {WIDE_HEAD_DIMS:?}, not {hd}");
-        }
-        if kv.n_kv == 0 || !n_q.is_multiple_of(kv.n_kv) {
-            bail!(
-                "decode_mma: {n_q} query heads do not group over {} KV heads",
-                kv.n_kv
-            );
-        }
-        let group = n_q / kv.n_kv;
-        let chunks = group.div_ceil(group.min(16));
-        let args = [
-            Arg::Ptr(q),
-            Arg::Ptr(kv.k),
-            Arg::Ptr(kv.v),
-            Arg::Ptr(inp.positions),
-            Arg::Ptr(inp.token_seq),
-            Arg::Ptr(inp.bt_start),
-            Arg::Ptr(inp.block_tables),
-            Arg::Ptr(part_o),
-            Arg::Ptr(part_ml),
-            Arg::I32(n_q as i32),
-            Arg::I32(kv.n_kv as i32),
-            Arg::I32(kv.block_size as i32),
-            Arg::I32(i32_of(window, "window")?),
-            Arg::F32(scale * std::f32::consts::LOG2_E),
-            Arg::I32(DECODE_MAX_SPLITS as i32),
-        ];
-        let grid = (
-            DECODE_MAX_SPLITS as u32,
-            (kv.n_kv * chunks) as u32,
-            rows as u32,
-        );
-        let smem = decode_mma_wide_smem_bytes(hd) as u32;
-        self.launch(&format!("decode_mma_hd{hd}"), grid, 128, smem, &args)?;
-        let args = [
-            Arg::Ptr(part_o),
-            Arg::Ptr(part_ml),
-            Arg::Ptr(inp.positions),
-            Arg::Ptr(out),
-            Arg::I32(n_q as i32),
-            Arg::I32(hd as i32),
-            Arg::I32(DECODE_MAX_SPLITS as i32),
-        ];
-        self.launch(
-            "decode_mma_combine",
-            (n_q as u32, rows as u32, 1),
-            256,
             0,
             &args,
         )
