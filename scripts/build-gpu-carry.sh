@@ -2,7 +2,9 @@
 # Builds what the GPU machine (no Rust there) needs to run scripts/gpu-check.sh: the kiln-cuda
 # test executables, the cuda_bench example and the release kiln binary, stripped, under .carry/
 # (ignored by git, carried to the GPU machine), with .carry/manifest.txt listing them as
-# "KIND NAME PATH" lines. Usage: scripts/build-gpu-carry.sh   (KILN_CARRY_SKIP_BIN=1: no kiln binary)
+# "KIND NAME PATH" lines: `test NAME` for each module of the integration-test executable
+# (`suite kiln_cuda_tests`) and `test unit` for the library's own tests.
+# Usage: scripts/build-gpu-carry.sh   (KILN_CARRY_SKIP_BIN=1: no kiln binary)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/targets/cuda}"
@@ -38,8 +40,20 @@ if [ ! -s "$carry/tests.txt" ]; then
     exit 1
 fi
 while read -r name exe; do
-    [ "$name" = "kiln_cuda" ] && name=unit
-    add test "$name" "$exe"
+    case "$name" in
+        kiln_cuda) add test unit "$exe" ;;
+        all)
+            # One executable holds every file of tests/all as a module; each module NAME gets
+            # a `test NAME` line and a bin/NAME that runs that module alone, as its own
+            # executable once did (scripts/carry-test-module.sh).
+            add suite kiln_cuda_tests "$exe"
+            for module in $("$exe" --list --format terse | sed -n 's/^\([a-z0-9_]*\)::.*: test$/\1/p' | sort -u); do
+                cp scripts/carry-test-module.sh "$carry/bin/$module"
+                echo "test $module bin/$module" >> "$manifest"
+            done
+            ;;
+        *) add test "$name" "$exe" ;;
+    esac
 done < "$carry/tests.txt"
 rm "$carry/tests.txt"
 
@@ -64,7 +78,7 @@ fi
 if [ "${KILN_CARRY_KERNELS:-0}" = 1 ]; then
     eval "$(scripts/ci-nvrtc.sh)"
     KILN_KERNEL_CACHE="$PWD/$carry/kernel-cache" KILN_FILL_CACHE=1 \
-        cargo test -p kiln-cuda --release --test kernels_compile fill_kernel_cache -- --nocapture >&2
+        cargo test -p kiln-cuda --release --test all kernels_compile::fill_kernel_cache -- --nocapture >&2
     tar -C "$carry" -cJf "$carry/kernel-cache.tar.xz" kernel-cache && rm -rf "$carry/kernel-cache"
 fi
 # The commit the executables were built from (the GPU machine's copy may have no history).

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Runs a plan of GPU checks, most important first, within one time budget, on the GPU machine:
 # one line per check, `SECONDS LABEL COMMAND...`, read from the plan file named (or stdin).
-# COMMAND may be `test NAME [FILTER...]` (a carried kiln-cuda test executable with
-# --include-ignored), `kiln ARGS...` (the carried binary) or any command, with VAR=VALUE
-# prefixes. Each check gets min(SECONDS, what is left of TOTAL_S); what does not fit is
-# skipped and named. Logs under $OUT/verify; the summary (one line per check, with the first
-# failing lines) last. Needs .carry/ from scripts/build-gpu-carry.sh.
+# COMMAND may be `test NAME [FILTER...]` (the tests of module NAME of the carried kiln-cuda
+# test executable, run alone, with --include-ignored), `kiln ARGS...` (the carried binary) or
+# any command, with VAR=VALUE prefixes. Each check gets min(SECONDS, what is left of TOTAL_S);
+# what does not fit is skipped and named. Logs under $OUT/verify; the summary (one line per
+# check, with the first failing lines) last. Needs .carry/ from scripts/build-gpu-carry.sh.
 # Usage: TOTAL_S=360 OUT=... scripts/gpu-verify.sh PLAN
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +26,7 @@ test() { # NAME [FILTER...]
     local name=$1; shift
     local path
     path=$(awk -v n="$name" '$1=="test" && $2==n {print $3}' .carry/manifest.txt)
-    [ -n "$path" ] || { echo "no carried test executable $name"; return 127; }
+    [ -n "$path" ] || { echo "no carried test module $name"; return 127; }
     ".carry/$path" --include-ignored --test-threads=1 --nocapture "$@"
 }
 kiln() { .carry/bin/kiln "$@"; }

@@ -1,7 +1,7 @@
 """Writes a shipped model's recommended sampling into both of its files: `generation_config.json` of the
 Hugging Face folder (as transformers and vLLM read it) and `general.sampling.*` keys of the GGUF (as llama.cpp
 and kiln read them). The tensors and every other key are copied as they are, so the GGUF and the safetensors
-still hold identical weights (crates/kiln/tests/shipped_model.rs checks it).
+still hold identical weights (crates/kiln/tests/all/shipped_model.rs checks it).
 
 kiln-4m decodes greedily into loops ("The file descriptor is a non-blocking file descriptor." again and again);
 greedy decoding with a repetition penalty of 1.3 over the whole sequence (transformers' and kiln's penalty;

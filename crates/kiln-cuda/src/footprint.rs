@@ -2,7 +2,7 @@
 //! on the host without a device. `kiln bench` and `kiln serve` compare it with the free memory
 //! before anything is allocated, so a run that cannot fit is refused with the numbers instead
 //! of failing in the driver. `CudaBackend::allocated` reports the same figures as allocated;
-//! tests/footprint.rs checks the two agree.
+//! tests/all/footprint.rs checks the two agree.
 
 use kiln_model::{schema, ModelSpec, WeightSource};
 

@@ -66,7 +66,7 @@ pub struct Switches {
     pub fuse: DecodeFuse,
     /// KILN_KV_RING=1: sliding-window layers keep only their window, in a ring of blocks per
     /// sequence (kiln_step::KvRing; the prefix cache is off beside it). Off until the GPU test
-    /// (tests/kv_ring.rs) has run; `CudaOptions::kv_ring` overrides it.
+    /// (tests/all/kv_ring.rs) has run; `CudaOptions::kv_ring` overrides it.
     pub kv_ring: bool,
     /// The kernel variants.
     pub kernels: KernelChoice,

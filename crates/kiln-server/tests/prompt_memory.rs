@@ -2,6 +2,7 @@
 //! 19, item 2: one 8.1 MB prompt used to peak at 1.18 GB, four at once at 2.35 GB). The heap is
 //! measured by a counting allocator around the real router and engine on the shipped model.
 
+#[path = "all/support/mod.rs"]
 mod support;
 
 use std::alloc::{GlobalAlloc, Layout, System};

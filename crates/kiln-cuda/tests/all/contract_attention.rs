@@ -1,0 +1,648 @@
+//! Kernel contract for attention: every prefill family (mma.sync flash_attn one head and two
+//! heads per CTA; wgmma flash_sm90 plain and overlapped, on sm_90), both decode families
+//! (decode_attn on CUDA cores, decode_mma on tensor cores) and the reference kernel, against
+//! a float64 host reference. Paged K/V behind shuffled block tables, slots no sequence owns
+//! poisoned with NaN, outputs poisoned, odd lengths, GQA 1/2/3/4/8/16, head dims 16-256 and 512
+//! (the wide kernels of Gemma 4's full layers), windows smaller and larger than the sequences,
+//! KV up to 128k, the rows of a speculative verify step.
+//! Bit for bit: the variants of a family agree; a decode row alone == in its batch (and in its
+//! verify step); a prefill chunk split in two == whole. `planted_bugs_fail` loads kernels with a
+//! bug planted in their text and checks that this contract catches each one.
+
+use crate::common;
+use crate::common::attn;
+
+use attn::{own, Case, Chunk, Setup, Step};
+use common::{from_bf16, gpu_or_skip, Checks, Rng};
+use kiln_cuda::attn_launch::{
+    DecodeKernel, FlashKernel, DECODE_MMA_HEAD_DIMS, FLASH_SM90_HEAD_DIMS,
+};
+use kiln_cuda::attn_wide::WIDE_HEAD_DIMS;
+use kiln_cuda::device::Gpu;
+use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
+
+/// One kernel family and variant.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    Ref,
+    Decode(DecodeKernel),
+    Flash(FlashKernel),
+    /// flash_wide.cu's split variant for 512-wide heads (KILN_FLASH_WIDE=split).
+    FlashWideSplit,
+}
+
+impl Kind {
+    fn name(self) -> String {
+        match self {
+            Kind::Ref => "ref_attn".into(),
+            Kind::Decode(DecodeKernel::Simt) => "decode_attn".into(),
+            Kind::Decode(DecodeKernel::Mma) => "decode_mma".into(),
+            Kind::Flash(FlashKernel::Sm80 { pairs }) => format!("flash_attn pairs={}", pairs as u8),
+            Kind::FlashWideSplit => "flash_wide split".into(),
+            Kind::Flash(FlashKernel::Sm90 { overlap, pingpong }) => {
+                format!(
+                    "flash_sm90 overlap={} pingpong={}",
+                    overlap as u8, pingpong as u8
+                )
+            }
+        }
+    }
+
+    /// Whether this kind runs on the rows of a chunk of `rows` tokens.
+    fn serves(self, rows: usize) -> bool {
+        match self {
+            Kind::Ref => true,
+            Kind::Decode(_) => rows == 1,
+            Kind::Flash(_) | Kind::FlashWideSplit => rows > 1,
+        }
+    }
+}
+
+/// The kernels one test process checks (a kernel that faults takes its process's context
+/// with it, so each new family runs in a test of its own).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Family {
+    /// ref_attn, decode_attn and flash_attn: the kernels that ran before.
+    First,
+    DecodeMma,
+    FlashSm90,
+}
+
+/// The kinds of `family` that can run `case` on this GPU.
+fn kinds(gpu: &Gpu, case: &Case, family: Family) -> Vec<Kind> {
+    let mut k = Vec::new();
+    if family == Family::First {
+        k.extend([
+            Kind::Ref,
+            Kind::Decode(DecodeKernel::Simt),
+            Kind::Flash(FlashKernel::Sm80 { pairs: true }),
+            Kind::Flash(FlashKernel::Sm80 { pairs: false }),
+        ]);
+        if WIDE_HEAD_DIMS.contains(&case.hd) {
+            k.push(Kind::FlashWideSplit);
+        }
+    }
+    let wide_mma = WIDE_HEAD_DIMS.contains(&case.hd);
+    if family == Family::DecodeMma && (DECODE_MMA_HEAD_DIMS.contains(&case.hd) || wide_mma) {
+        k.push(Kind::Decode(DecodeKernel::Mma));
+    }
+    let even = (case.n_q / case.n_kv).is_multiple_of(2);
+    if family == Family::FlashSm90
+        && even
+        && FLASH_SM90_HEAD_DIMS.contains(&case.hd)
+        && gpu.has_func(&format!("flash_sm90_hd{}", case.hd))
+    {
+        // Plain, overlapped, and (last: a scheduling bug would hang rather than miscompute)
+        // the warpgroups taking turns.
+        for (overlap, pingpong) in [(false, false), (true, false), (true, true)] {
+            k.push(Kind::Flash(FlashKernel::Sm90 { overlap, pingpong }));
+        }
+    }
+    k
+}
+
+/// Runs `kind` over the rows of `step` it serves (its output elsewhere stays poisoned).
+fn run(gpu: &Gpu, s: &Setup, step: &Step, kind: Kind) -> (Vec<u16>, f64) {
+    let (n_q, hd, w) = (s.case.n_q, s.case.hd, s.case.window);
+    let scale = 1.0 / (hd as f32).sqrt();
+    let inp = step.inputs();
+    let (po, pm) = step.partials(gpu);
+    step.run(gpu, |out| match kind {
+        Kind::Ref => gpu.ref_attn(
+            step.dq.ptr(),
+            s.kv(),
+            &inp,
+            out,
+            step.flat.len(),
+            n_q,
+            hd,
+            w,
+            scale,
+        ),
+        Kind::Decode(k) => gpu.decode_attn_with(
+            k,
+            step.dq.ptr(),
+            s.kv(),
+            &inp,
+            po.ptr(),
+            pm.ptr(),
+            out,
+            step.n_decode(),
+            n_q,
+            hd,
+            w,
+            scale,
+        ),
+        Kind::FlashWideSplit => gpu.flash_attn_wide_with(
+            true,
+            step.dq.ptr(),
+            s.kv(),
+            step.tiles(),
+            step.plan.n_tiles,
+            &inp,
+            out,
+            n_q,
+            hd,
+            w,
+            scale,
+        ),
+        Kind::Flash(k) => gpu.flash_attn_kernel(
+            k,
+            step.dq.ptr(),
+            s.kv(),
+            step.tiles(),
+            step.plan.n_tiles,
+            &inp,
+            out,
+            n_q,
+            hd,
+            w,
+            scale,
+        ),
+    })
+}
+
+/// The float64 reference of every row of chunks 0..n (rows x heads x hd per chunk).
+fn references(s: &Setup, n: usize) -> Vec<Vec<f64>> {
+    (0..n)
+        .map(|ci| {
+            (0..s.case.chunks[ci].rows)
+                .flat_map(|j| (0..s.case.n_q).flat_map(move |h| s.reference(ci, j, h)))
+                .collect()
+        })
+        .collect()
+}
+
+/// Compares `kind`'s output for the chunks it serves with float64; one line per chunk.
+fn against_f64(
+    s: &Setup,
+    refs: &[Vec<f64>],
+    step: &Step,
+    kind: Kind,
+    out: &[u16],
+    secs: f64,
+) -> Vec<(bool, String)> {
+    let (n_q, hd) = (s.case.n_q, s.case.hd);
+    let got = from_bf16(out);
+    let mut lines = Vec::new();
+    let mut chunks: Vec<usize> = step.flat.iter().map(|&(ci, _)| ci).collect();
+    chunks.dedup();
+    for ci in chunks {
+        let c = s.case.chunks[ci];
+        if !kind.serves(c.rows) {
+            continue;
+        }
+        let mut worst = 0f64;
+        let mut bad = 0usize;
+        for j in 0..c.rows {
+            let f = step.flat_of(ci, j).unwrap();
+            for h in 0..n_q {
+                let want = &refs[ci][(j * n_q + h) * hd..(j * n_q + h + 1) * hd];
+                let at = (f * n_q + h) * hd;
+                for (i, &w) in want.iter().enumerate() {
+                    let g = got[at + i] as f64;
+                    let err = (g - w).abs();
+                    if !g.is_finite() || err > 8e-3 + 1e-2 * w.abs() {
+                        bad += 1;
+                    }
+                    worst = if g.is_finite() {
+                        worst.max(err)
+                    } else {
+                        f64::INFINITY
+                    };
+                }
+            }
+        }
+        lines.push((
+            bad == 0,
+            format!(
+                "{} ({:.3}ms) {} chunk start={} rows={}: max_err={worst:.3e} bad={bad}",
+                kind.name(),
+                secs * 1e3,
+                s.case.name(),
+                c.start,
+                c.rows
+            ),
+        ));
+    }
+    lines
+}
+
+/// Every check of one case.
+fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case, family: Family) {
+    let kinds = kinds(gpu, case, family);
+    if kinds.is_empty() {
+        return;
+    }
+    // Each prefill chunk of 4 rows or more also split in two (halves of 2 rows or more), its
+    // halves packed together into a step of their own.
+    let mut case = case.clone();
+    let main = case.chunks.len();
+    let mut halves = Vec::new();
+    for ci in 0..main {
+        let Chunk { start, rows, table } = case.chunks[ci];
+        if rows >= 4 {
+            let a = (rows / 3).max(2) | 1;
+            let a = if rows - a < 2 { 2 } else { a };
+            halves.push((ci, case.chunks.len(), a));
+            case.chunks.push(Chunk {
+                start,
+                rows: a,
+                table,
+            });
+            case.chunks.push(Chunk {
+                start: start + a,
+                rows: rows - a,
+                table,
+            });
+        }
+    }
+    let s = Setup::new(gpu, rng, &case);
+    let all: Vec<usize> = (0..main).collect();
+    let step = s.step(gpu, &all);
+    let name = case.name();
+    let refs = references(&s, main);
+    let mut outs = Vec::new();
+    for &kind in &kinds {
+        let (out, secs) = run(gpu, &s, &step, kind);
+        for (ok, line) in against_f64(&s, &refs, &step, kind, &out, secs) {
+            c.check(ok, line);
+        }
+        outs.push((kind, out));
+    }
+    // Variants of one family: the same bits on the rows they serve.
+    let prefill_at = step.n_decode() * case.n_q * case.hd;
+    for (a, b) in [
+        (
+            Kind::Flash(FlashKernel::Sm80 { pairs: true }),
+            Kind::Flash(FlashKernel::Sm80 { pairs: false }),
+        ),
+        (
+            Kind::Flash(FlashKernel::Sm90 {
+                overlap: true,
+                pingpong: false,
+            }),
+            Kind::Flash(FlashKernel::Sm90 {
+                overlap: false,
+                pingpong: false,
+            }),
+        ),
+        (
+            Kind::Flash(FlashKernel::Sm90 {
+                overlap: true,
+                pingpong: true,
+            }),
+            Kind::Flash(FlashKernel::Sm90 {
+                overlap: false,
+                pingpong: false,
+            }),
+        ),
+    ] {
+        let find = |k| {
+            outs.iter()
+                .find(|(kk, _)| *kk == k)
+                .map(|(_, o)| &o[prefill_at..])
+        };
+        if let (Some(x), Some(y)) = (find(a), find(b)) {
+            c.identical(&format!("{} == {} {name}", a.name(), b.name()), x, y);
+        }
+    }
+    // A decode row alone gives the bits it gives in the batch (with its verify neighbours).
+    for (kind, out) in outs.iter().filter(|(k, _)| matches!(k, Kind::Decode(_))) {
+        let mut same = true;
+        let mut rows = 0;
+        for ci in (0..main).filter(|&ci| case.chunks[ci].rows == 1) {
+            let alone = s.step(gpu, &[ci]);
+            let (o, _) = run(gpu, &s, &alone, *kind);
+            same &= alone.row(&o, 0) == step.row(out, step.flat_of(ci, 0).unwrap());
+            rows += 1;
+        }
+        c.check(
+            same,
+            format!(
+                "{} {rows} decode rows alone == in the batch {name}",
+                kind.name()
+            ),
+        );
+    }
+    // A prefill chunk split in two gives the bits of the whole chunk.
+    if !halves.is_empty() {
+        let which: Vec<usize> = halves.iter().flat_map(|&(_, h, _)| [h, h + 1]).collect();
+        let split = s.step(gpu, &which);
+        let flash = |k: &Kind| matches!(k, Kind::Flash(_) | Kind::FlashWideSplit);
+        for (kind, out) in outs.iter().filter(|(k, _)| flash(k)) {
+            let (o, _) = run(gpu, &s, &split, *kind);
+            let mut same = true;
+            for &(ci, h, a) in &halves {
+                for j in 0..case.chunks[ci].rows {
+                    let (hc, hj) = if j < a { (h, j) } else { (h + 1, j - a) };
+                    same &= split.row(&o, split.flat_of(hc, hj).unwrap())
+                        == step.row(out, step.flat_of(ci, j).unwrap());
+                }
+            }
+            c.check(
+                same,
+                format!(
+                    "{} {} chunks split in two == whole {name}",
+                    kind.name(),
+                    halves.len()
+                ),
+            );
+        }
+    }
+}
+
+/// Verify-step rows: k + 1 decode rows of one sequence at consecutive positions.
+fn verify(start: usize, rows: usize, table: usize) -> Vec<Chunk> {
+    (0..rows)
+        .map(|j| Chunk {
+            start: start + j,
+            rows: 1,
+            table,
+        })
+        .collect()
+}
+
+fn cases() -> Vec<Case> {
+    let common = own(&[
+        (0, 150),
+        (1000, 77),
+        (5, 2),
+        (4999, 1),
+        (0, 1),
+        (700, 1),
+        (63, 129),
+    ]);
+    let mut v: Vec<Case> = [
+        (8, 8, 64, 0),
+        (16, 4, 128, 0),
+        (16, 2, 128, 100),
+        (8, 2, 256, 0),
+        (8, 8, 32, 100_000),
+        (12, 3, 64, 37),
+        (32, 2, 64, 0),
+        (4, 2, 64, 200),
+        (4, 4, 16, 0),
+        (8, 4, 512, 0),
+        (8, 2, 512, 37),
+        (3, 1, 512, 512),
+    ]
+    .into_iter()
+    .map(|(n_q, n_kv, hd, window)| Case {
+        n_q,
+        n_kv,
+        hd,
+        window,
+        chunks: common.clone(),
+    })
+    .collect();
+    // Verify steps beside other rows: 5 rows at 3000 (GQA 4), 3 rows crossing the split-span
+    // change at 4096 keys, and a prefill chunk of the same sequence's neighbour.
+    let mut chunks = own(&[(2999, 1), (100, 300)]);
+    chunks.extend(verify(3000, 5, 2));
+    chunks.extend(verify(4094, 3, 3));
+    chunks.extend(verify(17, 2, 4));
+    for (n_q, n_kv, hd, window) in [
+        (32, 8, 128, 0),
+        (16, 2, 64, 1000),
+        (8, 8, 128, 0),
+        (32, 2, 256, 0),
+        (8, 4, 512, 512),
+    ] {
+        v.push(Case {
+            n_q,
+            n_kv,
+            hd,
+            window,
+            chunks: chunks.clone(),
+        });
+    }
+    // Long KV: decode rows at 32k and 128k, short prefill chunks on top of long caches.
+    v.push(Case {
+        n_q: 32,
+        n_kv: 8,
+        hd: 128,
+        window: 0,
+        chunks: own(&[(31_999, 1), (30_000, 8), (16_383, 1)]),
+    });
+    v.push(Case {
+        n_q: 32,
+        n_kv: 8,
+        hd: 128,
+        window: 4096,
+        chunks: own(&[(31_999, 1), (30_000, 8)]),
+    });
+    // Wide heads deep in the cache, with and without Gemma's 512-token window.
+    for window in [0, 512] {
+        v.push(Case {
+            n_q: 8,
+            n_kv: 4,
+            hd: 512,
+            window,
+            chunks: own(&[(16_383, 1), (10_000, 70), (9_000, 1)]),
+        });
+    }
+    let mut long = own(&[(131_071, 1), (120_000, 5), (65_536, 1)]);
+    long.extend(verify(100_000, 4, 3));
+    v.push(Case {
+        n_q: 8,
+        n_kv: 2,
+        hd: 128,
+        window: 0,
+        chunks: long,
+    });
+    v
+}
+
+fn contract(test: &str, family: Family) {
+    let Some(gpu) = gpu_or_skip(test) else {
+        return;
+    };
+    if family == Family::FlashSm90 && !gpu.has_func("flash_sm90_hd128") {
+        eprintln!("SKIP {test}: flash_sm90 is built for sm_90 devices only");
+        return;
+    }
+    let mut rng = Rng::new(test);
+    let mut c = Checks::new(test);
+    for case in cases().into_iter().filter(|c| head_dim_wanted(c.hd)) {
+        run_case(&gpu, &mut rng, &mut c, &case, family);
+    }
+    c.finish();
+}
+
+/// KILN_ATTN_HEAD_DIMS=512,256 limits the GPU tests to cases (and planted bugs) of those head
+/// dims, for a short call about some kernels (gemma-gpu.sh: the wide ones); unset: all.
+fn head_dim_wanted(hd: usize) -> bool {
+    match std::env::var("KILN_ATTN_HEAD_DIMS") {
+        Ok(v) => v.split(',').any(|d| d.trim().parse() == Ok(hd)),
+        Err(_) => true,
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn attention_contract() {
+    contract("attention_contract", Family::First);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn attention_contract_decode_mma() {
+    contract("attention_contract_decode_mma", Family::DecodeMma);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn attention_contract_flash_sm90() {
+    contract("attention_contract_flash_sm90", Family::FlashSm90);
+}
+
+/// Modules with one planted bug each: (module, text, replacement).
+const PLANTED: &[(&str, &str, &str)] = &[
+    // A decode row also sees the key just past its own position.
+    (
+        "decode_mma",
+        "(kp < len_a && kp >= first_a)",
+        "(kp <= len_a && kp >= first_a)",
+    ),
+    // A prefill row no longer sees its own key.
+    (
+        "flash_sm90",
+        "const bool ok = kp <= qp &&",
+        "const bool ok = kp < qp &&",
+    ),
+    // The copy into shared memory forgets the swizzle wgmma reads.
+    ("flash_sm90", "(((c & 7) ^ (r & 7)) << 4)", "((c & 7) << 4)"),
+    // The second half of a 512-wide head's columns reads the first half of V.
+    (
+        "flash_wide",
+        "vc + head + (ok ? col0 + c * 8 : 0)",
+        "vc + head + (ok ? c * 8 : 0)",
+    ),
+    // The split wide flash kernel forgets the second half of the head's scores.
+    (
+        "flash_wide",
+        "__fadd_rn(first_half[at], second_half[at])",
+        "first_half[at]",
+    ),
+    // The wide tensor-core decode keeps only the first quarter of the head in its scores.
+    (
+        "decode_mma_wide",
+        "for (int w = 1; w < DMW_WARPS; ++w) v = __fadd_rn(v, sp[w * 16 * DMW_LDS + at]);",
+        "",
+    ),
+    // Keys past a wide decode split's end (the last key, loaded again) are counted.
+    (
+        "decode_wide",
+        "s[h][j] = (k0 + j < hi) ? d : KILN_NEG_INF;",
+        "s[h][j] = d;",
+    ),
+];
+
+/// `body` with only those lines invoking the entry macro `mac` that contain `keep`: a planted
+/// module compiles only the entries its case runs (a fraction of NVRTC's time).
+fn keep_entries(body: &str, mac: &str, keep: &str) -> String {
+    body.lines()
+        .filter(|l| !l.starts_with(mac) || l.contains(keep))
+        .flat_map(|l| [l, "\n"])
+        .collect()
+}
+
+/// The kernel sources with `from` replaced by `to` in `module` (which must hold it once);
+/// the tensor-core families keep only their head-dim-128 entries, all the planted case runs.
+fn planted_sources(module: &str, from: &str, to: &str) -> Vec<KernelSource> {
+    let mut sources: Vec<KernelSource> = SOURCES.to_vec();
+    let src = sources.iter_mut().find(|s| s.name == module).unwrap();
+    assert_eq!(
+        src.body.matches(from).count(),
+        1,
+        "{module}.cu: `{from}` must occur once"
+    );
+    let planted = src.body.replace(from, to);
+    let planted = match module {
+        "flash_sm90" => keep_entries(&planted, "FS_ENTRY(", "(flash_sm90_hd128,"),
+        "decode_mma" => keep_entries(&planted, "DM_ENTRY(", "DM_ENTRY(128,"),
+        _ => planted,
+    };
+    src.body = Box::leak(planted.into_boxed_str());
+    sources
+}
+
+/// Without a GPU: each planted text occurs once, and with NVRTC each planted module compiles
+/// for sm_90 and still exports the entries the planted case launches.
+#[test]
+fn planted_modules_compile() {
+    for &(module, from, to) in PLANTED {
+        let sources = planted_sources(module, from, to);
+        let src = sources.iter().find(|s| s.name == module).unwrap();
+        let entries = src.entries().expect("entries of the planted module");
+        let needed: &[&str] = match module {
+            "flash_sm90" => &["flash_sm90_hd128"],
+            "decode_mma" => &["decode_mma_hd128", "decode_mma_combine"],
+            _ => &[],
+        };
+        for e in needed {
+            assert!(entries.iter().any(|x| x == e), "{module}.cu: {e} missing");
+        }
+        if kiln_cuda::nvrtc_build::nvrtc_present() {
+            kiln_cuda::nvrtc_build::compile_cubin(src, 90, kiln_cuda::StoreType::Bf16)
+                .unwrap_or_else(|e| panic!("{module}.cu with `{to}`: {e:#}"));
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn planted_bugs_fail() {
+    let Some(gpu) = gpu_or_skip("planted_bugs_fail") else {
+        return;
+    };
+    let mut rng = Rng::new("planted_bugs_fail");
+    let mut c = Checks::new("planted_bugs_fail");
+    let mut case = cases().remove(1);
+    case.chunks.extend(verify(3000, 3, case.chunks.len()));
+    let wide = cases()
+        .into_iter()
+        .find(|c| c.hd == 512 && c.window == 37)
+        .expect("a windowed case of head dim 512");
+    for &(module, from, to) in PLANTED {
+        let case = if module.ends_with("_wide") {
+            &wide
+        } else {
+            &case
+        };
+        if !head_dim_wanted(case.hd) {
+            continue;
+        }
+        if module == "flash_sm90" && !gpu.has_func("flash_sm90_hd128") {
+            eprintln!("SKIP planted bug in {module}.cu: no sm_90 device");
+            continue;
+        }
+        let sources = planted_sources(module, from, to);
+        let bad = Gpu::with_sources(0, kiln_cuda::StoreType::Bf16, &sources)
+            .expect("loading the planted module");
+        let s = Setup::new(&bad, &mut rng, case);
+        let step = s.step(&bad, &(0..case.chunks.len()).collect::<Vec<_>>());
+        let refs = references(&s, case.chunks.len());
+        let mut failed = 0;
+        let family = match module {
+            "decode_mma" | "decode_mma_wide" => Family::DecodeMma,
+            "flash_sm90" => Family::FlashSm90,
+            _ => Family::First,
+        };
+        // flash_sm90's variants share the planted code; only the plain one is compiled.
+        let plain = |k: &Kind| !matches!(k, Kind::Flash(FlashKernel::Sm90 { overlap: true, .. }));
+        for kind in kinds(&bad, case, family).into_iter().filter(plain) {
+            let (out, secs) = run(&bad, &s, &step, kind);
+            failed += against_f64(&s, &refs, &step, kind, &out, secs)
+                .iter()
+                .filter(|(ok, _)| !ok)
+                .count();
+        }
+        c.check(
+            failed > 0,
+            format!("{module}.cu with `{to}` for `{from}`: {failed} chunk checks fail"),
+        );
+    }
+    c.finish();
+}

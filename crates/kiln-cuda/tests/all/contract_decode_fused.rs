@@ -1,0 +1,586 @@
+//! Kernel contract for the tensor-core decode GEMM (skinny_tc.cu) and the fused decode launches
+//! (skinny_gemm.cu's `skinny_fused*`, skinny_epilogue.cu), on fresh random inputs with odd sizes
+//! and poisoned outputs:
+//!
+//! - every tensor-core entry gives the 16-warp skinny kernel's bits at every row count (so the
+//!   row count may choose the kernel), agrees with a float64 reference, and writes nothing past
+//!   its rows; `KILN_SKINNY_TC=auto`'s routes (skinny_tc::MEASURED) on the Llama-3-8B weights
+//!   give those bits on both sides of every boundary of the table;
+//! - each epilogue (residual add, SwiGLU, RoPE and the KV write) and the norm prologue give the
+//!   bits of the unfused launches they replace (skinny GEMM, then rmsnorm_residual, swiglu or
+//!   qkv_prepare; rmsnorm_residual, then the GEMM), through the skinny kernel and the
+//!   tensor-core kernel;
+//! - `planted_bugs_fail`: kernels with a bug planted in their text fail these checks.
+
+use crate::common;
+
+use common::{gpu_or_skip, timed, to_bf16, Checks, Rng};
+use kiln_cuda::device::{DevBuf, Gpu};
+use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
+use kiln_cuda::kernels::{KvView, QkvKind};
+use kiln_cuda::skinny::SkinnyKind;
+use kiln_cuda::skinny_fused::{Epilogue, NormPrologue, RopeOut};
+use kiln_cuda::skinny_tc::{find_tc_entry, measured_entry, tc_entries, MEASURED};
+use kiln_cuda::switches::{KernelChoice, SkinnyTc};
+
+fn up_f32(gpu: &Gpu, v: &[f32]) -> DevBuf<f32> {
+    let d = gpu.alloc::<f32>(v.len()).unwrap();
+    d.upload(0, v).unwrap();
+    d
+}
+
+fn up_u16(gpu: &Gpu, v: &[u16]) -> DevBuf<u16> {
+    let d = gpu.alloc::<u16>(v.len()).unwrap();
+    d.upload(0, v).unwrap();
+    d
+}
+
+fn up_i32(gpu: &Gpu, v: &[i32]) -> DevBuf<i32> {
+    let d = gpu.alloc::<i32>(v.len()).unwrap();
+    d.upload(0, v).unwrap();
+    d
+}
+
+fn poisoned<T: Copy + Default>(gpu: &Gpu, len: usize) -> DevBuf<T> {
+    let d = gpu.alloc::<T>(len).unwrap();
+    d.fill_bytes(0xff).unwrap();
+    d
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+fn all<T: Copy + Default>(gpu: &Gpu, d: &DevBuf<T>) -> Vec<T> {
+    d.download(gpu, 0, d.len()).unwrap()
+}
+
+/// x [m, k] and w [n, k] in bf16, on the host and the device.
+struct Gemm {
+    n: usize,
+    k: usize,
+    x: Vec<u16>,
+    w: Vec<u16>,
+    dx: DevBuf<u16>,
+    dw: DevBuf<u16>,
+}
+
+impl Gemm {
+    fn new(gpu: &Gpu, rng: &mut Rng, m: usize, n: usize, k: usize) -> Gemm {
+        let x = to_bf16(&rng.vec(m * k, 1.0));
+        let w = to_bf16(&rng.vec(n * k, 1.0));
+        let (dx, dw) = (up_u16(gpu, &x), up_u16(gpu, &w));
+        Gemm { n, k, x, w, dx, dw }
+    }
+
+    /// Rows `rows` of x . w^T in float64.
+    fn reference(&self, rows: &[usize]) -> Vec<f64> {
+        let f = |b: u16| half::bf16::from_bits(b).to_f64();
+        let mut out = Vec::with_capacity(rows.len() * self.n);
+        for &r in rows {
+            let xr = &self.x[r * self.k..(r + 1) * self.k];
+            for j in 0..self.n {
+                let wr = &self.w[j * self.k..(j + 1) * self.k];
+                out.push(xr.iter().zip(wr).map(|(&a, &b)| f(a) * f(b)).sum());
+            }
+        }
+        out
+    }
+
+    /// The 16-warp skinny kernel's y = x . w^T for m rows: the bits every path must give.
+    fn skinny(&self, gpu: &Gpu, x: u64, m: usize) -> DevBuf<f32> {
+        let y = poisoned::<f32>(gpu, m * self.n);
+        gpu.skinny_gemm_launch(
+            SkinnyKind::Wide,
+            true,
+            y.ptr(),
+            x,
+            self.dw.ptr(),
+            m,
+            self.n,
+            self.k,
+        )
+        .unwrap();
+        y
+    }
+}
+
+/// Where a fused launch runs: the skinny kernel's fused entries or one tensor-core entry.
+#[derive(Debug, Clone, Copy)]
+enum Path {
+    Skinny,
+    Tc(&'static str),
+}
+
+impl Path {
+    fn run(
+        self,
+        gpu: &Gpu,
+        epi: &Epilogue,
+        norm: Option<NormPrologue>,
+        x: u64,
+        g: &Gemm,
+        m: usize,
+    ) {
+        let w = g.dw.ptr();
+        match self {
+            Path::Skinny => gpu.skinny_fused(epi, norm, true, x, w, m, g.n, g.k),
+            Path::Tc(name) => {
+                assert!(
+                    norm.is_none(),
+                    "the tensor-core kernel has no norm prologue"
+                );
+                let e = find_tc_entry(name).expect("a tensor-core entry");
+                gpu.skinny_tc_entry(e, epi, true, x, w, m, g.n, g.k)
+            }
+        }
+        .unwrap_or_else(|e| panic!("{self:?}: {e:#}"));
+    }
+}
+
+/// The skinny kernel, the tilings `KILN_SKINNY_TC=auto` takes (4x1, 2x2) and the L2 rule's 2x4.
+const PATHS: [Path; 4] = [
+    Path::Skinny,
+    Path::Tc("skinny_tc_4x1"),
+    Path::Tc("skinny_tc_2x2"),
+    Path::Tc("skinny_tc_2x4"),
+];
+
+/// Every tensor-core entry against the skinny kernel (bits), float64 and its row bounds.
+fn tc_matches_skinny(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, quick: bool) {
+    let cases: &[(usize, usize, usize)] = if quick {
+        &[(77, 300, 4104), (130, 250, 8200)]
+    } else {
+        &[
+            (1, 201, 136),
+            (5, 96, 8),
+            (31, 130, 264),
+            (64, 512, 1024),
+            (77, 300, 4104),
+            (128, 4096, 4096),
+            (130, 250, 8200),
+            (256, 1000, 264),
+            (200, 130, 14336),
+        ]
+    };
+    for &(m, n, k) in cases {
+        let g = Gemm::new(gpu, rng, m, n, k);
+        let want = bits(&all(gpu, &g.skinny(gpu, g.dx.ptr(), m)));
+        let rows: Vec<usize> = if m * n * k <= 1 << 27 {
+            (0..m).collect()
+        } else {
+            vec![0, m / 2, m - 1]
+        };
+        let reference = g.reference(&rows);
+        for e in tc_entries() {
+            let v = format!("{} m={m} n={n} k={k}", e.name);
+            let y = poisoned::<f32>(gpu, (m + 1) * n);
+            let epi = Epilogue::Store { y: y.ptr() };
+            let secs = timed(gpu, || {
+                gpu.skinny_tc_entry(e, &epi, true, g.dx.ptr(), g.dw.ptr(), m, n, k)
+            });
+            let got = all(gpu, &y);
+            c.identical(&format!("{v}: == skinny_wide"), &bits(&got[..m * n]), &want);
+            let sel: Vec<f32> = rows
+                .iter()
+                .flat_map(|&r| got[r * n..(r + 1) * n].to_vec())
+                .collect();
+            c.close(&v, &sel, &reference, 1e-4 * (k as f64).sqrt(), 1e-5, secs);
+            let untouched = got[m * n..].iter().all(|v| v.to_bits() == u32::MAX);
+            c.check(
+                untouched,
+                format!("{v}: the row past the end left poisoned"),
+            );
+        }
+        // Three rows alone, at an offset, through the shape chosen for them.
+        if m >= 3 {
+            let r0 = m / 2 - 1;
+            let y = poisoned::<f32>(gpu, 3 * n);
+            let epi = Epilogue::Store { y: y.ptr() };
+            gpu.skinny_tc(&epi, true, g.dx.at(r0 * k), g.dw.ptr(), 3, n, k)
+                .unwrap();
+            let got = bits(&all(gpu, &y));
+            c.identical(
+                &format!("m={m} n={n} k={k}: rows {r0}.. alone"),
+                &got,
+                &want[r0 * n..(r0 + 3) * n],
+            );
+        }
+    }
+}
+
+/// `KILN_SKINNY_TC=auto` through `skinny_gemm_with` on each weight of its table, at the row
+/// counts on both sides of every boundary and past the last measured (256): the 16-warp skinny
+/// kernel's bits whichever kernel and tiling the table picks, nothing written past the rows.
+fn auto_matches_skinny(gpu: &Gpu, c: &mut Checks) {
+    let auto = KernelChoice {
+        skinny_tc: SkinnyTc::Measured,
+        ..KernelChoice::ALL_FAST
+    };
+    let max_rows = 300;
+    let k_max = MEASURED.iter().map(|s| s.k).max().unwrap();
+    let x = gpu.alloc::<u16>(max_rows * k_max).unwrap();
+    gpu.dummy_fill(x.ptr(), max_rows * k_max, 7).unwrap();
+    for s in &MEASURED {
+        let (n, k) = (s.n, s.k);
+        let w = gpu.alloc::<u16>(n * k).unwrap();
+        gpu.dummy_fill(w.ptr(), n * k, 11).unwrap();
+        let mut rows: Vec<usize> = s.from.iter().flat_map(|&(r, _)| [r - 1, r]).collect();
+        rows.extend([256, max_rows]);
+        rows.retain(|&r| r > 0);
+        for m in rows {
+            let want = poisoned::<f32>(gpu, m * n);
+            gpu.skinny_gemm_launch(
+                SkinnyKind::Wide,
+                true,
+                want.ptr(),
+                x.ptr(),
+                w.ptr(),
+                m,
+                n,
+                k,
+            )
+            .unwrap();
+            let got = poisoned::<f32>(gpu, (m + 1) * n);
+            gpu.skinny_gemm_with(&auto, got.ptr(), x.ptr(), w.ptr(), m, n, k)
+                .unwrap();
+            let route = measured_entry(n, k, m).map_or("skinny", |e| e.name.as_str());
+            let v = format!("auto {} {n}x{k} m={m} ({route})", s.what);
+            let got = all(gpu, &got);
+            c.identical(
+                &format!("{v}: == skinny_wide"),
+                &bits(&got[..m * n]),
+                &bits(&all(gpu, &want)),
+            );
+            let untouched = got[m * n..].iter().all(|v| v.to_bits() == u32::MAX);
+            c.check(
+                untouched,
+                format!("{v}: the row past the end left poisoned"),
+            );
+        }
+    }
+}
+
+/// The residual add: x + GEMM, as rmsnorm_residual adds a pending block output.
+fn add_matches(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, paths: &[Path], row_counts: &[usize]) {
+    let (n, k) = (1000, 520);
+    for &m in row_counts {
+        let g = Gemm::new(gpu, rng, m, n, k);
+        let x0 = rng.vec(m * n, 4.0);
+        let delta = g.skinny(gpu, g.dx.ptr(), m);
+        let xr = up_f32(gpu, &x0);
+        let (nw, normed) = (
+            up_u16(gpu, &to_bf16(&vec![1.0; n])),
+            gpu.alloc::<u16>(m * n).unwrap(),
+        );
+        gpu.rmsnorm_residual(xr.ptr(), delta.ptr(), nw.ptr(), normed.ptr(), m, n, 1e-5)
+            .unwrap();
+        let want = bits(&all(gpu, &xr));
+        for &p in paths {
+            let xf = up_f32(gpu, &x0);
+            p.run(gpu, &Epilogue::Add { y: xf.ptr() }, None, g.dx.ptr(), &g, m);
+            c.identical(&format!("add {p:?} m={m}"), &bits(&all(gpu, &xf)), &want);
+        }
+    }
+}
+
+/// SwiGLU: silu(gate) * up of the GEMM, as swiglu computes it (with the norm prologue too).
+fn glu_matches(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, paths: &[Path], row_counts: &[usize]) {
+    let (inter, k) = (300, 264);
+    for &m in row_counts {
+        let g = Gemm::new(gpu, rng, m, 2 * inter, k);
+        let gu = g.skinny(gpu, g.dx.ptr(), m);
+        let act = poisoned::<u16>(gpu, m * inter);
+        gpu.swiglu(gu.ptr(), act.ptr(), inter, m).unwrap();
+        let want = all(gpu, &act);
+        for &p in paths {
+            let out = poisoned::<u16>(gpu, m * inter);
+            p.run(
+                gpu,
+                &Epilogue::Glu {
+                    act: out.ptr(),
+                    inter,
+                },
+                None,
+                g.dx.ptr(),
+                &g,
+                m,
+            );
+            c.identical(&format!("glu {p:?} m={m}"), &all(gpu, &out), &want);
+        }
+    }
+}
+
+/// Bias, RoPE and the KV write as qkv_prepare does them, for GQA heads of 64 and 128, both
+/// pairings, with and without a bias.
+fn rope_matches(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, paths: &[Path], row_counts: &[usize]) {
+    let (n_q, n_kv, k, bs, blocks, max_pos) = (8, 2, 256, 16, 64, 512);
+    for &m in row_counts {
+        for (hd, neox, bias) in [(64, true, false), (128, false, true), (128, true, true)] {
+            let heads = n_q + 2 * n_kv;
+            let g = Gemm::new(gpu, rng, m, heads * hd, k);
+            let half = hd / 2;
+            let inv: Vec<f32> = (0..half)
+                .map(|i| 10000f32.powf(-((2 * i) as f32) / hd as f32))
+                .collect();
+            let (inv, table) = (
+                up_f32(gpu, &inv),
+                gpu.alloc::<f32>(max_pos * half * 2).unwrap(),
+            );
+            gpu.rope_table_build(table.ptr(), inv.ptr(), max_pos, half, 1.0)
+                .unwrap();
+            let b = up_u16(gpu, &to_bf16(&rng.vec(heads * hd, 0.5)));
+            let bias_ptr = if bias { b.ptr() } else { 0 };
+            let pos: Vec<i32> = (0..m).map(|_| rng.below(max_pos) as i32).collect();
+            let mut slots: Vec<i32> = (0..(blocks * bs) as i32).collect();
+            rng.shuffle(&mut slots);
+            slots.truncate(m);
+            let (pos, slots) = (up_i32(gpu, &pos), up_i32(gpu, &slots));
+            let cache = blocks * n_kv * bs * hd;
+            let out = |gpu: &Gpu| {
+                (
+                    poisoned::<u16>(gpu, m * n_q * hd),
+                    poisoned::<u16>(gpu, cache),
+                    poisoned::<u16>(gpu, cache),
+                )
+            };
+            let (q, kc, vc) = out(gpu);
+            let qkv = g.skinny(gpu, g.dx.ptr(), m);
+            let kv = |kc: &DevBuf<u16>, vc: &DevBuf<u16>| KvView {
+                k: kc.ptr(),
+                v: vc.ptr(),
+                n_kv,
+                block_size: bs,
+            };
+            gpu.qkv_prepare(
+                qkv.ptr(),
+                bias_ptr,
+                0,
+                0,
+                table.ptr(),
+                pos.ptr(),
+                slots.ptr(),
+                q.ptr(),
+                kv(&kc, &vc),
+                m,
+                n_q,
+                hd,
+                neox,
+                1e-6,
+                QkvKind::Full,
+                false,
+            )
+            .unwrap();
+            let want = [all(gpu, &q), all(gpu, &kc), all(gpu, &vc)];
+            for &p in paths {
+                let (qf, kf, vf) = out(gpu);
+                let epi = Epilogue::Rope(RopeOut {
+                    q_out: qf.ptr(),
+                    bias: bias_ptr,
+                    rope: table.ptr(),
+                    positions: pos.ptr(),
+                    slots: slots.ptr(),
+                    kv: kv(&kf, &vf),
+                    n_q,
+                    hd,
+                    neox,
+                });
+                p.run(gpu, &epi, None, g.dx.ptr(), &g, m);
+                let v = format!("rope {p:?} m={m} hd={hd} neox={neox} bias={bias}");
+                for (what, got, want) in [
+                    ("q", &qf, &want[0]),
+                    ("k", &kf, &want[1]),
+                    ("v", &vf, &want[2]),
+                ] {
+                    c.identical(&format!("{v}: {what}"), &all(gpu, got), want);
+                }
+            }
+        }
+    }
+}
+
+/// The norm prologue: the GEMM of rmsnorm(x) * w built in the GEMM, against rmsnorm_residual
+/// then the GEMM, for norm blocks of 512, 256 and 128 threads, storing or with SwiGLU.
+fn norm_matches(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, row_counts: &[usize]) {
+    for &kh in &[4096, 2048, 1000] {
+        for &m in row_counts.iter().filter(|&&m| m <= 8) {
+            let x = rng.vec(m * kh, 3.0);
+            let nw: Vec<f32> = (0..kh).map(|_| rng.uniform(0.5, 1.5)).collect();
+            let nw = up_u16(gpu, &to_bf16(&nw));
+            let normed = poisoned::<u16>(gpu, m * kh);
+            let xr = up_f32(gpu, &x);
+            gpu.rmsnorm_residual(xr.ptr(), 0, nw.ptr(), normed.ptr(), m, kh, 1e-5)
+                .unwrap();
+            let pro = Some(NormPrologue {
+                x: xr.ptr(),
+                w: nw.ptr(),
+                eps: 1e-5,
+            });
+            for glu in [false, true] {
+                let n = if glu { 2 * 104 } else { 200 };
+                let g = Gemm::new(gpu, rng, m, n, kh);
+                let y = g.skinny(gpu, normed.ptr(), m);
+                let v = format!("norm k={kh} m={m} glu={glu}");
+                if glu {
+                    let want = poisoned::<u16>(gpu, m * 104);
+                    gpu.swiglu(y.ptr(), want.ptr(), 104, m).unwrap();
+                    let got = poisoned::<u16>(gpu, m * 104);
+                    Path::Skinny.run(
+                        gpu,
+                        &Epilogue::Glu {
+                            act: got.ptr(),
+                            inter: 104,
+                        },
+                        pro,
+                        g.dx.ptr(),
+                        &g,
+                        m,
+                    );
+                    c.identical(&v, &all(gpu, &got), &all(gpu, &want));
+                } else {
+                    let got = poisoned::<f32>(gpu, m * n);
+                    // x is never read: the GEMM builds its input from the residual stream.
+                    Path::Skinny.run(
+                        gpu,
+                        &Epilogue::Store { y: got.ptr() },
+                        pro,
+                        g.dx.ptr(),
+                        &g,
+                        m,
+                    );
+                    c.identical(&v, &bits(&all(gpu, &got)), &bits(&all(gpu, &y)));
+                }
+            }
+        }
+    }
+}
+
+fn fused_matches(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, quick: bool) {
+    let (paths, rows): (&[Path], &[usize]) = if quick {
+        (&PATHS, &[3, 13])
+    } else {
+        (&PATHS, &[1, 3, 8, 13, 64, 100])
+    };
+    add_matches(gpu, rng, c, paths, rows);
+    glu_matches(gpu, rng, c, paths, rows);
+    rope_matches(gpu, rng, c, paths, rows);
+    norm_matches(gpu, rng, c, rows);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn tc_gemm_contract() {
+    let Some(gpu) = gpu_or_skip("tc_gemm_contract") else {
+        return;
+    };
+    let mut rng = Rng::new("tc_gemm_contract");
+    let mut c = Checks::new("tc_gemm");
+    tc_matches_skinny(&gpu, &mut rng, &mut c, false);
+    c.finish();
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn tc_auto_contract() {
+    let Some(gpu) = gpu_or_skip("tc_auto_contract") else {
+        return;
+    };
+    let mut c = Checks::new("tc_auto");
+    auto_matches_skinny(&gpu, &mut c);
+    c.finish();
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn fused_decode_contract() {
+    let Some(gpu) = gpu_or_skip("fused_decode_contract") else {
+        return;
+    };
+    let mut rng = Rng::new("fused_decode_contract");
+    let mut c = Checks::new("fused_decode");
+    fused_matches(&gpu, &mut rng, &mut c, false);
+    c.finish();
+}
+
+/// Modules with one planted bug each: (module, text, replacement).
+const PLANTED: &[(&str, &str, &str)] = &[
+    // Warp sums 2p and 2p + 1 joined in the wrong order.
+    (
+        "skinny_tc",
+        "(acc[mi][ni][v] + a0[mi][ni][v]) + a1[mi][ni][v]",
+        "(acc[mi][ni][v] + a1[mi][ni][v]) + a0[mi][ni][v]",
+    ),
+    // Copies into shared memory without the swizzle the reads undo.
+    (
+        "skinny_tc",
+        "const int piece = (q ^ ((r0 & 1) << 2)) << 4;",
+        "const int piece = q << 4;",
+    ),
+    // SwiGLU of up times gate's silu swapped.
+    ("skinny_gemm", "silu_mul(lo, hi)", "silu_mul(hi, lo)"),
+    // The norm reduced with the CTA's stride instead of the norm kernel's.
+    ("skinny_gemm", "i += n.nb)", "i += blockDim.x)"),
+    // A NeoX pair's second element a quarter head on instead of half.
+    (
+        "skinny_tc",
+        "(r < 8 ? 0 : e.hd >> 1)",
+        "(r < 8 ? 0 : e.hd >> 2)",
+    ),
+];
+
+/// The kernel sources with `from` replaced by `to` in `module` (which must hold it once).
+fn planted_sources(module: &str, from: &str, to: &str) -> Vec<KernelSource> {
+    let mut sources: Vec<KernelSource> = SOURCES.to_vec();
+    let src = sources.iter_mut().find(|s| s.name == module).unwrap();
+    assert_eq!(
+        src.body.matches(from).count(),
+        1,
+        "{module}: `{from}` must occur once"
+    );
+    src.body = Box::leak(src.body.replace(from, to).into_boxed_str());
+    sources
+}
+
+/// Without a GPU: each planted text occurs once, and with NVRTC each planted module compiles.
+#[test]
+fn planted_modules_compile() {
+    for &(module, from, to) in PLANTED {
+        let sources = planted_sources(module, from, to);
+        let src = sources.iter().find(|s| s.name == module).unwrap();
+        if kiln_cuda::nvrtc_build::nvrtc_present() {
+            kiln_cuda::nvrtc_build::compile_cubin(src, 90, kiln_cuda::StoreType::Bf16)
+                .unwrap_or_else(|e| panic!("{module}.cu with `{to}`: {e:#}"));
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn planted_bugs_fail() {
+    let Some(_gpu) = gpu_or_skip("planted_bugs_fail") else {
+        return;
+    };
+    let mut rng = Rng::new("planted_bugs_fail");
+    let mut c = Checks::new("planted_bugs_fail");
+    for &(module, from, to) in PLANTED {
+        let sources = planted_sources(module, from, to);
+        let bad = Gpu::with_sources(0, kiln_cuda::StoreType::Bf16, &sources)
+            .expect("loading the planted module");
+        let mut q = Checks::quiet("planted");
+        // The GEMM's own bugs show against the skinny kernel, the epilogues' against the
+        // unfused launches.
+        if from.starts_with("(acc") || from.starts_with("const int piece") {
+            tc_matches_skinny(&bad, &mut rng, &mut q, true);
+        } else {
+            fused_matches(&bad, &mut rng, &mut q, true);
+        }
+        c.check(
+            q.failed() > 0,
+            format!(
+                "{module}.cu with `{to}` for `{from}`: {} checks fail",
+                q.failed()
+            ),
+        );
+    }
+    c.finish();
+}

@@ -1,0 +1,71 @@
+//! `Footprint::of` (worked out on the host, for the sizing checks of `kiln bench` and `kiln
+//! serve`) against what `CudaBackend::new` allocates, byte for byte: dummy:tiny under small
+//! and large options, the Qwen3 8B shape (Q/K norms, its own LM head) and dummy:gemma4-tiny
+//! (per-layer input buffers, no KV room for the layers that read another's); dummy:tiny stored
+//! in f32 and f16 as well, and with block-quantised matrices (llama.cpp's Q4_K_M mix: the
+//! blocks and the prefill scratch).
+
+use crate::common;
+
+use common::gpu_or_skip;
+use kiln_cuda::{CudaBackend, CudaOptions, Footprint, StoreType};
+use kiln_model::dummy::DummySource;
+use kiln_model::WeightSource;
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn the_predicted_footprint_is_what_the_backend_allocates() {
+    let Some(_gpu) = gpu_or_skip("the_predicted_footprint_is_what_the_backend_allocates") else {
+        return;
+    };
+    let small = CudaOptions {
+        kv_cache_bytes: Some(64 << 20),
+        max_seqs: 3,
+        prefill_chunk: 64,
+        max_context: Some(700),
+        ..CudaOptions::default()
+    };
+    let large = CudaOptions {
+        kv_cache_bytes: Some(256 << 20),
+        max_seqs: 40,
+        max_batch_tokens: Some(1000),
+        ..CudaOptions::default()
+    };
+    for preset in ["tiny", "qwen3-8b", "gemma4-tiny", "tiny:q4_k_m"] {
+        let src = DummySource::preset(preset).expect("a preset");
+        let config = src.config().clone();
+        for opts in [small.clone(), large.clone()] {
+            if preset == "qwen3-8b" && opts.max_seqs > 3 {
+                continue; // the 8B weights once are enough
+            }
+            let predicted = Footprint::of_source(&src, &opts);
+            if src.quant().is_none() {
+                assert_eq!(
+                    predicted,
+                    Footprint::of(&config.spec(), config.max_position, &opts)
+                );
+            }
+            let backend = CudaBackend::new(&src, opts.clone(), None).expect("the backend starts");
+            assert_eq!(
+                backend.allocated(),
+                predicted,
+                "dummy:{preset} with {opts:?}"
+            );
+        }
+    }
+    let src = DummySource::preset("tiny").expect("dummy:tiny");
+    let config = src.config().clone();
+    let bf16 = Footprint::of(&config.spec(), config.max_position, &small);
+    for dtype in [StoreType::F32, StoreType::F16] {
+        let opts = CudaOptions {
+            dtype,
+            ..small.clone()
+        };
+        let predicted = Footprint::of(&config.spec(), config.max_position, &opts);
+        let backend = CudaBackend::new(&src, opts.clone(), None).expect("the backend starts");
+        assert_eq!(backend.allocated(), predicted, "dummy:tiny with {opts:?}");
+        let wider = dtype.bytes() / 2;
+        assert_eq!(predicted.kv_block, bf16.kv_block * wider, "{dtype}");
+        assert!(predicted.weights > bf16.weights || wider == 1, "{dtype}");
+    }
+}

@@ -1,0 +1,2 @@
+pub mod assistant_fixture;
+pub mod fixtures;
