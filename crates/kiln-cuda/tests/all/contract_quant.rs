@@ -216,8 +216,8 @@ const PLANTED: &[(&str, &str)] = &[
 ];
 
 /// Every planted bug's text is in quant_gemm's source once, and the planted module compiles
-/// (where NVRTC is present: scripts/ci-nvrtc.sh), so that `planted_bugs_fail` tests what it
-/// says on a GPU.
+/// into other machine code than quant_gemm's (where NVRTC is present: scripts/ci-nvrtc.sh), so
+/// that `planted_bugs_fail` tests what it says on a GPU.
 #[test]
 fn quant_planted_bugs_are_in_the_source() {
     let src = SOURCES.iter().find(|s| s.name == "quant_gemm").unwrap();
@@ -232,7 +232,7 @@ fn quant_planted_bugs_are_in_the_source() {
         return;
     }
     // Each planted module compiles on its own; they are independent, so they share the cores
-    // (one whole-module NVRTC build each: about ten seconds a core).
+    // (one whole-module NVRTC build each: about five seconds a core).
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let next = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|scope| {
@@ -244,8 +244,7 @@ fn quant_planted_bugs_are_in_the_source() {
                 };
                 let body: &'static str = Box::leak(src.body.replace(from, to).into_boxed_str());
                 let planted = KernelSource { body, ..*src };
-                kiln_cuda::nvrtc_build::compile_cubin(&planted, 90, StoreType::Bf16)
-                    .unwrap_or_else(|e| panic!("quant_gemm with `{to}`: {e:#}"));
+                common::planted::assert_planted_compiles(&planted, StoreType::Bf16, to);
             });
         }
     });

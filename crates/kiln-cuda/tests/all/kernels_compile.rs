@@ -7,6 +7,8 @@
 use kiln_cuda::kernel_sources::SOURCES;
 use kiln_cuda::nvrtc_build::{compile_cubin_with_log, nvrtc_present, nvrtc_version};
 use kiln_cuda::StoreType;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
 #[test]
 fn kernels_compile() {
@@ -27,18 +29,36 @@ fn kernels_compile() {
         only.as_deref()
             .is_none_or(|o| o.split(',').any(|n| n == name))
     };
-    let builds = SOURCES
+    let builds: Vec<_> = SOURCES
         .iter()
         .filter(|src| wanted(src.name))
-        .flat_map(|src| src.all_builds().into_iter().map(move |store| (src, store)));
-    for (src, store) in builds {
-        let t = std::time::Instant::now();
+        .flat_map(|src| src.all_builds().into_iter().map(move |store| (src, store)))
+        .collect();
+    // The builds are independent: they share the cores, and are reported in order after.
+    let compiled: Vec<_> = builds.iter().map(|_| OnceLock::new()).collect();
+    let next = AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::thread::scope(|scope| {
+        for _ in 0..threads.min(builds.len()) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&(src, store)) = builds.get(i) else {
+                    break;
+                };
+                let t = std::time::Instant::now();
+                let result = compile_cubin_with_log(src, 90, store, &["--ptxas-options=-v"]);
+                let _ = compiled[i].set((result, t.elapsed()));
+            });
+        }
+    });
+    for (&(src, store), done) in builds.iter().zip(compiled) {
+        let (result, took) = done.into_inner().expect("every build ran");
         // bf16 builds keep their old file names, so a cubin diff across commits needs no rename.
         let file = match store {
             StoreType::Bf16 => src.name.to_string(),
             other => format!("{}-{other}", src.name),
         };
-        match compile_cubin_with_log(src, 90, store, &["--ptxas-options=-v"]) {
+        match result {
             Ok((cubin, log)) => {
                 // KILN_DUMP_CUBIN=DIR keeps each build's cubin, for cuobjdump -sass.
                 if let Ok(dir) = std::env::var("KILN_DUMP_CUBIN") {
@@ -49,7 +69,7 @@ fn kernels_compile() {
                     "PASS compile {}.cu ({store}): {} bytes in {:.2}s",
                     src.name,
                     cubin.len(),
-                    t.elapsed().as_secs_f64()
+                    took.as_secs_f64()
                 );
                 // Registers and spills per kernel, for the record.
                 for line in log.lines().filter(|l| {

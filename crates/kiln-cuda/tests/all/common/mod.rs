@@ -7,6 +7,7 @@ pub mod assistant;
 pub mod attn;
 pub mod models;
 pub mod parity;
+pub mod planted;
 pub mod reference;
 
 use kiln_cuda::device::Gpu;

@@ -1,0 +1,108 @@
+//! The GPU-free check of a planted bug: the planted module compiles with NVRTC for sm_90, and
+//! its machine code differs from the unplanted module's, so the bug reaches a kernel that the
+//! GPU test runs. Both builds use `--Ofast-compile=max` (about a third of a full build's time;
+//! the GPU test builds the planted module with the real options and fails if it does not load).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
+use kiln_cuda::nvrtc_build::compile_cubin_with_log;
+use kiln_cuda::StoreType;
+
+const FAST: &[&str] = &["--Ofast-compile=max"];
+
+/// Panics unless `planted` (a module of [`SOURCES`] with one text replaced, `what` naming the
+/// replacement) compiles for `store` into machine code other than the unplanted module's.
+/// Does nothing without NVRTC.
+pub fn assert_planted_compiles(planted: &KernelSource, store: StoreType, what: &str) {
+    if !kiln_cuda::nvrtc_build::nvrtc_present() {
+        return;
+    }
+    let name = planted.name;
+    let moved = moves_machine_code(planted, store)
+        .unwrap_or_else(|e| panic!("{name}.cu ({store}) with `{what}`: {e:#}"));
+    assert!(
+        moved,
+        "{name}.cu ({store}) with `{what}`: the same machine code as without it"
+    );
+}
+
+/// Whether `edited` (a module of [`SOURCES`] with its text changed) compiles for `store` into
+/// machine code other than the module's; an error when it does not compile.
+fn moves_machine_code(edited: &KernelSource, store: StoreType) -> anyhow::Result<bool> {
+    let (cubin, _) = compile_cubin_with_log(edited, 90, store, FAST)?;
+    Ok(machine_code(&cubin) != machine_code(&unplanted(edited.name, store)))
+}
+
+/// The comparison sees code, not text: moving every line and adding a comment changes nothing.
+#[test]
+fn an_edit_that_moves_no_code_is_seen_as_none() {
+    if !kiln_cuda::nvrtc_build::nvrtc_present() {
+        return;
+    }
+    let src = SOURCES.iter().find(|s| s.name == "draft").unwrap();
+    let body = format!("// a comment\n{}", src.body.replace('\n', "\n\n"));
+    let edited = KernelSource {
+        body: Box::leak(body.into_boxed_str()),
+        ..*src
+    };
+    assert!(!moves_machine_code(&edited, StoreType::Bf16).unwrap());
+}
+
+/// The unplanted module's cubin, built once per module and storage type by whichever test
+/// asks first.
+fn unplanted(name: &'static str, store: StoreType) -> Arc<Vec<u8>> {
+    type Cells = Mutex<HashMap<(&'static str, StoreType), Arc<OnceLock<Arc<Vec<u8>>>>>>;
+    static BUILT: OnceLock<Cells> = OnceLock::new();
+    let cell = BUILT
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap()
+        .entry((name, store))
+        .or_default()
+        .clone();
+    cell.get_or_init(|| {
+        let src = SOURCES.iter().find(|s| s.name == name).unwrap();
+        let (cubin, _) = compile_cubin_with_log(src, 90, store, FAST)
+            .unwrap_or_else(|e| panic!("{name}.cu ({store}): {e:#}"));
+        Arc::new(cubin)
+    })
+    .clone()
+}
+
+/// The cubin's sections that hold what a launch runs (instructions, constant banks, kernel
+/// attributes) by name, leaving out the line tables that any edit of the text moves.
+fn machine_code(elf: &[u8]) -> Vec<(String, &[u8])> {
+    let u16_at = |o: usize| u16::from_le_bytes(elf[o..o + 2].try_into().unwrap()) as usize;
+    let u32_at = |o: usize| u32::from_le_bytes(elf[o..o + 4].try_into().unwrap()) as usize;
+    let u64_at = |o: usize| u64::from_le_bytes(elf[o..o + 8].try_into().unwrap()) as usize;
+    assert_eq!(&elf[..5], b"\x7fELF\x02", "a cubin is a 64-bit ELF");
+    let (shoff, shentsize, shnum, shstrndx) =
+        (u64_at(0x28), u16_at(0x3A), u16_at(0x3C), u16_at(0x3E));
+    const NOBITS: usize = 8; // a size but no bytes in the file
+    let section = |i: usize| {
+        let h = shoff + i * shentsize;
+        // name, type, offset, size
+        (u32_at(h), u32_at(h + 4), u64_at(h + 24), u64_at(h + 32))
+    };
+    let (_, _, names_at, _) = section(shstrndx);
+    let mut out: Vec<(String, &[u8])> = (0..shnum)
+        .map(section)
+        .filter_map(|(name, kind, offset, size)| {
+            let name = &elf[names_at + name..];
+            let name = String::from_utf8_lossy(&name[..name.iter().position(|&b| b == 0)?]);
+            let kept = [".text.", ".nv.constant", ".nv.info"]
+                .iter()
+                .any(|p| name.starts_with(p));
+            let bytes = if kind == NOBITS {
+                &[][..]
+            } else {
+                &elf[offset..offset + size]
+            };
+            kept.then(|| (name.into_owned(), bytes))
+        })
+        .collect();
+    out.sort();
+    out
+}
