@@ -3,10 +3,10 @@
 # post-norms included) and of the 512-wide attention kernels (KILN_ATTN_HEAD_DIMS=512: the split
 # flash kernel, the tensor-core decode, their planted bugs); GPU vs CPU parity on the Gemma 4
 # fixtures and dummies in bf16 and f16 (held to the CPU's emulation of the GPU's storage); then
-# with the opt-in switches on (NEW below: fused post-norms, split wide flash, tensor-core wide
-# decode) parity, batch and chunk invariance, graphs vs eager and verify rows; and `kiln bench`
-# of dummy:gemma4-e4b with the defaults and with NEW (prefill 2k/8k/32k, decode at depth 0 and
-# 8k). All with KILN_REQUIRE_GPU=1. Needs the executables of scripts/build-gpu-carry.sh in
+# with the other variants (ALT below: post-norms apart, the recomputing wide flash, the
+# tensor-core wide decode) parity, batch and chunk invariance, graphs vs eager and verify rows;
+# and `kiln bench` of dummy:gemma4-e4b with the defaults and with ALT (prefill 2k/8k/32k, decode
+# at depth 0 and 8k). All with KILN_REQUIRE_GPU=1. Needs the executables of scripts/build-gpu-carry.sh in
 # .carry/ (kernels_compile runs on the build machine). Writes one log per part under $OUT
 # (default ./gemma-gpu-out) and report.txt, and prints the summary last.
 set -uo pipefail
@@ -41,7 +41,7 @@ say "fixtures: $(ls "$fixtures" | tr '\n' ' ')"
 
 results="$OUT/results.tsv"
 : > "$results"
-NEW="KILN_GEMMA_FUSE=1 KILN_FLASH_WIDE=split KILN_DECODE_WIDE=mma"
+ALT="KILN_GEMMA_FUSE=0 KILN_FLASH_WIDE=recompute KILN_DECODE_WIDE=mma"
 # label limit name [test-name filters...] (environment for the test: $RUN_ENV): the executable's
 # log, its checks, and a line in the report.
 run_test() {
@@ -115,13 +115,13 @@ run_test contract_attention_wide 40 contract_attention --exact attention_contrac
 unset KILN_ATTN_HEAD_DIMS
 bench defaults
 # shellcheck disable=SC2086
-bench new $NEW
+bench alt $ALT
 run_test backend_parity 30 backend_parity gpu_matches_cpu_on_dummy_models gpu_matches_cpu_on_fixtures \
     gpu_f16_matches_cpu_on_dummy_models gpu_f16_matches_cpu_on_fixtures
-RUN_ENV=$NEW run_test backend_parity_new 20 backend_parity gpu_matches_cpu_on_dummy_models gpu_matches_cpu_on_fixtures
-RUN_ENV=$NEW run_test backend_invariance_new 25 backend_invariance gpu_logits_are_batch_and_chunk_invariant
-RUN_ENV=$NEW run_test graphs_parity_new 20 graphs_parity gpu_graphs_give_the_tokens_of_eager_launches
-RUN_ENV=$NEW run_test verify_rows_new 15 verify_rows
+RUN_ENV=$ALT run_test backend_parity_alt 20 backend_parity gpu_matches_cpu_on_dummy_models gpu_matches_cpu_on_fixtures
+RUN_ENV=$ALT run_test backend_invariance_alt 25 backend_invariance gpu_logits_are_batch_and_chunk_invariant
+RUN_ENV=$ALT run_test graphs_parity_alt 20 graphs_parity gpu_graphs_give_the_tokens_of_eager_launches
+RUN_ENV=$ALT run_test verify_rows_alt 15 verify_rows
 
 total=$(( $(date +%s) - start ))
 failed=$(awk -F'\t' '$2!="ok"{print $1}' "$results" | tr '\n' ' ')

@@ -14,7 +14,8 @@
 #   f16-vs       kiln bench on the Llama-3-8B F16 GGUF beside llama.cpp (the baseline of quant-vs)
 #   f32-cli      scripts/gpu-check.sh f32-cli (kiln generate --dtype f32 on the GPU vs the CPU)
 #   decode       scripts/decode-gpu.sh (tensor-core decode GEMM, fused decode launches)
-#   serve        scripts/serve-gpu.sh
+#   serve        scripts/serve-gpu.sh on the random Llama-3-8B GGUF
+#   serve-vs     scripts/serve-vs.sh: kiln serve and llama-server on that GGUF, the weights' memory on Q4_K_M
 # Environment: OUT (default ./gpu-run-out); PART_ENV_<part>="VAR=VALUE ..." extra environment for a part.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -75,7 +76,12 @@ part() { # NAME LIMIT
         f32-cli) env "${extra[@]}" OUT=$dir timeout "$limit" scripts/gpu-check.sh f32-cli > "$dir/out.txt" 2>&1; rc=$?
                  cp "$dir/report.txt" "$dir/summary.txt" 2>/dev/null ;;
         decode) env "${extra[@]}" OUT=$dir TOTAL_S=$((limit - 5)) timeout "$limit" scripts/decode-gpu.sh > "$dir/out.txt" 2>&1; rc=$? ;;
-        serve) env "${extra[@]}" OUT=$dir timeout "$limit" scripts/serve-gpu.sh > "$dir/out.txt" 2>&1; rc=$? ;;
+        serve) scripts/gpu-wait.sh llama3 > "$dir/out.txt" 2>&1 \
+               && env "${extra[@]}" OUT=$dir timeout "$limit" scripts/serve-gpu.sh >> "$dir/out.txt" 2>&1; rc=$? ;;
+        serve-vs) scripts/gpu-wait.sh llama llama3 quant > "$dir/out.txt" 2>&1 \
+                  && env "${extra[@]}" OUT=$dir QUANT_GGUF=$B/llama3-8b-q4_k_m.gguf timeout "$limit" scripts/serve-vs.sh \
+                     $B/llama3-8b-f16.gguf "${LLAMA_BUILD:-/tmp/llamacpp-build}/bin/llama-server" >> "$dir/out.txt" 2>&1; rc=$?
+                  cat "$dir/serve-vs.jsonl" "$dir/memory.txt" > "$dir/summary.txt" 2>/dev/null ;;
         *) echo "unknown part $name" > "$dir/summary.txt"; rc=2 ;;
     esac
     say "## $name: rc $rc, $((SECONDS - t0)) s"

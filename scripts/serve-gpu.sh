@@ -9,7 +9,9 @@
 # waited for the device. About 5 minutes (under 6); logs, serve-results.json and summary.txt under
 # $OUT, the summary printed last. In one GPU call: scripts/gpu-run.sh serve:360.
 #
-# Usage: scripts/serve-gpu.sh [MODEL]   (default dummy:llama3-8b; a .gguf path or HF folder)
+# Usage: scripts/serve-gpu.sh [MODEL]   (a .gguf path or HF folder; default the random Llama-3-8B GGUF
+#   that `scripts/gpu-prepare.sh llama3` writes. Not a dummy: its byte tokens stream as few text
+#   chunks, so serve_load.py counts almost no tokens)
 # Needs the binary scripts/build-gpu-carry.sh leaves in .carry/ (unpacked here if compressed),
 # python3 with aiohttp.
 # Environment: OUT (./serve-gpu-out), KILN_BIN (.carry/bin/kiln), PORT (8012), MAX_SEQS (256),
@@ -24,5 +26,8 @@ export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PAT
 export KILN_KERNEL_CACHE="${KILN_KERNEL_CACHE:-/tmp/kiln-kernel-cache}"
 [ -f .carry/bin/kiln.xz ] && [ ! -f .carry/bin/kiln ] && xz -dk .carry/bin/kiln.xz
 python3 -c "import aiohttp" 2>/dev/null || { echo "serve_load.py needs aiohttp (pip install aiohttp)" >&2; exit 1; }
-timeout 350 python3 scripts/serve_gpu.py "${1:-dummy:llama3-8b}" 2>&1 | tee "$OUT/serve-gpu.log"
+MODEL=${1:-/tmp/kiln-bench/llama3-8b-f16.gguf}
+case $MODEL in dummy:*) echo "serve-gpu: $MODEL streams byte tokens that serve_load.py cannot count; give a model with a real vocabulary" >&2; exit 2 ;; esac
+[ -e "$MODEL" ] || { echo "serve-gpu: no $MODEL (scripts/gpu-prepare.sh llama3 writes it)" >&2; exit 2; }
+timeout 350 python3 scripts/serve_gpu.py "$MODEL" 2>&1 | tee "$OUT/serve-gpu.log"
 exit "${PIPESTATUS[0]}"

@@ -22,7 +22,7 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.environ.get("OUT", os.path.join(ROOT, "serve-gpu-out"))
 BIN = os.environ.get("KILN_BIN", os.path.join(ROOT, ".carry/bin/kiln"))
-MODEL = sys.argv[1] if len(sys.argv) > 1 else "dummy:llama3-8b"
+MODEL = sys.argv[1] if len(sys.argv) > 1 else "/tmp/kiln-bench/llama3-8b-f16.gguf"
 PORT = int(os.environ.get("PORT", "8012"))
 DEVICE = os.environ.get("DEVICE", "cuda")
 MAX_SEQS = os.environ.get("MAX_SEQS", "256")
