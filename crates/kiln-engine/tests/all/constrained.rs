@@ -5,6 +5,7 @@
 //! and bans tokens.
 
 use crate::common;
+use crate::json_schema;
 
 use common::*;
 use kiln_engine::{
@@ -98,7 +99,6 @@ fn sampled_replies_under_a_schema_all_validate() {
     ];
     let prompt = tok.encode("The configuration file says", true).unwrap();
     for schema in schemas {
-        let validator = jsonschema::validator_for(&schema).unwrap();
         let constraint = e.compile(&Grammar::JsonSchema(schema.clone())).unwrap();
         let streams: Vec<_> = (0..50)
             .map(|seed| {
@@ -119,11 +119,9 @@ fn sampled_replies_under_a_schema_all_validate() {
             );
             let v: Value = serde_json::from_str(&out.text)
                 .unwrap_or_else(|err| panic!("seed {seed}: not JSON ({err}): {}", out.text));
-            assert!(
-                validator.is_valid(&v),
-                "seed {seed}: {} breaks {schema}",
-                out.text
-            );
+            if let Err(err) = json_schema::check(&schema, &v) {
+                panic!("seed {seed}: {} breaks {schema}: {err}", out.text);
+            }
         }
     }
     let stats = e.stats();

@@ -2,6 +2,8 @@
 //! build links it once (`cargo test -p kiln-engine --test all MODULE::` runs one file's tests).
 
 mod common;
+#[path = "../../../../tests/json_schema.rs"]
+mod json_schema;
 
 mod constrained;
 mod engine_exactness;

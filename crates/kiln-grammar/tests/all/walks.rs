@@ -3,6 +3,7 @@
 //! valid (checked with a JSON-schema validator, or the regex), on a byte-level vocabulary and on
 //! the shipped model's BPE vocabulary.
 
+use crate::json_schema;
 use kiln_grammar::{Grammar, TokenSpace};
 use kiln_tokenizer::Tokenizer;
 use serde_json::{json, Value};
@@ -100,7 +101,6 @@ fn schemas() -> Vec<Value> {
 fn check_schemas(tok: &Tokenizer, vocab: usize) {
     let space = TokenSpace::new(tok, vocab).unwrap();
     for schema in schemas() {
-        let validator = jsonschema::validator_for(&schema).unwrap();
         let grammar = Grammar::JsonSchema(schema.clone());
         let mut finished = 0;
         for seed in 0..50 {
@@ -110,7 +110,9 @@ fn check_schemas(tok: &Tokenizer, vocab: usize) {
             finished += 1;
             let value: Value =
                 serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text:?}"));
-            assert!(validator.is_valid(&value), "{text} breaks {schema}");
+            if let Err(e) = json_schema::check(&schema, &value) {
+                panic!("{text} breaks {schema}: {e}");
+            }
         }
         assert!(
             finished >= 40,
@@ -206,4 +208,45 @@ fn drafts_are_judged_without_moving_the_grammar() {
     }
     assert!(c.is_finished());
     assert!(c.commit(b'a' as u32).is_err());
+}
+
+/// The validator the walks are checked with refuses each kind of break it is asked to see.
+#[test]
+fn the_schema_check_refuses_what_breaks_each_keyword() {
+    let schema = &schemas()[0];
+    let good = json!({"name": "Ada", "age": 36, "address": {"city": "Oslo", "zip": "01234"}});
+    json_schema::check(schema, &good).unwrap();
+    let mut broken = Vec::new();
+    let mut with = |path: &[&str], v: Value| {
+        let mut x = good.clone();
+        let (last, inner) = path.split_last().unwrap();
+        let target = inner.iter().fold(&mut x, |x, k| &mut x[*k]);
+        if v.is_null() {
+            target.as_object_mut().unwrap().remove(*last);
+        } else {
+            target[*last] = v;
+        }
+        broken.push(x);
+    };
+    with(&["age"], json!(36.5)); // type integer
+    with(&["age"], json!("36")); // type
+    with(&["age"], json!(-1)); // minimum
+    with(&["address", "zip"], json!("1234")); // pattern
+    with(&["address", "city"], json!("Llanfairpwll")); // maxLength
+    with(&["address", "zip"], Value::Null); // required
+    with(&["extra"], json!(1)); // additionalProperties
+    for x in &broken {
+        assert!(json_schema::check(schema, x).is_err(), "{x} passed");
+    }
+    let schema = &schemas()[1];
+    let good = json!({"colour": "red", "ok": true, "tags": ["a"]});
+    json_schema::check(schema, &good).unwrap();
+    for x in [
+        json!({"colour": "pink", "ok": true, "tags": ["a"]}), // enum
+        json!({"colour": "red", "ok": true, "tags": []}),     // minItems
+        json!({"colour": "red", "ok": true, "tags": ["a", "b", "c", "d"]}), // maxItems
+        json!({"colour": "red", "ok": true, "tags": ["abcdefg"]}), // items' maxLength
+    ] {
+        assert!(json_schema::check(schema, &x).is_err(), "{x} passed");
+    }
 }

@@ -2,6 +2,8 @@
 //! build links it once (`cargo test -p kiln-server --test all MODULE::` runs one file's tests).
 //! tests/prompt_memory.rs stays apart: its counting allocator measures the whole process.
 
+#[path = "../../../../tests/json_schema.rs"]
+mod json_schema;
 mod support;
 
 mod chat;

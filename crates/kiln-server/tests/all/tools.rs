@@ -4,6 +4,7 @@
 //! parallel calls are off; streamed calls equal whole ones; tool results go back through the
 //! template; bad tool fields are 400s.
 
+use crate::json_schema;
 use crate::support;
 
 use serde_json::{json, Value};
@@ -80,10 +81,7 @@ fn check_calls(calls: &Value) -> Vec<String> {
             .1;
         let args: Value =
             serde_json::from_str(c["function"]["arguments"].as_str().unwrap()).unwrap();
-        assert!(
-            jsonschema::validator_for(schema).unwrap().is_valid(&args),
-            "{name}: {args}"
-        );
+        assert!(json_schema::is_valid(schema, &args), "{name}: {args}");
         names.push(name.to_string());
     }
     names
