@@ -74,12 +74,14 @@ __device__ __forceinline__ void skinny2_body(float* __restrict__ y, const bf16_t
     static_assert(F != QF_Q4K2 || W % 2 == 0, "Q4K2 warps keep one half of each record");
     const unsigned char* scl;
     const unsigned char* src = chunk_at<F>(wq, (u64)tile0, chunks, warp, scl) + lane * 16;
-    scl += lane * 16;
+    // Q4K2: where the rows' scales are from the warp's quants, the same for all its records
+    // (a constant in the loop's copy for each half, below).
+    const int scl_off = (int)(scl - (src - lane * 16));
     int put = 0, issued = 0;
     // Copies this warp's next record of each tile into its stage (quants, then the rows'
     // scales: a record's two parts, apart only in Q4K2); always commits a group (maybe empty) so
     // that the wait counts below hold at the tail.
-    auto issue = [&]() {
+    auto issue = [&](int scales_at) {
         if (issued < n_my) {
 #pragma unroll
             for (int r = 0; r < R; ++r) {
@@ -91,18 +93,17 @@ __device__ __forceinline__ void skinny2_body(float* __restrict__ y, const bf16_t
                     if (32 * (k + 1) <= PIECES || lane + 32 * k < PIECES)
                         cp_async_16(dst + 512 * k,
                                     F != QF_Q4K2 || k < QROUNDS ? src + at + 512 * k
-                                                                : scl + at + 512 * (k - QROUNDS),
+                                                                : src + at + scales_at + 512 * (k - QROUNDS),
                                     16);
             }
             src += (u64)W * CB;
-            if (F == QF_Q4K2) scl += (u64)W * CB;
             put = put + 1 == S ? 0 : put + 1;
         }
         ++issued;
         cp_async_commit();
     };
 #pragma unroll
-    for (int i = 0; i < S - 1; ++i) issue();
+    for (int i = 0; i < S - 1; ++i) issue(scl_off);
     // Started as a dependent launch: the weights above stream in while the previous kernel
     // finishes; x and y belong to it until here.
     pdl_wait();
@@ -125,211 +126,219 @@ __device__ __forceinline__ void skinny2_body(float* __restrict__ y, const bf16_t
                          offset_operand<F>()};
     int get = 0;
 
-    for (int i = 0; i < n_my; ++i) {
-        const int k0 = (warp + i * W) * 128;
-        // x of group grp of fragment j: G / 16 steps of two registers.
-        auto load_x = [&](int j, int grp, u32* b) {
-            // Q8_0 and Q4_0: a group past K is zero (the weights' padding there is zero too,
-            // but 0 times whatever lies past the row need not be).
-            const bool in = WHOLE || k0 + grp * G < K;
-            const bf16_t* p = xrow[j] + k0 + grp * G;
-            if (G == 32) {
-                const uint4 v = in ? ld_16(p) : make_uint4(0u, 0u, 0u, 0u);
-                b[0] = v.x;
-                b[1] = v.y;
-                b[G / 8 - 2] = v.z;
-                b[G / 8 - 1] = v.w;
-            } else {
-                const uint2 v = in ? *reinterpret_cast<const uint2*>(p) : make_uint2(0u, 0u);
-                b[0] = v.x;
-                b[1] = v.y;
+    // The records, in order. Q4K2's half (which of a record's two 128-k halves this warp
+    // reads: its chunks are W apart, W even) is a constant in each unrolled copy of the loop,
+    // so that the unpacking of the packed scales folds to that half's own operations.
+    constexpr int HALVES = F == QF_Q4K2 ? 2 : 1;
+#pragma unroll
+    for (int HALF = 0; HALF < HALVES; ++HALF) {
+        if (HALVES == 2 && HALF != (warp & 1)) continue;
+        for (int i = 0; i < n_my; ++i) {
+            const int k0 = (warp + i * W) * 128;
+            // x of group grp of fragment j: G / 16 steps of two registers.
+            auto load_x = [&](int j, int grp, u32* b) {
+                // Q8_0 and Q4_0: a group past K is zero (the weights' padding there is zero too,
+                // but 0 times whatever lies past the row need not be).
+                const bool in = WHOLE || k0 + grp * G < K;
+                const bf16_t* p = xrow[j] + k0 + grp * G;
+                if (G == 32) {
+                    const uint4 v = in ? ld_16(p) : make_uint4(0u, 0u, 0u, 0u);
+                    b[0] = v.x;
+                    b[1] = v.y;
+                    b[G / 8 - 2] = v.z;
+                    b[G / 8 - 1] = v.w;
+                } else {
+                    const uint2 v = in ? *reinterpret_cast<const uint2*>(p) : make_uint2(0u, 0u);
+                    b[0] = v.x;
+                    b[1] = v.y;
+                }
+            };
+            // One fragment: the whole chunk's x is loaded before the record is read (16
+            // registers a fragment); more, group by group where it is used, once for the R tiles.
+            u32 bxa[HOIST ? NT : 1][NG][G / 8];
+            if (HOIST) {
+    #pragma unroll
+                for (int j = 0; j < NT; ++j)
+    #pragma unroll
+                    for (int grp = 0; grp < NG; ++grp) load_x(j, grp, bxa[j][grp]);
             }
-        };
-        // One fragment: the whole chunk's x is loaded before the record is read (16
-        // registers a fragment); more, group by group where it is used, once for the R tiles.
-        u32 bxa[HOIST ? NT : 1][NG][G / 8];
-        if (HOIST) {
-#pragma unroll
-            for (int j = 0; j < NT; ++j)
-#pragma unroll
-                for (int grp = 0; grp < NG; ++grp) load_x(j, grp, bxa[j][grp]);
-        }
-        cp_async_wait<S - 2>();  // this lane's copies of record i have landed
-        __syncwarp();            // ... and every other lane's
-        const unsigned char* st = ring + get * R * REC;
-        get = get + 1 == S ? 0 : get + 1;
-        LaneRow<F> ra[R], rb[R];
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            ra[r] = lane_row<F>(st + r * REC, g, t, (k0 >> 7) & 1);
-            rb[r] = lane_row<F>(st + r * REC, g + 8, t, (k0 >> 7) & 1);
-        }
-        // Every lane has read the stage read one iteration ago (the barrier above): refill it.
-        issue();
+            cp_async_wait<S - 2>();  // this lane's copies of record i have landed
+            __syncwarp();            // ... and every other lane's
+            const unsigned char* st = ring + get * R * REC;
+            get = get + 1 == S ? 0 : get + 1;
+            LaneRow<F> ra[R], rb[R];
+    #pragma unroll
+            for (int r = 0; r < R; ++r) {
+                ra[r] = lane_row<F>(st + r * REC, g, t, HALF);
+                rb[r] = lane_row<F>(st + r * REC, g + 8, t, HALF);
+            }
+            // Every lane has read the stage read one iteration ago (the barrier above): refill it.
+            issue(F == QF_Q4K2 ? 2048 - 1024 * HALF : 0);
 
-        // The magic of byte_f, opaque to the compiler so that it stays in a register.
-        u32 m23;
-        asm("mov.b32 %0, 0x4B000000;" : "=r"(m23));
-        // K-quants: each group's scale (and Q4_K's minimum coefficient) of rows g and g + 8,
-        // each computed by one lane of the four that share the rows (lane t: Q4_K's group t,
-        // Q6_K's groups 2t and 2t + 1) and passed on through the stage just read, whose bytes
-        // are all in registers now: the same operations on the same values as when every lane
-        // computed all of them, a quarter of the instructions. Each row's eight floats: (scale,
-        // minimum) pairs (Q4_K) or scales (Q6_K), read where they are used.
-        // The one-row entries, whose registers are spent, compute every scale in every lane.
-        constexpr bool KQ = (is_q4k<F>() || F == QF_Q6K) && ODD;
-        float k4[R][8], sc[R][4][F == QF_Q6K ? 8 : 4];
-        if (!KQ && (is_q4k<F>() || F == QF_Q6K)) {
-#pragma unroll
-            for (int r = 0; r < R; ++r) {
-                if (is_q4k<F>()) {
-                    bytes_f(ra[r].s[1], m23, sc[r][0]);
-                    bytes_f(rb[r].s[1], m23, sc[r][1]);
-                    bytes_f(ra[r].s[2], m23, sc[r][2]);
-                    bytes_f(rb[r].s[2], m23, sc[r][3]);
-                    k4[r][0] = scale_f16(ra[r].s, 0);
-                    k4[r][1] = scale_f16(ra[r].s, 1);
-                    k4[r][2] = scale_f16(rb[r].s, 0);
-                    k4[r][3] = scale_f16(rb[r].s, 1);
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) k4[r][4 + e] = -k4[r][e] * 8388608.0f;
-                } else {
-                    bytes_f(ra[r].s[0], m23, sc[r][0]);
-                    bytes_f(ra[r].s[1], m23, sc[r][0] + 4);
-                    bytes_f(rb[r].s[0], m23, sc[r][1]);
-                    bytes_f(rb[r].s[1], m23, sc[r][1] + 4);
-                }
-            }
-        }
-        if (KQ) {
-            __syncwarp();  // every lane has read the stage
-#pragma unroll
-            for (int r = 0; r < R; ++r) {
-                float* scr = reinterpret_cast<float*>(const_cast<unsigned char*>(st) + r * REC);
-                if (is_q4k<F>()) {
-                    const u32 sel = 0x7540u | (u32)t;
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const LaneRow<F>& L = h ? rb[r] : ra[r];
-                        const float d = scale_f16(L.s, 0), dmin = scale_f16(L.s, 1);
-                        const float sc = __fmaf_rn(d, byte_sel(L.s[1], m23, sel), -d * 8388608.0f);
-                        // dmin m + 128 d sc (dmin m exact, one rounding), taken with a minus sign.
-                        const float mc = __fmaf_rn(
-                            sc, 128.0f, __fmaf_rn(dmin, byte_sel(L.s[2], m23, sel), -dmin * 8388608.0f));
-                        *reinterpret_cast<float2*>(scr + (g + 8 * h) * 8 + 2 * t) = make_float2(sc, mc);
-                    }
-                } else {
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const LaneRow<F>& L = h ? rb[r] : ra[r];
-                        const float d = f16_bits_to_f32(L.s[2]);
-                        // Scale bytes 2t, 2t + 1 (+ 128) of word t / 2.
-                        const u32 word = L.s[t >> 1];
-                        const u32 sel = 0x7540u | (u32)(2 * (t & 1));
-                        const float f0 = byte_sel(word, m23, sel) - 8388736.0f;
-                        const float f1 = byte_sel(word, m23, sel + 1) - 8388736.0f;
-                        *reinterpret_cast<float2*>(scr + (g + 8 * h) * 8 + 2 * t) =
-                            make_float2(__fmul_rn(d, f0), __fmul_rn(d, f1));
-                    }
-                }
-            }
-            __syncwarp();
-        }
-#pragma unroll
-        for (int grp = 0; grp < NG; ++grp) {
-            u32 a[R][G / 16][4];
-            // Scales of rows g (s0) and g + 8 (s8); Q4_K's minimum coefficients with the offset
-            // (negated where used).
-            float s0[R], s8[R], ma[R], mb[R];
-#pragma unroll
-            for (int r = 0; r < R; ++r) {
-                if (F == QF_Q8_0) {
-                    // Word w of the lane's 32 bytes is group w / 2's bytes 4 (w % 2)..: pairs p
-                    // and p + 1 of a step are one word, bytes + 128 through f32 (exact), - 128.
-#pragma unroll
-                    for (int u = 0; u < 2; ++u) {
-                        const int w = 2 * grp + u;
-                        const u32 wa = u4_word(ra[r].q[w >> 2], w & 3) ^ 0x80808080u;
-                        const u32 wb = u4_word(rb[r].q[w >> 2], w & 3) ^ 0x80808080u;
-                        float fa[4], fb[4];
-                        bytes_f(wa, m23, fa);
-                        bytes_f(wb, m23, fb);
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) {
-                            fa[e] -= 8388736.0f;
-                            fb[e] -= 8388736.0f;
-                        }
-                        a[r][u][0] = pack_bf16x2(fa[0], fa[1]);
-                        a[r][u][1] = pack_bf16x2(fb[0], fb[1]);
-                        a[r][u][2] = pack_bf16x2(fa[2], fa[3]);
-                        a[r][u][3] = pack_bf16x2(fb[2], fb[3]);
-                    }
-                } else {
-#pragma unroll
-                    for (int u = 0; u < G / 16; ++u) {
-                        const int h = grp * (G / 16) + u, w = h >> 1, p = 2 * (h & 1);
-                        a[r][u][0] = lane_pair_biased<F>(ra[r], w, p);
-                        a[r][u][1] = lane_pair_biased<F>(rb[r], w, p);
-                        a[r][u][2] = lane_pair_biased<F>(ra[r], w, p + 1);
-                        a[r][u][3] = lane_pair_biased<F>(rb[r], w, p + 1);
-                    }
-                }
-                ma[r] = mb[r] = 0.f;
-                const float* scr = reinterpret_cast<const float*>(st + r * REC);
-                if (KQ && is_q4k<F>()) {
-                    const float2 pa = *reinterpret_cast<const float2*>(scr + g * 8 + 2 * grp);
-                    const float2 pb = *reinterpret_cast<const float2*>(scr + (g + 8) * 8 + 2 * grp);
-                    s0[r] = pa.x, ma[r] = pa.y, s8[r] = pb.x, mb[r] = pb.y;
-                } else if (KQ) {
-                    s0[r] = scr[g * 8 + grp];
-                    s8[r] = scr[(g + 8) * 8 + grp];
-                } else if (is_q4k<F>()) {
-                    s0[r] = __fmaf_rn(k4[r][0], sc[r][0][grp], k4[r][4]);
-                    s8[r] = __fmaf_rn(k4[r][2], sc[r][1][grp], k4[r][6]);
-                    // dmin m + 128 d sc (dmin m exact, one rounding), taken with a minus sign.
-                    ma[r] = __fmaf_rn(s0[r], 128.0f, __fmaf_rn(k4[r][1], sc[r][2][grp], k4[r][5]));
-                    mb[r] = __fmaf_rn(s8[r], 128.0f, __fmaf_rn(k4[r][3], sc[r][3][grp], k4[r][7]));
-                } else if (F == QF_Q6K) {
-                    s0[r] = __fmul_rn(f16_bits_to_f32(ra[r].s[2]), sc[r][0][grp] - 8388736.0f);
-                    s8[r] = __fmul_rn(f16_bits_to_f32(rb[r].s[2]), sc[r][1][grp] - 8388736.0f);
-                } else {
-                    s0[r] = scale_f16(ra[r].s, grp);
-                    s8[r] = scale_f16(rb[r].s, grp);
-                }
-            }
-#pragma unroll
-            for (int j = 0; j < NT; ++j) {
-                u32 bl[G / 8];
-                if (!HOIST) load_x(j, grp, bl);
-                const u32* b = HOIST ? bxa[HOIST ? j : 0][grp] : bl;
-                // Q4_K: the sum of x over the group (taken with the first tile, for every tile).
-                float xs[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
+            // The magic of byte_f, opaque to the compiler so that it stays in a register.
+            u32 m23;
+            asm("mov.b32 %0, 0x4B000000;" : "=r"(m23));
+            // K-quants: each group's scale (and Q4_K's minimum coefficient) of rows g and g + 8,
+            // each computed by one lane of the four that share the rows (lane t: Q4_K's group t,
+            // Q6_K's groups 2t and 2t + 1) and passed on through the stage just read, whose bytes
+            // are all in registers now: the same operations on the same values as when every lane
+            // computed all of them, a quarter of the instructions. Each row's eight floats: (scale,
+            // minimum) pairs (Q4_K) or scales (Q6_K), read where they are used.
+            // The one-row entries, whose registers are spent, compute every scale in every lane.
+            constexpr bool KQ = (is_q4k<F>() || F == QF_Q6K) && ODD;
+            float k4[R][8], sc[R][4][F == QF_Q6K ? 8 : 4];
+            if (!KQ && (is_q4k<F>() || F == QF_Q6K)) {
+    #pragma unroll
                 for (int r = 0; r < R; ++r) {
-                    float tmp[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-                    for (int u = 0; u < G / 16; ++u) {
-                        if (F == QF_Q4_0 || F == QF_Q6K) mma_bf16_16816(tmp, offs, &b[2 * u]);
-                        mma_bf16_16816(tmp, a[r][u], &b[2 * u]);
-                    }
-                    float* c = acc[r][j];
-                    // c0, c1: row g; c2, c3: row g + 8 (columns 2t, 2t + 1 are x rows).
-                    c[0] = __fmaf_rn(s0[r], tmp[0], c[0]);
-                    c[2] = __fmaf_rn(s8[r], tmp[2], c[2]);
-                    if (ODD) {
-                        c[1] = __fmaf_rn(s0[r], tmp[1], c[1]);
-                        c[3] = __fmaf_rn(s8[r], tmp[3], c[3]);
-                    }
                     if (is_q4k<F>()) {
-                        if (r == 0) {
-#pragma unroll
-                            for (int u = 0; u < G / 16; ++u) mma_bf16_16816(xs, ones, &b[2 * u]);
+                        bytes_f(ra[r].s[1], m23, sc[r][0]);
+                        bytes_f(rb[r].s[1], m23, sc[r][1]);
+                        bytes_f(ra[r].s[2], m23, sc[r][2]);
+                        bytes_f(rb[r].s[2], m23, sc[r][3]);
+                        k4[r][0] = scale_f16(ra[r].s, 0);
+                        k4[r][1] = scale_f16(ra[r].s, 1);
+                        k4[r][2] = scale_f16(rb[r].s, 0);
+                        k4[r][3] = scale_f16(rb[r].s, 1);
+    #pragma unroll
+                        for (int e = 0; e < 4; ++e) k4[r][4 + e] = -k4[r][e] * 8388608.0f;
+                    } else {
+                        bytes_f(ra[r].s[0], m23, sc[r][0]);
+                        bytes_f(ra[r].s[1], m23, sc[r][0] + 4);
+                        bytes_f(rb[r].s[0], m23, sc[r][1]);
+                        bytes_f(rb[r].s[1], m23, sc[r][1] + 4);
+                    }
+                }
+            }
+            if (KQ) {
+                __syncwarp();  // every lane has read the stage
+    #pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    float* scr = reinterpret_cast<float*>(const_cast<unsigned char*>(st) + r * REC);
+                    if (is_q4k<F>()) {
+                        const u32 sel = 0x7540u | (u32)t;
+    #pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            const LaneRow<F>& L = h ? rb[r] : ra[r];
+                            const float d = scale_f16(L.s, 0), dmin = scale_f16(L.s, 1);
+                            const float sc = __fmaf_rn(d, byte_sel(L.s[1], m23, sel), -d * 8388608.0f);
+                            // dmin m + 128 d sc (dmin m exact, one rounding), taken with a minus sign.
+                            const float mc = __fmaf_rn(
+                                sc, 128.0f, __fmaf_rn(dmin, byte_sel(L.s[2], m23, sel), -dmin * 8388608.0f));
+                            *reinterpret_cast<float2*>(scr + (g + 8 * h) * 8 + 2 * t) = make_float2(sc, mc);
                         }
-                        c[0] = __fmaf_rn(-ma[r], xs[0], c[0]);
-                        c[2] = __fmaf_rn(-mb[r], xs[2], c[2]);
+                    } else {
+    #pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            const LaneRow<F>& L = h ? rb[r] : ra[r];
+                            const float d = f16_bits_to_f32(L.s[2]);
+                            // Scale bytes 2t, 2t + 1 (+ 128) of word t / 2.
+                            const u32 word = L.s[t >> 1];
+                            const u32 sel = 0x7540u | (u32)(2 * (t & 1));
+                            const float f0 = byte_sel(word, m23, sel) - 8388736.0f;
+                            const float f1 = byte_sel(word, m23, sel + 1) - 8388736.0f;
+                            *reinterpret_cast<float2*>(scr + (g + 8 * h) * 8 + 2 * t) =
+                                make_float2(__fmul_rn(d, f0), __fmul_rn(d, f1));
+                        }
+                    }
+                }
+                __syncwarp();
+            }
+    #pragma unroll
+            for (int grp = 0; grp < NG; ++grp) {
+                u32 a[R][G / 16][4];
+                // Scales of rows g (s0) and g + 8 (s8); Q4_K's minimum coefficients with the offset
+                // (negated where used).
+                float s0[R], s8[R], ma[R], mb[R];
+    #pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    if (F == QF_Q8_0) {
+                        // Word w of the lane's 32 bytes is group w / 2's bytes 4 (w % 2)..: pairs p
+                        // and p + 1 of a step are one word, bytes + 128 through f32 (exact), - 128.
+    #pragma unroll
+                        for (int u = 0; u < 2; ++u) {
+                            const int w = 2 * grp + u;
+                            const u32 wa = u4_word(ra[r].q[w >> 2], w & 3) ^ 0x80808080u;
+                            const u32 wb = u4_word(rb[r].q[w >> 2], w & 3) ^ 0x80808080u;
+                            float fa[4], fb[4];
+                            bytes_f(wa, m23, fa);
+                            bytes_f(wb, m23, fb);
+    #pragma unroll
+                            for (int e = 0; e < 4; ++e) {
+                                fa[e] -= 8388736.0f;
+                                fb[e] -= 8388736.0f;
+                            }
+                            a[r][u][0] = pack_bf16x2(fa[0], fa[1]);
+                            a[r][u][1] = pack_bf16x2(fb[0], fb[1]);
+                            a[r][u][2] = pack_bf16x2(fa[2], fa[3]);
+                            a[r][u][3] = pack_bf16x2(fb[2], fb[3]);
+                        }
+                    } else {
+    #pragma unroll
+                        for (int u = 0; u < G / 16; ++u) {
+                            const int h = grp * (G / 16) + u, w = h >> 1, p = 2 * (h & 1);
+                            a[r][u][0] = lane_pair_biased<F>(ra[r], w, p);
+                            a[r][u][1] = lane_pair_biased<F>(rb[r], w, p);
+                            a[r][u][2] = lane_pair_biased<F>(ra[r], w, p + 1);
+                            a[r][u][3] = lane_pair_biased<F>(rb[r], w, p + 1);
+                        }
+                    }
+                    ma[r] = mb[r] = 0.f;
+                    const float* scr = reinterpret_cast<const float*>(st + r * REC);
+                    if (KQ && is_q4k<F>()) {
+                        const float2 pa = *reinterpret_cast<const float2*>(scr + g * 8 + 2 * grp);
+                        const float2 pb = *reinterpret_cast<const float2*>(scr + (g + 8) * 8 + 2 * grp);
+                        s0[r] = pa.x, ma[r] = pa.y, s8[r] = pb.x, mb[r] = pb.y;
+                    } else if (KQ) {
+                        s0[r] = scr[g * 8 + grp];
+                        s8[r] = scr[(g + 8) * 8 + grp];
+                    } else if (is_q4k<F>()) {
+                        s0[r] = __fmaf_rn(k4[r][0], sc[r][0][grp], k4[r][4]);
+                        s8[r] = __fmaf_rn(k4[r][2], sc[r][1][grp], k4[r][6]);
+                        // dmin m + 128 d sc (dmin m exact, one rounding), taken with a minus sign.
+                        ma[r] = __fmaf_rn(s0[r], 128.0f, __fmaf_rn(k4[r][1], sc[r][2][grp], k4[r][5]));
+                        mb[r] = __fmaf_rn(s8[r], 128.0f, __fmaf_rn(k4[r][3], sc[r][3][grp], k4[r][7]));
+                    } else if (F == QF_Q6K) {
+                        s0[r] = __fmul_rn(f16_bits_to_f32(ra[r].s[2]), sc[r][0][grp] - 8388736.0f);
+                        s8[r] = __fmul_rn(f16_bits_to_f32(rb[r].s[2]), sc[r][1][grp] - 8388736.0f);
+                    } else {
+                        s0[r] = scale_f16(ra[r].s, grp);
+                        s8[r] = scale_f16(rb[r].s, grp);
+                    }
+                }
+    #pragma unroll
+                for (int j = 0; j < NT; ++j) {
+                    u32 bl[G / 8];
+                    if (!HOIST) load_x(j, grp, bl);
+                    const u32* b = HOIST ? bxa[HOIST ? j : 0][grp] : bl;
+                    // Q4_K: the sum of x over the group (taken with the first tile, for every tile).
+                    float xs[4] = {0.f, 0.f, 0.f, 0.f};
+    #pragma unroll
+                    for (int r = 0; r < R; ++r) {
+                        float tmp[4] = {0.f, 0.f, 0.f, 0.f};
+    #pragma unroll
+                        for (int u = 0; u < G / 16; ++u) {
+                            if (F == QF_Q4_0 || F == QF_Q6K) mma_bf16_16816(tmp, offs, &b[2 * u]);
+                            mma_bf16_16816(tmp, a[r][u], &b[2 * u]);
+                        }
+                        float* c = acc[r][j];
+                        // c0, c1: row g; c2, c3: row g + 8 (columns 2t, 2t + 1 are x rows).
+                        c[0] = __fmaf_rn(s0[r], tmp[0], c[0]);
+                        c[2] = __fmaf_rn(s8[r], tmp[2], c[2]);
                         if (ODD) {
-                            c[1] = __fmaf_rn(-ma[r], xs[1], c[1]);
-                            c[3] = __fmaf_rn(-mb[r], xs[3], c[3]);
+                            c[1] = __fmaf_rn(s0[r], tmp[1], c[1]);
+                            c[3] = __fmaf_rn(s8[r], tmp[3], c[3]);
+                        }
+                        if (is_q4k<F>()) {
+                            if (r == 0) {
+    #pragma unroll
+                                for (int u = 0; u < G / 16; ++u) mma_bf16_16816(xs, ones, &b[2 * u]);
+                            }
+                            c[0] = __fmaf_rn(-ma[r], xs[0], c[0]);
+                            c[2] = __fmaf_rn(-mb[r], xs[2], c[2]);
+                            if (ODD) {
+                                c[1] = __fmaf_rn(-ma[r], xs[1], c[1]);
+                                c[3] = __fmaf_rn(-mb[r], xs[3], c[3]);
+                            }
                         }
                     }
                 }
