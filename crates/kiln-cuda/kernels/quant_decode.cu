@@ -55,7 +55,7 @@ __device__ __forceinline__ void skinny2_body(float* __restrict__ y, const bf16_t
     constexpr int G = Q::G, P = G / 4, NG = 128 / G;
     constexpr int PIECES = REC / 16, ROUNDS = (PIECES + 31) / 32, QROUNDS = Q::QB / 512;
     // K-quant rows are whole 256-value blocks: every chunk is whole.
-    constexpr bool WHOLE = is_q4k<F>() || F == QF_Q6K;
+    constexpr bool WHOLE = is_q4k<F>() || is_q6k<F>();
     // x of the whole chunk loaded before the record is read: one fragment (but Q4_K's 8-row
     // entry, which has no registers for it once it shares the scales; see below).
     constexpr bool HOIST = NT == 1 && !(is_q4k<F>() && ODD);
@@ -68,18 +68,18 @@ __device__ __forceinline__ void skinny2_body(float* __restrict__ y, const bf16_t
     // This CTA's R tiles of 16 rows (a tile past the weight is neither read nor written).
     const int tile0 = blockIdx.x * R, tiles = (N + 15) / 16;
     unsigned char* const ring = sq_smem + warp * S * R * REC;
-    // Global bytes a chunk takes (Q4K2: half a 2,304-byte record); a warp's chunks are W apart
-    // (W even: a Q4K2 warp keeps its half).
-    constexpr int CB = F == QF_Q4K2 ? 1152 : REC;
-    static_assert(F != QF_Q4K2 || W % 2 == 0, "Q4K2 warps keep one half of each record");
+    // Global bytes a chunk takes (Q4K2, Q6K2: half a 2,304- or 3,360-byte record); a warp's
+    // chunks are W apart (W even: a Q4K2 or Q6K2 warp keeps its half).
+    constexpr int CB = F == QF_Q4K2 ? 1152 : F == QF_Q6K2 ? 1680 : REC;
+    static_assert(!two_halves<F>() || W % 2 == 0, "Q4K2 and Q6K2 warps keep one half of each record");
     const unsigned char* scl;
     const unsigned char* src = chunk_at<F>(wq, (u64)tile0, chunks, warp, scl) + lane * 16;
-    // Q4K2: where the rows' scales are from the warp's quants, the same for all its records
+    // Q4K2, Q6K2: where the rows' scales are from the warp's quants, the same for all its records
     // (a constant in the loop's copy for each half, below).
     const int scl_off = (int)(scl - (src - lane * 16));
     int put = 0, issued = 0;
     // Copies this warp's next record of each tile into its stage (quants, then the rows'
-    // scales: a record's two parts, apart only in Q4K2); always commits a group (maybe empty) so
+    // scales: a record's two parts, apart only in Q4K2 and Q6K2); always commits a group (maybe empty) so
     // that the wait counts below hold at the tail.
     auto issue = [&](int scales_at) {
         if (issued < n_my) {
@@ -92,7 +92,7 @@ __device__ __forceinline__ void skinny2_body(float* __restrict__ y, const bf16_t
                 for (int k = 0; k < ROUNDS; ++k)
                     if (32 * (k + 1) <= PIECES || lane + 32 * k < PIECES)
                         cp_async_16(dst + 512 * k,
-                                    F != QF_Q4K2 || k < QROUNDS ? src + at + 512 * k
+                                    !two_halves<F>() || k < QROUNDS ? src + at + 512 * k
                                                                 : src + at + scales_at + 512 * (k - QROUNDS),
                                     16);
             }
@@ -126,10 +126,10 @@ __device__ __forceinline__ void skinny2_body(float* __restrict__ y, const bf16_t
                          offset_operand<F>()};
     int get = 0;
 
-    // The records, in order. Q4K2's half (which of a record's two 128-k halves this warp
+    // The records, in order. Q4K2's and Q6K2's half (which of a record's two 128-k halves this warp
     // reads: its chunks are W apart, W even) is a constant in each unrolled copy of the loop,
     // so that the unpacking of the packed scales folds to that half's own operations.
-    constexpr int HALVES = F == QF_Q4K2 ? 2 : 1;
+    constexpr int HALVES = two_halves<F>() ? 2 : 1;
 #pragma unroll
     for (int HALF = 0; HALF < HALVES; ++HALF) {
         if (HALVES == 2 && HALF != (warp & 1)) continue;
@@ -173,7 +173,7 @@ __device__ __forceinline__ void skinny2_body(float* __restrict__ y, const bf16_t
                 rb[r] = lane_row<F>(st + r * REC, g + 8, t, HALF);
             }
             // Every lane has read the stage read one iteration ago (the barrier above): refill it.
-            issue(F == QF_Q4K2 ? 2048 - 1024 * HALF : 0);
+            issue(F == QF_Q4K2 ? 2048 - 1024 * HALF : F == QF_Q6K2 ? 3072 - 1408 * HALF : 0);
 
             // The magic of byte_f, opaque to the compiler so that it stays in a register.
             u32 m23;
@@ -185,9 +185,9 @@ __device__ __forceinline__ void skinny2_body(float* __restrict__ y, const bf16_t
             // computed all of them, a quarter of the instructions. Each row's eight floats: (scale,
             // minimum) pairs (Q4_K) or scales (Q6_K), read where they are used.
             // The one-row entries, whose registers are spent, compute every scale in every lane.
-            constexpr bool KQ = (is_q4k<F>() || F == QF_Q6K) && ODD;
-            float k4[R][8], sc[R][4][F == QF_Q6K ? 8 : 4];
-            if (!KQ && (is_q4k<F>() || F == QF_Q6K)) {
+            constexpr bool KQ = (is_q4k<F>() || is_q6k<F>()) && ODD;
+            float k4[R][8], sc[R][4][is_q6k<F>() ? 8 : 4];
+            if (!KQ && (is_q4k<F>() || is_q6k<F>())) {
     #pragma unroll
                 for (int r = 0; r < R; ++r) {
                     if (is_q4k<F>()) {
@@ -297,7 +297,7 @@ __device__ __forceinline__ void skinny2_body(float* __restrict__ y, const bf16_t
                         // dmin m + 128 d sc (dmin m exact, one rounding), taken with a minus sign.
                         ma[r] = __fmaf_rn(s0[r], 128.0f, __fmaf_rn(k4[r][1], sc[r][2][grp], k4[r][5]));
                         mb[r] = __fmaf_rn(s8[r], 128.0f, __fmaf_rn(k4[r][3], sc[r][3][grp], k4[r][7]));
-                    } else if (F == QF_Q6K) {
+                    } else if (is_q6k<F>()) {
                         s0[r] = __fmul_rn(f16_bits_to_f32(ra[r].s[2]), sc[r][0][grp] - 8388736.0f);
                         s8[r] = __fmul_rn(f16_bits_to_f32(rb[r].s[2]), sc[r][1][grp] - 8388736.0f);
                     } else {
@@ -317,7 +317,7 @@ __device__ __forceinline__ void skinny2_body(float* __restrict__ y, const bf16_t
                         float tmp[4] = {0.f, 0.f, 0.f, 0.f};
     #pragma unroll
                         for (int u = 0; u < G / 16; ++u) {
-                            if (F == QF_Q4_0 || F == QF_Q6K) mma_bf16_16816(tmp, offs, &b[2 * u]);
+                            if (F == QF_Q4_0 || is_q6k<F>()) mma_bf16_16816(tmp, offs, &b[2 * u]);
                             mma_bf16_16816(tmp, a[r][u], &b[2 * u]);
                         }
                         float* c = acc[r][j];
@@ -410,3 +410,10 @@ SQ2_ENTRY(skinny2_q6_k_32, QF_Q6K, 4, 4, 16, 1, true, 1)
 SQ2_ENTRY(skinny2_q6_k_64, QF_Q6K, 8, 4, 16, 1, true, 1)
 SQ2_ENTRY(skinny2_q6_k_16_t2, QF_Q6K, 2, 3, 16, 1, true, 2)
 SQ2_ENTRY(skinny2_q6_k_32_t2, QF_Q6K, 4, 3, 16, 1, true, 2)
+SQ2_ENTRY(skinny2_q6_k2_1, QF_Q6K2, 1, 4, 16, 2, false, 1)
+SQ2_ENTRY(skinny2_q6_k2_8, QF_Q6K2, 1, 4, 16, 2, true, 1)
+SQ2_ENTRY(skinny2_q6_k2_16, QF_Q6K2, 2, 4, 16, 2, true, 1)
+SQ2_ENTRY(skinny2_q6_k2_32, QF_Q6K2, 4, 4, 16, 1, true, 1)
+SQ2_ENTRY(skinny2_q6_k2_64, QF_Q6K2, 8, 4, 16, 1, true, 1)
+SQ2_ENTRY(skinny2_q6_k2_16_t2, QF_Q6K2, 2, 3, 16, 1, true, 2)
+SQ2_ENTRY(skinny2_q6_k2_32_t2, QF_Q6K2, 4, 3, 16, 1, true, 2)

@@ -23,6 +23,12 @@
 // scales and minimums), 4.5 bits a weight. A warp still takes 128-k chunks: it copies its half's
 // quants and the rows' packed scales into a stage laid out as the other formats' records.
 #define QF_Q4K2 4
+// Q6_K in records of 256 k (GpuQuant::Q6K2): a super-block's two 128-k halves of quants as Q6_K
+// lays out a chunk's, then the rows' scales of the first half (8 bytes a row, + 128), the rows'
+// f16 d, the rows' scales of the second half: the file's 6.5625 bits a weight. A half's scales
+// and the d are 160 contiguous bytes (d after the scales in the first half, before them in the
+// second), what a warp copies into its stage after the half's quants.
+#define QF_Q6K2 5
 
 template <int F> struct QFmt;
 // G: k per scale; QB: quant bytes per record (per 128-k chunk); SR: scale bytes per row.
@@ -31,14 +37,18 @@ template <> struct QFmt<QF_Q4_0> { static constexpr int G = 32, QB = 1024, SR = 
 template <> struct QFmt<QF_Q4K> { static constexpr int G = 32, QB = 1024, SR = 12; };
 template <> struct QFmt<QF_Q6K> { static constexpr int G = 16, QB = 1536, SR = 12; };
 template <> struct QFmt<QF_Q4K2> { static constexpr int G = 32, QB = 1024, SR = 16; };
+template <> struct QFmt<QF_Q6K2> { static constexpr int G = 16, QB = 1536, SR = 10; };
 
 // Bytes of a chunk's stage in shared memory (the record itself but for Q4K2).
 template <int F> __host__ __device__ constexpr int q_record() { return QFmt<F>::QB + 16 * QFmt<F>::SR; }
 
 template <int F> __host__ __device__ constexpr bool is_q4k() { return F == QF_Q4K || F == QF_Q4K2; }
+template <int F> __host__ __device__ constexpr bool is_q6k() { return F == QF_Q6K || F == QF_Q6K2; }
+// Formats whose records hold 256 k, each 128-k chunk read as one half.
+template <int F> __host__ __device__ constexpr bool two_halves() { return F == QF_Q4K2 || F == QF_Q6K2; }
 
 // Where chunk c of row tile `tile` is in global memory: its quants (returned) and its rows'
-// scales (`scales`), contiguous but for Q4K2.
+// scales (`scales`), contiguous but for Q4K2 and Q6K2 (Q6K2: the half's 160 bytes of scales and d).
 template <int F>
 __device__ __forceinline__ const unsigned char* chunk_at(const unsigned char* wq, u64 tile, int chunks, int c,
                                                          const unsigned char*& scales) {
@@ -46,6 +56,11 @@ __device__ __forceinline__ const unsigned char* chunk_at(const unsigned char* wq
         const unsigned char* sb = wq + (tile * (u64)(chunks >> 1) + (u64)(c >> 1)) * 2304;
         scales = sb + 2048;
         return sb + (c & 1) * 1024;
+    }
+    if (F == QF_Q6K2) {
+        const unsigned char* sb = wq + (tile * (u64)(chunks >> 1) + (u64)(c >> 1)) * 3360;
+        scales = sb + 3072 + (c & 1) * 128;
+        return sb + (c & 1) * 1536;
     }
     const unsigned char* q = wq + (tile * (u64)chunks + (u64)c) * q_record<F>();
     scales = q + QFmt<F>::QB;
@@ -100,12 +115,20 @@ __device__ __forceinline__ LaneRow<F> lane_row_at(const unsigned char* rec, cons
     LaneRow<F> L;
     L.q[0] = *reinterpret_cast<const uint4*>(rec + (r * 4 + t) * 16);
     if (F == QF_Q8_0) L.q[F == QF_Q8_0 ? 1 : 0] = *reinterpret_cast<const uint4*>(rec + 1024 + (r * 4 + t) * 16);
-    if (F == QF_Q6K) L.h = *reinterpret_cast<const uint2*>(rec + 1024 + (r * 4 + t) * 8);
+    if (is_q6k<F>()) L.h = *reinterpret_cast<const uint2*>(rec + 1024 + (r * 4 + t) * 8);
     if (F == QF_Q4K2) {
         const uint4 v = *reinterpret_cast<const uint4*>(scl + r * 16);
         L.s[0] = v.x;
         L.s[1] = half ? (v.w & 0x0F0F0F0Fu) | ((v.y >> 2) & 0x30303030u) : v.y & 0x3F3F3F3Fu;
         L.s[2] = half ? ((v.w >> 4) & 0x0F0F0F0Fu) | ((v.z >> 2) & 0x30303030u) : v.z & 0x3F3F3F3Fu;
+        return L;
+    }
+    if (F == QF_Q6K2) {
+        // Q6_K's words: the half's eight scales (+ 128), then d.
+        const uint2 v = *reinterpret_cast<const uint2*>(scl + (half ? 32 : 0) + r * 8);
+        L.s[0] = v.x;
+        L.s[1] = v.y;
+        L.s[2] = *reinterpret_cast<const unsigned short*>(scl + (half ? 0 : 128) + r * 2);
         return L;
     }
     const u32* s = reinterpret_cast<const u32*>(scl + r * Q::SR);
@@ -122,7 +145,8 @@ __device__ __forceinline__ LaneRow<F> lane_row(const unsigned char* rec, int r, 
 
 // Q6_K's three words of lane pairs 8g..8g + 8 (quant_layout.rs, q6_places): a0 and a1 of the
 // 16 quant bytes, a2 of the 8 at 1024.
-__device__ __forceinline__ void q6_words(const LaneRow<QF_Q6K>& L, int g, u32& a0, u32& a1, u32& a2) {
+template <int F>
+__device__ __forceinline__ void q6_words(const LaneRow<F>& L, int g, u32& a0, u32& a1, u32& a2) {
     a0 = g ? L.q[0].z : L.q[0].x;
     a1 = g ? L.q[0].w : L.q[0].y;
     a2 = g ? L.h.y : L.h.x;
@@ -135,7 +159,7 @@ __device__ __forceinline__ void q6_words(const LaneRow<QF_Q6K>& L, int g, u32& a
 template <int F>
 __device__ __forceinline__ u32 lane_pair_biased(const LaneRow<F>& L, int w, int p) {
     const u32 magic = 0x43004300u;
-    if constexpr (F == QF_Q6K) {
+    if constexpr (is_q6k<F>()) {
         u32 a0, a1, a2;
         q6_words(L, w >> 1, a0, a1, a2);
         const int pp = 4 * (w & 1) + p;
@@ -148,7 +172,8 @@ __device__ __forceinline__ u32 lane_pair_biased(const LaneRow<F>& L, int w, int 
 }
 
 // Q6_K's stored six-bit quant (0..63) of lane value pair (word w, pair p), half `half`.
-__device__ __forceinline__ int q6_quant(const LaneRow<QF_Q6K>& L, int w, int p, int half) {
+template <int F>
+__device__ __forceinline__ int q6_quant(const LaneRow<F>& L, int w, int p, int half) {
     u32 a0, a1, a2;
     q6_words(L, w >> 1, a0, a1, a2);
     const int pp = 4 * (w & 1) + p, h = 16 * half;
@@ -170,7 +195,7 @@ __device__ __forceinline__ u32 lane_pair(const LaneRow<F>& L, int w, int p) {
         return pack_bf16x2(lo, hi);
     }
     const u32 v = lane_pair_biased<F>(L, w, p);
-    if (F == QF_Q6K) return bf16x2_fma(v, 0x3F803F80u, 0xC320C320u);  // - 160
+    if (is_q6k<F>()) return bf16x2_fma(v, 0x3F803F80u, 0xC320C320u);  // - 160
     return bf16x2_fma(v, 0x3F803F80u, F == QF_Q4_0 ? 0xC308C308u : 0xC300C300u);  // - 136 / - 128
 }
 
@@ -384,7 +409,7 @@ __device__ __forceinline__ void word_values(const LaneRow<F>& L, int t, int w, f
             const float d1 = __fmul_rn(scale_f16(L.s, 0), (float)((L.s[1] >> (8 * w)) & 0xffu));
             const float m1 = __fmul_rn(scale_f16(L.s, 1), (float)((L.s[2] >> (8 * w)) & 0xffu));
             v[e] = __fsub_rn(__fmul_rn(d1, (float)lo), m1);
-        } else if constexpr (F == QF_Q6K) {
+        } else if constexpr (is_q6k<F>()) {
             const int q6 = q6_quant(L, w, p, half);
             const int grp = 2 * w + (e >> 2);
             const int sc = (int)((L.s[grp >> 2] >> (8 * (grp & 3))) & 0xffu) - 128;
@@ -407,7 +432,7 @@ __device__ __forceinline__ void to_bf16_body(bf16_t* __restrict__ out, const uns
     const int t = threadIdx.x & 3, r = (threadIdx.x >> 2) & 15;
     const u32 per_cta = blockDim.x / 64;
     // K-quant rows are whole 256-value blocks: every chunk is whole.
-    constexpr bool WHOLE = is_q4k<F>() || F == QF_Q6K;
+    constexpr bool WHOLE = is_q4k<F>() || is_q6k<F>();
     for (u32 rec = blockIdx.x * per_cta + (threadIdx.x >> 6); rec < records; rec += gridDim.x * per_cta) {
         const u32 tile = rec / chunks, c = rec - tile * chunks;
         const int n = (int)tile * 16 + r;
@@ -520,3 +545,6 @@ QTBW_ENTRY(quant_to_bf16_words_q6_k, QF_Q6K)
 QTB_ENTRY(quant_to_bf16_q4_k2, QF_Q4K2)
 QEMB_ENTRY(quant_embed_q4_k2, QF_Q4K2)
 QTBW_ENTRY(quant_to_bf16_words_q4_k2, QF_Q4K2)
+QTB_ENTRY(quant_to_bf16_q6_k2, QF_Q6K2)
+QEMB_ENTRY(quant_embed_q6_k2, QF_Q6K2)
+QTBW_ENTRY(quant_to_bf16_words_q6_k2, QF_Q6K2)

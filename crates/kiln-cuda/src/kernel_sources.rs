@@ -232,12 +232,12 @@ mod tests {
             .iter()
             .flat_map(|f| [8, 16, 32, 64].map(|r| format!("skinny_{f}_{r}")))
             .collect();
-        for f in formats.iter().chain(&["q4_k2"]) {
+        for f in formats.iter().chain(&["q4_k2", "q6_k2"]) {
             quant.push(format!("quant_to_bf16_{f}"));
             quant.push(format!("quant_embed_{f}"));
             quant.push(format!("quant_to_bf16_words_{f}"));
         }
-        for f in ["q8_0", "q4_0", "q4_k", "q4_k2", "q6_k"] {
+        for f in ["q8_0", "q4_0", "q4_k", "q4_k2", "q6_k", "q6_k2"] {
             quant.extend([1, 8, 16, 32, 64].map(|r| format!("skinny2_{f}_{r}")));
             quant.extend([16, 32].map(|r| format!("skinny2_{f}_{r}_t2")));
         }

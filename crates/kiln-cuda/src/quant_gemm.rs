@@ -32,7 +32,7 @@ impl DecodeFamily {
 
     /// Whether the family has kernels for `q` (the first reads 128-k records only).
     pub fn reads(self, q: GpuQuant) -> bool {
-        self == DecodeFamily::V2 || q != GpuQuant::Q4K2
+        self == DecodeFamily::V2 || !q.two_halves()
     }
 
     /// The family `KILN_QUANT_DECODE` picks.
@@ -80,6 +80,7 @@ impl Entry {
             Some("QF_Q4K") => GpuQuant::Q4K,
             Some("QF_Q6K") => GpuQuant::Q6K,
             Some("QF_Q4K2") => GpuQuant::Q4K2,
+            Some("QF_Q6K2") => GpuQuant::Q6K2,
             other => bail!("quant entry {}: unknown format {other:?}", p.name),
         };
         let (family, odd) = match p.arg("ODD").map(str::trim) {
@@ -473,20 +474,26 @@ mod tests {
             }
         }
         // The first family has no entry for 256-k records.
-        assert!(Gpu::skinny_quant_entries(DecodeFamily::V1, GpuQuant::Q4K2).is_empty());
-        assert!(entry(DecodeFamily::V1, GpuQuant::Q4K2, 1).is_err());
-        // A Q4K2 warp keeps one half of every record: an even warp count (quant_decode.cu);
-        // each entry has Q4_K's warps, fragments and tiles, so Q4_K's order of sums and bits.
-        for e in entries().iter().filter(|e| e.format == GpuQuant::Q4K2) {
-            assert_eq!(e.warps % 2, 0, "{}", e.name);
-            let twin = e.name.replace("q4_k2", "q4_k");
-            let t = entries().iter().find(|t| t.name == twin).unwrap();
-            assert_eq!(
-                (t.format, t.warps, t.nt, t.tiles, t.odd),
-                (GpuQuant::Q4K, e.warps, e.nt, e.tiles, e.odd),
-                "{}",
-                e.name
-            );
+        for (q2, q) in [
+            (GpuQuant::Q4K2, GpuQuant::Q4K),
+            (GpuQuant::Q6K2, GpuQuant::Q6K),
+        ] {
+            assert!(Gpu::skinny_quant_entries(DecodeFamily::V1, q2).is_empty());
+            assert!(entry(DecodeFamily::V1, q2, 1).is_err());
+            // A warp keeps one half of every record: an even warp count (quant_decode.cu);
+            // each entry has the 128-k format's warps, fragments and tiles, so its order of
+            // sums and bits.
+            for e in entries().iter().filter(|e| e.format == q2) {
+                assert_eq!(e.warps % 2, 0, "{}", e.name);
+                let twin = e.name.replace(q2.name(), q.name());
+                let t = entries().iter().find(|t| t.name == twin).unwrap();
+                assert_eq!(
+                    (t.format, t.warps, t.nt, t.tiles, t.odd),
+                    (q, e.warps, e.nt, e.tiles, e.odd),
+                    "{}",
+                    e.name
+                );
+            }
         }
     }
 }

@@ -45,15 +45,22 @@ pub enum GpuQuant {
     /// each row's 16 bytes of the block (d, dmin, 12 bytes of six-bit scales and minimums).
     /// `KILN_QUANT_Q4K=256`; the second decode family, the expansion and the embedding read it.
     Q4K2,
+    /// Q6_K in records of 16 rows x 256 k at the file's 6.5625 bits a weight (Q6_K's 6.75): a
+    /// super-block's two halves of quants as Q6_K lays out a chunk's, then the rows' eight
+    /// scales (+ 128) of the first half, their f16 d, the eight of the second half, so that a
+    /// half's scales and d are 160 contiguous bytes ([`Q6K2_RECORD`]). `KILN_QUANT_Q6K=256`;
+    /// read where Q4K2 is.
+    Q6K2,
 }
 
 impl GpuQuant {
-    pub const ALL: [GpuQuant; 5] = [
+    pub const ALL: [GpuQuant; 6] = [
         GpuQuant::Q8_0,
         GpuQuant::Q4_0,
         GpuQuant::Q4K,
         GpuQuant::Q6K,
         GpuQuant::Q4K2,
+        GpuQuant::Q6K2,
     ];
 
     pub fn from_dtype(dtype: DType) -> Option<GpuQuant> {
@@ -71,7 +78,7 @@ impl GpuQuant {
             GpuQuant::Q8_0 => DType::Q8_0,
             GpuQuant::Q4_0 => DType::Q4_0,
             GpuQuant::Q4K | GpuQuant::Q4K2 => DType::Q4K,
-            GpuQuant::Q6K => DType::Q6K,
+            GpuQuant::Q6K | GpuQuant::Q6K2 => DType::Q6K,
         }
     }
 
@@ -83,6 +90,7 @@ impl GpuQuant {
             GpuQuant::Q4K => "q4_k",
             GpuQuant::Q6K => "q6_k",
             GpuQuant::Q4K2 => "q4_k2",
+            GpuQuant::Q6K2 => "q6_k2",
         }
     }
 
@@ -94,13 +102,14 @@ impl GpuQuant {
             GpuQuant::Q4K => 2,
             GpuQuant::Q6K => 3,
             GpuQuant::Q4K2 => 4,
+            GpuQuant::Q6K2 => 5,
         }
     }
 
     /// k per scale: a tensor-core step never crosses one.
     pub fn group(self) -> usize {
         match self {
-            GpuQuant::Q6K => 16,
+            GpuQuant::Q6K | GpuQuant::Q6K2 => 16,
             _ => 32,
         }
     }
@@ -109,29 +118,42 @@ impl GpuQuant {
         match self {
             GpuQuant::Q8_0 => TILE_ROWS * CHUNK,
             GpuQuant::Q4_0 | GpuQuant::Q4K | GpuQuant::Q4K2 => TILE_ROWS * CHUNK / 2,
-            GpuQuant::Q6K => TILE_ROWS * CHUNK * 3 / 4,
+            GpuQuant::Q6K | GpuQuant::Q6K2 => TILE_ROWS * CHUNK * 3 / 4,
         }
     }
 
-    /// Bytes of one row's scales in a record (Q4K2: in a chunk's stage in shared memory).
+    /// Bytes of one row's scales in a record (Q4K2, Q6K2: in a chunk's stage in shared memory).
     pub fn scale_row_bytes(self) -> usize {
         match self {
             GpuQuant::Q8_0 | GpuQuant::Q4_0 => 8,
             GpuQuant::Q4K | GpuQuant::Q6K => 12,
             GpuQuant::Q4K2 => 16,
+            GpuQuant::Q6K2 => 10,
         }
     }
 
+    /// Whether a record holds 256 k, each 128-k chunk one half of it (Q4K2, Q6K2).
+    pub fn two_halves(self) -> bool {
+        matches!(self, GpuQuant::Q4K2 | GpuQuant::Q6K2)
+    }
+
     /// Bytes of one record (16 rows x 128 k), a multiple of 16: what a warp holds of a chunk
-    /// in shared memory (Q4K2's records in memory are [`Q4K2_RECORD`] bytes for 256 k).
+    /// in shared memory (Q4K2's and Q6K2's records in memory are [`Q4K2_RECORD`] and
+    /// [`Q6K2_RECORD`] bytes for 256 k).
     pub fn record_bytes(self) -> usize {
         self.quant_bytes() + TILE_ROWS * self.scale_row_bytes()
     }
 
     /// Device bytes of a `[rows, cols]` weight.
     pub fn device_bytes(self, rows: usize, cols: usize) -> usize {
-        if self == GpuQuant::Q4K2 {
-            return rows.div_ceil(TILE_ROWS) * cols.div_ceil(2 * CHUNK) * Q4K2_RECORD;
+        match self {
+            GpuQuant::Q4K2 => {
+                return rows.div_ceil(TILE_ROWS) * cols.div_ceil(2 * CHUNK) * Q4K2_RECORD
+            }
+            GpuQuant::Q6K2 => {
+                return rows.div_ceil(TILE_ROWS) * cols.div_ceil(2 * CHUNK) * Q6K2_RECORD
+            }
+            _ => {}
         }
         rows.div_ceil(TILE_ROWS) * cols.div_ceil(CHUNK) * self.record_bytes()
     }
@@ -144,6 +166,8 @@ impl GpuQuant {
 
 /// Bytes of a Q4K2 record: 16 rows x 256 k.
 pub const Q4K2_RECORD: usize = 2 * 1024 + TILE_ROWS * 16;
+/// Bytes of a Q6K2 record: 16 rows x 256 k, the file's 210 bytes a row's block.
+pub const Q6K2_RECORD: usize = 2 * 1536 + TILE_ROWS * (8 + 2 + 8);
 
 /// `(t, i)` of chunk-relative k: the inverse of `lane_k`.
 fn lane_of(q: GpuQuant, kk: usize) -> (usize, usize) {
@@ -161,7 +185,7 @@ fn quant_place(q: GpuQuant, r: usize, t: usize, i: usize) -> (usize, u32) {
             let at = (i / 16) * 1024 + (r * 4 + t) * 16 + i % 16;
             (at & !3, 8 * (at as u32 & 3))
         }
-        GpuQuant::Q6K => q6_places(r, t, i).0,
+        GpuQuant::Q6K | GpuQuant::Q6K2 => q6_places(r, t, i).0,
         _ => (
             (r * 4 + t) * 16 + word * 4,
             4 * (e as u32 / 2) + 16 * (e as u32 % 2),
@@ -226,7 +250,7 @@ fn raw_chunk(q: GpuQuant, row: &[u8], c: usize, raw: &mut [u8; CHUNK]) {
                 }
             }
         }
-        GpuQuant::Q6K => {
+        GpuQuant::Q6K | GpuQuant::Q6K2 => {
             let x = &row[(c / 2) * 210..][..210];
             let n = c % 2;
             let (ql, qh) = (&x[64 * n..64 * n + 64], &x[128 + 32 * n..128 + 32 * n + 32]);
@@ -261,7 +285,7 @@ fn put_scales(q: GpuQuant, row: &[u8], cols: usize, c: usize, dst: &mut [u8]) {
                 dst[8 + sb] = m;
             }
         }
-        GpuQuant::Q6K => {
+        GpuQuant::Q6K | GpuQuant::Q6K2 => {
             let x = &row[(c / 2) * 210..][..210];
             for g in 0..8 {
                 dst[g] = x[192 + 8 * (c % 2) + g] ^ 0x80;
@@ -297,8 +321,10 @@ impl Places {
 /// Repacks `rows` rows of `cols` values of GGML blocks of `q` into the device layout
 /// (`[tile][chunk][record]`; Q4K2 `[tile][super-block][record]`).
 pub fn repack(q: GpuQuant, rows: usize, cols: usize, bytes: &[u8]) -> Result<Vec<u8>> {
-    if q == GpuQuant::Q4K2 {
-        return repack_q4k2(rows, cols, bytes);
+    match q {
+        GpuQuant::Q4K2 => return repack_q4k2(rows, cols, bytes),
+        GpuQuant::Q6K2 => return repack_q6k2(rows, cols, bytes),
+        _ => {}
     }
     let dtype = q.dtype();
     ensure!(
@@ -332,7 +358,7 @@ pub fn repack(q: GpuQuant, rows: usize, cols: usize, bytes: &[u8]) -> Result<Vec
                     raw.fill(0);
                     raw_chunk(q, row, c, &mut raw);
                     let lo = &places.lo[r * CHUNK..][..CHUNK];
-                    if q == GpuQuant::Q6K {
+                    if q.dtype() == DType::Q6K {
                         let hi = &places.hi[r * CHUNK..][..CHUNK];
                         for kk in 0..CHUNK {
                             words[lo[kk].0] |= ((raw[kk] & 0xF) as u32) << lo[kk].1;
@@ -377,6 +403,47 @@ fn repack_q4k2(rows: usize, cols: usize, bytes: &[u8]) -> Result<Vec<u8>> {
             }
         });
     Ok(out)
+}
+
+/// Q6K2 from Q6_K's records: each super-block's two chunks' quants, then the rows' first-half
+/// scales (+ 128, as Q6_K's records hold them), their d, their second-half scales.
+fn repack_q6k2(rows: usize, cols: usize, bytes: &[u8]) -> Result<Vec<u8>> {
+    let q6 = repack(GpuQuant::Q6K, rows, cols, bytes)?;
+    let (chunks, rec) = (cols.div_ceil(CHUNK), GpuQuant::Q6K.record_bytes());
+    let blocks = chunks / 2;
+    let mut out = vec![0u8; GpuQuant::Q6K2.device_bytes(rows, cols)];
+    let row_bytes = DType::Q6K.bytes_for(cols).expect("checked by repack");
+    out.par_chunks_mut(blocks * Q6K2_RECORD)
+        .enumerate()
+        .for_each(|(tile, dst)| {
+            for (b, record) in dst.chunks_exact_mut(Q6K2_RECORD).enumerate() {
+                for h in 0..2 {
+                    let from = &q6[(tile * chunks + 2 * b + h) * rec..][..1536];
+                    record[h * 1536..(h + 1) * 1536].copy_from_slice(from);
+                }
+                for r in 0..TILE_ROWS.min(rows - tile * TILE_ROWS) {
+                    let x = &bytes[(tile * TILE_ROWS + r) * row_bytes + b * 210..][..210];
+                    for h in 0..2 {
+                        let at = q6k2_scales_at(h, r);
+                        for g in 0..8 {
+                            record[at + g] = x[192 + 8 * h + g] ^ 0x80;
+                        }
+                    }
+                    record[q6k2_d_at(r)..][..2].copy_from_slice(&x[208..210]);
+                }
+            }
+        });
+    Ok(out)
+}
+
+/// Where row `r`'s eight scales of half `h` are in a Q6K2 record.
+fn q6k2_scales_at(h: usize, r: usize) -> usize {
+    3072 + h * (128 + 32) + r * 8
+}
+
+/// Where row `r`'s d is in a Q6K2 record.
+fn q6k2_d_at(r: usize) -> usize {
+    3072 + 128 + r * 2
 }
 
 /// Q4K2: the scale and minimum words of half `h` of a row's packed 12 bytes `p` (little-endian
@@ -427,6 +494,7 @@ fn record_value(q: GpuQuant, rec: &[u8], r: usize, kk: usize) -> f32 {
             d1 * raw as f32 - m1
         }
         GpuQuant::Q4K2 => unreachable!("decode_rows passes Q4K2 to decode_q4k2"),
+        GpuQuant::Q6K2 => unreachable!("decode_rows passes Q6K2 to decode_q6k2"),
         GpuQuant::Q6K => {
             let lo = bits_at(rec, quant_place(q, r, t, i), 4);
             let hi = bits_at(rec, hi_place(r, t, i), 2);
@@ -438,8 +506,10 @@ fn record_value(q: GpuQuant, rec: &[u8], r: usize, kk: usize) -> f32 {
 
 /// The `[rows, cols]` values of a weight in device layout, decoded as the device does.
 pub fn decode_rows(q: GpuQuant, rows: usize, cols: usize, data: &[u8]) -> Vec<f32> {
-    if q == GpuQuant::Q4K2 {
-        return decode_q4k2(rows, cols, data);
+    match q {
+        GpuQuant::Q4K2 => return decode_q4k2(rows, cols, data),
+        GpuQuant::Q6K2 => return decode_q6k2(rows, cols, data),
+        _ => {}
     }
     let chunks = cols.div_ceil(CHUNK);
     let rec = q.record_bytes();
@@ -473,6 +543,28 @@ fn decode_q4k2(rows: usize, cols: usize, data: &[u8]) -> Vec<f32> {
             let d1 = f16_at(s, 0) * ((sc >> sb) & 0xFF) as f32;
             let m1 = f16_at(s, 2) * ((m >> sb) & 0xFF) as f32;
             *v = d1 * raw as f32 - m1;
+        }
+    });
+    out
+}
+
+/// Q6K2's `[rows, cols]` values, decoded as the device does: the half's quants as Q6_K's,
+/// its scale and the row's d, then Q6_K's operations.
+fn decode_q6k2(rows: usize, cols: usize, data: &[u8]) -> Vec<f32> {
+    let blocks = cols.div_ceil(2 * CHUNK);
+    let mut out = vec![0f32; rows * cols];
+    out.par_chunks_mut(cols).enumerate().for_each(|(n, row)| {
+        let (tile, r) = (n / TILE_ROWS, n % TILE_ROWS);
+        for (k, v) in row.iter_mut().enumerate() {
+            let at = (tile * blocks + k / (2 * CHUNK)) * Q6K2_RECORD;
+            let record = &data[at..at + Q6K2_RECORD];
+            let (h, kk) = ((k / CHUNK) % 2, k % CHUNK);
+            let (t, i) = lane_of(GpuQuant::Q6K, kk);
+            let quants = &record[h * 1536..];
+            let lo = bits_at(quants, quant_place(GpuQuant::Q6K, r, t, i), 4);
+            let hi = bits_at(quants, hi_place(r, t, i), 2);
+            let sc = (record[q6k2_scales_at(h, r) + kk / 16] ^ 0x80) as i8;
+            *v = f16_at(record, q6k2_d_at(r)) * sc as f32 * ((lo | (hi << 4)) as i32 - 32) as f32;
         }
     });
     out
@@ -523,7 +615,7 @@ mod tests {
                             }
                         };
                         mark(quant_place(q, r, t, i), width);
-                        if q == GpuQuant::Q6K {
+                        if q.dtype() == DType::Q6K {
                             mark(hi_place(r, t, i), 2);
                         }
                     }

@@ -103,17 +103,44 @@ pub fn quantizable_global(w: GlobalWeight) -> bool {
 
 /// The format of each part of `f` when the GPU keeps it quantised: `on` (the switch), a matrix
 /// whose every part the source stores in a format the kernels read, with whole blocks per row.
-/// None: the matrix is expanded to bf16. Q4_K is kept as Q4K2 with `KILN_QUANT_Q4K=256`.
+/// None: the matrix is expanded to bf16. Q4_K and Q6_K are kept in 256-k records with
+/// `KILN_QUANT_Q4K=256` and `KILN_QUANT_Q6K=256` ([`Records256`]).
 pub fn kept_formats<W>(f: &Fused<W>, src: &dyn WeightSource, on: bool) -> Option<Vec<GpuQuant>> {
-    kept_formats_as(f, src, on, Switches::from_env().quant_q4k256)
+    kept_formats_as(f, src, on, Records256::from_env())
 }
 
-/// [`kept_formats`] with Q4_K kept as Q4K2 or not (`q4k256`).
+/// Which K-quant formats the GPU keeps in records of 256 k, the file's bytes (Q4K2, Q6K2).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Records256 {
+    pub q4_k: bool,
+    pub q6_k: bool,
+}
+
+impl Records256 {
+    pub fn from_env() -> Records256 {
+        let s = Switches::from_env();
+        Records256 {
+            q4_k: s.quant_q4k256,
+            q6_k: s.quant_q6k256,
+        }
+    }
+
+    /// The format a matrix stored as `q` is kept in.
+    fn kept(self, q: GpuQuant) -> GpuQuant {
+        match q {
+            GpuQuant::Q4K if self.q4_k => GpuQuant::Q4K2,
+            GpuQuant::Q6K if self.q6_k => GpuQuant::Q6K2,
+            q => q,
+        }
+    }
+}
+
+/// [`kept_formats`] with the 256-k records `wide` names.
 fn kept_formats_as<W>(
     f: &Fused<W>,
     src: &dyn WeightSource,
     on: bool,
-    q4k256: bool,
+    wide: Records256,
 ) -> Option<Vec<GpuQuant>> {
     let cols = f.cols?;
     if !on || f.parts.is_empty() {
@@ -125,13 +152,7 @@ fn kept_formats_as<W>(
             if !src.has(p.id) {
                 return None;
             }
-            let q = GpuQuant::from_dtype(src.quantized_dtype(p.id)?)?;
-            // Q4_K in 256-k records with the file's packed scales (KILN_QUANT_Q4K=256).
-            let q = if q == GpuQuant::Q4K && q4k256 {
-                GpuQuant::Q4K2
-            } else {
-                q
-            };
+            let q = wide.kept(GpuQuant::from_dtype(src.quantized_dtype(p.id)?)?);
             q.fits(cols).then_some(q)
         })
         .collect()
@@ -228,22 +249,27 @@ pub fn load_matrix<W>(
 /// What `load_weights` holds for `spec` from `src` with quantised weights `on`, as
 /// (device bytes of the weights apart from the RoPE tables, bytes of the prefill scratch).
 pub fn weight_bytes(spec: &ModelSpec, src: &dyn WeightSource, on: bool) -> (usize, usize) {
-    let q4k256 = Switches::from_env().quant_q4k256;
-    weight_bytes_as(spec, src, on, q4k256, embedding_on_host(spec))
+    weight_bytes_as(
+        spec,
+        src,
+        on,
+        Records256::from_env(),
+        embedding_on_host(spec),
+    )
 }
 
-/// [`weight_bytes`] with Q4_K as Q4K2 or not (`q4k256`), the embedding on the host or not.
+/// [`weight_bytes`] with the 256-k records `wide` names, the embedding on the host or not.
 fn weight_bytes_as(
     spec: &ModelSpec,
     src: &dyn WeightSource,
     on: bool,
-    q4k256: bool,
+    wide: Records256,
     embed_host: bool,
 ) -> (usize, usize) {
     let mut bytes = 0;
     let mut scratch = 0;
     for f in schema::global_weights(spec) {
-        bytes += match kept_formats_as(&f, src, on && quantizable_global(f.weight), q4k256) {
+        bytes += match kept_formats_as(&f, src, on && quantizable_global(f.weight), wide) {
             Some(_) if f.weight == GlobalWeight::Embedding && embed_host => 0,
             Some(q) => device_bytes(&f, &q),
             None => f.len() * 2,
@@ -251,7 +277,7 @@ fn weight_bytes_as(
     }
     for (l, layer) in spec.layers.iter().enumerate() {
         for f in schema::layer_weights(l, layer, spec.hidden_size) {
-            bytes += match kept_formats_as(&f, src, on && quantizable_layer(f.weight), q4k256) {
+            bytes += match kept_formats_as(&f, src, on && quantizable_layer(f.weight), wide) {
                 Some(q) => {
                     scratch = scratch.max(f.len() * 2);
                     device_bytes(&f, &q)
@@ -269,6 +295,7 @@ pub fn describe(w: &crate::weights::ModelWeights) -> String {
     let mut per: Vec<(GpuQuant, usize)> = Vec::new();
     let label = |q: GpuQuant| match q {
         GpuQuant::Q4K2 => "Q4_K (256-k records)".to_string(),
+        GpuQuant::Q6K2 => "Q6_K (256-k records)".to_string(),
         q => q.dtype().to_string(),
     };
     for s in w.quantized().flat_map(|m| &m.segments) {
@@ -354,53 +381,70 @@ mod tests {
     }
 
     #[test]
-    fn q4_k_in_256_k_records_takes_the_files_bytes() {
+    fn k_quants_in_256_k_records_take_the_files_bytes() {
         // Llama-3-8B in llama.cpp's Q4_K_M mix: each kept Q4_K matrix in Q4K2 takes the file's
-        // 144 bytes a 256-value block (4.5 bits a weight) instead of Q4_K records' 152 (4.75);
-        // nothing else changes, the prefill scratch neither.
+        // 144 bytes a 256-value block (4.5 bits a weight) instead of Q4_K records' 152 (4.75),
+        // each Q6_K one in Q6K2 the file's 210 instead of 216 (6.5625 bits, not 6.75); nothing
+        // else changes, the prefill scratch neither.
         let src = DummySource::preset("llama3-8b:q4_k_m").unwrap();
         let spec = src.config().spec();
-        // 256-value blocks of the parts kept as Q4K2.
-        fn q4k2_blocks<W>(f: &Fused<W>, src: &DummySource) -> usize {
-            let formats = kept_formats_as(f, src, true, true).unwrap();
-            f.parts
-                .iter()
-                .zip(formats)
-                .filter(|(_, q)| *q == GpuQuant::Q4K2)
-                .map(|(p, _)| p.rows * f.cols.unwrap() / 256)
-                .sum()
-        }
-        let mut q4k_blocks = 0;
-        for f in schema::global_weights(&spec) {
-            if quantizable_global(f.weight) {
-                q4k_blocks += q4k2_blocks(&f, &src);
+        let both = Records256 {
+            q4_k: true,
+            q6_k: true,
+        };
+        // 256-value blocks of the parts kept in format `q`.
+        let blocks = |q: GpuQuant| {
+            fn of<W>(f: &Fused<W>, src: &DummySource, wide: Records256, q: GpuQuant) -> usize {
+                let formats = kept_formats_as(f, src, true, wide).unwrap();
+                f.parts
+                    .iter()
+                    .zip(formats)
+                    .filter(|(_, k)| *k == q)
+                    .map(|(p, _)| p.rows * f.cols.unwrap() / 256)
+                    .sum()
             }
-        }
-        for (l, layer) in spec.layers.iter().enumerate() {
-            for f in schema::layer_weights(l, layer, spec.hidden_size) {
-                if quantizable_layer(f.weight) {
-                    q4k_blocks += q4k2_blocks(&f, &src);
+            let mut n = 0;
+            for f in schema::global_weights(&spec) {
+                if quantizable_global(f.weight) {
+                    n += of(&f, &src, both, q);
                 }
             }
-        }
-        assert!(q4k_blocks > 0);
+            for (l, layer) in spec.layers.iter().enumerate() {
+                for f in schema::layer_weights(l, layer, spec.hidden_size) {
+                    if quantizable_layer(f.weight) {
+                        n += of(&f, &src, both, q);
+                    }
+                }
+            }
+            n
+        };
+        let (q4k_blocks, q6k_blocks) = (blocks(GpuQuant::Q4K2), blocks(GpuQuant::Q6K2));
+        assert!(q4k_blocks > 0 && q6k_blocks > 0);
         let gib = |b: usize| b as f64 / (1u64 << 30) as f64;
         for embed_host in [false, true] {
-            let (q4k, scratch) = weight_bytes_as(&spec, &src, true, false, embed_host);
-            let (q4k2, scratch2) = weight_bytes_as(&spec, &src, true, true, embed_host);
-            assert_eq!(scratch, scratch2);
+            let at = |wide| weight_bytes_as(&spec, &src, true, wide, embed_host);
+            let (records, scratch) = at(Records256::default());
+            let q4k_only = Records256 {
+                q4_k: true,
+                q6_k: false,
+            };
+            let (q4k2, scratch2) = at(q4k_only);
+            let (files, scratch3) = at(both);
+            assert_eq!((scratch, scratch), (scratch2, scratch3));
             // The embedding (Q4_K) leaves the sum when it is kept on the host.
             let embed = if embed_host {
                 spec.vocab_size * spec.hidden_size / 256
             } else {
                 0
             };
-            assert_eq!(q4k - q4k2, (q4k_blocks - embed) * (152 - 144));
+            assert_eq!(records - q4k2, (q4k_blocks - embed) * (152 - 144));
+            assert_eq!(q4k2 - files, q6k_blocks * (216 - 210));
             eprintln!(
-                "llama3-8b:q4_k_m weights, embedding on the {}: {:.3} GiB with Q4_K records, {:.3} GiB with Q4K2",
+                "llama3-8b:q4_k_m weights, embedding on the {}: {:.3} GiB in 128-k records, {:.3} GiB with Q4K2, {:.3} GiB with Q4K2 and Q6K2",
                 if embed_host { "host" } else { "device" },
-                gib(q4k),
-                gib(q4k2)
+                gib(records),
+                gib(q4k2),
+                gib(files)
             );
         }
     }

@@ -41,6 +41,10 @@ pub struct Switches {
     /// (GpuQuant::Q4K2, 4.5 bits a weight instead of 4.75), read by the second decode family
     /// only: off with KILN_QUANT_DECODE=v1 (Q4_K stays in 128-k records). Opt-in until measured.
     pub quant_q4k256: bool,
+    /// KILN_QUANT_Q6K=256: Q6_K matrices in records of 256 k at the file's 6.5625 bits a
+    /// weight instead of 6.75 (GpuQuant::Q6K2), read by the second decode family only, as
+    /// Q4K2. Opt-in until measured.
+    pub quant_q6k256: bool,
     /// KILN_CUDA_GRAPH_PREFILL=N: the largest prefill bucket with a graph (0: none); None when
     /// unset or not a number, for the default of graphs_pad.rs.
     pub graph_prefill_max: Option<usize>,
@@ -255,6 +259,7 @@ impl Env {
                 quant_embed_host: var("KILN_QUANT_EMBED").as_deref() != Some("device"),
                 // The first decode family has no kernels for 256-k records.
                 quant_q4k256: var("KILN_QUANT_Q4K").as_deref() == Some("256") && quant_decode_v2,
+                quant_q6k256: var("KILN_QUANT_Q6K").as_deref() == Some("256") && quant_decode_v2,
                 graph_prefill_max: var("KILN_CUDA_GRAPH_PREFILL").and_then(|v| v.parse().ok()),
                 decode_mma_splits: var("KILN_DECODE_SPLITS")
                     .and_then(|v| v.parse::<usize>().ok())
@@ -339,7 +344,7 @@ impl Switches {
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_q4k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -369,6 +374,7 @@ impl Switches {
                 "device"
             },
             if self.quant_q4k256 { 256 } else { 128 },
+            if self.quant_q6k256 { 256 } else { 128 },
             if k.quant_decode_v2 { "v2" } else { "v1" },
             if k.quant_expand_words {
                 "words"
@@ -501,6 +507,12 @@ mod tests {
         assert!(dw("mma") && !dw("simt") && !read(&[]).switches.decode_wide_mma);
         // Q4_K in 256-k records: opt-in, and never with the first decode family, which cannot
         // read them.
+        let q6k = |vars: &[(&str, &str)]| read(vars).switches.quant_q6k256;
+        assert!(!q6k(&[]) && q6k(&[("KILN_QUANT_Q6K", "256")]));
+        assert!(!q6k(&[
+            ("KILN_QUANT_Q6K", "256"),
+            ("KILN_QUANT_DECODE", "v1")
+        ]));
         let q4k = |vars: &[(&str, &str)]| read(vars).switches.quant_q4k256;
         assert!(!q4k(&[]) && !q4k(&[("KILN_QUANT_Q4K", "128")]));
         assert!(q4k(&[("KILN_QUANT_Q4K", "256")]));

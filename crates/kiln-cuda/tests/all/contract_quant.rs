@@ -1,6 +1,6 @@
 //! Kernel contract for block-quantised weights (kernels/quant_gemm.cu) on fresh random blocks
-//! of each format (Q8_0, Q4_0, Q4_K, Q6_K, and Q4_K in 256-k records, Q4K2, which only the
-//! second decode family reads):
+//! of each format (Q8_0, Q4_0, Q4_K, Q6_K, and Q4_K and Q6_K in 256-k records, Q4K2 and Q6K2,
+//! which only the second decode family reads, each giving its 128-k format's bits):
 //! - `skinny_<format>_*` against a float64 reference of x . W^T with W the reference
 //!   dequantisation (kiln-formats, the CPU's values): within 2e-5 of sum |x w| per output, at
 //!   odd row counts and weight shapes, outputs poisoned first, a row stride wider than the
@@ -9,7 +9,7 @@
 //!   scale changed must fail, so the tolerance cannot hide a wrong value.
 //! - `planted_bugs_fail`: quant_gemm.cu loaded with one bug planted in its text at a time (an
 //!   offset, a sign, a scale group, Q4_K's minimum, Q6_K's high bits, the embedding scale,
-//!   Q4K2's unpacked scales and halves) must fail the contract.
+//!   Q4K2's unpacked scales and halves, Q6K2's halves and scales) must fail the contract.
 //! - `quant_to_bf16_*`: bit for bit the bf16 of the reference value (as a copy expanded at load).
 //! - `quant_embed_*`: bit for bit the reference f32 row times the scale.
 //! - Bandwidth lines (`BENCH`) on Llama-3-8B shapes, rotating over copies past the L2.
@@ -213,6 +213,15 @@ const PLANTED: &[(&str, &str)] = &[
     ),
     // Q4K2: a super-block's second half of quants read from its first.
     ("return sb + (c & 1) * 1024;", "return sb;"),
+    // Q6K2: a super-block's second half of quants read from its first.
+    ("return sb + (c & 1) * 1536;", "return sb;"),
+    // Q6K2: the second half's scales read where its d is.
+    (
+        "scl + (half ? 32 : 0) + r * 8",
+        "scl + (half ? 0 : 0) + r * 8",
+    ),
+    // skinny2 on Q6K2: the second half's scales and d copied from the first half's place.
+    ("3072 - 1408 * HALF", "3072 - 1536 * HALF"),
 ];
 
 /// Every planted bug's text is in quant_gemm's source once, and the planted module compiles
@@ -331,8 +340,8 @@ fn skinny_contract(
                         ),
                     );
                 }
-                if q == GpuQuant::Q4K2 {
-                    q4k2_is_q4k(gpu, c, fam, &w, &x, row_counts);
+                if q.two_halves() {
+                    halves_are_the_128_k_format(gpu, c, fam, &w, &x, row_counts);
                 }
                 if !full {
                     continue;
@@ -360,9 +369,9 @@ fn skinny_contract(
     }
 }
 
-/// Q4K2 (the file's packed scales in 256-k records) gives Q4_K's records' bits: the same
-/// values in the same order of sums.
-fn q4k2_is_q4k(
+/// Q4K2 and Q6K2 (the file's bytes in 256-k records) give Q4_K's and Q6_K's records' bits:
+/// the same values in the same order of sums.
+fn halves_are_the_128_k_format(
     gpu: &Gpu,
     c: &mut Checks,
     fam: DecodeFamily,
@@ -370,13 +379,21 @@ fn q4k2_is_q4k(
     x: &DevBuf<u16>,
     row_counts: &[usize],
 ) {
-    let q4k = Weight::of_blocks(gpu, GpuQuant::Q4K, w.n, w.k, w.blocks.clone());
+    let q = if w.q == GpuQuant::Q4K2 {
+        GpuQuant::Q4K
+    } else {
+        GpuQuant::Q6K
+    };
+    let plain = Weight::of_blocks(gpu, q, w.n, w.k, w.blocks.clone());
     for &rows in row_counts {
         let a = run_skinny(gpu, fam, w, x, rows, w.n);
-        let b = run_skinny(gpu, fam, &q4k, x, rows, w.n);
+        let b = run_skinny(gpu, fam, &plain, x, rows, w.n);
         c.check(
             a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()),
-            format!("{fam:?} Q4K2 m={rows} n={} k={}: Q4_K's bits", w.n, w.k),
+            format!(
+                "{fam:?} {:?} m={rows} n={} k={}: {q:?}'s bits",
+                w.q, w.n, w.k
+            ),
         );
     }
 }
@@ -417,7 +434,7 @@ fn quant_byte(q: GpuQuant) -> usize {
     match q {
         GpuQuant::Q8_0 | GpuQuant::Q4_0 => 5,
         GpuQuant::Q4K | GpuQuant::Q4K2 => 40,
-        GpuQuant::Q6K => 10,
+        GpuQuant::Q6K | GpuQuant::Q6K2 => 10,
     }
 }
 
@@ -427,7 +444,7 @@ fn scale_byte(q: GpuQuant) -> usize {
     match q {
         GpuQuant::Q8_0 | GpuQuant::Q4_0 => 0,
         GpuQuant::Q4K | GpuQuant::Q4K2 => 5,
-        GpuQuant::Q6K => 195,
+        GpuQuant::Q6K | GpuQuant::Q6K2 => 195,
     }
 }
 
@@ -527,7 +544,7 @@ fn skinny_quant_bandwidth() {
         // The LM head shape for the formats llama.cpp's Q4_K_M and Q8_0 files store it in.
         let head = [(128256, 4096)];
         let shapes = match q {
-            GpuQuant::Q6K | GpuQuant::Q8_0 => [&llama[..], &head[..]].concat(),
+            GpuQuant::Q6K | GpuQuant::Q6K2 | GpuQuant::Q8_0 => [&llama[..], &head[..]].concat(),
             GpuQuant::Q4K | GpuQuant::Q4K2 => llama.to_vec(),
             GpuQuant::Q4_0 => vec![(28672, 4096)],
         };

@@ -5,8 +5,11 @@
 //! at shapes with partial tiles and, for Q8_0 and Q4_0, partial chunks; and the padding is
 //! zero. Q4K2 (Q4_K in 256-k records, `KILN_QUANT_Q4K=256`) decodes to Q4_K's values and
 //! holds the file's bytes: its scales are each block's first 16 bytes as the file has them.
+//! Q6K2 (`KILN_QUANT_Q6K=256`) likewise decodes to Q6_K's values in the file's 210 bytes a block.
 
-use kiln_cuda::quant_layout::{decode_rows, repack, GpuQuant, CHUNK, Q4K2_RECORD, TILE_ROWS};
+use kiln_cuda::quant_layout::{
+    decode_rows, repack, GpuQuant, CHUNK, Q4K2_RECORD, Q6K2_RECORD, TILE_ROWS,
+};
 use kiln_formats::dequantize_into;
 use kiln_model::dummy_quant::random_blocks;
 
@@ -143,5 +146,47 @@ fn q4k2_keeps_the_files_scale_bytes_and_size() {
     let q4k = repack(GpuQuant::Q4K, rows, cols, &bytes).unwrap();
     let a = decode_rows(GpuQuant::Q4K, rows, cols, &q4k);
     let b = decode_rows(GpuQuant::Q4K2, rows, cols, &packed);
+    assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
+}
+
+#[test]
+fn q6k2_keeps_the_files_scale_bytes_and_size() {
+    let (rows, cols) = (40, 768);
+    let bytes = random_blocks(GpuQuant::Q6K.dtype(), rows, cols, 11).unwrap();
+    let packed = repack(GpuQuant::Q6K2, rows, cols, &bytes).unwrap();
+    let row_bytes = GpuQuant::Q6K.dtype().bytes_for(cols).unwrap();
+    let blocks = cols / 256;
+    // Whole tiles: exactly the file's bytes (210 a block, 6.5625 bits a weight).
+    assert_eq!(GpuQuant::Q6K2.device_bytes(32, cols), 32 * row_bytes);
+    assert_eq!(
+        packed.len(),
+        rows.div_ceil(TILE_ROWS) * blocks * Q6K2_RECORD
+    );
+    for n in 0..rows {
+        let r = n % TILE_ROWS;
+        for b in 0..blocks {
+            let record = &packed[((n / TILE_ROWS) * blocks + b) * Q6K2_RECORD..][..Q6K2_RECORD];
+            let file = &bytes[n * row_bytes + b * 210..][..210];
+            // The half's eight scales (+ 128) and d in the 160 bytes after the quants that the
+            // kernels read for it: scales then d in the first half, d then scales in the second.
+            for h in 0..2 {
+                let scales: Vec<u8> = file[192 + 8 * h..][..8].iter().map(|s| s ^ 0x80).collect();
+                assert_eq!(
+                    &record[3072 + 160 * h + r * 8..][..8],
+                    &scales[..],
+                    "row {n} block {b}"
+                );
+            }
+            assert_eq!(
+                &record[3072 + 128 + r * 2..][..2],
+                &file[208..210],
+                "row {n} block {b}"
+            );
+        }
+    }
+    // The same values as Q6_K's records.
+    let q6k = repack(GpuQuant::Q6K, rows, cols, &bytes).unwrap();
+    let a = decode_rows(GpuQuant::Q6K, rows, cols, &q6k);
+    let b = decode_rows(GpuQuant::Q6K2, rows, cols, &packed);
     assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
 }
