@@ -603,6 +603,25 @@ fn planted_bugs_fail() {
         .into_iter()
         .find(|c| c.hd == 512 && c.window == 37)
         .expect("a windowed case of head dim 512");
+    let wanted = |module: &str| {
+        let hd = if module.ends_with("_wide") {
+            wide.hd
+        } else {
+            case.hd
+        };
+        head_dim_wanted(hd) && (module != "flash_sm90" || gpu.has_func("flash_sm90_hd128"))
+    };
+    let modules: Vec<_> = PLANTED
+        .iter()
+        .filter(|(module, _, _)| wanted(module))
+        .map(|&(module, from, to)| {
+            *planted_sources(module, from, to)
+                .iter()
+                .find(|s| s.name == module)
+                .unwrap()
+        })
+        .collect();
+    crate::common::planted::prebuild(&modules, gpu.arch);
     for &(module, from, to) in PLANTED {
         let case = if module.ends_with("_wide") {
             &wide

@@ -262,9 +262,9 @@ fn quant_planted_bugs_are_in_the_source() {
 #[test]
 #[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn planted_bugs_fail() {
-    if gpu_or_skip("planted_bugs_fail").is_none() {
+    let Some(gpu) = gpu_or_skip("planted_bugs_fail") else {
         return;
-    }
+    };
     let mut rng = Rng::new("planted_bugs_fail");
     let mut c = Checks::new("quant planted bugs");
     let small = |q: GpuQuant| {
@@ -285,19 +285,31 @@ fn planted_bugs_fail() {
     let only: Vec<String> = std::env::var("KILN_PLANTED")
         .map(|v| v.split('|').map(str::to_string).collect())
         .unwrap_or_default();
-    for &(from, to) in PLANTED {
-        if !only.is_empty() && !only.iter().any(|o| from.contains(o.as_str())) {
-            eprintln!("planted bug `{from}` left out (KILN_PLANTED)");
-            continue;
-        }
+    let planted: Vec<(&str, &str, KernelSource)> = PLANTED
+        .iter()
+        .filter(|(from, _)| {
+            let kept = only.is_empty() || only.iter().any(|o| from.contains(o.as_str()));
+            if !kept {
+                eprintln!("planted bug `{from}` left out (KILN_PLANTED)");
+            }
+            kept
+        })
+        .map(|&(from, to)| {
+            let mut src = *SOURCES.iter().find(|s| s.name == "quant_gemm").unwrap();
+            assert_eq!(
+                src.body.matches(from).count(),
+                1,
+                "quant_gemm.cu: `{from}` must occur once"
+            );
+            src.body = Box::leak(src.body.replace(from, to).into_boxed_str());
+            (from, to, src)
+        })
+        .collect();
+    let modules: Vec<KernelSource> = planted.iter().map(|(_, _, src)| *src).collect();
+    crate::common::planted::prebuild(&modules, gpu.arch);
+    for (from, to, module) in planted {
         let mut sources: Vec<KernelSource> = SOURCES.to_vec();
-        let src = sources.iter_mut().find(|s| s.name == "quant_gemm").unwrap();
-        assert_eq!(
-            src.body.matches(from).count(),
-            1,
-            "quant_gemm.cu: `{from}` must occur once"
-        );
-        src.body = Box::leak(src.body.replace(from, to).into_boxed_str());
+        *sources.iter_mut().find(|s| s.name == "quant_gemm").unwrap() = module;
         let bad =
             Gpu::with_sources(0, StoreType::Bf16, &sources).expect("loading the planted module");
         let mut planted = Checks::quiet("planted");

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
-use kiln_cuda::nvrtc_build::compile_cubin_with_log;
+use kiln_cuda::nvrtc_build::{compile_cached, compile_cubin_with_log};
 use kiln_cuda::StoreType;
 
 const FAST: &[&str] = &["--Ofast-compile=max"];
@@ -33,6 +33,24 @@ pub fn assert_planted_compiles(planted: &KernelSource, store: StoreType, what: &
 fn moves_machine_code(edited: &KernelSource, store: StoreType) -> anyhow::Result<bool> {
     let (cubin, _) = compile_cubin_with_log(edited, 90, store, FAST)?;
     Ok(machine_code(&cubin) != machine_code(&unplanted(edited.name, store)))
+}
+
+/// On a GPU machine: builds each of `planted` (modules of [`SOURCES`], each with one bug planted)
+/// for `arch` into the kernel cache, on every core at once, so that the planted backends then
+/// loaded one after another read their cubins instead of each building its module in turn (a
+/// whole-module build is 5-15 s). An error of a build is left for the load to report.
+pub fn prebuild(planted: &[KernelSource], arch: u32) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..cores.min(planted.len()) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(src) = planted.get(i) else { break };
+                let _ = compile_cached(src, arch, StoreType::Bf16);
+            });
+        }
+    });
 }
 
 /// The comparison sees code, not text: moving every line and adding a comment changes nothing.
