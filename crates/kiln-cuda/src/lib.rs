@@ -23,6 +23,7 @@ pub mod model_support;
 pub mod nvrtc_build;
 pub mod pipeline;
 pub mod quant_gemm;
+mod quant_halves;
 pub mod quant_layout;
 pub mod quant_weights;
 pub mod sampling;

@@ -20,13 +20,15 @@
 //!
 //! Rows past the weight's last (up to the tile) and k past its last (up to the chunk, Q8_0
 //! and Q4_0 only: K-quant rows are whole 256-value blocks) are zero bytes: zero scales, so
-//! they add nothing.
+//! they add nothing. Q4K2 and Q6K2, the file's bytes in records of 256 k, are in quant_halves.rs.
 
 use anyhow::{ensure, Result};
 use half::f16;
 use kiln_formats::dequant::scale_min_k4;
 use kiln_formats::DType;
 use rayon::prelude::*;
+
+use crate::quant_halves;
 
 /// Weight rows per record (one tensor-core tile).
 pub const TILE_ROWS: usize = 16;
@@ -114,7 +116,7 @@ impl GpuQuant {
         }
     }
 
-    fn quant_bytes(self) -> usize {
+    pub(crate) fn quant_bytes(self) -> usize {
         match self {
             GpuQuant::Q8_0 => TILE_ROWS * CHUNK,
             GpuQuant::Q4_0 | GpuQuant::Q4K | GpuQuant::Q4K2 => TILE_ROWS * CHUNK / 2,
@@ -170,7 +172,7 @@ pub const Q4K2_RECORD: usize = 2 * 1024 + TILE_ROWS * 16;
 pub const Q6K2_RECORD: usize = 2 * 1536 + TILE_ROWS * (8 + 2 + 8);
 
 /// `(t, i)` of chunk-relative k: the inverse of `lane_k`.
-fn lane_of(q: GpuQuant, kk: usize) -> (usize, usize) {
+pub(crate) fn lane_of(q: GpuQuant, kk: usize) -> (usize, usize) {
     let (g, p) = (q.group(), q.group() / 4);
     let (grp, within) = (kk / g, kk % g);
     (within / p, grp * p + within % p)
@@ -178,7 +180,7 @@ fn lane_of(q: GpuQuant, kk: usize) -> (usize, usize) {
 
 /// Where a quant's bits go: `(byte offset of its u32 word, bit)`; Q6_K's high bits are
 /// [`hi_place`].
-fn quant_place(q: GpuQuant, r: usize, t: usize, i: usize) -> (usize, u32) {
+pub(crate) fn quant_place(q: GpuQuant, r: usize, t: usize, i: usize) -> (usize, u32) {
     let (word, e) = (i / 8, i % 8);
     match q {
         GpuQuant::Q8_0 => {
@@ -193,7 +195,7 @@ fn quant_place(q: GpuQuant, r: usize, t: usize, i: usize) -> (usize, u32) {
     }
 }
 
-fn hi_place(r: usize, t: usize, i: usize) -> (usize, u32) {
+pub(crate) fn hi_place(r: usize, t: usize, i: usize) -> (usize, u32) {
     q6_places(r, t, i).1
 }
 
@@ -322,8 +324,8 @@ impl Places {
 /// (`[tile][chunk][record]`; Q4K2 `[tile][super-block][record]`).
 pub fn repack(q: GpuQuant, rows: usize, cols: usize, bytes: &[u8]) -> Result<Vec<u8>> {
     match q {
-        GpuQuant::Q4K2 => return repack_q4k2(rows, cols, bytes),
-        GpuQuant::Q6K2 => return repack_q6k2(rows, cols, bytes),
+        GpuQuant::Q4K2 => return quant_halves::repack_q4k2(rows, cols, bytes),
+        GpuQuant::Q6K2 => return quant_halves::repack_q6k2(rows, cols, bytes),
         _ => {}
     }
     let dtype = q.dtype();
@@ -380,93 +382,11 @@ pub fn repack(q: GpuQuant, rows: usize, cols: usize, bytes: &[u8]) -> Result<Vec
     Ok(out)
 }
 
-/// Q4K2 from Q4_K's records: each super-block's two chunks' quants, then the rows' first 16
-/// bytes of the block as the file has them.
-fn repack_q4k2(rows: usize, cols: usize, bytes: &[u8]) -> Result<Vec<u8>> {
-    let q4 = repack(GpuQuant::Q4K, rows, cols, bytes)?;
-    let (chunks, rec) = (cols.div_ceil(CHUNK), GpuQuant::Q4K.record_bytes());
-    let blocks = chunks / 2;
-    let mut out = vec![0u8; GpuQuant::Q4K2.device_bytes(rows, cols)];
-    let row_bytes = DType::Q4K.bytes_for(cols).expect("checked by repack");
-    out.par_chunks_mut(blocks * Q4K2_RECORD)
-        .enumerate()
-        .for_each(|(tile, dst)| {
-            for (b, record) in dst.chunks_exact_mut(Q4K2_RECORD).enumerate() {
-                for h in 0..2 {
-                    let from = &q4[(tile * chunks + 2 * b + h) * rec..][..1024];
-                    record[h * 1024..(h + 1) * 1024].copy_from_slice(from);
-                }
-                for r in 0..TILE_ROWS.min(rows - tile * TILE_ROWS) {
-                    let row = &bytes[(tile * TILE_ROWS + r) * row_bytes..][..row_bytes];
-                    record[2048 + r * 16..][..16].copy_from_slice(&row[b * 144..b * 144 + 16]);
-                }
-            }
-        });
-    Ok(out)
-}
-
-/// Q6K2 from Q6_K's records: each super-block's two chunks' quants, then the rows' first-half
-/// scales (+ 128, as Q6_K's records hold them), their d, their second-half scales.
-fn repack_q6k2(rows: usize, cols: usize, bytes: &[u8]) -> Result<Vec<u8>> {
-    let q6 = repack(GpuQuant::Q6K, rows, cols, bytes)?;
-    let (chunks, rec) = (cols.div_ceil(CHUNK), GpuQuant::Q6K.record_bytes());
-    let blocks = chunks / 2;
-    let mut out = vec![0u8; GpuQuant::Q6K2.device_bytes(rows, cols)];
-    let row_bytes = DType::Q6K.bytes_for(cols).expect("checked by repack");
-    out.par_chunks_mut(blocks * Q6K2_RECORD)
-        .enumerate()
-        .for_each(|(tile, dst)| {
-            for (b, record) in dst.chunks_exact_mut(Q6K2_RECORD).enumerate() {
-                for h in 0..2 {
-                    let from = &q6[(tile * chunks + 2 * b + h) * rec..][..1536];
-                    record[h * 1536..(h + 1) * 1536].copy_from_slice(from);
-                }
-                for r in 0..TILE_ROWS.min(rows - tile * TILE_ROWS) {
-                    let x = &bytes[(tile * TILE_ROWS + r) * row_bytes + b * 210..][..210];
-                    for h in 0..2 {
-                        let at = q6k2_scales_at(h, r);
-                        for g in 0..8 {
-                            record[at + g] = x[192 + 8 * h + g] ^ 0x80;
-                        }
-                    }
-                    record[q6k2_d_at(r)..][..2].copy_from_slice(&x[208..210]);
-                }
-            }
-        });
-    Ok(out)
-}
-
-/// Where row `r`'s eight scales of half `h` are in a Q6K2 record.
-fn q6k2_scales_at(h: usize, r: usize) -> usize {
-    3072 + h * (128 + 32) + r * 8
-}
-
-/// Where row `r`'s d is in a Q6K2 record.
-fn q6k2_d_at(r: usize) -> usize {
-    3072 + 128 + r * 2
-}
-
-/// Q4K2: the scale and minimum words of half `h` of a row's packed 12 bytes `p` (little-endian
-/// words v1, v2, v3), as the device unpacks them: byte j of each is sub-block 4h + j's
-/// (kiln_formats' scale_min_k4, four at a time).
-fn q4k2_words(p: &[u8], h: usize) -> (u32, u32) {
-    let w = |i: usize| u32::from_le_bytes(p[4 * i..4 * i + 4].try_into().expect("4 bytes"));
-    let (v1, v2, v3) = (w(0), w(1), w(2));
-    if h == 0 {
-        (v1 & 0x3F3F_3F3F, v2 & 0x3F3F_3F3F)
-    } else {
-        (
-            (v3 & 0x0F0F_0F0F) | ((v1 >> 2) & 0x3030_3030),
-            ((v3 >> 4) & 0x0F0F_0F0F) | ((v2 >> 2) & 0x3030_3030),
-        )
-    }
-}
-
-fn f16_at(x: &[u8], at: usize) -> f32 {
+pub(crate) fn f16_at(x: &[u8], at: usize) -> f32 {
     f16::from_bits(u16::from_le_bytes([x[at], x[at + 1]])).to_f32()
 }
 
-fn bits_at(rec: &[u8], (at, bit): (usize, u32), width: u32) -> u8 {
+pub(crate) fn bits_at(rec: &[u8], (at, bit): (usize, u32), width: u32) -> u8 {
     let w = u32::from_le_bytes(rec[at..at + 4].try_into().expect("4 bytes"));
     ((w >> bit) & ((1 << width) - 1)) as u8
 }
@@ -507,8 +427,8 @@ fn record_value(q: GpuQuant, rec: &[u8], r: usize, kk: usize) -> f32 {
 /// The `[rows, cols]` values of a weight in device layout, decoded as the device does.
 pub fn decode_rows(q: GpuQuant, rows: usize, cols: usize, data: &[u8]) -> Vec<f32> {
     match q {
-        GpuQuant::Q4K2 => return decode_q4k2(rows, cols, data),
-        GpuQuant::Q6K2 => return decode_q6k2(rows, cols, data),
+        GpuQuant::Q4K2 => return quant_halves::decode_q4k2(rows, cols, data),
+        GpuQuant::Q6K2 => return quant_halves::decode_q6k2(rows, cols, data),
         _ => {}
     }
     let chunks = cols.div_ceil(CHUNK);
@@ -519,52 +439,6 @@ pub fn decode_rows(q: GpuQuant, rows: usize, cols: usize, data: &[u8]) -> Vec<f3
         for (k, v) in row.iter_mut().enumerate() {
             let at = (tile * chunks + k / CHUNK) * rec;
             *v = record_value(q, &data[at..at + rec], r, k % CHUNK);
-        }
-    });
-    out
-}
-
-/// Q4K2's `[rows, cols]` values, decoded as the device does: the row's packed scales of the
-/// chunk's half unpacked a word at a time, then Q4_K's operations.
-fn decode_q4k2(rows: usize, cols: usize, data: &[u8]) -> Vec<f32> {
-    let blocks = cols.div_ceil(2 * CHUNK);
-    let mut out = vec![0f32; rows * cols];
-    out.par_chunks_mut(cols).enumerate().for_each(|(n, row)| {
-        let (tile, r) = (n / TILE_ROWS, n % TILE_ROWS);
-        for (k, v) in row.iter_mut().enumerate() {
-            let at = (tile * blocks + k / (2 * CHUNK)) * Q4K2_RECORD;
-            let record = &data[at..at + Q4K2_RECORD];
-            let (h, kk) = ((k / CHUNK) % 2, k % CHUNK);
-            let (t, i) = lane_of(GpuQuant::Q4K, kk);
-            let raw = bits_at(&record[h * 1024..], quant_place(GpuQuant::Q4K, r, t, i), 4);
-            let s = &record[2048 + r * 16..][..16];
-            let (sc, m) = q4k2_words(&s[4..], h);
-            let sb = 8 * (kk / 32) as u32;
-            let d1 = f16_at(s, 0) * ((sc >> sb) & 0xFF) as f32;
-            let m1 = f16_at(s, 2) * ((m >> sb) & 0xFF) as f32;
-            *v = d1 * raw as f32 - m1;
-        }
-    });
-    out
-}
-
-/// Q6K2's `[rows, cols]` values, decoded as the device does: the half's quants as Q6_K's,
-/// its scale and the row's d, then Q6_K's operations.
-fn decode_q6k2(rows: usize, cols: usize, data: &[u8]) -> Vec<f32> {
-    let blocks = cols.div_ceil(2 * CHUNK);
-    let mut out = vec![0f32; rows * cols];
-    out.par_chunks_mut(cols).enumerate().for_each(|(n, row)| {
-        let (tile, r) = (n / TILE_ROWS, n % TILE_ROWS);
-        for (k, v) in row.iter_mut().enumerate() {
-            let at = (tile * blocks + k / (2 * CHUNK)) * Q6K2_RECORD;
-            let record = &data[at..at + Q6K2_RECORD];
-            let (h, kk) = ((k / CHUNK) % 2, k % CHUNK);
-            let (t, i) = lane_of(GpuQuant::Q6K, kk);
-            let quants = &record[h * 1536..];
-            let lo = bits_at(quants, quant_place(GpuQuant::Q6K, r, t, i), 4);
-            let hi = bits_at(quants, hi_place(r, t, i), 2);
-            let sc = (record[q6k2_scales_at(h, r) + kk / 16] ^ 0x80) as i8;
-            *v = f16_at(record, q6k2_d_at(r)) * sc as f32 * ((lo | (hi << 4)) as i32 - 32) as f32;
         }
     });
     out
