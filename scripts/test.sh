@@ -24,7 +24,8 @@ if [ -z "${KILN_TEST_DATA:-}" ] && [ ! -d ../shared/vocab ]; then
   export KILN_TEST_DATA
 fi
 
-# Where a GPU can be used, its tests run too.
+# Where a GPU can be used, its tests run too, one at a time: kiln-cuda's test files share one
+# executable, and its GPU tests each load models of up to 16 GB onto the one device.
 run_ignored=()
 if nvidia-smi -L >/dev/null 2>&1; then
   run_ignored=(-- --include-ignored)
@@ -35,7 +36,12 @@ trap 'rm -f "$log"' EXIT
 status=0
 # Examples are compiled by clippy (.ci/run), not here; doc tests run only where a doc comment
 # holds a Rust code block, since rustdoc takes about 2 s a crate even when it finds none.
-cargo test --workspace --release --no-fail-fast --lib --bins --tests "${run_ignored[@]}" 2>&1 | tee "$log" || status=$?
+if [ ${#run_ignored[@]} -eq 0 ]; then
+  cargo test --workspace --release --no-fail-fast --lib --bins --tests 2>&1 | tee "$log" || status=$?
+else
+  cargo test --workspace --exclude kiln-cuda --release --no-fail-fast --lib --bins --tests "${run_ignored[@]}" 2>&1 | tee "$log" || status=$?
+  cargo test -p kiln-cuda --release --no-fail-fast --lib --bins --tests "${run_ignored[@]}" --test-threads=1 2>&1 | tee -a "$log" || status=$?
+fi
 if python3 - crates/*/src <<'PY'
 import pathlib, re, sys
 # What rustdoc runs: a fenced block whose info string names no language but Rust.
