@@ -62,26 +62,24 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
         xok[i] = m < M;
         xoff[i] = (u32)(xok[i] ? m : 0) * (u32)K;
     }
-    // k-tile it: pass p = it / J, step j = it % J, chunks c0 = 16 j + 2 p and c0 + 1.
-    auto tile_k = [&](int it) {
-        const int p = it / J, j = it - p * J;
-        return (j * TC_W + 2 * p) * 32 + q * 8;
-    };
-    auto issue_w = [&](int it) {
+    // k-tile it is step j = it % J of pass p = it / J, chunks c0 = 16 j + 2 p and c0 + 1, in
+    // stage it % S; the loop below steps (p, j, stage) instead of dividing.
+    auto tile_k = [&](int p, int j) { return (j * TC_W + 2 * p) * 32 + q * 8; };
+    auto issue_w = [&](int it, int p, int j, int stage) {
         if (it >= T) return;
-        const int k = tile_k(it);
+        const int k = tile_k(p, j);
         const bool kin = k < K;
-        unsigned char* st = tc_smem + (it % S) * STAGE;
+        unsigned char* st = tc_smem + stage * STAGE;
 #pragma unroll
         for (int i = 0; i < PW; ++i)
             cp_async_16(st + (r0 + i * (THREADS / 8)) * 128 + piece, w + woff[i] + (kin ? k : 0),
                         (kin && wok[i]) ? 16 : 0);
     };
-    auto issue_x = [&](int it) {
+    auto issue_x = [&](int it, int p, int j, int stage) {
         if (it >= T) return;
-        const int k = tile_k(it);
+        const int k = tile_k(p, j);
         const bool kin = k < K;
-        unsigned char* st = tc_smem + (it % S) * STAGE;
+        unsigned char* st = tc_smem + stage * STAGE;
 #pragma unroll
         for (int i = 0; i < PX; ++i)
             cp_async_16(st + (BN + r0 + i * (THREADS / 8)) * 128 + piece, x + xoff[i] + (kin ? k : 0),
@@ -92,11 +90,11 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
     // kernel ends. x belongs to it until pdl_wait. Group 0 holds the early weights and x of tile
     // 0, group s the x of tile s, so waiting for group i still means "tile i has landed".
 #pragma unroll
-    for (int s = 0; s < S - 1; ++s) issue_w(s);
+    for (int s = 0; s < S - 1; ++s) issue_w(s, s / J, s % J, s);
     pdl_wait();
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) {
-        issue_x(s);
+        issue_x(s, s / J, s % J, s);
         cp_async_commit();
     }
 
@@ -137,15 +135,19 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
         }
     };
 
+    // (pass, step, stage) of the tile issued next (it + S - 1) and of the tile summed (it).
+    int np = (S - 1) / J, nj = (S - 1) % J, nst = S - 1;
+    int p = 0, j = 0, cst = 0;
     for (int it = 0; it < T; ++it) {
         cp_async_wait<S - 2>();  // tile it has landed (this thread's copies)
         __syncthreads();         // everyone's copies; everyone is done with tile it - 1's stage
-        issue_w(it + S - 1);
-        issue_x(it + S - 1);
+        issue_w(it + S - 1, np, nj, nst);
+        issue_x(it + S - 1, np, nj, nst);
         cp_async_commit();
-        const int p = it / J, j = it - p * J;
+        if (++nj == J) nj = 0, ++np;
+        nst = nst + 1 == S ? 0 : nst + 1;
         const int c0 = j * TC_W + 2 * p;
-        const unsigned char* st = tc_smem + (it % S) * STAGE;
+        const unsigned char* st = tc_smem + cst * STAGE;
         // A chunk past K is one the skinny kernel never sums (its warp has fewer chunks).
         if (c0 < chunks) chunk(st, 0, a0);
         if (c0 + 1 < chunks) chunk(st, 1, a1);
@@ -161,6 +163,8 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
                         a0[mi][ni][v] = a1[mi][ni][v] = 0.f;
                     }
         }
+        if (++j == J) j = 0, ++p;
+        cst = cst + 1 == S ? 0 : cst + 1;
     }
     cp_async_wait<0>();
 
