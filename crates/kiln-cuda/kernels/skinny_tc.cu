@@ -13,20 +13,30 @@
 // in the same slots, in the same order, and a row's place in an MMA does not change its result,
 // so every output has the skinny kernel's bits for any row count, tile shape or CTA.
 //
-// CTA: WN x WM warps, each warp 32 weight rows (two 16-row tiles) x 32 tokens (four 8-token MMA
-// columns), three accumulator sets (s, a_{2p}, a_{2p+1}). W and X k-tiles stream through an
-// S-stage cp.async ring, row r of a stage at 128 r bytes, its 16-byte piece q at q ^ 4 (r & 1)
-// (lanes g and g + 1 of a quarter warp read pieces 4h + t of adjacent rows: no bank conflicts).
-// The CTAs of one weight tile (its token tiles) are adjacent in the grid, so they read it from
-// memory once. Weight rows and what becomes of the sums: the Epi (skinny_epilogue.cu).
+// CTA: WN x WM warps, each warp 16 MI weight rows (MI 16-row tiles) x 32 tokens (four 8-token
+// MMA columns). A k-tile holds two chunks (64 k, 128 bytes of a row in shared memory) and a pass
+// builds CH chains at once: CH = 2 takes chunks 16 j + 2p and 16 j + 2p + 1 (chains 2p and
+// 2p + 1, 128 contiguous bytes of a row, accumulators a[0] and a[1]); CH = 1 takes chunks
+// 16 (2j) + p and 16 (2j + 1) + p (chain p alone, two 64-byte pieces, one accumulator), which
+// frees a third of the registers for a warp tile twice as tall: half the shared-memory reads
+// per MMA and, in a larger CTA, half the L2 reads per output (at 128 tokens the 64 x 64 CTAs
+// read the weight twice and x once per 64 rows, about 5.4 TB/s through L2 on the H200: the
+// bound). Both orders are the same chains added in the same order. W and X k-tiles stream
+// through an S-stage cp.async ring, row r of a stage at 128 r bytes, its 16-byte piece q at
+// q ^ 4 (r & 1) (lanes g and g + 1 of a quarter warp read pieces 4h + t of adjacent rows: no
+// bank conflicts). The CTAs of one weight tile (its token tiles) are adjacent in the grid, so
+// they read it from memory once. Weight rows and what becomes of the sums: the Epi
+// (skinny_epilogue.cu).
 
 #define TC_W 16
 
-template <int WN, int WM, int S>
+template <int WN, int WM, int MI, int CH, int S>
 __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16_t* __restrict__ w,
                                         int M, int K, const Epi& ep) {
-    constexpr int BN = 32 * WN, BM = 32 * WM, ROWS = BN + BM, THREADS = 32 * WN * WM;
+    constexpr int BN = 16 * MI * WN, BM = 32 * WM, ROWS = BN + BM, THREADS = 32 * WN * WM;
     constexpr int STAGE = ROWS * 128;
+    constexpr int R = 2 / CH;  // steps j a k-tile spans
+    static_assert(CH == 1 || CH == 2, "one or two chains a pass");
     // Each thread copies piece q = tid % 8 of rows tid / 8 + i * THREADS / 8; the first PW of
     // them are weight rows (BN is a multiple of THREADS / 8), the other PX token rows.
     constexpr int PW = BN * 8 / THREADS, PX = BM * 8 / THREADS;
@@ -40,8 +50,9 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
     const int nb = blockIdx.x / m_tiles, mb = blockIdx.x - nb * m_tiles;
     const int tile0 = nb * (BN / 16), m0 = mb * BM;
     const int chunks = (K + 31) / 32;
-    const int J = (chunks + TC_W - 1) / TC_W;  // k-tiles a pass
-    const int T = (TC_W / 2) * J;
+    const int J = (chunks + TC_W - 1) / TC_W;  // chunks of the longest chain
+    const int JS = (J + R - 1) / R;            // k-tiles a pass
+    const int T = (TC_W / CH) * JS;
 
     // Rows r0 + i * THREADS / 8 all have r0's parity (THREADS / 8 and BN are even), hence one
     // swizzled piece offset for all of this thread's copies.
@@ -62,9 +73,11 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
         xok[i] = m < M;
         xoff[i] = (u32)(xok[i] ? m : 0) * (u32)K;
     }
-    // k-tile it is step j = it % J of pass p = it / J, chunks c0 = 16 j + 2 p and c0 + 1, in
-    // stage it % S; the loop below steps (p, j, stage) instead of dividing.
-    auto tile_k = [&](int p, int j) { return (j * TC_W + 2 * p) * 32 + q * 8; };
+    // Half h of k-tile (pass p, step j) is chunk 16 (R j + h / CH) + CH p + h % CH; this thread's
+    // piece q lies in half q / 4, 8 (q % 4) into it. The loop below steps (p, j, stage) instead
+    // of dividing.
+    const int hq = q >> 2, qk = 32 * TC_W * (hq / CH) + 32 * (hq % CH) + 8 * (q & 3);
+    auto tile_k = [&](int p, int j) { return 32 * TC_W * R * j + 32 * CH * p + qk; };
     auto issue_w = [&](int it, int p, int j, int stage) {
         if (it >= T) return;
         const int k = tile_k(p, j);
@@ -90,29 +103,33 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
     // kernel ends. x belongs to it until pdl_wait. Group 0 holds the early weights and x of tile
     // 0, group s the x of tile s, so waiting for group i still means "tile i has landed".
 #pragma unroll
-    for (int s = 0; s < S - 1; ++s) issue_w(s, s / J, s % J, s);
+    for (int s = 0; s < S - 1; ++s) issue_w(s, s / JS, s % JS, s);
     pdl_wait();
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) {
-        issue_x(s, s / J, s % J, s);
+        issue_x(s, s / JS, s % JS, s);
         cp_async_commit();
     }
 
-    float acc[2][4][4], a0[2][4][4], a1[2][4][4];
+    float acc[MI][4][4], a[CH][MI][4][4];
 #pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
+    for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
-            for (int v = 0; v < 4; ++v) acc[mi][ni][v] = a0[mi][ni][v] = a1[mi][ni][v] = 0.f;
+            for (int v = 0; v < 4; ++v) {
+                acc[mi][ni][v] = 0.f;
+#pragma unroll
+                for (int c = 0; c < CH; ++c) a[c][mi][ni][v] = 0.f;
+            }
 
     // One chunk (half h of a k-tile) into `a`: the skinny kernel's two MMAs per fragment.
-    auto chunk = [&](const unsigned char* st, int h, float (&a)[2][4][4]) {
+    auto chunk = [&](const unsigned char* st, int h, float (&a)[MI][4][4]) {
         const int off = ((4 * h + t) ^ ((g & 1) << 2)) << 4;
-        uint4 va[2], vb[2], vx[4];
+        uint4 va[MI], vb[MI], vx[4];
 #pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
-            const int r = wn * 32 + mi * 16 + g;
+        for (int mi = 0; mi < MI; ++mi) {
+            const int r = wn * 16 * MI + mi * 16 + g;
             va[mi] = *reinterpret_cast<const uint4*>(st + r * 128 + off);
             vb[mi] = *reinterpret_cast<const uint4*>(st + (r + 8) * 128 + off);
         }
@@ -122,7 +139,7 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
             vx[ni] = *reinterpret_cast<const uint4*>(st + r * 128 + off);
         }
 #pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
+        for (int mi = 0; mi < MI; ++mi) {
             const u32 f0[4] = {va[mi].x, vb[mi].x, va[mi].y, vb[mi].y};
             const u32 f1[4] = {va[mi].z, vb[mi].z, va[mi].w, vb[mi].w};
 #pragma unroll
@@ -136,7 +153,7 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
     };
 
     // (pass, step, stage) of the tile issued next (it + S - 1) and of the tile summed (it).
-    int np = (S - 1) / J, nj = (S - 1) % J, nst = S - 1;
+    int np = (S - 1) / JS, nj = (S - 1) % JS, nst = S - 1;
     int p = 0, j = 0, cst = 0;
     for (int it = 0; it < T; ++it) {
         cp_async_wait<S - 2>();  // tile it has landed (this thread's copies)
@@ -144,51 +161,60 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
         issue_w(it + S - 1, np, nj, nst);
         issue_x(it + S - 1, np, nj, nst);
         cp_async_commit();
-        if (++nj == J) nj = 0, ++np;
+        if (++nj == JS) nj = 0, ++np;
         nst = nst + 1 == S ? 0 : nst + 1;
-        const int c0 = j * TC_W + 2 * p;
         const unsigned char* st = tc_smem + cst * STAGE;
         // A chunk past K is one the skinny kernel never sums (its warp has fewer chunks).
-        if (c0 < chunks) chunk(st, 0, a0);
-        if (c0 + 1 < chunks) chunk(st, 1, a1);
-        if (j == J - 1) {
-            // The end of pass p: warp sums 2p and 2p + 1 join s, in warp order.
 #pragma unroll
-            for (int mi = 0; mi < 2; ++mi)
+        for (int h = 0; h < 2; ++h)
+            if (TC_W * (R * j + h / CH) + CH * p + h % CH < chunks) chunk(st, h, a[h % CH]);
+        if (j == JS - 1) {
+            // The end of pass p: its warp sums join s, in warp order.
 #pragma unroll
-                for (int ni = 0; ni < 4; ++ni)
+            for (int c = 0; c < CH; ++c)
 #pragma unroll
-                    for (int v = 0; v < 4; ++v) {
-                        acc[mi][ni][v] = (acc[mi][ni][v] + a0[mi][ni][v]) + a1[mi][ni][v];
-                        a0[mi][ni][v] = a1[mi][ni][v] = 0.f;
-                    }
+                for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+                    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+                        for (int v = 0; v < 4; ++v) {
+                            acc[mi][ni][v] = acc[mi][ni][v] + a[c][mi][ni][v];
+                            a[c][mi][ni][v] = 0.f;
+                        }
         }
-        if (++j == J) j = 0, ++p;
+        if (++j == JS) j = 0, ++p;
         cst = cst + 1 == S ? 0 : cst + 1;
     }
     cp_async_wait<0>();
 
     // Fragment element v of (mi, ni): tile row g + 8 (v & 2), token 2 t + (v & 1).
 #pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
+    for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
-            const int tile = tile0 + wn * 2 + mi, m = m0 + wm * 32 + ni * 8 + 2 * t;
+            const int tile = tile0 + wn * MI + mi, m = m0 + wm * 32 + ni * 8 + 2 * t;
             if (m < M) epi_pair(ep, tile, g, m, acc[mi][ni][0], acc[mi][ni][2]);
             if (m + 1 < M) epi_pair(ep, tile, g, m + 1, acc[mi][ni][1], acc[mi][ni][3]);
         }
 }
 
-// The entries: warps along the weight (WN) and along the tokens (WM), ring stages, CTAs per SM
-// the launch bounds promise. src/skinny_tc.rs reads the shapes from these lines and picks one
-// per launch; every entry gives the same bits. Shared memory: S * (32 WN + 32 WM) * 128 bytes.
-#define TC_ENTRY(NAME, WN, WM, S, MINB)                                                             \
+// The entries: warps along the weight (WN) and along the tokens (WM), 16-row tiles a warp (MI),
+// chains a pass (CH), ring stages, CTAs per SM the launch bounds promise. src/skinny_tc.rs
+// reads the shapes from these lines and picks one per launch; every entry gives the same bits.
+// Shared memory: S * (16 MI WN + 32 WM) * 128 bytes.
+#define TC_ENTRY(NAME, WN, WM, MI, CH, S, MINB)                                                     \
     extern "C" __global__ void __launch_bounds__(32 * WN * WM, MINB)                               \
         NAME(const bf16_t* x, const bf16_t* w, int M, int K, EPI_PARAMS) {                          \
-        tc_body<WN, WM, S>(x, w, M, K, EPI_MAKE);                                                   \
+        tc_body<WN, WM, MI, CH, S>(x, w, M, K, EPI_MAKE);                                           \
     }
-TC_ENTRY(skinny_tc_4x1, 4, 1, 4, 2)
-TC_ENTRY(skinny_tc_2x2, 2, 2, 4, 3)
-TC_ENTRY(skinny_tc_1x4, 1, 4, 4, 2)
-TC_ENTRY(skinny_tc_4x2, 4, 2, 6, 1)
-TC_ENTRY(skinny_tc_2x4, 2, 4, 6, 1)
+TC_ENTRY(skinny_tc_4x1, 4, 1, 2, 2, 4, 2)
+TC_ENTRY(skinny_tc_2x2, 2, 2, 2, 2, 4, 3)
+TC_ENTRY(skinny_tc_1x4, 1, 4, 2, 2, 4, 2)
+TC_ENTRY(skinny_tc_4x2, 4, 2, 2, 2, 6, 1)
+TC_ENTRY(skinny_tc_2x4, 2, 4, 2, 2, 6, 1)
+// One chain a pass: 64 x 32 warp tiles (128 x 128, 128 x 64 and 64 x 128 CTAs), and 16 warps of
+// 32 x 32 (128 x 128).
+TC_ENTRY(skinny_tc_t2x4, 2, 4, 4, 1, 4, 1)
+TC_ENTRY(skinny_tc_t2x2, 2, 2, 4, 1, 4, 2)
+TC_ENTRY(skinny_tc_t1x4, 1, 4, 4, 1, 4, 2)
+TC_ENTRY(skinny_tc_w4x4, 4, 4, 2, 1, 4, 1)

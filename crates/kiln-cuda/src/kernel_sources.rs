@@ -323,9 +323,11 @@ mod tests {
             ),
             (
                 "skinny_tc",
-                ["4x1", "2x2", "1x4", "4x2", "2x4"]
-                    .map(|t| format!("skinny_tc_{t}"))
-                    .to_vec(),
+                [
+                    "4x1", "2x2", "1x4", "4x2", "2x4", "t2x4", "t2x2", "t1x4", "w4x4",
+                ]
+                .map(|t| format!("skinny_tc_{t}"))
+                .to_vec(),
             ),
         ];
         let names: Vec<&str> = SOURCES.iter().map(|s| s.name).collect();

@@ -16,13 +16,17 @@ use crate::skinny::SkinnyKind;
 use crate::skinny_fused::Epilogue;
 use crate::switches::{KernelChoice, SkinnyTc};
 
-/// One `TC_ENTRY(NAME, WN, WM, S, MINB)` of skinny_tc.cu.
+/// One `TC_ENTRY(NAME, WN, WM, MI, CH, S, MINB)` of skinny_tc.cu.
 #[derive(Debug, Clone)]
 pub struct TcEntry {
     pub name: String,
-    /// Warps along the weight (32 rows each) and along the tokens (32 each).
+    /// Warps along the weight (16 `mi` rows each) and along the tokens (32 each).
     pub wn: usize,
     pub wm: usize,
+    /// 16-row weight tiles a warp holds.
+    pub mi: usize,
+    /// Chains (warp sums of the skinny kernel) a pass builds at once: 2 or 1.
+    pub chains: usize,
     pub stages: usize,
     /// CTAs per multiprocessor the launch bounds promise.
     pub min_blocks: usize,
@@ -39,6 +43,8 @@ impl TcEntry {
             name: p.name.clone(),
             wn: num("WN")?,
             wm: num("WM")?,
+            mi: num("MI")?,
+            chains: num("CH")?,
             stages: num("S")?,
             min_blocks: num("MINB")?,
         })
@@ -50,7 +56,7 @@ impl TcEntry {
 
     /// Weight rows and tokens of one CTA.
     pub fn tile(&self) -> (usize, usize) {
-        (32 * self.wn, 32 * self.wm)
+        (16 * self.mi * self.wn, 32 * self.wm)
     }
 
     /// The ring: `stages` k-tiles of 128 bytes per weight row and token row.
@@ -321,45 +327,59 @@ mod tests {
     fn the_entries_read_from_the_source_have_their_shapes() {
         let got: Vec<_> = tc_entries()
             .iter()
-            .map(|e| (e.name.as_str(), e.wn, e.wm, e.stages, e.min_blocks))
+            .map(|e| {
+                let (bn, bm) = e.tile();
+                (e.name.as_str(), bn, bm, e.chains, e.stages, e.min_blocks)
+            })
             .collect();
         let want = [
-            ("skinny_tc_4x1", 4, 1, 4, 2),
-            ("skinny_tc_2x2", 2, 2, 4, 3),
-            ("skinny_tc_1x4", 1, 4, 4, 2),
-            ("skinny_tc_4x2", 4, 2, 6, 1),
-            ("skinny_tc_2x4", 2, 4, 6, 1),
+            ("skinny_tc_4x1", 128, 32, 2, 4, 2),
+            ("skinny_tc_2x2", 64, 64, 2, 4, 3),
+            ("skinny_tc_1x4", 32, 128, 2, 4, 2),
+            ("skinny_tc_4x2", 128, 64, 2, 6, 1),
+            ("skinny_tc_2x4", 64, 128, 2, 6, 1),
+            ("skinny_tc_t2x4", 128, 128, 1, 4, 1),
+            ("skinny_tc_t2x2", 128, 64, 1, 4, 2),
+            ("skinny_tc_t1x4", 64, 128, 1, 4, 2),
+            ("skinny_tc_w4x4", 128, 128, 1, 4, 1),
         ];
         assert_eq!(got, want);
     }
 
     /// The CTAs the launch bounds promise fit an H100/H200 multiprocessor: 228 KB of shared
-    /// memory (1 KB of it reserved per CTA) and 64K registers at the 168 a thread the kernels
-    /// take (kernels_compile prints them).
+    /// memory (1 KB of it reserved per CTA) and 64K registers at what a thread of the entry
+    /// takes (kernels_compile prints them): 168 for 32 x 32 warp tiles and two chains a pass,
+    /// about 100 with one chain, 64 x 32 tiles up to the 255 a thread can have.
     #[test]
     fn every_entry_fits_its_occupancy() {
         for e in tc_entries() {
             let smem = e.min_blocks * (e.smem_bytes() + 1024);
             assert!(smem <= 228 * 1024, "{}: {smem} bytes", e.name);
-            assert!(e.min_blocks * e.threads() * 168 <= 65536, "{}", e.name);
+            let regs = match (e.mi, e.chains) {
+                (2, 2) => 168,
+                (2, 1) => 128,
+                _ => 255,
+            };
+            assert!(e.min_blocks * e.threads() * regs <= 65536, "{}", e.name);
         }
     }
 
     #[test]
     fn the_shape_follows_the_weight_and_the_rows() {
         let sms = 132;
-        // A wide weight at 128 rows: 64 x 128 tiles fill the GPU and read the least.
+        // A wide weight at 128 rows: 128 x 128 tiles fill the GPU and read the least (the weight
+        // once, x once per 128 rows); the 16-warp entry of that shape reads alike and comes later.
         let e = choose_tc_entry(28672 / 16, 128, sms);
-        assert_eq!(e.name, "skinny_tc_2x4");
-        assert_eq!(e.ctas(28672 / 16, 128), 448);
+        assert_eq!(e.name, "skinny_tc_t2x4");
+        assert_eq!(e.ctas(28672 / 16, 128), 224);
+        assert_eq!(e.l2_reads(28672 / 16, 128), 2.0);
         // 4096 rows at 128 tokens fill no shape: the most CTAs, then the least L2 (64 x 64).
         let e = choose_tc_entry(4096 / 16, 128, sms);
         assert_eq!(e.name, "skinny_tc_2x2");
-        // The LM head at 256 rows: 64 x 128 and 128 x 64 read alike; two token tiles either way
-        // for 64 x 128, four for 128 x 64.
+        // The LM head at 256 rows: 128 x 128 tiles, two token tiles.
         let e = choose_tc_entry(128256 / 16, 256, sms);
-        assert_eq!(e.l2_reads(8016, 256), 2.0 + 256.0 / 64.0);
-        assert_eq!(e.name, "skinny_tc_2x4");
+        assert_eq!(e.l2_reads(8016, 256), 2.0 + 256.0 / 128.0);
+        assert_eq!(e.name, "skinny_tc_t2x4");
     }
 
     #[test]
@@ -408,7 +428,7 @@ mod tests {
         assert!(pick(&from64, SkinnyKind::Wide, 63).is_none());
         assert_eq!(
             pick(&from64, SkinnyKind::Wide, 128).unwrap().name,
-            "skinny_tc_2x4"
+            "skinny_tc_t2x4"
         );
     }
 }

@@ -138,12 +138,15 @@ impl Path {
     }
 }
 
-/// The skinny kernel, the tilings `KILN_SKINNY_TC=auto` takes (4x1, 2x2) and the L2 rule's 2x4.
-const PATHS: [Path; 4] = [
+/// The skinny kernel, the tilings `KILN_SKINNY_TC=auto` takes (4x1, 2x2), the two-chain 2x4,
+/// and the one-chain 128 x 128 CTAs (64 x 32 warp tiles, and 16 warps of 32 x 32).
+const PATHS: [Path; 6] = [
     Path::Skinny,
     Path::Tc("skinny_tc_4x1"),
     Path::Tc("skinny_tc_2x2"),
     Path::Tc("skinny_tc_2x4"),
+    Path::Tc("skinny_tc_t2x4"),
+    Path::Tc("skinny_tc_w4x4"),
 ];
 
 /// Every tensor-core entry against the skinny kernel (bits), float64 and its row bounds.
@@ -507,8 +510,14 @@ const PLANTED: &[(&str, &str, &str)] = &[
     // Warp sums 2p and 2p + 1 joined in the wrong order.
     (
         "skinny_tc",
-        "(acc[mi][ni][v] + a0[mi][ni][v]) + a1[mi][ni][v]",
-        "(acc[mi][ni][v] + a1[mi][ni][v]) + a0[mi][ni][v]",
+        "acc[mi][ni][v] = acc[mi][ni][v] + a[c][mi][ni][v];",
+        "acc[mi][ni][v] = acc[mi][ni][v] + a[CH - 1 - c][mi][ni][v];",
+    ),
+    // One-chain passes: a k-tile's two chunks of the chain summed in the wrong order.
+    (
+        "skinny_tc",
+        "chunk(st, h, a[h % CH]);",
+        "chunk(st, CH == 1 ? 1 - h : h, a[h % CH]);",
     ),
     // Copies into shared memory without the swizzle the reads undo.
     (
@@ -567,7 +576,10 @@ fn planted_bugs_fail() {
         let mut q = Checks::quiet("planted");
         // The GEMM's own bugs show against the skinny kernel, the epilogues' against the
         // unfused launches.
-        if from.starts_with("(acc") || from.starts_with("const int piece") {
+        if ["acc[", "chunk(", "const int piece"]
+            .iter()
+            .any(|p| from.starts_with(p))
+        {
             tc_matches_skinny(&bad, &mut rng, &mut q, true);
         } else {
             fused_matches(&bad, &mut rng, &mut q, true);
