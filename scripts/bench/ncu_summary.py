@@ -4,7 +4,10 @@
 pipe use, issue slots, eligible warps, the largest stall reasons, L2 and DRAM traffic and
 shared-memory bank conflicts. Columns a report lacks are left out, so any section set works.
 
-Usage: ncu_summary.py RAW.csv
+With --by-name: one line per kernel name instead, its launches, total and mean duration and
+share of the whole, the names ordered by total (where a profiled step's time goes).
+
+Usage: ncu_summary.py [--by-name] RAW.csv
 """
 import csv
 import sys
@@ -33,8 +36,34 @@ def number(s):
         return None
 
 
+def duration_scale(unit):
+    """Microseconds per unit of a duration column."""
+    u = unit.strip().lower()
+    return {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "ns": 1e-3, "us": 1.0, "ms": 1e3}.get(u, 1e-3)
+
+
+def by_name(head, units, data, col, name_col):
+    i = col.get("gpu__time_duration.sum")
+    if i is None or name_col is None:
+        print("ncu summary: the report has no gpu__time_duration.sum or no kernel names")
+        return
+    scale = duration_scale(units[i])
+    totals = {}
+    for r in data:
+        v = number(r[i]) if len(r) == len(head) else None
+        if v is None:
+            continue
+        n, t = totals.get(r[name_col], (0, 0.0))
+        totals[r[name_col]] = (n + 1, t + v * scale)
+    whole = sum(t for _, t in totals.values())
+    print(f"NCU total {whole:.1f} us over {sum(n for n, _ in totals.values())} launches")
+    for name, (n, t) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
+        print(f"NCU {t:10.1f} us {100 * t / whole:5.1f}% {n:5d} x {t / n:8.2f} us  {name}")
+
+
 def main():
-    f = open(sys.argv[1], newline="") if len(sys.argv) > 1 else sys.stdin
+    args = [a for a in sys.argv[1:] if a != "--by-name"]
+    f = open(args[0], newline="") if args else sys.stdin
     rows = list(csv.reader(f))
     if len(rows) < 3:
         print("ncu summary: no kernel in the report")
@@ -42,6 +71,9 @@ def main():
     head, units, data = rows[0], rows[1], rows[2:]
     col = {name: i for i, name in enumerate(head)}
     name_col = col.get("Kernel Name", col.get("Function Name"))
+    if "--by-name" in sys.argv[1:]:
+        by_name(head, units, data, col, name_col)
+        return
     for r in data:
         if len(r) != len(head):
             continue
@@ -53,8 +85,7 @@ def main():
             if v is not None:
                 # Durations come in the unit the report chose; make them microseconds.
                 if metric == "gpu__time_duration.sum":
-                    u = units[i].strip().lower()
-                    scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "ns": 1e-3, "us": 1.0, "ms": 1e3}.get(u, scale)
+                    scale = duration_scale(units[i])
                 parts.append(f"{label} {v * scale:.1f}")
         # Tensor-pipe use, whichever of the pipe metrics the report holds.
         for i, metric in enumerate(head):

@@ -12,8 +12,10 @@
 //! 2k/8k/32k only; "decode-grid": decode at batch 1, 8, 32 and 128 from depth 0 and at batch 1,
 //! 8 and 32 from depth 8k, the figures the decode switches are judged by; "decode-tc": decode
 //! at batch 32 and 128 from depth 0 only, the quick A/B of KILN_SKINNY_TC; "gemm": the decode
-//! GEMM kernels alone, see gemm_bench.rs). A `chunk=N` argument after them sets the prefill
-//! chunk (default 2048).
+//! GEMM kernels alone, see gemm_bench.rs; "decode-profile N": N sequences from depth 0, three
+//! warm-up steps, then two steps between cuProfilerStart and cuProfilerStop, for
+//! `ncu --profile-from-start off`, see scripts/decode-profile.sh). A `chunk=N` argument after
+//! them sets the prefill chunk (default 2048).
 
 use std::time::Instant;
 
@@ -80,6 +82,18 @@ impl Bench {
 
     /// `batch` sequences at depth `depth` decode `steps` tokens together; returns total tok/s.
     fn decode(&mut self, batch: usize, depth: usize, steps: usize) -> Result<f64> {
+        self.decode_with(batch, depth, steps, |_| Ok(()))
+    }
+
+    /// [`Bench::decode`], calling `before(step)` before each step (0 the warm-up) and
+    /// `before(steps + 1)` after the last.
+    fn decode_with(
+        &mut self,
+        batch: usize,
+        depth: usize,
+        steps: usize,
+        mut before: impl FnMut(usize) -> Result<()>,
+    ) -> Result<f64> {
         let mut seqs = Vec::new();
         for s in 0..batch {
             let (_, table, first) = self.prefill(depth.max(1), steps + 1, s + 1)?;
@@ -91,6 +105,7 @@ impl Bench {
             if step == 1 {
                 t = Instant::now();
             }
+            before(step)?;
             let toks: Vec<[u32; 1]> = seqs.iter().map(|s| [s.1]).collect();
             let pos = depth.max(1) + step;
             let chunks: Vec<ChunkInput<'_>> = seqs
@@ -108,7 +123,9 @@ impl Bench {
                 s.1 = id;
             }
         }
-        Ok((batch * steps) as f64 / t.elapsed().as_secs_f64())
+        let secs = t.elapsed().as_secs_f64();
+        before(steps + 1)?;
+        Ok((batch * steps) as f64 / secs)
     }
 
     /// Mean milliseconds of a verify step of one sequence at `depth`: its last token and `k`
@@ -187,6 +204,26 @@ fn main() -> Result<()> {
         format!("\"load_s\":{load:.3}"),
         format!("\"prefill_chunk\":{chunk}"),
     ];
+    if mode == "decode-profile" {
+        // Steps 0-2 warm up (graphs captured, caches filled); steps 3 and 4 are profiled.
+        let rows: usize = std::env::args()
+            .nth(3)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(128);
+        // The profiler calls act on the context current on this thread.
+        bench.b.gpu().bind()?;
+        let tps = bench.decode_with(rows, 0, 4, |step| {
+            match step {
+                3 => cudarc::driver::profiler_start()?,
+                5 => cudarc::driver::profiler_stop()?,
+                _ => {}
+            }
+            Ok(())
+        })?;
+        eprintln!("BENCH decode-profile batch {rows}: {tps:.1} tok/s over steps 1-4");
+        println!("{{\"decode_profile_b{rows}_tok_s\":{tps:.2}}}");
+        return Ok(());
+    }
     if verify_only {
         // Verify steps of 1 + k rows of one sequence against a 1-row step, depth 512 and 8k.
         for depth in [512, 8192] {
