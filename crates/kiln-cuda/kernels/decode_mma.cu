@@ -10,6 +10,11 @@
 // merged in index order, the splits by dm_combine in index order. So a row's sums depend on
 // its own length and positions only: alone, in any batch, or beside the other rows of its
 // sequence (keys past a row's length are masked, which leaves its state exactly unchanged).
+// A CTA serves splits blockIdx.x, blockIdx.x + gridDim.x, ... up to its rows' last: with many
+// rows the launcher gives each (row run, head group) fewer CTAs than split slots, so the grid
+// holds no CTAs that would only start and exit (at 128 rows and 64 slots, 65,536 CTAs of which
+// all but a few thousand are empty at short depths). Each split is computed alike whichever CTA
+// serves it, so gridDim.x changes no bit.
 // Cache layout: [block][kv_head][block_size][head_dim].
 
 #define DM_WARPS 4
@@ -70,7 +75,7 @@ __device__ __forceinline__ void decode_mma_body(
     bf16_t* sv0 = sk0 + NST * DM_TILE * LD;
     __shared__ int s_len[16];
 
-    const int split = blockIdx.x, row0 = blockIdx.z;
+    const int row0 = blockIdx.z;
     const int group = n_q / n_kv;
     const int gc = min(group, 16);               // heads per CTA
     const int chunks = (group + gc - 1) / gc;    // CTAs per KV head and row run
@@ -94,12 +99,7 @@ __device__ __forceinline__ void decode_mma_body(
         min_first = min(min_first, window > 0 ? max(0, len - window) : 0);
     }
     const int span = dm_span(max_len, max_splits);
-    const int lo = split * span;
-    if (lo >= max_len) return;
-    const int hi = min(max_len, lo + span);
-    // Tiles wholly before every row's window change no row's state: start at the first one needed.
-    const int t_lo = max(lo, min_first / DM_TILE * DM_TILE);
-    const int n_tiles = t_lo < hi ? (hi - t_lo + DM_TILE - 1) / DM_TILE : 0;
+    if ((int)blockIdx.x * span >= max_len) return;
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int* table = block_tables + bt_start[token_seq[row0]];
@@ -107,7 +107,8 @@ __device__ __forceinline__ void decode_mma_body(
         const int r = threadIdx.x / gc, h = threadIdx.x % gc;
         s_len[threadIdx.x] = (r < nr && h < nh) ? positions[row0 + r] + 1 : 0;  // 0: an empty slot
     }
-    // Query slots: slot i is row i / gc, head hc0 + i % gc.
+    // Query slots: slot i is row i / gc, head hc0 + i % gc. They land with the first split's
+    // first tile (the same commit group).
     for (int idx = threadIdx.x; idx < 16 * DT; idx += DM_WARPS * 32) {
         const int i = idx / DT, c = idx % DT;
         const int r = i / gc, h = i % gc;
@@ -115,155 +116,166 @@ __device__ __forceinline__ void decode_mma_body(
         const bf16_t* src = q + ((u64)(row0 + (ok ? r : 0)) * n_q + hc0 + (ok ? h : 0)) * HD + c * 8;
         cp_async_16(sq + i * LD + c * 8, src, ok ? 16 : 0);
     }
-#pragma unroll
-    for (int st = 0; st < NST - 1; ++st) {
-        if (st < n_tiles)
-            dm_load_tile<HD>(sk0 + st * DM_TILE * LD, sv0 + st * DM_TILE * LD, k_cache, v_cache, table,
-                             t_lo + st * DM_TILE, hi, kvh, n_kv, block_size);
-        cp_async_commit();
-    }
-    __syncthreads();
-    const int len_a = s_len[g], len_b = s_len[g + 8];
-    const int first_a = window > 0 ? len_a - window : 0, first_b = window > 0 ? len_b - window : 0;
 
-    float m_a = KILN_NEG_INF, m_b = KILN_NEG_INF, l_a = 0.f, l_b = 0.f;
-    float o[DT][4];
+    for (int split = blockIdx.x; split < max_splits; split += gridDim.x) {
+        const int lo = split * span;
+        if (lo >= max_len) break;
+        const int hi = min(max_len, lo + span);
+        // Tiles wholly before every row's window change no row's state: start at the first one needed.
+        const int t_lo = max(lo, min_first / DM_TILE * DM_TILE);
+        const int n_tiles = t_lo < hi ? (hi - t_lo + DM_TILE - 1) / DM_TILE : 0;
 #pragma unroll
-    for (int d = 0; d < DT; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
-
-    for (int it = 0; it < n_tiles; ++it) {
-        // Keep NST - 1 tiles in flight: issue tile it + NST - 1 into the slot freed last round.
-        const int nxt = it + NST - 1;
-        if (nxt < n_tiles)
-            dm_load_tile<HD>(sk0 + (nxt % NST) * DM_TILE * LD, sv0 + (nxt % NST) * DM_TILE * LD, k_cache, v_cache,
-                             table, t_lo + nxt * DM_TILE, hi, kvh, n_kv, block_size);
-        cp_async_commit();
-        cp_async_wait<NST - 1>();
+        for (int st = 0; st < NST - 1; ++st) {
+            if (st < n_tiles)
+                dm_load_tile<HD>(sk0 + st * DM_TILE * LD, sv0 + st * DM_TILE * LD, k_cache, v_cache, table,
+                                 t_lo + st * DM_TILE, hi, kvh, n_kv, block_size);
+            cp_async_commit();
+        }
         __syncthreads();
-        const bf16_t* sk = sk0 + (it % NST) * DM_TILE * LD + warp * 16 * LD;
-        const bf16_t* sv = sv0 + (it % NST) * DM_TILE * LD + warp * 16 * LD;
-        const int k0 = t_lo + it * DM_TILE + warp * 16;  // this warp's first key
-        // Does any slot see any of this warp's 16 keys? If not, every state stays as it is.
-        const bool mine = lane < 16 && k0 < s_len[lane] && (window <= 0 || k0 + 15 >= s_len[lane] - window);
-        if (__any_sync(0xffffffffu, mine)) {
-            float s[2][4];
+        const int len_a = s_len[g], len_b = s_len[g + 8];
+        const int first_a = window > 0 ? len_a - window : 0, first_b = window > 0 ? len_b - window : 0;
+
+        float m_a = KILN_NEG_INF, m_b = KILN_NEG_INF, l_a = 0.f, l_b = 0.f;
+        float o[DT][4];
 #pragma unroll
-            for (int n = 0; n < 2; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-            const int mi = lane >> 3;
+        for (int d = 0; d < DT; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
+
+        for (int it = 0; it < n_tiles; ++it) {
+            // Keep NST - 1 tiles in flight: issue tile it + NST - 1 into the slot freed last round.
+            const int nxt = it + NST - 1;
+            if (nxt < n_tiles)
+                dm_load_tile<HD>(sk0 + (nxt % NST) * DM_TILE * LD, sv0 + (nxt % NST) * DM_TILE * LD, k_cache, v_cache,
+                                 table, t_lo + nxt * DM_TILE, hi, kvh, n_kv, block_size);
+            cp_async_commit();
+            cp_async_wait<NST - 1>();
+            __syncthreads();
+            const bf16_t* sk = sk0 + (it % NST) * DM_TILE * LD + warp * 16 * LD;
+            const bf16_t* sv = sv0 + (it % NST) * DM_TILE * LD + warp * 16 * LD;
+            const int k0 = t_lo + it * DM_TILE + warp * 16;  // this warp's first key
+            // Does any slot see any of this warp's 16 keys? If not, every state stays as it is.
+            const bool mine = lane < 16 && k0 < s_len[lane] && (window <= 0 || k0 + 15 >= s_len[lane] - window);
+            if (__any_sync(0xffffffffu, mine)) {
+                float s[2][4];
 #pragma unroll
-            for (int kk = 0; kk < HD / 16; ++kk) {
-                u32 a[4], b[4];
-                ldmatrix_x4(a, sq + ((mi & 1) * 8 + (lane & 7)) * LD + kk * 16 + (mi >> 1) * 8);
-                ldmatrix_x4(b, sk + ((mi >> 1) * 8 + (lane & 7)) * LD + kk * 16 + (mi & 1) * 8);
-                mma_bf16_16816(s[0], a, b);
-                mma_bf16_16816(s[1], a, b + 2);
-            }
-            float mx_a = KILN_NEG_INF, mx_b = KILN_NEG_INF;
+                for (int n = 0; n < 2; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+                const int mi = lane >> 3;
 #pragma unroll
-            for (int n = 0; n < 2; ++n) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int kp = k0 + n * 8 + 2 * t + (e & 1);
-                    const bool ok = e < 2 ? (kp < len_a && kp >= first_a) : (kp < len_b && kp >= first_b);
-                    s[n][e] = ok ? __fmul_rn(s[n][e], scale_log2) : KILN_NEG_INF;
+                for (int kk = 0; kk < HD / 16; ++kk) {
+                    u32 a[4], b[4];
+                    ldmatrix_x4(a, sq + ((mi & 1) * 8 + (lane & 7)) * LD + kk * 16 + (mi >> 1) * 8);
+                    ldmatrix_x4(b, sk + ((mi >> 1) * 8 + (lane & 7)) * LD + kk * 16 + (mi & 1) * 8);
+                    mma_bf16_16816(s[0], a, b);
+                    mma_bf16_16816(s[1], a, b + 2);
                 }
-                mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
-                mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
-            }
-            mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-            mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-            mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-            mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-            const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
-            // A slot that has seen no key keeps m = -inf; 0 as the base keeps everything finite.
-            const float base_a = mn_a == KILN_NEG_INF ? 0.f : mn_a;
-            const float base_b = mn_b == KILN_NEG_INF ? 0.f : mn_b;
-            const float al_a = exp2f(__fsub_rn(m_a, base_a)), al_b = exp2f(__fsub_rn(m_b, base_b));
-            m_a = mn_a;
-            m_b = mn_b;
-            float ps_a = 0.f, ps_b = 0.f;
+                float mx_a = KILN_NEG_INF, mx_b = KILN_NEG_INF;
 #pragma unroll
-            for (int n = 0; n < 2; ++n) {
-                s[n][0] = exp2f(__fsub_rn(s[n][0], base_a));
-                s[n][1] = exp2f(__fsub_rn(s[n][1], base_a));
-                s[n][2] = exp2f(__fsub_rn(s[n][2], base_b));
-                s[n][3] = exp2f(__fsub_rn(s[n][3], base_b));
-                ps_a = __fadd_rn(ps_a, __fadd_rn(s[n][0], s[n][1]));
-                ps_b = __fadd_rn(ps_b, __fadd_rn(s[n][2], s[n][3]));
-            }
-            l_a = __fadd_rn(__fmul_rn(l_a, al_a), ps_a);
-            l_b = __fadd_rn(__fmul_rn(l_b, al_b), ps_b);
+                for (int n = 0; n < 2; ++n) {
 #pragma unroll
-            for (int d = 0; d < DT; ++d) {
-                o[d][0] = __fmul_rn(o[d][0], al_a);
-                o[d][1] = __fmul_rn(o[d][1], al_a);
-                o[d][2] = __fmul_rn(o[d][2], al_b);
-                o[d][3] = __fmul_rn(o[d][3], al_b);
-            }
-            u32 a[4];
-            a[0] = pack_bf16x2(s[0][0], s[0][1]);
-            a[1] = pack_bf16x2(s[0][2], s[0][3]);
-            a[2] = pack_bf16x2(s[1][0], s[1][1]);
-            a[3] = pack_bf16x2(s[1][2], s[1][3]);
+                    for (int e = 0; e < 4; ++e) {
+                        const int kp = k0 + n * 8 + 2 * t + (e & 1);
+                        const bool ok = e < 2 ? (kp < len_a && kp >= first_a) : (kp < len_b && kp >= first_b);
+                        s[n][e] = ok ? __fmul_rn(s[n][e], scale_log2) : KILN_NEG_INF;
+                    }
+                    mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
+                    mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
+                }
+                mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+                mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+                mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+                mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+                const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
+                // A slot that has seen no key keeps m = -inf; 0 as the base keeps everything finite.
+                const float base_a = mn_a == KILN_NEG_INF ? 0.f : mn_a;
+                const float base_b = mn_b == KILN_NEG_INF ? 0.f : mn_b;
+                const float al_a = exp2f(__fsub_rn(m_a, base_a)), al_b = exp2f(__fsub_rn(m_b, base_b));
+                m_a = mn_a;
+                m_b = mn_b;
+                float ps_a = 0.f, ps_b = 0.f;
 #pragma unroll
-            for (int d = 0; d < DT; d += 2) {
-                u32 b[4];
-                ldmatrix_x4_trans(b, sv + ((mi & 1) * 8 + (lane & 7)) * LD + d * 8 + (mi >> 1) * 8);
-                mma_bf16_16816(o[d], a, b);
-                mma_bf16_16816(o[d + 1], a, b + 2);
+                for (int n = 0; n < 2; ++n) {
+                    s[n][0] = exp2f(__fsub_rn(s[n][0], base_a));
+                    s[n][1] = exp2f(__fsub_rn(s[n][1], base_a));
+                    s[n][2] = exp2f(__fsub_rn(s[n][2], base_b));
+                    s[n][3] = exp2f(__fsub_rn(s[n][3], base_b));
+                    ps_a = __fadd_rn(ps_a, __fadd_rn(s[n][0], s[n][1]));
+                    ps_b = __fadd_rn(ps_b, __fadd_rn(s[n][2], s[n][3]));
+                }
+                l_a = __fadd_rn(__fmul_rn(l_a, al_a), ps_a);
+                l_b = __fadd_rn(__fmul_rn(l_b, al_b), ps_b);
+#pragma unroll
+                for (int d = 0; d < DT; ++d) {
+                    o[d][0] = __fmul_rn(o[d][0], al_a);
+                    o[d][1] = __fmul_rn(o[d][1], al_a);
+                    o[d][2] = __fmul_rn(o[d][2], al_b);
+                    o[d][3] = __fmul_rn(o[d][3], al_b);
+                }
+                u32 a[4];
+                a[0] = pack_bf16x2(s[0][0], s[0][1]);
+                a[1] = pack_bf16x2(s[0][2], s[0][3]);
+                a[2] = pack_bf16x2(s[1][0], s[1][1]);
+                a[3] = pack_bf16x2(s[1][2], s[1][3]);
+#pragma unroll
+                for (int d = 0; d < DT; d += 2) {
+                    u32 b[4];
+                    ldmatrix_x4_trans(b, sv + ((mi & 1) * 8 + (lane & 7)) * LD + d * 8 + (mi >> 1) * 8);
+                    mma_bf16_16816(o[d], a, b);
+                    mma_bf16_16816(o[d + 1], a, b + 2);
+                }
             }
+            __syncthreads();
+        }
+        cp_async_wait<0>();
+        l_a = __fadd_rn(l_a, __shfl_xor_sync(0xffffffffu, l_a, 1));
+        l_a = __fadd_rn(l_a, __shfl_xor_sync(0xffffffffu, l_a, 2));
+        l_b = __fadd_rn(l_b, __shfl_xor_sync(0xffffffffu, l_b, 1));
+        l_b = __fadd_rn(l_b, __shfl_xor_sync(0xffffffffu, l_b, 2));
+
+        // Merge the warps in index order through shared memory (the K/V ring is free now).
+        __syncthreads();
+        float* sm_o = reinterpret_cast<float*>(sk0);   // [warp][slot][HD]
+        float* sm_ml = sm_o + DM_WARPS * 16 * HD;      // [warp][slot][2]
+        if (t == 0) {
+            sm_ml[(warp * 16 + g) * 2] = m_a;
+            sm_ml[(warp * 16 + g) * 2 + 1] = l_a;
+            sm_ml[(warp * 16 + g + 8) * 2] = m_b;
+            sm_ml[(warp * 16 + g + 8) * 2 + 1] = l_b;
+        }
+#pragma unroll
+        for (int d = 0; d < DT; ++d) {
+            float* ra = sm_o + (warp * 16 + g) * HD + d * 8 + 2 * t;
+            float* rb = sm_o + (warp * 16 + g + 8) * HD + d * 8 + 2 * t;
+            ra[0] = o[d][0];
+            ra[1] = o[d][1];
+            rb[0] = o[d][2];
+            rb[1] = o[d][3];
         }
         __syncthreads();
-    }
-    cp_async_wait<0>();
-    l_a = __fadd_rn(l_a, __shfl_xor_sync(0xffffffffu, l_a, 1));
-    l_a = __fadd_rn(l_a, __shfl_xor_sync(0xffffffffu, l_a, 2));
-    l_b = __fadd_rn(l_b, __shfl_xor_sync(0xffffffffu, l_b, 1));
-    l_b = __fadd_rn(l_b, __shfl_xor_sync(0xffffffffu, l_b, 2));
-
-    // Merge the warps in index order through shared memory (the K/V ring is free now).
-    __syncthreads();
-    float* sm_o = reinterpret_cast<float*>(sk0);   // [warp][slot][HD]
-    float* sm_ml = sm_o + DM_WARPS * 16 * HD;      // [warp][slot][2]
-    if (t == 0) {
-        sm_ml[(warp * 16 + g) * 2] = m_a;
-        sm_ml[(warp * 16 + g) * 2 + 1] = l_a;
-        sm_ml[(warp * 16 + g + 8) * 2] = m_b;
-        sm_ml[(warp * 16 + g + 8) * 2 + 1] = l_b;
-    }
+        for (int idx = threadIdx.x; idx < 16 * HD; idx += DM_WARPS * 32) {
+            const int i = idx / HD, d = idx % HD;
+            const int len = s_len[i];
+            // Only slots that are real rows with a split here write (the combine reads no others).
+            if (len == 0 || lo >= len) continue;
+            float mm = KILN_NEG_INF;
 #pragma unroll
-    for (int d = 0; d < DT; ++d) {
-        float* ra = sm_o + (warp * 16 + g) * HD + d * 8 + 2 * t;
-        float* rb = sm_o + (warp * 16 + g + 8) * HD + d * 8 + 2 * t;
-        ra[0] = o[d][0];
-        ra[1] = o[d][1];
-        rb[0] = o[d][2];
-        rb[1] = o[d][3];
-    }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < 16 * HD; idx += DM_WARPS * 32) {
-        const int i = idx / HD, d = idx % HD;
-        const int len = s_len[i];
-        // Only slots that are real rows with a split here write (the combine reads no others).
-        if (len == 0 || lo >= len) continue;
-        float mm = KILN_NEG_INF;
+            for (int w = 0; w < DM_WARPS; ++w) mm = fmaxf(mm, sm_ml[(w * 16 + i) * 2]);
+            float ll = 0.f, oo = 0.f;
 #pragma unroll
-        for (int w = 0; w < DM_WARPS; ++w) mm = fmaxf(mm, sm_ml[(w * 16 + i) * 2]);
-        float ll = 0.f, oo = 0.f;
-#pragma unroll
-        for (int w = 0; w < DM_WARPS; ++w) {
-            const float mw = sm_ml[(w * 16 + i) * 2];
-            const float sc = mw == KILN_NEG_INF ? 0.f : exp2f(__fsub_rn(mw, mm));
-            ll = __fadd_rn(ll, __fmul_rn(sm_ml[(w * 16 + i) * 2 + 1], sc));
-            oo = __fadd_rn(oo, __fmul_rn(sm_o[(w * 16 + i) * HD + d], sc));
+            for (int w = 0; w < DM_WARPS; ++w) {
+                const float mw = sm_ml[(w * 16 + i) * 2];
+                const float sc = mw == KILN_NEG_INF ? 0.f : exp2f(__fsub_rn(mw, mm));
+                ll = __fadd_rn(ll, __fmul_rn(sm_ml[(w * 16 + i) * 2 + 1], sc));
+                oo = __fadd_rn(oo, __fmul_rn(sm_o[(w * 16 + i) * HD + d], sc));
+            }
+            const int row = row0 + i / gc, h = hc0 + i % gc;
+            const u64 pi = ((u64)row * n_q + h) * max_splits + split;
+            part_o[pi * HD + d] = oo;
+            if (d == 0) {
+                part_ml[pi * 2] = mm;
+                part_ml[pi * 2 + 1] = ll;
+            }
         }
-        const int row = row0 + i / gc, h = hc0 + i % gc;
-        const u64 pi = ((u64)row * n_q + h) * max_splits + split;
-        part_o[pi * HD + d] = oo;
-        if (d == 0) {
-            part_ml[pi * 2] = mm;
-            part_ml[pi * 2 + 1] = ll;
-        }
+        // The merge read the ring as sm_o; the next split's tiles overwrite it.
+        __syncthreads();
     }
 }
 

@@ -66,6 +66,26 @@ pub enum DecodeKernel {
     Mma,
 }
 
+/// CTAs decode_mma gives each (row run, head group) along its split slots: every slot its own
+/// CTA while the grid stays small, fewer (each serving every `n`-th split) once `rows` rows
+/// would put more than 32 CTAs per multiprocessor in the grid; at least one. Depends on the
+/// row count only (a CUDA graph's grid is fixed at capture) and changes no bit.
+/// `all_slots` (KILN_DECODE_SPLIT_CTAS=all) keeps one CTA per slot at any row count.
+pub fn decode_split_ctas(
+    max_splits: usize,
+    groups: usize,
+    rows: usize,
+    sms: usize,
+    all_slots: bool,
+) -> usize {
+    if all_slots {
+        return max_splits;
+    }
+    (32 * sms)
+        .div_ceil(groups * rows)
+        .clamp(1, max_splits.max(1))
+}
+
 /// Stages of decode_mma's K/V ring for head dim `hd` (DM_ENTRY in decode_mma.cu).
 fn decode_mma_stages(hd: usize) -> usize {
     match hd {
@@ -295,9 +315,10 @@ impl Gpu {
             );
         }
         // At most this many splits per row (the partials have room for DECODE_MAX_SPLITS).
+        let sw = Switches::from_env();
         let max_splits = match wide {
             true => DECODE_MAX_SPLITS,
-            false => Switches::from_env()
+            false => sw
                 .decode_mma_splits
                 .unwrap_or(DECODE_MAX_SPLITS)
                 .min(DECODE_MAX_SPLITS),
@@ -326,9 +347,20 @@ impl Gpu {
             Arg::F32(scale * std::f32::consts::LOG2_E),
             Arg::I32(max_splits as i32),
         ];
-        // Every split slot of every row is launched; slots past a row's splits (and rows whose
-        // run another CTA serves) exit at once, so the grid depends on the row count only.
-        let grid = (max_splits as u32, (kv.n_kv * chunks) as u32, rows as u32);
+        // Every row is launched (rows whose run another CTA serves exit at once), each with
+        // `sx` CTAs over its split slots (the 512-wide entry: one per slot), so the grid
+        // depends on the row count only.
+        let sx = match wide {
+            true => max_splits,
+            false => decode_split_ctas(
+                max_splits,
+                kv.n_kv * chunks,
+                rows,
+                self.sm_count as usize,
+                sw.decode_split_all,
+            ),
+        };
+        let grid = (sx as u32, (kv.n_kv * chunks) as u32, rows as u32);
         self.launch(&format!("decode_mma_hd{hd}"), grid, 128, smem as u32, &args)?;
         let args = [
             Arg::Ptr(part_o),
@@ -346,5 +378,30 @@ impl Gpu {
             0,
             &args,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decode_split_ctas;
+
+    #[test]
+    fn split_ctas_shrink_with_the_rows_only() {
+        // Llama-3-8B's 8 KV heads on 132 multiprocessors: every slot its own CTA up to 8
+        // rows, fewer from there, never none.
+        let n = |rows| decode_split_ctas(64, 8, rows, 132, false);
+        assert_eq!(n(1), 64);
+        assert_eq!(n(8), 64);
+        assert_eq!(n(32), 17);
+        assert_eq!(n(128), 5);
+        assert_eq!(n(100_000), 1);
+        // The grid stays near 32 CTAs a multiprocessor from the point it shrinks.
+        for rows in [16, 32, 64, 128, 256] {
+            assert!(n(rows) * 8 * rows >= 32 * 132, "{rows}");
+            assert!((n(rows) - 1) * 8 * rows < 32 * 132, "{rows}");
+        }
+        // The switch, and fewer slots than the rule would give.
+        assert_eq!(decode_split_ctas(64, 8, 128, 132, true), 64);
+        assert_eq!(decode_split_ctas(4, 8, 1, 132, false), 4);
     }
 }

@@ -52,6 +52,9 @@ pub struct Switches {
     /// instead of 64, so fewer and longer CTAs (different bits, still a function of the row's
     /// length only). None when unset or invalid.
     pub decode_mma_splits: Option<usize>,
+    /// KILN_DECODE_SPLIT_CTAS=all: decode_mma launches one CTA per split slot at any row
+    /// count (by default many rows share fewer CTAs, each serving several splits; same bits).
+    pub decode_split_all: bool,
     /// Gemma 4's post-norms fused into the op that consumes them (same bits, three launches
     /// fewer per layer; on the H200 3% faster decode at depth 0 and 8k). KILN_GEMMA_FUSE=0
     /// launches them apart.
@@ -264,6 +267,7 @@ impl Env {
                 decode_mma_splits: var("KILN_DECODE_SPLITS")
                     .and_then(|v| v.parse::<usize>().ok())
                     .filter(|n| n.is_power_of_two() && *n <= 64),
+                decode_split_all: var("KILN_DECODE_SPLIT_CTAS").as_deref() == Some("all"),
                 gemma_fuse: on("KILN_GEMMA_FUSE"),
                 flash_wide_split: var("KILN_FLASH_WIDE").as_deref() != Some("recompute"),
                 decode_wide_mma: var("KILN_DECODE_WIDE").as_deref() == Some("mma"),
@@ -344,7 +348,7 @@ impl Switches {
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} decode_split_ctas={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -359,6 +363,7 @@ impl Switches {
             k.flash_overlap as u8,
             k.flash_pingpong as u8,
             if k.decode_mma { "mma" } else { "simt" },
+            if self.decode_split_all { "all" } else { "auto" },
             k.pdl as u8,
             self.cuda_graphs as u8,
             self.draft_graphs as u8,
@@ -579,6 +584,14 @@ mod tests {
         assert_eq!(splits("24"), None);
         assert_eq!(splits("128"), None);
         assert_eq!(read(&[]).switches.decode_mma_splits, None);
+        let all = |v| {
+            read(&[("KILN_DECODE_SPLIT_CTAS", v)])
+                .switches
+                .decode_split_all
+        };
+        assert!(all("all"));
+        assert!(!all("auto"));
+        assert!(!read(&[]).switches.decode_split_all);
         let cache = |v| read(&[("KILN_KERNEL_CACHE", v)]).kernel_cache;
         assert_eq!(cache("off"), KernelCache::Off);
         assert_eq!(cache("0"), KernelCache::Off);

@@ -417,6 +417,30 @@ fn cases() -> Vec<Case> {
             chunks: chunks.clone(),
         });
     }
+    // A batch of 128 decode rows: decode_mma gives each head group a few CTAs (5 on an H200),
+    // each serving every fifth split slot, up to 13 splits a CTA for the rows near 8k; alone ==
+    // in the batch and float64 must still hold, with and without a window.
+    let many: Vec<(usize, usize)> = (0..128)
+        .map(|i| {
+            (
+                if i % 32 == 7 {
+                    8000 + i
+                } else {
+                    (i * 389) % 1500
+                },
+                1,
+            )
+        })
+        .collect();
+    for (n_q, hd, window) in [(32, 128, 0), (16, 64, 1000)] {
+        v.push(Case {
+            n_q,
+            n_kv: 8,
+            hd,
+            window,
+            chunks: own(&many),
+        });
+    }
     // Long KV: decode rows at 32k and 128k, short prefill chunks on top of long caches.
     v.push(Case {
         n_q: 32,
@@ -504,6 +528,13 @@ const PLANTED: &[(&str, &str, &str)] = &[
         "decode_mma",
         "(kp < len_a && kp >= first_a)",
         "(kp <= len_a && kp >= first_a)",
+    ),
+    // A CTA serving several split slots skips every other one of its share (run on the batch
+    // of 128 decode rows, where a CTA serves up to 13).
+    (
+        "decode_mma",
+        "split += gridDim.x)",
+        "split += 2 * gridDim.x)",
     ),
     // A prefill row no longer sees its own key.
     (
@@ -603,6 +634,21 @@ fn planted_bugs_fail() {
         .into_iter()
         .find(|c| c.hd == 512 && c.window == 37)
         .expect("a windowed case of head dim 512");
+    let many = cases()
+        .into_iter()
+        .find(|c| c.chunks.len() == 128 && c.hd == 128)
+        .expect("the batch of 128 decode rows");
+    // The case a planted bug runs on: the wide kernels' own, the many-row batch for the split
+    // loop's stride, else the common one.
+    let case_for = |module: &str, to: &str| {
+        if module.ends_with("_wide") {
+            &wide
+        } else if to.contains("gridDim") {
+            &many
+        } else {
+            &case
+        }
+    };
     let wanted = |module: &str| {
         let hd = if module.ends_with("_wide") {
             wide.hd
@@ -623,11 +669,7 @@ fn planted_bugs_fail() {
         .collect();
     crate::common::planted::prebuild(&modules, gpu.arch);
     for &(module, from, to) in PLANTED {
-        let case = if module.ends_with("_wide") {
-            &wide
-        } else {
-            &case
-        };
+        let case = case_for(module, to);
         if !head_dim_wanted(case.hd) {
             continue;
         }
