@@ -13,9 +13,10 @@
 //! 8 and 32 from depth 8k, the figures the decode switches are judged by; "decode-tc": decode
 //! at batch 32 and 128 from depth 0 only, the quick A/B of KILN_SKINNY_TC; "gemm": the decode
 //! GEMM kernels alone, see gemm_bench.rs; "decode-profile N": N sequences from depth 0, three
-//! warm-up steps, then two steps between cuProfilerStart and cuProfilerStop, for
-//! `ncu --profile-from-start off`, see scripts/decode-profile.sh). A `chunk=N` argument after
-//! them sets the prefill chunk (default 2048).
+//! warm-up steps, then two steps between cuProfilerStart and cuProfilerStop; "prefill-profile
+//! N": a prompt of N tokens whose last chunk runs between them; both for `ncu
+//! --profile-from-start off`, see scripts/step-profile.sh). A `chunk=N` argument after them
+//! sets the prefill chunk (default 2048).
 
 use std::time::Instant;
 
@@ -59,12 +60,25 @@ impl Bench {
 
     /// Prefills a prompt in chunks of `self.chunk` tokens; returns (seconds, block table).
     fn prefill(&mut self, len: usize, extra: usize, salt: usize) -> Result<(f64, Vec<u32>, u32)> {
+        self.prefill_with(len, extra, salt, |_| Ok(()))
+    }
+
+    /// [`Bench::prefill`], calling `before(start)` before the chunk that starts at `start` and
+    /// `before(len)` after the last.
+    fn prefill_with(
+        &mut self,
+        len: usize,
+        extra: usize,
+        salt: usize,
+        mut before: impl FnMut(usize) -> Result<()>,
+    ) -> Result<(f64, Vec<u32>, u32)> {
         let prompt = self.prompt(len, salt);
         let table = self.table(len + extra);
         let t = Instant::now();
         let mut last = 0;
         for start in (0..len).step_by(self.chunk) {
             let end = (start + self.chunk).min(len);
+            before(start)?;
             last = self
                 .b
                 .forward_greedy(&[ChunkInput {
@@ -77,7 +91,9 @@ impl Bench {
                 .copied()
                 .unwrap_or(0);
         }
-        Ok((t.elapsed().as_secs_f64(), table, last))
+        let secs = t.elapsed().as_secs_f64();
+        before(len)?;
+        Ok((secs, table, last))
     }
 
     /// `batch` sequences at depth `depth` decode `steps` tokens together; returns total tok/s.
@@ -222,6 +238,31 @@ fn main() -> Result<()> {
         })?;
         eprintln!("BENCH decode-profile batch {rows}: {tps:.1} tok/s over steps 1-4");
         println!("{{\"decode_profile_b{rows}_tok_s\":{tps:.2}}}");
+        return Ok(());
+    }
+    if mode == "prefill-profile" {
+        // One whole prompt first (graphs and caches warm), then the same length again with
+        // its last chunk profiled.
+        let len: usize = std::env::args()
+            .nth(3)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(8192);
+        let last = (len - 1) / chunk * chunk;
+        bench.prefill(len, 0, 5)?;
+        bench.b.gpu().bind()?;
+        let (secs, _, _) = bench.prefill_with(len, 0, 6, |start| {
+            if start == last {
+                cudarc::driver::profiler_start()?;
+            } else if start == len {
+                cudarc::driver::profiler_stop()?;
+            }
+            Ok(())
+        })?;
+        let tps = len as f64 / secs;
+        eprintln!(
+            "BENCH prefill-profile {len}: {tps:.0} tok/s, chunk {chunk} from {last} profiled"
+        );
+        println!("{{\"prefill_profile_{len}_tok_s\":{tps:.1}}}");
         return Ok(());
     }
     if verify_only {

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Where a step's time goes, on the GPU machine: Nsight Compute times every kernel of two decode
+# steps of N sequences (`cuda_bench PRESET decode-profile N`: three warm-up steps, then two
+# between cuProfilerStart and cuProfilerStop) or of the last prefill chunk of an N-token prompt
+# (`prefill-profile N`), with their L2, DRAM, SM and tensor-pipe use, then sums the durations
+# per kernel name. Clocks and caches are left as they are (--clock-control none --cache-control
+# none), so the kernels run as a step runs them, one at a time. Needs .carry/bin/cuda_bench
+# (scripts/build-gpu-carry.sh).
+# Usage: OUT=... scripts/step-profile.sh decode|prefill [N] [PRESET] [chunk=N]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+what=${1:-decode}
+case "$what" in
+    decode) n=${2:-128} ;;
+    prefill) n=${2:-8192} ;;
+    *) echo "step-profile: decode or prefill, not $what"; exit 2 ;;
+esac
+preset=${3:-llama3-8b}
+extra=${4:-}
+OUT=${OUT:-$PWD/step-profile-out}
+mkdir -p "$OUT"
+ncu=/usr/local/cuda/bin/ncu
+[ -x "$ncu" ] || ncu=$(command -v ncu || true)
+[ -n "$ncu" ] || { echo "step-profile: ncu not found"; exit 1; }
+bench=.carry/bin/cuda_bench
+[ -f "$bench.xz" ] && xz -df "$bench.xz"
+rep="$OUT/$what-$n${extra:+-$extra}"
+metrics=gpu__time_duration.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
+"$ncu" --clock-control none --cache-control none --profile-from-start off --metrics "$metrics" \
+    -o "$rep" -f "$bench" "$preset" "$what-profile" "$n" $extra > "$rep.log" 2>&1
+rc=$?
+echo "ncu: rc=$rc"
+grep -E "BENCH|ERROR|error" "$rep.log" | head -5
+"$ncu" -i "$rep.ncu-rep" --page raw --csv > "$rep.csv" 2>> "$rep.log"
+python3 scripts/bench/ncu_summary.py --by-name "$rep.csv" | tee "$rep-by-name.txt"
+python3 scripts/bench/ncu_summary.py "$rep.csv" > "$rep-kernels.txt"
