@@ -418,8 +418,9 @@ fn cases() -> Vec<Case> {
         });
     }
     // A batch of 128 decode rows: decode_mma gives each head group a few CTAs (5 on an H200),
-    // each serving every fifth split slot, up to 13 splits a CTA for the rows near 8k; alone ==
-    // in the batch and float64 must still hold, with and without a window.
+    // each serving every fifth split slot, up to 13 splits a CTA for the rows near 8k (the wide
+    // decode of 512-wide heads likewise); alone == in the batch and float64 must still hold,
+    // with and without a window.
     let many: Vec<(usize, usize)> = (0..128)
         .map(|i| {
             (
@@ -432,10 +433,10 @@ fn cases() -> Vec<Case> {
             )
         })
         .collect();
-    for (n_q, hd, window) in [(32, 128, 0), (16, 64, 1000)] {
+    for (n_q, n_kv, hd, window) in [(32, 8, 128, 0), (16, 8, 64, 1000), (8, 2, 512, 0)] {
         v.push(Case {
             n_q,
-            n_kv: 8,
+            n_kv,
             hd,
             window,
             chunks: own(&many),
@@ -562,6 +563,12 @@ const PLANTED: &[(&str, &str, &str)] = &[
         "for (int w = 1; w < DMW_WARPS; ++w) v = __fadd_rn(v, sp[w * 16 * DMW_LDS + at]);",
         "",
     ),
+    // A CTA of the wide decode serving several splits skips every other one of its share.
+    (
+        "decode_wide",
+        "split += gridDim.x)",
+        "split += 2 * gridDim.x)",
+    ),
     // Keys past a wide decode split's end (the last key, loaded again) are counted.
     (
         "decode_wide",
@@ -634,21 +641,22 @@ fn planted_bugs_fail() {
         .into_iter()
         .find(|c| c.hd == 512 && c.window == 37)
         .expect("a windowed case of head dim 512");
-    let many = cases()
-        .into_iter()
-        .find(|c| c.chunks.len() == 128 && c.hd == 128)
-        .expect("the batch of 128 decode rows");
-    // The case a planted bug runs on: the wide kernels' own, the many-row batch for the split
-    // loop's stride, else the common one.
-    let case_for = |module: &str, to: &str| {
-        if module.ends_with("_wide") {
-            &wide
-        } else if to.contains("gridDim") {
-            &many
-        } else {
-            &case
-        }
+    let many = |hd| {
+        cases()
+            .into_iter()
+            .find(|c| c.chunks.len() == 128 && c.hd == hd)
+            .expect("a batch of 128 decode rows")
     };
+    let (many, many_wide) = (many(128), many(512));
+    // The case a planted bug runs on: a batch of 128 decode rows for the split loops' stride,
+    // the wide kernels' own case for their other bugs, else the common one.
+    let case_for =
+        |module: &str, to: &str| match (to.contains("gridDim"), module.ends_with("_wide")) {
+            (true, false) => &many,
+            (true, true) => &many_wide,
+            (false, true) => &wide,
+            (false, false) => &case,
+        };
     let wanted = |module: &str| {
         let hd = if module.ends_with("_wide") {
             wide.hd
