@@ -55,6 +55,11 @@ pub struct Switches {
     /// KILN_DECODE_SPLIT_CTAS=all: decode_mma launches one CTA per split slot at any row
     /// count (by default many rows share fewer CTAs, each serving several splits; same bits).
     pub decode_split_all: bool,
+    /// KILN_QUANT_ONE_CTA=1: one-row quantised decode launches (batch 1) take the second
+    /// family's `_1_o1` entries, one CTA a multiprocessor with the registers to spare instead
+    /// of two that spill (Q4_K 206 -> 193 SASS instructions a record, Q4K2 228-234 -> 207-209,
+    /// Q6_K 261 -> 238, Q6K2 258-267 -> 237-240). Same bits; opt-in until measured.
+    pub quant_one_cta: bool,
     /// Gemma 4's post-norms fused into the op that consumes them (same bits, three launches
     /// fewer per layer; on the H200 3% faster decode at depth 0 and 8k). KILN_GEMMA_FUSE=0
     /// launches them apart.
@@ -268,6 +273,7 @@ impl Env {
                     .and_then(|v| v.parse::<usize>().ok())
                     .filter(|n| n.is_power_of_two() && *n <= 64),
                 decode_split_all: var("KILN_DECODE_SPLIT_CTAS").as_deref() == Some("all"),
+                quant_one_cta: var("KILN_QUANT_ONE_CTA").as_deref() == Some("1"),
                 gemma_fuse: on("KILN_GEMMA_FUSE"),
                 flash_wide_split: var("KILN_FLASH_WIDE").as_deref() != Some("recompute"),
                 decode_wide_mma: var("KILN_DECODE_WIDE").as_deref() == Some("mma"),
@@ -348,7 +354,7 @@ impl Switches {
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} decode_split_ctas={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} decode_split_ctas={} quant_one_cta={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -364,6 +370,7 @@ impl Switches {
             k.flash_pingpong as u8,
             if k.decode_mma { "mma" } else { "simt" },
             if self.decode_split_all { "all" } else { "auto" },
+            self.quant_one_cta as u8,
             k.pdl as u8,
             self.cuda_graphs as u8,
             self.draft_graphs as u8,
@@ -592,6 +599,8 @@ mod tests {
         assert!(all("all"));
         assert!(!all("auto"));
         assert!(!read(&[]).switches.decode_split_all);
+        assert!(read(&[("KILN_QUANT_ONE_CTA", "1")]).switches.quant_one_cta);
+        assert!(!read(&[]).switches.quant_one_cta);
         let cache = |v| read(&[("KILN_KERNEL_CACHE", v)]).kernel_cache;
         assert_eq!(cache("off"), KernelCache::Off);
         assert_eq!(cache("0"), KernelCache::Off);
