@@ -36,13 +36,14 @@ bench=$(exe bench cuda_bench)
 # process's CUDA context with it; a hang costs only its own time). The first run compiles the
 # kernels into the cache.
 contract=$(exe test contract_attention)
-families="attention_contract attention_contract_decode_mma attention_contract_flash_sm90 planted_bugs_fail"
+families="attention_contract attention_contract_decode_mma attention_contract_flash_sm90 planted::planted_bugs_fail"
 [ "${SKIP_CONTRACT:-0}" = 1 ] && families=""
 [ -n "$families" ] && TOTAL_S=$((TOTAL_S + 180))
 for t in $families; do
-    budget 75 "$contract" --include-ignored --exact "$t" --test-threads=1 --nocapture > "$OUT/contract-$t.log" 2>&1
-    say "$t: rc=$?, $(checks "$OUT/contract-$t.log")"
-    grep -E "\] FAIL |panicked|^SKIP" "$OUT/contract-$t.log" | head -8 | cut -c1-220 | sed 's/^/    /' | tee -a "$summary"
+    log="$OUT/contract-${t##*::}.log"
+    budget 75 "$contract" --include-ignored --exact "$t" --test-threads=1 --nocapture > "$log" 2>&1
+    say "$t: rc=$?, $(checks "$log")"
+    grep -E "\] FAIL |panicked|^SKIP" "$log" | head -8 | cut -c1-220 | sed 's/^/    /' | tee -a "$summary"
 done
 
 # 2. Kernel speed: prefill first (flash_sm90 is the question), then torch SDPA on the same

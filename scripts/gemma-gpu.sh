@@ -111,7 +111,7 @@ bench() { # label [VAR=VALUE...]: kiln bench of dummy:gemma4-e4b
 # reported as skipped rather than overrun.
 export KILN_ATTN_HEAD_DIMS=512
 run_test contract_gemma 75 contract_gemma
-run_test contract_attention_wide 40 contract_attention --exact attention_contract attention_contract_decode_mma planted_bugs_fail
+run_test contract_attention_wide 40 contract_attention --exact attention_contract attention_contract_decode_mma planted::planted_bugs_fail
 unset KILN_ATTN_HEAD_DIMS
 bench defaults
 # shellcheck disable=SC2086

@@ -1,0 +1,196 @@
+//! The attention contract's planted bugs: each planted in a kernel's text, the module built with
+//! it, and the contract run on a case where the bug shows; every one must be caught.
+
+use super::*;
+
+/// Modules with one planted bug each: (module, text, replacement).
+const PLANTED: &[(&str, &str, &str)] = &[
+    // A decode row also sees the key just past its own position.
+    (
+        "decode_mma",
+        "(kp < len_a && kp >= first_a)",
+        "(kp <= len_a && kp >= first_a)",
+    ),
+    // A CTA serving several split slots skips every other one of its share (run on the batch
+    // of 128 decode rows, where a CTA serves up to 13).
+    (
+        "decode_mma",
+        "split += gridDim.x)",
+        "split += 2 * gridDim.x)",
+    ),
+    // A prefill row no longer sees its own key.
+    (
+        "flash_sm90",
+        "const bool ok = kp <= qp &&",
+        "const bool ok = kp < qp &&",
+    ),
+    // The copy into shared memory forgets the swizzle wgmma reads.
+    ("flash_sm90", "(((c & 7) ^ (r & 7)) << 4)", "((c & 7) << 4)"),
+    // The second half of a 512-wide head's columns reads the first half of V.
+    (
+        "flash_wide",
+        "vc + head + (ok ? col0 + c * 8 : 0)",
+        "vc + head + (ok ? c * 8 : 0)",
+    ),
+    // The split wide flash kernel forgets the second half of the head's scores.
+    (
+        "flash_wide",
+        "__fadd_rn(first_half[at], second_half[at])",
+        "first_half[at]",
+    ),
+    // The wide tensor-core decode keeps only the first quarter of the head in its scores.
+    (
+        "decode_mma_wide",
+        "for (int w = 1; w < DMW_WARPS; ++w) v = __fadd_rn(v, sp[w * 16 * DMW_LDS + at]);",
+        "",
+    ),
+    // A CTA of the wide decode serving several splits skips every other one of its share.
+    (
+        "decode_wide",
+        "split += gridDim.x)",
+        "split += 2 * gridDim.x)",
+    ),
+    // Keys past a wide decode split's end (the last key, loaded again) are counted.
+    (
+        "decode_wide",
+        "s[h][j] = (k0 + j < hi) ? d : KILN_NEG_INF;",
+        "s[h][j] = d;",
+    ),
+];
+
+/// `body` with only those lines invoking the entry macro `mac` that contain `keep`: a planted
+/// module compiles only the entries its case runs (a fraction of NVRTC's time).
+fn keep_entries(body: &str, mac: &str, keep: &str) -> String {
+    body.lines()
+        .filter(|l| !l.starts_with(mac) || l.contains(keep))
+        .flat_map(|l| [l, "\n"])
+        .collect()
+}
+
+/// The kernel sources with `from` replaced by `to` in `module` (which must hold it once);
+/// the tensor-core families keep only their head-dim-128 entries, all the planted case runs.
+fn planted_sources(module: &str, from: &str, to: &str) -> Vec<KernelSource> {
+    let mut sources: Vec<KernelSource> = SOURCES.to_vec();
+    let src = sources.iter_mut().find(|s| s.name == module).unwrap();
+    assert_eq!(
+        src.body.matches(from).count(),
+        1,
+        "{module}.cu: `{from}` must occur once"
+    );
+    let planted = src.body.replace(from, to);
+    let planted = match module {
+        "flash_sm90" => keep_entries(&planted, "FS_ENTRY(", "(flash_sm90_hd128,"),
+        "decode_mma" => keep_entries(&planted, "DM_ENTRY(", "DM_ENTRY(128,"),
+        _ => planted,
+    };
+    src.body = Box::leak(planted.into_boxed_str());
+    sources
+}
+
+/// Without a GPU: each planted text occurs once, and with NVRTC each planted module compiles
+/// for sm_90 into other machine code than the module's and still exports the entries the
+/// planted case launches.
+#[test]
+fn planted_modules_compile() {
+    for &(module, from, to) in PLANTED {
+        let sources = planted_sources(module, from, to);
+        let src = sources.iter().find(|s| s.name == module).unwrap();
+        let entries = src.entries().expect("entries of the planted module");
+        let needed: &[&str] = match module {
+            "flash_sm90" => &["flash_sm90_hd128"],
+            "decode_mma" => &["decode_mma_hd128", "decode_mma_combine"],
+            _ => &[],
+        };
+        for e in needed {
+            assert!(entries.iter().any(|x| x == e), "{module}.cu: {e} missing");
+        }
+        common::planted::assert_planted_compiles(src, kiln_cuda::StoreType::Bf16, to);
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn planted_bugs_fail() {
+    let Some(gpu) = gpu_or_skip("planted_bugs_fail") else {
+        return;
+    };
+    let mut rng = Rng::new("planted_bugs_fail");
+    let mut c = Checks::new("planted_bugs_fail");
+    let mut case = cases().remove(1);
+    case.chunks.extend(verify(3000, 3, case.chunks.len()));
+    let wide = cases()
+        .into_iter()
+        .find(|c| c.hd == 512 && c.window == 37)
+        .expect("a windowed case of head dim 512");
+    let many = |hd| {
+        cases()
+            .into_iter()
+            .find(|c| c.chunks.len() == 128 && c.hd == hd)
+            .expect("a batch of 128 decode rows")
+    };
+    let (many, many_wide) = (many(128), many(512));
+    // The case a planted bug runs on: a batch of 128 decode rows for the split loops' stride,
+    // the wide kernels' own case for their other bugs, else the common one.
+    let case_for =
+        |module: &str, to: &str| match (to.contains("gridDim"), module.ends_with("_wide")) {
+            (true, false) => &many,
+            (true, true) => &many_wide,
+            (false, true) => &wide,
+            (false, false) => &case,
+        };
+    let wanted = |module: &str| {
+        let hd = if module.ends_with("_wide") {
+            wide.hd
+        } else {
+            case.hd
+        };
+        head_dim_wanted(hd) && (module != "flash_sm90" || gpu.has_func("flash_sm90_hd128"))
+    };
+    let modules: Vec<_> = PLANTED
+        .iter()
+        .filter(|(module, _, _)| wanted(module))
+        .map(|&(module, from, to)| {
+            *planted_sources(module, from, to)
+                .iter()
+                .find(|s| s.name == module)
+                .unwrap()
+        })
+        .collect();
+    crate::common::planted::prebuild(&modules, gpu.arch);
+    for &(module, from, to) in PLANTED {
+        let case = case_for(module, to);
+        if !head_dim_wanted(case.hd) {
+            continue;
+        }
+        if module == "flash_sm90" && !gpu.has_func("flash_sm90_hd128") {
+            eprintln!("SKIP planted bug in {module}.cu: no sm_90 device");
+            continue;
+        }
+        let sources = planted_sources(module, from, to);
+        let bad = Gpu::with_sources(0, kiln_cuda::StoreType::Bf16, &sources)
+            .expect("loading the planted module");
+        let s = Setup::new(&bad, &mut rng, case);
+        let step = s.step(&bad, &(0..case.chunks.len()).collect::<Vec<_>>());
+        let refs = references(&s, case.chunks.len());
+        let mut failed = 0;
+        let family = match module {
+            "decode_mma" | "decode_mma_wide" => Family::DecodeMma,
+            "flash_sm90" => Family::FlashSm90,
+            _ => Family::First,
+        };
+        // flash_sm90's variants share the planted code; only the plain one is compiled.
+        let plain = |k: &Kind| !matches!(k, Kind::Flash(FlashKernel::Sm90 { overlap: true, .. }));
+        for kind in kinds(&bad, case, family).into_iter().filter(plain) {
+            let (out, secs) = run(&bad, &s, &step, kind);
+            failed += against_f64(&s, &refs, &step, kind, &out, secs)
+                .iter()
+                .filter(|(ok, _)| !ok)
+                .count();
+        }
+        c.check(
+            failed > 0,
+            format!("{module}.cu with `{to}` for `{from}`: {failed} chunk checks fail"),
+        );
+    }
+    c.finish();
+}
