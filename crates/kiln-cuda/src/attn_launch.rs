@@ -8,7 +8,7 @@ use anyhow::{bail, Result};
 
 use crate::device::{i32_of, Arg, Gpu};
 use crate::kernels::{AttnInputs, KvView, DECODE_MAX_SPLITS};
-use crate::switches::{KernelChoice, Switches};
+use crate::switches::{KernelChoice, SplitCtas, Switches};
 
 /// Head dims of decode_mma_hd*.
 pub const DECODE_MMA_HEAD_DIMS: [usize; 5] = [16, 32, 64, 128, 256];
@@ -67,23 +67,23 @@ pub enum DecodeKernel {
 }
 
 /// CTAs decode_mma gives each (row run, head group) along its split slots: every slot its own
-/// CTA while the grid stays small, fewer (each serving every `n`-th split) once `rows` rows
+/// CTA while the grid stays small, fewer (each serving every `n`-th split slot) once `rows` rows
 /// would put more than 32 CTAs per multiprocessor in the grid; at least one. Depends on the
 /// row count only (a CUDA graph's grid is fixed at capture) and changes no bit.
-/// `all_slots` (KILN_DECODE_SPLIT_CTAS=all) keeps one CTA per slot at any row count.
+/// KILN_DECODE_SPLIT_CTAS=all keeps one CTA per slot, `N` takes N, at any row count.
 pub fn decode_split_ctas(
     max_splits: usize,
     groups: usize,
     rows: usize,
     sms: usize,
-    all_slots: bool,
+    how: SplitCtas,
 ) -> usize {
-    if all_slots {
-        return max_splits;
-    }
-    (32 * sms)
-        .div_ceil(groups * rows)
-        .clamp(1, max_splits.max(1))
+    let n = match how {
+        SplitCtas::All => max_splits,
+        SplitCtas::Fixed(n) => n,
+        SplitCtas::Auto => (32 * sms).div_ceil(groups * rows),
+    };
+    n.clamp(1, max_splits.max(1))
 }
 
 /// Stages of decode_mma's K/V ring for head dim `hd` (DM_ENTRY in decode_mma.cu).
@@ -357,7 +357,7 @@ impl Gpu {
                 kv.n_kv * chunks,
                 rows,
                 self.sm_count as usize,
-                sw.decode_split_all,
+                sw.decode_split_ctas,
             ),
         };
         let grid = (sx as u32, (kv.n_kv * chunks) as u32, rows as u32);
@@ -383,13 +383,13 @@ impl Gpu {
 
 #[cfg(test)]
 mod tests {
-    use super::decode_split_ctas;
+    use super::{decode_split_ctas, SplitCtas};
 
     #[test]
     fn split_ctas_shrink_with_the_rows_only() {
         // Llama-3-8B's 8 KV heads on 132 multiprocessors: every slot its own CTA up to 8
         // rows, fewer from there, never none.
-        let n = |rows| decode_split_ctas(64, 8, rows, 132, false);
+        let n = |rows| decode_split_ctas(64, 8, rows, 132, SplitCtas::Auto);
         assert_eq!(n(1), 64);
         assert_eq!(n(8), 64);
         assert_eq!(n(32), 17);
@@ -401,7 +401,9 @@ mod tests {
             assert!((n(rows) - 1) * 8 * rows < 32 * 132, "{rows}");
         }
         // The switch, and fewer slots than the rule would give.
-        assert_eq!(decode_split_ctas(64, 8, 128, 132, true), 64);
-        assert_eq!(decode_split_ctas(4, 8, 1, 132, false), 4);
+        assert_eq!(decode_split_ctas(64, 8, 128, 132, SplitCtas::All), 64);
+        assert_eq!(decode_split_ctas(64, 8, 1, 132, SplitCtas::Fixed(16)), 16);
+        assert_eq!(decode_split_ctas(64, 8, 1, 132, SplitCtas::Fixed(100)), 64);
+        assert_eq!(decode_split_ctas(4, 8, 1, 132, SplitCtas::Auto), 4);
     }
 }

@@ -186,7 +186,7 @@ impl Gpu {
             kv.n_kv * groups_per_kv,
             rows,
             self.sm_count as usize,
-            Switches::from_env().decode_split_all,
+            Switches::from_env().decode_split_ctas,
         );
         let grid = (sx as u32, (kv.n_kv * groups_per_kv) as u32, rows as u32);
         self.launch(&format!("decode_attn_wide_hd{hd}"), grid, 128, 0, &args)?;

@@ -52,9 +52,9 @@ pub struct Switches {
     /// instead of 64, so fewer and longer CTAs (different bits, still a function of the row's
     /// length only). None when unset or invalid.
     pub decode_mma_splits: Option<usize>,
-    /// KILN_DECODE_SPLIT_CTAS=all: decode_mma launches one CTA per split slot at any row
-    /// count (by default many rows share fewer CTAs, each serving several splits; same bits).
-    pub decode_split_all: bool,
+    /// KILN_DECODE_SPLIT_CTAS: CTAs decode attention gives each row's head group along its
+    /// split slots (same bits whatever the count).
+    pub decode_split_ctas: SplitCtas,
     /// KILN_QUANT_ONE_CTA=1: one-row quantised decode launches (batch 1) take the second
     /// family's `_1_o1` entries, one CTA a multiprocessor with the registers to spare instead
     /// of two that spill (Q4_K 206 -> 193 SASS instructions a record, Q4K2 228-234 -> 207-209,
@@ -272,7 +272,7 @@ impl Env {
                 decode_mma_splits: var("KILN_DECODE_SPLITS")
                     .and_then(|v| v.parse::<usize>().ok())
                     .filter(|n| n.is_power_of_two() && *n <= 64),
-                decode_split_all: var("KILN_DECODE_SPLIT_CTAS").as_deref() == Some("all"),
+                decode_split_ctas: SplitCtas::parse(var("KILN_DECODE_SPLIT_CTAS").as_deref()),
                 quant_one_cta: var("KILN_QUANT_ONE_CTA").as_deref() == Some("1"),
                 gemma_fuse: on("KILN_GEMMA_FUSE"),
                 flash_wide_split: var("KILN_FLASH_WIDE").as_deref() != Some("recompute"),
@@ -328,6 +328,39 @@ pub fn kernel_cache() -> &'static KernelCache {
     &env().kernel_cache
 }
 
+/// KILN_DECODE_SPLIT_CTAS: how many CTAs decode attention gives a row's head group along its
+/// split slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SplitCtas {
+    /// Every slot its own CTA while the grid is small, fewer from there (`decode_split_ctas`).
+    Auto,
+    /// `all`: every slot its own CTA at any row count.
+    All,
+    /// `N`: N CTAs (at most the slots), each serving every N-th slot, at any row count.
+    Fixed(usize),
+}
+
+impl SplitCtas {
+    fn parse(v: Option<&str>) -> SplitCtas {
+        match v {
+            Some("all") => SplitCtas::All,
+            Some(n) => match n.parse::<usize>() {
+                Ok(n) if n > 0 => SplitCtas::Fixed(n),
+                _ => SplitCtas::Auto,
+            },
+            None => SplitCtas::Auto,
+        }
+    }
+
+    fn describe(self) -> String {
+        match self {
+            SplitCtas::Auto => "auto".into(),
+            SplitCtas::All => "all".into(),
+            SplitCtas::Fixed(n) => n.to_string(),
+        }
+    }
+}
+
 impl Switches {
     /// The process-wide switches, read from the environment on first use.
     pub fn from_env() -> Switches {
@@ -369,7 +402,7 @@ impl Switches {
             k.flash_overlap as u8,
             k.flash_pingpong as u8,
             if k.decode_mma { "mma" } else { "simt" },
-            if self.decode_split_all { "all" } else { "auto" },
+            self.decode_split_ctas.describe(),
             self.quant_one_cta as u8,
             k.pdl as u8,
             self.cuda_graphs as u8,
@@ -591,14 +624,16 @@ mod tests {
         assert_eq!(splits("24"), None);
         assert_eq!(splits("128"), None);
         assert_eq!(read(&[]).switches.decode_mma_splits, None);
-        let all = |v| {
+        let ctas = |v| {
             read(&[("KILN_DECODE_SPLIT_CTAS", v)])
                 .switches
-                .decode_split_all
+                .decode_split_ctas
         };
-        assert!(all("all"));
-        assert!(!all("auto"));
-        assert!(!read(&[]).switches.decode_split_all);
+        assert_eq!(ctas("all"), SplitCtas::All);
+        assert_eq!(ctas("16"), SplitCtas::Fixed(16));
+        assert_eq!(ctas("0"), SplitCtas::Auto);
+        assert_eq!(ctas("many"), SplitCtas::Auto);
+        assert_eq!(read(&[]).switches.decode_split_ctas, SplitCtas::Auto);
         assert!(read(&[("KILN_QUANT_ONE_CTA", "1")]).switches.quant_one_cta);
         assert!(!read(&[]).switches.quant_one_cta);
         let cache = |v| read(&[("KILN_KERNEL_CACHE", v)]).kernel_cache;
