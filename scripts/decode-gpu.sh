@@ -83,10 +83,11 @@ fi
 # 1. The contract, each test in a process of its own (a faulting kernel takes its process's
 # context with it). The first one compiles the kernels into the cache unless they came along.
 contract=$(exe test contract_decode_fused)
-for t in tc_gemm_contract tc_auto_contract fused_decode_contract planted_bugs_fail; do
-    budget 50 "$contract" --include-ignored --exact "$t" --test-threads=1 --nocapture > "$OUT/contract-$t.log" 2>&1
-    say "$t: rc=$?, $(checks "$OUT/contract-$t.log")"
-    grep -E "\] FAIL |panicked|^SKIP" "$OUT/contract-$t.log" | head -6 | cut -c1-220 | sed 's/^/    /' | tee -a "$summary"
+for t in tc_gemm_contract tc_auto_contract fused_decode_contract planted::planted_bugs_fail; do
+    log="$OUT/contract-${t##*::}.log"
+    budget 50 "$contract" --include-ignored --exact "$t" --test-threads=1 --nocapture > "$log" 2>&1
+    say "$t: rc=$?, $(checks "$log")"
+    grep -E "\] FAIL |panicked|^SKIP" "$log" | head -6 | cut -c1-220 | sed 's/^/    /' | tee -a "$summary"
 done
 
 # 2. End to end, each switch against the defaults (one process per setting: switches are read

@@ -30,13 +30,17 @@
 
 #define TC_W 16
 
-template <int WN, int WM, int MI, int CH, int S>
+// SPLIT: the CTA builds chain p = blockIdx.y alone (CH = 1) and writes it, as float, to
+// part[p][m][16 tile + r] (row length ld) for skinny_tc_join to add up in chain order.
+template <int WN, int WM, int MI, int CH, int S, bool SPLIT>
 __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16_t* __restrict__ w,
-                                        int M, int K, const Epi& ep) {
+                                        int M, int K, const Epi& ep, float* __restrict__ part,
+                                        int ld) {
     constexpr int BN = 16 * MI * WN, BM = 32 * WM, ROWS = BN + BM, THREADS = 32 * WN * WM;
     constexpr int STAGE = ROWS * 128;
     constexpr int R = 2 / CH;  // steps j a k-tile spans
     static_assert(CH == 1 || CH == 2, "one or two chains a pass");
+    static_assert(!SPLIT || CH == 1, "a split CTA builds one chain");
     // Each thread copies piece q = tid % 8 of rows tid / 8 + i * THREADS / 8; the first PW of
     // them are weight rows (BN is a multiple of THREADS / 8), the other PX token rows.
     constexpr int PW = BN * 8 / THREADS, PX = BM * 8 / THREADS;
@@ -52,7 +56,8 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
     const int chunks = (K + 31) / 32;
     const int J = (chunks + TC_W - 1) / TC_W;  // chunks of the longest chain
     const int JS = (J + R - 1) / R;            // k-tiles a pass
-    const int T = (TC_W / CH) * JS;
+    const int T = SPLIT ? JS : (TC_W / CH) * JS;
+    const int p0 = SPLIT ? (int)blockIdx.y : 0;  // the first (SPLIT: only) pass
 
     // Rows r0 + i * THREADS / 8 all have r0's parity (THREADS / 8 and BN are even), hence one
     // swizzled piece offset for all of this thread's copies.
@@ -103,11 +108,11 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
     // kernel ends. x belongs to it until pdl_wait. Group 0 holds the early weights and x of tile
     // 0, group s the x of tile s, so waiting for group i still means "tile i has landed".
 #pragma unroll
-    for (int s = 0; s < S - 1; ++s) issue_w(s, s / JS, s % JS, s);
+    for (int s = 0; s < S - 1; ++s) issue_w(s, p0 + s / JS, s % JS, s);
     pdl_wait();
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) {
-        issue_x(s, s / JS, s % JS, s);
+        issue_x(s, p0 + s / JS, s % JS, s);
         cp_async_commit();
     }
 
@@ -153,8 +158,8 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
     };
 
     // (pass, step, stage) of the tile issued next (it + S - 1) and of the tile summed (it).
-    int np = (S - 1) / JS, nj = (S - 1) % JS, nst = S - 1;
-    int p = 0, j = 0, cst = 0;
+    int np = p0 + (S - 1) / JS, nj = (S - 1) % JS, nst = S - 1;
+    int p = p0, j = 0, cst = 0;
     for (int it = 0; it < T; ++it) {
         cp_async_wait<S - 2>();  // tile it has landed (this thread's copies)
         __syncthreads();         // everyone's copies; everyone is done with tile it - 1's stage
@@ -188,6 +193,22 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
     cp_async_wait<0>();
 
     // Fragment element v of (mi, ni): tile row g + 8 (v & 2), token 2 t + (v & 1).
+    if (SPLIT) {
+        // 0 + a_p: the chain as the join's first addition would see it either way.
+        float* pp = part + (u64)p0 * M * ld;
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni) {
+                const int row = (tile0 + wn * MI + mi) * 16 + g, m = m0 + wm * 32 + ni * 8 + 2 * t;
+#pragma unroll
+                for (int v = 0; v < 4; ++v) {
+                    const int mv = m + (v & 1), rv = row + 8 * (v >> 1);
+                    if (mv < M && rv < ld) pp[(u64)mv * ld + rv] = acc[mi][ni][v];
+                }
+            }
+        return;
+    }
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
@@ -205,7 +226,7 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
 #define TC_ENTRY(NAME, WN, WM, MI, CH, S, MINB)                                                     \
     extern "C" __global__ void __launch_bounds__(32 * WN * WM, MINB)                               \
         NAME(const bf16_t* x, const bf16_t* w, int M, int K, EPI_PARAMS) {                          \
-        tc_body<WN, WM, MI, CH, S>(x, w, M, K, EPI_MAKE);                                           \
+        tc_body<WN, WM, MI, CH, S, false>(x, w, M, K, EPI_MAKE, nullptr, 0);                        \
     }
 TC_ENTRY(skinny_tc_4x1, 4, 1, 2, 2, 4, 2)
 TC_ENTRY(skinny_tc_2x2, 2, 2, 2, 2, 4, 3)
@@ -218,3 +239,36 @@ TC_ENTRY(skinny_tc_t2x4, 2, 4, 4, 1, 4, 1)
 TC_ENTRY(skinny_tc_t2x2, 2, 2, 4, 1, 4, 2)
 TC_ENTRY(skinny_tc_t1x4, 1, 4, 4, 1, 4, 2)
 TC_ENTRY(skinny_tc_w4x4, 4, 4, 2, 1, 4, 1)
+
+// Split along the chains (skinny_tcs_*, then skinny_tc_join): grid (CTAs of the tiling, 16), CTA
+// (c, p) building chain p of its tile into part; for weights with few 16-row tiles (QKV, o and
+// down at 128-256 tokens), where the whole-K CTAs are too few to fill the GPU. The chains are
+// the skinny kernel's, each built alike, and the join adds them in chain order: the same bits.
+#define TC_SPLIT_ENTRY(NAME, WN, WM, MI, CH, S, MINB)                                               \
+    extern "C" __global__ void __launch_bounds__(32 * WN * WM, MINB)                               \
+        NAME(const bf16_t* x, const bf16_t* w, int M, int K, float* part, int ld, EPI_PARAMS) {    \
+        tc_body<WN, WM, MI, CH, S, true>(x, w, M, K, EPI_MAKE, part, ld);                           \
+    }
+TC_SPLIT_ENTRY(skinny_tcs_t2x4, 2, 4, 4, 1, 4, 1)
+TC_SPLIT_ENTRY(skinny_tcs_t2x2, 2, 2, 4, 1, 4, 2)
+TC_SPLIT_ENTRY(skinny_tcs_2x2, 2, 2, 2, 1, 4, 3)
+
+// The sums of the chains part[0..16][m][16 tile + r], s = ((0 + a0) + a1) + ..., into the
+// epilogue: one thread per token and tile row pair (r, r + 8), as the GEMM's owner threads hold
+// them. Grid: ceil(M * tiles * 8 / 256) CTAs of 256 threads.
+extern "C" __global__ void __launch_bounds__(256) skinny_tc_join(const float* __restrict__ part, int M, int ld,
+                                                                 int tiles, EPI_PARAMS) {
+    pdl_enter();
+    const Epi ep = EPI_MAKE;
+    const int i = blockIdx.x * 256 + threadIdx.x;
+    if (i >= M * tiles * 8) return;
+    const int r = i & 7, tile = (i >> 3) % tiles, m = (i >> 3) / tiles;
+    const u64 lo = (u64)m * ld + tile * 16 + r, stride = (u64)M * ld;
+    float a = 0.f, b = 0.f;
+#pragma unroll
+    for (int c = 0; c < TC_W; ++c) {
+        a = __fadd_rn(a, part[c * stride + lo]);
+        b = __fadd_rn(b, part[c * stride + lo + 8]);
+    }
+    epi_pair(ep, tile, r, m, a, b);
+}

@@ -328,7 +328,10 @@ mod tests {
                     "4x1", "2x2", "1x4", "4x2", "2x4", "t2x4", "t2x2", "t1x4", "w4x4",
                 ]
                 .map(|t| format!("skinny_tc_{t}"))
-                .to_vec(),
+                .into_iter()
+                .chain(["t2x4", "t2x2", "2x2"].map(|t| format!("skinny_tcs_{t}")))
+                .chain(["skinny_tc_join".to_string()])
+                .collect(),
             ),
         ];
         let names: Vec<&str> = SOURCES.iter().map(|s| s.name).collect();

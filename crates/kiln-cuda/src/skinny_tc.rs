@@ -30,6 +30,8 @@ pub struct TcEntry {
     pub stages: usize,
     /// CTAs per multiprocessor the launch bounds promise.
     pub min_blocks: usize,
+    /// `TC_SPLIT_ENTRY` (`skinny_tcs_*`): CTAs along the 16 chains, joined by skinny_tc_join.
+    pub split: bool,
 }
 
 impl TcEntry {
@@ -47,6 +49,7 @@ impl TcEntry {
             chains: num("CH")?,
             stages: num("S")?,
             min_blocks: num("MINB")?,
+            split: p.name.starts_with("skinny_tcs_"),
         })
     }
 
@@ -80,15 +83,39 @@ impl TcEntry {
     }
 }
 
-/// Every entry of skinny_tc.cu, read from its source once.
-pub fn tc_entries() -> &'static [TcEntry] {
+/// Every GEMM entry of skinny_tc.cu (`TC_ENTRY` and `TC_SPLIT_ENTRY`), read from its source
+/// once.
+fn all_entries() -> &'static [TcEntry] {
     static ENTRIES: OnceLock<Vec<TcEntry>> = OnceLock::new();
     ENTRIES.get_or_init(|| {
         let src = source("skinny_tc").expect("the skinny_tc module");
         src.entry_points()
-            .and_then(|v| v.iter().map(TcEntry::from_source).collect())
+            .and_then(|v| {
+                v.iter()
+                    .filter(|p| !p.macro_args.is_empty())
+                    .map(TcEntry::from_source)
+                    .collect()
+            })
             .expect("skinny_tc.cu's entries (unit-tested)")
     })
+}
+
+/// The whole-K entries (`TC_ENTRY`): one launch, the sums straight into the epilogue.
+pub fn tc_entries() -> &'static [TcEntry] {
+    static WHOLE: OnceLock<Vec<TcEntry>> = OnceLock::new();
+    WHOLE.get_or_init(|| all_entries().iter().filter(|e| !e.split).cloned().collect())
+}
+
+/// The entries split along the chains (`TC_SPLIT_ENTRY`), for [`Gpu::skinny_tc_split`].
+pub fn tc_split_entries() -> &'static [TcEntry] {
+    static SPLIT: OnceLock<Vec<TcEntry>> = OnceLock::new();
+    SPLIT.get_or_init(|| all_entries().iter().filter(|e| e.split).cloned().collect())
+}
+
+/// Floats of the chain partials [`Gpu::skinny_tc_split`] needs for `rows` tokens over `tiles`
+/// 16-row weight tiles: 16 chains x rows x 16 tiles.
+pub fn split_part_floats(rows: usize, tiles: usize) -> usize {
+    16 * rows * tiles * 16
 }
 
 pub fn find_tc_entry(name: &str) -> Option<&'static TcEntry> {
@@ -229,7 +256,7 @@ pub fn tc_choice(
 
 /// The tensor-core entries with more than 48 KB of dynamic shared memory, with their needs.
 pub fn large_smem_kernels() -> Vec<(String, usize)> {
-    tc_entries()
+    all_entries()
         .iter()
         .filter(|e| e.smem_bytes() > 48 * 1024)
         .map(|e| (e.name.clone(), e.smem_bytes()))
@@ -319,6 +346,66 @@ impl Gpu {
     }
 }
 
+impl Gpu {
+    /// [`Gpu::skinny_tc_entry`] split along the 16 chains: split entry `e` (CTAs of its tiling x
+    /// 16 chains) writes each chain of each output to `part` ([`split_part_floats`] floats),
+    /// then skinny_tc_join adds them in chain order into `epi`. The skinny kernel's bits, with
+    /// 16 times the CTAs of the whole-K launch (for weights with few tiles).
+    #[allow(clippy::too_many_arguments)]
+    pub fn skinny_tc_split(
+        &self,
+        e: &TcEntry,
+        epi: &Epilogue,
+        pdl: bool,
+        x: u64,
+        w: u64,
+        part: u64,
+        rows: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<()> {
+        if !e.split {
+            bail!("{} is not split along the chains", e.name);
+        }
+        if rows == 0 {
+            return Ok(());
+        }
+        if !k.is_multiple_of(8) {
+            bail!("tensor-core decode GEMM needs k % 8 == 0, got {k}");
+        }
+        let tiles = epi.tiles(n)?;
+        let ld = i32_of(tiles * 16, "partial row")?;
+        let mut args = vec![
+            Arg::Ptr(x),
+            Arg::Ptr(w),
+            Arg::I32(i32_of(rows, "rows")?),
+            Arg::I32(i32_of(k, "k")?),
+            Arg::Ptr(part),
+            Arg::I32(ld),
+        ];
+        args.extend(epi.args(n)?);
+        let grid = (u32::try_from(e.ctas(tiles, rows))?, 16, 1);
+        self.launch_with(
+            &e.name,
+            grid,
+            e.threads() as u32,
+            e.smem_bytes() as u32,
+            &args,
+            pdl,
+        )?;
+        let mut args = vec![
+            Arg::Ptr(part),
+            Arg::I32(i32_of(rows, "rows")?),
+            Arg::I32(ld),
+            Arg::I32(i32_of(tiles, "tiles")?),
+        ];
+        args.extend(epi.args(n)?);
+        let threads = rows * tiles * 8;
+        let grid = (u32::try_from(threads.div_ceil(256))?, 1, 1);
+        self.launch_with("skinny_tc_join", grid, 256, 0, &args, pdl)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,13 +438,33 @@ mod tests {
     /// takes (kernels_compile prints them): 168 for 32 x 32 warp tiles and two chains a pass,
     /// about 100 with one chain, 64 x 32 tiles up to the 255 a thread can have.
     #[test]
+    fn the_split_entries_build_one_chain_a_pass() {
+        let got: Vec<_> = tc_split_entries()
+            .iter()
+            .map(|e| (e.name.as_str(), e.tile(), e.chains, e.min_blocks))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("skinny_tcs_t2x4", (128, 128), 1, 1),
+                ("skinny_tcs_t2x2", (128, 64), 1, 2),
+                ("skinny_tcs_2x2", (64, 64), 1, 3),
+            ]
+        );
+        assert!(tc_entries().iter().all(|e| !e.split));
+        // o at 128 rows: 256 tiles, the chains of 16-row tile rows for each token.
+        assert_eq!(split_part_floats(128, 256), 16 * 128 * 4096);
+    }
+
+    #[test]
     fn every_entry_fits_its_occupancy() {
-        for e in tc_entries() {
+        for e in all_entries() {
             let smem = e.min_blocks * (e.smem_bytes() + 1024);
             assert!(smem <= 228 * 1024, "{}: {smem} bytes", e.name);
-            let regs = match (e.mi, e.chains) {
-                (2, 2) => 168,
-                (2, 1) => 128,
+            let regs = match (e.mi, e.chains, e.min_blocks) {
+                (2, 2, _) => 168,
+                (2, 1, 3) => 136,
+                (2, 1, _) => 128,
                 _ => 255,
             };
             assert!(e.min_blocks * e.threads() * regs <= 65536, "{}", e.name);

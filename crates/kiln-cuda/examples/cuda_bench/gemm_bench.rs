@@ -1,7 +1,8 @@
 //! `cuda_bench PRESET gemm`: the decode GEMM alone on Llama-3-8B's weights (QKV, o, gate/up,
 //! down, LM head) at 1-256 rows: the 16-warp skinny kernel (launches of at most 64 rows, as
 //! decode runs it today), the tensor-core kernel with the shape the L2 rule picks and with
-//! each shape, the kernel and shape `KILN_SKINNY_TC=auto` picks (`auto[...]`), and the fused
+//! each shape, each chain-split entry (`tcs_*`, partials then the join; QKV, o and down), the
+//! kernel and shape `KILN_SKINNY_TC=auto` picks (`auto[...]`), and the fused
 //! gate/up launch (SwiGLU in the epilogue) against the GEMM and swiglu. Each launch reads one of several copies of its weight, together well past the L2, as
 //! a decode step reads every layer's own weights. Microseconds per launch (median of 5 rounds
 //! of 20 launches) and the weight's bytes over that time; human lines on stderr (`BENCH ...`),
@@ -13,7 +14,9 @@ use anyhow::Result;
 use kiln_cuda::device::{DevBuf, Gpu};
 use kiln_cuda::skinny::SkinnyKind;
 use kiln_cuda::skinny_fused::Epilogue;
-use kiln_cuda::skinny_tc::{choose_tc_entry, measured_entry, tc_entries};
+use kiln_cuda::skinny_tc::{
+    choose_tc_entry, measured_entry, split_part_floats, tc_entries, tc_split_entries,
+};
 
 const SHAPES: [(&str, usize, usize); 5] = [
     ("qkv", 6144, 4096),
@@ -24,6 +27,9 @@ const SHAPES: [(&str, usize, usize); 5] = [
 ];
 const ROWS: [usize; 7] = [1, 8, 32, 64, 128, 192, 256];
 const MAX_ROWS: usize = 256;
+/// The widest weight the chain-split entries are timed on (QKV, o and down; their partials
+/// would take 2 GB at 256 rows of the LM head).
+const SPLIT_MAX_N: usize = 8192;
 
 /// Median seconds per call of `f` over 5 rounds of 20 calls (after one untimed call).
 fn time(gpu: &Gpu, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
@@ -57,6 +63,10 @@ pub fn run() -> Result<()> {
             })
             .collect::<Result<_>>()?;
         let y = gpu.alloc::<f32>(MAX_ROWS * n)?;
+        let part = gpu.alloc::<f32>(
+            split_part_floats(MAX_ROWS, n.div_ceil(16))
+                .min(split_part_floats(MAX_ROWS, SPLIT_MAX_N / 16)),
+        )?;
         let bytes = (n * k * 2) as f64;
         let mut turn = 0usize;
         let mut next_w = || {
@@ -110,6 +120,16 @@ pub fn run() -> Result<()> {
                         gpu.skinny_tc_entry(e, &epi, true, x.ptr(), next_w(), m, n, k)
                     })?;
                     report(&e.name["skinny_".len()..], s, &mut line);
+                }
+                // Split along the chains (then joined), for the weights with few tiles.
+                if n <= SPLIT_MAX_N {
+                    for e in tc_split_entries() {
+                        let s = time(&gpu, || {
+                            let w = next_w();
+                            gpu.skinny_tc_split(e, &epi, true, x.ptr(), w, part.ptr(), m, n, k)
+                        })?;
+                        report(&e.name["skinny_".len()..], s, &mut line);
+                    }
                 }
             }
             if name == "gate_up" {

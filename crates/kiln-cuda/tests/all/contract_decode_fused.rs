@@ -20,8 +20,12 @@ use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
 use kiln_cuda::kernels::{KvView, QkvKind};
 use kiln_cuda::skinny::SkinnyKind;
 use kiln_cuda::skinny_fused::{Epilogue, NormPrologue, RopeOut};
-use kiln_cuda::skinny_tc::{find_tc_entry, measured_entry, tc_entries, MEASURED};
+use kiln_cuda::skinny_tc::{
+    find_tc_entry, measured_entry, split_part_floats, tc_entries, tc_split_entries, MEASURED,
+};
 use kiln_cuda::switches::{KernelChoice, SkinnyTc};
+
+mod planted;
 
 fn up_f32(gpu: &Gpu, v: &[f32]) -> DevBuf<f32> {
     let d = gpu.alloc::<f32>(v.len()).unwrap();
@@ -105,11 +109,13 @@ impl Gemm {
     }
 }
 
-/// Where a fused launch runs: the skinny kernel's fused entries or one tensor-core entry.
+/// Where a fused launch runs: the skinny kernel's fused entries, one tensor-core entry, or one
+/// entry split along the chains (then joined).
 #[derive(Debug, Clone, Copy)]
 enum Path {
     Skinny,
     Tc(&'static str),
+    Split(&'static str),
 }
 
 impl Path {
@@ -133,6 +139,10 @@ impl Path {
                 let e = find_tc_entry(name).expect("a tensor-core entry");
                 gpu.skinny_tc_entry(e, epi, true, x, w, m, g.n, g.k)
             }
+            Path::Split(name) => {
+                assert!(norm.is_none(), "the split kernel has no norm prologue");
+                split_launch(gpu, name, epi, x, w, m, g.n, g.k)
+            }
         }
         .unwrap_or_else(|e| panic!("{self:?}: {e:#}"));
     }
@@ -140,14 +150,38 @@ impl Path {
 
 /// The skinny kernel, the tilings `KILN_SKINNY_TC=auto` takes (4x1, 2x2), the two-chain 2x4,
 /// and the one-chain 128 x 128 CTAs (64 x 32 warp tiles, and 16 warps of 32 x 32).
-const PATHS: [Path; 6] = [
+const PATHS: [Path; 8] = [
     Path::Skinny,
     Path::Tc("skinny_tc_4x1"),
     Path::Tc("skinny_tc_2x2"),
     Path::Tc("skinny_tc_2x4"),
     Path::Tc("skinny_tc_t2x4"),
     Path::Tc("skinny_tc_w4x4"),
+    Path::Split("skinny_tcs_t2x4"),
+    Path::Split("skinny_tcs_2x2"),
 ];
+
+/// Split entry `name` through `epi`, its chain partials in a buffer of their own (poisoned, so
+/// a partial never written shows).
+#[allow(clippy::too_many_arguments)]
+fn split_launch(
+    gpu: &Gpu,
+    name: &str,
+    epi: &Epilogue,
+    x: u64,
+    w: u64,
+    m: usize,
+    n: usize,
+    k: usize,
+) -> anyhow::Result<()> {
+    let e = tc_split_entries()
+        .iter()
+        .find(|e| e.name == name)
+        .expect("a split entry");
+    let part = poisoned::<f32>(gpu, split_part_floats(m, epi.tiles(n)?));
+    gpu.skinny_tc_split(e, epi, true, x, w, part.ptr(), m, n, k)?;
+    gpu.synchronize()
+}
 
 /// Every tensor-core entry against the skinny kernel (bits), float64 and its row bounds.
 fn tc_matches_skinny(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, quick: bool) {
@@ -189,6 +223,21 @@ fn tc_matches_skinny(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, quick: bool) {
                 .flat_map(|&r| got[r * n..(r + 1) * n].to_vec())
                 .collect();
             c.close(&v, &sel, &reference, 1e-4 * (k as f64).sqrt(), 1e-5, secs);
+            let untouched = got[m * n..].iter().all(|v| v.to_bits() == u32::MAX);
+            c.check(
+                untouched,
+                format!("{v}: the row past the end left poisoned"),
+            );
+        }
+        // Split along the chains, then joined: the same bits.
+        for e in tc_split_entries() {
+            let v = format!("{} m={m} n={n} k={k}", e.name);
+            let y = poisoned::<f32>(gpu, (m + 1) * n);
+            let epi = Epilogue::Store { y: y.ptr() };
+            split_launch(gpu, &e.name, &epi, g.dx.ptr(), g.dw.ptr(), m, n, k)
+                .unwrap_or_else(|err| panic!("{v}: {err:#}"));
+            let got = all(gpu, &y);
+            c.identical(&format!("{v}: == skinny_wide"), &bits(&got[..m * n]), &want);
             let untouched = got[m * n..].iter().all(|v| v.to_bits() == u32::MAX);
             c.check(
                 untouched,
@@ -502,95 +551,5 @@ fn fused_decode_contract() {
     let mut rng = Rng::new("fused_decode_contract");
     let mut c = Checks::new("fused_decode");
     fused_matches(&gpu, &mut rng, &mut c, false);
-    c.finish();
-}
-
-/// Modules with one planted bug each: (module, text, replacement).
-const PLANTED: &[(&str, &str, &str)] = &[
-    // Warp sums 2p and 2p + 1 joined in the wrong order.
-    (
-        "skinny_tc",
-        "acc[mi][ni][v] = acc[mi][ni][v] + a[c][mi][ni][v];",
-        "acc[mi][ni][v] = acc[mi][ni][v] + a[CH - 1 - c][mi][ni][v];",
-    ),
-    // One-chain passes: a k-tile's two chunks of the chain summed in the wrong order.
-    (
-        "skinny_tc",
-        "chunk(st, h, a[h % CH]);",
-        "chunk(st, CH == 1 ? 1 - h : h, a[h % CH]);",
-    ),
-    // Copies into shared memory without the swizzle the reads undo.
-    (
-        "skinny_tc",
-        "const int piece = (q ^ ((r0 & 1) << 2)) << 4;",
-        "const int piece = q << 4;",
-    ),
-    // SwiGLU of up times gate's silu swapped.
-    ("skinny_gemm", "silu_mul(lo, hi)", "silu_mul(hi, lo)"),
-    // The norm reduced with the CTA's stride instead of the norm kernel's.
-    ("skinny_gemm", "i += n.nb)", "i += blockDim.x)"),
-    // A NeoX pair's second element a quarter head on instead of half.
-    (
-        "skinny_tc",
-        "(r < 8 ? 0 : e.hd >> 1)",
-        "(r < 8 ? 0 : e.hd >> 2)",
-    ),
-];
-
-/// The kernel sources with `from` replaced by `to` in `module` (which must hold it once).
-fn planted_sources(module: &str, from: &str, to: &str) -> Vec<KernelSource> {
-    let mut sources: Vec<KernelSource> = SOURCES.to_vec();
-    let src = sources.iter_mut().find(|s| s.name == module).unwrap();
-    assert_eq!(
-        src.body.matches(from).count(),
-        1,
-        "{module}: `{from}` must occur once"
-    );
-    src.body = Box::leak(src.body.replace(from, to).into_boxed_str());
-    sources
-}
-
-/// Without a GPU: each planted text occurs once, and with NVRTC each planted module compiles
-/// into other machine code than the module's.
-#[test]
-fn planted_modules_compile() {
-    for &(module, from, to) in PLANTED {
-        let sources = planted_sources(module, from, to);
-        let src = sources.iter().find(|s| s.name == module).unwrap();
-        common::planted::assert_planted_compiles(src, kiln_cuda::StoreType::Bf16, to);
-    }
-}
-
-#[test]
-#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
-fn planted_bugs_fail() {
-    let Some(_gpu) = gpu_or_skip("planted_bugs_fail") else {
-        return;
-    };
-    let mut rng = Rng::new("planted_bugs_fail");
-    let mut c = Checks::new("planted_bugs_fail");
-    for &(module, from, to) in PLANTED {
-        let sources = planted_sources(module, from, to);
-        let bad = Gpu::with_sources(0, kiln_cuda::StoreType::Bf16, &sources)
-            .expect("loading the planted module");
-        let mut q = Checks::quiet("planted");
-        // The GEMM's own bugs show against the skinny kernel, the epilogues' against the
-        // unfused launches.
-        if ["acc[", "chunk(", "const int piece"]
-            .iter()
-            .any(|p| from.starts_with(p))
-        {
-            tc_matches_skinny(&bad, &mut rng, &mut q, true);
-        } else {
-            fused_matches(&bad, &mut rng, &mut q, true);
-        }
-        c.check(
-            q.failed() > 0,
-            format!(
-                "{module}.cu with `{to}` for `{from}`: {} checks fail",
-                q.failed()
-            ),
-        );
-    }
     c.finish();
 }

@@ -1,0 +1,112 @@
+//! The decode GEMM contract's planted bugs: each planted in a kernel's text, the module built
+//! with it, and the contract run where the bug shows; every one must be caught.
+
+use super::*;
+
+/// Modules with one planted bug each: (module, text, replacement).
+const PLANTED: &[(&str, &str, &str)] = &[
+    // Warp sums 2p and 2p + 1 joined in the wrong order.
+    (
+        "skinny_tc",
+        "acc[mi][ni][v] = acc[mi][ni][v] + a[c][mi][ni][v];",
+        "acc[mi][ni][v] = acc[mi][ni][v] + a[CH - 1 - c][mi][ni][v];",
+    ),
+    // One-chain passes: a k-tile's two chunks of the chain summed in the wrong order.
+    (
+        "skinny_tc",
+        "chunk(st, h, a[h % CH]);",
+        "chunk(st, CH == 1 ? 1 - h : h, a[h % CH]);",
+    ),
+    // The join adds a tile row's chains last to first.
+    (
+        "skinny_tc",
+        "a = __fadd_rn(a, part[c * stride + lo]);",
+        "a = __fadd_rn(a, part[(TC_W - 1 - c) * stride + lo]);",
+    ),
+    // A split CTA leaves the last 8 rows of the partials unwritten.
+    (
+        "skinny_tc",
+        "if (mv < M && rv < ld) pp[",
+        "if (mv < M && rv < ld - 8) pp[",
+    ),
+    // Copies into shared memory without the swizzle the reads undo.
+    (
+        "skinny_tc",
+        "const int piece = (q ^ ((r0 & 1) << 2)) << 4;",
+        "const int piece = q << 4;",
+    ),
+    // SwiGLU of up times gate's silu swapped.
+    ("skinny_gemm", "silu_mul(lo, hi)", "silu_mul(hi, lo)"),
+    // The norm reduced with the CTA's stride instead of the norm kernel's.
+    ("skinny_gemm", "i += n.nb)", "i += blockDim.x)"),
+    // A NeoX pair's second element a quarter head on instead of half.
+    (
+        "skinny_tc",
+        "(r < 8 ? 0 : e.hd >> 1)",
+        "(r < 8 ? 0 : e.hd >> 2)",
+    ),
+];
+
+/// The kernel sources with `from` replaced by `to` in `module` (which must hold it once).
+fn planted_sources(module: &str, from: &str, to: &str) -> Vec<KernelSource> {
+    let mut sources: Vec<KernelSource> = SOURCES.to_vec();
+    let src = sources.iter_mut().find(|s| s.name == module).unwrap();
+    assert_eq!(
+        src.body.matches(from).count(),
+        1,
+        "{module}: `{from}` must occur once"
+    );
+    src.body = Box::leak(src.body.replace(from, to).into_boxed_str());
+    sources
+}
+
+/// Without a GPU: each planted text occurs once, and with NVRTC each planted module compiles
+/// into other machine code than the module's.
+#[test]
+fn planted_modules_compile() {
+    for &(module, from, to) in PLANTED {
+        let sources = planted_sources(module, from, to);
+        let src = sources.iter().find(|s| s.name == module).unwrap();
+        common::planted::assert_planted_compiles(src, kiln_cuda::StoreType::Bf16, to);
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn planted_bugs_fail() {
+    let Some(_gpu) = gpu_or_skip("planted_bugs_fail") else {
+        return;
+    };
+    let mut rng = Rng::new("planted_bugs_fail");
+    let mut c = Checks::new("planted_bugs_fail");
+    for &(module, from, to) in PLANTED {
+        let sources = planted_sources(module, from, to);
+        let bad = Gpu::with_sources(0, kiln_cuda::StoreType::Bf16, &sources)
+            .expect("loading the planted module");
+        let mut q = Checks::quiet("planted");
+        // The GEMM's own bugs show against the skinny kernel, the epilogues' against the
+        // unfused launches.
+        if [
+            "acc[",
+            "chunk(",
+            "const int piece",
+            "a = __fadd_rn",
+            "if (mv < M",
+        ]
+        .iter()
+        .any(|p| from.starts_with(p))
+        {
+            tc_matches_skinny(&bad, &mut rng, &mut q, true);
+        } else {
+            fused_matches(&bad, &mut rng, &mut q, true);
+        }
+        c.check(
+            q.failed() > 0,
+            format!(
+                "{module}.cu with `{to}` for `{from}`: {} checks fail",
+                q.failed()
+            ),
+        );
+    }
+    c.finish();
+}
