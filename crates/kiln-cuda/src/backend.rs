@@ -202,6 +202,8 @@ impl CudaBackend {
         let vocab = config.vocab_size;
         let probe = StepLayout::with_ring(max_tokens, seqs, max_context, bs, 1, vocab, probe_ring);
         let act = Activations::new(&gpu, &spec, &probe)?;
+        // Before the KV budget is taken from what is free.
+        gpu.reserve_tc_split(opts.max_seqs)?;
         let budget = kv_budget(&gpu, opts.kv_cache_bytes, opts.kv_cache_fraction)?;
         let (kv, ring) = kv_pool(&gpu, &spec, bs, budget, ask)?;
         // The last block is the scratch block: the engine sees the ones before it.

@@ -85,6 +85,8 @@ pub struct Gpu {
     pdl: bool,
     funcs: HashMap<String, CudaFunction>,
     _modules: Vec<Arc<CudaModule>>,
+    /// The chain partials of the split tensor-core decode GEMM (skinny_tc.rs), when reserved.
+    pub(crate) tc_part: std::sync::OnceLock<DevBuf<f32>>,
 }
 
 impl Gpu {
@@ -147,6 +149,7 @@ impl Gpu {
             pdl,
             funcs,
             _modules: modules,
+            tc_part: std::sync::OnceLock::new(),
         })
     }
 

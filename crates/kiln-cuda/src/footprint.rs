@@ -11,6 +11,7 @@ use crate::gemm_lt::WORKSPACE_BYTES;
 use crate::kernels::DECODE_MAX_SPLITS;
 use crate::kv_cache::KvCache;
 use crate::sampling::{OUT_WORDS, PARAM_WORDS};
+use crate::skinny_tc::split_reserve_bytes;
 use crate::step_plan::StepLayout;
 use crate::store::StoreType;
 
@@ -139,5 +140,5 @@ fn buffer_bytes(
     let i32s = s + layout.len // ids, step
         + 2 * s.max(1); // pipeline.rs feed_dev: a (sequence, token) pair a sequence
     let sampler = s * (PARAM_WORDS + OUT_WORDS) * 4;
-    f32s * 4 + stored * store.bytes() + i32s * 4 + sampler
+    f32s * 4 + stored * store.bytes() + i32s * 4 + sampler + split_reserve_bytes(s)
 }

@@ -14,7 +14,7 @@ use crate::kernel_entries::EntryPoint;
 use crate::kernel_sources::source;
 use crate::skinny::SkinnyKind;
 use crate::skinny_fused::Epilogue;
-use crate::switches::{KernelChoice, SkinnyTc};
+use crate::switches::{KernelChoice, SkinnyTc, Switches};
 
 /// One `TC_ENTRY(NAME, WN, WM, MI, CH, S, MINB)` of skinny_tc.cu.
 #[derive(Debug, Clone)]
@@ -116,6 +116,33 @@ pub fn tc_split_entries() -> &'static [TcEntry] {
 /// 16-row weight tiles: 16 chains x rows x 16 tiles.
 pub fn split_part_floats(rows: usize, tiles: usize) -> usize {
     16 * rows * tiles * 16
+}
+
+/// The widest weight (in rows) whose decode launches may be split along the chains: QKV, o and
+/// down of 8B-class models have few tiles; gate/up and the LM head have plenty, and their
+/// partials would be large.
+pub const SPLIT_MAX_ROWS: usize = 8192;
+
+/// Bytes the split path reserves at start under KILN_SKINNY_TC_SPLIT for decode steps of up to
+/// `max_seqs` rows (footprint.rs counts them).
+pub fn split_reserve_bytes(max_seqs: usize) -> usize {
+    match Switches::from_env().tc_split_from {
+        Some(_) => split_part_floats(max_seqs, SPLIT_MAX_ROWS / 16) * 4,
+        None => 0,
+    }
+}
+
+/// The split entry for `tiles` weight tiles and `rows` tokens: the largest tiling whose CTAs (16
+/// a tile) fill every resident slot, else the one with the most CTAs.
+pub fn choose_split_entry(tiles: usize, rows: usize, sms: usize) -> &'static TcEntry {
+    let all = tc_split_entries();
+    all.iter()
+        .find(|e| 16 * e.ctas(tiles, rows) >= sms * e.min_blocks)
+        .unwrap_or_else(|| {
+            all.iter()
+                .max_by_key(|e| e.ctas(tiles, rows))
+                .expect("skinny_tc.cu has split entries")
+        })
 }
 
 pub fn find_tc_entry(name: &str) -> Option<&'static TcEntry> {
@@ -347,6 +374,41 @@ impl Gpu {
 }
 
 impl Gpu {
+    /// Reserves the chain partials of the split path for decode launches of up to `max_seqs`
+    /// rows, when KILN_SKINNY_TC_SPLIT asks for it (once per device; later calls keep the
+    /// first reservation).
+    pub fn reserve_tc_split(&self, max_seqs: usize) -> Result<()> {
+        let bytes = split_reserve_bytes(max_seqs);
+        if bytes > 0 && self.tc_part.get().is_none() {
+            let _ = self.tc_part.set(self.alloc::<f32>(bytes / 4)?);
+        }
+        Ok(())
+    }
+
+    /// The split entry and the partials for a decode launch of `rows` rows of an `n`-row weight
+    /// through `epi`, when KILN_SKINNY_TC_SPLIT takes it (rows enough, a narrow weight, the
+    /// partials reserved and large enough); None otherwise.
+    pub fn tc_split_for(
+        &self,
+        epi: &Epilogue,
+        rows: usize,
+        n: usize,
+    ) -> Result<Option<(&'static TcEntry, u64)>> {
+        let Some(from) = Switches::from_env().tc_split_from else {
+            return Ok(None);
+        };
+        let Some(part) = self.tc_part.get() else {
+            return Ok(None);
+        };
+        let tiles = epi.tiles(n)?;
+        if rows < from || tiles * 16 > SPLIT_MAX_ROWS || split_part_floats(rows, tiles) > part.len()
+        {
+            return Ok(None);
+        }
+        let e = choose_split_entry(tiles, rows, self.sm_count as usize);
+        Ok(Some((e, part.ptr())))
+    }
+
     /// [`Gpu::skinny_tc_entry`] split along the 16 chains: split entry `e` (CTAs of its tiling x
     /// 16 chains) writes each chain of each output to `part` ([`split_part_floats`] floats),
     /// then skinny_tc_join adds them in chain order into `epi`. The skinny kernel's bits, with
@@ -454,6 +516,10 @@ mod tests {
         assert!(tc_entries().iter().all(|e| !e.split));
         // o at 128 rows: 256 tiles, the chains of 16-row tile rows for each token.
         assert_eq!(split_part_floats(128, 256), 16 * 128 * 4096);
+        // o and down at 128 rows: 32 CTAs of 128 x 128 a chain, 512 in all, fill 132 SMs.
+        assert_eq!(choose_split_entry(256, 128, 132).name, "skinny_tcs_t2x4");
+        // A tiny weight fills none: the most CTAs (64 x 64).
+        assert_eq!(choose_split_entry(2, 8, 132).name, "skinny_tcs_2x2");
     }
 
     #[test]

@@ -60,6 +60,10 @@ pub struct Switches {
     /// of two that spill (Q4_K 206 -> 193 SASS instructions a record, Q4K2 228-234 -> 207-209,
     /// Q6_K 261 -> 238, Q6K2 258-267 -> 237-240). Same bits; opt-in until measured.
     pub quant_one_cta: bool,
+    /// KILN_SKINNY_TC_SPLIT=N: decode GEMM launches of at least N rows on weights of at most
+    /// 8,192 rows take the tensor-core kernel split along the chains (`skinny_tcs_*`, then the
+    /// join), its partials reserved at start. Same bits; opt-in until measured.
+    pub tc_split_from: Option<usize>,
     /// Gemma 4's post-norms fused into the op that consumes them (same bits, three launches
     /// fewer per layer; on the H200 3% faster decode at depth 0 and 8k). KILN_GEMMA_FUSE=0
     /// launches them apart.
@@ -274,6 +278,9 @@ impl Env {
                     .filter(|n| n.is_power_of_two() && *n <= 64),
                 decode_split_ctas: SplitCtas::parse(var("KILN_DECODE_SPLIT_CTAS").as_deref()),
                 quant_one_cta: var("KILN_QUANT_ONE_CTA").as_deref() == Some("1"),
+                tc_split_from: var("KILN_SKINNY_TC_SPLIT")
+                    .and_then(|v| v.parse::<usize>().ok())
+                    .filter(|&n| n > 0),
                 gemma_fuse: on("KILN_GEMMA_FUSE"),
                 flash_wide_split: var("KILN_FLASH_WIDE").as_deref() != Some("recompute"),
                 decode_wide_mma: var("KILN_DECODE_WIDE").as_deref() == Some("mma"),
@@ -387,7 +394,7 @@ impl Switches {
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} decode_split_ctas={} quant_one_cta={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} decode_split_ctas={} quant_one_cta={} tc_split={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -404,6 +411,8 @@ impl Switches {
             if k.decode_mma { "mma" } else { "simt" },
             self.decode_split_ctas.describe(),
             self.quant_one_cta as u8,
+            self.tc_split_from
+                .map_or("off".to_string(), |n| format!("{n}+")),
             k.pdl as u8,
             self.cuda_graphs as u8,
             self.draft_graphs as u8,
@@ -636,6 +645,10 @@ mod tests {
         assert_eq!(read(&[]).switches.decode_split_ctas, SplitCtas::Auto);
         assert!(read(&[("KILN_QUANT_ONE_CTA", "1")]).switches.quant_one_cta);
         assert!(!read(&[]).switches.quant_one_cta);
+        let split = |v| read(&[("KILN_SKINNY_TC_SPLIT", v)]).switches.tc_split_from;
+        assert_eq!(split("64"), Some(64));
+        assert_eq!(split("0"), None);
+        assert_eq!(split("on"), None);
         let cache = |v| read(&[("KILN_KERNEL_CACHE", v)]).kernel_cache;
         assert_eq!(cache("off"), KernelCache::Off);
         assert_eq!(cache("0"), KernelCache::Off);
