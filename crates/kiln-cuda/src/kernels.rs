@@ -528,11 +528,16 @@ impl Gpu {
             Arg::I32(DECODE_MAX_SPLITS as i32),
             Arg::I32(DECODE_MIN_SPAN as i32),
         ];
-        let grid = (
-            DECODE_MAX_SPLITS as u32,
-            (kv.n_kv * groups_per_kv) as u32,
-            rows as u32,
+        // Fewer CTAs than split slots once the rows are many (a prefill chunk here can be
+        // thousands of rows): decode_mma's rule, same bits.
+        let sx = crate::attn_launch::decode_split_ctas(
+            DECODE_MAX_SPLITS,
+            kv.n_kv * groups_per_kv,
+            rows,
+            self.sm_count as usize,
+            crate::switches::Switches::from_env().decode_split_ctas,
         );
+        let grid = (sx as u32, (kv.n_kv * groups_per_kv) as u32, rows as u32);
         self.launch(&format!("decode_attn_hd{hd}"), grid, 128, 0, &args)?;
         let args = [
             Arg::Ptr(part_o),

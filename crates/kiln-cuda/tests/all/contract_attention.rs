@@ -420,9 +420,9 @@ fn cases() -> Vec<Case> {
         });
     }
     // A batch of 128 decode rows: decode_mma gives each head group a few CTAs (5 on an H200),
-    // each serving every fifth split slot, up to 13 splits a CTA for the rows near 8k (the wide
-    // decode of 512-wide heads likewise); alone == in the batch and float64 must still hold,
-    // with and without a window.
+    // each serving every fifth split slot, up to 13 splits a CTA for the rows near 8k (the
+    // CUDA-core decode and the wide decode of 512-wide heads likewise); alone == in the batch
+    // and float64 must still hold, with and without a window.
     let many: Vec<(usize, usize)> = (0..128)
         .map(|i| {
             (

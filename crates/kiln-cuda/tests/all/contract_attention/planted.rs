@@ -44,6 +44,12 @@ const PLANTED: &[(&str, &str, &str)] = &[
         "for (int w = 1; w < DMW_WARPS; ++w) v = __fadd_rn(v, sp[w * 16 * DMW_LDS + at]);",
         "",
     ),
+    // A CTA of the CUDA-core decode serving several splits skips every other one of its share.
+    (
+        "decode_attn",
+        "split += gridDim.x)",
+        "split += 2 * gridDim.x)",
+    ),
     // A CTA of the wide decode serving several splits skips every other one of its share.
     (
         "decode_wide",
