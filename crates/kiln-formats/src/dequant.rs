@@ -1,4 +1,5 @@
-//! Tensor bytes to f32: the float types and the GGML block formats Q8_0, Q4_0, Q4_K and Q6_K.
+//! Tensor bytes to f32: the float types and the GGML block formats Q8_0, Q4_0, Q4_1, Q5_0,
+//! Q5_1, Q4_K, Q5_K and Q6_K.
 //!
 //! Each block decoder follows ggml's `dequantize_row_*` reference (ggml-quants.c) operation by
 //! operation, in the same order and without fused multiply-adds, so results are bit-identical.
@@ -66,7 +67,11 @@ fn block_decoder(dtype: DType) -> Result<BlockDecoder> {
         DType::F64 => |x, y| y[0] = f64::from_le_bytes(x[..8].try_into().expect("8 bytes")) as f32,
         DType::Q8_0 => q8_0,
         DType::Q4_0 => q4_0,
+        DType::Q4_1 => q4_1,
+        DType::Q5_0 => q5_0,
+        DType::Q5_1 => q5_1,
         DType::Q4K => q4_k,
+        DType::Q5K => q5_k,
         DType::Q6K => q6_k,
         DType::I8 | DType::I16 | DType::I32 | DType::I64 => {
             return Err(FormatError::Dequant(format!(
@@ -98,6 +103,45 @@ fn q4_0(x: &[u8], y: &mut [f32]) {
     }
 }
 
+/// `{ f16 d; f16 m; u8 qs[16]; }`: nibbles as Q4_0's, y = q * d + m.
+fn q4_1(x: &[u8], y: &mut [f32]) {
+    let (d, m) = (half_at(x, 0), half_at(x, 2));
+    let (lo, hi) = y.split_at_mut(16);
+    for (j, &q) in x[4..20].iter().enumerate() {
+        lo[j] = (q & 0x0F) as f32 * d + m;
+        hi[j] = (q >> 4) as f32 * d + m;
+    }
+}
+
+/// Value j (0..32) of a 5-bit block: nibble j % 16 of `qs` (low nibbles first) with bit j of
+/// the little-endian `qh` as its fifth bit.
+fn five_bits(qs: &[u8], qh: u32, j: usize) -> u8 {
+    let nibble = if j < 16 {
+        qs[j] & 0x0F
+    } else {
+        qs[j - 16] >> 4
+    };
+    nibble | ((((qh >> j) & 1) as u8) << 4)
+}
+
+/// `{ f16 d; u8 qh[4]; u8 qs[16]; }`: 5-bit values offset by 16, y = q * d.
+fn q5_0(x: &[u8], y: &mut [f32]) {
+    let d = half_at(x, 0);
+    let qh = u32::from_le_bytes([x[2], x[3], x[4], x[5]]);
+    for (j, v) in y.iter_mut().enumerate() {
+        *v = (five_bits(&x[6..22], qh, j) as i32 - 16) as f32 * d;
+    }
+}
+
+/// `{ f16 d; f16 m; u8 qh[4]; u8 qs[16]; }`: 5-bit values, y = q * d + m.
+fn q5_1(x: &[u8], y: &mut [f32]) {
+    let (d, m) = (half_at(x, 0), half_at(x, 2));
+    let qh = u32::from_le_bytes([x[4], x[5], x[6], x[7]]);
+    for (j, v) in y.iter_mut().enumerate() {
+        *v = five_bits(&x[8..24], qh, j) as f32 * d + m;
+    }
+}
+
 /// The 6-bit scale and min of sub-block `j` (0..8) from Q4_K's packed 12 bytes.
 pub fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
@@ -126,6 +170,30 @@ fn q4_k(x: &[u8], y: &mut [f32]) {
         for l in 0..32 {
             lo[l] = d1 * (q[l] & 0xF) as f32 - m1;
             hi[l] = d2 * (q[l] >> 4) as f32 - m2;
+        }
+    }
+}
+
+/// `{ f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]; }`: Q4_K's sub-blocks and scales
+/// with a fifth bit per value: sub-block 2c + h takes bit 2c + h of qh[l] for its value l.
+fn q5_k(x: &[u8], y: &mut [f32]) {
+    let d = half_at(x, 0);
+    let min = half_at(x, 2);
+    let scales = &x[4..16];
+    let qh = &x[16..48];
+    let qs = &x[48..176];
+    for (chunk, (q, out)) in qs.chunks_exact(32).zip(y.chunks_exact_mut(64)).enumerate() {
+        let (sc1, m1) = scale_min_k4(2 * chunk, scales);
+        let (sc2, m2) = scale_min_k4(2 * chunk + 1, scales);
+        let (d1, m1) = (d * sc1 as f32, min * m1 as f32);
+        let (d2, m2) = (d * sc2 as f32, min * m2 as f32);
+        let (u1, u2) = (1u8 << (2 * chunk), 2u8 << (2 * chunk));
+        let (lo, hi) = out.split_at_mut(32);
+        for l in 0..32 {
+            let h1 = if qh[l] & u1 != 0 { 16 } else { 0 };
+            let h2 = if qh[l] & u2 != 0 { 16 } else { 0 };
+            lo[l] = d1 * ((q[l] & 0xF) + h1) as f32 - m1;
+            hi[l] = d2 * ((q[l] >> 4) + h2) as f32 - m2;
         }
     }
 }

@@ -11,8 +11,12 @@ pub enum DType {
     I32,
     I64,
     Q4_0,
+    Q4_1,
+    Q5_0,
+    Q5_1,
     Q8_0,
     Q4K,
+    Q5K,
     Q6K,
 }
 
@@ -23,8 +27,12 @@ impl DType {
             0 => DType::F32,
             1 => DType::F16,
             2 => DType::Q4_0,
+            3 => DType::Q4_1,
+            6 => DType::Q5_0,
+            7 => DType::Q5_1,
             8 => DType::Q8_0,
             12 => DType::Q4K,
+            13 => DType::Q5K,
             14 => DType::Q6K,
             24 => DType::I8,
             25 => DType::I16,
@@ -101,8 +109,8 @@ impl DType {
 
     pub fn block_elems(self) -> usize {
         match self {
-            DType::Q4_0 | DType::Q8_0 => 32,
-            DType::Q4K | DType::Q6K => 256,
+            DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 => 32,
+            DType::Q4K | DType::Q5K | DType::Q6K => 256,
             _ => 1,
         }
     }
@@ -114,8 +122,12 @@ impl DType {
             DType::F64 | DType::I64 => 8,
             DType::I8 => 1,
             DType::Q4_0 => 18,
+            DType::Q4_1 => 20,
+            DType::Q5_0 => 22,
+            DType::Q5_1 => 24,
             DType::Q8_0 => 34,
             DType::Q4K => 144,
+            DType::Q5K => 176,
             DType::Q6K => 210,
         }
     }
@@ -145,8 +157,12 @@ impl std::fmt::Display for DType {
             DType::I32 => "I32",
             DType::I64 => "I64",
             DType::Q4_0 => "Q4_0",
+            DType::Q4_1 => "Q4_1",
+            DType::Q5_0 => "Q5_0",
+            DType::Q5_1 => "Q5_1",
             DType::Q8_0 => "Q8_0",
             DType::Q4K => "Q4_K",
+            DType::Q5K => "Q5_K",
             DType::Q6K => "Q6_K",
         };
         f.write_str(s)

@@ -4,8 +4,9 @@
 //! function of the tensor's seed and the block's index, spread so that the decoded values have
 //! a standard deviation near 0.02, as the f32 dummy weights do.
 //!
-//! `q4_k_m` mixes formats as llama.cpp's Q4_K_M does: Q6_K for the LM head and for V and the
-//! down projection of the layers `use_more_bits` picks, Q4_K everywhere else.
+//! `q4_k_m` and `q5_k_m` mix formats as llama.cpp's Q4_K_M and Q5_K_M do: Q6_K for the LM head
+//! and for V and the down projection of the layers `use_more_bits` picks, Q4_K (Q5_K)
+//! everywhere else.
 
 use half::f16;
 use kiln_formats::DType;
@@ -25,15 +26,19 @@ pub enum DummyQuant {
     Q6K,
     /// Q4_K with Q6_K where llama.cpp's Q4_K_M puts it.
     Q4KM,
+    /// Q5_K with Q6_K where llama.cpp's Q5_K_M puts it (no backend keeps Q5_K quantised: both
+    /// expand it at load).
+    Q5KM,
 }
 
 impl DummyQuant {
-    pub const ALL: [DummyQuant; 5] = [
+    pub const ALL: [DummyQuant; 6] = [
         DummyQuant::Q8_0,
         DummyQuant::Q4_0,
         DummyQuant::Q4K,
         DummyQuant::Q6K,
         DummyQuant::Q4KM,
+        DummyQuant::Q5KM,
     ];
 
     pub fn name(self) -> &'static str {
@@ -43,6 +48,7 @@ impl DummyQuant {
             DummyQuant::Q4K => "q4_k",
             DummyQuant::Q6K => "q6_k",
             DummyQuant::Q4KM => "q4_k_m",
+            DummyQuant::Q5KM => "q5_k_m",
         }
     }
 
@@ -72,12 +78,13 @@ impl DummyQuant {
             DummyQuant::Q4_0 => DType::Q4_0,
             DummyQuant::Q4K => DType::Q4K,
             DummyQuant::Q6K => DType::Q6K,
-            DummyQuant::Q4KM => {
+            DummyQuant::Q4KM | DummyQuant::Q5KM => {
                 let layer = id.layer.unwrap_or(0);
                 let more = use_more_bits(layer, config.num_layers);
                 match id.role {
                     Output => DType::Q6K,
                     V | Down if more => DType::Q6K,
+                    _ if self == DummyQuant::Q5KM => DType::Q5K,
                     _ => DType::Q4K,
                 }
             }
@@ -178,6 +185,24 @@ fn fill_block(dtype: DType, block: &mut [u8], rng: &mut BlockRng) {
             pack_scale_min_k4(&sc, &m, &mut block[4..16]);
             rng.bytes(&mut block[16..144]);
         }
+        DType::Q5K => {
+            // As Q4_K with q in 0..32 (a deviation of 9.2): m near 15.5 sc d / dmin.
+            let d = 0.02 / (43.5 * 9.2) * rng.spread();
+            let dmin = 16.0 * d;
+            let mut sc = [0u8; 8];
+            let mut m = [0u8; 8];
+            for j in 0..8 {
+                sc[j] = rng.int(24, 63) as u8;
+                let centre = 15.5 * sc[j] as f32 * d / dmin;
+                m[j] = (centre.round() as u32 + rng.int(0, 2))
+                    .saturating_sub(1)
+                    .min(63) as u8;
+            }
+            put_f16(block, 0, d);
+            put_f16(block, 2, dmin);
+            pack_scale_min_k4(&sc, &m, &mut block[4..16]);
+            rng.bytes(&mut block[16..176]);
+        }
         DType::Q6K => {
             // Value = d * sc * (q - 32) with q in 0..64; |sc| in 8..16 (random sign) keeps d a
             // normal f16.
@@ -221,7 +246,7 @@ mod tests {
 
     #[test]
     fn blocks_decode_to_small_centred_values_and_are_deterministic() {
-        for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4K, DType::Q6K] {
+        for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4K, DType::Q5K, DType::Q6K] {
             let (rows, cols) = (64, 512);
             let a = random_blocks(dtype, rows, cols, 7).unwrap();
             assert_eq!(a, random_blocks(dtype, rows, cols, 7).unwrap());
@@ -260,5 +285,19 @@ mod tests {
         assert_eq!(g(Role::TokenEmbd), Some(DType::Q4K));
         assert_eq!(DummyQuant::parse("Q4_K_M"), Some(DummyQuant::Q4KM));
         assert_eq!(DummyQuant::parse("q5_k"), None);
+        let q5 = DummyQuant::Q5KM;
+        assert_eq!(
+            q5.dtype_for(TensorId::layer(4, Role::Q), &c),
+            Some(DType::Q5K)
+        );
+        assert_eq!(
+            q5.dtype_for(TensorId::layer(0, Role::V), &c),
+            Some(DType::Q6K)
+        );
+        assert_eq!(
+            q5.dtype_for(TensorId::global(Role::Output), &c),
+            Some(DType::Q6K)
+        );
+        assert_eq!(DummyQuant::parse("Q5_K_M"), Some(DummyQuant::Q5KM));
     }
 }

@@ -6,10 +6,14 @@ use kiln_formats::{dequantize_into, to_f32, DType, TensorView};
 const ROWS: usize = 4;
 const COLS: usize = 256;
 
-const CASES: [(&str, DType); 7] = [
+const CASES: [(&str, DType); 11] = [
     ("q8_0", DType::Q8_0),
     ("q4_0", DType::Q4_0),
+    ("q4_1", DType::Q4_1),
+    ("q5_0", DType::Q5_0),
+    ("q5_1", DType::Q5_1),
     ("q4_k", DType::Q4K),
+    ("q5_k", DType::Q5K),
     ("q6_k", DType::Q6K),
     ("f16", DType::F16),
     ("bf16", DType::BF16),

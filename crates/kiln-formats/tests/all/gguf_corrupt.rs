@@ -232,10 +232,10 @@ fn bad_tensor_infos() {
         (
             {
                 let mut w = with_data();
-                w.tensor_raw("q5", 1, &[256], 13, 0);
+                w.tensor_raw("iq2", 1, &[256], 16, 0);
                 w
             },
-            &["tensor 'q5' has type Q5_K (id 13), which kiln cannot read"],
+            &["tensor 'iq2' has type IQ2_XXS (id 16), which kiln cannot read"],
         ),
         (
             {

@@ -76,6 +76,11 @@ def main() -> None:
     random_blocks("q4_k", T.Q4_K, [0, 2])
     random_blocks("q6_k", T.Q6_K, [208])
     floats()
+    # Added later, after the others so that their vectors stay as they were.
+    quantised("q4_1", T.Q4_1)
+    quantised("q5_0", T.Q5_0)
+    quantised("q5_1", T.Q5_1)
+    random_blocks("q5_k", T.Q5_K, [0, 2])
     for f in sorted(OUT.iterdir()):
         print(f.name, f.stat().st_size)
 
