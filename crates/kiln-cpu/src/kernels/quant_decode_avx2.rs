@@ -1,5 +1,5 @@
 //! AVX2 decoding of one quantised group record (see `quant_panels`): 16 lanes (rows) at a
-//! time, the same multiply (and, for Q4_K, subtract) per value as the portable decoder, never
+//! time, the same multiply (and, for Q4_K and Q5_K, subtract) per value as the portable decoder, never
 //! fused, so the values are the same bits.
 
 use std::arch::x86_64::*;
@@ -73,6 +73,16 @@ pub(crate) unsafe fn decode_group(format: QuantFormat, record: &[u8], out: &mut 
                     let (lo, hi) = i8_to_f32(x);
                     store(k, (_mm256_mul_ps(lo, d_lo), _mm256_mul_ps(hi, d_hi)));
                 }
+            }
+        }
+        QuantFormat::Q5K => {
+            let (d_lo, d_hi) = f32_scales(0);
+            let (m_lo, m_hi) = f32_scales(4 * NR);
+            for k in 0..GROUP {
+                let (lo, hi) = i8_to_f32(_mm_loadu_si128(q.add(k * NR) as *const __m128i));
+                let lo = _mm256_sub_ps(_mm256_mul_ps(d_lo, lo), m_lo);
+                let hi = _mm256_sub_ps(_mm256_mul_ps(d_hi, hi), m_hi);
+                store(k, (lo, hi));
             }
         }
         QuantFormat::Q4K => {

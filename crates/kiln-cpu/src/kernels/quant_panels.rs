@@ -1,4 +1,4 @@
-//! Block-quantised weights (GGML Q8_0, Q4_0, Q4_K, Q6_K) kept quantised in panel layout and
+//! Block-quantised weights (GGML Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) kept quantised in panel layout and
 //! decoded to f32 a block at a time, inside the matmul, just before use.
 //!
 //! Each panel of 16 rows is cut into groups of 32 k; a group holds the 16 rows' scales and
@@ -14,6 +14,7 @@
 //! | Q8_0 | `d: f16[16]` | `i8[32][16]` | `q * d` |
 //! | Q4_0 | `d: f16[16]` | nibbles `[16][16]` | `(q - 8) * d` |
 //! | Q4_K | `d1, m1: f32[16]` each | nibbles `[16][16]` | `d1 * q - m1` |
+//! | Q5_K | `d1, m1: f32[16]` each | `i8[32][16]` (0..32, the fifth bit in) | `d1 * q - m1` |
 //! | Q6_K | `ds: f32[2][16]` (one per 16 k) | `i8[32][16]` (already minus 32) | `ds * q` |
 //!
 //! Nibbles: byte `(k / 2) * 16 + j` holds k (even) in its low and k + 1 in its high half.
@@ -43,6 +44,7 @@ pub enum QuantFormat {
     Q8_0,
     Q4_0,
     Q4K,
+    Q5K,
     Q6K,
 }
 
@@ -54,6 +56,7 @@ impl QuantFormat {
             DType::Q8_0 => QuantFormat::Q8_0,
             DType::Q4_0 => QuantFormat::Q4_0,
             DType::Q4K => QuantFormat::Q4K,
+            DType::Q5K => QuantFormat::Q5K,
             DType::Q6K => QuantFormat::Q6K,
             _ => return None,
         })
@@ -64,6 +67,7 @@ impl QuantFormat {
             QuantFormat::Q8_0 => DType::Q8_0,
             QuantFormat::Q4_0 => DType::Q4_0,
             QuantFormat::Q4K => DType::Q4K,
+            QuantFormat::Q5K => DType::Q5K,
             QuantFormat::Q6K => DType::Q6K,
         }
     }
@@ -72,14 +76,14 @@ impl QuantFormat {
     fn scale_bytes(self) -> usize {
         match self {
             QuantFormat::Q8_0 | QuantFormat::Q4_0 => 2 * NR,
-            QuantFormat::Q4K | QuantFormat::Q6K => 8 * NR,
+            QuantFormat::Q4K | QuantFormat::Q5K | QuantFormat::Q6K => 8 * NR,
         }
     }
 
     /// Bytes of quants in a group record.
     fn quant_bytes(self) -> usize {
         match self {
-            QuantFormat::Q8_0 | QuantFormat::Q6K => GROUP * NR,
+            QuantFormat::Q8_0 | QuantFormat::Q5K | QuantFormat::Q6K => GROUP * NR,
             QuantFormat::Q4_0 | QuantFormat::Q4K => GROUP * NR / 2,
         }
     }
@@ -225,6 +229,23 @@ fn read_group(format: QuantFormat, row: &[u8], g: usize) -> RowGroup {
                 } as i8;
             }
         }
+        QuantFormat::Q5K => {
+            // Q4_K's sub-blocks and scales, each value's fifth bit at bit s of qh[l].
+            let block = &row[g / 8 * 176..][..176];
+            let s = g % 8;
+            let (sc, m) = scale_min_k4(s, &block[4..16]);
+            out.s = [f16_at(block, 0) * sc as f32, f16_at(block, 2) * m as f32];
+            let qh = &block[16..48];
+            let qs = &block[48 + 32 * (s / 2)..][..32];
+            for (l, q) in out.q.iter_mut().enumerate() {
+                let low = if s.is_multiple_of(2) {
+                    qs[l] & 0x0F
+                } else {
+                    qs[l] >> 4
+                };
+                *q = (low | (((qh[l] >> s) & 1) << 4)) as i8;
+            }
+        }
         QuantFormat::Q6K => {
             // Value e of a 256-value block (half n, quarter i, lane l: e = 128 n + 32 i + l)
             // has 4 low bits in ql and 2 high bits in qh, scale sc[e / 16].
@@ -257,14 +278,14 @@ fn write_lane(format: QuantFormat, record: &mut [u8], j: usize, g: &RowGroup) {
         QuantFormat::Q8_0 | QuantFormat::Q4_0 => {
             scales[2 * j..][..2].copy_from_slice(&g.bits.to_le_bytes());
         }
-        QuantFormat::Q4K | QuantFormat::Q6K => {
+        QuantFormat::Q4K | QuantFormat::Q5K | QuantFormat::Q6K => {
             for (h, s) in g.s.iter().enumerate() {
                 scales[4 * (h * NR + j)..][..4].copy_from_slice(&s.to_le_bytes());
             }
         }
     }
     match format {
-        QuantFormat::Q8_0 | QuantFormat::Q6K => {
+        QuantFormat::Q8_0 | QuantFormat::Q5K | QuantFormat::Q6K => {
             for (k, &q) in g.q.iter().enumerate() {
                 quants[k * NR + j] = q as u8;
             }
@@ -285,7 +306,7 @@ fn scale_f32(record: &[u8], s: usize, j: usize) -> f32 {
 /// The integer quant of lane `j` at k `k` of a group record.
 fn quant(format: QuantFormat, quants: &[u8], k: usize, j: usize) -> i32 {
     match format {
-        QuantFormat::Q8_0 | QuantFormat::Q6K => quants[k * NR + j] as i8 as i32,
+        QuantFormat::Q8_0 | QuantFormat::Q5K | QuantFormat::Q6K => quants[k * NR + j] as i8 as i32,
         QuantFormat::Q4_0 | QuantFormat::Q4K => {
             let b = quants[k / 2 * NR + j];
             (if k.is_multiple_of(2) {
@@ -314,7 +335,7 @@ pub(crate) fn decode_group_portable(format: QuantFormat, record: &[u8], out: &mu
                     out[k * NR + j] = (quant(format, quants, k, j) - 8) as f32 * d;
                 }
             }
-            QuantFormat::Q4K => {
+            QuantFormat::Q4K | QuantFormat::Q5K => {
                 let (d1, m1) = (scale_f32(record, 0, j), scale_f32(record, 1, j));
                 for k in 0..GROUP {
                     out[k * NR + j] = d1 * quant(format, quants, k, j) as f32 - m1;

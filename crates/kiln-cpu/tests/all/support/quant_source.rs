@@ -1,4 +1,4 @@
-//! A model whose projections are stored block-quantised (Q8_0, Q4_0, Q4_K, Q6_K), as a GGUF
+//! A model whose projections are stored block-quantised (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K), as a GGUF
 //! would give them: random but valid blocks, offered quantised (`load_quantized`) or only as
 //! their dequantised f32 values, so that the two CPU load paths can be compared.
 
@@ -8,7 +8,7 @@ use kiln_model::{HostTensor, ModelConfig, QuantTensor, Role, TensorId, WeightSou
 use super::random_source::RandomSource;
 use super::rng::Rng;
 
-pub const FORMATS: [DType; 4] = [DType::Q8_0, DType::Q4_0, DType::Q4K, DType::Q6K];
+pub const FORMATS: [DType; 5] = [DType::Q8_0, DType::Q4_0, DType::Q4K, DType::Q5K, DType::Q6K];
 
 /// Random blocks of `dtype` for `rows` rows of `cols` values. Quants are random bytes; the
 /// f16 scales are small and finite, so that activations stay near unit scale (times `gain`).
@@ -23,6 +23,8 @@ pub fn random_blocks(dtype: DType, rows: usize, cols: usize, gain: f32, rng: &mu
         DType::Q4_0 => (&[0], 0.4 / (cols as f32).sqrt() / 4.0),
         // d scales 6-bit sub-scales (up to 63) times 4-bit quants; dmin the offsets.
         DType::Q4K => (&[0, 2], 0.2 / (cols as f32).sqrt() / 63.0 / 8.0),
+        // The same with 5-bit quants (up to 31).
+        DType::Q5K => (&[0, 2], 0.2 / (cols as f32).sqrt() / 63.0 / 16.0),
         // d scales i8 sub-scales (up to 127) times 6-bit quants (up to 32).
         DType::Q6K => (&[208], 0.4 / (cols as f32).sqrt() / 127.0 / 16.0),
         _ => panic!("{dtype} is not a block format"),
