@@ -11,7 +11,7 @@ use crate::gemm_lt::WORKSPACE_BYTES;
 use crate::kernels::DECODE_MAX_SPLITS;
 use crate::kv_cache::KvCache;
 use crate::sampling::{OUT_WORDS, PARAM_WORDS};
-use crate::skinny_tc::split_reserve_bytes;
+use crate::skinny_tc_split::split_reserve_bytes;
 use crate::step_plan::StepLayout;
 use crate::store::StoreType;
 

@@ -30,6 +30,7 @@ pub mod sampling;
 pub mod skinny;
 pub mod skinny_fused;
 pub mod skinny_tc;
+pub mod skinny_tc_split;
 pub mod step_plan;
 pub mod store;
 pub mod switches;

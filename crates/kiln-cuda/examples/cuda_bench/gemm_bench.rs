@@ -14,9 +14,8 @@ use anyhow::Result;
 use kiln_cuda::device::{DevBuf, Gpu};
 use kiln_cuda::skinny::SkinnyKind;
 use kiln_cuda::skinny_fused::Epilogue;
-use kiln_cuda::skinny_tc::{
-    choose_tc_entry, measured_entry, split_part_floats, tc_entries, tc_split_entries,
-};
+use kiln_cuda::skinny_tc::{choose_tc_entry, measured_entry, tc_entries};
+use kiln_cuda::skinny_tc_split::{split_part_floats, tc_split_entries};
 
 const SHAPES: [(&str, usize, usize); 5] = [
     ("qkv", 6144, 4096),

@@ -20,9 +20,8 @@ use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
 use kiln_cuda::kernels::{KvView, QkvKind};
 use kiln_cuda::skinny::SkinnyKind;
 use kiln_cuda::skinny_fused::{Epilogue, NormPrologue, RopeOut};
-use kiln_cuda::skinny_tc::{
-    find_tc_entry, measured_entry, split_part_floats, tc_entries, tc_split_entries, MEASURED,
-};
+use kiln_cuda::skinny_tc::{find_tc_entry, measured_entry, tc_entries, MEASURED};
+use kiln_cuda::skinny_tc_split::{split_part_floats, tc_split_entries};
 use kiln_cuda::switches::{KernelChoice, SkinnyTc};
 
 mod planted;

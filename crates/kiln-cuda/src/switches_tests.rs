@@ -1,0 +1,169 @@
+//! The switches read from the environment: each variable's values and defaults.
+
+use super::*;
+
+fn read(vars: &[(&str, &str)]) -> Env {
+    Env::read(|name| {
+        vars.iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.to_string())
+    })
+}
+
+#[test]
+fn everything_is_on_by_default() {
+    let e = read(&[]);
+    let s = e.switches;
+    assert!(s.skinny_gemm && s.flash_attn && s.split_decode && s.device_sampling);
+    assert!(s.gemm_pin && s.cuda_graphs && s.gpu_quant && s.quant_embed_host);
+    assert_eq!(s.graph_prefill_max, None);
+    assert_eq!(s.kernels, KernelChoice::ALL_FAST);
+    assert_eq!(e.kernel_cache, KernelCache::Home);
+}
+
+#[test]
+fn each_variable_turns_off_its_own_switch() {
+    for off in ["0", "off", "false"] {
+        let e = read(&[
+            ("KILN_SKINNY_PIPE", off),
+            ("KILN_FLASH_PAIRS", off),
+            ("KILN_PDL", off),
+            ("KILN_SKINNY_WIDE", off),
+            ("KILN_SKINNY_DEEP", off),
+            ("KILN_FLASH_OVERLAP", off),
+            ("KILN_DECODE_ATTN", "simt"),
+            ("KILN_FLASH_ATTN", "sm80"),
+            ("KILN_SKINNY_TC", off),
+            ("KILN_QUANT_DECODE", "v1"),
+            ("KILN_QUANT_EXPAND", "words"),
+            ("KILN_QUANT_TILES", "1"),
+        ]);
+        assert_eq!(e.switches.kernels, KernelChoice::ALL_PLAIN);
+        assert!(e.switches.skinny_gemm && e.switches.cuda_graphs);
+        let s = read(&[("KILN_CUDA_GRAPHS", off), ("KILN_DEVICE_SAMPLING", off)]).switches;
+        assert!(!s.cuda_graphs && !s.device_sampling && s.flash_attn);
+        assert!(!read(&[("KILN_GPU_QUANT", off)]).switches.gpu_quant);
+    }
+    // KILN_GEMM_PIN takes only 0.
+    assert!(!read(&[("KILN_GEMM_PIN", "0")]).switches.gemm_pin);
+    assert!(read(&[("KILN_GEMM_PIN", "off")]).switches.gemm_pin);
+    assert!(read(&[("KILN_SKINNY_GEMM", "1")]).switches.skinny_gemm);
+    for on in ["1", "on", "true"] {
+        assert!(read(&[("KILN_GPU_QUANT", on)]).switches.gpu_quant);
+    }
+    let prefill = |v| {
+        read(&[("KILN_QUANT_PREFILL", v)])
+            .switches
+            .quant_prefill_skinny
+    };
+    assert!(prefill("skinny") && !prefill("expand") && !prefill("1"));
+    let v2 = |v| {
+        read(&[("KILN_QUANT_DECODE", v)])
+            .switches
+            .kernels
+            .quant_decode_v2
+    };
+    assert!(v2("v2") && v2("") && !v2("v1"));
+    assert!(
+        read(&[]).switches.gemma_fuse && !read(&[("KILN_GEMMA_FUSE", "0")]).switches.gemma_fuse
+    );
+    let wide = |v| read(&[("KILN_FLASH_WIDE", v)]).switches.flash_wide_split;
+    assert!(wide("split") && !wide("recompute") && read(&[]).switches.flash_wide_split);
+    let dw = |v| read(&[("KILN_DECODE_WIDE", v)]).switches.decode_wide_mma;
+    assert!(dw("mma") && !dw("simt") && !read(&[]).switches.decode_wide_mma);
+    // Q4_K in 256-k records: opt-in, and never with the first decode family, which cannot
+    // read them.
+    let q6k = |vars: &[(&str, &str)]| read(vars).switches.quant_q6k256;
+    assert!(!q6k(&[]) && q6k(&[("KILN_QUANT_Q6K", "256")]));
+    assert!(!q6k(&[
+        ("KILN_QUANT_Q6K", "256"),
+        ("KILN_QUANT_DECODE", "v1")
+    ]));
+    let q4k = |vars: &[(&str, &str)]| read(vars).switches.quant_q4k256;
+    assert!(!q4k(&[]) && !q4k(&[("KILN_QUANT_Q4K", "128")]));
+    assert!(q4k(&[("KILN_QUANT_Q4K", "256")]));
+    assert!(q4k(&[
+        ("KILN_QUANT_Q4K", "256"),
+        ("KILN_QUANT_DECODE", "v2")
+    ]));
+    assert!(!q4k(&[
+        ("KILN_QUANT_Q4K", "256"),
+        ("KILN_QUANT_DECODE", "v1")
+    ]));
+}
+
+#[test]
+fn attention_variants_are_named() {
+    let k = |vars: &[(&str, &str)]| read(vars).switches;
+    let s = k(&[("KILN_FLASH_ATTN", "sm90"), ("KILN_DECODE_ATTN", "mma")]);
+    assert!(s.flash_attn && s.kernels.flash_sm90 && s.kernels.decode_mma);
+    let s = k(&[("KILN_FLASH_ATTN", "sm80"), ("KILN_DECODE_ATTN", "simt")]);
+    assert!(s.flash_attn && !s.kernels.flash_sm90 && !s.kernels.decode_mma);
+    let s = k(&[("KILN_FLASH_ATTN", "0")]);
+    assert!(!s.flash_attn && s.kernels.flash_sm90 == FLASH_SM90_DEFAULT);
+    assert_eq!(k(&[]).kernels.decode_mma, DECODE_MMA_DEFAULT);
+}
+
+#[test]
+fn decode_fusion_is_opt_in_and_the_measured_tc_table_the_default() {
+    let s = read(&[]).switches;
+    assert_eq!(s.fuse, DecodeFuse::default());
+    assert!(!s.fuse.any() && s.kernels.skinny_tc == SkinnyTc::Measured);
+    let fuse = |v| read(&[("KILN_DECODE_FUSE", v)]).switches.fuse;
+    assert_eq!(fuse("all"), DecodeFuse::ALL);
+    assert_eq!(fuse("none"), DecodeFuse::default());
+    let f = fuse("glu, rope");
+    assert!(f.glu && f.rope && !f.add && !f.norm);
+    // The norm in a GEMM needs the residual add in the GEMM before it.
+    let f = fuse("norm");
+    assert!(f.norm && f.add && !f.glu);
+    assert_eq!(f.describe(), "add,norm");
+    let tc = |v| read(&[("KILN_SKINNY_TC", v)]).switches.kernels.skinny_tc;
+    assert_eq!(tc("on"), SkinnyTc::From(SKINNY_TC_DEFAULT_ROWS));
+    assert_eq!(tc("96"), SkinnyTc::From(96));
+    assert_eq!(tc("auto"), SkinnyTc::Measured);
+    assert_eq!(tc("0"), SkinnyTc::Off);
+    assert_eq!(tc("off"), SkinnyTc::Off);
+}
+
+#[test]
+fn values_parse_as_documented() {
+    let prefill = |v| {
+        read(&[("KILN_CUDA_GRAPH_PREFILL", v)])
+            .switches
+            .graph_prefill_max
+    };
+    assert_eq!(prefill("0"), Some(0));
+    assert_eq!(prefill("2048"), Some(2048));
+    assert_eq!(prefill("many"), None);
+    let splits = |v| {
+        read(&[("KILN_DECODE_SPLITS", v)])
+            .switches
+            .decode_mma_splits
+    };
+    assert_eq!(splits("16"), Some(16));
+    assert_eq!(splits("24"), None);
+    assert_eq!(splits("128"), None);
+    assert_eq!(read(&[]).switches.decode_mma_splits, None);
+    let ctas = |v| {
+        read(&[("KILN_DECODE_SPLIT_CTAS", v)])
+            .switches
+            .decode_split_ctas
+    };
+    assert_eq!(ctas("all"), SplitCtas::All);
+    assert_eq!(ctas("16"), SplitCtas::Fixed(16));
+    assert_eq!(ctas("0"), SplitCtas::Auto);
+    assert_eq!(ctas("many"), SplitCtas::Auto);
+    assert_eq!(read(&[]).switches.decode_split_ctas, SplitCtas::Auto);
+    assert!(read(&[("KILN_QUANT_ONE_CTA", "1")]).switches.quant_one_cta);
+    assert!(!read(&[]).switches.quant_one_cta);
+    let split = |v| read(&[("KILN_SKINNY_TC_SPLIT", v)]).switches.tc_split_from;
+    assert_eq!(split("64"), Some(64));
+    assert_eq!(split("0"), None);
+    assert_eq!(split("on"), None);
+    let cache = |v| read(&[("KILN_KERNEL_CACHE", v)]).kernel_cache;
+    assert_eq!(cache("off"), KernelCache::Off);
+    assert_eq!(cache("0"), KernelCache::Off);
+    assert_eq!(cache(""), KernelCache::Home);
+    assert_eq!(cache("/tmp/k"), KernelCache::Dir("/tmp/k".into()));
+}
