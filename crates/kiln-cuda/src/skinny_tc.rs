@@ -310,19 +310,42 @@ impl Gpu {
         if rows == 0 {
             return Ok(());
         }
+        self.launch_tc(e, epi, pdl, x, w, rows, n, k, None)
+    }
+
+    /// One launch of entry `e` over `rows` tokens; `split`: the chain partials (pointer, row
+    /// length) of a split entry, whose grid also runs along the 16 chains.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn launch_tc(
+        &self,
+        e: &TcEntry,
+        epi: &Epilogue,
+        pdl: bool,
+        x: u64,
+        w: u64,
+        rows: usize,
+        n: usize,
+        k: usize,
+        split: Option<(u64, usize)>,
+    ) -> Result<()> {
         if !k.is_multiple_of(8) {
             bail!("tensor-core decode GEMM needs k % 8 == 0, got {k}");
         }
-        let tiles = epi.tiles(n)?;
-        let ctas = e.ctas(tiles, rows);
+        if e.split != split.is_some() {
+            bail!("{}: split entries take partials, the others none", e.name);
+        }
         let mut args = vec![
             Arg::Ptr(x),
             Arg::Ptr(w),
             Arg::I32(i32_of(rows, "rows")?),
             Arg::I32(i32_of(k, "k")?),
         ];
+        if let Some((part, ld)) = split {
+            args.extend([Arg::Ptr(part), Arg::I32(i32_of(ld, "partial row")?)]);
+        }
         args.extend(epi.args(n)?);
-        let grid = (u32::try_from(ctas)?, 1, 1);
+        let ctas = e.ctas(epi.tiles(n)?, rows);
+        let grid = (u32::try_from(ctas)?, if e.split { 16 } else { 1 }, 1);
         self.launch_with(
             &e.name,
             grid,

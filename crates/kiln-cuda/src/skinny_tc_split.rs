@@ -7,7 +7,7 @@
 
 use std::sync::OnceLock;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 
 use crate::device::{i32_of, Arg, Gpu};
 use crate::skinny_fused::Epilogue;
@@ -106,39 +106,16 @@ impl Gpu {
         n: usize,
         k: usize,
     ) -> Result<()> {
-        if !e.split {
-            bail!("{} is not split along the chains", e.name);
-        }
         if rows == 0 {
             return Ok(());
         }
-        if !k.is_multiple_of(8) {
-            bail!("tensor-core decode GEMM needs k % 8 == 0, got {k}");
-        }
         let tiles = epi.tiles(n)?;
-        let ld = i32_of(tiles * 16, "partial row")?;
-        let mut args = vec![
-            Arg::Ptr(x),
-            Arg::Ptr(w),
-            Arg::I32(i32_of(rows, "rows")?),
-            Arg::I32(i32_of(k, "k")?),
-            Arg::Ptr(part),
-            Arg::I32(ld),
-        ];
-        args.extend(epi.args(n)?);
-        let grid = (u32::try_from(e.ctas(tiles, rows))?, 16, 1);
-        self.launch_with(
-            &e.name,
-            grid,
-            e.threads() as u32,
-            e.smem_bytes() as u32,
-            &args,
-            pdl,
-        )?;
+        let ld = tiles * 16;
+        self.launch_tc(e, epi, pdl, x, w, rows, n, k, Some((part, ld)))?;
         let mut args = vec![
             Arg::Ptr(part),
             Arg::I32(i32_of(rows, "rows")?),
-            Arg::I32(ld),
+            Arg::I32(i32_of(ld, "partial row")?),
             Arg::I32(i32_of(tiles, "tiles")?),
         ];
         args.extend(epi.args(n)?);

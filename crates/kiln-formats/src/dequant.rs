@@ -157,43 +157,32 @@ pub fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
 /// `{ f16 d; f16 dmin; u8 scales[12]; u8 qs[128]; }`: eight 32-value sub-blocks, each
 /// y = d * scale * q - dmin * min.
 fn q4_k(x: &[u8], y: &mut [f32]) {
-    let d = half_at(x, 0);
-    let min = half_at(x, 2);
-    let scales = &x[4..16];
-    let qs = &x[16..144];
-    for (chunk, (q, out)) in qs.chunks_exact(32).zip(y.chunks_exact_mut(64)).enumerate() {
-        let (sc1, m1) = scale_min_k4(2 * chunk, scales);
-        let (sc2, m2) = scale_min_k4(2 * chunk + 1, scales);
-        let (d1, m1) = (d * sc1 as f32, min * m1 as f32);
-        let (d2, m2) = (d * sc2 as f32, min * m2 as f32);
-        let (lo, hi) = out.split_at_mut(32);
-        for l in 0..32 {
-            lo[l] = d1 * (q[l] & 0xF) as f32 - m1;
-            hi[l] = d2 * (q[l] >> 4) as f32 - m2;
-        }
-    }
+    k_quant_4_5(x, None, &x[16..144], y);
 }
 
 /// `{ f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]; }`: Q4_K's sub-blocks and scales
 /// with a fifth bit per value: sub-block 2c + h takes bit 2c + h of qh[l] for its value l.
 fn q5_k(x: &[u8], y: &mut [f32]) {
+    k_quant_4_5(x, Some(&x[16..48]), &x[48..176], y);
+}
+
+/// Q4_K and Q5_K: d and dmin at the block's start, the packed scales after them, nibbles `qs`
+/// and (Q5_K) the fifth bits `qh`.
+fn k_quant_4_5(x: &[u8], qh: Option<&[u8]>, qs: &[u8], y: &mut [f32]) {
     let d = half_at(x, 0);
     let min = half_at(x, 2);
     let scales = &x[4..16];
-    let qh = &x[16..48];
-    let qs = &x[48..176];
     for (chunk, (q, out)) in qs.chunks_exact(32).zip(y.chunks_exact_mut(64)).enumerate() {
         let (sc1, m1) = scale_min_k4(2 * chunk, scales);
         let (sc2, m2) = scale_min_k4(2 * chunk + 1, scales);
         let (d1, m1) = (d * sc1 as f32, min * m1 as f32);
         let (d2, m2) = (d * sc2 as f32, min * m2 as f32);
-        let (u1, u2) = (1u8 << (2 * chunk), 2u8 << (2 * chunk));
+        // The fifth bit of sub-block s (16 when set), s = 2 chunk + half.
+        let high = |l: usize, s: usize| qh.map_or(0, |h| ((h[l] >> s) & 1) << 4);
         let (lo, hi) = out.split_at_mut(32);
         for l in 0..32 {
-            let h1 = if qh[l] & u1 != 0 { 16 } else { 0 };
-            let h2 = if qh[l] & u2 != 0 { 16 } else { 0 };
-            lo[l] = d1 * ((q[l] & 0xF) + h1) as f32 - m1;
-            hi[l] = d2 * ((q[l] >> 4) + h2) as f32 - m2;
+            lo[l] = d1 * ((q[l] & 0xF) | high(l, 2 * chunk)) as f32 - m1;
+            hi[l] = d2 * ((q[l] >> 4) | high(l, 2 * chunk + 1)) as f32 - m2;
         }
     }
 }

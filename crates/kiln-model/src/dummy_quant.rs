@@ -166,43 +166,10 @@ fn fill_block(dtype: DType, block: &mut [u8], rng: &mut BlockRng) {
             rng.bytes(&mut block[2..18]);
             put_f16(block, 0, 0.02 / 4.6 * rng.spread());
         }
-        DType::Q4K => {
-            // Value = d * sc * q - dmin * m with q in 0..16: m near 7.5 sc d / dmin centres
-            // each sub-block; sc in 24..63 averages 43.5.
-            let d = 0.02 / (43.5 * 4.6) * rng.spread();
-            let dmin = 8.0 * d;
-            let mut sc = [0u8; 8];
-            let mut m = [0u8; 8];
-            for j in 0..8 {
-                sc[j] = rng.int(24, 63) as u8;
-                let centre = 7.5 * sc[j] as f32 * d / dmin;
-                m[j] = (centre.round() as u32 + rng.int(0, 2))
-                    .saturating_sub(1)
-                    .min(63) as u8;
-            }
-            put_f16(block, 0, d);
-            put_f16(block, 2, dmin);
-            pack_scale_min_k4(&sc, &m, &mut block[4..16]);
-            rng.bytes(&mut block[16..144]);
-        }
-        DType::Q5K => {
-            // As Q4_K with q in 0..32 (a deviation of 9.2): m near 15.5 sc d / dmin.
-            let d = 0.02 / (43.5 * 9.2) * rng.spread();
-            let dmin = 16.0 * d;
-            let mut sc = [0u8; 8];
-            let mut m = [0u8; 8];
-            for j in 0..8 {
-                sc[j] = rng.int(24, 63) as u8;
-                let centre = 15.5 * sc[j] as f32 * d / dmin;
-                m[j] = (centre.round() as u32 + rng.int(0, 2))
-                    .saturating_sub(1)
-                    .min(63) as u8;
-            }
-            put_f16(block, 0, d);
-            put_f16(block, 2, dmin);
-            pack_scale_min_k4(&sc, &m, &mut block[4..16]);
-            rng.bytes(&mut block[16..176]);
-        }
+        // Value = d * sc * q - dmin * m with q in 0..16 (Q4_K) or 0..32 (Q5_K): m near
+        // mid sc d / dmin centres each sub-block; sc in 24..63 averages 43.5.
+        DType::Q4K => k_quant_scales(block, rng, 4.6, 7.5),
+        DType::Q5K => k_quant_scales(block, rng, 9.2, 15.5),
         DType::Q6K => {
             // Value = d * sc * (q - 32) with q in 0..64; |sc| in 8..16 (random sign) keeps d a
             // normal f16.
@@ -215,6 +182,26 @@ fn fill_block(dtype: DType, block: &mut [u8], rng: &mut BlockRng) {
         }
         _ => unreachable!("random_blocks checked the format"),
     }
+}
+
+/// A Q4_K or Q5_K block (their scales lead alike): d, dmin and the packed scales for quants of
+/// deviation `q_dev` and middle `mid`, the bytes after them random.
+fn k_quant_scales(block: &mut [u8], rng: &mut BlockRng, q_dev: f32, mid: f32) {
+    let d = 0.02 / (43.5 * q_dev) * rng.spread();
+    let dmin = mid.ceil() * d;
+    let mut sc = [0u8; 8];
+    let mut m = [0u8; 8];
+    for j in 0..8 {
+        sc[j] = rng.int(24, 63) as u8;
+        let centre = mid * sc[j] as f32 * d / dmin;
+        m[j] = (centre.round() as u32 + rng.int(0, 2))
+            .saturating_sub(1)
+            .min(63) as u8;
+    }
+    put_f16(block, 0, d);
+    put_f16(block, 2, dmin);
+    pack_scale_min_k4(&sc, &m, &mut block[4..16]);
+    rng.bytes(&mut block[16..]);
 }
 
 /// The inverse of `kiln_formats::dequant::scale_min_k4`: eight 6-bit scales and mins into
