@@ -45,21 +45,22 @@ __device__ __forceinline__ void decode_attn_body(
     __shared__ float sm_o[DA_WARPS][DA_MAX_GROUP][HD];
     // Splits blockIdx.x, blockIdx.x + gridDim.x, ... (as decode_mma.cu: with many rows, fewer
     // CTAs than split slots; each split computed alike whichever CTA serves it).
+    // The row's query heads and block table, once for all the splits this CTA serves.
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const bool active = lane < ACTIVE;
+    const int lane_off = active ? lane * PER : 0;
+    const int* table = block_tables + bt_start[token_seq[row]];
+    float qv[DA_MAX_GROUP][PER];
+#pragma unroll
+    for (int h = 0; h < DA_MAX_GROUP; ++h)
+#pragma unroll
+        for (int e = 0; e < PER; ++e)
+            qv[h][e] = (h < nh && active) ? from_store(q[((u64)row * n_q + h0 + h) * HD + lane_off + e]) * scale_log2 : 0.f;
     for (int split = blockIdx.x; split < n_splits; split += gridDim.x) {
         int lo = split * span;
         const int hi = min(len, lo + span);
         if (window > 0 && lo < len - window) lo = min(hi, max(lo, len - window));
 
-        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-        const bool active = lane < ACTIVE;
-        const int lane_off = active ? lane * PER : 0;
-        const int* table = block_tables + bt_start[token_seq[row]];
-        float qv[DA_MAX_GROUP][PER];
-#pragma unroll
-        for (int h = 0; h < DA_MAX_GROUP; ++h)
-#pragma unroll
-            for (int e = 0; e < PER; ++e)
-                qv[h][e] = (h < nh && active) ? from_store(q[((u64)row * n_q + h0 + h) * HD + lane_off + e]) * scale_log2 : 0.f;
         float m[DA_MAX_GROUP], l[DA_MAX_GROUP], o[DA_MAX_GROUP][PER];
 #pragma unroll
         for (int h = 0; h < DA_MAX_GROUP; ++h) {

@@ -49,28 +49,32 @@ __device__ __forceinline__ void decode_wide_body(
     dw_split(len, max_splits, min_span, &n_splits, &span);
     __shared__ float sm_ml[DW_WARPS][DW_GROUP][2];
     __shared__ float sm_o[DW_WARPS][DW_GROUP][HD];
+    // The row's query heads and block table, once for all the splits this CTA serves.
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int lane_off = lane * PER;
+    const int* table = block_tables + bt_start[token_seq[row]];
+    float qv[DW_GROUP][PER];
+#pragma unroll
+    for (int h = 0; h < DW_GROUP; ++h) {
+        if (h < nh) {
+            load_wide<PER>(q + ((u64)row * n_q + h0 + h) * HD + lane_off, qv[h]);
+        } else {
+#pragma unroll
+            for (int e = 0; e < PER; ++e) qv[h][e] = 0.f;
+        }
+#pragma unroll
+        for (int e = 0; e < PER; ++e) qv[h][e] *= scale_log2;
+    }
     for (int split = blockIdx.x; split < n_splits; split += gridDim.x) {
         int lo = split * span;
         const int hi = min(len, lo + span);
         if (window > 0 && lo < len - window) lo = min(hi, max(lo, len - window));
 
-        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-        const int lane_off = lane * PER;
-        const int* table = block_tables + bt_start[token_seq[row]];
-        float qv[DW_GROUP][PER], o[DW_GROUP][PER], m[DW_GROUP], l[DW_GROUP];
+        float o[DW_GROUP][PER], m[DW_GROUP], l[DW_GROUP];
 #pragma unroll
         for (int h = 0; h < DW_GROUP; ++h) {
-            if (h < nh) {
-                load_wide<PER>(q + ((u64)row * n_q + h0 + h) * HD + lane_off, qv[h]);
-            } else {
 #pragma unroll
-                for (int e = 0; e < PER; ++e) qv[h][e] = 0.f;
-            }
-#pragma unroll
-            for (int e = 0; e < PER; ++e) {
-                qv[h][e] *= scale_log2;
-                o[h][e] = 0.f;
-            }
+            for (int e = 0; e < PER; ++e) o[h][e] = 0.f;
             m[h] = KILN_NEG_INF;
             l[h] = 0.f;
         }

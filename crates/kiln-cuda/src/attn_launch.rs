@@ -86,6 +86,15 @@ pub fn decode_split_ctas(
     n.clamp(1, max_splits.max(1))
 }
 
+impl Gpu {
+    /// [`decode_split_ctas`] on this device, as KILN_DECODE_SPLIT_CTAS asks: the grid's first
+    /// dimension for every decode attention kernel with split slots.
+    pub(crate) fn split_ctas(&self, max_splits: usize, groups: usize, rows: usize) -> usize {
+        let how = Switches::from_env().decode_split_ctas;
+        decode_split_ctas(max_splits, groups, rows, self.sm_count as usize, how)
+    }
+}
+
 /// Stages of decode_mma's K/V ring for head dim `hd` (DM_ENTRY in decode_mma.cu).
 fn decode_mma_stages(hd: usize) -> usize {
     match hd {
@@ -315,10 +324,9 @@ impl Gpu {
             );
         }
         // At most this many splits per row (the partials have room for DECODE_MAX_SPLITS).
-        let sw = Switches::from_env();
         let max_splits = match wide {
             true => DECODE_MAX_SPLITS,
-            false => sw
+            false => Switches::from_env()
                 .decode_mma_splits
                 .unwrap_or(DECODE_MAX_SPLITS)
                 .min(DECODE_MAX_SPLITS),
@@ -352,13 +360,7 @@ impl Gpu {
         // depends on the row count only.
         let sx = match wide {
             true => max_splits,
-            false => decode_split_ctas(
-                max_splits,
-                kv.n_kv * chunks,
-                rows,
-                self.sm_count as usize,
-                sw.decode_split_ctas,
-            ),
+            false => self.split_ctas(max_splits, kv.n_kv * chunks, rows),
         };
         let grid = (sx as u32, (kv.n_kv * chunks) as u32, rows as u32);
         self.launch(&format!("decode_mma_hd{hd}"), grid, 128, smem as u32, &args)?;

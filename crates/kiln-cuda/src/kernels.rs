@@ -530,13 +530,7 @@ impl Gpu {
         ];
         // Fewer CTAs than split slots once the rows are many (a prefill chunk here can be
         // thousands of rows): decode_mma's rule, same bits.
-        let sx = crate::attn_launch::decode_split_ctas(
-            DECODE_MAX_SPLITS,
-            kv.n_kv * groups_per_kv,
-            rows,
-            self.sm_count as usize,
-            crate::switches::Switches::from_env().decode_split_ctas,
-        );
+        let sx = self.split_ctas(DECODE_MAX_SPLITS, kv.n_kv * groups_per_kv, rows);
         let grid = (sx as u32, (kv.n_kv * groups_per_kv) as u32, rows as u32);
         self.launch(&format!("decode_attn_hd{hd}"), grid, 128, 0, &args)?;
         let args = [
