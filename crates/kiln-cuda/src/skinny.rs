@@ -215,11 +215,8 @@ impl Gpu {
     ) -> Result<()> {
         let kind = c.skinny_kind(k);
         let epi = crate::skinny_fused::Epilogue::Store { y };
-        // Only the 16-warp family has the tensor-core kernels' order.
-        if kind == SkinnyKind::Wide {
-            if let Some((e, part)) = self.tc_split_for(&epi, rows, n)? {
-                return self.skinny_tc_split(e, &epi, c.pdl, x, w, part, rows, n, k);
-            }
+        if let Some((e, part)) = self.tc_split_for(c, kind, &epi, rows, n)? {
+            return self.skinny_tc_split(e, &epi, c.pdl, x, w, part, rows, n, k);
         }
         if let Some(e) = self.tc_for(c, kind, &epi, rows, n, k)? {
             return self.skinny_tc_entry(e, &epi, c.pdl, x, w, rows, n, k);

@@ -10,9 +10,10 @@ use std::sync::OnceLock;
 use anyhow::Result;
 
 use crate::device::{i32_of, Arg, Gpu};
+use crate::skinny::SkinnyKind;
 use crate::skinny_fused::Epilogue;
 use crate::skinny_tc::{all_entries, TcEntry};
-use crate::switches::Switches;
+use crate::switches::{KernelChoice, SkinnyTc, Switches};
 
 /// The entries split along the chains (`TC_SPLIT_ENTRY`), for [`Gpu::skinny_tc_split`].
 pub fn tc_split_entries() -> &'static [TcEntry] {
@@ -66,10 +67,13 @@ impl Gpu {
     }
 
     /// The split entry and the partials for a decode launch of `rows` rows of an `n`-row weight
-    /// through `epi`, when KILN_SKINNY_TC_SPLIT takes it (rows enough, a narrow weight, the
-    /// partials reserved and large enough); None otherwise.
+    /// in family `kind` through `epi`, when KILN_SKINNY_TC_SPLIT takes it (the tensor-core
+    /// kernels not switched off under `c`, the 16-warp family whose order they keep, rows
+    /// enough, a narrow weight, the partials reserved and large enough); None otherwise.
     pub fn tc_split_for(
         &self,
+        c: &KernelChoice,
+        kind: SkinnyKind,
         epi: &Epilogue,
         rows: usize,
         n: usize,
@@ -77,6 +81,9 @@ impl Gpu {
         let Some(from) = Switches::from_env().tc_split_from else {
             return Ok(None);
         };
+        if c.skinny_tc == SkinnyTc::Off || kind != SkinnyKind::Wide {
+            return Ok(None);
+        }
         let Some(part) = self.tc_part.get() else {
             return Ok(None);
         };

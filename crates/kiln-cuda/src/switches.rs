@@ -62,7 +62,8 @@ pub struct Switches {
     pub quant_one_cta: bool,
     /// KILN_SKINNY_TC_SPLIT=N: decode GEMM launches of at least N rows on weights of at most
     /// 8,192 rows take the tensor-core kernel split along the chains (`skinny_tcs_*`, then the
-    /// join), its partials reserved at start. Same bits; opt-in until measured.
+    /// join), its partials reserved at start, unless KILN_SKINNY_TC=0 turns the tensor-core
+    /// kernels off. Same bits; opt-in until measured.
     pub tc_split_from: Option<usize>,
     /// Gemma 4's post-norms fused into the op that consumes them (same bits, three launches
     /// fewer per layer; on the H200 3% faster decode at depth 0 and 8k). KILN_GEMMA_FUSE=0
