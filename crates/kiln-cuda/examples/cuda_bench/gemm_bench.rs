@@ -15,7 +15,7 @@ use kiln_cuda::device::{DevBuf, Gpu};
 use kiln_cuda::skinny::SkinnyKind;
 use kiln_cuda::skinny_fused::Epilogue;
 use kiln_cuda::skinny_tc::{choose_tc_entry, measured_entry, tc_entries};
-use kiln_cuda::skinny_tc_split::{split_part_floats, tc_split_entries};
+use kiln_cuda::skinny_tc_split::{split_part_floats, tc_split_entries, SPLIT_MAX_ROWS};
 
 const SHAPES: [(&str, usize, usize); 5] = [
     ("qkv", 6144, 4096),
@@ -26,9 +26,6 @@ const SHAPES: [(&str, usize, usize); 5] = [
 ];
 const ROWS: [usize; 7] = [1, 8, 32, 64, 128, 192, 256];
 const MAX_ROWS: usize = 256;
-/// The widest weight the chain-split entries are timed on (QKV, o and down; their partials
-/// would take 2 GB at 256 rows of the LM head).
-const SPLIT_MAX_N: usize = 8192;
 
 /// Median seconds per call of `f` over 5 rounds of 20 calls (after one untimed call).
 fn time(gpu: &Gpu, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
@@ -62,10 +59,12 @@ pub fn run() -> Result<()> {
             })
             .collect::<Result<_>>()?;
         let y = gpu.alloc::<f32>(MAX_ROWS * n)?;
-        let part = gpu.alloc::<f32>(
-            split_part_floats(MAX_ROWS, n.div_ceil(16))
-                .min(split_part_floats(MAX_ROWS, SPLIT_MAX_N / 16)),
-        )?;
+        // The chain partials, for the weights decode may split (QKV, o and down; the LM head's
+        // would take 2 GB at 256 rows).
+        let part = match n <= SPLIT_MAX_ROWS {
+            true => Some(gpu.alloc::<f32>(split_part_floats(MAX_ROWS, n.div_ceil(16)))?),
+            false => None,
+        };
         let bytes = (n * k * 2) as f64;
         let mut turn = 0usize;
         let mut next_w = || {
@@ -121,7 +120,7 @@ pub fn run() -> Result<()> {
                     report(&e.name["skinny_".len()..], s, &mut line);
                 }
                 // Split along the chains (then joined), for the weights with few tiles.
-                if n <= SPLIT_MAX_N {
+                if let Some(part) = &part {
                     for e in tc_split_entries() {
                         let s = time(&gpu, || {
                             let w = next_w();
