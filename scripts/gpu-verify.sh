@@ -45,10 +45,14 @@ while read -r limit label cmd; do
     if [ "$limit" -lt 8 ]; then say "$(printf '%-28s skipped: out of time' "$label")"; continue; fi
     log="$LOGS/$(printf '%02d' $n)-$label.log"
     t0=$SECONDS
-    # The check runs in a subshell under a timer of its own, so a hang costs only its share.
+    # The check runs in a process group of its own (set -m) under a timer of its own, so a
+    # hang costs only its share and nothing it started (ncu's child, a server) outlives it
+    # holding GPU memory.
+    set -m
     ( eval "$cmd" ) > "$log" 2>&1 &
     pid=$!
-    ( sleep "$limit"; kill -TERM -- "$pid" 2>/dev/null; pkill -TERM -P "$pid" 2>/dev/null ) &
+    set +m
+    ( sleep "$limit"; kill -TERM -- "-$pid" 2>/dev/null; sleep 5; kill -KILL -- "-$pid" 2>/dev/null ) &
     timer=$!
     wait "$pid"; rc=$?
     kill "$timer" 2>/dev/null; wait "$timer" 2>/dev/null

@@ -4,7 +4,8 @@
 # between cuProfilerStart and cuProfilerStop) or of the last prefill chunk of an N-token prompt
 # (`prefill-profile N`), with their L2, DRAM, SM and tensor-pipe use, then sums the durations
 # per kernel name. Clocks and caches are left as they are (--clock-control none --cache-control
-# none), so the kernels run as a step runs them, one at a time. Needs .carry/bin/cuda_bench
+# none), so the kernels run as a step runs them, one at a time; each of ncu's passes runs the
+# program again (--replay-mode application). Needs .carry/bin/cuda_bench
 # (scripts/build-gpu-carry.sh).
 # Usage: OUT=... scripts/step-profile.sh decode|prefill [N] [PRESET] [chunk=N]
 set -uo pipefail
@@ -26,7 +27,10 @@ bench=.carry/bin/cuda_bench
 [ -f "$bench.xz" ] && xz -df "$bench.xz"
 rep="$OUT/$what-$n${extra:+-$extra}"
 metrics=gpu__time_duration.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
-"$ncu" --clock-control none --cache-control none --profile-from-start off --metrics "$metrics" \
+# Application replay: each metric pass runs the program again rather than saving and restoring
+# the device memory around every kernel (the weights alone are 15 GiB).
+"$ncu" --clock-control none --cache-control none --profile-from-start off --replay-mode application \
+    --metrics "$metrics" \
     -o "$rep" -f "$bench" "$preset" "$what-profile" "$n" $extra > "$rep.log" 2>&1
 rc=$?
 echo "ncu: rc=$rc"

@@ -157,55 +157,64 @@ pub struct MeasuredShape {
 }
 
 /// The decode GEMM per Llama-3-8B weight and row count, from `cuda_bench llama3-8b gemm` on
-/// the H200 (bench/results/2026-12-02-h200-decode-fusion.json, gemm_us; microseconds below,
-/// skinny = the 16-warp kernel in launches of 64 rows). Rows (lo, hi] take a tiling where its
-/// time at the measured row count whose grid covers them beats by 5% or more the skinny
-/// kernel's least time over them (its launches of 64 rows, plus the remainder's at the
-/// smallest measured count of the same entry, e.g. 65 rows: 64 + 1); gate/up and the LM head
-/// keep 2x2 through 65-96 (3% ahead at 65, 16% at 96). Past 256 rows the last choice holds:
-/// the tensor-core time grows by a token tile per 32 or 64 rows, the skinny one by a launch
-/// per 64. Other shapes (not measured) keep the skinny kernel.
+/// the H200 (bench/results/2026-12-02-h200-decode-split.json, gemm_us; microseconds below,
+/// skinny = the 16-warp kernel in launches of 64 rows). Rows (lo, hi] take the fastest tiling at
+/// the measured row count whose grid covers them, where it beats by 5% or more the skinny
+/// kernel's least time over them (its launches of 64 rows, plus the remainder's at the smallest
+/// measured count of the same entry, e.g. 65 rows: 64 + 1). Past 256 rows the last choice
+/// holds: the tensor-core time grows by a token tile per 32 or 64 rows, the skinny one by a
+/// launch per 64. QKV, o and down at 128-192 rows take the split entries first
+/// (skinny_tc_split.rs). Other shapes (not measured) keep the skinny kernel.
 pub const MEASURED: [MeasuredShape; 5] = [
-    // 128 rows: 2x2 59.2 (4x1 55.8) vs skinny 72.5 (at 97 at least 68.6); 192: 71.3 vs 107.9;
-    // 256: 71.0 vs 143.4. At 64: 4x1 54.1 vs 34.3; at 65-96 4x1 55.8 vs at least 48.5 (64 + 1).
+    // 64: 4x1 51.3 vs skinny 34.4; 128: 2x4 49.9 (4x2 51.7, 2x2 60.2) vs 72.2; 192: 2x2 66.1
+    // (2x4 97.4) vs 106.7; 256: 2x2 65.8 vs 142.6.
     MeasuredShape {
         what: "qkv",
         n: 6144,
         k: 4096,
-        from: &[(1, None), (97, Some("2x2"))],
+        from: &[(1, None), (97, Some("2x4")), (129, Some("2x2"))],
     },
-    // 128: 4x1 54.4 vs skinny 39.2; 192: 55.7 vs 57.8 (too close); 256: 56.0 vs 76.9
-    // (2x2 70.2).
+    // 128: 2x4 49.7 vs skinny 38.7; 192: 2x4 49.7 (4x2 51.6) vs 57.4; 256: 2x4 50.5 vs 77.0.
     MeasuredShape {
         what: "o",
         n: 4096,
         k: 4096,
-        from: &[(1, None), (193, Some("4x1"))],
+        from: &[(1, None), (129, Some("2x4"))],
     },
-    // 1-16: skinny 58.9-62.2 vs 4x1 62.7 (its grid for up to 32 rows); 32: 4x1 62.7 vs 85.6
-    // (the 16-warp entry for 17-32 rows); 64: 2x2 111.4 (4x1 110.8) vs 122.4; 128: 2x2 175.4
-    // vs 251.1 (2x4, the L2 rule's, 229.6); 192: 255.0 vs 375.7; 256: 319.6 vs 501.7.
+    // 1-16: skinny 60.8-63.9 vs 4x1's 66.4 at 32 (its grid up to 32 rows); 32: 4x1 66.4 vs
+    // 86.7; 64: 2x2 106.4 (4x1 103.9, under 5% apart) vs 122.8; 128: t2x2 152.7 vs 2x2 167.3
+    // and skinny 250.0; 192: t2x2 227.3 vs 2x2 237.2; 256: t2x2 274.4 vs 2x2 301.3.
     MeasuredShape {
         what: "gate_up",
         n: 28672,
         k: 4096,
-        from: &[(1, None), (17, Some("4x1")), (33, Some("2x2"))],
+        from: &[
+            (1, None),
+            (17, Some("4x1")),
+            (33, Some("2x2")),
+            (97, Some("t2x2")),
+        ],
     },
-    // 128: 4x1 177.1 vs skinny 119.8; 192: 181.1 vs 179.3; 256: 181.9 vs 238.5 (2x2 229.9).
+    // 128: 2x4 159.3 vs skinny 119.6; 192: 2x4 160.1 vs 179.1; 256: 2x4 160.4 vs 239.6.
     MeasuredShape {
         what: "down",
         n: 4096,
         k: 14336,
-        from: &[(1, None), (193, Some("4x1"))],
+        from: &[(1, None), (129, Some("2x4"))],
     },
-    // 1 and 8: 4x1 245.6 / 249.9 vs skinny 255.5 / 259.8 (under 5%); 32: 4x1 261.9 vs 347.6;
-    // 64: 2x2 383.7 vs 510.9; 128: 741.7 vs 1053.8; 192: 1037.4 vs 1560.9; 256: 1421.8 vs
-    // 2087.1.
+    // 1 and 8: 4x1 255.3 / 261.2 vs skinny 263.0 / 266.5 (under 5%); 32: 4x1 272.6 vs 354.4;
+    // 64: 2x2 382.0 vs 514.1; 128: t2x2 689.5 (t2x4 681.5, 2x2 707.1); 192: t2x2 868.4 vs 2x2
+    // 1087.4 (t2x4 1296.4); 256: t2x2 1232.2 vs 2x2 1393.5.
     MeasuredShape {
         what: "lm_head",
         n: 128256,
         k: 4096,
-        from: &[(1, None), (17, Some("4x1")), (33, Some("2x2"))],
+        from: &[
+            (1, None),
+            (17, Some("4x1")),
+            (33, Some("2x2")),
+            (97, Some("t2x2")),
+        ],
     },
 ];
 
@@ -437,21 +446,24 @@ mod tests {
     #[test]
     fn auto_follows_the_measured_table() {
         let name = |n, k, rows| measured_entry(n, k, rows).map(|e| &e.name["skinny_tc_".len()..]);
-        // gate/up: skinny to 16 rows, 4x1 to 32, 2x2 from 33 (and past 256).
+        // gate/up: skinny to 16 rows, 4x1 to 32, 2x2 to 96, t2x2 from 97 (and past 256).
         assert_eq!(name(28672, 4096, 16), None);
         assert_eq!(name(28672, 4096, 17), Some("4x1"));
         assert_eq!(name(28672, 4096, 32), Some("4x1"));
         assert_eq!(name(28672, 4096, 33), Some("2x2"));
-        assert_eq!(name(28672, 4096, 128), Some("2x2"));
-        assert_eq!(name(28672, 4096, 1000), Some("2x2"));
+        assert_eq!(name(28672, 4096, 96), Some("2x2"));
+        assert_eq!(name(28672, 4096, 128), Some("t2x2"));
+        assert_eq!(name(28672, 4096, 1000), Some("t2x2"));
         assert_eq!(name(128256, 4096, 64), Some("2x2"));
-        // qkv from 97 rows; o and down from 193, in 4x1.
+        assert_eq!(name(128256, 4096, 97), Some("t2x2"));
+        // qkv: 2x4 at 97-128 rows, 2x2 from 129; o and down from 129, in 2x4.
         assert_eq!(name(6144, 4096, 96), None);
-        assert_eq!(name(6144, 4096, 97), Some("2x2"));
+        assert_eq!(name(6144, 4096, 97), Some("2x4"));
+        assert_eq!(name(6144, 4096, 129), Some("2x2"));
         assert_eq!(name(4096, 4096, 128), None);
-        assert_eq!(name(4096, 4096, 256), Some("4x1"));
-        assert_eq!(name(4096, 14336, 192), None);
-        assert_eq!(name(4096, 14336, 193), Some("4x1"));
+        assert_eq!(name(4096, 4096, 129), Some("2x4"));
+        assert_eq!(name(4096, 14336, 128), None);
+        assert_eq!(name(4096, 14336, 256), Some("2x4"));
         // A shape not measured keeps the skinny kernel.
         assert_eq!(name(5120, 4096, 256), None);
         let c = |tc| KernelChoice {
@@ -460,7 +472,10 @@ mod tests {
         };
         let auto = c(SkinnyTc::Measured);
         let pick = |c: &KernelChoice, kind, rows| tc_choice(c, kind, rows, 28672, 4096, 1792, 132);
-        assert_eq!(pick(&auto, SkinnyKind::Wide, 128).map(|e| e.wn), Some(2));
+        assert_eq!(
+            pick(&auto, SkinnyKind::Wide, 128).unwrap().name,
+            "skinny_tc_t2x2"
+        );
         assert!(pick(&auto, SkinnyKind::Pipe, 128).is_none());
         assert!(pick(&c(SkinnyTc::Off), SkinnyKind::Wide, 128).is_none());
         let from64 = c(SkinnyTc::From(64));

@@ -2,8 +2,8 @@
 //! `TC_SPLIT_ENTRY` entries and `skinny_tc_join`): a CTA per weight tile, token tile and chain
 //! writes the chain's float sums to a workspace, and the join adds a row's 16 in chain order
 //! into the epilogue, so the bits are the whole-K kernel's (and the skinny kernel's), with 16
-//! times the CTAs. For weights with few tiles (QKV, o and down at 128-256 tokens), opt-in under
-//! `KILN_SKINNY_TC_SPLIT=N`.
+//! times the CTAs. For weights with few tiles (QKV, o and down) at 128-192 tokens by default
+//! (`KILN_SKINNY_TC_SPLIT=N` from N tokens, `=0` never).
 
 use std::sync::OnceLock;
 
@@ -32,12 +32,24 @@ pub fn split_part_floats(rows: usize, tiles: usize) -> usize {
 /// partials would be large.
 pub const SPLIT_MAX_ROWS: usize = 8192;
 
-/// Bytes the split path reserves at start under KILN_SKINNY_TC_SPLIT for decode steps of up to
-/// `max_seqs` rows (footprint.rs counts them).
+/// The most tokens a split launch takes: in `cuda_bench llama3-8b gemm` (H200, 2026-12-02) the
+/// split entries beat the whole-K ones on down at 128-192 tokens (89 vs 120 us, 127 vs 180)
+/// but at 256 lose on QKV (117 vs 66) and o (82 vs 53) and tie on down (167 vs 172).
+pub const SPLIT_UPTO_TOKENS: usize = 192;
+
+/// The token counts the split path takes under the switches: `from..=SPLIT_UPTO_TOKENS`.
+pub fn split_takes(from: Option<usize>, rows: usize) -> bool {
+    from.is_some_and(|from| rows >= from && rows <= SPLIT_UPTO_TOKENS)
+}
+
+/// Bytes the split path reserves at start for decode steps of up to `max_seqs` rows, when it
+/// can take any of them (footprint.rs counts them).
 pub fn split_reserve_bytes(max_seqs: usize) -> usize {
     match Switches::from_env().tc_split_from {
-        Some(_) => split_part_floats(max_seqs, SPLIT_MAX_ROWS / 16) * 4,
-        None => 0,
+        Some(from) if from <= max_seqs.min(SPLIT_UPTO_TOKENS) => {
+            split_part_floats(max_seqs.min(SPLIT_UPTO_TOKENS), SPLIT_MAX_ROWS / 16) * 4
+        }
+        _ => 0,
     }
 }
 
@@ -78,9 +90,9 @@ impl Gpu {
         rows: usize,
         n: usize,
     ) -> Result<Option<(&'static TcEntry, u64)>> {
-        let Some(from) = Switches::from_env().tc_split_from else {
+        if !split_takes(Switches::from_env().tc_split_from, rows) {
             return Ok(None);
-        };
+        }
         if c.skinny_tc == SkinnyTc::Off || kind != SkinnyKind::Wide {
             return Ok(None);
         }
@@ -88,8 +100,7 @@ impl Gpu {
             return Ok(None);
         };
         let tiles = epi.tiles(n)?;
-        if rows < from || tiles * 16 > SPLIT_MAX_ROWS || split_part_floats(rows, tiles) > part.len()
-        {
+        if tiles * 16 > SPLIT_MAX_ROWS || split_part_floats(rows, tiles) > part.len() {
             return Ok(None);
         }
         let e = choose_split_entry(tiles, rows, self.sm_count as usize);
@@ -158,5 +169,17 @@ mod tests {
         assert_eq!(choose_split_entry(256, 128, 132).name, "skinny_tcs_t2x4");
         // A tiny weight fills none: the most CTAs (64 x 64).
         assert_eq!(choose_split_entry(2, 8, 132).name, "skinny_tcs_2x2");
+    }
+
+    #[test]
+    fn the_split_takes_its_measured_token_counts() {
+        let from = Some(crate::switches::TC_SPLIT_FROM);
+        let took: Vec<usize> = [1, 64, 127, 128, 129, 192, 193, 256]
+            .into_iter()
+            .filter(|&r| split_takes(from, r))
+            .collect();
+        assert_eq!(took, [128, 129, 192]);
+        assert!(!split_takes(None, 128));
+        assert!(split_takes(Some(2), 2));
     }
 }

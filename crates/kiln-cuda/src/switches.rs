@@ -5,6 +5,11 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+/// The fewest decode rows the chain-split tensor-core GEMM takes by default: on the H200
+/// (Llama-3-8B, 2026-12-02) decode at 128 streams 7,640 -> 8,499-8,547 tok/s with it from 64
+/// rows, but 64 streams 6,318 -> 5,543 and 32 streams 4,356 -> 3,456 with it from 32.
+pub const TC_SPLIT_FROM: usize = 128;
+
 /// Which fast paths are on. All default to on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Switches {
@@ -60,10 +65,11 @@ pub struct Switches {
     /// of two that spill (Q4_K 206 -> 193 SASS instructions a record, Q4K2 228-234 -> 207-209,
     /// Q6_K 261 -> 238, Q6K2 258-267 -> 237-240). Same bits; opt-in until measured.
     pub quant_one_cta: bool,
-    /// KILN_SKINNY_TC_SPLIT=N: decode GEMM launches of at least N rows on weights of at most
-    /// 8,192 rows take the tensor-core kernel split along the chains (`skinny_tcs_*`, then the
-    /// join), its partials reserved at start, unless KILN_SKINNY_TC=0 turns the tensor-core
-    /// kernels off. Same bits; opt-in until measured.
+    /// Decode GEMM launches of [`TC_SPLIT_FROM`] rows (KILN_SKINNY_TC_SPLIT=N: N) up to
+    /// [`crate::skinny_tc_split::SPLIT_UPTO_TOKENS`] on weights of at most 8,192 rows take the
+    /// tensor-core kernel split along the chains (`skinny_tcs_*`, then the join), its
+    /// partials reserved at start, unless KILN_SKINNY_TC=0 turns the tensor-core kernels off.
+    /// Same bits. KILN_SKINNY_TC_SPLIT=0 (or off): never.
     pub tc_split_from: Option<usize>,
     /// Gemma 4's post-norms fused into the op that consumes them (same bits, three launches
     /// fewer per layer; on the H200 3% faster decode at depth 0 and 8k). KILN_GEMMA_FUSE=0
@@ -279,9 +285,10 @@ impl Env {
                     .filter(|n| n.is_power_of_two() && *n <= 64),
                 decode_split_ctas: SplitCtas::parse(var("KILN_DECODE_SPLIT_CTAS").as_deref()),
                 quant_one_cta: var("KILN_QUANT_ONE_CTA").as_deref() == Some("1"),
-                tc_split_from: var("KILN_SKINNY_TC_SPLIT")
-                    .and_then(|v| v.parse::<usize>().ok())
-                    .filter(|&n| n > 0),
+                tc_split_from: match var("KILN_SKINNY_TC_SPLIT").as_deref() {
+                    None | Some("") | Some("on") => Some(TC_SPLIT_FROM),
+                    Some(v) => v.parse::<usize>().ok().filter(|&n| n > 0),
+                },
                 gemma_fuse: on("KILN_GEMMA_FUSE"),
                 flash_wide_split: var("KILN_FLASH_WIDE").as_deref() != Some("recompute"),
                 decode_wide_mma: var("KILN_DECODE_WIDE").as_deref() == Some("mma"),

@@ -160,7 +160,12 @@ fn values_parse_as_documented() {
     let split = |v| read(&[("KILN_SKINNY_TC_SPLIT", v)]).switches.tc_split_from;
     assert_eq!(split("64"), Some(64));
     assert_eq!(split("0"), None);
-    assert_eq!(split("on"), None);
+    assert_eq!(split("off"), None);
+    assert_eq!(split("on"), Some(crate::switches::TC_SPLIT_FROM));
+    assert_eq!(
+        read(&[]).switches.tc_split_from,
+        Some(crate::switches::TC_SPLIT_FROM)
+    );
     let cache = |v| read(&[("KILN_KERNEL_CACHE", v)]).kernel_cache;
     assert_eq!(cache("off"), KernelCache::Off);
     assert_eq!(cache("0"), KernelCache::Off);

@@ -29,8 +29,12 @@ enum Kind {
     Ref,
     Decode(DecodeKernel),
     Flash(FlashKernel),
-    /// flash_wide.cu's split variant for 512-wide heads (KILN_FLASH_WIDE=split).
-    FlashWideSplit,
+    /// flash_wide.cu for 512-wide heads, in the split variant (the default) or the one that
+    /// recomputes the scores in each half (KILN_FLASH_WIDE=recompute), each named explicitly:
+    /// `Flash` at a wide head runs whichever the switch selects.
+    FlashWide {
+        split: bool,
+    },
 }
 
 impl Kind {
@@ -40,7 +44,8 @@ impl Kind {
             Kind::Decode(DecodeKernel::Simt) => "decode_attn".into(),
             Kind::Decode(DecodeKernel::Mma) => "decode_mma".into(),
             Kind::Flash(FlashKernel::Sm80 { pairs }) => format!("flash_attn pairs={}", pairs as u8),
-            Kind::FlashWideSplit => "flash_wide split".into(),
+            Kind::FlashWide { split: true } => "flash_wide split".into(),
+            Kind::FlashWide { split: false } => "flash_wide recompute".into(),
             Kind::Flash(FlashKernel::Sm90 { overlap, pingpong }) => {
                 format!(
                     "flash_sm90 overlap={} pingpong={}",
@@ -55,7 +60,7 @@ impl Kind {
         match self {
             Kind::Ref => true,
             Kind::Decode(_) => rows == 1,
-            Kind::Flash(_) | Kind::FlashWideSplit => rows > 1,
+            Kind::Flash(_) | Kind::FlashWide { .. } => rows > 1,
         }
     }
 }
@@ -81,7 +86,7 @@ fn kinds(gpu: &Gpu, case: &Case, family: Family) -> Vec<Kind> {
             Kind::Flash(FlashKernel::Sm80 { pairs: false }),
         ]);
         if WIDE_HEAD_DIMS.contains(&case.hd) {
-            k.push(Kind::FlashWideSplit);
+            k.extend([true, false].map(|split| Kind::FlashWide { split }));
         }
     }
     let wide_mma = WIDE_HEAD_DIMS.contains(&case.hd);
@@ -135,8 +140,8 @@ fn run(gpu: &Gpu, s: &Setup, step: &Step, kind: Kind) -> (Vec<u16>, f64) {
             w,
             scale,
         ),
-        Kind::FlashWideSplit => gpu.flash_attn_wide_with(
-            true,
+        Kind::FlashWide { split } => gpu.flash_attn_wide_with(
+            split,
             step.dq.ptr(),
             s.kv(),
             step.tiles(),
@@ -331,7 +336,7 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case, family: Famil
     if !halves.is_empty() {
         let which: Vec<usize> = halves.iter().flat_map(|&(_, h, _)| [h, h + 1]).collect();
         let split = s.step(gpu, &which);
-        let flash = |k: &Kind| matches!(k, Kind::Flash(_) | Kind::FlashWideSplit);
+        let flash = |k: &Kind| matches!(k, Kind::Flash(_) | Kind::FlashWide { .. });
         for (kind, out) in outs.iter().filter(|(k, _)| flash(k)) {
             let (o, _) = run(gpu, &s, &split, *kind);
             let mut same = true;
