@@ -2,10 +2,11 @@
 # Where a step's time goes, on the GPU machine: Nsight Compute times every kernel of two decode
 # steps of N sequences (`cuda_bench PRESET decode-profile N`: three warm-up steps, then two
 # between cuProfilerStart and cuProfilerStop) or of the last prefill chunk of an N-token prompt
-# (`prefill-profile N`), with their L2, DRAM, SM and tensor-pipe use, then sums the durations
-# per kernel name. Clocks and caches are left as they are (--clock-control none --cache-control
-# none), so the kernels run as a step runs them, one at a time; each of ncu's passes runs the
-# program again (--replay-mode application). Needs .carry/bin/cuda_bench
+# (`prefill-profile N`), then sums the durations per kernel name. Clocks and caches are left as they are (--clock-control none --cache-control
+# none), so the kernels run as a step runs them, one at a time. By default only each kernel's
+# duration, which ncu reads in one pass with nothing saved or restored; METRICS=full adds L2,
+# DRAM, SM and tensor-pipe use (several passes a kernel, each restoring the device memory the
+# kernel may write: minutes for a decode step of an 8B model). Needs .carry/bin/cuda_bench
 # (scripts/build-gpu-carry.sh).
 # Usage: OUT=... scripts/step-profile.sh decode|prefill [N] [PRESET] [chunk=N]
 set -uo pipefail
@@ -26,11 +27,9 @@ ncu=/usr/local/cuda/bin/ncu
 bench=.carry/bin/cuda_bench
 [ -f "$bench.xz" ] && xz -df "$bench.xz"
 rep="$OUT/$what-$n${extra:+-$extra}"
-metrics=gpu__time_duration.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
-# Application replay: each metric pass runs the program again rather than saving and restoring
-# the device memory around every kernel (the weights alone are 15 GiB).
-"$ncu" --clock-control none --cache-control none --profile-from-start off --replay-mode application \
-    --metrics "$metrics" \
+metrics=gpu__time_duration.sum
+[ "${METRICS:-time}" = full ] && metrics=$metrics,lts__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
+"$ncu" --clock-control none --cache-control none --profile-from-start off --metrics "$metrics" \
     -o "$rep" -f "$bench" "$preset" "$what-profile" "$n" $extra > "$rep.log" 2>&1
 rc=$?
 echo "ncu: rc=$rc"
