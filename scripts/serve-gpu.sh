@@ -17,7 +17,8 @@
 # Environment: OUT (./serve-gpu-out), KILN_BIN (.carry/bin/kiln), PORT (8012), MAX_SEQS (256),
 #   LEVELS ("1:4 32:64 128:256 256:512", clients:requests), BUDGETS ("1024 4096 8192", the sweep at
 #   SWEEP_CLIENTS=128; "" for none), PROMPT_WORDS (400), MAX_TOKENS (128), BENCH (1; 0 skips it),
-#   BUDGET_S (330: sweep servers that would start later are skipped).
+#   BUDGET_S (330: sweep servers that would start later are skipped), SEQS (--max-num-seqs values
+#   also run at SWEEP_CLIENTS; "" by default), OVERLAP_OFF (1; 0 runs the levels with overlap on only).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OUT="${OUT:-$PWD/serve-gpu-out}"

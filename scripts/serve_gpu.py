@@ -30,6 +30,10 @@ MAX_SEQS = os.environ.get("MAX_SEQS", "256")
 LEVELS = [tuple(map(int, l.split(":"))) for l in os.environ.get("LEVELS", "1:4 32:64 128:256 256:512").split()]
 SWEEP = [int(b) for b in os.environ.get("BUDGETS", "1024 4096 8192").split()]
 SWEEP_CLIENTS = int(os.environ.get("SWEEP_CLIENTS", "128"))
+# --max-num-seqs values also run at SWEEP_CLIENTS with the default budget ("" for none).
+SEQS_SWEEP = [int(n) for n in os.environ.get("SEQS", "").split()]
+# The overlap-off server's levels ("0": only overlap on).
+OVERLAP_OFF = os.environ.get("OVERLAP_OFF", "1") != "0"
 WORDS = int(os.environ.get("PROMPT_WORDS", "400"))
 MAX_TOKENS = int(os.environ.get("MAX_TOKENS", "128"))
 BENCH = os.environ.get("BENCH", "1") != "0"
@@ -93,11 +97,11 @@ def split(before, after):
 
 
 class Server:
-    def __init__(self, name, env=None, args=()):
+    def __init__(self, name, env=None, args=(), seqs=None):
         self.name = name
         self.log_path = os.path.join(OUT, f"serve-{name}.log")
         cmd = [BIN, "serve", "--model", MODEL, "--device", DEVICE, "--port", str(PORT),
-               "--served-model-name", "kiln", "--max-num-seqs", MAX_SEQS, *args]
+               "--served-model-name", "kiln", "--max-num-seqs", str(seqs or MAX_SEQS), *args]
         e = dict(os.environ, **(env or {}))
         e.setdefault("KILN_STEP_LOG_SECS", "5")
         log(f"{name}: {' '.join(cmd)} {env or ''}")
@@ -212,7 +216,7 @@ def main():
         sys.exit(f"no kiln binary at {BIN}: set KILN_BIN or run scripts/build-gpu-carry.sh")
     results, checks = [], {}
     bench_rates = bench() if BENCH else {}
-    configs = [("overlap-on", {}, []), ("overlap-off", {"KILN_OVERLAP": "0"}, [])]
+    configs = [("overlap-on", {}, [])] + ([("overlap-off", {"KILN_OVERLAP": "0"}, [])] if OVERLAP_OFF else [])
     for name, env, args in configs:
         srv = Server(name, env, args)
         try:
@@ -223,15 +227,16 @@ def main():
                 results.append(r)
         finally:
             srv.stop()
-    for budget in SWEEP:
-        name = f"budget-{budget}"
+    sweeps = [(f"budget-{b}", ["--max-batched-tokens", str(b)], None, b) for b in SWEEP]
+    sweeps += [(f"seqs-{n}", [], n, None) for n in SEQS_SWEEP]
+    for name, args, seqs, budget in sweeps:
         if time.time() - T0 > BUDGET_S - 40:
             log(f"{name}: skipped, out of time")
             continue
-        srv = Server(name, {}, ["--max-batched-tokens", str(budget)])
+        srv = Server(name, {}, args, seqs)
         try:
             r = load(f"{name} c={SWEEP_CLIENTS}", SWEEP_CLIENTS, 2 * SWEEP_CLIENTS)
-            r.update(config=name, max_batched_tokens=budget)
+            r.update(config=name, max_batched_tokens=budget, max_num_seqs=seqs or int(MAX_SEQS))
             results.append(r)
         finally:
             srv.stop()
