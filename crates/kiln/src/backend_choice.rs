@@ -100,6 +100,21 @@ fn parse_gib(s: &str) -> Result<f64, String> {
 pub const BLOCK_SIZE: usize = 16;
 
 impl DeviceArgs {
+    /// Whether `model` would run on the GPU, without a word: [`DeviceArgs::use_cuda`] says why
+    /// not, and refuses what cannot run, when the backend is built.
+    pub fn expects_cuda(&self, model: &LoadedModel) -> bool {
+        let available = kiln_cuda::unavailable_reason().is_none();
+        match self.device {
+            Device::Cpu => false,
+            Device::Cuda => available,
+            Device::Auto => {
+                let config = &model.config;
+                available
+                    && kiln_cuda::model_support::refusal(&config.spec(), config.arch).is_none()
+            }
+        }
+    }
+
     /// Whether `model` runs on the GPU, with `--dtype` checked against the backend chosen and
     /// the checkpoint: `--device auto` picks the CPU for a model the CUDA backend has no
     /// kernels for (saying so); `--device cuda` leaves the refusal to it.
