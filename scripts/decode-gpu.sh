@@ -97,7 +97,7 @@ grid() { # RUN SECONDS [VAR=VALUE...]
     budget "$secs" env "$@" "$bench" llama3-8b decode-grid > "$OUT/grid-$run.json" 2> "$OUT/grid-$run.log"
     say "decode-grid $run${*:+ ($*)}: rc=$?"
 }
-grid base 40
+grid base 40 KILN_DECODE_FUSE=none
 grid all 40 KILN_DECODE_FUSE=all KILN_SKINNY_TC=auto
 grid tc 40 KILN_SKINNY_TC=auto
 grid fuse 40 KILN_DECODE_FUSE=all

@@ -84,9 +84,9 @@ pub struct Switches {
     /// default), 512-wide heads take decode_mma_wide.cu instead of the CUDA-core
     /// decode_wide.cu. Opt-in: on the H200 Gemma 4's decode was 1-2% slower with it.
     pub decode_wide_mma: bool,
-    /// KILN_DECODE_FUSE=glu,add,norm,rope | all: in decode-only steps, the kernels after a
-    /// GEMM moved into it (docs/CUDA.md, "Fused decode launches"). The same bits either way;
-    /// off until measured on the GPU.
+    /// KILN_DECODE_FUSE=glu,add,norm,rope | all | none: in decode-only steps, the kernels after
+    /// a GEMM moved into it (docs/CUDA.md, "Fused decode launches"). The same bits either way.
+    /// Default [`DecodeFuse::DEFAULT`] (`add,rope`).
     pub fuse: DecodeFuse,
     /// KILN_KV_RING=1: sliding-window layers keep only their window, in a ring of blocks per
     /// sequence (kiln_step::KvRing; the prefix cache is off beside it). Off until the GPU test
@@ -113,6 +113,18 @@ pub struct DecodeFuse {
 }
 
 impl DecodeFuse {
+    /// The fusions that won on the H200 (Llama-3-8B, 2026-12-02, same call): the residual add
+    /// in the o and down epilogues and RoPE in QKV's, together 214.3 -> 218.2 tok/s at batch 1,
+    /// 4,422 -> 4,533 at 32, 8,612 -> 8,744 at 128, 194.4 -> 198.8 at batch 1 and depth 8k;
+    /// batch 8 even (1,493 -> 1,490, 987 -> 981 at 8k). SwiGLU in the gate/up epilogue (0.98x
+    /// at batch 1) and the norm in the prologues (0.92x) lost.
+    pub const DEFAULT: DecodeFuse = DecodeFuse {
+        glu: false,
+        add: true,
+        norm: false,
+        rope: true,
+    };
+
     pub const ALL: DecodeFuse = DecodeFuse {
         glu: true,
         add: true,
@@ -120,7 +132,8 @@ impl DecodeFuse {
         rope: true,
     };
 
-    /// `all`, or a comma-separated list of glu, add, norm, rope; anything else is none. `norm`
+    /// `all`, or a comma-separated list of glu, add, norm, rope; anything else (`none`, `0`) is
+    /// none. `norm`
     /// brings `add` with it (the norm in a GEMM cannot also add the block output).
     pub fn parse(v: &str) -> DecodeFuse {
         if v == "all" {
@@ -294,7 +307,7 @@ impl Env {
                 decode_wide_mma: var("KILN_DECODE_WIDE").as_deref() == Some("mma"),
                 fuse: var("KILN_DECODE_FUSE")
                     .map(|v| DecodeFuse::parse(&v))
-                    .unwrap_or_default(),
+                    .unwrap_or(DecodeFuse::DEFAULT),
                 kv_ring: opt_in("KILN_KV_RING"),
                 kernels: KernelChoice {
                     skinny_pipe: on("KILN_SKINNY_PIPE"),

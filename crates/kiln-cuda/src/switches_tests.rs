@@ -105,13 +105,16 @@ fn attention_variants_are_named() {
 }
 
 #[test]
-fn decode_fusion_is_opt_in_and_the_measured_tc_table_the_default() {
+fn decode_fusion_of_add_and_rope_and_the_measured_tc_table_are_the_defaults() {
     let s = read(&[]).switches;
-    assert_eq!(s.fuse, DecodeFuse::default());
-    assert!(!s.fuse.any() && s.kernels.skinny_tc == SkinnyTc::Measured);
+    assert_eq!(s.fuse, DecodeFuse::DEFAULT);
+    assert!(s.fuse.add && s.fuse.rope && !s.fuse.glu && !s.fuse.norm);
+    assert_eq!(s.kernels.skinny_tc, SkinnyTc::Measured);
     let fuse = |v| read(&[("KILN_DECODE_FUSE", v)]).switches.fuse;
     assert_eq!(fuse("all"), DecodeFuse::ALL);
     assert_eq!(fuse("none"), DecodeFuse::default());
+    assert!(!fuse("0").any());
+    assert_eq!(fuse("add,rope"), DecodeFuse::DEFAULT);
     let f = fuse("glu, rope");
     assert!(f.glu && f.rope && !f.add && !f.norm);
     // The norm in a GEMM needs the residual add in the GEMM before it.
