@@ -104,6 +104,41 @@ __device__ __forceinline__ void from_store_vec(const store_t* p, float* out) {
 #endif
 }
 
+// Four consecutive values stored with one vector store, each rounded as to_store rounds it.
+__device__ __forceinline__ void to_store_x4(store_t* p, float a, float b, float c, float d) {
+#if defined(KILN_STORE_F32)
+    *reinterpret_cast<float4*>(p) = make_float4(a, b, c, d);
+#else
+    const u32 lo = (u32)to_store(a) | ((u32)to_store(b) << 16);
+    const u32 hi = (u32)to_store(c) | ((u32)to_store(d) << 16);
+    *reinterpret_cast<uint2*>(p) = make_uint2(lo, hi);
+#endif
+}
+
+// out[t, i] = act(gu[t, i], gu[t, inter + i]) for rows t < rows of the f32 gate/up product, i <
+// inter: rows blockIdx.y, + gridDim.y, ...; along a row four values a thread (16-byte loads,
+// one vector store) with `vec` (inter a multiple of 4), else one. No index division; each value
+// is the same expression whichever way it is reached.
+template <typename Act>
+__device__ __forceinline__ void gated_rows(const float* __restrict__ gu, store_t* __restrict__ out, int inter,
+                                           int rows, int vec, Act act) {
+    const int stride = gridDim.x * blockDim.x, first = blockIdx.x * blockDim.x + threadIdx.x;
+    for (int t = blockIdx.y; t < rows; t += gridDim.y) {
+        const float* g = gu + (u64)t * 2 * inter;
+        const float* u = g + inter;
+        store_t* o = out + (u64)t * inter;
+        if (vec && (inter & 3) == 0) {
+            for (int i = 4 * first; i < inter; i += 4 * stride) {
+                const float4 gv = *reinterpret_cast<const float4*>(g + i);
+                const float4 uv = *reinterpret_cast<const float4*>(u + i);
+                to_store_x4(o + i, act(gv.x, uv.x), act(gv.y, uv.y), act(gv.z, uv.z), act(gv.w, uv.w));
+            }
+        } else {
+            for (int i = first; i < inter; i += stride) o[i] = to_store(act(g[i], u[i]));
+        }
+    }
+}
+
 // D = A * B + D on the tensor cores: A 16x16 (row), B 16x8 (col), bf16 in, f32 accumulate.
 __device__ __forceinline__ void mma_bf16_16816(float* d, const u32* a, const u32* b) {
     asm volatile(

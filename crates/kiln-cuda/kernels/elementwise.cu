@@ -92,15 +92,9 @@ extern "C" __global__ void final_norm_rows(const float* __restrict__ x, const fl
 
 // gu[t] = [gate (inter) | up (inter)]; out[t, i] = store(silu(gate) * up).
 extern "C" __global__ void swiglu(const float* __restrict__ gu, store_t* __restrict__ out, int inter,
-                                  int rows) {
+                                  int rows, int vec) {
     pdl_enter();
-    const u64 n = (u64)rows * inter;
-    for (u64 idx = (u64)blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += (u64)gridDim.x * blockDim.x) {
-        const u64 t = idx / inter, i = idx % inter;
-        const float g = gu[t * 2 * inter + i];
-        const float u = gu[t * 2 * inter + inter + i];
-        out[idx] = to_store(silu_mul(g, u));
-    }
+    gated_rows(gu, out, inter, rows, vec, [](float g, float u) { return silu_mul(g, u); });
 }
 
 // ids[r] = argmax over logits[r, :]; ties go to the smallest index, NaN never wins.

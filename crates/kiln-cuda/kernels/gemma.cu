@@ -18,15 +18,10 @@ __device__ __forceinline__ float silu(float x) { return x / (1.f + expf(-x)); }
 __device__ __forceinline__ float gate_act(float x, int act) { return act == 1 ? gelu_tanh(x) : silu(x); }
 
 // gu[t] = [gate (inter) | up (inter)]; out[t, i] = store(gelu_tanh(gate) * up).
-extern "C" __global__ void geglu(const float* __restrict__ gu, store_t* __restrict__ out, int inter, int rows) {
+extern "C" __global__ void geglu(const float* __restrict__ gu, store_t* __restrict__ out, int inter, int rows,
+                                 int vec) {
     pdl_enter();
-    const u64 n = (u64)rows * inter;
-    for (u64 idx = (u64)blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += (u64)gridDim.x * blockDim.x) {
-        const u64 t = idx / inter, i = idx % inter;
-        const float g = gu[t * 2 * inter + i];
-        const float u = gu[t * 2 * inter + inter + i];
-        out[idx] = to_store(gelu_tanh(g) * u);
-    }
+    gated_rows(gu, out, inter, rows, vec, [](float g, float u) { return gelu_tanh(g) * u; });
 }
 
 // delta[t] = rmsnorm(delta[t]) * w, in place and in f32: the norm of a block's output before it

@@ -7,6 +7,7 @@ pub use crate::attn_launch::DecodeKernel;
 use crate::device::{i32_of, Arg, Gpu};
 use crate::store::StoreType;
 pub use crate::switches::KernelChoice;
+use crate::switches::Switches;
 
 /// Head dims with a flash-attention and a decode-attention instantiation.
 pub const FLASH_HEAD_DIMS: [usize; 5] = [16, 32, 64, 128, 256];
@@ -66,6 +67,16 @@ pub fn large_smem_kernels() -> Vec<(String, usize)> {
 
 pub(crate) fn grid_1d(n: usize, block: usize, cap: usize) -> (u32, u32, u32) {
     (n.div_ceil(block).clamp(1, cap) as u32, 1, 1)
+}
+
+/// The grid and the `vec` argument of the gated activations (common.cuh's `gated_rows`, blocks
+/// of 256 threads): along x enough CTAs for one row's `inter` values, four a thread when
+/// `inter` is a multiple of 4 and KILN_GATED_VEC allows; along y a CTA row per token row, up to
+/// the grid's limit (the kernel strides past it).
+pub(crate) fn gated_grid(inter: usize, rows: usize) -> ((u32, u32, u32), i32) {
+    let vec = Switches::from_env().gated_vec && inter.is_multiple_of(4);
+    let x = inter.div_ceil(if vec { 4 } else { 1 } * 256).max(1);
+    ((x as u32, rows.clamp(1, 65_535) as u32, 1), vec as i32)
 }
 
 /// What `qkv_prepare` finds in a row of the QKV projection and writes to the KV cache.
@@ -258,7 +269,7 @@ impl Gpu {
         if rows == 0 {
             return Ok(());
         }
-        let grid = grid_1d(rows * inter, 256, self.sm_count as usize * 16);
+        let (grid, vec) = gated_grid(inter, rows);
         self.launch(
             "swiglu",
             grid,
@@ -269,6 +280,7 @@ impl Gpu {
                 Arg::Ptr(out),
                 Arg::I32(i32_of(inter, "inter")?),
                 Arg::I32(i32_of(rows, "rows")?),
+                Arg::I32(vec),
             ],
         )
     }

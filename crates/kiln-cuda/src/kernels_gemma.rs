@@ -6,7 +6,7 @@ use anyhow::{bail, Result};
 use kiln_model::{Activation, PerLayerInputSpec};
 
 use crate::device::{i32_of, Arg, Gpu};
-use crate::kernels::{grid_1d, norm_block};
+use crate::kernels::{gated_grid, grid_1d, norm_block};
 
 /// Per-layer slices one `per_layer_mix` CTA takes (one warp each).
 const MIX_WARPS: usize = 4;
@@ -36,12 +36,13 @@ impl Gpu {
         if rows == 0 {
             return Ok(());
         }
-        let grid = grid_1d(rows * inter, 256, self.sm_count as usize * 16);
+        let (grid, vec) = gated_grid(inter, rows);
         let args = [
             Arg::Ptr(gu),
             Arg::Ptr(out),
             Arg::I32(i32_of(inter, "inter")?),
             Arg::I32(i32_of(rows, "rows")?),
+            Arg::I32(vec),
         ];
         self.launch("geglu", grid, 256, 0, &args)
     }

@@ -75,6 +75,9 @@ pub struct Switches {
     /// fewer per layer; on the H200 3% faster decode at depth 0 and 8k). KILN_GEMMA_FUSE=0
     /// launches them apart.
     pub gemma_fuse: bool,
+    /// The gated activations (swiglu, geglu) take four values a thread with 16-byte loads where
+    /// the width allows (same bits). KILN_GATED_VEC=0: one value a thread.
+    pub gated_vec: bool,
     /// Prefill attention of 512-wide heads with the head's two halves in one CTA (8 warps),
     /// their partial scores summed through shared memory, instead of one CTA per output half
     /// recomputing the scores (KILN_FLASH_WIDE=recompute). Different bits, each
@@ -303,6 +306,7 @@ impl Env {
                     Some(v) => v.parse::<usize>().ok().filter(|&n| n > 0),
                 },
                 gemma_fuse: on("KILN_GEMMA_FUSE"),
+                gated_vec: on("KILN_GATED_VEC"),
                 flash_wide_split: var("KILN_FLASH_WIDE").as_deref() != Some("recompute"),
                 decode_wide_mma: var("KILN_DECODE_WIDE").as_deref() == Some("mma"),
                 fuse: var("KILN_DECODE_FUSE")
@@ -415,7 +419,7 @@ impl Switches {
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} decode_split_ctas={} quant_one_cta={} tc_split={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} decode_split_ctas={} quant_one_cta={} tc_split={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -458,6 +462,7 @@ impl Switches {
             },
             if k.quant_tiles2 { 2 } else { 1 },
             self.gemma_fuse as u8,
+            self.gated_vec as u8,
             if self.flash_wide_split {
                 "split"
             } else {

@@ -156,31 +156,33 @@ fn row_kernels_contract() {
         }
     }
 
-    // SwiGLU.
-    let (rows, inter) = (19, 1336);
-    let gu = rng.vec(rows * 2 * inter, 6.0);
-    let (dgu, dact) = (
-        gpu.alloc::<f32>(gu.len()).unwrap(),
-        gpu.alloc::<u16>(rows * inter).unwrap(),
-    );
-    dgu.upload(0, &gu).unwrap();
-    dact.fill_bytes(0xff).unwrap();
-    let secs = timed(&gpu, || gpu.swiglu(dgu.ptr(), dact.ptr(), inter, rows));
-    let want: Vec<f64> = (0..rows * inter)
-        .map(|i| {
-            let (r, j) = (i / inter, i % inter);
-            let g = gu[r * 2 * inter + j] as f64;
-            g / (1.0 + (-g).exp()) * gu[r * 2 * inter + inter + j] as f64
-        })
-        .collect();
-    c.close(
-        &format!("swiglu rows={rows} inter={inter}"),
-        &from_bf16(&dact.download(&gpu, 0, rows * inter).unwrap()),
-        &want,
-        1e-6,
-        BF16_RTOL,
-        secs,
-    );
+    // SwiGLU: a width that is a multiple of 4 (four values a thread) and one that is not (one),
+    // and more rows than the grid's first dimension needs.
+    for (rows, inter) in [(19, 1336), (7, 1338)] {
+        let gu = rng.vec(rows * 2 * inter, 6.0);
+        let (dgu, dact) = (
+            gpu.alloc::<f32>(gu.len()).unwrap(),
+            gpu.alloc::<u16>(rows * inter).unwrap(),
+        );
+        dgu.upload(0, &gu).unwrap();
+        dact.fill_bytes(0xff).unwrap();
+        let secs = timed(&gpu, || gpu.swiglu(dgu.ptr(), dact.ptr(), inter, rows));
+        let want: Vec<f64> = (0..rows * inter)
+            .map(|i| {
+                let (r, j) = (i / inter, i % inter);
+                let g = gu[r * 2 * inter + j] as f64;
+                g / (1.0 + (-g).exp()) * gu[r * 2 * inter + inter + j] as f64
+            })
+            .collect();
+        c.close(
+            &format!("swiglu rows={rows} inter={inter}"),
+            &from_bf16(&dact.download(&gpu, 0, rows * inter).unwrap()),
+            &want,
+            1e-6,
+            BF16_RTOL,
+            secs,
+        );
+    }
 
     // Argmax: ties go to the smallest index, NaN never wins.
     let vocab = 128_256;
