@@ -616,3 +616,21 @@ impl Gpu {
 pub(crate) fn norm_block(hidden: usize) -> u32 {
     (hidden.div_ceil(8).next_multiple_of(32)).clamp(32, 1024) as u32
 }
+
+#[cfg(test)]
+mod tests {
+    use super::gated_grid;
+
+    #[test]
+    fn gated_grids_cover_each_row_once_a_thread() {
+        // Llama-3-8B's 14,336-wide FFN, four values a thread: 14 CTAs of 256 cover 14,336.
+        let ((x, y, _), vec) = gated_grid(14_336, 2048);
+        assert_eq!((x, y, vec), (14, 2048, 1));
+        // A width that is not a multiple of 4 takes one value a thread.
+        let ((x, _, _), vec) = gated_grid(1338, 7);
+        assert_eq!((x, vec), (6, 0));
+        assert!(x as usize * 256 >= 1338);
+        // More rows than a grid's second dimension holds: the kernel strides past it.
+        assert_eq!(gated_grid(64, 100_000).0 .1, 65_535);
+    }
+}
