@@ -1,3 +1,4 @@
+#line 1 "flash_attn.cu"
 // Prefill attention on the tensor cores (FlashAttention-2 style, mma.sync m16n8k16 bf16).
 // A CTA takes 64 query rows of one prefill chunk (a "tile": first flat token, row count,
 // sequence, position of the first row) for HP query heads of one GQA group: 4 warps per head,
@@ -9,11 +10,7 @@
 // masked in a tile skips its math there, which is the same), so a row's result does not depend
 // on the other rows or heads of its CTA, the chunking, or the batch. flash_attn_hd* take one
 // head per CTA; flash_attn2_hd* two (an even GQA group): half the K/V traffic per row and twice
-// the warps per SM.
-
-struct AttnTile {
-    int tok0, n_rows, seq, pos0;
-};
+// the warps per SM. The tile and a warp's softmax, P V and store: flash_tile.cuh.
 
 template <int HD, int BN>
 __device__ __forceinline__ void fa_load_kv(bf16_t* sk, bf16_t* sv, const bf16_t* __restrict__ kc,
@@ -68,7 +65,7 @@ __device__ __forceinline__ void flash_attn_body(const bf16_t* __restrict__ q, co
     const int wq_lo = tile.pos0 + wr, wq_hi = tile.pos0 + min(wr + 15, tile.n_rows - 1);
     const int qa = wr + g < tile.n_rows ? tile.pos0 + wr + g : -1;  // -1 masks a padding row
     const int qb = wr + g + 8 < tile.n_rows ? tile.pos0 + wr + g + 8 : -1;
-    float m_a = KILN_NEG_INF, m_b = KILN_NEG_INF, l_a = 0.f, l_b = 0.f;
+    RowState st = row_state_start();
     float o[DT][4];
 #pragma unroll
     for (int d = 0; d < DT; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
@@ -106,84 +103,13 @@ __device__ __forceinline__ void flash_attn_body(const bf16_t* __restrict__ q, co
                 mma_bf16_16816(s[n + 1], a, b + 2);
             }
         }
-        // Mask, then the online softmax in base 2.
-        float mx_a = KILN_NEG_INF, mx_b = KILN_NEG_INF;
-#pragma unroll
-        for (int n = 0; n < NT; ++n) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int kp = kt * BN + n * 8 + 2 * t + (e & 1);
-                const int qp = e < 2 ? qa : qb;
-                const bool ok = kp <= qp && (window <= 0 || qp - kp < window);
-                s[n][e] = ok ? s[n][e] * scale_log2 : KILN_NEG_INF;
-            }
-            mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
-            mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
-        }
-        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-        const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
-        // A row that has seen no key yet keeps m = -inf; use 0 as the base so nothing is NaN.
-        const float base_a = mn_a == KILN_NEG_INF ? 0.f : mn_a;
-        const float base_b = mn_b == KILN_NEG_INF ? 0.f : mn_b;
-        const float al_a = exp2f(m_a - base_a), al_b = exp2f(m_b - base_b);
-        m_a = mn_a;
-        m_b = mn_b;
-        float ps_a = 0.f, ps_b = 0.f;
-#pragma unroll
-        for (int n = 0; n < NT; ++n) {
-            s[n][0] = exp2f(s[n][0] - base_a);
-            s[n][1] = exp2f(s[n][1] - base_a);
-            s[n][2] = exp2f(s[n][2] - base_b);
-            s[n][3] = exp2f(s[n][3] - base_b);
-            ps_a += s[n][0] + s[n][1];
-            ps_b += s[n][2] + s[n][3];
-        }
-        l_a = l_a * al_a + ps_a;
-        l_b = l_b * al_b + ps_b;
-#pragma unroll
-        for (int d = 0; d < DT; ++d) {
-            o[d][0] *= al_a;
-            o[d][1] *= al_a;
-            o[d][2] *= al_b;
-            o[d][3] *= al_b;
-        }
-#pragma unroll
-        for (int ks = 0; ks < BN / 16; ++ks) {
-            u32 a[4];
-            a[0] = pack_bf16x2(s[2 * ks][0], s[2 * ks][1]);
-            a[1] = pack_bf16x2(s[2 * ks][2], s[2 * ks][3]);
-            a[2] = pack_bf16x2(s[2 * ks + 1][0], s[2 * ks + 1][1]);
-            a[3] = pack_bf16x2(s[2 * ks + 1][2], s[2 * ks + 1][3]);
-            const int mi = lane >> 3;
-#pragma unroll
-            for (int d = 0; d < DT; d += 2) {
-                u32 b[4];
-                ldmatrix_x4_trans(b, sv + (ks * 16 + (mi & 1) * 8 + (lane & 7)) * LD + d * 8 + (mi >> 1) * 8);
-                mma_bf16_16816(o[d], a, b);
-                mma_bf16_16816(o[d + 1], a, b + 2);
-            }
-        }
+        fa_tile_softmax_pv<NT, DT>(s, o, st, sv, LD, kt * BN, lane, qa, qb, window, scale_log2,
+                                   [&](int n, int e) { return s[n][e]; });
         }  // !skip
         __syncthreads();
     }
-    l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
-    l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
-    l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
-    l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
-    const float inv_a = l_a > 0.f ? 1.f / l_a : 0.f, inv_b = l_b > 0.f ? 1.f / l_b : 0.f;
-    if (qa >= 0) {
-        u32* dst = reinterpret_cast<u32*>(out + ((u64)(tile.tok0 + wr + g) * n_q + h) * HD);
-#pragma unroll
-        for (int d = 0; d < DT; ++d) dst[d * 4 + t] = pack_bf16x2(o[d][0] * inv_a, o[d][1] * inv_a);
-    }
-    if (qb >= 0) {
-        u32* dst = reinterpret_cast<u32*>(out + ((u64)(tile.tok0 + wr + g + 8) * n_q + h) * HD);
-#pragma unroll
-        for (int d = 0; d < DT; ++d) dst[d * 4 + t] = pack_bf16x2(o[d][2] * inv_b, o[d][3] * inv_b);
-    }
+    fa_store_rows<DT>(o, st, out + ((u64)(tile.tok0 + wr + g) * n_q + h) * HD,
+                      out + ((u64)(tile.tok0 + wr + g + 8) * n_q + h) * HD, t, qa, qb);
 }
 
 #define FA_ENTRY(NAME, HD, BN, HP, MINB)                                                                \

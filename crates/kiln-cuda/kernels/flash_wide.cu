@@ -1,3 +1,4 @@
+#line 1 "flash_wide.cu"
 // Prefill attention for heads too wide for the register tiles of flash_attn.cu (Gemma 4's
 // full-attention layers: head dim 512), with its contracts: causal and sliding-window limits
 // from positions inside the kernel, K/V read through the block table, tiles aligned to absolute
@@ -6,11 +7,8 @@
 // the head's HD output columns (blockIdx.z picks which). Scores use the whole head; each column
 // slice recomputes them (the same bits in every slice, so the softmax state is the same), which
 // keeps the output accumulators within the registers of a 256-wide head. K tiles hold the
-// whole head, V tiles only the CTA's columns, two cp.async stages. bf16 (tensor-core MMA).
-
-struct WideTile {
-    int tok0, n_rows, seq, pos0;
-};
+// whole head, V tiles only the CTA's columns, two cp.async stages. bf16 (tensor-core MMA). The
+// tile and a warp's softmax, P V and store: flash_tile.cuh.
 
 template <int HD, int DV, int BN>
 __device__ __forceinline__ void wide_load_kv(bf16_t* sk, bf16_t* sv, const bf16_t* __restrict__ kc,
@@ -34,7 +32,7 @@ __device__ __forceinline__ void wide_load_kv(bf16_t* sk, bf16_t* sv, const bf16_
 
 template <int HD, int DV, int BN>
 __device__ __forceinline__ void flash_wide_body(const bf16_t* __restrict__ q, const bf16_t* __restrict__ kc,
-                                                const bf16_t* __restrict__ vc, const WideTile* __restrict__ tiles,
+                                                const bf16_t* __restrict__ vc, const AttnTile* __restrict__ tiles,
                                                 const int* __restrict__ bt_start, const int* __restrict__ block_tables,
                                                 bf16_t* __restrict__ out, int n_q, int n_kv, int block_size,
                                                 int window, float scale_log2) {
@@ -45,7 +43,7 @@ __device__ __forceinline__ void flash_wide_body(const bf16_t* __restrict__ q, co
     bf16_t* sv0 = sk0 + 2 * BN * LDK;
 
     // Later tiles of a chunk see more keys: hand them out first so the grid ends evenly.
-    const WideTile tile = tiles[gridDim.x - 1 - blockIdx.x];
+    const AttnTile tile = tiles[gridDim.x - 1 - blockIdx.x];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int h = blockIdx.y, kvh = h / (n_q / n_kv);
     const int col0 = blockIdx.z * DV;
@@ -68,7 +66,7 @@ __device__ __forceinline__ void flash_wide_body(const bf16_t* __restrict__ q, co
     const int wq_lo = tile.pos0 + wr, wq_hi = tile.pos0 + min(wr + 15, tile.n_rows - 1);
     const int qa = wr + g < tile.n_rows ? tile.pos0 + wr + g : -1;  // -1 masks a padding row
     const int qb = wr + g + 8 < tile.n_rows ? tile.pos0 + wr + g + 8 : -1;
-    float m_a = KILN_NEG_INF, m_b = KILN_NEG_INF, l_a = 0.f, l_b = 0.f;
+    RowState st = row_state_start();
     float o[DO][4];
 #pragma unroll
     for (int d = 0; d < DO; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
@@ -106,88 +104,18 @@ __device__ __forceinline__ void flash_wide_body(const bf16_t* __restrict__ q, co
                     mma_bf16_16816(s[n + 1], a, b + 2);
                 }
             }
-            // Mask, then the online softmax in base 2.
-            float mx_a = KILN_NEG_INF, mx_b = KILN_NEG_INF;
-#pragma unroll
-            for (int n = 0; n < NT; ++n) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int kp = kt * BN + n * 8 + 2 * t + (e & 1);
-                    const int qp = e < 2 ? qa : qb;
-                    const bool ok = kp <= qp && (window <= 0 || qp - kp < window);
-                    s[n][e] = ok ? s[n][e] * scale_log2 : KILN_NEG_INF;
-                }
-                mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
-                mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
-            }
-            mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-            mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-            mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-            mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-            const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
-            // A row that has seen no key yet keeps m = -inf; use 0 as the base so nothing is NaN.
-            const float base_a = mn_a == KILN_NEG_INF ? 0.f : mn_a;
-            const float base_b = mn_b == KILN_NEG_INF ? 0.f : mn_b;
-            const float al_a = exp2f(m_a - base_a), al_b = exp2f(m_b - base_b);
-            m_a = mn_a;
-            m_b = mn_b;
-            float ps_a = 0.f, ps_b = 0.f;
-#pragma unroll
-            for (int n = 0; n < NT; ++n) {
-                s[n][0] = exp2f(s[n][0] - base_a);
-                s[n][1] = exp2f(s[n][1] - base_a);
-                s[n][2] = exp2f(s[n][2] - base_b);
-                s[n][3] = exp2f(s[n][3] - base_b);
-                ps_a += s[n][0] + s[n][1];
-                ps_b += s[n][2] + s[n][3];
-            }
-            l_a = l_a * al_a + ps_a;
-            l_b = l_b * al_b + ps_b;
-#pragma unroll
-            for (int d = 0; d < DO; ++d) {
-                o[d][0] *= al_a;
-                o[d][1] *= al_a;
-                o[d][2] *= al_b;
-                o[d][3] *= al_b;
-            }
-#pragma unroll
-            for (int ks = 0; ks < BN / 16; ++ks) {
-                u32 a[4];
-                a[0] = pack_bf16x2(s[2 * ks][0], s[2 * ks][1]);
-                a[1] = pack_bf16x2(s[2 * ks][2], s[2 * ks][3]);
-                a[2] = pack_bf16x2(s[2 * ks + 1][0], s[2 * ks + 1][1]);
-                a[3] = pack_bf16x2(s[2 * ks + 1][2], s[2 * ks + 1][3]);
-#pragma unroll
-                for (int d = 0; d < DO; d += 2) {
-                    u32 b[4];
-                    ldmatrix_x4_trans(b, sv + (ks * 16 + (mi & 1) * 8 + (lane & 7)) * LDV + d * 8 + (mi >> 1) * 8);
-                    mma_bf16_16816(o[d], a, b);
-                    mma_bf16_16816(o[d + 1], a, b + 2);
-                }
-            }
+            fa_tile_softmax_pv<NT, DO>(s, o, st, sv, LDV, kt * BN, lane, qa, qb, window, scale_log2,
+                                       [&](int n, int e) { return s[n][e]; });
         }
         __syncthreads();
     }
-    l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
-    l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
-    l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
-    l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
-    const float inv_a = l_a > 0.f ? 1.f / l_a : 0.f, inv_b = l_b > 0.f ? 1.f / l_b : 0.f;
-    if (qa >= 0) {
-        u32* dst = reinterpret_cast<u32*>(out + ((u64)(tile.tok0 + wr + g) * n_q + h) * HD + col0);
-#pragma unroll
-        for (int d = 0; d < DO; ++d) dst[d * 4 + t] = pack_bf16x2(o[d][0] * inv_a, o[d][1] * inv_a);
-    }
-    if (qb >= 0) {
-        u32* dst = reinterpret_cast<u32*>(out + ((u64)(tile.tok0 + wr + g + 8) * n_q + h) * HD + col0);
-#pragma unroll
-        for (int d = 0; d < DO; ++d) dst[d * 4 + t] = pack_bf16x2(o[d][2] * inv_b, o[d][3] * inv_b);
-    }
+    fa_store_rows<DO>(o, st, out + ((u64)(tile.tok0 + wr + g) * n_q + h) * HD + col0,
+                      out + ((u64)(tile.tok0 + wr + g + 8) * n_q + h) * HD + col0, t, qa, qb);
 }
 
 #define FW_ENTRY(NAME, HD, DV, BN)                                                                        \
     extern "C" __global__ void __launch_bounds__(128, 1) NAME(                                            \
-        const bf16_t* q, const bf16_t* kc, const bf16_t* vc, const WideTile* tiles, const int* bt_start,  \
+        const bf16_t* q, const bf16_t* kc, const bf16_t* vc, const AttnTile* tiles, const int* bt_start,  \
         const int* block_tables, bf16_t* out, int n_q, int n_kv, int block_size, int window,             \
         float scale_log2) {                                                                              \
         pdl_enter();                                                                                     \
@@ -205,7 +133,7 @@ FW_ENTRY(flash_attn_wide_hd512, 512, 256, 32)
 
 template <int HD, int BN>
 __device__ __forceinline__ void flash_wide_split_body(const bf16_t* __restrict__ q, const bf16_t* __restrict__ kc,
-                                                      const bf16_t* __restrict__ vc, const WideTile* __restrict__ tiles,
+                                                      const bf16_t* __restrict__ vc, const AttnTile* __restrict__ tiles,
                                                       const int* __restrict__ bt_start,
                                                       const int* __restrict__ block_tables, bf16_t* __restrict__ out,
                                                       int n_q, int n_kv, int block_size, int window, float scale_log2) {
@@ -216,7 +144,7 @@ __device__ __forceinline__ void flash_wide_split_body(const bf16_t* __restrict__
     bf16_t* sv0 = sk0 + 2 * BN * LD;
     float* sp = reinterpret_cast<float*>(sv0 + 2 * BN * LD);  // [warp][16][FWS_LDS]
 
-    const WideTile tile = tiles[gridDim.x - 1 - blockIdx.x];
+    const AttnTile tile = tiles[gridDim.x - 1 - blockIdx.x];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int half = warp >> 2, col0 = half * DH;
     const int h = blockIdx.y, kvh = h / (n_q / n_kv);
@@ -240,7 +168,7 @@ __device__ __forceinline__ void flash_wide_split_body(const bf16_t* __restrict__
     const int wq_lo = tile.pos0 + wr, wq_hi = tile.pos0 + min(wr + 15, tile.n_rows - 1);
     const int qa = wr + g < tile.n_rows ? tile.pos0 + wr + g : -1;
     const int qb = wr + g + 8 < tile.n_rows ? tile.pos0 + wr + g + 8 : -1;
-    float m_a = KILN_NEG_INF, m_b = KILN_NEG_INF, l_a = 0.f, l_b = 0.f;
+    RowState st = row_state_start();
     float o[DO][4];
 #pragma unroll
     for (int d = 0; d < DO; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
@@ -288,87 +216,21 @@ __device__ __forceinline__ void flash_wide_split_body(const bf16_t* __restrict__
         }
         __syncthreads();
         if (!skip) {
-            float mx_a = KILN_NEG_INF, mx_b = KILN_NEG_INF;
-#pragma unroll
-            for (int n = 0; n < NT; ++n) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int at = (g + (e >> 1) * 8) * FWS_LDS + n * 8 + 2 * t + (e & 1);
-                    const float v = __fadd_rn(first_half[at], second_half[at]);
-                    const int kp = kt * BN + n * 8 + 2 * t + (e & 1);
-                    const int qp = e < 2 ? qa : qb;
-                    const bool ok = kp <= qp && (window <= 0 || qp - kp < window);
-                    s[n][e] = ok ? v * scale_log2 : KILN_NEG_INF;
-                }
-                mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
-                mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
-            }
-            mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-            mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-            mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-            mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-            const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
-            const float base_a = mn_a == KILN_NEG_INF ? 0.f : mn_a;
-            const float base_b = mn_b == KILN_NEG_INF ? 0.f : mn_b;
-            const float al_a = exp2f(m_a - base_a), al_b = exp2f(m_b - base_b);
-            m_a = mn_a;
-            m_b = mn_b;
-            float ps_a = 0.f, ps_b = 0.f;
-#pragma unroll
-            for (int n = 0; n < NT; ++n) {
-                s[n][0] = exp2f(s[n][0] - base_a);
-                s[n][1] = exp2f(s[n][1] - base_a);
-                s[n][2] = exp2f(s[n][2] - base_b);
-                s[n][3] = exp2f(s[n][3] - base_b);
-                ps_a += s[n][0] + s[n][1];
-                ps_b += s[n][2] + s[n][3];
-            }
-            l_a = l_a * al_a + ps_a;
-            l_b = l_b * al_b + ps_b;
-#pragma unroll
-            for (int d = 0; d < DO; ++d) {
-                o[d][0] *= al_a;
-                o[d][1] *= al_a;
-                o[d][2] *= al_b;
-                o[d][3] *= al_b;
-            }
-#pragma unroll
-            for (int ks = 0; ks < BN / 16; ++ks) {
-                u32 a[4];
-                a[0] = pack_bf16x2(s[2 * ks][0], s[2 * ks][1]);
-                a[1] = pack_bf16x2(s[2 * ks][2], s[2 * ks][3]);
-                a[2] = pack_bf16x2(s[2 * ks + 1][0], s[2 * ks + 1][1]);
-                a[3] = pack_bf16x2(s[2 * ks + 1][2], s[2 * ks + 1][3]);
-#pragma unroll
-                for (int d = 0; d < DO; d += 2) {
-                    u32 b[4];
-                    ldmatrix_x4_trans(b, sv + (ks * 16 + (mi & 1) * 8 + (lane & 7)) * LD + col0 + d * 8 + (mi >> 1) * 8);
-                    mma_bf16_16816(o[d], a, b);
-                    mma_bf16_16816(o[d + 1], a, b + 2);
-                }
-            }
+            // The two halves' partial sums, first half first: the same bits in both warps.
+            fa_tile_softmax_pv<NT, DO>(s, o, st, sv + col0, LD, kt * BN, lane, qa, qb, window, scale_log2,
+                                       [&](int n, int e) {
+                                           const int at = (g + (e >> 1) * 8) * FWS_LDS + n * 8 + 2 * t + (e & 1);
+                                           return __fadd_rn(first_half[at], second_half[at]);
+                                       });
         }
         __syncthreads();
     }
-    l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
-    l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
-    l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
-    l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
-    const float inv_a = l_a > 0.f ? 1.f / l_a : 0.f, inv_b = l_b > 0.f ? 1.f / l_b : 0.f;
-    if (qa >= 0) {
-        u32* dst = reinterpret_cast<u32*>(out + ((u64)(tile.tok0 + wr + g) * n_q + h) * HD + col0);
-#pragma unroll
-        for (int d = 0; d < DO; ++d) dst[d * 4 + t] = pack_bf16x2(o[d][0] * inv_a, o[d][1] * inv_a);
-    }
-    if (qb >= 0) {
-        u32* dst = reinterpret_cast<u32*>(out + ((u64)(tile.tok0 + wr + g + 8) * n_q + h) * HD + col0);
-#pragma unroll
-        for (int d = 0; d < DO; ++d) dst[d * 4 + t] = pack_bf16x2(o[d][2] * inv_b, o[d][3] * inv_b);
-    }
+    fa_store_rows<DO>(o, st, out + ((u64)(tile.tok0 + wr + g) * n_q + h) * HD + col0,
+                      out + ((u64)(tile.tok0 + wr + g + 8) * n_q + h) * HD + col0, t, qa, qb);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 1) flash_attn_wide_split_hd512(
-    const bf16_t* q, const bf16_t* kc, const bf16_t* vc, const WideTile* tiles, const int* bt_start,
+    const bf16_t* q, const bf16_t* kc, const bf16_t* vc, const AttnTile* tiles, const int* bt_start,
     const int* block_tables, bf16_t* out, int n_q, int n_kv, int block_size, int window, float scale_log2) {
     pdl_enter();
     flash_wide_split_body<512, 32>(q, kc, vc, tiles, bt_start, block_tables, out, n_q, n_kv, block_size, window,

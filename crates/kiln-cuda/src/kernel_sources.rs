@@ -53,7 +53,12 @@ pub const SOURCES: &[KernelSource] = &[
     },
     KernelSource {
         name: "flash_attn",
-        body: include_str!("../kernels/flash_attn.cu"),
+        // The tile and a warp's softmax, P V and store, shared with the other mma.sync prefill
+        // module (flash_tile.cuh starts with its own #line).
+        body: concat!(
+            include_str!("../kernels/flash_tile.cuh"),
+            include_str!("../kernels/flash_attn.cu")
+        ),
         builds: Builds::Bf16Only,
     },
     KernelSource {
@@ -93,7 +98,12 @@ pub const SOURCES: &[KernelSource] = &[
     },
     KernelSource {
         name: "flash_wide",
-        body: include_str!("../kernels/flash_wide.cu"),
+        // The tile and a warp's softmax, P V and store, shared with the other mma.sync prefill
+        // module (flash_tile.cuh starts with its own #line).
+        body: concat!(
+            include_str!("../kernels/flash_tile.cuh"),
+            include_str!("../kernels/flash_wide.cu")
+        ),
         builds: Builds::Bf16Only,
     },
     KernelSource {
