@@ -1,3 +1,4 @@
+#line 1 "decode_mma.cu"
 // Decode attention on the tensor cores (mma.sync m16n8k16): one query row per sequence (or a
 // few rows of one sequence, as a speculative verify step has), split over the KV length.
 //
@@ -15,25 +16,12 @@
 // holds no CTAs that would only start and exit (at 128 rows and 64 slots, 65,536 CTAs of which
 // all but a few thousand are empty at short depths). Each split is computed alike whichever CTA
 // serves it, so gridDim.x changes no bit.
-// Cache layout: [block][kv_head][block_size][head_dim].
+// Cache layout: [block][kv_head][block_size][head_dim]. The split rule: decode_split.cuh.
 
 #define DM_WARPS 4
 #define DM_TILE 64
+static_assert(DM_TILE == DECODE_MIN_SPAN, "a split holds whole tiles");
 #define DM_COMBINE_MAX_SPLITS 128
-
-// Keys per split for a row of length `len`: a power of two, at least 64, at most
-// pow2ceil(len) / max_splits, so no row has more than max_splits splits.
-__device__ __forceinline__ int dm_span(int len, int max_splits) {
-    const int p2 = len <= 1 ? 1 : 1 << (32 - __clz(len - 1));
-    return max(DM_TILE, p2 / max_splits);
-}
-
-// Rows a and b (a < b, adjacent) may share a CTA: one sequence (one block table) and one span.
-__device__ __forceinline__ bool dm_same(const int* token_seq, const int* positions, int a, int b,
-                                        int max_splits) {
-    return token_seq[a] == token_seq[b] &&
-           dm_span(positions[a] + 1, max_splits) == dm_span(positions[b] + 1, max_splits);
-}
 
 // One tile of 64 keys (keys from kv_end on read as zeros). Warp w copies 16 of its rows, CH
 // lanes to a row; lane l < 16 looks up one of them in the block table (once for K and V) and

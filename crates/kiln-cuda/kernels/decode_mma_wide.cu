@@ -1,7 +1,8 @@
+#line 1 "decode_mma_wide.cu"
 // Decode attention on the tensor cores for heads too wide for decode_mma.cu's registers (Gemma 4's
 // full-attention layers: head dim 512), the same family (KILN_DECODE_ATTN=mma): the 16 MMA rows are
 // query slots (a GQA group's heads times rows of one sequence), splits of decode_mma.cu's power-of-two
-// spans at absolute positions, merged by its decode_mma_combine.
+// spans at absolute positions (decode_split.cuh), merged by its decode_mma_combine.
 //
 // A warp owns a quarter of the head instead of a quarter of the keys: for each tile of 32 keys it
 // computes the scores over its 128 dimensions, the four partial scores are summed through shared
@@ -14,18 +15,7 @@
 
 #define DMW_WARPS 4
 #define DMW_TILE 32
-#define DMW_MIN_SPAN 64  // decode_mma.cu's DM_TILE: the same splits, merged by decode_mma_combine
-#define DMW_LDS 33       // row stride of the partial scores (floats)
-
-__device__ __forceinline__ int dmw_span(int len, int max_splits) {
-    const int p2 = len <= 1 ? 1 : 1 << (32 - __clz(len - 1));
-    return max(DMW_MIN_SPAN, p2 / max_splits);
-}
-
-__device__ __forceinline__ bool dmw_same(const int* token_seq, const int* positions, int a, int b, int max_splits) {
-    return token_seq[a] == token_seq[b] &&
-           dmw_span(positions[a] + 1, max_splits) == dmw_span(positions[b] + 1, max_splits);
-}
+#define DMW_LDS 33  // row stride of the partial scores (floats)
 
 template <int HD>
 __device__ __forceinline__ void dmw_load_tile(bf16_t* sk, bf16_t* sv, const bf16_t* __restrict__ kc,
@@ -66,11 +56,11 @@ __device__ __forceinline__ void decode_mma_wide_body(
     const int nh = min(gc, kvh * group + group - hc0);
 
     // Runs of rows as decode_mma.cu forms them.
-    if (row0 % rpc != 0 && dmw_same(token_seq, positions, row0 - 1, row0, max_splits)) return;
+    if (row0 % rpc != 0 && dm_same(token_seq, positions, row0 - 1, row0, max_splits)) return;
     const int n_rows_total = gridDim.z;
     int nr = 1;
     while (nr < rpc && row0 + nr < n_rows_total && (row0 + nr) % rpc != 0 &&
-           dmw_same(token_seq, positions, row0 + nr - 1, row0 + nr, max_splits))
+           dm_same(token_seq, positions, row0 + nr - 1, row0 + nr, max_splits))
         ++nr;
 
     int max_len = 0, min_first = 0x7fffffff;
@@ -79,7 +69,7 @@ __device__ __forceinline__ void decode_mma_wide_body(
         max_len = max(max_len, len);
         min_first = min(min_first, window > 0 ? max(0, len - window) : 0);
     }
-    const int span = dmw_span(max_len, max_splits);
+    const int span = dm_span(max_len, max_splits);
     const int lo = split * span;
     if (lo >= max_len) return;
     const int hi = min(max_len, lo + span);

@@ -73,7 +73,12 @@ pub const SOURCES: &[KernelSource] = &[
     },
     KernelSource {
         name: "decode_mma",
-        body: include_str!("../kernels/decode_mma.cu"),
+        // The split rule shared with the other tensor-core decode module (decode_split.cuh
+        // starts with its own #line).
+        body: concat!(
+            include_str!("../kernels/decode_split.cuh"),
+            include_str!("../kernels/decode_mma.cu")
+        ),
         builds: Builds::Bf16Only,
     },
     KernelSource {
@@ -113,7 +118,12 @@ pub const SOURCES: &[KernelSource] = &[
     },
     KernelSource {
         name: "decode_mma_wide",
-        body: include_str!("../kernels/decode_mma_wide.cu"),
+        // The split rule shared with the other tensor-core decode module (decode_split.cuh
+        // starts with its own #line).
+        body: concat!(
+            include_str!("../kernels/decode_split.cuh"),
+            include_str!("../kernels/decode_mma_wide.cu")
+        ),
         builds: Builds::Bf16Only,
     },
     KernelSource {
