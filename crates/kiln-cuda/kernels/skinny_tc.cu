@@ -32,7 +32,12 @@
 
 // SPLIT: the CTA builds chain p = blockIdx.y alone (CH = 1) and writes it, as float, to
 // part[p][m][16 tile + r] (row length ld) for skinny_tc_join to add up in chain order.
-template <int WN, int WM, int MI, int CH, int S, bool SPLIT>
+// XA: the tokens are the MMAs' A operand (16 tokens) and the weight their B (8 rows), the same
+// products in the same k slots. A weight fragment is then one row's 8 bytes, two consecutive
+// registers as the load leaves them; with the weight as A each fragment pairs rows g and g + 8
+// and takes four register moves (a third of the loop's instructions with 64 x 32 warp tiles).
+// The accumulators a[c][mi][ni] hold (token tile ni >> 1, weight rows 8 (ni & 1).. of tile mi).
+template <int WN, int WM, int MI, int CH, int S, bool SPLIT, bool XA = false>
 __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16_t* __restrict__ w,
                                         int M, int K, const Epi& ep, float* __restrict__ part,
                                         int ld) {
@@ -41,6 +46,7 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
     constexpr int R = 2 / CH;  // steps j a k-tile spans
     static_assert(CH == 1 || CH == 2, "one or two chains a pass");
     static_assert(!SPLIT || CH == 1, "a split CTA builds one chain");
+    static_assert(!(SPLIT && XA), "the split entries keep the weight as A");
     // Each thread copies piece q = tid % 8 of rows tid / 8 + i * THREADS / 8; the first PW of
     // them are weight rows (BN is a multiple of THREADS / 8), the other PX token rows.
     constexpr int PW = BN * 8 / THREADS, PX = BM * 8 / THREADS;
@@ -131,6 +137,34 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
     // One chunk (half h of a k-tile) into `a`: the skinny kernel's two MMAs per fragment.
     auto chunk = [&](const unsigned char* st, int h, float (&a)[MI][4][4]) {
         const int off = ((4 * h + t) ^ ((g & 1) << 2)) << 4;
+        if (XA) {
+            // Weight rows 8 n + g of the warp's 16 MI (B: k 8t.. of the row, two registers a
+            // MMA), tokens 16 u + g and + 8 of its 32 (A: the skinny kernel's pairing).
+            uint4 vw[2 * MI], va[2], vb[2];
+#pragma unroll
+            for (int n = 0; n < 2 * MI; ++n)
+                vw[n] = *reinterpret_cast<const uint4*>(st + (wn * 16 * MI + 8 * n + g) * 128 + off);
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+                const int r = BN + wm * 32 + u * 16 + g;
+                va[u] = *reinterpret_cast<const uint4*>(st + r * 128 + off);
+                vb[u] = *reinterpret_cast<const uint4*>(st + (r + 8) * 128 + off);
+            }
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+                const u32 f0[4] = {va[u].x, vb[u].x, va[u].y, vb[u].y};
+                const u32 f1[4] = {va[u].z, vb[u].z, va[u].w, vb[u].w};
+#pragma unroll
+                for (int n = 0; n < 2 * MI; ++n) {
+                    const u32 b0[2] = {vw[n].x, vw[n].y};
+                    const u32 b1[2] = {vw[n].z, vw[n].w};
+                    float* acc_un = a[n >> 1][2 * u + (n & 1)];
+                    mma_bf16_16816(acc_un, f0, b0);
+                    mma_bf16_16816(acc_un, f1, b1);
+                }
+            }
+            return;
+        }
         uint4 va[MI], vb[MI], vx[4];
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi) {
@@ -209,6 +243,19 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
             }
         return;
     }
+    if (XA) {
+        // Element v of (mi, 2 u + h): token 16 u + g + 8 (v >> 1), tile row 8 h + 2 t + (v & 1).
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+            for (int u = 0; u < 2; ++u)
+#pragma unroll
+                for (int v = 0; v < 4; ++v) {
+                    const int tile = tile0 + wn * MI + mi, m = m0 + wm * 32 + u * 16 + g + 8 * (v >> 1);
+                    if (m < M) epi_pair(ep, tile, 2 * t + (v & 1), m, acc[mi][2 * u][v], acc[mi][2 * u + 1][v]);
+                }
+        return;
+    }
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
@@ -239,6 +286,18 @@ TC_ENTRY(skinny_tc_t2x4, 2, 4, 4, 1, 4, 1)
 TC_ENTRY(skinny_tc_t2x2, 2, 2, 4, 1, 4, 2)
 TC_ENTRY(skinny_tc_t1x4, 1, 4, 4, 1, 4, 2)
 TC_ENTRY(skinny_tc_w4x4, 4, 4, 2, 1, 4, 1)
+// The tokens as A (XA above; KILN_SKINNY_TC_XA=1 takes them in place of their twins): the
+// same shapes and bits.
+#define TCX_ENTRY(NAME, WN, WM, MI, CH, S, MINB)                                                    \
+    extern "C" __global__ void __launch_bounds__(32 * WN * WM, MINB)                               \
+        NAME(const bf16_t* x, const bf16_t* w, int M, int K, EPI_PARAMS) {                          \
+        tc_body<WN, WM, MI, CH, S, false, true>(x, w, M, K, EPI_MAKE, nullptr, 0);                  \
+    }
+TCX_ENTRY(skinny_tc_4x1_xa, 4, 1, 2, 2, 4, 2)
+TCX_ENTRY(skinny_tc_2x2_xa, 2, 2, 2, 2, 4, 3)
+TCX_ENTRY(skinny_tc_2x4_xa, 2, 4, 2, 2, 6, 1)
+TCX_ENTRY(skinny_tc_t2x4_xa, 2, 4, 4, 1, 4, 1)
+TCX_ENTRY(skinny_tc_t2x2_xa, 2, 2, 4, 1, 4, 2)
 
 // Split along the chains (skinny_tcs_*, then skinny_tc_join): grid (CTAs of the tiling, 16), CTA
 // (c, p) building chain p of its tile into part; for weights with few 16-row tiles (QKV, o and

@@ -345,7 +345,8 @@ mod tests {
             (
                 "skinny_tc",
                 [
-                    "4x1", "2x2", "1x4", "4x2", "2x4", "t2x4", "t2x2", "t1x4", "w4x4",
+                    "4x1", "2x2", "1x4", "4x2", "2x4", "t2x4", "t2x2", "t1x4", "w4x4", "4x1_xa",
+                    "2x2_xa", "2x4_xa", "t2x4_xa", "t2x2_xa",
                 ]
                 .map(|t| format!("skinny_tc_{t}"))
                 .into_iter()
