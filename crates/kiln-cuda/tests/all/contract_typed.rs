@@ -90,8 +90,8 @@ const PLANTED: &[(&str, &str, &str, Part)] = &[
     // SwiGLU without the sigmoid.
     (
         "elementwise",
-        "to_store(silu_mul(g, u))",
-        "to_store(g * u)",
+        "return silu_mul(g, u);",
+        "return g * u;",
         rows::row_kernels,
     ),
     // Dummy weights one index off.
