@@ -110,15 +110,56 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
                         (kin && xok[i]) ? 16 : 0);
     };
 
+    // XA: a stage's tokens as A fragments, so that one 16-byte load is one: tokens 16 u + g and
+    // 16 u + g + 8 (a "pair row" of 256 bytes) word by word, words 0-1 of each 16-byte piece
+    // P in the first 128 bytes and words 2-3 in the second, P at (P ^ 4 (g & 1)) as the rows'
+    // pieces are. Copied through registers (cp.async moves whole 16-byte pieces): item
+    // tid + i THREADS is pair row item / 8, piece q (item % 8 == q: THREADS is a multiple of 8),
+    // loaded at the top of an iteration and stored at its end, after its MMAs.
+    constexpr int PXA = XA ? 4 * BM / THREADS : 1;
+    static_assert(!XA || 4 * BM % THREADS == 0, "pair-row pieces split evenly");
+    uint4 xa_lo[PXA], xa_hi[PXA];
+    auto load_xa = [&](int it, int p, int j) {
+        if (!XA || it >= T) return;
+        const int k = tile_k(p, j);
+        const bool kin = k < K;
+#pragma unroll
+        for (int i = 0; i < PXA; ++i) {
+            const int pr = (tid + i * THREADS) >> 3, ra = 16 * (pr >> 3) + (pr & 7);
+            const int ma = m0 + ra, mb = ma + 8;
+            const uint4 z = make_uint4(0u, 0u, 0u, 0u);
+            xa_lo[i] = kin && ma < M ? ld_16(x + (u64)ma * K + k) : z;
+            xa_hi[i] = kin && mb < M ? ld_16(x + (u64)mb * K + k) : z;
+        }
+    };
+    auto store_xa = [&](int it, int stage) {
+        if (!XA || it >= T) return;
+        unsigned char* st = tc_smem + stage * STAGE + BN * 128;
+#pragma unroll
+        for (int i = 0; i < PXA; ++i) {
+            const int pr = (tid + i * THREADS) >> 3;
+            const int at = pr * 256 + ((q ^ ((pr & 1) << 2)) << 4);
+            const uint4 a = xa_lo[i], b = xa_hi[i];
+            *reinterpret_cast<uint4*>(st + at) = make_uint4(a.x, b.x, a.y, b.y);
+            *reinterpret_cast<uint4*>(st + at + 128) = make_uint4(a.z, b.z, a.w, b.w);
+        }
+    };
+
     // Weights are the model's and never written: their first stages stream in while the previous
     // kernel ends. x belongs to it until pdl_wait. Group 0 holds the early weights and x of tile
-    // 0, group s the x of tile s, so waiting for group i still means "tile i has landed".
+    // 0, group s the x of tile s, so waiting for group i still means "tile i has landed" (XA: x
+    // is in shared memory before the first barrier).
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) issue_w(s, p0 + s / JS, s % JS, s);
     pdl_wait();
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) {
-        issue_x(s, p0 + s / JS, s % JS, s);
+        if (XA) {
+            load_xa(s, p0 + s / JS, s % JS);
+            store_xa(s, s);
+        } else {
+            issue_x(s, p0 + s / JS, s % JS, s);
+        }
         cp_async_commit();
     }
 
@@ -139,21 +180,22 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
         const int off = ((4 * h + t) ^ ((g & 1) << 2)) << 4;
         if (XA) {
             // Weight rows 8 n + g of the warp's 16 MI (B: k 8t.. of the row, two registers a
-            // MMA), tokens 16 u + g and + 8 of its 32 (A: the skinny kernel's pairing).
-            uint4 vw[2 * MI], va[2], vb[2];
+            // MMA), tokens 16 u + g and + 8 of its 32 (A: the skinny kernel's pairing, as the
+            // pair rows hold it).
+            uint4 vw[2 * MI], f0v[2], f1v[2];
 #pragma unroll
             for (int n = 0; n < 2 * MI; ++n)
                 vw[n] = *reinterpret_cast<const uint4*>(st + (wn * 16 * MI + 8 * n + g) * 128 + off);
 #pragma unroll
             for (int u = 0; u < 2; ++u) {
-                const int r = BN + wm * 32 + u * 16 + g;
-                va[u] = *reinterpret_cast<const uint4*>(st + r * 128 + off);
-                vb[u] = *reinterpret_cast<const uint4*>(st + (r + 8) * 128 + off);
+                const unsigned char* pr = st + BN * 128 + ((wm * 32 + u * 16) / 2 + g) * 256 + off;
+                f0v[u] = *reinterpret_cast<const uint4*>(pr);
+                f1v[u] = *reinterpret_cast<const uint4*>(pr + 128);
             }
 #pragma unroll
             for (int u = 0; u < 2; ++u) {
-                const u32 f0[4] = {va[u].x, vb[u].x, va[u].y, vb[u].y};
-                const u32 f1[4] = {va[u].z, vb[u].z, va[u].w, vb[u].w};
+                const u32 f0[4] = {f0v[u].x, f0v[u].y, f0v[u].z, f0v[u].w};
+                const u32 f1[4] = {f1v[u].x, f1v[u].y, f1v[u].z, f1v[u].w};
 #pragma unroll
                 for (int n = 0; n < 2 * MI; ++n) {
                     const u32 b0[2] = {vw[n].x, vw[n].y};
@@ -198,8 +240,12 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
         cp_async_wait<S - 2>();  // tile it has landed (this thread's copies)
         __syncthreads();         // everyone's copies; everyone is done with tile it - 1's stage
         issue_w(it + S - 1, np, nj, nst);
-        issue_x(it + S - 1, np, nj, nst);
+        if (XA)
+            load_xa(it + S - 1, np, nj);
+        else
+            issue_x(it + S - 1, np, nj, nst);
         cp_async_commit();
+        const int xa_stage = nst;
         if (++nj == JS) nj = 0, ++np;
         nst = nst + 1 == S ? 0 : nst + 1;
         const unsigned char* st = tc_smem + cst * STAGE;
@@ -207,6 +253,7 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
 #pragma unroll
         for (int h = 0; h < 2; ++h)
             if (TC_W * (R * j + h / CH) + CH * p + h % CH < chunks) chunk(st, h, a[h % CH]);
+        store_xa(it + S - 1, xa_stage);
         if (j == JS - 1) {
             // The end of pass p: its warp sums join s, in warp order.
 #pragma unroll
