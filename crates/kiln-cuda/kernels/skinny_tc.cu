@@ -46,7 +46,6 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
     constexpr int R = 2 / CH;  // steps j a k-tile spans
     static_assert(CH == 1 || CH == 2, "one or two chains a pass");
     static_assert(!SPLIT || CH == 1, "a split CTA builds one chain");
-    static_assert(!(SPLIT && XA), "the split entries keep the weight as A");
     // Each thread copies piece q = tid % 8 of rows tid / 8 + i * THREADS / 8; the first PW of
     // them are weight rows (BN is a multiple of THREADS / 8), the other PX token rows.
     constexpr int PW = BN * 8 / THREADS, PX = BM * 8 / THREADS;
@@ -274,6 +273,22 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
     cp_async_wait<0>();
 
     // Fragment element v of (mi, ni): tile row g + 8 (v & 2), token 2 t + (v & 1).
+    if (SPLIT && XA) {
+        // 0 + a_p, element v of (mi, 2 u + h) at token 16 u + g + 8 (v >> 1), tile row
+        // 8 h + 2 t + (v & 1) (as the epilogue below reads them).
+        float* pp = part + (u64)p0 * M * ld;
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+                for (int v = 0; v < 4; ++v) {
+                    const int mv = m0 + wm * 32 + (ni >> 1) * 16 + g + 8 * (v >> 1);
+                    const int rv = (tile0 + wn * MI + mi) * 16 + 8 * (ni & 1) + 2 * t + (v & 1);
+                    if (mv < M && rv < ld) pp[(u64)mv * ld + rv] = acc[mi][ni][v];
+                }
+        return;
+    }
     if (SPLIT) {
         // 0 + a_p: the chain as the join's first addition would see it either way.
         float* pp = part + (u64)p0 * M * ld;
@@ -358,6 +373,15 @@ TCX_ENTRY(skinny_tc_t2x2_xa, 2, 2, 4, 1, 4, 2)
 TC_SPLIT_ENTRY(skinny_tcs_t2x4, 2, 4, 4, 1, 4, 1)
 TC_SPLIT_ENTRY(skinny_tcs_t2x2, 2, 2, 4, 1, 4, 2)
 TC_SPLIT_ENTRY(skinny_tcs_2x2, 2, 2, 2, 1, 4, 3)
+// Their twins with the tokens as A (KILN_SKINNY_TC_XA=1).
+#define TCX_SPLIT_ENTRY(NAME, WN, WM, MI, CH, S, MINB)                                              \
+    extern "C" __global__ void __launch_bounds__(32 * WN * WM, MINB)                               \
+        NAME(const bf16_t* x, const bf16_t* w, int M, int K, float* part, int ld, EPI_PARAMS) {    \
+        tc_body<WN, WM, MI, CH, S, true, true>(x, w, M, K, EPI_MAKE, part, ld);                     \
+    }
+TCX_SPLIT_ENTRY(skinny_tcs_t2x4_xa, 2, 4, 4, 1, 4, 1)
+TCX_SPLIT_ENTRY(skinny_tcs_t2x2_xa, 2, 2, 4, 1, 4, 2)
+TCX_SPLIT_ENTRY(skinny_tcs_2x2_xa, 2, 2, 2, 1, 4, 3)
 
 // The sums of the chains part[0..16][m][16 tile + r], s = ((0 + a0) + a1) + ..., into the
 // epilogue: one thread per token and tile row pair (r, r + 8), as the GEMM's owner threads hold

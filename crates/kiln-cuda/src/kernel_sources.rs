@@ -350,7 +350,10 @@ mod tests {
                 ]
                 .map(|t| format!("skinny_tc_{t}"))
                 .into_iter()
-                .chain(["t2x4", "t2x2", "2x2"].map(|t| format!("skinny_tcs_{t}")))
+                .chain(
+                    ["t2x4", "t2x2", "2x2", "t2x4_xa", "t2x2_xa", "2x2_xa"]
+                        .map(|t| format!("skinny_tcs_{t}")),
+                )
                 .chain(["skinny_tc_join".to_string()])
                 .collect(),
             ),

@@ -12,7 +12,7 @@ use anyhow::Result;
 use crate::device::{i32_of, Arg, Gpu};
 use crate::skinny::SkinnyKind;
 use crate::skinny_fused::Epilogue;
-use crate::skinny_tc::{all_entries, TcEntry};
+use crate::skinny_tc::{all_entries, is_xa, TcEntry};
 use crate::switches::{KernelChoice, SkinnyTc, Switches};
 
 /// The entries split along the chains (`TC_SPLIT_ENTRY`), for [`Gpu::skinny_tc_split`].
@@ -56,14 +56,29 @@ pub fn split_reserve_bytes(max_seqs: usize) -> usize {
 /// The split entry for `tiles` weight tiles and `rows` tokens: the largest tiling whose CTAs (16
 /// a tile) fill every resident slot, else the one with the most CTAs.
 pub fn choose_split_entry(tiles: usize, rows: usize, sms: usize) -> &'static TcEntry {
-    let all = tc_split_entries();
+    // The shapes once each (an `_xa` twin is the same shape; split_xa_twin swaps it in).
+    let all: Vec<&'static TcEntry> = tc_split_entries().iter().filter(|e| !is_xa(e)).collect();
     all.iter()
+        .copied()
         .find(|e| 16 * e.ctas(tiles, rows) >= sms * e.min_blocks)
         .unwrap_or_else(|| {
             all.iter()
+                .copied()
                 .max_by_key(|e| e.ctas(tiles, rows))
                 .expect("skinny_tc.cu has split entries")
         })
+}
+
+/// Split entry `e`'s twin with the tokens as A when `xa` asks for it and one exists, else `e`.
+pub fn split_xa_twin(e: &'static TcEntry, xa: bool) -> &'static TcEntry {
+    if !xa || is_xa(e) {
+        return e;
+    }
+    let name = format!("{}_xa", e.name);
+    tc_split_entries()
+        .iter()
+        .find(|t| t.name == name)
+        .unwrap_or(e)
 }
 
 impl Gpu {
@@ -104,6 +119,7 @@ impl Gpu {
             return Ok(None);
         }
         let e = choose_split_entry(tiles, rows, self.sm_count as usize);
+        let e = split_xa_twin(e, Switches::from_env().tc_xa);
         Ok(Some((e, part.ptr())))
     }
 
@@ -160,7 +176,14 @@ mod tests {
                 ("skinny_tcs_t2x4", (128, 128), 1, 1),
                 ("skinny_tcs_t2x2", (128, 64), 1, 2),
                 ("skinny_tcs_2x2", (64, 64), 1, 3),
+                ("skinny_tcs_t2x4_xa", (128, 128), 1, 1),
+                ("skinny_tcs_t2x2_xa", (128, 64), 1, 2),
+                ("skinny_tcs_2x2_xa", (64, 64), 1, 3),
             ]
+        );
+        assert_eq!(
+            split_xa_twin(choose_split_entry(256, 128, 132), true).name,
+            "skinny_tcs_t2x4_xa"
         );
         assert!(tc_entries().iter().all(|e| !e.split));
         // o at 128 rows: 256 tiles, the chains of 16-row tile rows for each token.
