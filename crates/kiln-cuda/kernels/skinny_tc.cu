@@ -283,9 +283,9 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
             for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
                 for (int v = 0; v < 4; ++v) {
-                    const int mv = m0 + wm * 32 + (ni >> 1) * 16 + g + 8 * (v >> 1);
-                    const int rv = (tile0 + wn * MI + mi) * 16 + 8 * (ni & 1) + 2 * t + (v & 1);
-                    if (mv < M && rv < ld) pp[(u64)mv * ld + rv] = acc[mi][ni][v];
+                    const int mx = m0 + wm * 32 + (ni >> 1) * 16 + g + 8 * (v >> 1);
+                    const int rx = (tile0 + wn * MI + mi) * 16 + 8 * (ni & 1) + 2 * t + (v & 1);
+                    if (mx < M && rx < ld) pp[(u64)mx * ld + rx] = acc[mi][ni][v];
                 }
         return;
     }
