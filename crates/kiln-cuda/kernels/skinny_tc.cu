@@ -272,10 +272,13 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
     }
     cp_async_wait<0>();
 
-    // Fragment element v of (mi, ni): tile row g + 8 (v & 2), token 2 t + (v & 1).
-    if (SPLIT && XA) {
-        // 0 + a_p, element v of (mi, 2 u + h) at token 16 u + g + 8 (v >> 1), tile row
-        // 8 h + 2 t + (v & 1) (as the epilogue below reads them).
+    // Accumulator element v of (mi, ni): its token after the warp's first, and its row in 16-row
+    // tile mi. The weight as A: token 8 ni + 2 t + (v & 1), row g + 8 (v >> 1); the tokens as A
+    // (XA): token 16 (ni >> 1) + g + 8 (v >> 1), row 8 (ni & 1) + 2 t + (v & 1).
+    auto token_of = [&](int ni, int v) { return XA ? 16 * (ni >> 1) + g + 8 * (v >> 1) : 8 * ni + 2 * t + (v & 1); };
+    auto row_of = [&](int ni, int v) { return XA ? 8 * (ni & 1) + 2 * t + (v & 1) : g + 8 * (v >> 1); };
+    if (SPLIT) {
+        // 0 + a_p: the chain as the join's first addition would see it either way.
         float* pp = part + (u64)p0 * M * ld;
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi)
@@ -283,26 +286,9 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
             for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
                 for (int v = 0; v < 4; ++v) {
-                    const int mx = m0 + wm * 32 + (ni >> 1) * 16 + g + 8 * (v >> 1);
-                    const int rx = (tile0 + wn * MI + mi) * 16 + 8 * (ni & 1) + 2 * t + (v & 1);
-                    if (mx < M && rx < ld) pp[(u64)mx * ld + rx] = acc[mi][ni][v];
-                }
-        return;
-    }
-    if (SPLIT) {
-        // 0 + a_p: the chain as the join's first addition would see it either way.
-        float* pp = part + (u64)p0 * M * ld;
-#pragma unroll
-        for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-            for (int ni = 0; ni < 4; ++ni) {
-                const int row = (tile0 + wn * MI + mi) * 16 + g, m = m0 + wm * 32 + ni * 8 + 2 * t;
-#pragma unroll
-                for (int v = 0; v < 4; ++v) {
-                    const int mv = m + (v & 1), rv = row + 8 * (v >> 1);
+                    const int mv = m0 + wm * 32 + token_of(ni, v), rv = (tile0 + wn * MI + mi) * 16 + row_of(ni, v);
                     if (mv < M && rv < ld) pp[(u64)mv * ld + rv] = acc[mi][ni][v];
                 }
-            }
         return;
     }
     if (XA) {

@@ -112,12 +112,14 @@ pub fn is_xa(e: &TcEntry) -> bool {
     e.name.ends_with("_xa")
 }
 
-/// `e`'s twin with the tokens as A when `xa` asks for it and one exists, else `e`.
+/// `e`'s twin with the tokens as A (a whole-K or a split entry, as `e` is) when `xa` asks for
+/// it and one exists, else `e`.
 pub fn xa_twin(e: &'static TcEntry, xa: bool) -> &'static TcEntry {
     if !xa || is_xa(e) {
         return e;
     }
-    find_tc_entry(&format!("{}_xa", e.name)).unwrap_or(e)
+    let name = format!("{}_xa", e.name);
+    all_entries().iter().find(|t| t.name == name).unwrap_or(e)
 }
 
 pub fn find_tc_entry(name: &str) -> Option<&'static TcEntry> {

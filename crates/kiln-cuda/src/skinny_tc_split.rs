@@ -12,7 +12,7 @@ use anyhow::Result;
 use crate::device::{i32_of, Arg, Gpu};
 use crate::skinny::SkinnyKind;
 use crate::skinny_fused::Epilogue;
-use crate::skinny_tc::{all_entries, is_xa, TcEntry};
+use crate::skinny_tc::{all_entries, is_xa, xa_twin, TcEntry};
 use crate::switches::{KernelChoice, SkinnyTc, Switches};
 
 /// The entries split along the chains (`TC_SPLIT_ENTRY`), for [`Gpu::skinny_tc_split`].
@@ -56,7 +56,7 @@ pub fn split_reserve_bytes(max_seqs: usize) -> usize {
 /// The split entry for `tiles` weight tiles and `rows` tokens: the largest tiling whose CTAs (16
 /// a tile) fill every resident slot, else the one with the most CTAs.
 pub fn choose_split_entry(tiles: usize, rows: usize, sms: usize) -> &'static TcEntry {
-    // The shapes once each (an `_xa` twin is the same shape; split_xa_twin swaps it in).
+    // The shapes once each (an `_xa` twin is the same shape; xa_twin swaps it in).
     let all: Vec<&'static TcEntry> = tc_split_entries().iter().filter(|e| !is_xa(e)).collect();
     all.iter()
         .copied()
@@ -67,18 +67,6 @@ pub fn choose_split_entry(tiles: usize, rows: usize, sms: usize) -> &'static TcE
                 .max_by_key(|e| e.ctas(tiles, rows))
                 .expect("skinny_tc.cu has split entries")
         })
-}
-
-/// Split entry `e`'s twin with the tokens as A when `xa` asks for it and one exists, else `e`.
-pub fn split_xa_twin(e: &'static TcEntry, xa: bool) -> &'static TcEntry {
-    if !xa || is_xa(e) {
-        return e;
-    }
-    let name = format!("{}_xa", e.name);
-    tc_split_entries()
-        .iter()
-        .find(|t| t.name == name)
-        .unwrap_or(e)
 }
 
 impl Gpu {
@@ -105,7 +93,8 @@ impl Gpu {
         rows: usize,
         n: usize,
     ) -> Result<Option<(&'static TcEntry, u64)>> {
-        if !split_takes(Switches::from_env().tc_split_from, rows) {
+        let sw = Switches::from_env();
+        if !split_takes(sw.tc_split_from, rows) {
             return Ok(None);
         }
         if c.skinny_tc == SkinnyTc::Off || kind != SkinnyKind::Wide {
@@ -119,7 +108,7 @@ impl Gpu {
             return Ok(None);
         }
         let e = choose_split_entry(tiles, rows, self.sm_count as usize);
-        let e = split_xa_twin(e, Switches::from_env().tc_xa);
+        let e = xa_twin(e, sw.tc_xa);
         Ok(Some((e, part.ptr())))
     }
 
@@ -182,7 +171,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            split_xa_twin(choose_split_entry(256, 128, 132), true).name,
+            xa_twin(choose_split_entry(256, 128, 132), true).name,
             "skinny_tcs_t2x4_xa"
         );
         assert!(tc_entries().iter().all(|e| !e.split));

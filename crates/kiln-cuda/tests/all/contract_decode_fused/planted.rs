@@ -44,8 +44,8 @@ const PLANTED: &[(&str, &str, &str)] = &[
     // Tokens as A: a split CTA writes a tile's second 8 rows over its first.
     (
         "skinny_tc",
-        "+ 8 * (ni & 1) + 2 * t + (v & 1);",
-        "+ 2 * t + (v & 1);",
+        "8 * (ni & 1) + 2 * t + (v & 1) :",
+        "2 * t + (v & 1) :",
     ),
     // SwiGLU of up times gate's silu swapped.
     ("skinny_gemm", "silu_mul(lo, hi)", "silu_mul(hi, lo)"),
@@ -105,7 +105,7 @@ fn planted_bugs_fail() {
             "a = __fadd_rn",
             "if (mv < M",
             "make_uint4(a.x",
-            "+ 8 * (ni & 1)",
+            "8 * (ni & 1)",
         ]
         .iter()
         .any(|p| from.starts_with(p))
