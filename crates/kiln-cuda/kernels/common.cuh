@@ -179,6 +179,32 @@ __device__ __forceinline__ void ldmatrix_x4_trans(u32* r, const void* p) {
                  : "r"(smem_addr(p)));
 }
 
+// o += P V for a warp's 16 rows (lane (g, t): rows g and g + 8 of each 8-key column of s and of
+// each 8-wide output column of o): P the probabilities s of NT 8-key columns, rounded to bf16,
+// V the NT * 8 rows of `sv` (ldv elements apart) from which the warp's DO output columns start.
+// Written once for every mma.sync attention kernel (flash_tile.cuh, decode_mma.cu,
+// decode_mma_wide.cu).
+template <int NT, int DO>
+__device__ __forceinline__ void mma_pv(float (&o)[DO][4], const float (&s)[NT][4], const bf16_t* sv, int ldv,
+                                       int lane) {
+    const int mi = lane >> 3;
+#pragma unroll
+    for (int ks = 0; ks < NT / 2; ++ks) {
+        u32 a[4];
+        a[0] = pack_bf16x2(s[2 * ks][0], s[2 * ks][1]);
+        a[1] = pack_bf16x2(s[2 * ks][2], s[2 * ks][3]);
+        a[2] = pack_bf16x2(s[2 * ks + 1][0], s[2 * ks + 1][1]);
+        a[3] = pack_bf16x2(s[2 * ks + 1][2], s[2 * ks + 1][3]);
+#pragma unroll
+        for (int d = 0; d < DO; d += 2) {
+            u32 b[4];
+            ldmatrix_x4_trans(b, sv + (ks * 16 + (mi & 1) * 8 + (lane & 7)) * ldv + d * 8 + (mi >> 1) * 8);
+            mma_bf16_16816(o[d], a, b);
+            mma_bf16_16816(o[d + 1], a, b + 2);
+        }
+    }
+}
+
 // 16-byte async copy global -> shared; src_bytes 0 fills the destination with zeros.
 __device__ __forceinline__ void cp_async_16(void* dst, const void* src, int src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"

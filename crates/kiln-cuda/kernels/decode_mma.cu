@@ -197,18 +197,7 @@ __device__ __forceinline__ void decode_mma_body(
                     o[d][2] = __fmul_rn(o[d][2], al_b);
                     o[d][3] = __fmul_rn(o[d][3], al_b);
                 }
-                u32 a[4];
-                a[0] = pack_bf16x2(s[0][0], s[0][1]);
-                a[1] = pack_bf16x2(s[0][2], s[0][3]);
-                a[2] = pack_bf16x2(s[1][0], s[1][1]);
-                a[3] = pack_bf16x2(s[1][2], s[1][3]);
-#pragma unroll
-                for (int d = 0; d < DT; d += 2) {
-                    u32 b[4];
-                    ldmatrix_x4_trans(b, sv + ((mi & 1) * 8 + (lane & 7)) * LD + d * 8 + (mi >> 1) * 8);
-                    mma_bf16_16816(o[d], a, b);
-                    mma_bf16_16816(o[d + 1], a, b + 2);
-                }
+                mma_pv<2, DT>(o, s, sv, LD, lane);
             }
             __syncthreads();
         }

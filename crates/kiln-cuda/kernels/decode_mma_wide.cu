@@ -197,21 +197,7 @@ __device__ __forceinline__ void decode_mma_wide_body(
                 o[d][2] = __fmul_rn(o[d][2], al_b);
                 o[d][3] = __fmul_rn(o[d][3], al_b);
             }
-#pragma unroll
-            for (int ks = 0; ks < DMW_TILE / 16; ++ks) {
-                u32 a[4];
-                a[0] = pack_bf16x2(s[2 * ks][0], s[2 * ks][1]);
-                a[1] = pack_bf16x2(s[2 * ks][2], s[2 * ks][3]);
-                a[2] = pack_bf16x2(s[2 * ks + 1][0], s[2 * ks + 1][1]);
-                a[3] = pack_bf16x2(s[2 * ks + 1][2], s[2 * ks + 1][3]);
-#pragma unroll
-                for (int d = 0; d < DT; d += 2) {
-                    u32 b[4];
-                    ldmatrix_x4_trans(b, sv + (ks * 16 + (mi & 1) * 8 + (lane & 7)) * LD + col0 + d * 8 + (mi >> 1) * 8);
-                    mma_bf16_16816(o[d], a, b);
-                    mma_bf16_16816(o[d + 1], a, b + 2);
-                }
-            }
+            mma_pv<NT, DT>(o, s, sv + col0, LD, lane);
         }
         __syncthreads();
     }

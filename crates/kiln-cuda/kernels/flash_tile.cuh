@@ -75,22 +75,7 @@ __device__ __forceinline__ void fa_tile_softmax_pv(float (&s)[NT][4], float (&o)
         o[d][2] *= al_b;
         o[d][3] *= al_b;
     }
-    const int mi = lane >> 3;
-#pragma unroll
-    for (int ks = 0; ks < NT / 2; ++ks) {
-        u32 a[4];
-        a[0] = pack_bf16x2(s[2 * ks][0], s[2 * ks][1]);
-        a[1] = pack_bf16x2(s[2 * ks][2], s[2 * ks][3]);
-        a[2] = pack_bf16x2(s[2 * ks + 1][0], s[2 * ks + 1][1]);
-        a[3] = pack_bf16x2(s[2 * ks + 1][2], s[2 * ks + 1][3]);
-#pragma unroll
-        for (int d = 0; d < DO; d += 2) {
-            u32 b[4];
-            ldmatrix_x4_trans(b, sv + (ks * 16 + (mi & 1) * 8 + (lane & 7)) * ldv + d * 8 + (mi >> 1) * 8);
-            mma_bf16_16816(o[d], a, b);
-            mma_bf16_16816(o[d + 1], a, b + 2);
-        }
-    }
+    mma_pv<NT, DO>(o, s, sv, ldv, lane);
 }
 
 // The rows' outputs o / l, as bf16, at row_a and row_b (the warp's DO output columns of rows g
