@@ -32,12 +32,7 @@
 
 // SPLIT: the CTA builds chain p = blockIdx.y alone (CH = 1) and writes it, as float, to
 // part[p][m][16 tile + r] (row length ld) for skinny_tc_join to add up in chain order.
-// XA: the tokens are the MMAs' A operand (16 tokens) and the weight their B (8 rows), the same
-// products in the same k slots. A weight fragment is then one row's 8 bytes, two consecutive
-// registers as the load leaves them; with the weight as A each fragment pairs rows g and g + 8
-// and takes four register moves (a third of the loop's instructions with 64 x 32 warp tiles).
-// The accumulators a[c][mi][ni] hold (token tile ni >> 1, weight rows 8 (ni & 1).. of tile mi).
-template <int WN, int WM, int MI, int CH, int S, bool SPLIT, bool XA = false>
+template <int WN, int WM, int MI, int CH, int S, bool SPLIT>
 __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16_t* __restrict__ w,
                                         int M, int K, const Epi& ep, float* __restrict__ part,
                                         int ld) {
@@ -109,56 +104,15 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
                         (kin && xok[i]) ? 16 : 0);
     };
 
-    // XA: a stage's tokens as A fragments, so that one 16-byte load is one: tokens 16 u + g and
-    // 16 u + g + 8 (a "pair row" of 256 bytes) word by word, words 0-1 of each 16-byte piece
-    // P in the first 128 bytes and words 2-3 in the second, P at (P ^ 4 (g & 1)) as the rows'
-    // pieces are. Copied through registers (cp.async moves whole 16-byte pieces): item
-    // tid + i THREADS is pair row item / 8, piece q (item % 8 == q: THREADS is a multiple of 8),
-    // loaded at the top of an iteration and stored at its end, after its MMAs.
-    constexpr int PXA = XA ? 4 * BM / THREADS : 1;
-    static_assert(!XA || 4 * BM % THREADS == 0, "pair-row pieces split evenly");
-    uint4 xa_lo[PXA], xa_hi[PXA];
-    auto load_xa = [&](int it, int p, int j) {
-        if (!XA || it >= T) return;
-        const int k = tile_k(p, j);
-        const bool kin = k < K;
-#pragma unroll
-        for (int i = 0; i < PXA; ++i) {
-            const int pr = (tid + i * THREADS) >> 3, ra = 16 * (pr >> 3) + (pr & 7);
-            const int ma = m0 + ra, mb = ma + 8;
-            const uint4 z = make_uint4(0u, 0u, 0u, 0u);
-            xa_lo[i] = kin && ma < M ? ld_16(x + (u64)ma * K + k) : z;
-            xa_hi[i] = kin && mb < M ? ld_16(x + (u64)mb * K + k) : z;
-        }
-    };
-    auto store_xa = [&](int it, int stage) {
-        if (!XA || it >= T) return;
-        unsigned char* st = tc_smem + stage * STAGE + BN * 128;
-#pragma unroll
-        for (int i = 0; i < PXA; ++i) {
-            const int pr = (tid + i * THREADS) >> 3;
-            const int at = pr * 256 + ((q ^ ((pr & 1) << 2)) << 4);
-            const uint4 a = xa_lo[i], b = xa_hi[i];
-            *reinterpret_cast<uint4*>(st + at) = make_uint4(a.x, b.x, a.y, b.y);
-            *reinterpret_cast<uint4*>(st + at + 128) = make_uint4(a.z, b.z, a.w, b.w);
-        }
-    };
-
     // Weights are the model's and never written: their first stages stream in while the previous
     // kernel ends. x belongs to it until pdl_wait. Group 0 holds the early weights and x of tile
-    // 0, group s the x of tile s, so waiting for group i still means "tile i has landed" (XA: x
-    // is in shared memory before the first barrier).
+    // 0, group s the x of tile s, so waiting for group i still means "tile i has landed".
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) issue_w(s, p0 + s / JS, s % JS, s);
     pdl_wait();
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) {
-        if (XA) {
-            load_xa(s, p0 + s / JS, s % JS);
-            store_xa(s, s);
-        } else {
-            issue_x(s, p0 + s / JS, s % JS, s);
-        }
+        issue_x(s, p0 + s / JS, s % JS, s);
         cp_async_commit();
     }
 
@@ -177,35 +131,6 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
     // One chunk (half h of a k-tile) into `a`: the skinny kernel's two MMAs per fragment.
     auto chunk = [&](const unsigned char* st, int h, float (&a)[MI][4][4]) {
         const int off = ((4 * h + t) ^ ((g & 1) << 2)) << 4;
-        if (XA) {
-            // Weight rows 8 n + g of the warp's 16 MI (B: k 8t.. of the row, two registers a
-            // MMA), tokens 16 u + g and + 8 of its 32 (A: the skinny kernel's pairing, as the
-            // pair rows hold it).
-            uint4 vw[2 * MI], f0v[2], f1v[2];
-#pragma unroll
-            for (int n = 0; n < 2 * MI; ++n)
-                vw[n] = *reinterpret_cast<const uint4*>(st + (wn * 16 * MI + 8 * n + g) * 128 + off);
-#pragma unroll
-            for (int u = 0; u < 2; ++u) {
-                const unsigned char* pr = st + BN * 128 + ((wm * 32 + u * 16) / 2 + g) * 256 + off;
-                f0v[u] = *reinterpret_cast<const uint4*>(pr);
-                f1v[u] = *reinterpret_cast<const uint4*>(pr + 128);
-            }
-#pragma unroll
-            for (int u = 0; u < 2; ++u) {
-                const u32 f0[4] = {f0v[u].x, f0v[u].y, f0v[u].z, f0v[u].w};
-                const u32 f1[4] = {f1v[u].x, f1v[u].y, f1v[u].z, f1v[u].w};
-#pragma unroll
-                for (int n = 0; n < 2 * MI; ++n) {
-                    const u32 b0[2] = {vw[n].x, vw[n].y};
-                    const u32 b1[2] = {vw[n].z, vw[n].w};
-                    float* acc_un = a[n >> 1][2 * u + (n & 1)];
-                    mma_bf16_16816(acc_un, f0, b0);
-                    mma_bf16_16816(acc_un, f1, b1);
-                }
-            }
-            return;
-        }
         uint4 va[MI], vb[MI], vx[4];
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi) {
@@ -239,12 +164,8 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
         cp_async_wait<S - 2>();  // tile it has landed (this thread's copies)
         __syncthreads();         // everyone's copies; everyone is done with tile it - 1's stage
         issue_w(it + S - 1, np, nj, nst);
-        if (XA)
-            load_xa(it + S - 1, np, nj);
-        else
-            issue_x(it + S - 1, np, nj, nst);
+        issue_x(it + S - 1, np, nj, nst);
         cp_async_commit();
-        const int xa_stage = nst;
         if (++nj == JS) nj = 0, ++np;
         nst = nst + 1 == S ? 0 : nst + 1;
         const unsigned char* st = tc_smem + cst * STAGE;
@@ -252,7 +173,6 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
 #pragma unroll
         for (int h = 0; h < 2; ++h)
             if (TC_W * (R * j + h / CH) + CH * p + h % CH < chunks) chunk(st, h, a[h % CH]);
-        store_xa(it + S - 1, xa_stage);
         if (j == JS - 1) {
             // The end of pass p: its warp sums join s, in warp order.
 #pragma unroll
@@ -272,12 +192,9 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
     }
     cp_async_wait<0>();
 
-    // Accumulator element v of (mi, ni): its token after the warp's first, and its row in 16-row
-    // tile mi. The weight as A: token 8 ni + 2 t + (v & 1), row g + 8 (v >> 1); the tokens as A
-    // (XA): token 16 (ni >> 1) + g + 8 (v >> 1), row 8 (ni & 1) + 2 t + (v & 1).
-    auto token_of = [&](int ni, int v) { return XA ? 16 * (ni >> 1) + g + 8 * (v >> 1) : 8 * ni + 2 * t + (v & 1); };
-    auto row_of = [&](int ni, int v) { return XA ? 8 * (ni & 1) + 2 * t + (v & 1) : g + 8 * (v >> 1); };
     if (SPLIT) {
+        // Accumulator element v of (mi, ni): token 8 ni + 2 t + (v & 1) after the warp's first,
+        // row g + 8 (v >> 1) of 16-row tile mi.
         // 0 + a_p: the chain as the join's first addition would see it either way.
         float* pp = part + (u64)p0 * M * ld;
 #pragma unroll
@@ -286,21 +203,9 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
             for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
                 for (int v = 0; v < 4; ++v) {
-                    const int mv = m0 + wm * 32 + token_of(ni, v), rv = (tile0 + wn * MI + mi) * 16 + row_of(ni, v);
+                    const int mv = m0 + wm * 32 + 8 * ni + 2 * t + (v & 1);
+                    const int rv = (tile0 + wn * MI + mi) * 16 + g + 8 * (v >> 1);
                     if (mv < M && rv < ld) pp[(u64)mv * ld + rv] = acc[mi][ni][v];
-                }
-        return;
-    }
-    if (XA) {
-        // Element v of (mi, 2 u + h): token 16 u + g + 8 (v >> 1), tile row 8 h + 2 t + (v & 1).
-#pragma unroll
-        for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-            for (int u = 0; u < 2; ++u)
-#pragma unroll
-                for (int v = 0; v < 4; ++v) {
-                    const int tile = tile0 + wn * MI + mi, m = m0 + wm * 32 + u * 16 + g + 8 * (v >> 1);
-                    if (m < M) epi_pair(ep, tile, 2 * t + (v & 1), m, acc[mi][2 * u][v], acc[mi][2 * u + 1][v]);
                 }
         return;
     }
@@ -334,18 +239,6 @@ TC_ENTRY(skinny_tc_t2x4, 2, 4, 4, 1, 4, 1)
 TC_ENTRY(skinny_tc_t2x2, 2, 2, 4, 1, 4, 2)
 TC_ENTRY(skinny_tc_t1x4, 1, 4, 4, 1, 4, 2)
 TC_ENTRY(skinny_tc_w4x4, 4, 4, 2, 1, 4, 1)
-// The tokens as A (XA above; KILN_SKINNY_TC_XA=1 takes them in place of their twins): the
-// same shapes and bits.
-#define TCX_ENTRY(NAME, WN, WM, MI, CH, S, MINB)                                                    \
-    extern "C" __global__ void __launch_bounds__(32 * WN * WM, MINB)                               \
-        NAME(const bf16_t* x, const bf16_t* w, int M, int K, EPI_PARAMS) {                          \
-        tc_body<WN, WM, MI, CH, S, false, true>(x, w, M, K, EPI_MAKE, nullptr, 0);                  \
-    }
-TCX_ENTRY(skinny_tc_4x1_xa, 4, 1, 2, 2, 4, 2)
-TCX_ENTRY(skinny_tc_2x2_xa, 2, 2, 2, 2, 4, 3)
-TCX_ENTRY(skinny_tc_2x4_xa, 2, 4, 2, 2, 6, 1)
-TCX_ENTRY(skinny_tc_t2x4_xa, 2, 4, 4, 1, 4, 1)
-TCX_ENTRY(skinny_tc_t2x2_xa, 2, 2, 4, 1, 4, 2)
 
 // Split along the chains (skinny_tcs_*, then skinny_tc_join): grid (CTAs of the tiling, 16), CTA
 // (c, p) building chain p of its tile into part; for weights with few 16-row tiles (QKV, o and
@@ -359,15 +252,6 @@ TCX_ENTRY(skinny_tc_t2x2_xa, 2, 2, 4, 1, 4, 2)
 TC_SPLIT_ENTRY(skinny_tcs_t2x4, 2, 4, 4, 1, 4, 1)
 TC_SPLIT_ENTRY(skinny_tcs_t2x2, 2, 2, 4, 1, 4, 2)
 TC_SPLIT_ENTRY(skinny_tcs_2x2, 2, 2, 2, 1, 4, 3)
-// Their twins with the tokens as A (KILN_SKINNY_TC_XA=1).
-#define TCX_SPLIT_ENTRY(NAME, WN, WM, MI, CH, S, MINB)                                              \
-    extern "C" __global__ void __launch_bounds__(32 * WN * WM, MINB)                               \
-        NAME(const bf16_t* x, const bf16_t* w, int M, int K, float* part, int ld, EPI_PARAMS) {    \
-        tc_body<WN, WM, MI, CH, S, true, true>(x, w, M, K, EPI_MAKE, part, ld);                     \
-    }
-TCX_SPLIT_ENTRY(skinny_tcs_t2x4_xa, 2, 4, 4, 1, 4, 1)
-TCX_SPLIT_ENTRY(skinny_tcs_t2x2_xa, 2, 2, 4, 1, 4, 2)
-TCX_SPLIT_ENTRY(skinny_tcs_2x2_xa, 2, 2, 2, 1, 4, 3)
 
 // The sums of the chains part[0..16][m][16 tile + r], s = ((0 + a0) + a1) + ..., into the
 // epilogue: one thread per token and tile row pair (r, r + 8), as the GEMM's owner threads hold

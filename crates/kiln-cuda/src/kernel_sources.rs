@@ -345,15 +345,11 @@ mod tests {
             (
                 "skinny_tc",
                 [
-                    "4x1", "2x2", "1x4", "4x2", "2x4", "t2x4", "t2x2", "t1x4", "w4x4", "4x1_xa",
-                    "2x2_xa", "2x4_xa", "t2x4_xa", "t2x2_xa",
+                    "4x1", "2x2", "1x4", "4x2", "2x4", "t2x4", "t2x2", "t1x4", "w4x4",
                 ]
                 .map(|t| format!("skinny_tc_{t}"))
                 .into_iter()
-                .chain(
-                    ["t2x4", "t2x2", "2x2", "t2x4_xa", "t2x2_xa", "2x2_xa"]
-                        .map(|t| format!("skinny_tcs_{t}")),
-                )
+                .chain(["t2x4", "t2x2", "2x2"].map(|t| format!("skinny_tcs_{t}")))
                 .chain(["skinny_tc_join".to_string()])
                 .collect(),
             ),

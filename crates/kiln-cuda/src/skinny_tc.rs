@@ -100,26 +100,11 @@ pub(crate) fn all_entries() -> &'static [TcEntry] {
     })
 }
 
-/// The whole-K entries (`TC_ENTRY` and `TCX_ENTRY`): one launch, the sums straight into the
+/// The whole-K entries (`TC_ENTRY`): one launch, the sums straight into the
 /// epilogue.
 pub fn tc_entries() -> &'static [TcEntry] {
     static WHOLE: OnceLock<Vec<TcEntry>> = OnceLock::new();
     WHOLE.get_or_init(|| all_entries().iter().filter(|e| !e.split).cloned().collect())
-}
-
-/// Whether `e` takes the tokens as the MMAs' A operand (`TCX_ENTRY`, `skinny_tc_*_xa`).
-pub fn is_xa(e: &TcEntry) -> bool {
-    e.name.ends_with("_xa")
-}
-
-/// `e`'s twin with the tokens as A (a whole-K or a split entry, as `e` is) when `xa` asks for
-/// it and one exists, else `e`.
-pub fn xa_twin(e: &'static TcEntry, xa: bool) -> &'static TcEntry {
-    if !xa || is_xa(e) {
-        return e;
-    }
-    let name = format!("{}_xa", e.name);
-    all_entries().iter().find(|t| t.name == name).unwrap_or(e)
 }
 
 pub fn find_tc_entry(name: &str) -> Option<&'static TcEntry> {
@@ -134,8 +119,7 @@ pub fn choose_tc_entry(tiles: usize, rows: usize, sms: usize) -> &'static TcEntr
     if let Some(e) = forced_tile() {
         return e;
     }
-    // The shapes once each (an `_xa` twin is the same shape; tc_choice swaps it in).
-    let all: Vec<&TcEntry> = tc_entries().iter().filter(|e| !is_xa(e)).collect();
+    let all: Vec<&TcEntry> = tc_entries().iter().collect();
     // Equal L2 traffic: fewer token tiles, so each weight byte leaves memory once for sure.
     let by_l2 = |a: &&TcEntry, b: &&TcEntry| {
         a.l2_reads(tiles, rows)
@@ -263,13 +247,11 @@ pub fn tc_choice(
     if kind != SkinnyKind::Wide {
         return None;
     }
-    let xa = crate::switches::Switches::from_env().tc_xa;
-    let e = match c.skinny_tc {
+    match c.skinny_tc {
         SkinnyTc::Off => None,
         SkinnyTc::From(min) => (rows >= min).then(|| choose_tc_entry(tiles, rows, sms)),
         SkinnyTc::Measured => measured_entry(n, k, rows),
-    };
-    e.map(|e| xa_twin(e, xa))
+    }
 }
 
 /// The tensor-core entries with more than 48 KB of dynamic shared memory, with their needs.
@@ -410,11 +392,6 @@ mod tests {
             ("skinny_tc_t2x2", 128, 64, 1, 4, 2),
             ("skinny_tc_t1x4", 64, 128, 1, 4, 2),
             ("skinny_tc_w4x4", 128, 128, 1, 4, 1),
-            ("skinny_tc_4x1_xa", 128, 32, 2, 4, 2),
-            ("skinny_tc_2x2_xa", 64, 64, 2, 4, 3),
-            ("skinny_tc_2x4_xa", 64, 128, 2, 6, 1),
-            ("skinny_tc_t2x4_xa", 128, 128, 1, 4, 1),
-            ("skinny_tc_t2x2_xa", 128, 64, 1, 4, 2),
         ];
         assert_eq!(got, want);
     }
@@ -454,26 +431,6 @@ mod tests {
         let e = choose_tc_entry(128256 / 16, 256, sms);
         assert_eq!(e.l2_reads(8016, 256), 2.0 + 256.0 / 128.0);
         assert_eq!(e.name, "skinny_tc_t2x4");
-    }
-
-    #[test]
-    fn the_tokens_as_a_twins_replace_their_shapes_only_when_asked() {
-        let e = |n: &str| find_tc_entry(&format!("skinny_tc_{n}")).unwrap();
-        assert_eq!(xa_twin(e("t2x2"), true).name, "skinny_tc_t2x2_xa");
-        assert_eq!(xa_twin(e("t2x2"), false).name, "skinny_tc_t2x2");
-        // No twin: the entry itself.
-        assert_eq!(xa_twin(e("w4x4"), true).name, "skinny_tc_w4x4");
-        for t in ["4x1", "2x2", "2x4", "t2x4", "t2x2"] {
-            let (a, b) = (e(t), e(&format!("{t}_xa")));
-            assert_eq!(
-                (a.tile(), a.chains, a.stages),
-                (b.tile(), b.chains, b.stages)
-            );
-        }
-        // The L2 rule picks among the shapes, never a twin.
-        for rows in [32, 64, 128, 256] {
-            assert!(!is_xa(choose_tc_entry(28672 / 16, rows, 132)));
-        }
     }
 
     #[test]

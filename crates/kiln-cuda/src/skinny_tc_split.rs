@@ -12,7 +12,7 @@ use anyhow::Result;
 use crate::device::{i32_of, Arg, Gpu};
 use crate::skinny::SkinnyKind;
 use crate::skinny_fused::Epilogue;
-use crate::skinny_tc::{all_entries, is_xa, xa_twin, TcEntry};
+use crate::skinny_tc::{all_entries, TcEntry};
 use crate::switches::{KernelChoice, SkinnyTc, Switches};
 
 /// The entries split along the chains (`TC_SPLIT_ENTRY`), for [`Gpu::skinny_tc_split`].
@@ -56,8 +56,7 @@ pub fn split_reserve_bytes(max_seqs: usize) -> usize {
 /// The split entry for `tiles` weight tiles and `rows` tokens: the largest tiling whose CTAs (16
 /// a tile) fill every resident slot, else the one with the most CTAs.
 pub fn choose_split_entry(tiles: usize, rows: usize, sms: usize) -> &'static TcEntry {
-    // The shapes once each (an `_xa` twin is the same shape; xa_twin swaps it in).
-    let all: Vec<&'static TcEntry> = tc_split_entries().iter().filter(|e| !is_xa(e)).collect();
+    let all: Vec<&'static TcEntry> = tc_split_entries().iter().collect();
     all.iter()
         .copied()
         .find(|e| 16 * e.ctas(tiles, rows) >= sms * e.min_blocks)
@@ -108,7 +107,6 @@ impl Gpu {
             return Ok(None);
         }
         let e = choose_split_entry(tiles, rows, self.sm_count as usize);
-        let e = xa_twin(e, sw.tc_xa);
         Ok(Some((e, part.ptr())))
     }
 
@@ -165,14 +163,7 @@ mod tests {
                 ("skinny_tcs_t2x4", (128, 128), 1, 1),
                 ("skinny_tcs_t2x2", (128, 64), 1, 2),
                 ("skinny_tcs_2x2", (64, 64), 1, 3),
-                ("skinny_tcs_t2x4_xa", (128, 128), 1, 1),
-                ("skinny_tcs_t2x2_xa", (128, 64), 1, 2),
-                ("skinny_tcs_2x2_xa", (64, 64), 1, 3),
             ]
-        );
-        assert_eq!(
-            xa_twin(choose_split_entry(256, 128, 132), true).name,
-            "skinny_tcs_t2x4_xa"
         );
         assert!(tc_entries().iter().all(|e| !e.split));
         // o at 128 rows: 256 tiles, the chains of 16-row tile rows for each token.

@@ -65,11 +65,6 @@ pub struct Switches {
     /// of two that spill (Q4_K 206 -> 193 SASS instructions a record, Q4K2 228-234 -> 207-209,
     /// Q6_K 261 -> 238, Q6K2 258-267 -> 237-240). Same bits; opt-in until measured.
     pub quant_one_cta: bool,
-    /// KILN_SKINNY_TC_XA=1: the tensor-core decode GEMM's entries with the tokens as the MMAs'
-    /// A operand (`skinny_tc_*_xa`) in place of their twins where one exists; the same bits if
-    /// the tensor core's sum depends on the k slot only (tc_gemm_contract checks every entry).
-    /// Opt-in until measured.
-    pub tc_xa: bool,
     /// Decode GEMM launches of [`TC_SPLIT_FROM`] rows (KILN_SKINNY_TC_SPLIT=N: N) up to
     /// [`crate::skinny_tc_split::SPLIT_UPTO_TOKENS`] on weights of at most 8,192 rows take the
     /// tensor-core kernel split along the chains (`skinny_tcs_*`, then the join), its
@@ -306,7 +301,6 @@ impl Env {
                     .filter(|n| n.is_power_of_two() && *n <= 64),
                 decode_split_ctas: SplitCtas::parse(var("KILN_DECODE_SPLIT_CTAS").as_deref()),
                 quant_one_cta: var("KILN_QUANT_ONE_CTA").as_deref() == Some("1"),
-                tc_xa: var("KILN_SKINNY_TC_XA").as_deref() == Some("1"),
                 tc_split_from: match var("KILN_SKINNY_TC_SPLIT").as_deref() {
                     None | Some("") | Some("on") => Some(TC_SPLIT_FROM),
                     Some(v) => v.parse::<usize>().ok().filter(|&n| n > 0),
@@ -425,7 +419,7 @@ impl Switches {
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} decode_split_ctas={} quant_one_cta={} tc_xa={} tc_split={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} decode_split_ctas={} quant_one_cta={} tc_split={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -442,7 +436,6 @@ impl Switches {
             if k.decode_mma { "mma" } else { "simt" },
             self.decode_split_ctas.describe(),
             self.quant_one_cta as u8,
-            self.tc_xa as u8,
             self.tc_split_from
                 .map_or("off".to_string(), |n| format!("{n}+")),
             k.pdl as u8,

@@ -148,20 +148,17 @@ impl Path {
 }
 
 /// The skinny kernel, the tilings `KILN_SKINNY_TC=auto` takes (4x1, 2x2), the two-chain 2x4,
-/// the one-chain 128 x 128 CTAs (64 x 32 warp tiles, and 16 warps of 32 x 32), the split entries,
-/// and a whole-K and a split tiling with the tokens as the MMAs' A operand (their accumulators
-/// map to the epilogue's row pairs and the partials anew).
-const PATHS: [Path; 10] = [
+/// the one-chain 128 x 128 CTAs (64 x 32 warp tiles, and 16 warps of 32 x 32) and the split
+/// entries.
+const PATHS: [Path; 8] = [
     Path::Skinny,
     Path::Tc("skinny_tc_4x1"),
     Path::Tc("skinny_tc_2x2"),
     Path::Tc("skinny_tc_2x4"),
     Path::Tc("skinny_tc_t2x4"),
     Path::Tc("skinny_tc_w4x4"),
-    Path::Tc("skinny_tc_t2x2_xa"),
     Path::Split("skinny_tcs_t2x4"),
     Path::Split("skinny_tcs_2x2"),
-    Path::Split("skinny_tcs_t2x4_xa"),
 ];
 
 /// Split entry `name` through `epi`, its chain partials in a buffer of their own (poisoned, so

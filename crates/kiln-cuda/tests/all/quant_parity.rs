@@ -28,7 +28,11 @@ fn quantised_models() -> Vec<QuantModel> {
     for q in DummyQuant::ALL {
         let name = format!("tiny:{}", q.name());
         let src = DummySource::preset(&name).expect("a quantised tiny preset");
-        out.push((format!("dummy:{name}"), Box::new(src), q != DummyQuant::Q5KM));
+        out.push((
+            format!("dummy:{name}"),
+            Box::new(src),
+            q != DummyQuant::Q5KM,
+        ));
     }
     for q in [DummyQuant::Q4KM, DummyQuant::Q8_0] {
         out.push((

@@ -35,18 +35,6 @@ const PLANTED: &[(&str, &str, &str)] = &[
         "const int piece = (q ^ ((r0 & 1) << 2)) << 4;",
         "const int piece = q << 4;",
     ),
-    // Tokens as A: a pair row's words in row order instead of interleaved.
-    (
-        "skinny_tc",
-        "make_uint4(a.x, b.x, a.y, b.y)",
-        "make_uint4(a.x, a.y, b.x, b.y)",
-    ),
-    // Tokens as A: a split CTA writes a tile's second 8 rows over its first.
-    (
-        "skinny_tc",
-        "8 * (ni & 1) + 2 * t + (v & 1) :",
-        "2 * t + (v & 1) :",
-    ),
     // SwiGLU of up times gate's silu swapped.
     ("skinny_gemm", "silu_mul(lo, hi)", "silu_mul(hi, lo)"),
     // The norm reduced with the CTA's stride instead of the norm kernel's.
