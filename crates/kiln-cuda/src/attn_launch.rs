@@ -66,9 +66,13 @@ pub enum DecodeKernel {
     Mma,
 }
 
-/// CTAs decode_mma gives each (row run, head group) along its split slots: every slot its own
-/// CTA while the grid stays small, fewer (each serving every `n`-th split slot) once `rows` rows
-/// would put more than 32 CTAs per multiprocessor in the grid; at least one. Depends on the
+/// CTAs decode_mma gives each (row run, head group) along its split slots: the largest power of
+/// two that keeps the grid within 4 CTAs a multiprocessor (every slot its own CTA at batch 1,
+/// one CTA walking all of a row's slots from 64 rows of Llama-3-8B on an H200), at least one.
+/// A CTA finding no key in a slot still costs its launch and ramp, and decode rows are short
+/// as often as long, so a grid of many idle CTAs lost to a small one at every row count from 8
+/// (H200, 2026-12-02: 32 CTAs a multiprocessor gave 4,469 tok/s at 32 rows, one CTA a row 4,846).
+/// A power of two spreads the power-of-two split count evenly over the CTAs. Depends on the
 /// row count only (a CUDA graph's grid is fixed at capture) and changes no bit.
 /// KILN_DECODE_SPLIT_CTAS=all keeps one CTA per slot, `N` takes N, at any row count.
 pub fn decode_split_ctas(
@@ -81,7 +85,10 @@ pub fn decode_split_ctas(
     let n = match how {
         SplitCtas::All => max_splits,
         SplitCtas::Fixed(n) => n,
-        SplitCtas::Auto => (32 * sms).div_ceil(groups * rows),
+        SplitCtas::Auto => {
+            let fit = (4 * sms / (groups * rows).max(1)).max(1);
+            1 << fit.ilog2()
+        }
     };
     n.clamp(1, max_splits.max(1))
 }
@@ -389,18 +396,27 @@ mod tests {
 
     #[test]
     fn split_ctas_shrink_with_the_rows_only() {
-        // Llama-3-8B's 8 KV heads on 132 multiprocessors: every slot its own CTA up to 8
-        // rows, fewer from there, never none.
+        // Llama-3-8B's 8 KV heads on 132 multiprocessors: every slot its own CTA at batch 1,
+        // halving as the rows double, one CTA a row and KV head from 64 rows, never none.
         let n = |rows| decode_split_ctas(64, 8, rows, 132, SplitCtas::Auto);
-        assert_eq!(n(1), 64);
-        assert_eq!(n(8), 64);
-        assert_eq!(n(32), 17);
-        assert_eq!(n(128), 5);
+        let want = [
+            (1, 64),
+            (2, 32),
+            (4, 16),
+            (8, 8),
+            (16, 4),
+            (32, 2),
+            (64, 1),
+            (128, 1),
+        ];
+        for (rows, ctas) in want {
+            assert_eq!(n(rows), ctas, "{rows} rows");
+        }
         assert_eq!(n(100_000), 1);
-        // The grid stays near 32 CTAs a multiprocessor from the point it shrinks.
-        for rows in [16, 32, 64, 128, 256] {
-            assert!(n(rows) * 8 * rows >= 32 * 132, "{rows}");
-            assert!((n(rows) - 1) * 8 * rows < 32 * 132, "{rows}");
+        // Powers of two, and the grid within 4 CTAs a multiprocessor once it is not one a row.
+        for rows in 1..300 {
+            assert!(n(rows).is_power_of_two(), "{rows}");
+            assert!(n(rows) == 1 || n(rows) * 8 * rows <= 4 * 132, "{rows}");
         }
         // The switch, and fewer slots than the rule would give.
         assert_eq!(decode_split_ctas(64, 8, 128, 132, SplitCtas::All), 64);

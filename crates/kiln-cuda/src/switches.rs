@@ -364,7 +364,7 @@ pub fn kernel_cache() -> &'static KernelCache {
 /// split slots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SplitCtas {
-    /// Every slot its own CTA while the grid is small, fewer from there (`decode_split_ctas`).
+    /// Every slot its own CTA at batch 1, fewer as the rows grow (`decode_split_ctas`).
     Auto,
     /// `all`: every slot its own CTA at any row count.
     All,
