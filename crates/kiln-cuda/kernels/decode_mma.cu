@@ -4,7 +4,7 @@
 //
 // The 16 rows of the MMA are query slots: the heads of one GQA group (up to 16) times up to
 // 16 / group rows of one sequence, so every K/V tile is read once for all of them. A split
-// covers keys [s * span, (s + 1) * span) with span = max(64, pow2ceil(len) / max_splits): a
+// covers keys [s * span, (s + 1) * span) with span = max(min_span, pow2ceil(len) / max_splits): a
 // power of two fixed by the row's own length bucket, boundaries at absolute positions. Inside
 // a split, tiles of 64 keys at absolute multiples of 64 stream through a cp.async ring; warp
 // w owns keys 16w..16w+15 of every tile and keeps its own online softmax; the four warps are
@@ -55,7 +55,7 @@ __device__ __forceinline__ void decode_mma_body(
     const bf16_t* __restrict__ q, const bf16_t* __restrict__ k_cache, const bf16_t* __restrict__ v_cache,
     const int* __restrict__ positions, const int* __restrict__ token_seq, const int* __restrict__ bt_start,
     const int* __restrict__ block_tables, float* __restrict__ part_o, float* __restrict__ part_ml,
-    int n_q, int n_kv, int block_size, int window, float scale_log2, int max_splits) {
+    int n_q, int n_kv, int block_size, int window, float scale_log2, int max_splits, int min_span) {
     constexpr int LD = HD + 8, DT = HD / 8;
     extern __shared__ __align__(16) unsigned char dm_smem[];
     bf16_t* sq = reinterpret_cast<bf16_t*>(dm_smem);
@@ -73,11 +73,11 @@ __device__ __forceinline__ void decode_mma_body(
     const int nh = min(gc, kvh * group + group - hc0);
 
     // A run of rows starts at a multiple of rpc or where the sequence or span changes.
-    if (row0 % rpc != 0 && dm_same(token_seq, positions, row0 - 1, row0, max_splits)) return;
+    if (row0 % rpc != 0 && dm_same(token_seq, positions, row0 - 1, row0, max_splits, min_span)) return;
     const int n_rows_total = gridDim.z;
     int nr = 1;
     while (nr < rpc && row0 + nr < n_rows_total && (row0 + nr) % rpc != 0 &&
-           dm_same(token_seq, positions, row0 + nr - 1, row0 + nr, max_splits))
+           dm_same(token_seq, positions, row0 + nr - 1, row0 + nr, max_splits, min_span))
         ++nr;
 
     int max_len = 0, min_first = 0x7fffffff;
@@ -86,7 +86,7 @@ __device__ __forceinline__ void decode_mma_body(
         max_len = max(max_len, len);
         min_first = min(min_first, window > 0 ? max(0, len - window) : 0);
     }
-    const int span = dm_span(max_len, max_splits);
+    const int span = dm_span(max_len, max_splits, min_span);
     if ((int)blockIdx.x * span >= max_len) return;
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -260,10 +260,11 @@ __device__ __forceinline__ void decode_mma_body(
     extern "C" __global__ void __launch_bounds__(128, MINB) decode_mma_hd##HD(                           \
         const bf16_t* q, const bf16_t* kc, const bf16_t* vc, const int* positions, const int* token_seq, \
         const int* bt_start, const int* block_tables, float* part_o, float* part_ml, int n_q, int n_kv, \
-        int block_size, int window, float scale_log2, int max_splits) {                                \
+        int block_size, int window, float scale_log2, int max_splits, int min_span) {                  \
         pdl_enter();                                                                                    \
         decode_mma_body<HD, NST>(q, kc, vc, positions, token_seq, bt_start, block_tables, part_o,       \
-                                 part_ml, n_q, n_kv, block_size, window, scale_log2, max_splits);       \
+                                 part_ml, n_q, n_kv, block_size, window, scale_log2, max_splits,        \
+                                 min_span);                                                             \
     }
 // Ring depth and CTAs per SM by head dim: about 100 KB of K/V in flight per SM or more.
 DM_ENTRY(16, 4, 4)
@@ -275,13 +276,13 @@ DM_ENTRY(256, 2, 1)
 // out[row, h, :] = the row's splits merged in split order. Grid (n_q, rows), hd threads.
 extern "C" __global__ void decode_mma_combine(const float* __restrict__ part_o, const float* __restrict__ part_ml,
                                               const int* __restrict__ positions, bf16_t* __restrict__ out,
-                                              int n_q, int hd, int max_splits) {
+                                              int n_q, int hd, int max_splits, int min_span) {
     pdl_enter();
     __shared__ float sm_sc[DM_COMBINE_MAX_SPLITS];
     __shared__ float sm_l;
     const int h = blockIdx.x, row = blockIdx.y;
     const int len = positions[row] + 1;
-    const int span = dm_span(len, max_splits);
+    const int span = dm_span(len, max_splits, min_span);
     const int n_splits = (len + span - 1) / span;
     const u64 base = ((u64)row * n_q + h) * max_splits;
     // One warp finds the maximum and each split's scale; thread 0 sums the weights in order.

@@ -7,7 +7,7 @@
 use anyhow::{bail, Result};
 
 use crate::device::{i32_of, Arg, Gpu};
-use crate::kernels::{AttnInputs, KvView, DECODE_MAX_SPLITS};
+use crate::kernels::{AttnInputs, KvView, DECODE_MAX_SPLITS, DECODE_MIN_SPAN};
 use crate::switches::{KernelChoice, SplitCtas, Switches};
 
 /// Head dims of decode_mma_hd*.
@@ -338,6 +338,13 @@ impl Gpu {
                 .unwrap_or(DECODE_MAX_SPLITS)
                 .min(DECODE_MAX_SPLITS),
         };
+        // The fewest keys a split covers (the 512-wide entry: always DECODE_MIN_SPAN).
+        let min_span = match wide {
+            true => DECODE_MIN_SPAN,
+            false => Switches::from_env()
+                .decode_min_span
+                .unwrap_or(DECODE_MIN_SPAN),
+        };
         let smem = match wide {
             true => crate::attn_wide::decode_mma_wide_smem_bytes(hd),
             false => decode_mma_smem_bytes(hd),
@@ -361,6 +368,7 @@ impl Gpu {
             Arg::I32(i32_of(window, "window")?),
             Arg::F32(scale * std::f32::consts::LOG2_E),
             Arg::I32(max_splits as i32),
+            Arg::I32(min_span as i32),
         ];
         // Every row is launched (rows whose run another CTA serves exit at once), each with
         // `sx` CTAs over its split slots (the 512-wide entry: one per slot), so the grid
@@ -379,6 +387,7 @@ impl Gpu {
             Arg::I32(n_q as i32),
             Arg::I32(hd as i32),
             Arg::I32(max_splits as i32),
+            Arg::I32(min_span as i32),
         ];
         self.launch(
             "decode_mma_combine",

@@ -57,6 +57,11 @@ pub struct Switches {
     /// instead of 64, so fewer and longer CTAs (different bits, still a function of the row's
     /// length only). None when unset or invalid.
     pub decode_mma_splits: Option<usize>,
+    /// KILN_DECODE_MIN_SPAN=N (a power of two, 64-8192): decode_mma's splits cover at least N
+    /// keys instead of 64, so rows of a few hundred keys take one or a few splits of several
+    /// tiles instead of one tile each (different bits, still a function of the row's length
+    /// only). None when unset or invalid.
+    pub decode_min_span: Option<usize>,
     /// KILN_DECODE_SPLIT_CTAS: CTAs decode attention gives each row's head group along its
     /// split slots (same bits whatever the count).
     pub decode_split_ctas: SplitCtas,
@@ -299,6 +304,9 @@ impl Env {
                 decode_mma_splits: var("KILN_DECODE_SPLITS")
                     .and_then(|v| v.parse::<usize>().ok())
                     .filter(|n| n.is_power_of_two() && *n <= 64),
+                decode_min_span: var("KILN_DECODE_MIN_SPAN")
+                    .and_then(|v| v.parse::<usize>().ok())
+                    .filter(|n| n.is_power_of_two() && (64..=8192).contains(n)),
                 decode_split_ctas: SplitCtas::parse(var("KILN_DECODE_SPLIT_CTAS").as_deref()),
                 quant_one_cta: var("KILN_QUANT_ONE_CTA").as_deref() == Some("1"),
                 tc_split_from: match var("KILN_SKINNY_TC_SPLIT").as_deref() {
@@ -413,13 +421,16 @@ impl Switches {
         let splits = self
             .decode_mma_splits
             .map_or("64".to_string(), |n| n.to_string());
+        let span = self
+            .decode_min_span
+            .map_or("64".to_string(), |n| n.to_string());
         let tc = match k.skinny_tc {
             SkinnyTc::Off => "off".to_string(),
             SkinnyTc::From(n) => format!("{n}+"),
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} decode_split_ctas={} quant_one_cta={} tc_split={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} decode_min_span={span} decode_split_ctas={} quant_one_cta={} tc_split={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,

@@ -149,6 +149,16 @@ fn values_parse_as_documented() {
     assert_eq!(splits("24"), None);
     assert_eq!(splits("128"), None);
     assert_eq!(read(&[]).switches.decode_mma_splits, None);
+    let span = |v| {
+        read(&[("KILN_DECODE_MIN_SPAN", v)])
+            .switches
+            .decode_min_span
+    };
+    assert_eq!(span("256"), Some(256));
+    assert_eq!(span("32"), None);
+    assert_eq!(span("96"), None);
+    assert_eq!(span("16384"), None);
+    assert_eq!(read(&[]).switches.decode_min_span, None);
     let ctas = |v| {
         read(&[("KILN_DECODE_SPLIT_CTAS", v)])
             .switches
