@@ -44,11 +44,12 @@ pub struct Switches {
     pub quant_embed_host: bool,
     /// KILN_QUANT_Q4K=256: Q4_K matrices in records of 256 k that keep the file's packed scales
     /// (GpuQuant::Q4K2, 4.5 bits a weight instead of 4.75), read by the second decode family
-    /// only: off with KILN_QUANT_DECODE=v1 (Q4_K stays in 128-k records). Opt-in until measured.
+    /// only: off with KILN_QUANT_DECODE=v1 (Q4_K stays in 128-k records). Opt-in: on the H200
+    /// the file's bytes (Q4_K_M 4.30 GiB of weights against 4.51) cost batch-1 decode 2-9%.
     pub quant_q4k256: bool,
     /// KILN_QUANT_Q6K=256: Q6_K matrices in records of 256 k at the file's 6.5625 bits a
     /// weight instead of 6.75 (GpuQuant::Q6K2), read by the second decode family only, as
-    /// Q4K2. Opt-in until measured.
+    /// Q4K2. Opt-in: beside 128-k Q4_K on the H200 batch 1 +1.4%, 8 streams -1.7%.
     pub quant_q6k256: bool,
     /// KILN_CUDA_GRAPH_PREFILL=N: the largest prefill bucket with a graph (0: none); None when
     /// unset or not a number, for the default of graphs_pad.rs.
@@ -68,7 +69,8 @@ pub struct Switches {
     /// KILN_QUANT_ONE_CTA=1: one-row quantised decode launches (batch 1) take the second
     /// family's `_1_o1` entries, one CTA a multiprocessor with the registers to spare instead
     /// of two that spill (Q4_K 206 -> 193 SASS instructions a record, Q4K2 228-234 -> 207-209,
-    /// Q6_K 261 -> 238, Q6K2 258-267 -> 237-240). Same bits; opt-in until measured.
+    /// Q6_K 261 -> 238, Q6K2 258-267 -> 237-240). Same bits; off: on the H200 it was 3.8-4.6%
+    /// slower (the second CTA's warps hide more than the shorter loop saves).
     pub quant_one_cta: bool,
     /// Decode GEMM launches of [`TC_SPLIT_FROM`] rows (KILN_SKINNY_TC_SPLIT=N: N) up to
     /// [`crate::skinny_tc_split::SPLIT_UPTO_TOKENS`] on weights of at most 8,192 rows take the
