@@ -50,7 +50,7 @@ __device__ __forceinline__ void dm_load_tile(bf16_t* sk, bf16_t* sv, const bf16_
     }
 }
 
-template <int HD, int NST>
+template <int HD, int NST, bool PF>
 __device__ __forceinline__ void decode_mma_body(
     const bf16_t* __restrict__ q, const bf16_t* __restrict__ k_cache, const bf16_t* __restrict__ v_cache,
     const int* __restrict__ positions, const int* __restrict__ token_seq, const int* __restrict__ bt_start,
@@ -105,112 +105,101 @@ __device__ __forceinline__ void decode_mma_body(
         cp_async_16(sq + i * LD + c * 8, src, ok ? 16 : 0);
     }
 
-    for (int split = blockIdx.x; split < max_splits; split += gridDim.x) {
-        const int lo = split * span;
-        if (lo >= max_len) break;
-        const int hi = min(max_len, lo + span);
-        // Tiles wholly before every row's window change no row's state: start at the first one needed.
-        const int t_lo = max(lo, min_first / DM_TILE * DM_TILE);
-        const int n_tiles = t_lo < hi ? (hi - t_lo + DM_TILE - 1) / DM_TILE : 0;
-#pragma unroll
-        for (int st = 0; st < NST - 1; ++st) {
-            if (st < n_tiles)
-                dm_load_tile<HD>(sk0 + st * DM_TILE * LD, sv0 + st * DM_TILE * LD, k_cache, v_cache, table,
-                                 t_lo + st * DM_TILE, hi, kvh, n_kv, block_size);
-            cp_async_commit();
-        }
-        __syncthreads();
-        const int len_a = s_len[g], len_b = s_len[g + 8];
-        const int first_a = window > 0 ? len_a - window : 0, first_b = window > 0 ? len_b - window : 0;
-
-        float m_a = KILN_NEG_INF, m_b = KILN_NEG_INF, l_a = 0.f, l_b = 0.f;
-        float o[DT][4];
+    // Split `split`: keys [lo, hi) and its tiles from t_lo (tiles wholly before every row's window
+    // change no row's state: they start at the first one needed); returns how many.
+    auto split_tiles = [&](int split, int& lo, int& hi, int& t_lo) {
+        lo = split * span;
+        hi = min(max_len, lo + span);
+        t_lo = max(lo, min_first / DM_TILE * DM_TILE);
+        return t_lo < hi ? (hi - t_lo + DM_TILE - 1) / DM_TILE : 0;
+    };
+    auto load = [&](int stage, int key0, int hi) {
+        dm_load_tile<HD>(sk0 + stage * DM_TILE * LD, sv0 + stage * DM_TILE * LD, k_cache, v_cache, table, key0, hi,
+                         kvh, n_kv, block_size);
+    };
+    // A split's state: each warp's online softmax over its 16 keys of every tile.
+    float m_a, m_b, l_a, l_b, o[DT][4];
+    auto reset = [&]() {
+        m_a = m_b = KILN_NEG_INF;
+        l_a = l_b = 0.f;
 #pragma unroll
         for (int d = 0; d < DT; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
-
-        for (int it = 0; it < n_tiles; ++it) {
-            // Keep NST - 1 tiles in flight: issue tile it + NST - 1 into the slot freed last round.
-            const int nxt = it + NST - 1;
-            if (nxt < n_tiles)
-                dm_load_tile<HD>(sk0 + (nxt % NST) * DM_TILE * LD, sv0 + (nxt % NST) * DM_TILE * LD, k_cache, v_cache,
-                                 table, t_lo + nxt * DM_TILE, hi, kvh, n_kv, block_size);
-            cp_async_commit();
-            cp_async_wait<NST - 1>();
-            __syncthreads();
-            const bf16_t* sk = sk0 + (it % NST) * DM_TILE * LD + warp * 16 * LD;
-            const bf16_t* sv = sv0 + (it % NST) * DM_TILE * LD + warp * 16 * LD;
-            const int k0 = t_lo + it * DM_TILE + warp * 16;  // this warp's first key
-            // Does any slot see any of this warp's 16 keys? If not, every state stays as it is.
-            const bool mine = lane < 16 && k0 < s_len[lane] && (window <= 0 || k0 + 15 >= s_len[lane] - window);
-            if (__any_sync(0xffffffffu, mine)) {
-                float s[2][4];
+    };
+    // The tile in ring stage `stage`, keys key0.., into the state.
+    auto tile = [&](int stage, int key0, int len_a, int len_b, int first_a, int first_b) {
+        const bf16_t* sk = sk0 + stage * DM_TILE * LD + warp * 16 * LD;
+        const bf16_t* sv = sv0 + stage * DM_TILE * LD + warp * 16 * LD;
+        const int k0 = key0 + warp * 16;  // this warp's first key
+        // Does any slot see any of this warp's 16 keys? If not, every state stays as it is.
+        const bool mine = lane < 16 && k0 < s_len[lane] && (window <= 0 || k0 + 15 >= s_len[lane] - window);
+        if (__any_sync(0xffffffffu, mine)) {
+            float s[2][4];
 #pragma unroll
-                for (int n = 0; n < 2; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-                const int mi = lane >> 3;
+            for (int n = 0; n < 2; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+            const int mi = lane >> 3;
 #pragma unroll
-                for (int kk = 0; kk < HD / 16; ++kk) {
-                    u32 a[4], b[4];
-                    ldmatrix_x4(a, sq + ((mi & 1) * 8 + (lane & 7)) * LD + kk * 16 + (mi >> 1) * 8);
-                    ldmatrix_x4(b, sk + ((mi >> 1) * 8 + (lane & 7)) * LD + kk * 16 + (mi & 1) * 8);
-                    mma_bf16_16816(s[0], a, b);
-                    mma_bf16_16816(s[1], a, b + 2);
-                }
-                float mx_a = KILN_NEG_INF, mx_b = KILN_NEG_INF;
-#pragma unroll
-                for (int n = 0; n < 2; ++n) {
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int kp = k0 + n * 8 + 2 * t + (e & 1);
-                        const bool ok = e < 2 ? (kp < len_a && kp >= first_a) : (kp < len_b && kp >= first_b);
-                        s[n][e] = ok ? __fmul_rn(s[n][e], scale_log2) : KILN_NEG_INF;
-                    }
-                    mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
-                    mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
-                }
-                mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-                mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-                mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-                mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-                const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
-                // A slot that has seen no key keeps m = -inf; 0 as the base keeps everything finite.
-                const float base_a = mn_a == KILN_NEG_INF ? 0.f : mn_a;
-                const float base_b = mn_b == KILN_NEG_INF ? 0.f : mn_b;
-                const float al_a = exp2f(__fsub_rn(m_a, base_a)), al_b = exp2f(__fsub_rn(m_b, base_b));
-                m_a = mn_a;
-                m_b = mn_b;
-                float ps_a = 0.f, ps_b = 0.f;
-#pragma unroll
-                for (int n = 0; n < 2; ++n) {
-                    s[n][0] = exp2f(__fsub_rn(s[n][0], base_a));
-                    s[n][1] = exp2f(__fsub_rn(s[n][1], base_a));
-                    s[n][2] = exp2f(__fsub_rn(s[n][2], base_b));
-                    s[n][3] = exp2f(__fsub_rn(s[n][3], base_b));
-                    ps_a = __fadd_rn(ps_a, __fadd_rn(s[n][0], s[n][1]));
-                    ps_b = __fadd_rn(ps_b, __fadd_rn(s[n][2], s[n][3]));
-                }
-                l_a = __fadd_rn(__fmul_rn(l_a, al_a), ps_a);
-                l_b = __fadd_rn(__fmul_rn(l_b, al_b), ps_b);
-#pragma unroll
-                for (int d = 0; d < DT; ++d) {
-                    o[d][0] = __fmul_rn(o[d][0], al_a);
-                    o[d][1] = __fmul_rn(o[d][1], al_a);
-                    o[d][2] = __fmul_rn(o[d][2], al_b);
-                    o[d][3] = __fmul_rn(o[d][3], al_b);
-                }
-                mma_pv<2, DT>(o, s, sv, LD, lane);
+            for (int kk = 0; kk < HD / 16; ++kk) {
+                u32 a[4], b[4];
+                ldmatrix_x4(a, sq + ((mi & 1) * 8 + (lane & 7)) * LD + kk * 16 + (mi >> 1) * 8);
+                ldmatrix_x4(b, sk + ((mi >> 1) * 8 + (lane & 7)) * LD + kk * 16 + (mi & 1) * 8);
+                mma_bf16_16816(s[0], a, b);
+                mma_bf16_16816(s[1], a, b + 2);
             }
-            __syncthreads();
+            float mx_a = KILN_NEG_INF, mx_b = KILN_NEG_INF;
+#pragma unroll
+            for (int n = 0; n < 2; ++n) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int kp = k0 + n * 8 + 2 * t + (e & 1);
+                    const bool ok = e < 2 ? (kp < len_a && kp >= first_a) : (kp < len_b && kp >= first_b);
+                    s[n][e] = ok ? __fmul_rn(s[n][e], scale_log2) : KILN_NEG_INF;
+                }
+                mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
+                mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
+            }
+            mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+            mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+            mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+            mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+            const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
+            // A slot that has seen no key keeps m = -inf; 0 as the base keeps everything finite.
+            const float base_a = mn_a == KILN_NEG_INF ? 0.f : mn_a;
+            const float base_b = mn_b == KILN_NEG_INF ? 0.f : mn_b;
+            const float al_a = exp2f(__fsub_rn(m_a, base_a)), al_b = exp2f(__fsub_rn(m_b, base_b));
+            m_a = mn_a;
+            m_b = mn_b;
+            float ps_a = 0.f, ps_b = 0.f;
+#pragma unroll
+            for (int n = 0; n < 2; ++n) {
+                s[n][0] = exp2f(__fsub_rn(s[n][0], base_a));
+                s[n][1] = exp2f(__fsub_rn(s[n][1], base_a));
+                s[n][2] = exp2f(__fsub_rn(s[n][2], base_b));
+                s[n][3] = exp2f(__fsub_rn(s[n][3], base_b));
+                ps_a = __fadd_rn(ps_a, __fadd_rn(s[n][0], s[n][1]));
+                ps_b = __fadd_rn(ps_b, __fadd_rn(s[n][2], s[n][3]));
+            }
+            l_a = __fadd_rn(__fmul_rn(l_a, al_a), ps_a);
+            l_b = __fadd_rn(__fmul_rn(l_b, al_b), ps_b);
+#pragma unroll
+            for (int d = 0; d < DT; ++d) {
+                o[d][0] = __fmul_rn(o[d][0], al_a);
+                o[d][1] = __fmul_rn(o[d][1], al_a);
+                o[d][2] = __fmul_rn(o[d][2], al_b);
+                o[d][3] = __fmul_rn(o[d][3], al_b);
+            }
+            mma_pv<2, DT>(o, s, sv, LD, lane);
         }
-        cp_async_wait<0>();
+    };
+    // The split's warp states merged in index order through shared memory ([warp][slot][HD] as
+    // warps 0-1 from o_lo and 2-3 from o_hi; ml [warp][slot][2]) into its partials.
+    auto merge = [&](int split, int lo, float* o_lo, float* o_hi, float* sm_ml) {
+        auto o_of = [&](int w, int slot) { return (w < 2 ? o_lo : o_hi) + ((w & 1) * 16 + slot) * HD; };
         l_a = __fadd_rn(l_a, __shfl_xor_sync(0xffffffffu, l_a, 1));
         l_a = __fadd_rn(l_a, __shfl_xor_sync(0xffffffffu, l_a, 2));
         l_b = __fadd_rn(l_b, __shfl_xor_sync(0xffffffffu, l_b, 1));
         l_b = __fadd_rn(l_b, __shfl_xor_sync(0xffffffffu, l_b, 2));
 
-        // Merge the warps in index order through shared memory (the K/V ring is free now).
         __syncthreads();
-        float* sm_o = reinterpret_cast<float*>(sk0);   // [warp][slot][HD]
-        float* sm_ml = sm_o + DM_WARPS * 16 * HD;      // [warp][slot][2]
         if (t == 0) {
             sm_ml[(warp * 16 + g) * 2] = m_a;
             sm_ml[(warp * 16 + g) * 2 + 1] = l_a;
@@ -219,8 +208,8 @@ __device__ __forceinline__ void decode_mma_body(
         }
 #pragma unroll
         for (int d = 0; d < DT; ++d) {
-            float* ra = sm_o + (warp * 16 + g) * HD + d * 8 + 2 * t;
-            float* rb = sm_o + (warp * 16 + g + 8) * HD + d * 8 + 2 * t;
+            float* ra = o_of(warp, g) + d * 8 + 2 * t;
+            float* rb = o_of(warp, g + 8) + d * 8 + 2 * t;
             ra[0] = o[d][0];
             ra[1] = o[d][1];
             rb[0] = o[d][2];
@@ -241,7 +230,7 @@ __device__ __forceinline__ void decode_mma_body(
                 const float mw = sm_ml[(w * 16 + i) * 2];
                 const float sc = mw == KILN_NEG_INF ? 0.f : exp2f(__fsub_rn(mw, mm));
                 ll = __fadd_rn(ll, __fmul_rn(sm_ml[(w * 16 + i) * 2 + 1], sc));
-                oo = __fadd_rn(oo, __fmul_rn(sm_o[(w * 16 + i) * HD + d], sc));
+                oo = __fadd_rn(oo, __fmul_rn(o_of(w, i)[d], sc));
             }
             const int row = row0 + i / gc, h = hc0 + i % gc;
             const u64 pi = ((u64)row * n_q + h) * max_splits + split;
@@ -251,27 +240,109 @@ __device__ __forceinline__ void decode_mma_body(
                 part_ml[pi * 2 + 1] = ll;
             }
         }
-        // The merge read the ring as sm_o; the next split's tiles overwrite it.
+    };
+
+    // KILN_DECODE_PREFETCH=1 (PF): the CTA's splits as one stream of tiles, the ring running
+    // across split boundaries, so the next split's first tiles load while this one's last
+    // computes and its warps merge. Flat tile f lives in stage f % NST, and the merge goes
+    // through the stage computed last, which the stream refills only after it. Otherwise each
+    // split fills the ring from empty and merges through it once drained. The same tiles,
+    // states and merges either way: the same bits.
+    int is = blockIdx.x, ii = 0, ilo, ihi, it_lo, issued = 0;
+    int in = split_tiles(is, ilo, ihi, it_lo);  // blockIdx.x * span < max_len (checked above)
+    bool ends = false;
+    auto issue = [&]() {  // PF: the stream's next tile, if any, and a commit group either way
+        while (!ends && ii == in) {
+            is += gridDim.x;
+            ii = 0;
+            if (is >= max_splits || is * span >= max_len)
+                ends = true;
+            else
+                in = split_tiles(is, ilo, ihi, it_lo);
+        }
+        if (!ends) {
+            load(issued % NST, it_lo + ii * DM_TILE, ihi);
+            ++ii;
+            ++issued;
+        }
+        cp_async_commit();
+    };
+    if constexpr (PF) {
+#pragma unroll
+        for (int st = 0; st < NST - 1; ++st) issue();
+    }
+    int f = 0;  // PF: the flat index of the next tile to compute
+    for (int split = blockIdx.x; split < max_splits; split += gridDim.x) {
+        if (split * span >= max_len) break;
+        int lo, hi, t_lo;
+        const int n_tiles = split_tiles(split, lo, hi, t_lo);
+        if constexpr (!PF) {
+#pragma unroll
+            for (int st = 0; st < NST - 1; ++st) {
+                if (st < n_tiles) load(st, t_lo + st * DM_TILE, hi);
+                cp_async_commit();
+            }
+        }
+        __syncthreads();
+        const int len_a = s_len[g], len_b = s_len[g + 8];
+        const int first_a = window > 0 ? len_a - window : 0, first_b = window > 0 ? len_b - window : 0;
+        reset();
+        for (int it = 0; it < n_tiles; ++it) {
+            // Keep NST - 1 tiles in flight: issue the one NST - 1 ahead into the stage freed
+            // last round.
+            if constexpr (PF) {
+                issue();
+            } else {
+                const int nxt = it + NST - 1;
+                if (nxt < n_tiles) load(nxt % NST, t_lo + nxt * DM_TILE, hi);
+                cp_async_commit();
+            }
+            cp_async_wait<NST - 1>();
+            __syncthreads();
+            tile(PF ? f % NST : it % NST, t_lo + it * DM_TILE, len_a, len_b, first_a, first_b);
+            __syncthreads();
+            if constexpr (PF) ++f;
+        }
+        if constexpr (PF) {
+            // Stage (f + NST - 1) % NST holds no tile in flight until the next issue.
+            const int free_stage = (f + NST - 1) % NST;
+            float* ko = reinterpret_cast<float*>(sk0 + free_stage * DM_TILE * LD);
+            float* vo = reinterpret_cast<float*>(sv0 + free_stage * DM_TILE * LD);
+            merge(split, lo, ko, vo, ko + 2 * 16 * HD);
+        } else {
+            cp_async_wait<0>();
+            float* sm_o = reinterpret_cast<float*>(sk0);
+            merge(split, lo, sm_o, sm_o + 2 * 16 * HD, sm_o + DM_WARPS * 16 * HD);
+        }
+        // The merge read shared memory the next tiles overwrite.
         __syncthreads();
     }
+    cp_async_wait<0>();
 }
 
-#define DM_ENTRY(HD, NST, MINB)                                                                          \
-    extern "C" __global__ void __launch_bounds__(128, MINB) decode_mma_hd##HD(                           \
+// decode_mma_hd*: a CTA's splits one after the other; decode_mma_pf_hd* (KILN_DECODE_PREFETCH=1):
+// as one stream of tiles (the same bits).
+#define DM_ENTRY(NAME, HD, NST, MINB, PF)                                                               \
+    extern "C" __global__ void __launch_bounds__(128, MINB) NAME(                                       \
         const bf16_t* q, const bf16_t* kc, const bf16_t* vc, const int* positions, const int* token_seq, \
         const int* bt_start, const int* block_tables, float* part_o, float* part_ml, int n_q, int n_kv, \
         int block_size, int window, float scale_log2, int max_splits, int min_span) {                  \
         pdl_enter();                                                                                    \
-        decode_mma_body<HD, NST>(q, kc, vc, positions, token_seq, bt_start, block_tables, part_o,       \
-                                 part_ml, n_q, n_kv, block_size, window, scale_log2, max_splits,        \
-                                 min_span);                                                             \
+        decode_mma_body<HD, NST, PF>(q, kc, vc, positions, token_seq, bt_start, block_tables, part_o,   \
+                                     part_ml, n_q, n_kv, block_size, window, scale_log2, max_splits,    \
+                                     min_span);                                                         \
     }
 // Ring depth and CTAs per SM by head dim: about 100 KB of K/V in flight per SM or more.
-DM_ENTRY(16, 4, 4)
-DM_ENTRY(32, 4, 4)
-DM_ENTRY(64, 3, 3)
-DM_ENTRY(128, 3, 2)
-DM_ENTRY(256, 2, 1)
+DM_ENTRY(decode_mma_hd16, 16, 4, 4, false)
+DM_ENTRY(decode_mma_pf_hd16, 16, 4, 4, true)
+DM_ENTRY(decode_mma_hd32, 32, 4, 4, false)
+DM_ENTRY(decode_mma_pf_hd32, 32, 4, 4, true)
+DM_ENTRY(decode_mma_hd64, 64, 3, 3, false)
+DM_ENTRY(decode_mma_pf_hd64, 64, 3, 3, true)
+DM_ENTRY(decode_mma_hd128, 128, 3, 2, false)
+DM_ENTRY(decode_mma_pf_hd128, 128, 3, 2, true)
+DM_ENTRY(decode_mma_hd256, 256, 2, 1, false)
+DM_ENTRY(decode_mma_pf_hd256, 256, 2, 1, true)
 
 // out[row, h, :] = the row's splits merged in split order. Grid (n_q, rows), hd threads.
 extern "C" __global__ void decode_mma_combine(const float* __restrict__ part_o, const float* __restrict__ part_ml,

@@ -62,8 +62,9 @@ pub enum DecodeKernel {
     /// decode_attn_hd*: CUDA cores, split count and bounds from the row's length.
     Simt,
     /// decode_mma_hd*: tensor cores, power-of-two splits at absolute positions, the rows of
-    /// one sequence sharing each K/V tile.
-    Mma,
+    /// one sequence sharing each K/V tile; `prefetch`: decode_mma_pf_hd*, a CTA's splits as
+    /// one stream of tiles (KILN_DECODE_PREFETCH=1; 512-wide heads have no such twin).
+    Mma { prefetch: bool },
 }
 
 /// CTAs decode_mma gives each (row run, head group) along its split slots: the largest power of
@@ -120,9 +121,14 @@ pub fn decode_mma_smem_bytes(hd: usize) -> usize {
 
 /// The kernels of this file that need more than 48 KB of shared memory, with their needs.
 pub fn large_smem_kernels() -> Vec<(String, usize)> {
-    let decode = DECODE_MMA_HEAD_DIMS
-        .iter()
-        .map(|&hd| (format!("decode_mma_hd{hd}"), decode_mma_smem_bytes(hd)));
+    let decode = DECODE_MMA_HEAD_DIMS.iter().flat_map(|&hd| {
+        let b = decode_mma_smem_bytes(hd);
+        [
+            format!("decode_mma_hd{hd}"),
+            format!("decode_mma_pf_hd{hd}"),
+        ]
+        .map(|n| (n, b))
+    });
     let flash = FLASH_SM90_HEAD_DIMS.iter().flat_map(|&hd| {
         let b = flash_sm90_smem_bytes(hd);
         ["flash_sm90_hd", "flash_sm90o_hd", "flash_sm90p_hd"].map(|p| (format!("{p}{hd}"), b))
@@ -264,7 +270,9 @@ impl Gpu {
             && (!wide || sw.decode_wide_mma)
             && self.has_func(&format!("decode_mma_hd{hd}"))
         {
-            DecodeKernel::Mma
+            DecodeKernel::Mma {
+                prefetch: sw.decode_prefetch,
+            }
         } else {
             DecodeKernel::Simt
         };
@@ -294,8 +302,8 @@ impl Gpu {
             DecodeKernel::Simt => self.decode_attn_simt(
                 q, kv, inp, part_o, part_ml, out, rows, n_q, hd, window, scale,
             ),
-            DecodeKernel::Mma => self.decode_mma(
-                q, kv, inp, part_o, part_ml, out, rows, n_q, hd, window, scale,
+            DecodeKernel::Mma { prefetch } => self.decode_mma(
+                q, kv, inp, part_o, part_ml, out, rows, n_q, hd, window, scale, prefetch,
             ),
         }
     }
@@ -314,6 +322,7 @@ impl Gpu {
         hd: usize,
         window: usize,
         scale: f32,
+        prefetch: bool,
     ) -> Result<()> {
         if rows == 0 {
             return Ok(());
@@ -378,7 +387,12 @@ impl Gpu {
             false => self.split_ctas(max_splits, kv.n_kv * chunks, rows),
         };
         let grid = (sx as u32, (kv.n_kv * chunks) as u32, rows as u32);
-        self.launch(&format!("decode_mma_hd{hd}"), grid, 128, smem as u32, &args)?;
+        // The twin whose ring runs across its splits (the same bits).
+        let name = match !wide && prefetch {
+            true => format!("decode_mma_pf_hd{hd}"),
+            false => format!("decode_mma_hd{hd}"),
+        };
+        self.launch(&name, grid, 128, smem as u32, &args)?;
         let args = [
             Arg::Ptr(part_o),
             Arg::Ptr(part_ml),

@@ -268,8 +268,8 @@ mod tests {
             .flat_map(|p| [64, 128, 256].map(|d| format!("{p}{d}")))
             .collect();
         let decode_mma = [16, 32, 64, 128, 256]
-            .map(|d| format!("decode_mma_hd{d}"))
             .into_iter()
+            .flat_map(|d| [format!("decode_mma_hd{d}"), format!("decode_mma_pf_hd{d}")])
             .chain(["decode_mma_combine".to_string()])
             .collect();
         let expected: Vec<(&str, Vec<String>)> = vec![

@@ -63,6 +63,10 @@ pub struct Switches {
     /// tiles instead of one tile each (different bits, still a function of the row's length
     /// only). None when unset or invalid.
     pub decode_min_span: Option<usize>,
+    /// KILN_DECODE_PREFETCH=1: decode_mma's CTAs take their splits as one stream of tiles
+    /// (`decode_mma_pf_hd*`), the K/V ring running across split boundaries instead of refilling
+    /// from empty at each; the same bits. Opt-in until measured.
+    pub decode_prefetch: bool,
     /// KILN_DECODE_SPLIT_CTAS: CTAs decode attention gives each row's head group along its
     /// split slots (same bits whatever the count).
     pub decode_split_ctas: SplitCtas,
@@ -309,6 +313,7 @@ impl Env {
                 decode_min_span: var("KILN_DECODE_MIN_SPAN")
                     .and_then(|v| v.parse::<usize>().ok())
                     .filter(|n| n.is_power_of_two() && (64..=8192).contains(n)),
+                decode_prefetch: var("KILN_DECODE_PREFETCH").as_deref() == Some("1"),
                 decode_split_ctas: SplitCtas::parse(var("KILN_DECODE_SPLIT_CTAS").as_deref()),
                 quant_one_cta: var("KILN_QUANT_ONE_CTA").as_deref() == Some("1"),
                 tc_split_from: match var("KILN_SKINNY_TC_SPLIT").as_deref() {
@@ -432,7 +437,7 @@ impl Switches {
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} decode_min_span={span} decode_split_ctas={} quant_one_cta={} tc_split={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} decode_min_span={span} decode_prefetch={} decode_split_ctas={} quant_one_cta={} tc_split={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -447,6 +452,7 @@ impl Switches {
             k.flash_overlap as u8,
             k.flash_pingpong as u8,
             if k.decode_mma { "mma" } else { "simt" },
+            self.decode_prefetch as u8,
             self.decode_split_ctas.describe(),
             self.quant_one_cta as u8,
             self.tc_split_from

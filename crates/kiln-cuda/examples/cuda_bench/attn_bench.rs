@@ -25,6 +25,11 @@ use kiln_step::ChunkInput;
 const N_Q: usize = 32;
 const N_KV: usize = 8;
 const BS: usize = 16;
+/// decode_mma as the default launches it and its twin with the ring across splits.
+const MMA: [DecodeKernel; 2] = [
+    DecodeKernel::Mma { prefetch: false },
+    DecodeKernel::Mma { prefetch: true },
+];
 const LAYERS: f64 = 32.0;
 const CHUNK: usize = 2048;
 /// KV tokens the decode cache holds (4 KB each at head dim 128: 16 GB).
@@ -224,7 +229,8 @@ fn prefill(gpu: &Gpu, json: &mut Vec<String>) -> Result<()> {
 fn decode_name(k: DecodeKernel) -> &'static str {
     match k {
         DecodeKernel::Simt => "simt",
-        DecodeKernel::Mma => "mma",
+        DecodeKernel::Mma { prefetch: false } => "mma",
+        DecodeKernel::Mma { prefetch: true } => "mma_pf",
     }
 }
 
@@ -336,9 +342,10 @@ pub fn run(part: Option<&str>) -> Result<()> {
         prefill(&gpu, &mut json)?;
     }
     if part == Some("decode-mma") {
-        decode(&gpu, &[DecodeKernel::Mma], &mut json)?;
+        decode(&gpu, &MMA, &mut json)?;
     } else if part != Some("prefill") {
-        decode(&gpu, &[DecodeKernel::Simt, DecodeKernel::Mma], &mut json)?;
+        let all = [DecodeKernel::Simt, MMA[0], MMA[1]];
+        decode(&gpu, &all, &mut json)?;
     }
     println!("{{{}}}", json.join(","));
     Ok(())

@@ -42,7 +42,8 @@ impl Kind {
         match self {
             Kind::Ref => "ref_attn".into(),
             Kind::Decode(DecodeKernel::Simt) => "decode_attn".into(),
-            Kind::Decode(DecodeKernel::Mma) => "decode_mma".into(),
+            Kind::Decode(DecodeKernel::Mma { prefetch: false }) => "decode_mma".into(),
+            Kind::Decode(DecodeKernel::Mma { prefetch: true }) => "decode_mma prefetch".into(),
             Kind::Flash(FlashKernel::Sm80 { pairs }) => format!("flash_attn pairs={}", pairs as u8),
             Kind::FlashWide { split: true } => "flash_wide split".into(),
             Kind::FlashWide { split: false } => "flash_wide recompute".into(),
@@ -91,7 +92,11 @@ fn kinds(gpu: &Gpu, case: &Case, family: Family) -> Vec<Kind> {
     }
     let wide_mma = WIDE_HEAD_DIMS.contains(&case.hd);
     if family == Family::DecodeMma && (DECODE_MMA_HEAD_DIMS.contains(&case.hd) || wide_mma) {
-        k.push(Kind::Decode(DecodeKernel::Mma));
+        k.push(Kind::Decode(DecodeKernel::Mma { prefetch: false }));
+        // The twin with the ring across splits, by name (512-wide heads have none).
+        if !wide_mma {
+            k.push(Kind::Decode(DecodeKernel::Mma { prefetch: true }));
+        }
     }
     let even = (case.n_q / case.n_kv).is_multiple_of(2);
     if family == Family::FlashSm90

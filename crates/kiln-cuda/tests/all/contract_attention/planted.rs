@@ -18,6 +18,13 @@ const PLANTED: &[(&str, &str, &str)] = &[
         "split += gridDim.x)",
         "split += 2 * gridDim.x)",
     ),
+    // The ring across splits (decode_mma_pf_*): a split's warps merge through the stage the
+    // next split's first tile is loading into (run on the batch of 128 decode rows).
+    (
+        "decode_mma",
+        "const int free_stage = (f + NST - 1) % NST;",
+        "const int free_stage = f % NST;",
+    ),
     // A prefill row no longer sees its own key.
     (
         "flash_sm90",
@@ -86,7 +93,7 @@ fn planted_sources(module: &str, from: &str, to: &str) -> Vec<KernelSource> {
     let planted = src.body.replace(from, to);
     let planted = match module {
         "flash_sm90" => keep_entries(&planted, "FS_ENTRY(", "(flash_sm90_hd128,"),
-        "decode_mma" => keep_entries(&planted, "DM_ENTRY(", "DM_ENTRY(128,"),
+        "decode_mma" => keep_entries(&planted, "DM_ENTRY(", "_hd128,"),
         _ => planted,
     };
     src.body = Box::leak(planted.into_boxed_str());
@@ -104,7 +111,11 @@ fn planted_modules_compile() {
         let entries = src.entries().expect("entries of the planted module");
         let needed: &[&str] = match module {
             "flash_sm90" => &["flash_sm90_hd128"],
-            "decode_mma" => &["decode_mma_hd128", "decode_mma_combine"],
+            "decode_mma" => &[
+                "decode_mma_hd128",
+                "decode_mma_pf_hd128",
+                "decode_mma_combine",
+            ],
             _ => &[],
         };
         for e in needed {
@@ -135,15 +146,16 @@ fn planted_bugs_fail() {
             .expect("a batch of 128 decode rows")
     };
     let (many, many_wide) = (many(128), many(512));
-    // The case a planted bug runs on: a batch of 128 decode rows for the split loops' stride,
-    // the wide kernels' own case for their other bugs, else the common one.
-    let case_for =
-        |module: &str, to: &str| match (to.contains("gridDim"), module.ends_with("_wide")) {
-            (true, false) => &many,
-            (true, true) => &many_wide,
-            (false, true) => &wide,
-            (false, false) => &case,
-        };
+    // The case a planted bug runs on: a batch of 128 decode rows for bugs that show only where
+    // a CTA serves several splits (the split loops' stride, the ring across splits), the wide
+    // kernels' own case for their other bugs, else the common one.
+    let several_splits = |to: &str| to.contains("gridDim") || to.contains("free_stage");
+    let case_for = |module: &str, to: &str| match (several_splits(to), module.ends_with("_wide")) {
+        (true, false) => &many,
+        (true, true) => &many_wide,
+        (false, true) => &wide,
+        (false, false) => &case,
+    };
     let wanted = |module: &str| {
         let hd = if module.ends_with("_wide") {
             wide.hd
