@@ -2,7 +2,8 @@
 # kiln beside llama.cpp and transformers on the GPU machine, on one random-weight Llama-3-8B F16 GGUF,
 # in one call: writes the GGUF once (into /tmp, reused while the machine stays warm), builds llama.cpp
 # (llama-bench, llama-batched-bench) once into /tmp/llamacpp-build, then runs llama-bench (flash attention,
-# ubatch 2048), llama-batched-bench (streams after a 512-token prompt), `kiln bench` and transformers
+# ubatch 2048), llama-batched-bench (streams after a 512-token prompt), `kiln bench` (the same: batch 1 at
+# each depth, the streams after 512 tokens) and transformers
 # (scripts/bench/hf_bench.py, the same weights in float16), and prints one table with kiln / llama.cpp,
 # kiln / transformers and each figure's fraction of the hardware floor. Each part is timed.
 #
@@ -120,16 +121,37 @@ run_batched() {
 
 run_kiln() {
     local bin=${KILN_BIN:-}
-    rm -f "$RAW"/kiln.*
+    rm -f "$RAW"/kiln.* "$RAW"/kiln-*.json
     if [ -z "$bin" ]; then
         for bin in "$ROOT/.carry/bin/kiln" "$ROOT"/target/release/kiln "$ROOT"/targets/*/release/kiln; do
             [ -x "$bin" ] && break
         done
     fi
     [ -x "$bin" ] || { echo "no kiln binary: set KILN_BIN or run scripts/build-gpu-carry.sh and carry .carry" >&2; return 1; }
+    # As llama.cpp runs them: prefill and batch-1 decode at every depth (llama-bench), then the
+    # streams after a 512-token prompt each (llama-batched-bench). One run of every depth
+    # with every stream count would not fit: 128 streams x 8k tokens of KV is more than the GPU.
     "$bin" bench --model "$GGUF" --device "$KILN_DEVICE" --prefill "$PREFILL" --decode "$DECODE" --depth "$DEPTHS" \
-        --concurrency "$STREAMS" --repeats "$REPEATS" --json "$RAW/kiln.json" > "$RAW/kiln.txt" 2> "$RAW/kiln.log"
+        --concurrency 1 --repeats "$REPEATS" --json "$RAW/kiln-b1.json" > "$RAW/kiln.txt" 2> "$RAW/kiln.log"
     local rc=$?
+    local streams
+    streams=$(echo "$STREAMS" | tr ',' '\n' | grep -vx 1 | paste -sd,)
+    if [ $rc = 0 ] && [ -n "$streams" ]; then
+        "$bin" bench --model "$GGUF" --device "$KILN_DEVICE" --prefill none --decode "$DECODE" --depth 512 \
+            --concurrency "$streams" --repeats "$REPEATS" --json "$RAW/kiln-streams.json" >> "$RAW/kiln.txt" 2>> "$RAW/kiln.log"
+        rc=$?
+    fi
+    # One kiln.json: the first run's, with the streams' rows added.
+    if [ $rc = 0 ]; then
+        "$PYTHON" - "$RAW/kiln-b1.json" "$RAW/kiln-streams.json" "$RAW/kiln.json" <<'PY'
+import json, os, sys
+base = json.load(open(sys.argv[1]))
+if os.path.exists(sys.argv[2]):
+    base["rows"] += json.load(open(sys.argv[2]))["rows"]
+json.dump(base, open(sys.argv[3], "w"), indent=1)
+PY
+        rc=$?
+    fi
     cat "$RAW/kiln.txt"
     [ $rc = 0 ] || tail -5 "$RAW/kiln.log" >&2
     return $rc
