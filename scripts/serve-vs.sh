@@ -36,11 +36,14 @@ up() { # PID LOG: wait for /health, at most 300 s
 }
 
 loads() { # ENGINE MODEL_NAME LEVELS
-    local engine=$1 name=$2 level
+    # Each level's prompts numbered after the last level's, so no level finds another's prompts
+    # in the server's prompt cache; both engines get the same prompts in the same order.
+    local engine=$1 name=$2 level first=0
     for level in $3; do
-        python3 scripts/serve_load.py "$URL" "$name" "${level%%:*}" "${level#*:}" 400 128 "$engine" \
+        SERVE_LOAD_FIRST=$first python3 scripts/serve_load.py "$URL" "$name" "${level%%:*}" "${level#*:}" 400 128 "$engine" \
             | tail -1 | python3 -c "import json,sys; r=json.load(sys.stdin); r['engine']='$engine'; print(json.dumps(r))" \
             | tee -a "$results"
+        first=$((first + ${level#*:}))
     done
 }
 

@@ -127,11 +127,19 @@ class Server:
             self.proc.wait()
 
 
+# The first prompt number of the next load: every load of the run gets prompts of its own, so
+# none finds another's in the server's prefix cache (serve_load.py's prompts are a function of
+# their number).
+NEXT_PROMPT = [0]
+
+
 def load(label, clients, requests):
     before = metrics()
     cmd = [sys.executable, os.path.join(ROOT, "scripts/serve_load.py"), URL, "kiln", str(clients),
            str(requests), str(WORDS), str(MAX_TOKENS), label]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    env = dict(os.environ, SERVE_LOAD_FIRST=str(NEXT_PROMPT[0]))
+    NEXT_PROMPT[0] += requests
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     if r.returncode != 0:
         raise RuntimeError(f"serve_load.py failed: {r.stderr[-2000:]}")
     res = json.loads(r.stdout.strip().splitlines()[-1])

@@ -4,8 +4,10 @@ C concurrent clients, each sending streamed /v1/completions requests with a uniq
 shared prefix) until TOTAL requests are done. Prints one JSON line: output tok/s, requests/s, TTFT and
 inter-token latency percentiles. Usage: serve_load.py URL MODEL CONC TOTAL PROMPT_WORDS MAX_TOKENS [LABEL]
 The workload of the recorded figures (docs/BENCH.md, issue 18): 400 words, 128 tokens; 1/32/128/256
-clients with 4/64/256/512 requests. Needs aiohttp (scripts/serve-gpu.sh runs it on the GPU machine)."""
-import asyncio, json, random, sys, time
+clients with 4/64/256/512 requests. Needs aiohttp (scripts/serve-gpu.sh runs it on the GPU machine).
+SERVE_LOAD_FIRST=N numbers the prompts from N instead of 0: loads run one after another on one server
+must not repeat each other's prompts, or the later ones find them in its prefix cache."""
+import asyncio, json, os, random, sys, time
 import aiohttp
 
 url, model, conc, total, words, max_tokens = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:7])
@@ -14,8 +16,10 @@ VOCAB = ("time file system process memory kernel thread network packet socket bu
          "signal device driver module page table cache disk block inode mount user group shell "
          "command option value string number list map key index record field").split()
 
+FIRST = int(os.environ.get("SERVE_LOAD_FIRST", "0"))
+
 def prompt(i):
-    r = random.Random(i * 7919 + 17)
+    r = random.Random((FIRST + i) * 7919 + 17)
     return " ".join(r.choice(VOCAB) for _ in range(words))
 
 async def one(sess, i, out):
