@@ -417,11 +417,3 @@ SQ2_ENTRY(skinny2_q6_k2_32, QF_Q6K2, 4, 4, 16, 1, true, 1)
 SQ2_ENTRY(skinny2_q6_k2_64, QF_Q6K2, 8, 4, 16, 1, true, 1)
 SQ2_ENTRY(skinny2_q6_k2_16_t2, QF_Q6K2, 2, 3, 16, 1, true, 2)
 SQ2_ENTRY(skinny2_q6_k2_32_t2, QF_Q6K2, 4, 3, 16, 1, true, 2)
-// One row, one CTA a multiprocessor (KILN_QUANT_ONE_CTA=1): the registers two CTAs of 16 warps
-// leave (64) make ptxas spill in these formats' loops and re-read thread indices there; with
-// one CTA it does neither (16 warps, 4-5 records each in flight, still hold a multiprocessor's
-// share of the bandwidth at about 1 us of latency).
-SQ2_ENTRY(skinny2_q4_k_1_o1, QF_Q4K, 1, 5, 16, 1, false, 1)
-SQ2_ENTRY(skinny2_q4_k2_1_o1, QF_Q4K2, 1, 5, 16, 1, false, 1)
-SQ2_ENTRY(skinny2_q6_k_1_o1, QF_Q6K, 1, 4, 16, 1, false, 1)
-SQ2_ENTRY(skinny2_q6_k2_1_o1, QF_Q6K2, 1, 4, 16, 1, false, 1)

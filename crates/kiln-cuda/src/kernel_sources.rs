@@ -261,7 +261,6 @@ mod tests {
             quant.extend([1, 8, 16, 32, 64].map(|r| format!("skinny2_{f}_{r}")));
             quant.extend([16, 32].map(|r| format!("skinny2_{f}_{r}_t2")));
         }
-        quant.extend(["q4_k", "q4_k2", "q6_k", "q6_k2"].map(|f| format!("skinny2_{f}_1_o1")));
         let decode = [&hd("decode_attn_hd")[..], &["decode_attn_combine".into()]].concat();
         let flash_sm90 = ["flash_sm90_hd", "flash_sm90o_hd", "flash_sm90p_hd"]
             .iter()

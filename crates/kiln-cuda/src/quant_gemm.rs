@@ -16,7 +16,7 @@ use crate::kernel_sources::source;
 use crate::quant_layout::{GpuQuant, CHUNK, TILE_ROWS};
 use crate::quant_weights::QuantMatrix;
 use crate::skinny::SKINNY_MAX_ROWS;
-use crate::switches::{KernelChoice, Switches};
+use crate::switches::KernelChoice;
 
 /// A family of decode kernels: each sums in its own order, the same for any row count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,16 +59,9 @@ struct Entry {
     warps: usize,
     /// 16-row tiles a CTA takes (x read once for them).
     tiles: usize,
-    /// CTAs a multiprocessor the launch bounds promise.
-    min_blocks: usize,
 }
 
 impl Entry {
-    /// A one-row entry of one CTA a multiprocessor (`_1_o1`, KILN_QUANT_ONE_CTA=1).
-    fn one_cta(&self) -> bool {
-        !self.odd && self.min_blocks == 1
-    }
-
     /// The ring (warps x stages x tiles records), or the warp sums after it if larger.
     fn smem_bytes(&self) -> usize {
         let ring = self.warps * self.stages * self.tiles * self.format.record_bytes();
@@ -109,7 +102,6 @@ impl Entry {
             } else {
                 1
             },
-            min_blocks: num("MINB")?,
         })
     }
 }
@@ -132,17 +124,11 @@ fn read_entries() -> Result<Vec<Entry>> {
 /// The entry of `family` for `m` rows (at most 64) of format `q`: the fewest fragments that
 /// hold them; in the second family the one-row entry for one row, and for 9-32 rows the entry
 /// that takes two tiles a CTA (`_t2`: x read once for both; `KILN_QUANT_TILES=1` keeps one).
-/// Tiles a CTA never change a row's bits, nor do CTAs a multiprocessor: `KILN_QUANT_ONE_CTA=1`
-/// takes the one-row entry of one CTA a multiprocessor where the format has one.
+/// Tiles a CTA never change a row's bits.
 fn entry(family: DecodeFamily, q: GpuQuant, m: usize) -> Result<&'static Entry> {
     let nt = m.div_ceil(8).next_power_of_two();
     let v2 = family == DecodeFamily::V2;
     let one = v2 && m == 1;
-    let one_cta = one
-        && Switches::from_env().quant_one_cta
-        && entries()
-            .iter()
-            .any(|e| e.family == family && e.format == q && e.one_cta());
     let tiles = if v2 && (nt == 2 || nt == 4) && KernelChoice::from_env().quant_tiles2 {
         2
     } else {
@@ -151,12 +137,7 @@ fn entry(family: DecodeFamily, q: GpuQuant, m: usize) -> Result<&'static Entry> 
     entries()
         .iter()
         .find(|e| {
-            e.family == family
-                && e.format == q
-                && e.nt == nt
-                && e.odd != one
-                && e.tiles == tiles
-                && e.one_cta() == one_cta
+            e.family == family && e.format == q && e.nt == nt && e.odd != one && e.tiles == tiles
         })
         .ok_or_else(|| anyhow!("no {family:?} skinny entry for {q:?} and {m} rows"))
 }
@@ -473,26 +454,7 @@ mod tests {
         ] {
             for q in GpuQuant::ALL.into_iter().filter(|&q| family.reads(q)) {
                 let names = Gpu::skinny_quant_entries(family, q);
-                // The K-quants' one-row entries of one CTA a multiprocessor.
-                let one_cta = family == DecodeFamily::V2
-                    && matches!(
-                        q,
-                        GpuQuant::Q4K | GpuQuant::Q4K2 | GpuQuant::Q6K | GpuQuant::Q6K2
-                    );
-                assert_eq!(
-                    names.len(),
-                    4 + extra + one_cta as usize,
-                    "{family:?} {q:?}"
-                );
-                if one_cta {
-                    let o1 = format!("skinny2_{}_1_o1", q.name());
-                    let e = entries()
-                        .iter()
-                        .find(|e| e.name == o1)
-                        .expect("the _1_o1 entry");
-                    assert!(e.one_cta() && !e.odd && e.nt == 1 && e.min_blocks == 1);
-                    assert!(e.smem_bytes() <= 227 * 1024, "{o1}");
-                }
+                assert_eq!(names.len(), 4 + extra, "{family:?} {q:?}");
                 let mut warps = None;
                 for m in 1..=SKINNY_MAX_ROWS {
                     let e = entry(family, q, m).unwrap();

@@ -70,12 +70,6 @@ pub struct Switches {
     /// KILN_DECODE_SPLIT_CTAS: CTAs decode attention gives each row's head group along its
     /// split slots (same bits whatever the count).
     pub decode_split_ctas: SplitCtas,
-    /// KILN_QUANT_ONE_CTA=1: one-row quantised decode launches (batch 1) take the second
-    /// family's `_1_o1` entries, one CTA a multiprocessor with the registers to spare instead
-    /// of two that spill (Q4_K 206 -> 193 SASS instructions a record, Q4K2 228-234 -> 207-209,
-    /// Q6_K 261 -> 238, Q6K2 258-267 -> 237-240). Same bits; off: on the H200 it was 3.8-4.6%
-    /// slower (the second CTA's warps hide more than the shorter loop saves).
-    pub quant_one_cta: bool,
     /// Decode GEMM launches of [`TC_SPLIT_FROM`] rows (KILN_SKINNY_TC_SPLIT=N: N) up to
     /// [`crate::skinny_tc_split::SPLIT_UPTO_TOKENS`] on weights of at most 8,192 rows take the
     /// tensor-core kernel split along the chains (`skinny_tcs_*`, then the join), its
@@ -315,7 +309,6 @@ impl Env {
                     .filter(|n| n.is_power_of_two() && (64..=8192).contains(n)),
                 decode_prefetch: var("KILN_DECODE_PREFETCH").as_deref() == Some("1"),
                 decode_split_ctas: SplitCtas::parse(var("KILN_DECODE_SPLIT_CTAS").as_deref()),
-                quant_one_cta: var("KILN_QUANT_ONE_CTA").as_deref() == Some("1"),
                 tc_split_from: match var("KILN_SKINNY_TC_SPLIT").as_deref() {
                     None | Some("") | Some("on") => Some(TC_SPLIT_FROM),
                     Some(v) => v.parse::<usize>().ok().filter(|&n| n > 0),
@@ -437,7 +430,7 @@ impl Switches {
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} decode_min_span={span} decode_prefetch={} decode_split_ctas={} quant_one_cta={} tc_split={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} decode_min_span={span} decode_prefetch={} decode_split_ctas={} tc_split={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -454,7 +447,6 @@ impl Switches {
             if k.decode_mma { "mma" } else { "simt" },
             self.decode_prefetch as u8,
             self.decode_split_ctas.describe(),
-            self.quant_one_cta as u8,
             self.tc_split_from
                 .map_or("off".to_string(), |n| format!("{n}+")),
             k.pdl as u8,

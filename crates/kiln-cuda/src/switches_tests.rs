@@ -169,8 +169,6 @@ fn values_parse_as_documented() {
     assert_eq!(ctas("0"), SplitCtas::Auto);
     assert_eq!(ctas("many"), SplitCtas::Auto);
     assert_eq!(read(&[]).switches.decode_split_ctas, SplitCtas::Auto);
-    assert!(read(&[("KILN_QUANT_ONE_CTA", "1")]).switches.quant_one_cta);
-    assert!(!read(&[]).switches.quant_one_cta);
     let split = |v| read(&[("KILN_SKINNY_TC_SPLIT", v)]).switches.tc_split_from;
     assert_eq!(split("64"), Some(64));
     assert_eq!(split("0"), None);
