@@ -8,7 +8,8 @@
 # DRAM, SM and tensor-pipe use (several passes a kernel, each restoring the device memory the
 # kernel may write: minutes for a decode step of an 8B model). Needs .carry/bin/cuda_bench
 # (scripts/build-gpu-carry.sh).
-# Usage: OUT=... scripts/step-profile.sh decode|prefill [N] [PRESET] [chunk=N]
+# Usage: OUT=... scripts/step-profile.sh decode|prefill [N] [PRESET] [chunk=N | depth=D]
+#   (depth=D: decode from D tokens of context per sequence instead of none)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-decode}

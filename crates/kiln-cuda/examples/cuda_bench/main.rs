@@ -12,7 +12,7 @@
 //! 2k/8k/32k only; "decode-grid": decode at batch 1, 8, 32 and 128 from depth 0 and at batch 1,
 //! 8 and 32 from depth 8k, the figures the decode switches are judged by; "decode-tc": decode
 //! at batch 32 and 128 from depth 0 only, the quick A/B of KILN_SKINNY_TC; "gemm": the decode
-//! GEMM kernels alone, see gemm_bench.rs; "decode-profile N": N sequences from depth 0, three
+//! GEMM kernels alone, see gemm_bench.rs; "decode-profile N [depth=D]": N sequences from depth D (0), three
 //! warm-up steps, then two steps between cuProfilerStart and cuProfilerStop; "prefill-profile
 //! N": a prompt of N tokens whose last chunk runs between them; both for `ncu
 //! --profile-from-start off`, see scripts/step-profile.sh). A `chunk=N` argument after them
@@ -23,6 +23,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use kiln_cuda::{CudaBackend, CudaOptions};
 use kiln_model::dummy::DummySource;
+use kiln_model::WeightSource;
 use kiln_step::{Backend, ChunkInput};
 
 mod attn_bench;
@@ -181,6 +182,10 @@ fn main() -> Result<()> {
     let chunk = std::env::args()
         .find_map(|a| a.strip_prefix("chunk=").and_then(|n| n.parse().ok()))
         .unwrap_or(CHUNK);
+    // decode-profile's context per sequence before its profiled steps (depth=N; default 0).
+    let depth: usize = std::env::args()
+        .find_map(|a| a.strip_prefix("depth=").and_then(|n| n.parse().ok()))
+        .unwrap_or(0);
     if mode == "attn" {
         return attn_bench::run(std::env::args().nth(3).as_deref());
     }
@@ -199,11 +204,29 @@ fn main() -> Result<()> {
     // Under the profiler a small KV pool: Nsight Compute saves and restores the device memory
     // a kernel may write, and a pool of most of the GPU made every kernel take seconds.
     let profiling = mode.ends_with("-profile");
+    // Under the profiler the pool holds what the run needs and no less than 4 GiB: a decode
+    // profile at depth keeps rows x (depth + a few steps) tokens.
+    let profile_pool = {
+        let c = src.config();
+        let per_token = c.num_layers * 2 * c.num_kv_heads * c.head_dim * 2;
+        let rows: usize = std::env::args()
+            .nth(3)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(128);
+        // Blocks are handed out in order and never freed: the warm-up chunk, then each
+        // sequence's context and steps.
+        let need = if mode == "decode-profile" {
+            (chunk + rows * (depth + 64)) * per_token * 5 / 4
+        } else {
+            0
+        };
+        need.max(4 << 30)
+    };
     let opts = CudaOptions {
         prefill_chunk: chunk,
         max_seqs: 128,
         max_context: Some(MAX_CONTEXT),
-        kv_cache_bytes: profiling.then_some(4 << 30),
+        kv_cache_bytes: profiling.then_some(profile_pool),
         ..CudaOptions::default()
     };
     let b = CudaBackend::new(&src, opts, None).context("starting the CUDA backend")?;
@@ -232,7 +255,7 @@ fn main() -> Result<()> {
             .unwrap_or(128);
         // The profiler calls act on the context current on this thread.
         bench.b.gpu().bind()?;
-        let tps = bench.decode_with(rows, 0, 4, |step| {
+        let tps = bench.decode_with(rows, depth, 4, |step| {
             match step {
                 3 => cudarc::driver::profiler_start()?,
                 5 => cudarc::driver::profiler_stop()?,
@@ -240,8 +263,8 @@ fn main() -> Result<()> {
             }
             Ok(())
         })?;
-        eprintln!("BENCH decode-profile batch {rows}: {tps:.1} tok/s over steps 1-4");
-        println!("{{\"decode_profile_b{rows}_tok_s\":{tps:.2}}}");
+        eprintln!("BENCH decode-profile batch {rows} depth {depth}: {tps:.1} tok/s over steps 1-4");
+        println!("{{\"decode_profile_b{rows}_d{depth}_tok_s\":{tps:.2}}}");
         return Ok(());
     }
     if mode == "prefill-profile" {
