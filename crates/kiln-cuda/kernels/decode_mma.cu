@@ -248,8 +248,9 @@ __device__ __forceinline__ void decode_mma_body(
     // through the stage computed last, which the stream refills only after it. Otherwise each
     // split fills the ring from empty and merges through it once drained. The same tiles,
     // states and merges either way: the same bits.
-    int is = blockIdx.x, ii = 0, ilo, ihi, it_lo, issued = 0;
-    int in = split_tiles(is, ilo, ihi, it_lo);  // blockIdx.x * span < max_len (checked above)
+    // The stream's cursor: tile ii of split is's in (before the first split until the first
+    // issue), `issued` tiles so far.
+    int is = (int)blockIdx.x - (int)gridDim.x, ii = 0, in = 0, ilo, ihi, it_lo, issued = 0;
     bool ends = false;
     auto issue = [&]() {  // PF: the stream's next tile, if any, and a commit group either way
         while (!ends && ii == in) {

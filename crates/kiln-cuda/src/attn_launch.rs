@@ -339,20 +339,17 @@ impl Gpu {
                 kv.n_kv
             );
         }
-        // At most this many splits per row (the partials have room for DECODE_MAX_SPLITS).
-        let max_splits = match wide {
-            true => DECODE_MAX_SPLITS,
-            false => Switches::from_env()
-                .decode_mma_splits
-                .unwrap_or(DECODE_MAX_SPLITS)
-                .min(DECODE_MAX_SPLITS),
-        };
-        // The fewest keys a split covers (the 512-wide entry: always DECODE_MIN_SPAN).
-        let min_span = match wide {
-            true => DECODE_MIN_SPAN,
-            false => Switches::from_env()
-                .decode_min_span
-                .unwrap_or(DECODE_MIN_SPAN),
+        // At most this many splits per row (the partials have room for DECODE_MAX_SPLITS), each
+        // of at least min_span keys; the 512-wide entry always takes the defaults.
+        let sw = Switches::from_env();
+        let (max_splits, min_span) = match wide {
+            true => (DECODE_MAX_SPLITS, DECODE_MIN_SPAN),
+            false => (
+                sw.decode_mma_splits
+                    .unwrap_or(DECODE_MAX_SPLITS)
+                    .min(DECODE_MAX_SPLITS),
+                sw.decode_min_span.unwrap_or(DECODE_MIN_SPAN),
+            ),
         };
         let smem = match wide {
             true => crate::attn_wide::decode_mma_wide_smem_bytes(hd),

@@ -119,7 +119,7 @@ pub fn choose_tc_entry(tiles: usize, rows: usize, sms: usize) -> &'static TcEntr
     if let Some(e) = forced_tile() {
         return e;
     }
-    let all: Vec<&TcEntry> = tc_entries().iter().collect();
+    let all = tc_entries();
     // Equal L2 traffic: fewer token tiles, so each weight byte leaves memory once for sure.
     let by_l2 = |a: &&TcEntry, b: &&TcEntry| {
         a.l2_reads(tiles, rows)
@@ -128,13 +128,11 @@ pub fn choose_tc_entry(tiles: usize, rows: usize, sms: usize) -> &'static TcEntr
     };
     let filling = all
         .iter()
-        .copied()
         .filter(|e| e.ctas(tiles, rows) >= sms * e.min_blocks)
         .min_by(by_l2);
     filling.unwrap_or_else(|| {
         let most = all.iter().map(|e| e.ctas(tiles, rows)).max().unwrap_or(0);
         all.iter()
-            .copied()
             .filter(|e| e.ctas(tiles, rows) == most)
             .min_by(by_l2)
             .expect("skinny_tc.cu has entries")

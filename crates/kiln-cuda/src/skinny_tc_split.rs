@@ -56,13 +56,11 @@ pub fn split_reserve_bytes(max_seqs: usize) -> usize {
 /// The split entry for `tiles` weight tiles and `rows` tokens: the largest tiling whose CTAs (16
 /// a tile) fill every resident slot, else the one with the most CTAs.
 pub fn choose_split_entry(tiles: usize, rows: usize, sms: usize) -> &'static TcEntry {
-    let all: Vec<&'static TcEntry> = tc_split_entries().iter().collect();
+    let all = tc_split_entries();
     all.iter()
-        .copied()
         .find(|e| 16 * e.ctas(tiles, rows) >= sms * e.min_blocks)
         .unwrap_or_else(|| {
             all.iter()
-                .copied()
                 .max_by_key(|e| e.ctas(tiles, rows))
                 .expect("skinny_tc.cu has split entries")
         })

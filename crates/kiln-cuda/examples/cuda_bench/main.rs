@@ -202,21 +202,20 @@ fn main() -> Result<()> {
     let src = DummySource::preset(&preset)?;
     let t = Instant::now();
     // Under the profiler a small KV pool: Nsight Compute saves and restores the device memory
-    // a kernel may write, and a pool of most of the GPU made every kernel take seconds.
+    // a kernel may write, and a pool of most of the GPU made every kernel take seconds. It
+    // holds what the run needs, at least 4 GiB: blocks are handed out in order and never freed,
+    // so the warm-up chunk, then each sequence's context and steps.
     let profiling = mode.ends_with("-profile");
-    // Under the profiler the pool holds what the run needs and no less than 4 GiB: a decode
-    // profile at depth keeps rows x (depth + a few steps) tokens.
+    // decode-profile's sequences.
+    let profile_rows: usize = std::env::args()
+        .nth(3)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(128);
     let profile_pool = {
         let c = src.config();
         let per_token = c.num_layers * 2 * c.num_kv_heads * c.head_dim * 2;
-        let rows: usize = std::env::args()
-            .nth(3)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(128);
-        // Blocks are handed out in order and never freed: the warm-up chunk, then each
-        // sequence's context and steps.
         let need = if mode == "decode-profile" {
-            (chunk + rows * (depth + 64)) * per_token * 5 / 4
+            (chunk + profile_rows * (depth + 64)) * per_token * 5 / 4
         } else {
             0
         };
@@ -249,10 +248,7 @@ fn main() -> Result<()> {
     ];
     if mode == "decode-profile" {
         // Steps 0-2 warm up (graphs captured, caches filled); steps 3 and 4 are profiled.
-        let rows: usize = std::env::args()
-            .nth(3)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(128);
+        let rows = profile_rows;
         // The profiler calls act on the context current on this thread.
         bench.b.gpu().bind()?;
         let tps = bench.decode_with(rows, depth, 4, |step| {
