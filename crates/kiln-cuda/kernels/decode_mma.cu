@@ -3,46 +3,43 @@
 // few rows of one sequence, as a speculative verify step has), split over the KV length.
 //
 // The 16 rows of the MMA are query slots: the heads of one GQA group (up to 16) times up to
-// 16 / group rows of one sequence, so every K/V tile is read once for all of them. A split
+// 16 / group rows of one sequence, so every K/V step is read once for all of them. A split
 // covers keys [s * span, (s + 1) * span) with span = max(min_span, pow2ceil(len) / max_splits): a
-// power of two fixed by the row's own length bucket, boundaries at absolute positions. Inside
-// a split, tiles of 64 keys at absolute multiples of 64 stream through a cp.async ring; warp
-// w owns keys 16w..16w+15 of every tile and keeps its own online softmax; the four warps are
-// merged in index order, the splits by dm_combine in index order. So a row's sums depend on
-// its own length and positions only: alone, in any batch, or beside the other rows of its
-// sequence (keys past a row's length are masked, which leaves its state exactly unchanged).
-// A CTA serves splits blockIdx.x, blockIdx.x + gridDim.x, ... up to its rows' last: with many
-// rows the launcher gives each (row run, head group) fewer CTAs than split slots, so the grid
-// holds no CTAs that would only start and exit (at 128 rows and 64 slots, 65,536 CTAs of which
-// all but a few thousand are empty at short depths). Each split is computed alike whichever CTA
-// serves it, so gridDim.x changes no bit.
-// Cache layout: [block][kv_head][block_size][head_dim]. The split rule: decode_split.cuh.
+// power of two fixed by the row's own length bucket, boundaries at absolute positions. One warp
+// computes a whole split: steps of 16 keys at absolute multiples of 16 stream through the warp's
+// own cp.async ring (no barrier of the CTA inside the loop), under one online softmax, into the
+// split's partial (m, l, o). The splits then join DM_CHAINS chains (split s in chain s % 4, each
+// folded in index order) and the chains are merged in index order (decode_split.cuh). Where one
+// CTA serves all of a row's splits (`fold`, the launcher's choice when the rows are many) warp
+// c is chain c: it folds its splits in registers and shared memory and the CTA writes the
+// output. Otherwise each warp writes its splits' partials and decode_mma_combine folds them in
+// the same order with the same operations. So a row's bits depend on its own length and
+// positions only: alone, in any batch, beside the other rows of its sequence, with or without
+// the fold (keys past a row's length are masked, which leaves its state exactly unchanged).
+// Cache layout: [block][kv_head][block_size][head_dim].
 
-#define DM_WARPS 4
-#define DM_TILE 64
-static_assert(DM_TILE == DECODE_MIN_SPAN, "a split holds whole tiles");
-#define DM_COMBINE_MAX_SPLITS 128
+#define DM_WARPS DM_CHAINS
+#define DM_STEP 16
+static_assert(DECODE_MIN_SPAN % DM_STEP == 0, "a split holds whole steps");
 
-// One tile of 64 keys (keys from kv_end on read as zeros). Warp w copies 16 of its rows, CH
-// lanes to a row; lane l < 16 looks up one of them in the block table (once for K and V) and
-// the copying lanes take it by shuffle: no division or dependent load per 16-byte copy.
+// One step of 16 keys into a warp's ring stage (keys from kv_end on read as zeros): CH lanes
+// to a row; lane l < 16 looks up row l in the block table (once for K and V) and the copying
+// lanes take it by shuffle: no division or dependent load per 16-byte copy.
 template <int HD>
-__device__ __forceinline__ void dm_load_tile(bf16_t* sk, bf16_t* sv, const bf16_t* __restrict__ kc,
+__device__ __forceinline__ void dm_load_step(bf16_t* sk, bf16_t* sv, const bf16_t* __restrict__ kc,
                                              const bf16_t* __restrict__ vc, const int* __restrict__ table,
-                                             int k0, int kv_end, int kvh, int n_kv, int block_size) {
-    constexpr int LD = HD + 8, CH = HD / 8, RPW = 32 / CH, RPS = DM_WARPS * RPW;  // rows per warp, per CTA a step
-    static_assert(CH <= 32 && RPW * CH == 32 && DM_TILE * CH == DM_WARPS * 32 * (CH / 2), "decode_mma tile shape");
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, l = lane & 15;
-    // Lane l's row: the one lane l % RPW copies in step l / RPW. 0 (a valid address) past kv_end.
-    const int mp = k0 + warp * RPW + l % RPW + RPS * (l / RPW);
+                                             int k0, int kv_end, int kvh, int n_kv, int block_size, int lane) {
+    constexpr int LD = HD + 8, CH = HD / 8, RPW = 32 / CH;  // rows a pass of the warp
+    static_assert(CH <= 32 && RPW * CH == 32, "decode_mma step shape");
+    const int mp = k0 + (lane & 15);
     const u32 mine = mp < kv_end
         ? ((u32)table[mp / block_size] * (u32)n_kv + (u32)kvh) * (u32)block_size + (u32)(mp % block_size)
-        : 0u;
+        : 0u;  // 0 (a valid address) past kv_end
     const int c = lane % CH;
 #pragma unroll
-    for (int j = 0; j < CH / 2; ++j) {
-        const int r = warp * RPW + lane / CH + RPS * j;
-        const u32 row = __shfl_sync(0xffffffffu, mine, lane / CH + RPW * j);
+    for (int j = 0; j < DM_STEP / RPW; ++j) {
+        const int r = lane / CH + RPW * j;
+        const u32 row = __shfl_sync(0xffffffffu, mine, r);
         const int bytes = k0 + r < kv_end ? 16 : 0;
         const u64 off = (u64)row * HD + c * 8;
         cp_async_16(sk + r * LD + c * 8, kc + off, bytes);
@@ -50,18 +47,25 @@ __device__ __forceinline__ void dm_load_tile(bf16_t* sk, bf16_t* sv, const bf16_
     }
 }
 
-template <int HD, int NST, bool PF>
+template <int HD, int NST>
 __device__ __forceinline__ void decode_mma_body(
     const bf16_t* __restrict__ q, const bf16_t* __restrict__ k_cache, const bf16_t* __restrict__ v_cache,
     const int* __restrict__ positions, const int* __restrict__ token_seq, const int* __restrict__ bt_start,
     const int* __restrict__ block_tables, float* __restrict__ part_o, float* __restrict__ part_ml,
-    int n_q, int n_kv, int block_size, int window, float scale_log2, int max_splits, int min_span) {
-    constexpr int LD = HD + 8, DT = HD / 8;
+    bf16_t* __restrict__ out, int n_q, int n_kv, int block_size, int window, float scale_log2, int max_splits,
+    int min_span, int fold) {
+    constexpr int LD = HD + 8, DT = HD / 8, LDO = HD + 8;
+    // Folding, a chain's O stays in registers up to head dim 128, in shared memory beyond.
+    constexpr bool RO = HD <= 128;
+    static_assert(NST >= 2, "a ring of two stages at least");
     extern __shared__ __align__(16) unsigned char dm_smem[];
-    bf16_t* sq = reinterpret_cast<bf16_t*>(dm_smem);
-    bf16_t* sk0 = sq + 16 * LD;
-    bf16_t* sv0 = sk0 + NST * DM_TILE * LD;
+    // Without RO, first [chain][slot][LDO] floats: the chains' O; then the query slots, then
+    // each warp's ring of NST stages of K and V. With RO the chains' O go to the start once
+    // the rings are drained.
+    float* s_o = reinterpret_cast<float*>(dm_smem);
+    bf16_t* sq = reinterpret_cast<bf16_t*>(dm_smem + (RO ? 0 : DM_CHAINS * 16 * LDO * 4));
     __shared__ int s_len[16];
+    __shared__ float s_ml[DM_CHAINS][16][2];
 
     const int row0 = blockIdx.z;
     const int group = n_q / n_kv;
@@ -87,16 +91,17 @@ __device__ __forceinline__ void decode_mma_body(
         min_first = min(min_first, window > 0 ? max(0, len - window) : 0);
     }
     const int span = dm_span(max_len, max_splits, min_span);
-    if ((int)blockIdx.x * span >= max_len) return;
+    // The CTA's first split, and the stride of each warp's splits.
+    if ((int)blockIdx.x * DM_WARPS * span >= max_len) return;
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int* table = block_tables + bt_start[token_seq[row0]];
+    bf16_t* sk0 = sq + 16 * LD + warp * NST * 2 * DM_STEP * LD;  // this warp's ring: K then V a stage
     if (threadIdx.x < 16) {
         const int r = threadIdx.x / gc, h = threadIdx.x % gc;
         s_len[threadIdx.x] = (r < nr && h < nh) ? positions[row0 + r] + 1 : 0;  // 0: an empty slot
     }
-    // Query slots: slot i is row i / gc, head hc0 + i % gc. They land with the first split's
-    // first tile (the same commit group).
+    // Query slots: slot i is row i / gc, head hc0 + i % gc, in a commit group of their own.
     for (int idx = threadIdx.x; idx < 16 * DT; idx += DM_WARPS * 32) {
         const int i = idx / DT, c = idx % DT;
         const int r = i / gc, h = i % gc;
@@ -104,46 +109,99 @@ __device__ __forceinline__ void decode_mma_body(
         const bf16_t* src = q + ((u64)(row0 + (ok ? r : 0)) * n_q + hc0 + (ok ? h : 0)) * HD + c * 8;
         cp_async_16(sq + i * LD + c * 8, src, ok ? 16 : 0);
     }
+    cp_async_commit();
 
-    // Split `split`: keys [lo, hi) and its tiles from t_lo (tiles wholly before every row's window
+    // This warp's splits: first, first + stride, ... (with the fold: warp c's are chain c's).
+    const int first = (int)blockIdx.x * DM_WARPS + warp, stride = (int)gridDim.x * DM_WARPS;
+    auto has_split = [&](int s) { return s < max_splits && s * span < max_len; };
+    // Split s: keys [lo, hi) and its steps from t_lo (steps wholly before every row's window
     // change no row's state: they start at the first one needed); returns how many.
-    auto split_tiles = [&](int split, int& lo, int& hi, int& t_lo) {
-        lo = split * span;
+    auto split_steps = [&](int s, int& lo, int& hi, int& t_lo) {
+        lo = s * span;
         hi = min(max_len, lo + span);
-        t_lo = max(lo, min_first / DM_TILE * DM_TILE);
-        return t_lo < hi ? (hi - t_lo + DM_TILE - 1) / DM_TILE : 0;
+        t_lo = max(lo, min_first / DM_STEP * DM_STEP);
+        return t_lo < hi ? (hi - t_lo + DM_STEP - 1) / DM_STEP : 0;
     };
-    auto load = [&](int stage, int key0, int hi) {
-        dm_load_tile<HD>(sk0 + stage * DM_TILE * LD, sv0 + stage * DM_TILE * LD, k_cache, v_cache, table, key0, hi,
-                         kvh, n_kv, block_size);
+    // The warp's splits as one stream of steps, the ring running across split boundaries:
+    // flat step f lives in stage f % NST. The cursor: step ii of split is (of in).
+    int is = first - stride, ii = 0, in = 0, ilo, ihi, it_lo, issued = 0;
+    bool ends = false;
+    auto issue = [&]() {  // the stream's next step, if any, and a commit group either way
+        while (!ends && ii == in) {
+            is += stride;
+            ii = 0;
+            if (!has_split(is))
+                ends = true;
+            else
+                in = split_steps(is, ilo, ihi, it_lo);
+        }
+        if (!ends) {
+            bf16_t* sk = sk0 + (issued % NST) * 2 * DM_STEP * LD;
+            dm_load_step<HD>(sk, sk + DM_STEP * LD, k_cache, v_cache, table, it_lo + ii * DM_STEP, ihi, kvh, n_kv,
+                             block_size, lane);
+            ++ii;
+            ++issued;
+        }
+        cp_async_commit();
     };
-    // A split's state: each warp's online softmax over its 16 keys of every tile.
+#pragma unroll
+    for (int st = 0; st < NST - 1; ++st) issue();
+    // The query slots landed (this thread's), then everyone's: the one barrier before the end.
+    cp_async_wait<NST - 1>();
+    __syncthreads();
+
+    // The chain (fold) of slots g and g + 8: maximum and sum here, O in co (RO) or at co_a and
+    // co_b in s_o, zero to start.
+    float cm_a = KILN_NEG_INF, cm_b = KILN_NEG_INF, cl_a = 0.f, cl_b = 0.f;
+    float co[RO ? DT : 1][4];
+    float* co_a = s_o + (warp * 16 + g) * LDO + 2 * t;
+    float* co_b = co_a + 8 * LDO;
+#pragma unroll
+    for (int d = 0; d < (RO ? DT : 1); ++d) co[d][0] = co[d][1] = co[d][2] = co[d][3] = 0.f;
+    if (!RO && fold) {
+#pragma unroll
+        for (int d = 0; d < DT; ++d) {
+            *reinterpret_cast<float2*>(co_a + d * 8) = make_float2(0.f, 0.f);
+            *reinterpret_cast<float2*>(co_b + d * 8) = make_float2(0.f, 0.f);
+        }
+    }
+    const int len_a = s_len[g], len_b = s_len[g + 8];
+    const int first_a = window > 0 ? len_a - window : 0, first_b = window > 0 ? len_b - window : 0;
+    const int my_len = lane < 16 ? s_len[lane] : 0;
+
+    // A split's state: the warp's online softmax over its steps.
     float m_a, m_b, l_a, l_b, o[DT][4];
-    auto reset = [&]() {
+    int f = 0;  // the flat index of the next step to compute
+    for (int s = first; has_split(s); s += stride) {
+        int lo, hi, t_lo;
+        const int n_steps = split_steps(s, lo, hi, t_lo);
         m_a = m_b = KILN_NEG_INF;
         l_a = l_b = 0.f;
 #pragma unroll
         for (int d = 0; d < DT; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
-    };
-    // The tile in ring stage `stage`, keys key0.., into the state.
-    auto tile = [&](int stage, int key0, int len_a, int len_b, int first_a, int first_b) {
-        const bf16_t* sk = sk0 + stage * DM_TILE * LD + warp * 16 * LD;
-        const bf16_t* sv = sv0 + stage * DM_TILE * LD + warp * 16 * LD;
-        const int k0 = key0 + warp * 16;  // this warp's first key
-        // Does any slot see any of this warp's 16 keys? If not, every state stays as it is.
-        const bool mine = lane < 16 && k0 < s_len[lane] && (window <= 0 || k0 + 15 >= s_len[lane] - window);
-        if (__any_sync(0xffffffffu, mine)) {
-            float s[2][4];
+        for (int it = 0; it < n_steps; ++it, ++f) {
+            // Step f landed (this thread's copies, then the warp's); the stage of step f - 1,
+            // read by every lane by now, takes the step NST - 1 ahead.
+            cp_async_wait<NST - 2>();
+            __syncwarp();
+            issue();
+            const bf16_t* sk = sk0 + (f % NST) * 2 * DM_STEP * LD;
+            const bf16_t* sv = sk + DM_STEP * LD;
+            const int k0 = t_lo + it * DM_STEP;
+            // Does any slot see any of these 16 keys? If not, every state stays as it is.
+            const bool mine = k0 < my_len && (window <= 0 || k0 + DM_STEP - 1 >= my_len - window);
+            if (!__any_sync(0xffffffffu, mine)) continue;
+            float sc[2][4];
 #pragma unroll
-            for (int n = 0; n < 2; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+            for (int n = 0; n < 2; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.f;
             const int mi = lane >> 3;
 #pragma unroll
             for (int kk = 0; kk < HD / 16; ++kk) {
                 u32 a[4], b[4];
                 ldmatrix_x4(a, sq + ((mi & 1) * 8 + (lane & 7)) * LD + kk * 16 + (mi >> 1) * 8);
                 ldmatrix_x4(b, sk + ((mi >> 1) * 8 + (lane & 7)) * LD + kk * 16 + (mi & 1) * 8);
-                mma_bf16_16816(s[0], a, b);
-                mma_bf16_16816(s[1], a, b + 2);
+                mma_bf16_16816(sc[0], a, b);
+                mma_bf16_16816(sc[1], a, b + 2);
             }
             float mx_a = KILN_NEG_INF, mx_b = KILN_NEG_INF;
 #pragma unroll
@@ -152,10 +210,10 @@ __device__ __forceinline__ void decode_mma_body(
                 for (int e = 0; e < 4; ++e) {
                     const int kp = k0 + n * 8 + 2 * t + (e & 1);
                     const bool ok = e < 2 ? (kp < len_a && kp >= first_a) : (kp < len_b && kp >= first_b);
-                    s[n][e] = ok ? __fmul_rn(s[n][e], scale_log2) : KILN_NEG_INF;
+                    sc[n][e] = ok ? __fmul_rn(sc[n][e], scale_log2) : KILN_NEG_INF;
                 }
-                mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
-                mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
+                mx_a = fmaxf(mx_a, fmaxf(sc[n][0], sc[n][1]));
+                mx_b = fmaxf(mx_b, fmaxf(sc[n][2], sc[n][3]));
             }
             mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
             mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
@@ -171,12 +229,12 @@ __device__ __forceinline__ void decode_mma_body(
             float ps_a = 0.f, ps_b = 0.f;
 #pragma unroll
             for (int n = 0; n < 2; ++n) {
-                s[n][0] = exp2f(__fsub_rn(s[n][0], base_a));
-                s[n][1] = exp2f(__fsub_rn(s[n][1], base_a));
-                s[n][2] = exp2f(__fsub_rn(s[n][2], base_b));
-                s[n][3] = exp2f(__fsub_rn(s[n][3], base_b));
-                ps_a = __fadd_rn(ps_a, __fadd_rn(s[n][0], s[n][1]));
-                ps_b = __fadd_rn(ps_b, __fadd_rn(s[n][2], s[n][3]));
+                sc[n][0] = exp2f(__fsub_rn(sc[n][0], base_a));
+                sc[n][1] = exp2f(__fsub_rn(sc[n][1], base_a));
+                sc[n][2] = exp2f(__fsub_rn(sc[n][2], base_b));
+                sc[n][3] = exp2f(__fsub_rn(sc[n][3], base_b));
+                ps_a = __fadd_rn(ps_a, __fadd_rn(sc[n][0], sc[n][1]));
+                ps_b = __fadd_rn(ps_b, __fadd_rn(sc[n][2], sc[n][3]));
             }
             l_a = __fadd_rn(__fmul_rn(l_a, al_a), ps_a);
             l_b = __fadd_rn(__fmul_rn(l_b, al_b), ps_b);
@@ -187,198 +245,143 @@ __device__ __forceinline__ void decode_mma_body(
                 o[d][2] = __fmul_rn(o[d][2], al_b);
                 o[d][3] = __fmul_rn(o[d][3], al_b);
             }
-            mma_pv<2, DT>(o, s, sv, LD, lane);
+            mma_pv<2, DT>(o, sc, sv, LD, lane);
         }
-    };
-    // The split's warp states merged in index order through shared memory ([warp][slot][HD] as
-    // warps 0-1 from o_lo and 2-3 from o_hi; ml [warp][slot][2]) into its partials.
-    auto merge = [&](int split, int lo, float* o_lo, float* o_hi, float* sm_ml) {
-        auto o_of = [&](int w, int slot) { return (w < 2 ? o_lo : o_hi) + ((w & 1) * 16 + slot) * HD; };
+        // The split's partial: l summed over the quad (each lane held its own columns' share).
         l_a = __fadd_rn(l_a, __shfl_xor_sync(0xffffffffu, l_a, 1));
         l_a = __fadd_rn(l_a, __shfl_xor_sync(0xffffffffu, l_a, 2));
         l_b = __fadd_rn(l_b, __shfl_xor_sync(0xffffffffu, l_b, 1));
         l_b = __fadd_rn(l_b, __shfl_xor_sync(0xffffffffu, l_b, 2));
-
-        __syncthreads();
-        if (t == 0) {
-            sm_ml[(warp * 16 + g) * 2] = m_a;
-            sm_ml[(warp * 16 + g) * 2 + 1] = l_a;
-            sm_ml[(warp * 16 + g + 8) * 2] = m_b;
-            sm_ml[(warp * 16 + g + 8) * 2 + 1] = l_b;
-        }
+        // Only slots that are real rows with keys in this split take it (the combine reads no
+        // others: a row shorter than the CTA's longest has fewer splits).
+        const bool take_a = lo < len_a, take_b = lo < len_b;
+        if (fold) {
+            if (take_a) {
+                const DmScale fa = dm_fold_scale(cm_a, m_a);
+                cm_a = fa.m;
+                cl_a = dm_fold(cl_a, l_a, fa);
 #pragma unroll
-        for (int d = 0; d < DT; ++d) {
-            float* ra = o_of(warp, g) + d * 8 + 2 * t;
-            float* rb = o_of(warp, g + 8) + d * 8 + 2 * t;
-            ra[0] = o[d][0];
-            ra[1] = o[d][1];
-            rb[0] = o[d][2];
-            rb[1] = o[d][3];
-        }
-        __syncthreads();
-        for (int idx = threadIdx.x; idx < 16 * HD; idx += DM_WARPS * 32) {
-            const int i = idx / HD, d = idx % HD;
-            const int len = s_len[i];
-            // Only slots that are real rows with a split here write (the combine reads no others).
-            if (len == 0 || lo >= len) continue;
-            float mm = KILN_NEG_INF;
-#pragma unroll
-            for (int w = 0; w < DM_WARPS; ++w) mm = fmaxf(mm, sm_ml[(w * 16 + i) * 2]);
-            float ll = 0.f, oo = 0.f;
-#pragma unroll
-            for (int w = 0; w < DM_WARPS; ++w) {
-                const float mw = sm_ml[(w * 16 + i) * 2];
-                const float sc = mw == KILN_NEG_INF ? 0.f : exp2f(__fsub_rn(mw, mm));
-                ll = __fadd_rn(ll, __fmul_rn(sm_ml[(w * 16 + i) * 2 + 1], sc));
-                oo = __fadd_rn(oo, __fmul_rn(o_of(w, i)[d], sc));
+                for (int d = 0; d < DT; ++d) {
+                    if constexpr (RO) {
+                        co[d][0] = dm_fold(co[d][0], o[d][0], fa);
+                        co[d][1] = dm_fold(co[d][1], o[d][1], fa);
+                    } else {
+                        float2* c = reinterpret_cast<float2*>(co_a + d * 8);
+                        *c = make_float2(dm_fold(c->x, o[d][0], fa), dm_fold(c->y, o[d][1], fa));
+                    }
+                }
             }
-            const int row = row0 + i / gc, h = hc0 + i % gc;
-            const u64 pi = ((u64)row * n_q + h) * max_splits + split;
-            part_o[pi * HD + d] = oo;
-            if (d == 0) {
-                part_ml[pi * 2] = mm;
-                part_ml[pi * 2 + 1] = ll;
-            }
-        }
-    };
-
-    // KILN_DECODE_PREFETCH=1 (PF): the CTA's splits as one stream of tiles, the ring running
-    // across split boundaries, so the next split's first tiles load while this one's last
-    // computes and its warps merge. Flat tile f lives in stage f % NST, and the merge goes
-    // through the stage computed last, which the stream refills only after it. Otherwise each
-    // split fills the ring from empty and merges through it once drained. The same tiles,
-    // states and merges either way: the same bits.
-    // The stream's cursor: tile ii of split is's in (before the first split until the first
-    // issue), `issued` tiles so far.
-    int is = (int)blockIdx.x - (int)gridDim.x, ii = 0, in = 0, ilo, ihi, it_lo, issued = 0;
-    bool ends = false;
-    auto issue = [&]() {  // PF: the stream's next tile, if any, and a commit group either way
-        while (!ends && ii == in) {
-            is += gridDim.x;
-            ii = 0;
-            if (is >= max_splits || is * span >= max_len)
-                ends = true;
-            else
-                in = split_tiles(is, ilo, ihi, it_lo);
-        }
-        if (!ends) {
-            load(issued % NST, it_lo + ii * DM_TILE, ihi);
-            ++ii;
-            ++issued;
-        }
-        cp_async_commit();
-    };
-    if constexpr (PF) {
+            if (take_b) {
+                const DmScale fb = dm_fold_scale(cm_b, m_b);
+                cm_b = fb.m;
+                cl_b = dm_fold(cl_b, l_b, fb);
 #pragma unroll
-        for (int st = 0; st < NST - 1; ++st) issue();
-    }
-    int f = 0;  // PF: the flat index of the next tile to compute
-    for (int split = blockIdx.x; split < max_splits; split += gridDim.x) {
-        if (split * span >= max_len) break;
-        int lo, hi, t_lo;
-        const int n_tiles = split_tiles(split, lo, hi, t_lo);
-        if constexpr (!PF) {
-#pragma unroll
-            for (int st = 0; st < NST - 1; ++st) {
-                if (st < n_tiles) load(st, t_lo + st * DM_TILE, hi);
-                cp_async_commit();
+                for (int d = 0; d < DT; ++d) {
+                    if constexpr (RO) {
+                        co[d][2] = dm_fold(co[d][2], o[d][2], fb);
+                        co[d][3] = dm_fold(co[d][3], o[d][3], fb);
+                    } else {
+                        float2* c = reinterpret_cast<float2*>(co_b + d * 8);
+                        *c = make_float2(dm_fold(c->x, o[d][2], fb), dm_fold(c->y, o[d][3], fb));
+                    }
+                }
             }
-        }
-        __syncthreads();
-        const int len_a = s_len[g], len_b = s_len[g + 8];
-        const int first_a = window > 0 ? len_a - window : 0, first_b = window > 0 ? len_b - window : 0;
-        reset();
-        for (int it = 0; it < n_tiles; ++it) {
-            // Keep NST - 1 tiles in flight: issue the one NST - 1 ahead into the stage freed
-            // last round.
-            if constexpr (PF) {
-                issue();
-            } else {
-                const int nxt = it + NST - 1;
-                if (nxt < n_tiles) load(nxt % NST, t_lo + nxt * DM_TILE, hi);
-                cp_async_commit();
-            }
-            cp_async_wait<NST - 1>();
-            __syncthreads();
-            tile(PF ? f % NST : it % NST, t_lo + it * DM_TILE, len_a, len_b, first_a, first_b);
-            __syncthreads();
-            if constexpr (PF) ++f;
-        }
-        if constexpr (PF) {
-            // Stage (f + NST - 1) % NST holds no tile in flight until the next issue.
-            const int free_stage = (f + NST - 1) % NST;
-            float* ko = reinterpret_cast<float*>(sk0 + free_stage * DM_TILE * LD);
-            float* vo = reinterpret_cast<float*>(sv0 + free_stage * DM_TILE * LD);
-            merge(split, lo, ko, vo, ko + 2 * 16 * HD);
         } else {
-            cp_async_wait<0>();
-            float* sm_o = reinterpret_cast<float*>(sk0);
-            merge(split, lo, sm_o, sm_o + 2 * 16 * HD, sm_o + DM_WARPS * 16 * HD);
+            const int ra = row0 + g / gc, ha = hc0 + g % gc, rb = row0 + (g + 8) / gc, hb = hc0 + (g + 8) % gc;
+            const u64 pa = ((u64)ra * n_q + ha) * max_splits + s, pb = ((u64)rb * n_q + hb) * max_splits + s;
+            if (take_a) {
+#pragma unroll
+                for (int d = 0; d < DT; ++d)
+                    *reinterpret_cast<float2*>(part_o + pa * HD + d * 8 + 2 * t) = make_float2(o[d][0], o[d][1]);
+                if (t == 0) *reinterpret_cast<float2*>(part_ml + pa * 2) = make_float2(m_a, l_a);
+            }
+            if (take_b) {
+#pragma unroll
+                for (int d = 0; d < DT; ++d)
+                    *reinterpret_cast<float2*>(part_o + pb * HD + d * 8 + 2 * t) = make_float2(o[d][2], o[d][3]);
+                if (t == 0) *reinterpret_cast<float2*>(part_ml + pb * 2) = make_float2(m_b, l_b);
+            }
         }
-        // The merge read shared memory the next tiles overwrite.
-        __syncthreads();
     }
     cp_async_wait<0>();
+    if (!fold) return;
+    // The fold: the chains merged in index order, the output written.
+    if constexpr (RO) {
+        __syncthreads();  // every warp is done with its ring and the query slots
+#pragma unroll
+        for (int d = 0; d < DT; ++d) {
+            *reinterpret_cast<float2*>(co_a + d * 8) = make_float2(co[d][0], co[d][1]);
+            *reinterpret_cast<float2*>(co_b + d * 8) = make_float2(co[d][2], co[d][3]);
+        }
+    }
+    if (t == 0) {
+        s_ml[warp][g][0] = cm_a;
+        s_ml[warp][g][1] = cl_a;
+        s_ml[warp][g + 8][0] = cm_b;
+        s_ml[warp][g + 8][1] = cl_b;
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < 16 * HD; idx += DM_WARPS * 32) {
+        const int i = idx / HD, d = idx % HD;
+        if (s_len[i] == 0) continue;
+        float M[DM_CHAINS], L[DM_CHAINS], O[DM_CHAINS], sc[DM_CHAINS];
+#pragma unroll
+        for (int c = 0; c < DM_CHAINS; ++c) {
+            M[c] = s_ml[c][i][0];
+            L[c] = s_ml[c][i][1];
+            O[c] = s_o[(c * 16 + i) * LDO + d];
+        }
+        const float l = dm_chain_scales(M, L, sc);
+        out[((u64)(row0 + i / gc) * n_q + hc0 + i % gc) * HD + d] = dm_chain_out(O, sc, l);
+    }
 }
 
-// decode_mma_hd*: a CTA's splits one after the other; decode_mma_pf_hd* (KILN_DECODE_PREFETCH=1):
-// as one stream of tiles (the same bits).
-#define DM_ENTRY(NAME, HD, NST, MINB, PF)                                                               \
+// decode_mma_hd*: `fold` 1 (one CTA a row run and head group: gridDim.x == 1) writes the output;
+// 0 writes each split's partials for decode_mma_combine.
+#define DM_ENTRY(NAME, HD, NST, MINB)                                                                   \
     extern "C" __global__ void __launch_bounds__(128, MINB) NAME(                                       \
         const bf16_t* q, const bf16_t* kc, const bf16_t* vc, const int* positions, const int* token_seq, \
-        const int* bt_start, const int* block_tables, float* part_o, float* part_ml, int n_q, int n_kv, \
-        int block_size, int window, float scale_log2, int max_splits, int min_span) {                  \
+        const int* bt_start, const int* block_tables, float* part_o, float* part_ml, bf16_t* out, int n_q, \
+        int n_kv, int block_size, int window, float scale_log2, int max_splits, int min_span, int fold) { \
         pdl_enter();                                                                                    \
-        decode_mma_body<HD, NST, PF>(q, kc, vc, positions, token_seq, bt_start, block_tables, part_o,   \
-                                     part_ml, n_q, n_kv, block_size, window, scale_log2, max_splits,    \
-                                     min_span);                                                         \
+        decode_mma_body<HD, NST>(q, kc, vc, positions, token_seq, bt_start, block_tables, part_o, part_ml, \
+                                 out, n_q, n_kv, block_size, window, scale_log2, max_splits, min_span, fold); \
     }
-// Ring depth and CTAs per SM by head dim: about 100 KB of K/V in flight per SM or more.
-DM_ENTRY(decode_mma_hd16, 16, 4, 4, false)
-DM_ENTRY(decode_mma_pf_hd16, 16, 4, 4, true)
-DM_ENTRY(decode_mma_hd32, 32, 4, 4, false)
-DM_ENTRY(decode_mma_pf_hd32, 32, 4, 4, true)
-DM_ENTRY(decode_mma_hd64, 64, 3, 3, false)
-DM_ENTRY(decode_mma_pf_hd64, 64, 3, 3, true)
-DM_ENTRY(decode_mma_hd128, 128, 3, 2, false)
-DM_ENTRY(decode_mma_pf_hd128, 128, 3, 2, true)
-DM_ENTRY(decode_mma_hd256, 256, 2, 1, false)
-DM_ENTRY(decode_mma_pf_hd256, 256, 2, 1, true)
+// Ring depth (a warp's stages of 16 keys) and CTAs per SM by head dim: about 100 KB of K/V in
+// flight per SM or more (the shared memory: attn_launch.rs's decode_mma_smem_bytes).
+DM_ENTRY(decode_mma_hd16, 16, 6, 4)
+DM_ENTRY(decode_mma_hd32, 32, 4, 4)
+DM_ENTRY(decode_mma_hd64, 64, 3, 3)
+DM_ENTRY(decode_mma_hd128, 128, 3, 2)
+DM_ENTRY(decode_mma_hd256, 256, 2, 1)
 
-// out[row, h, :] = the row's splits merged in split order. Grid (n_q, rows), hd threads.
+// out[row, h, :] = the row's splits folded into their chains and the chains merged (decode_split.cuh),
+// for the launches without the fold. Grid (n_q, rows), hd threads or fewer.
 extern "C" __global__ void decode_mma_combine(const float* __restrict__ part_o, const float* __restrict__ part_ml,
                                               const int* __restrict__ positions, bf16_t* __restrict__ out,
                                               int n_q, int hd, int max_splits, int min_span) {
     pdl_enter();
-    __shared__ float sm_sc[DM_COMBINE_MAX_SPLITS];
-    __shared__ float sm_l;
     const int h = blockIdx.x, row = blockIdx.y;
     const int len = positions[row] + 1;
     const int span = dm_span(len, max_splits, min_span);
     const int n_splits = (len + span - 1) / span;
     const u64 base = ((u64)row * n_q + h) * max_splits;
-    // One warp finds the maximum and each split's scale; thread 0 sums the weights in order.
-    if (threadIdx.x < 32) {
-        float mm = KILN_NEG_INF;
-        for (int s = threadIdx.x; s < n_splits; s += 32) mm = fmaxf(mm, part_ml[(base + s) * 2]);
-        mm = warp_max(mm);
-        for (int s = threadIdx.x; s < n_splits; s += 32) {
-            const float ms = part_ml[(base + s) * 2];
-            sm_sc[s] = ms == KILN_NEG_INF ? 0.f : exp2f(__fsub_rn(ms, mm));
-        }
-        __syncwarp();
-        if (threadIdx.x == 0) {
-            float ll = 0.f;
-            for (int s = 0; s < n_splits; ++s) ll = __fadd_rn(ll, __fmul_rn(part_ml[(base + s) * 2 + 1], sm_sc[s]));
-            sm_l = ll;
-        }
-    }
-    __syncthreads();
-    const float ll = sm_l;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float oo = 0.f;
-#pragma unroll 16
-        for (int s = 0; s < n_splits; ++s) oo = __fadd_rn(oo, __fmul_rn(part_o[(base + s) * hd + d], sm_sc[s]));
-        out[((u64)row * n_q + h) * hd + d] = f32_to_bf16(ll > 0.f ? oo / ll : 0.f);
+        float M[DM_CHAINS], L[DM_CHAINS], O[DM_CHAINS], sc[DM_CHAINS];
+#pragma unroll
+        for (int c = 0; c < DM_CHAINS; ++c) {
+            M[c] = KILN_NEG_INF;
+            L[c] = 0.f;
+            O[c] = 0.f;
+            for (int s = c; s < n_splits; s += DM_CHAINS) {
+                const float2 ml = *reinterpret_cast<const float2*>(part_ml + (base + s) * 2);
+                const DmScale f = dm_fold_scale(M[c], ml.x);
+                M[c] = f.m;
+                L[c] = dm_fold(L[c], ml.y, f);
+                O[c] = dm_fold(O[c], part_o[(base + s) * hd + d], f);
+            }
+        }
+        const float l = dm_chain_scales(M, L, sc);
+        out[((u64)row * n_q + h) * hd + d] = dm_chain_out(O, sc, l);
     }
 }

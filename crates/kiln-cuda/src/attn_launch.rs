@@ -8,12 +8,14 @@ use anyhow::{bail, Result};
 
 use crate::device::{i32_of, Arg, Gpu};
 use crate::kernels::{AttnInputs, KvView, DECODE_MAX_SPLITS, DECODE_MIN_SPAN};
-use crate::switches::{KernelChoice, SplitCtas, Switches};
+use crate::switches::{DecodeFold, KernelChoice, SplitCtas, Switches};
 
 /// Head dims of decode_mma_hd*.
 pub const DECODE_MMA_HEAD_DIMS: [usize; 5] = [16, 32, 64, 128, 256];
-/// Keys per tile of decode_mma (16 per warp, 4 warps).
-const DECODE_MMA_TILE: usize = 64;
+/// Keys per step of decode_mma's warps.
+const DECODE_MMA_STEP: usize = 16;
+/// Warps of a decode_mma CTA, each serving whole splits (and, folding, one chain of them).
+const DECODE_MMA_WARPS: usize = 4;
 
 /// Head dims of flash_sm90_hd* (two query heads of an even GQA group per CTA).
 pub const FLASH_SM90_HEAD_DIMS: [usize; 3] = [64, 128, 256];
@@ -62,9 +64,9 @@ pub enum DecodeKernel {
     /// decode_attn_hd*: CUDA cores, split count and bounds from the row's length.
     Simt,
     /// decode_mma_hd*: tensor cores, power-of-two splits at absolute positions, the rows of
-    /// one sequence sharing each K/V tile; `prefetch`: decode_mma_pf_hd*, a CTA's splits as
-    /// one stream of tiles (KILN_DECODE_PREFETCH=1; 512-wide heads have no such twin).
-    Mma { prefetch: bool },
+    /// one sequence sharing each K/V step; `fold`: whether a CTA folds a row's splits itself
+    /// (KILN_DECODE_FOLD; the same bits either way; 512-wide heads never fold).
+    Mma { fold: DecodeFold },
 }
 
 /// CTAs decode_mma gives each (row run, head group) along its split slots: the largest power of
@@ -103,32 +105,33 @@ impl Gpu {
     }
 }
 
-/// Stages of decode_mma's K/V ring for head dim `hd` (DM_ENTRY in decode_mma.cu).
+/// Stages of each decode_mma warp's K/V ring for head dim `hd` (DM_ENTRY in decode_mma.cu).
 fn decode_mma_stages(hd: usize) -> usize {
     match hd {
-        0..=32 => 4,
+        0..=16 => 6,
+        17..=32 => 4,
         33..=128 => 3,
         _ => 2,
     }
 }
 
-/// Dynamic shared memory of decode_mma_hd{hd}: 16 query slots and the K/V ring, rows padded by
-/// 8 elements.
+/// Dynamic shared memory of decode_mma_hd{hd}: 16 query slots and each warp's K/V ring, rows
+/// padded by 8 elements, and beyond head dim 128 the folding chains' O (floats) before them.
 pub fn decode_mma_smem_bytes(hd: usize) -> usize {
     let ld = hd + 8;
-    (16 * ld + 2 * decode_mma_stages(hd) * DECODE_MMA_TILE * ld) * 2
+    let chains_o = if hd > 128 {
+        DECODE_MMA_WARPS * 16 * ld * 4
+    } else {
+        0
+    };
+    chains_o + (16 * ld + DECODE_MMA_WARPS * decode_mma_stages(hd) * 2 * DECODE_MMA_STEP * ld) * 2
 }
 
 /// The kernels of this file that need more than 48 KB of shared memory, with their needs.
 pub fn large_smem_kernels() -> Vec<(String, usize)> {
-    let decode = DECODE_MMA_HEAD_DIMS.iter().flat_map(|&hd| {
-        let b = decode_mma_smem_bytes(hd);
-        [
-            format!("decode_mma_hd{hd}"),
-            format!("decode_mma_pf_hd{hd}"),
-        ]
-        .map(|n| (n, b))
-    });
+    let decode = DECODE_MMA_HEAD_DIMS
+        .iter()
+        .map(|&hd| (format!("decode_mma_hd{hd}"), decode_mma_smem_bytes(hd)));
     let flash = FLASH_SM90_HEAD_DIMS.iter().flat_map(|&hd| {
         let b = flash_sm90_smem_bytes(hd);
         ["flash_sm90_hd", "flash_sm90o_hd", "flash_sm90p_hd"].map(|p| (format!("{p}{hd}"), b))
@@ -271,7 +274,7 @@ impl Gpu {
             && self.has_func(&format!("decode_mma_hd{hd}"))
         {
             DecodeKernel::Mma {
-                prefetch: sw.decode_prefetch,
+                fold: sw.decode_fold,
             }
         } else {
             DecodeKernel::Simt
@@ -302,8 +305,8 @@ impl Gpu {
             DecodeKernel::Simt => self.decode_attn_simt(
                 q, kv, inp, part_o, part_ml, out, rows, n_q, hd, window, scale,
             ),
-            DecodeKernel::Mma { prefetch } => self.decode_mma(
-                q, kv, inp, part_o, part_ml, out, rows, n_q, hd, window, scale, prefetch,
+            DecodeKernel::Mma { fold } => self.decode_mma(
+                q, kv, inp, part_o, part_ml, out, rows, n_q, hd, window, scale, fold,
             ),
         }
     }
@@ -322,7 +325,7 @@ impl Gpu {
         hd: usize,
         window: usize,
         scale: f32,
-        prefetch: bool,
+        fold: DecodeFold,
     ) -> Result<()> {
         if rows == 0 {
             return Ok(());
@@ -358,7 +361,16 @@ impl Gpu {
         // One CTA serves up to 16 query heads of a group (and 16 / heads rows of a sequence).
         let group = n_q / kv.n_kv;
         let chunks = group.div_ceil(group.min(16));
-        let args = [
+        // One CTA a row run and head group folds the row's splits itself (no combine) where
+        // that fills the GPU; the same bits as the combine's fold.
+        let groups = kv.n_kv * chunks;
+        let fold = !wide
+            && match fold {
+                DecodeFold::Always => true,
+                DecodeFold::Never => false,
+                DecodeFold::Auto => rows * groups >= self.sm_count as usize,
+            };
+        let mut args = vec![
             Arg::Ptr(q),
             Arg::Ptr(kv.k),
             Arg::Ptr(kv.v),
@@ -368,6 +380,11 @@ impl Gpu {
             Arg::Ptr(inp.block_tables),
             Arg::Ptr(part_o),
             Arg::Ptr(part_ml),
+        ];
+        if !wide {
+            args.push(Arg::Ptr(out));
+        }
+        args.extend([
             Arg::I32(n_q as i32),
             Arg::I32(kv.n_kv as i32),
             Arg::I32(kv.block_size as i32),
@@ -375,21 +392,23 @@ impl Gpu {
             Arg::F32(scale * std::f32::consts::LOG2_E),
             Arg::I32(max_splits as i32),
             Arg::I32(min_span as i32),
-        ];
+        ]);
+        if !wide {
+            args.push(Arg::I32(fold as i32));
+        }
         // Every row is launched (rows whose run another CTA serves exit at once), each with
-        // `sx` CTAs over its split slots (the 512-wide entry: one per slot), so the grid
-        // depends on the row count only.
-        let sx = match wide {
-            true => max_splits,
-            false => self.split_ctas(max_splits, kv.n_kv * chunks, rows),
+        // `sx` CTAs over its split slots (the 512-wide entry: one per slot; decode_mma: a
+        // warp a slot, one CTA when folding), so the grid depends on the row count only.
+        let sx = match (wide, fold) {
+            (true, _) => max_splits,
+            (false, true) => 1,
+            (false, false) => self.split_ctas(max_splits.div_ceil(DECODE_MMA_WARPS), groups, rows),
         };
-        let grid = (sx as u32, (kv.n_kv * chunks) as u32, rows as u32);
-        // The twin whose ring runs across its splits (the same bits).
-        let name = match !wide && prefetch {
-            true => format!("decode_mma_pf_hd{hd}"),
-            false => format!("decode_mma_hd{hd}"),
-        };
-        self.launch(&name, grid, 128, smem as u32, &args)?;
+        let grid = (sx as u32, groups as u32, rows as u32);
+        self.launch(&format!("decode_mma_hd{hd}"), grid, 128, smem as u32, &args)?;
+        if fold {
+            return Ok(());
+        }
         let args = [
             Arg::Ptr(part_o),
             Arg::Ptr(part_ml),

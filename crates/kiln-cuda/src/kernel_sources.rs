@@ -268,7 +268,7 @@ mod tests {
             .collect();
         let decode_mma = [16, 32, 64, 128, 256]
             .into_iter()
-            .flat_map(|d| [format!("decode_mma_hd{d}"), format!("decode_mma_pf_hd{d}")])
+            .map(|d| format!("decode_mma_hd{d}"))
             .chain(["decode_mma_combine".to_string()])
             .collect();
         let expected: Vec<(&str, Vec<String>)> = vec![

@@ -63,10 +63,10 @@ pub struct Switches {
     /// tiles instead of one tile each (different bits, still a function of the row's length
     /// only). None when unset or invalid.
     pub decode_min_span: Option<usize>,
-    /// KILN_DECODE_PREFETCH=1: decode_mma's CTAs take their splits as one stream of tiles
-    /// (`decode_mma_pf_hd*`), the K/V ring running across split boundaries instead of refilling
-    /// from empty at each; the same bits. Opt-in until measured.
-    pub decode_prefetch: bool,
+    /// KILN_DECODE_FOLD: whether decode_mma's CTAs fold a row's splits themselves (one CTA a
+    /// row run and head group, no combine launch) or write them for decode_mma_combine; the
+    /// same bits either way.
+    pub decode_fold: DecodeFold,
     /// KILN_DECODE_SPLIT_CTAS: CTAs decode attention gives each row's head group along its
     /// split slots (same bits whatever the count).
     pub decode_split_ctas: SplitCtas,
@@ -307,7 +307,11 @@ impl Env {
                 decode_min_span: var("KILN_DECODE_MIN_SPAN")
                     .and_then(|v| v.parse::<usize>().ok())
                     .filter(|n| n.is_power_of_two() && (64..=8192).contains(n)),
-                decode_prefetch: var("KILN_DECODE_PREFETCH").as_deref() == Some("1"),
+                decode_fold: match var("KILN_DECODE_FOLD").as_deref() {
+                    Some("0") => DecodeFold::Never,
+                    Some("1") => DecodeFold::Always,
+                    _ => DecodeFold::Auto,
+                },
                 decode_split_ctas: SplitCtas::parse(var("KILN_DECODE_SPLIT_CTAS").as_deref()),
                 tc_split_from: match var("KILN_SKINNY_TC_SPLIT").as_deref() {
                     None | Some("") | Some("on") => Some(TC_SPLIT_FROM),
@@ -366,6 +370,15 @@ impl Env {
 /// The kernel cache the environment asks for.
 pub fn kernel_cache() -> &'static KernelCache {
     &env().kernel_cache
+}
+
+/// KILN_DECODE_FOLD: `auto` (the default) folds where one CTA a row run and head group fills
+/// the GPU (rows x head groups at least the multiprocessors), `1` always, `0` never.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodeFold {
+    Auto,
+    Always,
+    Never,
 }
 
 /// KILN_DECODE_SPLIT_CTAS: how many CTAs decode attention gives a row's head group along its
@@ -430,7 +443,7 @@ impl Switches {
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} decode_min_span={span} decode_prefetch={} decode_split_ctas={} tc_split={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} decode_min_span={span} decode_fold={:?} decode_split_ctas={} tc_split={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -445,7 +458,7 @@ impl Switches {
             k.flash_overlap as u8,
             k.flash_pingpong as u8,
             if k.decode_mma { "mma" } else { "simt" },
-            self.decode_prefetch as u8,
+            self.decode_fold,
             self.decode_split_ctas.describe(),
             self.tc_split_from
                 .map_or("off".to_string(), |n| format!("{n}+")),

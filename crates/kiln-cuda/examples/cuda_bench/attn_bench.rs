@@ -20,15 +20,20 @@ use kiln_cuda::attn_launch::{DecodeKernel, FlashKernel, FLASH_SM90_HEAD_DIMS};
 use kiln_cuda::device::{DevBuf, Gpu};
 use kiln_cuda::kernels::{AttnInputs, KvView, DECODE_MAX_SPLITS};
 use kiln_cuda::step_plan::{pack_step, StepLayout};
+use kiln_cuda::switches::DecodeFold;
 use kiln_step::ChunkInput;
 
 const N_Q: usize = 32;
 const N_KV: usize = 8;
 const BS: usize = 16;
-/// decode_mma as the default launches it and its twin with the ring across splits.
+/// decode_mma folding a row's splits itself and through the combine.
 const MMA: [DecodeKernel; 2] = [
-    DecodeKernel::Mma { prefetch: false },
-    DecodeKernel::Mma { prefetch: true },
+    DecodeKernel::Mma {
+        fold: DecodeFold::Always,
+    },
+    DecodeKernel::Mma {
+        fold: DecodeFold::Never,
+    },
 ];
 const LAYERS: f64 = 32.0;
 const CHUNK: usize = 2048;
@@ -229,8 +234,15 @@ fn prefill(gpu: &Gpu, json: &mut Vec<String>) -> Result<()> {
 fn decode_name(k: DecodeKernel) -> &'static str {
     match k {
         DecodeKernel::Simt => "simt",
-        DecodeKernel::Mma { prefetch: false } => "mma",
-        DecodeKernel::Mma { prefetch: true } => "mma_pf",
+        DecodeKernel::Mma {
+            fold: DecodeFold::Always,
+        } => "mma_fold",
+        DecodeKernel::Mma {
+            fold: DecodeFold::Never,
+        } => "mma_combine",
+        DecodeKernel::Mma {
+            fold: DecodeFold::Auto,
+        } => "mma",
     }
 }
 
@@ -273,7 +285,7 @@ fn decode(gpu: &Gpu, kinds: &[DecodeKernel], json: &mut Vec<String>) -> Result<(
             )
         })
     };
-    for depth in [8192usize, 32_768, 131_072] {
+    for depth in [512usize, 8192, 32_768, 131_072] {
         for batch in [1usize, 8, 32, 128] {
             if batch * (depth + 1) > DECODE_TOKENS {
                 continue;

@@ -20,6 +20,7 @@ use kiln_cuda::attn_launch::{
 use kiln_cuda::attn_wide::WIDE_HEAD_DIMS;
 use kiln_cuda::device::Gpu;
 use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
+use kiln_cuda::switches::DecodeFold;
 
 mod planted;
 
@@ -42,8 +43,7 @@ impl Kind {
         match self {
             Kind::Ref => "ref_attn".into(),
             Kind::Decode(DecodeKernel::Simt) => "decode_attn".into(),
-            Kind::Decode(DecodeKernel::Mma { prefetch: false }) => "decode_mma".into(),
-            Kind::Decode(DecodeKernel::Mma { prefetch: true }) => "decode_mma prefetch".into(),
+            Kind::Decode(DecodeKernel::Mma { fold }) => format!("decode_mma fold={fold:?}"),
             Kind::Flash(FlashKernel::Sm80 { pairs }) => format!("flash_attn pairs={}", pairs as u8),
             Kind::FlashWide { split: true } => "flash_wide split".into(),
             Kind::FlashWide { split: false } => "flash_wide recompute".into(),
@@ -92,10 +92,18 @@ fn kinds(gpu: &Gpu, case: &Case, family: Family) -> Vec<Kind> {
     }
     let wide_mma = WIDE_HEAD_DIMS.contains(&case.hd);
     if family == Family::DecodeMma && (DECODE_MMA_HEAD_DIMS.contains(&case.hd) || wide_mma) {
-        k.push(Kind::Decode(DecodeKernel::Mma { prefetch: false }));
-        // The twin with the ring across splits, by name (512-wide heads have none).
+        // The launcher's choice, then each way by name (512-wide heads never fold): the
+        // same bits all three.
+        k.push(Kind::Decode(DecodeKernel::Mma {
+            fold: DecodeFold::Auto,
+        }));
         if !wide_mma {
-            k.push(Kind::Decode(DecodeKernel::Mma { prefetch: true }));
+            k.push(Kind::Decode(DecodeKernel::Mma {
+                fold: DecodeFold::Always,
+            }));
+            k.push(Kind::Decode(DecodeKernel::Mma {
+                fold: DecodeFold::Never,
+            }));
         }
     }
     let even = (case.n_q / case.n_kv).is_multiple_of(2);
@@ -314,6 +322,22 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case, family: Famil
             outs.iter()
                 .find(|(kk, _)| *kk == k)
                 .map(|(_, o)| &o[prefill_at..])
+        };
+        if let (Some(x), Some(y)) = (find(a), find(b)) {
+            c.identical(&format!("{} == {} {name}", a.name(), b.name()), x, y);
+        }
+    }
+    // decode_mma folding its splits itself and through the combine: the same bits on the
+    // decode rows.
+    let mma = |fold| Kind::Decode(DecodeKernel::Mma { fold });
+    for (a, b) in [
+        (mma(DecodeFold::Always), mma(DecodeFold::Never)),
+        (mma(DecodeFold::Auto), mma(DecodeFold::Never)),
+    ] {
+        let find = |k| {
+            outs.iter()
+                .find(|(kk, _)| *kk == k)
+                .map(|(_, o)| &o[..prefill_at])
         };
         if let (Some(x), Some(y)) = (find(a), find(b)) {
             c.identical(&format!("{} == {} {name}", a.name(), b.name()), x, y);

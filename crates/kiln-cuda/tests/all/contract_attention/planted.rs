@@ -11,19 +11,22 @@ const PLANTED: &[(&str, &str, &str)] = &[
         "(kp < len_a && kp >= first_a)",
         "(kp <= len_a && kp >= first_a)",
     ),
-    // A CTA serving several split slots skips every other one of its share (run on the batch
-    // of 128 decode rows, where a CTA serves up to 13).
+    // A warp serving several splits skips every other one of its share (seen folding, on the
+    // batch of 128 decode rows, and through the combine at batch 1 deep in the cache).
     (
         "decode_mma",
-        "split += gridDim.x)",
-        "split += 2 * gridDim.x)",
+        "stride = (int)gridDim.x * DM_WARPS;",
+        "stride = 2 * (int)gridDim.x * DM_WARPS;",
     ),
-    // The ring across splits (decode_mma_pf_*): a split's warps merge through the stage the
-    // next split's first tile is loading into (run on the batch of 128 decode rows).
+    // The fold scales a split's partial by the running state's factor (decode_split.cuh, so
+    // in the kernel's fold and the combine's alike).
+    ("decode_mma", "__fmul_rn(part, f.b)", "__fmul_rn(part, f.a)"),
+    // A warp's ring hands out a stage before every lane has read it: the load of the step
+    // NST - 1 ahead goes into the stage being computed.
     (
         "decode_mma",
-        "const int free_stage = (f + NST - 1) % NST;",
-        "const int free_stage = f % NST;",
+        "bf16_t* sk = sk0 + (issued % NST) * 2 * DM_STEP * LD;",
+        "bf16_t* sk = sk0 + ((issued + 1) % NST) * 2 * DM_STEP * LD;",
     ),
     // A prefill row no longer sees its own key.
     (
@@ -111,11 +114,7 @@ fn planted_modules_compile() {
         let entries = src.entries().expect("entries of the planted module");
         let needed: &[&str] = match module {
             "flash_sm90" => &["flash_sm90_hd128"],
-            "decode_mma" => &[
-                "decode_mma_hd128",
-                "decode_mma_pf_hd128",
-                "decode_mma_combine",
-            ],
+            "decode_mma" => &["decode_mma_hd128", "decode_mma_combine"],
             _ => &[],
         };
         for e in needed {
@@ -147,9 +146,9 @@ fn planted_bugs_fail() {
     };
     let (many, many_wide) = (many(128), many(512));
     // The case a planted bug runs on: a batch of 128 decode rows for bugs that show only where
-    // a CTA serves several splits (the split loops' stride, the ring across splits), the wide
+    // a CTA or warp serves several splits (the split loops' stride, a warp's ring), the wide
     // kernels' own case for their other bugs, else the common one.
-    let several_splits = |to: &str| to.contains("gridDim") || to.contains("free_stage");
+    let several_splits = |to: &str| to.contains("gridDim") || to.contains("issued");
     let case_for = |module: &str, to: &str| match (several_splits(to), module.ends_with("_wide")) {
         (true, false) => &many,
         (true, true) => &many_wide,
