@@ -356,32 +356,59 @@ DM_ENTRY(decode_mma_hd128, 128, 3, 2)
 DM_ENTRY(decode_mma_hd256, 256, 2, 1)
 
 // out[row, h, :] = the row's splits folded into their chains and the chains merged (decode_split.cuh),
-// for the launches without the fold. Grid (n_q, rows), hd threads or fewer.
+// for the launches without the fold. Grid (n_q, rows), hd threads or fewer. The partials' maxima
+// and sums are staged in shared memory and each chain's fold factors computed once (by one
+// thread a chain, the same operations as everywhere); the output columns then fold their
+// partials four chains at a time, the loads of several splits in flight.
+#define DM_COMBINE_MAX_SPLITS 64
 extern "C" __global__ void decode_mma_combine(const float* __restrict__ part_o, const float* __restrict__ part_ml,
                                               const int* __restrict__ positions, bf16_t* __restrict__ out,
                                               int n_q, int hd, int max_splits, int min_span) {
     pdl_enter();
+    __shared__ float2 s_ml[DM_COMBINE_MAX_SPLITS];
+    __shared__ float s_a[DM_COMBINE_MAX_SPLITS], s_b[DM_COMBINE_MAX_SPLITS];
+    __shared__ float s_m[DM_CHAINS], s_l[DM_CHAINS];
     const int h = blockIdx.x, row = blockIdx.y;
     const int len = positions[row] + 1;
     const int span = dm_span(len, max_splits, min_span);
     const int n_splits = (len + span - 1) / span;
     const u64 base = ((u64)row * n_q + h) * max_splits;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float M[DM_CHAINS], L[DM_CHAINS], O[DM_CHAINS], sc[DM_CHAINS];
+    for (int s = threadIdx.x; s < n_splits; s += blockDim.x)
+        s_ml[s] = *reinterpret_cast<const float2*>(part_ml + (base + s) * 2);
+    __syncthreads();
+    if (threadIdx.x < DM_CHAINS) {
+        const int c = threadIdx.x;
+        float M = KILN_NEG_INF, L = 0.f;
+        for (int s = c; s < n_splits; s += DM_CHAINS) {
+            const DmScale f = dm_fold_scale(M, s_ml[s].x);
+            M = f.m;
+            L = dm_fold(L, s_ml[s].y, f);
+            s_a[s] = f.a;
+            s_b[s] = f.b;
+        }
+        s_m[c] = M;
+        s_l[c] = L;
+    }
+    __syncthreads();
+    float M[DM_CHAINS], L[DM_CHAINS], sc[DM_CHAINS];
 #pragma unroll
-        for (int c = 0; c < DM_CHAINS; ++c) {
-            M[c] = KILN_NEG_INF;
-            L[c] = 0.f;
-            O[c] = 0.f;
-            for (int s = c; s < n_splits; s += DM_CHAINS) {
-                const float2 ml = *reinterpret_cast<const float2*>(part_ml + (base + s) * 2);
-                const DmScale f = dm_fold_scale(M[c], ml.x);
-                M[c] = f.m;
-                L[c] = dm_fold(L[c], ml.y, f);
-                O[c] = dm_fold(O[c], part_o[(base + s) * hd + d], f);
+    for (int c = 0; c < DM_CHAINS; ++c) {
+        M[c] = s_m[c];
+        L[c] = s_l[c];
+    }
+    const float l = dm_chain_scales(M, L, sc);
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float O[DM_CHAINS];
+#pragma unroll
+        for (int c = 0; c < DM_CHAINS; ++c) O[c] = 0.f;
+#pragma unroll 4
+        for (int s0 = 0; s0 < n_splits; s0 += DM_CHAINS) {
+#pragma unroll
+            for (int c = 0; c < DM_CHAINS; ++c) {
+                const int s = s0 + c;
+                if (s < n_splits) O[c] = dm_fold(O[c], part_o[(base + s) * hd + d], DmScale{0.f, s_a[s], s_b[s]});
             }
         }
-        const float l = dm_chain_scales(M, L, sc);
         out[((u64)row * n_q + h) * hd + d] = dm_chain_out(O, sc, l);
     }
 }

@@ -4,8 +4,8 @@
 // decode_mma_combine, or folded inside decode_mma itself, so they must agree): concatenated
 // before each of them (kernel_sources.rs).
 
-// The fewest keys a split may cover: min_span, the launch's floor, is a power of two at least
-// this.
+// The fewest keys a split covers by default (min_span, the launch's floor: a power of two, at
+// least 16 for decode_mma, this for decode_mma_wide).
 #define DECODE_MIN_SPAN 64
 
 // The chains a row's splits are folded in: split s joins chain s % DM_CHAINS, each chain

@@ -12,6 +12,9 @@ use crate::switches::{DecodeFold, KernelChoice, SplitCtas, Switches};
 
 /// Head dims of decode_mma_hd*.
 pub const DECODE_MMA_HEAD_DIMS: [usize; 5] = [16, 32, 64, 128, 256];
+// decode_mma_combine stages a row's split maxima and sums in shared memory for 64 splits.
+const _: () = assert!(DECODE_MAX_SPLITS <= 64);
+
 /// Keys per step of decode_mma's warps.
 const DECODE_MMA_STEP: usize = 16;
 /// Warps of a decode_mma CTA, each serving whole splits (and, folding, one chain of them).

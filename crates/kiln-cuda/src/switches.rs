@@ -58,10 +58,10 @@ pub struct Switches {
     /// instead of 64, so fewer and longer CTAs (different bits, still a function of the row's
     /// length only). None when unset or invalid.
     pub decode_mma_splits: Option<usize>,
-    /// KILN_DECODE_MIN_SPAN=N (a power of two, 64-8192): decode_mma's splits cover at least N
-    /// keys instead of 64, so rows of a few hundred keys take one or a few splits of several
-    /// tiles instead of one tile each (different bits, still a function of the row's length
-    /// only). None when unset or invalid.
+    /// KILN_DECODE_MIN_SPAN=N (a power of two, 16-8192): decode_mma's splits cover at least N
+    /// keys instead of 64: fewer, longer splits (or, under 64, more and shorter ones for more
+    /// warps at small batches) for rows of a few hundred keys (different bits, still a function
+    /// of the row's length only). None when unset or invalid.
     pub decode_min_span: Option<usize>,
     /// KILN_DECODE_FOLD: whether decode_mma's CTAs fold a row's splits themselves (one CTA a
     /// row run and head group, no combine launch) or write them for decode_mma_combine; the
@@ -306,7 +306,7 @@ impl Env {
                     .filter(|n| n.is_power_of_two() && *n <= 64),
                 decode_min_span: var("KILN_DECODE_MIN_SPAN")
                     .and_then(|v| v.parse::<usize>().ok())
-                    .filter(|n| n.is_power_of_two() && (64..=8192).contains(n)),
+                    .filter(|n| n.is_power_of_two() && (16..=8192).contains(n)),
                 decode_fold: match var("KILN_DECODE_FOLD").as_deref() {
                     Some("0") => DecodeFold::Never,
                     Some("1") => DecodeFold::Always,

@@ -155,7 +155,8 @@ fn values_parse_as_documented() {
             .decode_min_span
     };
     assert_eq!(span("256"), Some(256));
-    assert_eq!(span("32"), None);
+    assert_eq!(span("16"), Some(16));
+    assert_eq!(span("8"), None);
     assert_eq!(span("96"), None);
     assert_eq!(span("16384"), None);
     assert_eq!(read(&[]).switches.decode_min_span, None);
