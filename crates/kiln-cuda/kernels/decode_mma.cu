@@ -23,19 +23,17 @@
 static_assert(DECODE_MIN_SPAN % DM_STEP == 0, "a split holds whole steps");
 
 // One step of 16 keys into a warp's ring stage (keys from kv_end on read as zeros): CH lanes
-// to a row. The warp holds 32 block-table entries, lane j the one of block blk0 + j (the caller
-// refreshes them before a step leaves their range), so no copy waits on a table load; lane
-// l < 16 finds row l's place and the copying lanes take it by shuffle.
+// to a row; lane l < 16 looks up row l in the block table (once for K and V) and the copying
+// lanes take it by shuffle: no division or dependent load per 16-byte copy.
 template <int HD>
 __device__ __forceinline__ void dm_load_step(bf16_t* sk, bf16_t* sv, const bf16_t* __restrict__ kc,
-                                             const bf16_t* __restrict__ vc, u32 tab, int blk0, int k0,
-                                             int kv_end, int kvh, int n_kv, int block_size, int lane) {
+                                             const bf16_t* __restrict__ vc, const int* __restrict__ table,
+                                             int k0, int kv_end, int kvh, int n_kv, int block_size, int lane) {
     constexpr int LD = HD + 8, CH = HD / 8, RPW = 32 / CH;  // rows a pass of the warp
     static_assert(CH <= 32 && RPW * CH == 32, "decode_mma step shape");
     const int mp = k0 + (lane & 15);
-    const u32 entry = __shfl_sync(0xffffffffu, tab, min(max(mp / block_size - blk0, 0), 31));
     const u32 mine = mp < kv_end
-        ? (entry * (u32)n_kv + (u32)kvh) * (u32)block_size + (u32)(mp % block_size)
+        ? ((u32)table[mp / block_size] * (u32)n_kv + (u32)kvh) * (u32)block_size + (u32)(mp % block_size)
         : 0u;  // 0 (a valid address) past kv_end
     const int c = lane % CH;
 #pragma unroll
@@ -128,10 +126,6 @@ __device__ __forceinline__ void decode_mma_body(
     // flat step f lives in stage f % NST. The cursor: step ii of split is (of in).
     int is = first - stride, ii = 0, in = 0, ilo, ihi, it_lo, issued = 0;
     bool ends = false;
-    // The warp's 32 block-table entries (blocks blk0..blk0 + 31), loaded where a step needs
-    // others: once a split for splits of up to 32 blocks.
-    u32 tab = 0;
-    int blk0 = -32;
     auto issue = [&]() {  // the stream's next step, if any, and a commit group either way
         while (!ends && ii == in) {
             is += stride;
@@ -142,14 +136,9 @@ __device__ __forceinline__ void decode_mma_body(
                 in = split_steps(is, ilo, ihi, it_lo);
         }
         if (!ends) {
-            const int k0 = it_lo + ii * DM_STEP, k_last = min(k0 + DM_STEP, ihi) - 1;
-            if (k0 / block_size < blk0 || k_last / block_size >= blk0 + 32) {
-                blk0 = k0 / block_size;
-                tab = (blk0 + lane) * block_size < max_len ? (u32)table[blk0 + lane] : 0u;
-            }
             bf16_t* sk = sk0 + (issued % NST) * 2 * DM_STEP * LD;
-            dm_load_step<HD>(sk, sk + DM_STEP * LD, k_cache, v_cache, tab, blk0, k0, ihi, kvh, n_kv, block_size,
-                             lane);
+            dm_load_step<HD>(sk, sk + DM_STEP * LD, k_cache, v_cache, table, it_lo + ii * DM_STEP, ihi, kvh, n_kv,
+                             block_size, lane);
             ++ii;
             ++issued;
         }
