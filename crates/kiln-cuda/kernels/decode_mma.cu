@@ -53,7 +53,7 @@ __device__ __forceinline__ void decode_mma_body(
     const int* __restrict__ positions, const int* __restrict__ token_seq, const int* __restrict__ bt_start,
     const int* __restrict__ block_tables, float* __restrict__ part_o, float* __restrict__ part_ml,
     bf16_t* __restrict__ out, int n_q, int n_kv, int block_size, int window, float scale_log2, int max_splits,
-    int min_span, int fold) {
+    int min_span, int span_round, int fold) {
     constexpr int LD = HD + 8, DT = HD / 8, LDO = HD + 8;
     // Folding, a chain's O stays in registers up to head dim 128, in shared memory beyond.
     constexpr bool RO = HD <= 128;
@@ -77,11 +77,11 @@ __device__ __forceinline__ void decode_mma_body(
     const int nh = min(gc, kvh * group + group - hc0);
 
     // A run of rows starts at a multiple of rpc or where the sequence or span changes.
-    if (row0 % rpc != 0 && dm_same(token_seq, positions, row0 - 1, row0, max_splits, min_span)) return;
+    if (row0 % rpc != 0 && dm_same(token_seq, positions, row0 - 1, row0, max_splits, min_span, span_round)) return;
     const int n_rows_total = gridDim.z;
     int nr = 1;
     while (nr < rpc && row0 + nr < n_rows_total && (row0 + nr) % rpc != 0 &&
-           dm_same(token_seq, positions, row0 + nr - 1, row0 + nr, max_splits, min_span))
+           dm_same(token_seq, positions, row0 + nr - 1, row0 + nr, max_splits, min_span, span_round))
         ++nr;
 
     int max_len = 0, min_first = 0x7fffffff;
@@ -90,7 +90,7 @@ __device__ __forceinline__ void decode_mma_body(
         max_len = max(max_len, len);
         min_first = min(min_first, window > 0 ? max(0, len - window) : 0);
     }
-    const int span = dm_span(max_len, max_splits, min_span);
+    const int span = dm_span(max_len, max_splits, min_span, span_round);
     // The CTA's first split, and the stride of each warp's splits.
     if ((int)blockIdx.x * DM_WARPS * span >= max_len) return;
 
@@ -342,10 +342,12 @@ __device__ __forceinline__ void decode_mma_body(
     extern "C" __global__ void __launch_bounds__(128, MINB) NAME(                                       \
         const bf16_t* q, const bf16_t* kc, const bf16_t* vc, const int* positions, const int* token_seq, \
         const int* bt_start, const int* block_tables, float* part_o, float* part_ml, bf16_t* out, int n_q, \
-        int n_kv, int block_size, int window, float scale_log2, int max_splits, int min_span, int fold) { \
+        int n_kv, int block_size, int window, float scale_log2, int max_splits, int min_span, int span_round, \
+        int fold) {                                                                                     \
         pdl_enter();                                                                                    \
         decode_mma_body<HD, NST>(q, kc, vc, positions, token_seq, bt_start, block_tables, part_o, part_ml, \
-                                 out, n_q, n_kv, block_size, window, scale_log2, max_splits, min_span, fold); \
+                                 out, n_q, n_kv, block_size, window, scale_log2, max_splits, min_span, span_round, \
+                                 fold);                                                                 \
     }
 // Ring depth (a warp's stages of 16 keys) and CTAs per SM by head dim: about 100 KB of K/V in
 // flight per SM or more (the shared memory: attn_launch.rs's decode_mma_smem_bytes).
@@ -363,14 +365,14 @@ DM_ENTRY(decode_mma_hd256, 256, 2, 1)
 #define DM_COMBINE_MAX_SPLITS 64
 extern "C" __global__ void decode_mma_combine(const float* __restrict__ part_o, const float* __restrict__ part_ml,
                                               const int* __restrict__ positions, bf16_t* __restrict__ out,
-                                              int n_q, int hd, int max_splits, int min_span) {
+                                              int n_q, int hd, int max_splits, int min_span, int span_round) {
     pdl_enter();
     __shared__ float2 s_ml[DM_COMBINE_MAX_SPLITS];
     __shared__ float s_a[DM_COMBINE_MAX_SPLITS], s_b[DM_COMBINE_MAX_SPLITS];
     __shared__ float s_m[DM_CHAINS], s_l[DM_CHAINS];
     const int h = blockIdx.x, row = blockIdx.y;
     const int len = positions[row] + 1;
-    const int span = dm_span(len, max_splits, min_span);
+    const int span = dm_span(len, max_splits, min_span, span_round);
     const int n_splits = (len + span - 1) / span;
     const u64 base = ((u64)row * n_q + h) * max_splits;
     for (int s = threadIdx.x; s < n_splits; s += blockDim.x)

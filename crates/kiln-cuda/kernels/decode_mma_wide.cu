@@ -37,7 +37,7 @@ __device__ __forceinline__ void decode_mma_wide_body(
     const bf16_t* __restrict__ q, const bf16_t* __restrict__ k_cache, const bf16_t* __restrict__ v_cache,
     const int* __restrict__ positions, const int* __restrict__ token_seq, const int* __restrict__ bt_start,
     const int* __restrict__ block_tables, float* __restrict__ part_o, float* __restrict__ part_ml,
-    int n_q, int n_kv, int block_size, int window, float scale_log2, int max_splits, int min_span) {
+    int n_q, int n_kv, int block_size, int window, float scale_log2, int max_splits, int min_span, int span_round) {
     constexpr int LD = HD + 8, CQ = HD / 8, DW = HD / DMW_WARPS, DT = DW / 8, NT = DMW_TILE / 8;
     extern __shared__ __align__(16) unsigned char dmw_smem[];
     bf16_t* sq = reinterpret_cast<bf16_t*>(dmw_smem);
@@ -56,11 +56,11 @@ __device__ __forceinline__ void decode_mma_wide_body(
     const int nh = min(gc, kvh * group + group - hc0);
 
     // Runs of rows as decode_mma.cu forms them.
-    if (row0 % rpc != 0 && dm_same(token_seq, positions, row0 - 1, row0, max_splits, min_span)) return;
+    if (row0 % rpc != 0 && dm_same(token_seq, positions, row0 - 1, row0, max_splits, min_span, span_round)) return;
     const int n_rows_total = gridDim.z;
     int nr = 1;
     while (nr < rpc && row0 + nr < n_rows_total && (row0 + nr) % rpc != 0 &&
-           dm_same(token_seq, positions, row0 + nr - 1, row0 + nr, max_splits, min_span))
+           dm_same(token_seq, positions, row0 + nr - 1, row0 + nr, max_splits, min_span, span_round))
         ++nr;
 
     int max_len = 0, min_first = 0x7fffffff;
@@ -69,7 +69,7 @@ __device__ __forceinline__ void decode_mma_wide_body(
         max_len = max(max_len, len);
         min_first = min(min_first, window > 0 ? max(0, len - window) : 0);
     }
-    const int span = dm_span(max_len, max_splits, min_span);
+    const int span = dm_span(max_len, max_splits, min_span, span_round);
     const int lo = split * span;
     if (lo >= max_len) return;
     const int hi = min(max_len, lo + span);
@@ -232,8 +232,8 @@ __device__ __forceinline__ void decode_mma_wide_body(
 extern "C" __global__ void __launch_bounds__(128, 1) decode_mma_hd512(
     const bf16_t* q, const bf16_t* kc, const bf16_t* vc, const int* positions, const int* token_seq,
     const int* bt_start, const int* block_tables, float* part_o, float* part_ml, int n_q, int n_kv,
-    int block_size, int window, float scale_log2, int max_splits, int min_span) {
+    int block_size, int window, float scale_log2, int max_splits, int min_span, int span_round) {
     pdl_enter();
     decode_mma_wide_body<512, 3>(q, kc, vc, positions, token_seq, bt_start, block_tables, part_o, part_ml, n_q,
-                                 n_kv, block_size, window, scale_log2, max_splits, min_span);
+                                 n_kv, block_size, window, scale_log2, max_splits, min_span, span_round);
 }

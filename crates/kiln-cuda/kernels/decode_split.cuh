@@ -12,18 +12,25 @@
 // folds its splits in index order, and the chains are merged in index order at the end.
 #define DM_CHAINS 4
 
-// Keys per split for a row of length `len`: a power of two, at least min_span, at most
-// pow2ceil(len) / max_splits, so no row has more than max_splits splits.
-__device__ __forceinline__ int dm_span(int len, int max_splits, int min_span) {
-    const int p2 = len <= 1 ? 1 : 1 << (32 - __clz(len - 1));
-    return max(min_span, p2 / max_splits);
+// Keys per split for a row of length `len`, at least min_span and few enough that no row has
+// more than max_splits splits: ceil(len / max_splits) rounded up to a multiple of `round` (a
+// power of two dividing min_span: 32 by default, so a length just past a power of two takes
+// about max_splits splits, not half as many), or with round 0 (KILN_DECODE_SPAN=pow2)
+// pow2ceil(len) / max_splits.
+__device__ __forceinline__ int dm_span(int len, int max_splits, int min_span, int round) {
+    if (round == 0) {
+        const int p2 = len <= 1 ? 1 : 1 << (32 - __clz(len - 1));
+        return max(min_span, p2 / max_splits);
+    }
+    const int per = (len + max_splits - 1) / max_splits;
+    return max(min_span, (per + round - 1) & -round);
 }
 
 // Rows a and b (a < b, adjacent) may share a CTA: one sequence (one block table) and one span.
 __device__ __forceinline__ bool dm_same(const int* token_seq, const int* positions, int a, int b,
-                                        int max_splits, int min_span) {
-    return token_seq[a] == token_seq[b] &&
-           dm_span(positions[a] + 1, max_splits, min_span) == dm_span(positions[b] + 1, max_splits, min_span);
+                                        int max_splits, int min_span, int round) {
+    return token_seq[a] == token_seq[b] && dm_span(positions[a] + 1, max_splits, min_span, round) ==
+                                               dm_span(positions[b] + 1, max_splits, min_span, round);
 }
 
 // A split's partial (maximum m of its scaled scores, l = sum of 2^(s - m), o = the weighted sum of

@@ -357,6 +357,12 @@ impl Gpu {
                 sw.decode_min_span.unwrap_or(DECODE_MIN_SPAN),
             ),
         };
+        // Spans rounded to multiples of 32 keys (of min_span under 32), or powers of two
+        // (KILN_DECODE_SPAN=pow2; decode_split.cuh).
+        let span_round = match sw.decode_span_pow2 {
+            true => 0,
+            false => min_span.min(32) as i32,
+        };
         let smem = match wide {
             true => crate::attn_wide::decode_mma_wide_smem_bytes(hd),
             false => decode_mma_smem_bytes(hd),
@@ -395,6 +401,7 @@ impl Gpu {
             Arg::F32(scale * std::f32::consts::LOG2_E),
             Arg::I32(max_splits as i32),
             Arg::I32(min_span as i32),
+            Arg::I32(span_round),
         ]);
         if !wide {
             args.push(Arg::I32(fold as i32));
@@ -421,6 +428,7 @@ impl Gpu {
             Arg::I32(hd as i32),
             Arg::I32(max_splits as i32),
             Arg::I32(min_span as i32),
+            Arg::I32(span_round),
         ];
         self.launch(
             "decode_mma_combine",
