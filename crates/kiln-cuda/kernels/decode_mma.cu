@@ -356,11 +356,6 @@ DM_ENTRY(decode_mma_hd32, 32, 4, 4)
 DM_ENTRY(decode_mma_hd64, 64, 3, 3)
 DM_ENTRY(decode_mma_hd128, 128, 3, 2)
 DM_ENTRY(decode_mma_hd256, 256, 2, 1)
-// Where the grid is at most one CTA a multiprocessor (batch 1-2), deeper rings at one CTA an SM:
-// a warp's chain of steps is latency-bound there, and more steps in flight shorten it. The
-// ring depth changes no bit.
-DM_ENTRY(decode_mma_deep_hd64, 64, 8, 1)
-DM_ENTRY(decode_mma_deep_hd128, 128, 6, 1)
 
 // out[row, h, :] = the row's splits folded into their chains and the chains merged (decode_split.cuh),
 // for the launches without the fold. Grid (n_q, rows), hd threads or fewer. The partials' maxima

@@ -118,36 +118,23 @@ fn decode_mma_stages(hd: usize) -> usize {
     }
 }
 
-/// Head dims with a deep-ring twin, `decode_mma_deep_hd{hd}` (one CTA an SM), and its stages.
-const DECODE_MMA_DEEP: [(usize, usize); 2] = [(64, 8), (128, 6)];
-
 /// Dynamic shared memory of decode_mma_hd{hd}: 16 query slots and each warp's K/V ring, rows
 /// padded by 8 elements, and beyond head dim 128 the folding chains' O (floats) before them.
 pub fn decode_mma_smem_bytes(hd: usize) -> usize {
-    decode_mma_smem_with(hd, decode_mma_stages(hd))
-}
-
-fn decode_mma_smem_with(hd: usize, stages: usize) -> usize {
     let ld = hd + 8;
     let chains_o = if hd > 128 {
         DECODE_MMA_WARPS * 16 * ld * 4
     } else {
         0
     };
-    chains_o + (16 * ld + DECODE_MMA_WARPS * stages * 2 * DECODE_MMA_STEP * ld) * 2
+    chains_o + (16 * ld + DECODE_MMA_WARPS * decode_mma_stages(hd) * 2 * DECODE_MMA_STEP * ld) * 2
 }
 
 /// The kernels of this file that need more than 48 KB of shared memory, with their needs.
 pub fn large_smem_kernels() -> Vec<(String, usize)> {
     let decode = DECODE_MMA_HEAD_DIMS
         .iter()
-        .map(|&hd| (format!("decode_mma_hd{hd}"), decode_mma_smem_bytes(hd)))
-        .chain(DECODE_MMA_DEEP.iter().map(|&(hd, st)| {
-            (
-                format!("decode_mma_deep_hd{hd}"),
-                decode_mma_smem_with(hd, st),
-            )
-        }));
+        .map(|&hd| (format!("decode_mma_hd{hd}"), decode_mma_smem_bytes(hd)));
     let flash = FLASH_SM90_HEAD_DIMS.iter().flat_map(|&hd| {
         let b = flash_sm90_smem_bytes(hd);
         ["flash_sm90_hd", "flash_sm90o_hd", "flash_sm90p_hd"].map(|p| (format!("{p}{hd}"), b))
@@ -428,17 +415,7 @@ impl Gpu {
             (false, false) => self.split_ctas(max_splits.div_ceil(DECODE_MMA_WARPS), groups, rows),
         };
         let grid = (sx as u32, groups as u32, rows as u32);
-        // At most one CTA a multiprocessor (batch 1-2 without the fold): the deep-ring twin
-        // where there is one (KILN_DECODE_DEEP=0: never; the same bits).
-        let deep = DECODE_MMA_DEEP.iter().find(|&&(h, _)| h == hd && !wide);
-        let (name, smem) = match deep {
-            Some(&(_, st)) if sw.decode_deep && sx * groups * rows <= self.sm_count as usize => (
-                format!("decode_mma_deep_hd{hd}"),
-                decode_mma_smem_with(hd, st),
-            ),
-            _ => (format!("decode_mma_hd{hd}"), smem),
-        };
-        self.launch(&name, grid, 128, smem as u32, &args)?;
+        self.launch(&format!("decode_mma_hd{hd}"), grid, 128, smem as u32, &args)?;
         if fold {
             return Ok(());
         }

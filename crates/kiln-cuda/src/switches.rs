@@ -67,9 +67,6 @@ pub struct Switches {
     /// instead of ceil(len / 64) rounded up to 32 keys (different bits, each a function of
     /// the row's length only).
     pub decode_span_pow2: bool,
-    /// KILN_DECODE_DEEP=0: decode_mma launches of at most one CTA a multiprocessor keep the
-    /// plain entry instead of its deep-ring twin (`decode_mma_deep_hd*`; the same bits).
-    pub decode_deep: bool,
     /// KILN_DECODE_FOLD: whether decode_mma's CTAs fold a row's splits themselves (one CTA a
     /// row run and head group, no combine launch) or write them for decode_mma_combine; the
     /// same bits either way.
@@ -315,7 +312,6 @@ impl Env {
                     .and_then(|v| v.parse::<usize>().ok())
                     .filter(|n| n.is_power_of_two() && (16..=8192).contains(n)),
                 decode_span_pow2: var("KILN_DECODE_SPAN").as_deref() == Some("pow2"),
-                decode_deep: var("KILN_DECODE_DEEP").as_deref() != Some("0"),
                 decode_fold: match var("KILN_DECODE_FOLD").as_deref() {
                     Some("0") => DecodeFold::Never,
                     Some("1") => DecodeFold::Always,
@@ -452,7 +448,7 @@ impl Switches {
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_deep={} decode_fold={:?} decode_split_ctas={} tc_split={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} tc_split={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -468,7 +464,6 @@ impl Switches {
             k.flash_pingpong as u8,
             if k.decode_mma { "mma" } else { "simt" },
             self.decode_span_pow2 as u8,
-            self.decode_deep as u8,
             self.decode_fold,
             self.decode_split_ctas.describe(),
             self.tc_split_from
