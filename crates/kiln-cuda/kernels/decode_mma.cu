@@ -362,7 +362,7 @@ DM_ENTRY(decode_mma_hd256, 256, 2, 1)
 // and sums are staged in shared memory and each chain's fold factors computed once (by one
 // thread a chain, the same operations as everywhere); the output columns then fold their
 // partials four chains at a time, the loads of several splits in flight.
-#define DM_COMBINE_MAX_SPLITS 64
+#define DM_COMBINE_MAX_SPLITS 256
 extern "C" __global__ void decode_mma_combine(const float* __restrict__ part_o, const float* __restrict__ part_ml,
                                               const int* __restrict__ positions, bf16_t* __restrict__ out,
                                               int n_q, int hd, int max_splits, int min_span, int span_round) {

@@ -7,13 +7,15 @@
 use anyhow::{bail, Result};
 
 use crate::device::{i32_of, Arg, Gpu};
-use crate::kernels::{AttnInputs, KvView, DECODE_MAX_SPLITS, DECODE_MIN_SPAN};
+use crate::kernels::{
+    AttnInputs, KvView, DECODE_MAX_SPLITS, DECODE_MIN_SPAN, DECODE_MMA_MAX_SPLITS,
+};
 use crate::switches::{DecodeFold, KernelChoice, SplitCtas, Switches};
 
 /// Head dims of decode_mma_hd*.
 pub const DECODE_MMA_HEAD_DIMS: [usize; 5] = [16, 32, 64, 128, 256];
-// decode_mma_combine stages a row's split maxima and sums in shared memory for 64 splits.
-const _: () = assert!(DECODE_MAX_SPLITS <= 64);
+// decode_mma_combine stages a row's split maxima and sums in shared memory for 256 splits.
+const _: () = assert!(DECODE_MAX_SPLITS <= 256 && DECODE_MMA_MAX_SPLITS <= 256);
 
 /// Keys per step of decode_mma's warps.
 const DECODE_MMA_STEP: usize = 16;
@@ -345,15 +347,16 @@ impl Gpu {
                 kv.n_kv
             );
         }
-        // At most this many splits per row (the partials have room for DECODE_MAX_SPLITS), each
-        // of at least min_span keys; the 512-wide entry always takes the defaults.
+        // At most this many splits per row (the partials have room for decode_part_splits(),
+        // which follows the same switch), each of at least min_span keys; the 512-wide entry
+        // always takes the defaults.
         let sw = Switches::from_env();
         let (max_splits, min_span) = match wide {
             true => (DECODE_MAX_SPLITS, DECODE_MIN_SPAN),
             false => (
                 sw.decode_mma_splits
                     .unwrap_or(DECODE_MAX_SPLITS)
-                    .min(DECODE_MAX_SPLITS),
+                    .min(DECODE_MMA_MAX_SPLITS),
                 sw.decode_min_span.unwrap_or(DECODE_MIN_SPAN),
             ),
         };

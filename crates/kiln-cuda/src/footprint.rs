@@ -8,7 +8,7 @@ use kiln_model::{schema, ModelSpec, WeightSource};
 
 use crate::backend::CudaOptions;
 use crate::gemm_lt::WORKSPACE_BYTES;
-use crate::kernels::DECODE_MAX_SPLITS;
+use crate::kernels::decode_part_splits;
 use crate::kv_cache::KvCache;
 use crate::sampling::{OUT_WORDS, PARAM_WORDS};
 use crate::skinny_tc_split::split_reserve_bytes;
@@ -128,8 +128,8 @@ fn buffer_bytes(
     let f32s = 2 * t * h // x, delta
         + t * widest(|l| l.attn.qkv_rows()) // qkv
         + t * 2 * inter // gu
-        + s * heads * DECODE_MAX_SPLITS * head_dim // part_o
-        + s * heads * DECODE_MAX_SPLITS * 2 // part_ml
+        + s * heads * decode_part_splits() * head_dim // part_o
+        + s * heads * decode_part_splits() * 2 // part_ml
         + s * spec.vocab_size // logits
         + t * (pl_all + pl_width); // per_layer, pl_gate
     let stored = t * h // normed

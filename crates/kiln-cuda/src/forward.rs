@@ -12,7 +12,7 @@ use kiln_model::{run_step, Activation, LayerWeight, ModelSpec, RopeStyle, StepOp
 
 use crate::device::{DevBuf, DevPtr, Gpu};
 use crate::gemm_lt::LtGemm;
-use crate::kernels::{QkvKind, DECODE_MAX_SPLITS};
+use crate::kernels::{decode_part_splits, QkvKind};
 use crate::kernels_gemma::PostNormThen;
 use crate::kv_cache::KvCache;
 use crate::quant_gemm::{quant_gemm, quant_skinny_all};
@@ -81,8 +81,8 @@ impl Activations {
             attn: gpu.alloc_store(t * q_dim)?,
             gu: gpu.alloc(t * 2 * inter)?,
             act: gpu.alloc_store(t * inter)?,
-            part_o: gpu.alloc(s * heads * DECODE_MAX_SPLITS * head_dim)?,
-            part_ml: gpu.alloc(s * heads * DECODE_MAX_SPLITS * 2)?,
+            part_o: gpu.alloc(s * heads * decode_part_splits() * head_dim)?,
+            part_ml: gpu.alloc(s * heads * decode_part_splits() * 2)?,
             logit_in: gpu.alloc_store(s * h)?,
             logits: gpu.alloc(s * spec.vocab_size)?,
             ids: gpu.alloc(s)?,

@@ -20,6 +20,15 @@ pub const FLASH_TILE_ROWS: usize = 64;
 /// (64 splits of 128 keys at depth 8k: 512 CTAs, all resident on an H200 at once.)
 pub const DECODE_MAX_SPLITS: usize = 64;
 pub const DECODE_MIN_SPAN: usize = 64;
+/// The most splits KILN_DECODE_SPLITS may give decode_mma a row (decode_mma_combine's room).
+pub const DECODE_MMA_MAX_SPLITS: usize = 256;
+
+/// Splits a row's room in the decode partials (`part_o`, `part_ml`): DECODE_MAX_SPLITS, or
+/// more where KILN_DECODE_SPLITS asks decode_mma for more.
+pub fn decode_part_splits() -> usize {
+    let sw = crate::switches::Switches::from_env();
+    DECODE_MAX_SPLITS.max(sw.decode_mma_splits.unwrap_or(0))
+}
 /// Query heads one decode CTA serves (more GQA heads take more CTAs).
 const DECODE_MAX_GROUP: usize = 4;
 /// decode_attn_combine stages at most this many splits in shared memory.

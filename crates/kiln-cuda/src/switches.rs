@@ -54,9 +54,10 @@ pub struct Switches {
     /// KILN_CUDA_GRAPH_PREFILL=N: the largest prefill bucket with a graph (0: none); None when
     /// unset or not a number, for the default of graphs_pad.rs.
     pub graph_prefill_max: Option<usize>,
-    /// KILN_DECODE_SPLITS=N (a power of two, 1-64): decode_mma splits a row into at most N
-    /// instead of 64, so fewer and longer CTAs (different bits, still a function of the row's
-    /// length only). None when unset or invalid.
+    /// KILN_DECODE_SPLITS=N (a power of two, 1-256): decode_mma splits a row into at most N
+    /// instead of 64: fewer and longer splits, or (above 64, with the partials sized for N)
+    /// more and shorter ones, so more warps at batch 1 and depth (different bits, still a
+    /// function of the row's length only). None when unset or invalid.
     pub decode_mma_splits: Option<usize>,
     /// KILN_DECODE_MIN_SPAN=N (a power of two, 16-8192): decode_mma's splits cover at least N
     /// keys instead of 64: fewer, longer splits (or, under 64, more and shorter ones for more
@@ -307,7 +308,7 @@ impl Env {
                 graph_prefill_max: var("KILN_CUDA_GRAPH_PREFILL").and_then(|v| v.parse().ok()),
                 decode_mma_splits: var("KILN_DECODE_SPLITS")
                     .and_then(|v| v.parse::<usize>().ok())
-                    .filter(|n| n.is_power_of_two() && *n <= 64),
+                    .filter(|n| n.is_power_of_two() && *n <= crate::kernels::DECODE_MMA_MAX_SPLITS),
                 decode_min_span: var("KILN_DECODE_MIN_SPAN")
                     .and_then(|v| v.parse::<usize>().ok())
                     .filter(|n| n.is_power_of_two() && (16..=8192).contains(n)),

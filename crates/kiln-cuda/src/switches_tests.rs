@@ -147,7 +147,9 @@ fn values_parse_as_documented() {
     };
     assert_eq!(splits("16"), Some(16));
     assert_eq!(splits("24"), None);
-    assert_eq!(splits("128"), None);
+    assert_eq!(splits("128"), Some(128));
+    assert_eq!(splits("256"), Some(256));
+    assert_eq!(splits("512"), None);
     assert_eq!(read(&[]).switches.decode_mma_splits, None);
     let span = |v| {
         read(&[("KILN_DECODE_MIN_SPAN", v)])

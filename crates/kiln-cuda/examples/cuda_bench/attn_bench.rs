@@ -18,7 +18,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use kiln_cuda::attn_launch::{DecodeKernel, FlashKernel, FLASH_SM90_HEAD_DIMS};
 use kiln_cuda::device::{DevBuf, Gpu};
-use kiln_cuda::kernels::{AttnInputs, KvView, DECODE_MAX_SPLITS};
+use kiln_cuda::kernels::{decode_part_splits, AttnInputs, KvView};
 use kiln_cuda::step_plan::{pack_step, StepLayout};
 use kiln_cuda::switches::DecodeFold;
 use kiln_step::ChunkInput;
@@ -263,8 +263,8 @@ fn decode(gpu: &Gpu, kinds: &[DecodeKernel], json: &mut Vec<String>) -> Result<(
     let q = gpu.alloc::<u16>(max_rows * N_Q * hd)?;
     gpu.dummy_fill(q.ptr(), max_rows * N_Q * hd, 13)?;
     let out = gpu.alloc::<u16>(max_rows * N_Q * hd)?;
-    let po = gpu.alloc::<f32>(max_rows * N_Q * DECODE_MAX_SPLITS * hd)?;
-    let pm = gpu.alloc::<f32>(max_rows * N_Q * DECODE_MAX_SPLITS * 2)?;
+    let po = gpu.alloc::<f32>(max_rows * N_Q * decode_part_splits() * hd)?;
+    let pm = gpu.alloc::<f32>(max_rows * N_Q * decode_part_splits() * 2)?;
     let scale = 1.0 / (hd as f32).sqrt();
     let run = |kind: DecodeKernel, st: &Step, reps: usize| -> Result<f64> {
         let inp = st.inputs();

@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use kiln_cuda::device::{DevBuf, Gpu};
-use kiln_cuda::kernels::{AttnInputs, KvView, DECODE_MAX_SPLITS};
+use kiln_cuda::kernels::{decode_part_splits, AttnInputs, KvView};
 use kiln_cuda::step_plan::{pack_step, StepLayout, StepPlan};
 use kiln_step::ChunkInput;
 
@@ -281,9 +281,9 @@ impl Step {
     pub fn partials(&self, gpu: &Gpu) -> (DevBuf<f32>, DevBuf<f32>) {
         let rows = self.plan.n_decode.max(1);
         (
-            gpu.alloc::<f32>(rows * self.n_q * DECODE_MAX_SPLITS * self.hd)
+            gpu.alloc::<f32>(rows * self.n_q * decode_part_splits() * self.hd)
                 .unwrap(),
-            gpu.alloc::<f32>(rows * self.n_q * DECODE_MAX_SPLITS * 2)
+            gpu.alloc::<f32>(rows * self.n_q * decode_part_splits() * 2)
                 .unwrap(),
         )
     }
