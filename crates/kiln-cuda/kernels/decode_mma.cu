@@ -203,105 +203,44 @@ __device__ __forceinline__ void decode_mma_body(
                 mma_bf16_16816(sc[0], a, b);
                 mma_bf16_16816(sc[1], a, b + 2);
             }
-            float mx_a = KILN_NEG_INF, mx_b = KILN_NEG_INF;
-#pragma unroll
-            for (int n = 0; n < 2; ++n) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int kp = k0 + n * 8 + 2 * t + (e & 1);
-                    const bool ok = e < 2 ? (kp < len_a && kp >= first_a) : (kp < len_b && kp >= first_b);
-                    sc[n][e] = ok ? __fmul_rn(sc[n][e], scale_log2) : KILN_NEG_INF;
-                }
-                mx_a = fmaxf(mx_a, fmaxf(sc[n][0], sc[n][1]));
-                mx_b = fmaxf(mx_b, fmaxf(sc[n][2], sc[n][3]));
-            }
-            mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-            mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-            mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-            mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-            const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
-            // A slot that has seen no key keeps m = -inf; 0 as the base keeps everything finite.
-            const float base_a = mn_a == KILN_NEG_INF ? 0.f : mn_a;
-            const float base_b = mn_b == KILN_NEG_INF ? 0.f : mn_b;
-            const float al_a = exp2f(__fsub_rn(m_a, base_a)), al_b = exp2f(__fsub_rn(m_b, base_b));
-            m_a = mn_a;
-            m_b = mn_b;
-            float ps_a = 0.f, ps_b = 0.f;
-#pragma unroll
-            for (int n = 0; n < 2; ++n) {
-                sc[n][0] = exp2f(__fsub_rn(sc[n][0], base_a));
-                sc[n][1] = exp2f(__fsub_rn(sc[n][1], base_a));
-                sc[n][2] = exp2f(__fsub_rn(sc[n][2], base_b));
-                sc[n][3] = exp2f(__fsub_rn(sc[n][3], base_b));
-                ps_a = __fadd_rn(ps_a, __fadd_rn(sc[n][0], sc[n][1]));
-                ps_b = __fadd_rn(ps_b, __fadd_rn(sc[n][2], sc[n][3]));
-            }
-            l_a = __fadd_rn(__fmul_rn(l_a, al_a), ps_a);
-            l_b = __fadd_rn(__fmul_rn(l_b, al_b), ps_b);
-#pragma unroll
-            for (int d = 0; d < DT; ++d) {
-                o[d][0] = __fmul_rn(o[d][0], al_a);
-                o[d][1] = __fmul_rn(o[d][1], al_a);
-                o[d][2] = __fmul_rn(o[d][2], al_b);
-                o[d][3] = __fmul_rn(o[d][3], al_b);
-            }
-            mma_pv<2, DT>(o, sc, sv, LD, lane);
+            dm_softmax_pv(sc, o, m_a, m_b, l_a, l_b, sv, LD, lane, k0, len_a, len_b, first_a, first_b, scale_log2);
         }
         // The split's partial: l summed over the quad (each lane held its own columns' share).
         l_a = __fadd_rn(l_a, __shfl_xor_sync(0xffffffffu, l_a, 1));
         l_a = __fadd_rn(l_a, __shfl_xor_sync(0xffffffffu, l_a, 2));
         l_b = __fadd_rn(l_b, __shfl_xor_sync(0xffffffffu, l_b, 1));
         l_b = __fadd_rn(l_b, __shfl_xor_sync(0xffffffffu, l_b, 2));
-        // Only slots that are real rows with keys in this split take it (the combine reads no
-        // others: a row shorter than the CTA's longest has fewer splits).
-        const bool take_a = lo < len_a, take_b = lo < len_b;
-        if (fold) {
-            if (take_a) {
-                const DmScale fa = dm_fold_scale(cm_a, m_a);
-                cm_a = fa.m;
-                cl_a = dm_fold(cl_a, l_a, fa);
+        // Slot g (h = 0: o's elements 0-1) or g + 8 (h = 1: 2-3) takes the split, folding it
+        // into its chain or writing it for the combine, if it is a real row with keys here (the
+        // combine reads no others: a row shorter than the CTA's longest has fewer splits).
+        auto take = [&](int h, int len, float m, float l, float& cm, float& cl, float* co_h) {
+            if (lo >= len) return;
+            if (fold) {
+                const DmScale fs = dm_fold_scale(cm, m);
+                cm = fs.m;
+                cl = dm_fold(cl, l, fs);
 #pragma unroll
                 for (int d = 0; d < DT; ++d) {
                     if constexpr (RO) {
-                        co[d][0] = dm_fold(co[d][0], o[d][0], fa);
-                        co[d][1] = dm_fold(co[d][1], o[d][1], fa);
+                        co[d][2 * h] = dm_fold(co[d][2 * h], o[d][2 * h], fs);
+                        co[d][2 * h + 1] = dm_fold(co[d][2 * h + 1], o[d][2 * h + 1], fs);
                     } else {
-                        float2* c = reinterpret_cast<float2*>(co_a + d * 8);
-                        *c = make_float2(dm_fold(c->x, o[d][0], fa), dm_fold(c->y, o[d][1], fa));
+                        float2* c = reinterpret_cast<float2*>(co_h + d * 8);
+                        *c = make_float2(dm_fold(c->x, o[d][2 * h], fs), dm_fold(c->y, o[d][2 * h + 1], fs));
                     }
                 }
-            }
-            if (take_b) {
-                const DmScale fb = dm_fold_scale(cm_b, m_b);
-                cm_b = fb.m;
-                cl_b = dm_fold(cl_b, l_b, fb);
-#pragma unroll
-                for (int d = 0; d < DT; ++d) {
-                    if constexpr (RO) {
-                        co[d][2] = dm_fold(co[d][2], o[d][2], fb);
-                        co[d][3] = dm_fold(co[d][3], o[d][3], fb);
-                    } else {
-                        float2* c = reinterpret_cast<float2*>(co_b + d * 8);
-                        *c = make_float2(dm_fold(c->x, o[d][2], fb), dm_fold(c->y, o[d][3], fb));
-                    }
-                }
-            }
-        } else {
-            const int ra = row0 + g / gc, ha = hc0 + g % gc, rb = row0 + (g + 8) / gc, hb = hc0 + (g + 8) % gc;
-            const u64 pa = ((u64)ra * n_q + ha) * max_splits + s, pb = ((u64)rb * n_q + hb) * max_splits + s;
-            if (take_a) {
+            } else {
+                const int slot = g + 8 * h;
+                const u64 p = ((u64)(row0 + slot / gc) * n_q + hc0 + slot % gc) * max_splits + s;
 #pragma unroll
                 for (int d = 0; d < DT; ++d)
-                    *reinterpret_cast<float2*>(part_o + pa * HD + d * 8 + 2 * t) = make_float2(o[d][0], o[d][1]);
-                if (t == 0) *reinterpret_cast<float2*>(part_ml + pa * 2) = make_float2(m_a, l_a);
+                    *reinterpret_cast<float2*>(part_o + p * HD + d * 8 + 2 * t) =
+                        make_float2(o[d][2 * h], o[d][2 * h + 1]);
+                if (t == 0) *reinterpret_cast<float2*>(part_ml + p * 2) = make_float2(m, l);
             }
-            if (take_b) {
-#pragma unroll
-                for (int d = 0; d < DT; ++d)
-                    *reinterpret_cast<float2*>(part_o + pb * HD + d * 8 + 2 * t) = make_float2(o[d][2], o[d][3]);
-                if (t == 0) *reinterpret_cast<float2*>(part_ml + pb * 2) = make_float2(m_b, l_b);
-            }
-        }
+        };
+        take(0, len_a, m_a, l_a, cm_a, cl_a, co_a);
+        take(1, len_b, m_b, l_b, cm_b, cl_b, co_b);
     }
     cp_async_wait<0>();
     if (!fold) return;

@@ -156,48 +156,8 @@ __device__ __forceinline__ void decode_mma_wide_body(
                     for (int w = 1; w < DMW_WARPS; ++w) v = __fadd_rn(v, sp[w * 16 * DMW_LDS + at]);
                     s[n][e] = v;
                 }
-            float mx_a = KILN_NEG_INF, mx_b = KILN_NEG_INF;
-#pragma unroll
-            for (int n = 0; n < NT; ++n) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int kp = k0 + n * 8 + 2 * t + (e & 1);
-                    const bool ok = e < 2 ? (kp < len_a && kp >= first_a) : (kp < len_b && kp >= first_b);
-                    s[n][e] = ok ? __fmul_rn(s[n][e], scale_log2) : KILN_NEG_INF;
-                }
-                mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
-                mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
-            }
-            mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-            mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-            mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-            mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-            const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
-            const float base_a = mn_a == KILN_NEG_INF ? 0.f : mn_a;
-            const float base_b = mn_b == KILN_NEG_INF ? 0.f : mn_b;
-            const float al_a = exp2f(__fsub_rn(m_a, base_a)), al_b = exp2f(__fsub_rn(m_b, base_b));
-            m_a = mn_a;
-            m_b = mn_b;
-            float ps_a = 0.f, ps_b = 0.f;
-#pragma unroll
-            for (int n = 0; n < NT; ++n) {
-                s[n][0] = exp2f(__fsub_rn(s[n][0], base_a));
-                s[n][1] = exp2f(__fsub_rn(s[n][1], base_a));
-                s[n][2] = exp2f(__fsub_rn(s[n][2], base_b));
-                s[n][3] = exp2f(__fsub_rn(s[n][3], base_b));
-                ps_a = __fadd_rn(ps_a, __fadd_rn(s[n][0], s[n][1]));
-                ps_b = __fadd_rn(ps_b, __fadd_rn(s[n][2], s[n][3]));
-            }
-            l_a = __fadd_rn(__fmul_rn(l_a, al_a), ps_a);
-            l_b = __fadd_rn(__fmul_rn(l_b, al_b), ps_b);
-#pragma unroll
-            for (int d = 0; d < DT; ++d) {
-                o[d][0] = __fmul_rn(o[d][0], al_a);
-                o[d][1] = __fmul_rn(o[d][1], al_a);
-                o[d][2] = __fmul_rn(o[d][2], al_b);
-                o[d][3] = __fmul_rn(o[d][3], al_b);
-            }
-            mma_pv<NT, DT>(o, s, sv + col0, LD, lane);
+            dm_softmax_pv(s, o, m_a, m_b, l_a, l_b, sv + col0, LD, lane, k0, len_a, len_b, first_a, first_b,
+                          scale_log2);
         }
         __syncthreads();
     }

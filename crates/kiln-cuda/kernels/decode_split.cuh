@@ -1,6 +1,6 @@
 #line 1 "decode_split.cuh"
-// The split of a decode row's keys and the order its splits are merged in, which decode_mma.cu
-// and decode_mma_wide.cu share, written once (their splits are merged by the one
+// The split of a decode row's keys, a split's softmax step and the order its splits are merged
+// in, which decode_mma.cu and decode_mma_wide.cu share, written once (their splits are merged by the one
 // decode_mma_combine, or folded inside decode_mma itself, so they must agree): concatenated
 // before each of them (kernel_sources.rs).
 
@@ -31,6 +31,60 @@ __device__ __forceinline__ bool dm_same(const int* token_seq, const int* positio
                                         int max_splits, int min_span, int round) {
     return token_seq[a] == token_seq[b] && dm_span(positions[a] + 1, max_splits, min_span, round) ==
                                                dm_span(positions[b] + 1, max_splits, min_span, round);
+}
+
+// One step of a split's online softmax, for both tensor-core decode kernels: the scores s of
+// keys k0.. (lane (g, t) holds keys k0 + 8 n + 2 t and + 1 of slots g and g + 8) masked to each
+// slot's keys [first, len), scaled, folded into the running maxima m, this lane's share of the
+// sums l and the outputs o, then P V from sv (the step's V rows, stride ldv).
+template <int NT, int DT>
+__device__ __forceinline__ void dm_softmax_pv(float (&s)[NT][4], float (&o)[DT][4], float& m_a, float& m_b,
+                                              float& l_a, float& l_b, const bf16_t* sv, int ldv, int lane, int k0,
+                                              int len_a, int len_b, int first_a, int first_b, float scale_log2) {
+    const int t = lane & 3;
+    float mx_a = KILN_NEG_INF, mx_b = KILN_NEG_INF;
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int kp = k0 + n * 8 + 2 * t + (e & 1);
+            const bool ok = e < 2 ? (kp < len_a && kp >= first_a) : (kp < len_b && kp >= first_b);
+            s[n][e] = ok ? __fmul_rn(s[n][e], scale_log2) : KILN_NEG_INF;
+        }
+        mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
+        mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
+    }
+    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+    const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
+    // A slot that has seen no key keeps m = -inf; 0 as the base keeps everything finite.
+    const float base_a = mn_a == KILN_NEG_INF ? 0.f : mn_a;
+    const float base_b = mn_b == KILN_NEG_INF ? 0.f : mn_b;
+    const float al_a = exp2f(__fsub_rn(m_a, base_a)), al_b = exp2f(__fsub_rn(m_b, base_b));
+    m_a = mn_a;
+    m_b = mn_b;
+    float ps_a = 0.f, ps_b = 0.f;
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+        s[n][0] = exp2f(__fsub_rn(s[n][0], base_a));
+        s[n][1] = exp2f(__fsub_rn(s[n][1], base_a));
+        s[n][2] = exp2f(__fsub_rn(s[n][2], base_b));
+        s[n][3] = exp2f(__fsub_rn(s[n][3], base_b));
+        ps_a = __fadd_rn(ps_a, __fadd_rn(s[n][0], s[n][1]));
+        ps_b = __fadd_rn(ps_b, __fadd_rn(s[n][2], s[n][3]));
+    }
+    l_a = __fadd_rn(__fmul_rn(l_a, al_a), ps_a);
+    l_b = __fadd_rn(__fmul_rn(l_b, al_b), ps_b);
+#pragma unroll
+    for (int d = 0; d < DT; ++d) {
+        o[d][0] = __fmul_rn(o[d][0], al_a);
+        o[d][1] = __fmul_rn(o[d][1], al_a);
+        o[d][2] = __fmul_rn(o[d][2], al_b);
+        o[d][3] = __fmul_rn(o[d][3], al_b);
+    }
+    mma_pv<NT, DT>(o, s, sv, ldv, lane);
 }
 
 // A split's partial (maximum m of its scaled scores, l = sum of 2^(s - m), o = the weighted sum of
