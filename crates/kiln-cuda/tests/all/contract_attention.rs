@@ -292,6 +292,7 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case, family: Famil
     }
     // Variants of one family: the same bits on the rows they serve.
     let prefill_at = step.n_decode() * case.n_q * case.hd;
+    let mma = |fold| Kind::Decode(DecodeKernel::Mma { fold });
     for (a, b) in [
         (
             Kind::Flash(FlashKernel::Sm80 { pairs: true }),
@@ -317,27 +318,16 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case, family: Famil
                 pingpong: false,
             }),
         ),
-    ] {
-        let find = |k| {
-            outs.iter()
-                .find(|(kk, _)| *kk == k)
-                .map(|(_, o)| &o[prefill_at..])
-        };
-        if let (Some(x), Some(y)) = (find(a), find(b)) {
-            c.identical(&format!("{} == {} {name}", a.name(), b.name()), x, y);
-        }
-    }
-    // decode_mma folding its splits itself and through the combine: the same bits on the
-    // decode rows.
-    let mma = |fold| Kind::Decode(DecodeKernel::Mma { fold });
-    for (a, b) in [
+        // decode_mma folding its splits itself and through the combine.
         (mma(DecodeFold::Always), mma(DecodeFold::Never)),
         (mma(DecodeFold::Auto), mma(DecodeFold::Never)),
     ] {
-        let find = |k| {
-            outs.iter()
-                .find(|(kk, _)| *kk == k)
-                .map(|(_, o)| &o[..prefill_at])
+        // The rows the kind serves: the decode rows first, then the prefill rows.
+        let find = |k: Kind| {
+            outs.iter().find(|(kk, _)| *kk == k).map(|(_, o)| match k {
+                Kind::Decode(_) => &o[..prefill_at],
+                _ => &o[prefill_at..],
+            })
         };
         if let (Some(x), Some(y)) = (find(a), find(b)) {
             c.identical(&format!("{} == {} {name}", a.name(), b.name()), x, y);
