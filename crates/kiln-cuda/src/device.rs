@@ -87,6 +87,8 @@ pub struct Gpu {
     _modules: Vec<Arc<CudaModule>>,
     /// The chain partials of the split tensor-core decode GEMM (skinny_tc.rs), when reserved.
     pub(crate) tc_part: std::sync::OnceLock<DevBuf<f32>>,
+    /// The wgmma decode GEMM's rewritten x (skinny_wg.rs), when reserved.
+    pub(crate) wg_x: std::sync::OnceLock<DevBuf<u16>>,
 }
 
 impl Gpu {
@@ -150,6 +152,7 @@ impl Gpu {
             funcs,
             _modules: modules,
             tc_part: std::sync::OnceLock::new(),
+            wg_x: std::sync::OnceLock::new(),
         })
     }
 

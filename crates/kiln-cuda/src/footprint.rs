@@ -12,6 +12,7 @@ use crate::kernels::decode_part_splits;
 use crate::kv_cache::KvCache;
 use crate::sampling::{OUT_WORDS, PARAM_WORDS};
 use crate::skinny_tc_split::split_reserve_bytes;
+use crate::skinny_wg::wg_reserve_bytes;
 use crate::step_plan::StepLayout;
 use crate::store::StoreType;
 
@@ -140,5 +141,9 @@ fn buffer_bytes(
     let i32s = s + layout.len // ids, step
         + 2 * s.max(1); // pipeline.rs feed_dev: a (sequence, token) pair a sequence
     let sampler = s * (PARAM_WORDS + OUT_WORDS) * 4;
-    f32s * 4 + stored * store.bytes() + i32s * 4 + sampler + split_reserve_bytes(s)
+    let wg = match store {
+        StoreType::Bf16 => wg_reserve_bytes(s, crate::skinny_wg::decode_max_k(spec)),
+        _ => 0,
+    };
+    f32s * 4 + stored * store.bytes() + i32s * 4 + sampler + split_reserve_bytes(s) + wg
 }

@@ -195,6 +195,9 @@ impl CudaOps<'_, '_> {
         let (g, rows) = (self.ctx.gpu, self.plan.n_tokens);
         let kc = self.ctx.sw.kernels;
         if norm.is_none() {
+            if let Some((e, xw)) = g.wg_for(&kc, SkinnyKind::Wide, epi, rows, n, k)? {
+                return g.skinny_wg_entry(e, epi, kc.pdl, x.addr(), w, xw, rows, n, k);
+            }
             if let Some((e, part)) = g.tc_split_for(&kc, SkinnyKind::Wide, epi, rows, n)? {
                 return g.skinny_tc_split(e, epi, kc.pdl, x.addr(), w, part, rows, n, k);
             }

@@ -68,7 +68,10 @@ pub const SOURCES: &[KernelSource] = &[
     },
     KernelSource {
         name: "flash_sm90",
-        body: include_str!("../kernels/flash_sm90.cu"),
+        body: concat!(
+            include_str!("../kernels/wgmma.cuh"),
+            include_str!("../kernels/flash_sm90.cu")
+        ),
         builds: Builds::Bf16Only,
     },
     KernelSource {
@@ -149,11 +152,20 @@ pub const SOURCES: &[KernelSource] = &[
         ),
         builds: Builds::Bf16Only,
     },
+    KernelSource {
+        name: "skinny_wg",
+        body: concat!(
+            include_str!("../kernels/skinny_epilogue.cu"),
+            include_str!("../kernels/wgmma.cuh"),
+            include_str!("../kernels/skinny_wg.cu")
+        ),
+        builds: Builds::Bf16Only,
+    },
 ];
 
 /// Modules written for one architecture only (wgmma, setmaxnreg): NVRTC builds them for the
 /// architecture-specific target `sm_90a`, and only for compute capability 9.0 devices.
-const SM90A_ONLY: &[&str] = &["flash_sm90"];
+const SM90A_ONLY: &[&str] = &["flash_sm90", "skinny_wg"];
 
 impl KernelSource {
     /// The NVRTC target for a device of compute capability `arch` (e.g. 90), or None when this
@@ -351,6 +363,18 @@ mod tests {
                 .chain(["t2x4", "t2x2", "2x2"].map(|t| format!("skinny_tcs_{t}")))
                 .chain(["skinny_tc_join".to_string()])
                 .collect(),
+            ),
+            (
+                "skinny_wg",
+                [
+                    "skinny_wg_x",
+                    "skinny_wg_1x64",
+                    "skinny_wg_2x64",
+                    "skinny_wg_1x128",
+                    "skinny_wg_2x128",
+                ]
+                .map(String::from)
+                .to_vec(),
             ),
         ];
         let names: Vec<&str> = SOURCES.iter().map(|s| s.name).collect();

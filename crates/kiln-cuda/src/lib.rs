@@ -31,6 +31,7 @@ pub mod skinny;
 pub mod skinny_fused;
 pub mod skinny_tc;
 pub mod skinny_tc_split;
+pub mod skinny_wg;
 pub mod step_plan;
 pub mod store;
 pub mod switches;

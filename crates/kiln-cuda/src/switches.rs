@@ -81,6 +81,11 @@ pub struct Switches {
     /// partials reserved at start, unless KILN_SKINNY_TC=0 turns the tensor-core kernels off.
     /// Same bits. KILN_SKINNY_TC_SPLIT=0 (or off): never.
     pub tc_split_from: Option<usize>,
+    /// Decode GEMM launches of at least N rows (KILN_SKINNY_WG=N; `on`: 64) on an sm_90 GPU
+    /// take the wgmma kernel (skinny_wg.cu), x rewritten into a workspace reserved at start,
+    /// unless KILN_SKINNY_TC=0 turns the tensor-core kernels off. Same bits as the skinny
+    /// kernel. Default off (not yet measured).
+    pub wg_from: Option<usize>,
     /// Gemma 4's post-norms fused into the op that consumes them (same bits, three launches
     /// fewer per layer; on the H200 3% faster decode at depth 0 and 8k). KILN_GEMMA_FUSE=0
     /// launches them apart.
@@ -323,6 +328,11 @@ impl Env {
                     None | Some("") | Some("on") => Some(TC_SPLIT_FROM),
                     Some(v) => v.parse::<usize>().ok().filter(|&n| n > 0),
                 },
+                wg_from: match var("KILN_SKINNY_WG").as_deref() {
+                    Some("on") => Some(64),
+                    Some(v) => v.parse::<usize>().ok().filter(|&n| n > 0),
+                    None => None,
+                },
                 gemma_fuse: on("KILN_GEMMA_FUSE"),
                 gated_vec: on("KILN_GATED_VEC"),
                 flash_wide_split: var("KILN_FLASH_WIDE").as_deref() != Some("recompute"),
@@ -449,7 +459,7 @@ impl Switches {
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} tc_split={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} tc_split={} skinny_wg={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -468,6 +478,8 @@ impl Switches {
             self.decode_fold,
             self.decode_split_ctas.describe(),
             self.tc_split_from
+                .map_or("off".to_string(), |n| format!("{n}+")),
+            self.wg_from
                 .map_or("off".to_string(), |n| format!("{n}+")),
             k.pdl as u8,
             self.cuda_graphs as u8,

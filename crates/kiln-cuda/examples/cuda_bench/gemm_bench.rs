@@ -1,7 +1,8 @@
 //! `cuda_bench PRESET gemm`: the decode GEMM alone on Llama-3-8B's weights (QKV, o, gate/up,
 //! down, LM head) at 1-256 rows: the 16-warp skinny kernel (launches of at most 64 rows, as
 //! decode runs it today), the tensor-core kernel with the shape the L2 rule picks and with
-//! each shape, each chain-split entry (`tcs_*`, partials then the join; QKV, o and down), the
+//! each shape, each chain-split entry (`tcs_*`, partials then the join; QKV, o and down), each
+//! wgmma entry (`wg_*`, sm_90: x rewritten, then the GEMM), the
 //! kernel and shape `KILN_SKINNY_TC=auto` picks (`auto[...]`), and the fused
 //! gate/up launch (SwiGLU in the epilogue) against the GEMM and swiglu. Each launch reads one of several copies of its weight, together well past the L2, as
 //! a decode step reads every layer's own weights. Microseconds per launch (median of 5 rounds
@@ -16,6 +17,7 @@ use kiln_cuda::skinny::SkinnyKind;
 use kiln_cuda::skinny_fused::Epilogue;
 use kiln_cuda::skinny_tc::{choose_tc_entry, measured_entry, tc_entries};
 use kiln_cuda::skinny_tc_split::{split_part_floats, tc_split_entries, SPLIT_MAX_ROWS};
+use kiln_cuda::skinny_wg::{wg_entries, wg_x_elems};
 
 const SHAPES: [(&str, usize, usize); 5] = [
     ("qkv", 6144, 4096),
@@ -50,6 +52,10 @@ pub fn run() -> Result<()> {
     let k_max = SHAPES.iter().map(|s| s.2).max().unwrap_or(0);
     let x = gpu.alloc::<u16>(MAX_ROWS * k_max)?;
     gpu.dummy_fill(x.ptr(), MAX_ROWS * k_max, 7)?;
+    let xw = match gpu.has_wgmma() {
+        true => Some(gpu.alloc::<u16>(wg_x_elems(MAX_ROWS, k_max))?),
+        false => None,
+    };
     for (name, n, k) in SHAPES {
         let copies: Vec<DevBuf<u16>> = (0..(800usize << 20).div_ceil(n * k * 2).max(2))
             .map(|i| {
@@ -118,6 +124,16 @@ pub fn run() -> Result<()> {
                         gpu.skinny_tc_entry(e, &epi, true, x.ptr(), next_w(), m, n, k)
                     })?;
                     report(&e.name["skinny_".len()..], s, &mut line);
+                }
+                // The wgmma entries (sm_90), x rewritten into the workspace first.
+                if let Some(xw) = &xw {
+                    for e in wg_entries() {
+                        let s = time(&gpu, || {
+                            let w = next_w();
+                            gpu.skinny_wg_entry(e, &epi, true, x.ptr(), w, xw.ptr(), m, n, k)
+                        })?;
+                        report(&e.name["skinny_".len()..], s, &mut line);
+                    }
                 }
                 // Split along the chains (then joined), for the weights with few tiles.
                 if let Some(part) = &part {

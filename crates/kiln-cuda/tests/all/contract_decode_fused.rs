@@ -10,6 +10,7 @@
 //!   bits of the unfused launches they replace (skinny GEMM, then rmsnorm_residual, swiglu or
 //!   qkv_prepare; rmsnorm_residual, then the GEMM), through the skinny kernel and the
 //!   tensor-core kernel;
+//! - the wgmma kernel (skinny_wg.cu, sm_90 GPUs) likewise, every entry and row count (wgmma.rs);
 //! - `planted_bugs_fail`: kernels with a bug planted in their text fail these checks.
 
 use crate::common;
@@ -25,6 +26,7 @@ use kiln_cuda::skinny_tc_split::{split_part_floats, tc_split_entries};
 use kiln_cuda::switches::{KernelChoice, SkinnyTc};
 
 mod planted;
+mod wgmma;
 
 fn up_f32(gpu: &Gpu, v: &[f32]) -> DevBuf<f32> {
     let d = gpu.alloc::<f32>(v.len()).unwrap();
@@ -115,9 +117,15 @@ enum Path {
     Skinny,
     Tc(&'static str),
     Split(&'static str),
+    Wg(&'static str),
 }
 
 impl Path {
+    /// Whether this GPU has the path's kernel (the wgmma one needs sm_90).
+    fn available(self, gpu: &Gpu) -> bool {
+        !matches!(self, Path::Wg(_)) || gpu.has_wgmma()
+    }
+
     fn run(
         self,
         gpu: &Gpu,
@@ -142,15 +150,19 @@ impl Path {
                 assert!(norm.is_none(), "the split kernel has no norm prologue");
                 split_launch(gpu, name, epi, x, w, m, g.n, g.k)
             }
+            Path::Wg(name) => {
+                assert!(norm.is_none(), "the wgmma kernel has no norm prologue");
+                wgmma::launch(gpu, name, epi, x, w, m, g.n, g.k)
+            }
         }
         .unwrap_or_else(|e| panic!("{self:?}: {e:#}"));
     }
 }
 
 /// The skinny kernel, the tilings `KILN_SKINNY_TC=auto` takes (4x1, 2x2), the two-chain 2x4,
-/// the one-chain 128 x 128 CTAs (64 x 32 warp tiles, and 16 warps of 32 x 32) and the split
-/// entries.
-const PATHS: [Path; 8] = [
+/// the one-chain 128 x 128 CTAs (64 x 32 warp tiles, and 16 warps of 32 x 32), the split
+/// entries and two wgmma entries (on sm_90 GPUs).
+const PATHS: [Path; 10] = [
     Path::Skinny,
     Path::Tc("skinny_tc_4x1"),
     Path::Tc("skinny_tc_2x2"),
@@ -159,6 +171,8 @@ const PATHS: [Path; 8] = [
     Path::Tc("skinny_tc_w4x4"),
     Path::Split("skinny_tcs_t2x4"),
     Path::Split("skinny_tcs_2x2"),
+    Path::Wg("skinny_wg_1x64"),
+    Path::Wg("skinny_wg_2x128"),
 ];
 
 /// Split entry `name` through `epi`, its chain partials in a buffer of their own (poisoned, so
@@ -508,14 +522,15 @@ fn norm_matches(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, row_counts: &[usize]) 
 }
 
 fn fused_matches(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, quick: bool) {
-    let (paths, rows): (&[Path], &[usize]) = if quick {
-        (&PATHS, &[3, 13])
+    let rows: &[usize] = if quick {
+        &[3, 13]
     } else {
-        (&PATHS, &[1, 3, 8, 13, 64, 100])
+        &[1, 3, 8, 13, 64, 100]
     };
-    add_matches(gpu, rng, c, paths, rows);
-    glu_matches(gpu, rng, c, paths, rows);
-    rope_matches(gpu, rng, c, paths, rows);
+    let paths: Vec<Path> = PATHS.into_iter().filter(|p| p.available(gpu)).collect();
+    add_matches(gpu, rng, c, &paths, rows);
+    glu_matches(gpu, rng, c, &paths, rows);
+    rope_matches(gpu, rng, c, &paths, rows);
     norm_matches(gpu, rng, c, rows);
 }
 

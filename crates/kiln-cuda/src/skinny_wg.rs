@@ -1,0 +1,278 @@
+//! Launchers of the wgmma decode GEMM (kernels/skinny_wg.cu, sm_90a): the 16-warp skinny
+//! kernel's bits for many rows, as skinny_tc.cu gives them with mma.sync, from warpgroup
+//! products. x is first rewritten into a workspace (`skinny_wg_x`: each chunk's words in the
+//! order wgmma's shared-memory operand reads them), reserved at start for the widest
+//! activation of a decode step. `KILN_SKINNY_WG=N` sends decode GEMM launches of at least N
+//! rows to it (contract_decode_fused checks every entry against the skinny kernel).
+
+use std::sync::OnceLock;
+
+use anyhow::{anyhow, bail, Result};
+
+use crate::device::{i32_of, Arg, Gpu};
+use crate::kernel_entries::EntryPoint;
+use crate::kernel_sources::source;
+use crate::skinny::SkinnyKind;
+use crate::skinny_fused::Epilogue;
+use crate::switches::{KernelChoice, SkinnyTc, Switches};
+
+/// One `WG_ENTRY(NAME, WG, BM, S, MINB)` of skinny_wg.cu.
+#[derive(Debug, Clone)]
+pub struct WgEntry {
+    pub name: String,
+    /// Warpgroups along the weight, 64 rows each.
+    pub wg: usize,
+    /// Tokens a CTA (the wgmma N).
+    pub bm: usize,
+    pub stages: usize,
+    /// CTAs per multiprocessor the launch bounds promise.
+    pub min_blocks: usize,
+}
+
+impl WgEntry {
+    fn from_source(p: &EntryPoint) -> Result<WgEntry> {
+        let num = |what: &str| {
+            p.arg(what)
+                .and_then(|s| s.trim().parse::<usize>().ok())
+                .ok_or_else(|| anyhow!("wgmma entry {}: no number for {what}", p.name))
+        };
+        Ok(WgEntry {
+            name: p.name.clone(),
+            wg: num("WG")?,
+            bm: num("BM")?,
+            stages: num("S")?,
+            min_blocks: num("MINB")?,
+        })
+    }
+
+    pub fn threads(&self) -> usize {
+        128 * self.wg
+    }
+
+    /// Weight rows and tokens of one CTA.
+    pub fn tile(&self) -> (usize, usize) {
+        (64 * self.wg, self.bm)
+    }
+
+    /// The ring: `stages` k-tiles of 128 bytes per weight row and token row.
+    pub fn smem_bytes(&self) -> usize {
+        let (bn, bm) = self.tile();
+        self.stages * (bn + bm) * 128
+    }
+
+    /// CTAs of a launch over `tiles` 16-row weight tiles and `rows` tokens.
+    pub fn ctas(&self, tiles: usize, rows: usize) -> usize {
+        let (bn, bm) = self.tile();
+        tiles.div_ceil(bn / 16) * rows.div_ceil(bm)
+    }
+}
+
+/// Every GEMM entry of skinny_wg.cu, read from its source once.
+pub fn wg_entries() -> &'static [WgEntry] {
+    static ENTRIES: OnceLock<Vec<WgEntry>> = OnceLock::new();
+    ENTRIES.get_or_init(|| {
+        let src = source("skinny_wg").expect("the skinny_wg module");
+        src.entry_points()
+            .and_then(|v| {
+                v.iter()
+                    .filter(|p| !p.macro_args.is_empty())
+                    .map(WgEntry::from_source)
+                    .collect()
+            })
+            .expect("skinny_wg.cu's entries (unit-tested)")
+    })
+}
+
+pub fn find_wg_entry(name: &str) -> Option<&'static WgEntry> {
+    wg_entries().iter().find(|e| e.name == name)
+}
+
+/// The entry for `tiles` 16-row weight tiles and `rows` tokens on `sms` multiprocessors: of the
+/// entries whose CTAs fill every resident slot, the largest tile (the least read through L2);
+/// when none fills the GPU, the one with the most CTAs. `KILN_SKINNY_WG_TILE=WGxBM` forces one.
+pub fn choose_wg_entry(tiles: usize, rows: usize, sms: usize) -> &'static WgEntry {
+    if let Some(e) = forced_tile() {
+        return e;
+    }
+    let all = wg_entries();
+    let area = |e: &&WgEntry| {
+        let (bn, bm) = e.tile();
+        (bn * bm, bm)
+    };
+    all.iter()
+        .filter(|e| e.ctas(tiles, rows) >= sms * e.min_blocks)
+        .max_by_key(area)
+        .unwrap_or_else(|| {
+            let most = all.iter().map(|e| e.ctas(tiles, rows)).max().unwrap_or(0);
+            all.iter()
+                .filter(|e| e.ctas(tiles, rows) == most)
+                .max_by_key(area)
+                .expect("skinny_wg.cu has entries")
+        })
+}
+
+fn forced_tile() -> Option<&'static WgEntry> {
+    static FORCED: OnceLock<Option<&'static WgEntry>> = OnceLock::new();
+    *FORCED.get_or_init(|| {
+        let v = std::env::var("KILN_SKINNY_WG_TILE").ok()?;
+        find_wg_entry(&format!("skinny_wg_{v}"))
+    })
+}
+
+/// Elements of the rewritten x for `rows` tokens of width `k` (rounded up to whole chunks).
+pub fn wg_x_elems(rows: usize, k: usize) -> usize {
+    rows * k.div_ceil(32) * 32
+}
+
+/// The widest input of a decode GEMM of `spec`: the hidden size (QKV, gate/up, the LM head),
+/// the attention output (o) or the intermediate size (down).
+pub fn decode_max_k(spec: &kiln_model::ModelSpec) -> usize {
+    let q_dim = spec.max_over_layers(|l| l.attn.q_dim());
+    let inter = spec.max_over_layers(|l| l.ffn.intermediate());
+    spec.hidden_size.max(q_dim).max(inter)
+}
+
+/// Bytes the wgmma path reserves at start for decode steps of up to `max_seqs` rows whose GEMMs
+/// are at most `max_k` wide, when it can take any of them (footprint.rs counts them).
+pub fn wg_reserve_bytes(max_seqs: usize, max_k: usize) -> usize {
+    match Switches::from_env().wg_from {
+        Some(from) if from <= max_seqs => wg_x_elems(max_seqs, max_k) * 2,
+        _ => 0,
+    }
+}
+
+impl Gpu {
+    /// Whether this GPU has the wgmma module (compute capability 9.0).
+    pub fn has_wgmma(&self) -> bool {
+        self.arch == 90
+    }
+
+    /// Reserves the rewritten-x workspace of the wgmma path (once per device; later calls keep
+    /// the first reservation).
+    pub fn reserve_wg(&self, max_seqs: usize, max_k: usize) -> Result<()> {
+        let bytes = wg_reserve_bytes(max_seqs, max_k);
+        if bytes > 0 && self.has_wgmma() && self.wg_x.get().is_none() {
+            let _ = self.wg_x.set(self.alloc::<u16>(bytes / 2)?);
+        }
+        Ok(())
+    }
+
+    /// The entry and workspace for a decode launch of `rows` rows of an `n` x `k` weight in
+    /// family `kind` through `epi`, when KILN_SKINNY_WG takes it (the tensor-core kernels not
+    /// switched off under `c`, the 16-warp family whose order it keeps, rows enough, the
+    /// workspace reserved and large enough); None otherwise.
+    #[allow(clippy::too_many_arguments)]
+    pub fn wg_for(
+        &self,
+        c: &KernelChoice,
+        kind: SkinnyKind,
+        epi: &Epilogue,
+        rows: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<Option<(&'static WgEntry, u64)>> {
+        let Some(from) = Switches::from_env().wg_from else {
+            return Ok(None);
+        };
+        if rows < from || c.skinny_tc == SkinnyTc::Off || kind != SkinnyKind::Wide {
+            return Ok(None);
+        }
+        let Some(xw) = self.wg_x.get() else {
+            return Ok(None);
+        };
+        if wg_x_elems(rows, k) > xw.len() {
+            return Ok(None);
+        }
+        let e = choose_wg_entry(epi.tiles(n)?, rows, self.sm_count as usize);
+        Ok(Some((e, xw.ptr())))
+    }
+
+    /// x . w^T for `rows` rows on the tensor cores through wgmma entry `e`, x rewritten into `xw`
+    /// ([`wg_x_elems`] elements) first, the sums going where `epi` says: the bits of the 16-warp
+    /// skinny kernel. Needs k % 8 == 0 and 16-byte aligned x and w.
+    #[allow(clippy::too_many_arguments)]
+    pub fn skinny_wg_entry(
+        &self,
+        e: &WgEntry,
+        epi: &Epilogue,
+        pdl: bool,
+        x: u64,
+        w: u64,
+        xw: u64,
+        rows: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<()> {
+        if rows == 0 {
+            return Ok(());
+        }
+        if !k.is_multiple_of(8) {
+            bail!("wgmma decode GEMM needs k % 8 == 0, got {k}");
+        }
+        let (m, kk) = (i32_of(rows, "rows")?, i32_of(k, "k")?);
+        let pieces = rows * k.div_ceil(32);
+        let grid = (u32::try_from(pieces.div_ceil(256))?, 1, 1);
+        let args = [Arg::Ptr(x), Arg::Ptr(xw), Arg::I32(m), Arg::I32(kk)];
+        self.launch_with("skinny_wg_x", grid, 256, 0, &args, pdl)?;
+        let mut args = vec![Arg::Ptr(xw), Arg::Ptr(w), Arg::I32(m), Arg::I32(kk)];
+        args.extend(epi.args(n)?);
+        let ctas = e.ctas(epi.tiles(n)?, rows);
+        self.launch_with(
+            &e.name,
+            (u32::try_from(ctas)?, 1, 1),
+            e.threads() as u32,
+            e.smem_bytes() as u32,
+            &args,
+            pdl,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_entries_read_from_the_source_have_their_shapes() {
+        let got: Vec<_> = wg_entries()
+            .iter()
+            .map(|e| (e.name.as_str(), e.tile(), e.stages, e.min_blocks))
+            .collect();
+        let want = [
+            ("skinny_wg_1x64", (64, 64), 4, 3),
+            ("skinny_wg_2x64", (128, 64), 4, 2),
+            ("skinny_wg_1x128", (64, 128), 4, 2),
+            ("skinny_wg_2x128", (128, 128), 4, 1),
+        ];
+        assert_eq!(got, want);
+    }
+
+    /// The CTAs the launch bounds promise fit an H100/H200 multiprocessor: 228 KB of shared
+    /// memory (1 KB of it reserved per CTA) and 64K registers.
+    #[test]
+    fn every_entry_fits_its_occupancy() {
+        for e in wg_entries() {
+            let smem = e.min_blocks * (e.smem_bytes() + 1024);
+            assert!(smem <= 228 * 1024, "{}: {smem} bytes", e.name);
+            assert!(
+                e.min_blocks * e.threads() * 128 <= 65536 || e.bm == 128,
+                "{}",
+                e.name
+            );
+        }
+    }
+
+    #[test]
+    fn the_shape_follows_the_weight_and_the_rows() {
+        // gate/up at 128 rows: 128 x 128 CTAs (224) fill 132 SMs once.
+        assert_eq!(
+            choose_wg_entry(28672 / 16, 128, 132).name,
+            "skinny_wg_2x128"
+        );
+        // o at 128 rows: none fills the GPU; the most CTAs (64 x 64: 64 x 2).
+        let e = choose_wg_entry(4096 / 16, 128, 132);
+        assert_eq!(e.name, "skinny_wg_1x64");
+        assert_eq!(e.ctas(256, 128), 128);
+        assert_eq!(wg_x_elems(3, 40), 3 * 64);
+    }
+}
