@@ -78,9 +78,12 @@ extern "C" __global__ void __launch_bounds__(256) skinny_wg_x(const bf16_t* __re
     *reinterpret_cast<uint4*>(dst + 24) = make_uint4(in[0].w, in[1].w, in[2].w, in[3].w);
 }
 
-template <int WG, int BM, int S>
+// SPLIT: the CTA builds chain p = blockIdx.y alone and writes it, as float, to
+// part[p][m][16 tile + r] (row length ld) for skinny_tc_join to add up in chain order.
+template <int WG, int BM, int S, bool SPLIT>
 __device__ __forceinline__ void wg_body(const bf16_t* __restrict__ xp, const bf16_t* __restrict__ w,
-                                        int M, int K, const Epi& ep) {
+                                        int M, int K, const Epi& ep, float* __restrict__ part,
+                                        int ld) {
     constexpr int BN = 64 * WG, THREADS = 128 * WG;
     constexpr int XS = BM * 128, WS = BN * 128;  // a stage's bytes of xp and of W
     constexpr int PW = BN * 8 / THREADS, PX = BM * 8 / THREADS;
@@ -98,7 +101,8 @@ __device__ __forceinline__ void wg_body(const bf16_t* __restrict__ xp, const bf1
     const int chunks = (K + 31) / 32, Kp = 32 * chunks;
     const int J = (chunks + WG_W - 1) / WG_W;  // chunks of the longest chain
     const int JS = (J + 1) / 2;                // k-tiles a pass
-    const int T = WG_W * JS;
+    const int T = SPLIT ? JS : WG_W * JS;
+    const int p0 = SPLIT ? (int)blockIdx.y : 0;  // the first (SPLIT: only) pass
 
     // This thread copies piece q = tid % 8 of rows tid / 8 + i * THREADS / 8 (one parity, one
     // row phase mod 8 when THREADS / 8 is a multiple of 8: one swizzled offset each).
@@ -146,11 +150,11 @@ __device__ __forceinline__ void wg_body(const bf16_t* __restrict__ xp, const bf1
 
     // Weights first, while the kernel before ends (they are never written); xp after pdl_wait.
 #pragma unroll
-    for (int s = 0; s < S - 1; ++s) issue_w(s, s / JS, s % JS, s);
+    for (int s = 0; s < S - 1; ++s) issue_w(s, p0 + s / JS, s % JS, s);
     pdl_wait();
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) {
-        issue_x(s, s / JS, s % JS, s);
+        issue_x(s, p0 + s / JS, s % JS, s);
         cp_async_commit();
     }
 
@@ -160,8 +164,8 @@ __device__ __forceinline__ void wg_body(const bf16_t* __restrict__ xp, const bf1
     const u32 xbase = (u32)__cvta_generic_to_shared(wg_smem);
     const int ra = 64 * wg + 16 * wq + g;  // this lane's weight rows ra and ra + 8 of the CTA
 
-    int np = (S - 1) / JS, nj = (S - 1) % JS, nst = S - 1;
-    int p = 0, j = 0, cst = 0;
+    int np = p0 + (S - 1) / JS, nj = (S - 1) % JS, nst = S - 1;
+    int p = p0, j = 0, cst = 0;
     for (int it = 0; it < T; ++it) {
         cp_async_wait<S - 2>();
         __syncthreads();  // the stage of it - 1 is free: its products were waited for
@@ -209,6 +213,18 @@ __device__ __forceinline__ void wg_body(const bf16_t* __restrict__ xp, const bf1
 
     // Accumulator 4 n + v: token 8 n + 2 t + (v & 1), row g + 8 (v >> 1) of the warp's tile.
     const int tile = tile0 + 4 * wg + wq;
+    if (SPLIT) {
+        // 0 + a_p: the chain as the join's first addition would see it either way.
+        float* pp = part + (u64)p0 * M * ld;
+#pragma unroll
+        for (int n = 0; n < BM / 8; ++n)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) {
+                const int mv = m0 + 8 * n + 2 * t + (v & 1), rv = tile * 16 + g + 8 * (v >> 1);
+                if (mv < M && rv < ld) pp[(u64)mv * ld + rv] = acc[4 * n + v];
+            }
+        return;
+    }
 #pragma unroll
     for (int n = 0; n < BM / 8; ++n) {
         const int m = m0 + 8 * n + 2 * t;
@@ -223,9 +239,20 @@ __device__ __forceinline__ void wg_body(const bf16_t* __restrict__ xp, const bf1
 #define WG_ENTRY(NAME, WG, BM, S, MINB)                                                             \
     extern "C" __global__ void __launch_bounds__(128 * WG, MINB)                                   \
         NAME(const bf16_t* x, const bf16_t* w, int M, int K, EPI_PARAMS) {                          \
-        wg_body<WG, BM, S>(x, w, M, K, EPI_MAKE);                                                   \
+        wg_body<WG, BM, S, false>(x, w, M, K, EPI_MAKE, nullptr, 0);                                 \
     }
 WG_ENTRY(skinny_wg_1x64, 1, 64, 4, 3)
 WG_ENTRY(skinny_wg_2x64, 2, 64, 4, 2)
 WG_ENTRY(skinny_wg_1x128, 1, 128, 4, 2)
 WG_ENTRY(skinny_wg_2x128, 2, 128, 4, 1)
+
+// Split along the chains (skinny_wgs_*, then skinny_tc.cu's skinny_tc_join): grid (CTAs of the
+// tiling, 16), CTA (c, p) building chain p of its tile into part, for weights with few tiles
+// (QKV, o and down at 128-192 tokens). The same chains, joined in chain order: the same bits.
+#define WG_SPLIT_ENTRY(NAME, WG, BM, S, MINB)                                                       \
+    extern "C" __global__ void __launch_bounds__(128 * WG, MINB)                                   \
+        NAME(const bf16_t* x, const bf16_t* w, int M, int K, float* part, int ld, EPI_PARAMS) {    \
+        wg_body<WG, BM, S, true>(x, w, M, K, EPI_MAKE, part, ld);                                   \
+    }
+WG_SPLIT_ENTRY(skinny_wgs_1x64, 1, 64, 4, 3)
+WG_SPLIT_ENTRY(skinny_wgs_2x128, 2, 128, 4, 1)

@@ -195,8 +195,8 @@ impl CudaOps<'_, '_> {
         let (g, rows) = (self.ctx.gpu, self.plan.n_tokens);
         let kc = self.ctx.sw.kernels;
         if norm.is_none() {
-            if let Some((e, xw)) = g.wg_for(&kc, SkinnyKind::Wide, epi, rows, n, k)? {
-                return g.skinny_wg_entry(e, epi, kc.pdl, x.addr(), w, xw, rows, n, k);
+            if let Some(l) = g.wg_for(&kc, SkinnyKind::Wide, epi, rows, n, k)? {
+                return g.skinny_wg(&l, epi, kc.pdl, x.addr(), w, rows, n, k);
             }
             if let Some((e, part)) = g.tc_split_for(&kc, SkinnyKind::Wide, epi, rows, n)? {
                 return g.skinny_tc_split(e, epi, kc.pdl, x.addr(), w, part, rows, n, k);

@@ -215,8 +215,8 @@ impl Gpu {
     ) -> Result<()> {
         let kind = c.skinny_kind(k);
         let epi = crate::skinny_fused::Epilogue::Store { y };
-        if let Some((e, xw)) = self.wg_for(c, kind, &epi, rows, n, k)? {
-            return self.skinny_wg_entry(e, &epi, c.pdl, x, w, xw, rows, n, k);
+        if let Some(l) = self.wg_for(c, kind, &epi, rows, n, k)? {
+            return self.skinny_wg(&l, &epi, c.pdl, x, w, rows, n, k);
         }
         if let Some((e, part)) = self.tc_split_for(c, kind, &epi, rows, n)? {
             return self.skinny_tc_split(e, &epi, c.pdl, x, w, part, rows, n, k);

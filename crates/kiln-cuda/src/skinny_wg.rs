@@ -14,6 +14,7 @@ use crate::kernel_entries::EntryPoint;
 use crate::kernel_sources::source;
 use crate::skinny::SkinnyKind;
 use crate::skinny_fused::Epilogue;
+use crate::skinny_tc_split::{split_part_floats, split_takes, SPLIT_MAX_ROWS};
 use crate::switches::{KernelChoice, SkinnyTc, Switches};
 
 /// One `WG_ENTRY(NAME, WG, BM, S, MINB)` of skinny_wg.cu.
@@ -27,6 +28,8 @@ pub struct WgEntry {
     pub stages: usize,
     /// CTAs per multiprocessor the launch bounds promise.
     pub min_blocks: usize,
+    /// `WG_SPLIT_ENTRY` (`skinny_wgs_*`): CTAs along the 16 chains, joined by skinny_tc_join.
+    pub split: bool,
 }
 
 impl WgEntry {
@@ -42,6 +45,7 @@ impl WgEntry {
             bm: num("BM")?,
             stages: num("S")?,
             min_blocks: num("MINB")?,
+            split: p.name.starts_with("skinny_wgs_"),
         })
     }
 
@@ -67,8 +71,9 @@ impl WgEntry {
     }
 }
 
-/// Every GEMM entry of skinny_wg.cu, read from its source once.
-pub fn wg_entries() -> &'static [WgEntry] {
+/// Every GEMM entry of skinny_wg.cu (`WG_ENTRY` and `WG_SPLIT_ENTRY`), read from its source
+/// once.
+pub fn all_wg_entries() -> &'static [WgEntry] {
     static ENTRIES: OnceLock<Vec<WgEntry>> = OnceLock::new();
     ENTRIES.get_or_init(|| {
         let src = source("skinny_wg").expect("the skinny_wg module");
@@ -83,8 +88,47 @@ pub fn wg_entries() -> &'static [WgEntry] {
     })
 }
 
+/// The whole-K entries (`WG_ENTRY`): one launch, the sums straight into the epilogue.
+pub fn wg_entries() -> &'static [WgEntry] {
+    static WHOLE: OnceLock<Vec<WgEntry>> = OnceLock::new();
+    WHOLE.get_or_init(|| {
+        all_wg_entries()
+            .iter()
+            .filter(|e| !e.split)
+            .cloned()
+            .collect()
+    })
+}
+
+/// The entries split along the chains (`WG_SPLIT_ENTRY`).
+pub fn wg_split_entries() -> &'static [WgEntry] {
+    static SPLIT: OnceLock<Vec<WgEntry>> = OnceLock::new();
+    SPLIT.get_or_init(|| {
+        all_wg_entries()
+            .iter()
+            .filter(|e| e.split)
+            .cloned()
+            .collect()
+    })
+}
+
 pub fn find_wg_entry(name: &str) -> Option<&'static WgEntry> {
-    wg_entries().iter().find(|e| e.name == name)
+    all_wg_entries().iter().find(|e| e.name == name)
+}
+
+/// The split entry for `tiles` weight tiles and `rows` tokens: the largest tiling whose CTAs
+/// (16 a tile) fill every resident slot, else the one with the most CTAs.
+pub fn choose_wg_split_entry(tiles: usize, rows: usize, sms: usize) -> &'static WgEntry {
+    let all = wg_split_entries();
+    let area = |e: &&WgEntry| e.tile().0 * e.tile().1;
+    all.iter()
+        .filter(|e| 16 * e.ctas(tiles, rows) >= sms * e.min_blocks)
+        .max_by_key(area)
+        .unwrap_or_else(|| {
+            all.iter()
+                .max_by_key(|e| e.ctas(tiles, rows))
+                .expect("skinny_wg.cu has split entries")
+        })
 }
 
 /// The entry for `tiles` 16-row weight tiles and `rows` tokens on `sms` multiprocessors: of the
@@ -117,6 +161,15 @@ fn forced_tile() -> Option<&'static WgEntry> {
         let v = std::env::var("KILN_SKINNY_WG_TILE").ok()?;
         find_wg_entry(&format!("skinny_wg_{v}"))
     })
+}
+
+/// A planned launch of the wgmma kernel: the entry, the rewritten-x workspace and, for a split
+/// entry, the chain partials.
+#[derive(Debug, Clone, Copy)]
+pub struct WgLaunch {
+    pub entry: &'static WgEntry,
+    pub xw: u64,
+    pub part: Option<u64>,
 }
 
 /// Elements of the rewritten x for `rows` tokens of width `k` (rounded up to whole chunks).
@@ -170,8 +223,9 @@ impl Gpu {
         rows: usize,
         n: usize,
         k: usize,
-    ) -> Result<Option<(&'static WgEntry, u64)>> {
-        let Some(from) = Switches::from_env().wg_from else {
+    ) -> Result<Option<WgLaunch>> {
+        let sw = Switches::from_env();
+        let Some(from) = sw.wg_from else {
             return Ok(None);
         };
         if rows < from || c.skinny_tc == SkinnyTc::Off || kind != SkinnyKind::Wide {
@@ -183,13 +237,48 @@ impl Gpu {
         if wg_x_elems(rows, k) > xw.len() {
             return Ok(None);
         }
-        let e = choose_wg_entry(epi.tiles(n)?, rows, self.sm_count as usize);
-        Ok(Some((e, xw.ptr())))
+        let (tiles, sms) = (epi.tiles(n)?, self.sm_count as usize);
+        // Narrow weights at the token counts the chain split takes: split here too.
+        if let Some(part) = self.tc_part.get() {
+            if split_takes(sw.tc_split_from, rows)
+                && tiles * 16 <= SPLIT_MAX_ROWS
+                && split_part_floats(rows, tiles) <= part.len()
+            {
+                return Ok(Some(WgLaunch {
+                    entry: choose_wg_split_entry(tiles, rows, sms),
+                    xw: xw.ptr(),
+                    part: Some(part.ptr()),
+                }));
+            }
+        }
+        Ok(Some(WgLaunch {
+            entry: choose_wg_entry(tiles, rows, sms),
+            xw: xw.ptr(),
+            part: None,
+        }))
+    }
+
+    /// [`Gpu::skinny_wg_entry`] as [`Gpu::wg_for`] planned it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn skinny_wg(
+        &self,
+        l: &WgLaunch,
+        epi: &Epilogue,
+        pdl: bool,
+        x: u64,
+        w: u64,
+        rows: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<()> {
+        self.skinny_wg_entry(l.entry, epi, pdl, x, w, l.xw, l.part, rows, n, k)
     }
 
     /// x . w^T for `rows` rows on the tensor cores through wgmma entry `e`, x rewritten into `xw`
     /// ([`wg_x_elems`] elements) first, the sums going where `epi` says: the bits of the 16-warp
-    /// skinny kernel. Needs k % 8 == 0 and 16-byte aligned x and w.
+    /// skinny kernel. A split entry writes its chains to `part` ([`split_part_floats`] floats),
+    /// then skinny_tc_join adds them in chain order. Needs k % 8 == 0 and 16-byte aligned x and
+    /// w.
     #[allow(clippy::too_many_arguments)]
     pub fn skinny_wg_entry(
         &self,
@@ -199,6 +288,7 @@ impl Gpu {
         x: u64,
         w: u64,
         xw: u64,
+        part: Option<u64>,
         rows: usize,
         n: usize,
         k: usize,
@@ -209,22 +299,38 @@ impl Gpu {
         if !k.is_multiple_of(8) {
             bail!("wgmma decode GEMM needs k % 8 == 0, got {k}");
         }
+        if e.split != part.is_some() {
+            bail!("{}: split entries take partials, the others none", e.name);
+        }
+        let tiles = epi.tiles(n)?;
         let (m, kk) = (i32_of(rows, "rows")?, i32_of(k, "k")?);
         let pieces = rows * k.div_ceil(32);
         let grid = (u32::try_from(pieces.div_ceil(256))?, 1, 1);
         let args = [Arg::Ptr(x), Arg::Ptr(xw), Arg::I32(m), Arg::I32(kk)];
         self.launch_with("skinny_wg_x", grid, 256, 0, &args, pdl)?;
         let mut args = vec![Arg::Ptr(xw), Arg::Ptr(w), Arg::I32(m), Arg::I32(kk)];
+        let ld = tiles * 16;
+        if let Some(part) = part {
+            args.extend([Arg::Ptr(part), Arg::I32(i32_of(ld, "partial row")?)]);
+        }
         args.extend(epi.args(n)?);
-        let ctas = e.ctas(epi.tiles(n)?, rows);
-        self.launch_with(
-            &e.name,
-            (u32::try_from(ctas)?, 1, 1),
-            e.threads() as u32,
-            e.smem_bytes() as u32,
-            &args,
-            pdl,
-        )
+        let ctas = u32::try_from(e.ctas(tiles, rows))?;
+        let grid = (ctas, if e.split { 16 } else { 1 }, 1);
+        let (threads, smem) = (e.threads() as u32, e.smem_bytes() as u32);
+        self.launch_with(&e.name, grid, threads, smem, &args, pdl)?;
+        let Some(part) = part else {
+            return Ok(());
+        };
+        let args = [
+            Arg::Ptr(part),
+            Arg::I32(m),
+            Arg::I32(i32_of(ld, "partial row")?),
+            Arg::I32(i32_of(tiles, "tiles")?),
+        ];
+        let mut args = args.to_vec();
+        args.extend(epi.args(n)?);
+        let grid = (u32::try_from((rows * tiles * 8).div_ceil(256))?, 1, 1);
+        self.launch_with("skinny_tc_join", grid, 256, 0, &args, pdl)
     }
 }
 
@@ -245,13 +351,20 @@ mod tests {
             ("skinny_wg_2x128", (128, 128), 4, 1),
         ];
         assert_eq!(got, want);
+        let split: Vec<_> = wg_split_entries().iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(split, ["skinny_wgs_1x64", "skinny_wgs_2x128"]);
+        // o at 128 rows: 32 CTAs of 128 x 128 a chain, 512 in all, fill 132 SMs.
+        assert_eq!(
+            choose_wg_split_entry(256, 128, 132).name,
+            "skinny_wgs_2x128"
+        );
     }
 
     /// The CTAs the launch bounds promise fit an H100/H200 multiprocessor: 228 KB of shared
     /// memory (1 KB of it reserved per CTA) and 64K registers.
     #[test]
     fn every_entry_fits_its_occupancy() {
-        for e in wg_entries() {
+        for e in all_wg_entries() {
             let smem = e.min_blocks * (e.smem_bytes() + 1024);
             assert!(smem <= 228 * 1024, "{}: {smem} bytes", e.name);
             assert!(

@@ -17,7 +17,7 @@ use kiln_cuda::skinny::SkinnyKind;
 use kiln_cuda::skinny_fused::Epilogue;
 use kiln_cuda::skinny_tc::{choose_tc_entry, measured_entry, tc_entries};
 use kiln_cuda::skinny_tc_split::{split_part_floats, tc_split_entries, SPLIT_MAX_ROWS};
-use kiln_cuda::skinny_wg::{wg_entries, wg_x_elems};
+use kiln_cuda::skinny_wg::{all_wg_entries, wg_x_elems};
 
 const SHAPES: [(&str, usize, usize); 5] = [
     ("qkv", 6144, 4096),
@@ -127,10 +127,15 @@ pub fn run() -> Result<()> {
                 }
                 // The wgmma entries (sm_90), x rewritten into the workspace first.
                 if let Some(xw) = &xw {
-                    for e in wg_entries() {
+                    for e in all_wg_entries() {
+                        let part = match (e.split, &part) {
+                            (false, _) => None,
+                            (true, Some(p)) => Some(p.ptr()),
+                            (true, None) => continue,
+                        };
                         let s = time(&gpu, || {
                             let w = next_w();
-                            gpu.skinny_wg_entry(e, &epi, true, x.ptr(), w, xw.ptr(), m, n, k)
+                            gpu.skinny_wg_entry(e, &epi, true, x.ptr(), w, xw.ptr(), part, m, n, k)
                         })?;
                         report(&e.name["skinny_".len()..], s, &mut line);
                     }

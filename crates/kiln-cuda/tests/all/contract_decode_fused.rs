@@ -161,8 +161,8 @@ impl Path {
 
 /// The skinny kernel, the tilings `KILN_SKINNY_TC=auto` takes (4x1, 2x2), the two-chain 2x4,
 /// the one-chain 128 x 128 CTAs (64 x 32 warp tiles, and 16 warps of 32 x 32), the split
-/// entries and two wgmma entries (on sm_90 GPUs).
-const PATHS: [Path; 10] = [
+/// entries and three wgmma entries (on sm_90 GPUs), one of them split.
+const PATHS: [Path; 11] = [
     Path::Skinny,
     Path::Tc("skinny_tc_4x1"),
     Path::Tc("skinny_tc_2x2"),
@@ -173,6 +173,7 @@ const PATHS: [Path; 10] = [
     Path::Split("skinny_tcs_2x2"),
     Path::Wg("skinny_wg_1x64"),
     Path::Wg("skinny_wg_2x128"),
+    Path::Wg("skinny_wgs_1x64"),
 ];
 
 /// Split entry `name` through `epi`, its chain partials in a buffer of their own (poisoned, so

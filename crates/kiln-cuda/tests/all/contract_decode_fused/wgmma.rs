@@ -1,14 +1,16 @@
-//! The wgmma decode GEMM (skinny_wg.cu, sm_90 GPUs): every entry gives the 16-warp skinny
-//! kernel's bits at every row count, agrees with float64 and writes nothing past its rows;
-//! `KILN_SKINNY_WG`'s route through `skinny_gemm_with` gives those bits too.
+//! The wgmma decode GEMM (skinny_wg.cu, sm_90 GPUs): every entry, whole or split along the
+//! chains, gives the 16-warp skinny kernel's bits at every row count, agrees with float64 and
+//! writes nothing past its rows.
 
 use super::{all, bits, poisoned, Gemm};
 use crate::common::{gpu_or_skip, timed, Checks, Rng};
 use kiln_cuda::device::Gpu;
 use kiln_cuda::skinny_fused::Epilogue;
-use kiln_cuda::skinny_wg::{find_wg_entry, wg_entries, wg_x_elems};
+use kiln_cuda::skinny_tc_split::split_part_floats;
+use kiln_cuda::skinny_wg::{all_wg_entries, find_wg_entry, wg_x_elems};
 
-/// Entry `name` through `epi`, its rewritten x in a poisoned buffer of its own.
+/// Entry `name` through `epi`, its rewritten x (and a split entry's chain partials) in poisoned
+/// buffers of their own.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn launch(
     gpu: &Gpu,
@@ -22,7 +24,9 @@ pub(super) fn launch(
 ) -> anyhow::Result<()> {
     let e = find_wg_entry(name).expect("a wgmma entry");
     let xw = poisoned::<u16>(gpu, wg_x_elems(m, k));
-    gpu.skinny_wg_entry(e, epi, true, x, w, xw.ptr(), m, n, k)?;
+    let part = poisoned::<f32>(gpu, split_part_floats(m, epi.tiles(n)?));
+    let part = e.split.then(|| part.ptr());
+    gpu.skinny_wg_entry(e, epi, true, x, w, xw.ptr(), part, m, n, k)?;
     gpu.synchronize()
 }
 
@@ -52,7 +56,7 @@ pub(super) fn wg_matches_skinny(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, quick:
             vec![0, m / 2, m - 1]
         };
         let reference = g.reference(&rows);
-        for e in wg_entries() {
+        for e in all_wg_entries() {
             let v = format!("{} m={m} n={n} k={k}", e.name);
             let y = poisoned::<f32>(gpu, (m + 1) * n);
             let epi = Epilogue::Store { y: y.ptr() };
