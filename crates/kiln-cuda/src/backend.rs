@@ -279,7 +279,8 @@ impl CudaBackend {
                 + self.sampling.bytes()
                 + self.pipe.bytes()
                 + crate::gemm_lt::WORKSPACE_BYTES
-                + self.weights.scratch_bytes(),
+                + self.weights.scratch_bytes()
+                + self.gpu.reserved_scratch_bytes(),
             kv_block: KvCache::block_bytes(&self.spec, self.kv.block_size, self.gpu.store),
         }
     }

@@ -68,6 +68,7 @@ pub fn large_smem_kernels() -> Vec<(String, usize)> {
     }
     v.extend(crate::skinny::large_smem_kernels());
     v.extend(crate::skinny_tc::large_smem_kernels());
+    v.extend(crate::skinny_wg::large_smem_kernels());
     v.extend(crate::attn_launch::large_smem_kernels());
     v.extend(crate::attn_wide::large_smem_kernels());
     v.extend(crate::quant_gemm::large_smem_kernels());

@@ -163,6 +163,15 @@ fn forced_tile() -> Option<&'static WgEntry> {
     })
 }
 
+/// The wgmma entries with more than 48 KB of dynamic shared memory, with their needs.
+pub fn large_smem_kernels() -> Vec<(String, usize)> {
+    all_wg_entries()
+        .iter()
+        .filter(|e| e.smem_bytes() > 48 * 1024)
+        .map(|e| (e.name.clone(), e.smem_bytes()))
+        .collect()
+}
+
 /// A planned launch of the wgmma kernel: the entry, the rewritten-x workspace and, for a split
 /// entry, the chain partials.
 #[derive(Debug, Clone, Copy)]
@@ -200,11 +209,18 @@ impl Gpu {
         self.arch == 90
     }
 
+    /// Bytes of the workspaces reserved at start: the chain partials of the split path and the
+    /// rewritten x of the wgmma path.
+    pub fn reserved_scratch_bytes(&self) -> usize {
+        self.tc_part.get().map_or(0, |b| b.len() * 4) + self.wg_x.get().map_or(0, |b| b.len() * 2)
+    }
+
     /// Reserves the rewritten-x workspace of the wgmma path (once per device; later calls keep
     /// the first reservation).
     pub fn reserve_wg(&self, max_seqs: usize, max_k: usize) -> Result<()> {
         let bytes = wg_reserve_bytes(max_seqs, max_k);
-        if bytes > 0 && self.has_wgmma() && self.wg_x.get().is_none() {
+        // Reserved whatever the GPU, as footprint.rs predicts it; only sm_90 ones use it.
+        if bytes > 0 && self.wg_x.get().is_none() {
             let _ = self.wg_x.set(self.alloc::<u16>(bytes / 2)?);
         }
         Ok(())
@@ -228,7 +244,11 @@ impl Gpu {
         let Some(from) = sw.wg_from else {
             return Ok(None);
         };
-        if rows < from || c.skinny_tc == SkinnyTc::Off || kind != SkinnyKind::Wide {
+        if rows < from
+            || c.skinny_tc == SkinnyTc::Off
+            || kind != SkinnyKind::Wide
+            || !self.has_wgmma()
+        {
             return Ok(None);
         }
         let Some(xw) = self.wg_x.get() else {
