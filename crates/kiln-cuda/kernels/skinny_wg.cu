@@ -57,6 +57,7 @@ __device__ __forceinline__ void wg_rsk(float (&d)[BM / 2], const u32 (&a)[4], u6
 
 #define WG_W 16  // the skinny kernel's chains
 
+
 // x [M, K] into xp [M, Kp] (Kp = K rounded up to 32; the words past K zero), each chunk's 16
 // words transposed as a 4 x 4 matrix. One thread per token and chunk; grid ceil(M * chunks /
 // 256) CTAs of 256 threads.
@@ -80,7 +81,7 @@ extern "C" __global__ void __launch_bounds__(256) skinny_wg_x(const bf16_t* __re
 
 // SPLIT: the CTA builds chain p = blockIdx.y alone and writes it, as float, to
 // part[p][m][16 tile + r] (row length ld) for skinny_tc_join to add up in chain order.
-template <int WG, int BM, int S, bool SPLIT>
+template <int WG, int BM, int S, int PIPE, bool SPLIT>
 __device__ __forceinline__ void wg_body(const bf16_t* __restrict__ xp, const bf16_t* __restrict__ w,
                                         int M, int K, const Epi& ep, float* __restrict__ part,
                                         int ld) {
@@ -150,10 +151,10 @@ __device__ __forceinline__ void wg_body(const bf16_t* __restrict__ xp, const bf1
 
     // Weights first, while the kernel before ends (they are never written); xp after pdl_wait.
 #pragma unroll
-    for (int s = 0; s < S - 1; ++s) issue_w(s, p0 + s / JS, s % JS, s);
+    for (int s = 0; s < S - 1 - PIPE; ++s) issue_w(s, p0 + s / JS, s % JS, s);
     pdl_wait();
 #pragma unroll
-    for (int s = 0; s < S - 1; ++s) {
+    for (int s = 0; s < S - 1 - PIPE; ++s) {
         issue_x(s, p0 + s / JS, s % JS, s);
         cp_async_commit();
     }
@@ -164,20 +165,24 @@ __device__ __forceinline__ void wg_body(const bf16_t* __restrict__ xp, const bf1
     const u32 xbase = (u32)__cvta_generic_to_shared(wg_smem);
     const int ra = 64 * wg + 16 * wq + g;  // this lane's weight rows ra and ra + 8 of the CTA
 
-    int np = p0 + (S - 1) / JS, nj = (S - 1) % JS, nst = S - 1;
+    // PIPE: a k-tile's products stay in flight while the next tile's are issued (one tile
+    // fewer ahead in the ring: the stage refilled is that of it - 2), drained only at the end
+    // of a pass, where the chain joins the sum (ptxas orders a fragment register's reuse after
+    // the product reading it). The same products in the same order either way.
+    constexpr int AHEAD = S - 1 - PIPE;  // k-tiles issued ahead of the one summed
+    int np = p0 + AHEAD / JS, nj = AHEAD % JS, nst = AHEAD;
     int p = p0, j = 0, cst = 0;
-    for (int it = 0; it < T; ++it) {
-        cp_async_wait<S - 2>();
-        __syncthreads();  // the stage of it - 1 is free: its products were waited for
-        issue_w(it + S - 1, np, nj, nst);
-        issue_x(it + S - 1, np, nj, nst);
+    auto step = [&](int it, u32 (&f)[2][2][4]) {
+        cp_async_wait<AHEAD - 1>();  // tile it has landed (this thread's copies)
+        __syncthreads();             // everyone's; the stage refilled below is free
+        issue_w(it + AHEAD, np, nj, nst);
+        issue_x(it + AHEAD, np, nj, nst);
         cp_async_commit();
         if (++nj == JS) nj = 0, ++np;
         nst = nst + 1 == S ? 0 : nst + 1;
         fence_async_smem();
         const unsigned char* sw = wg_smem + S * XS + cst * WS;
         const u32 sx = xbase + cst * XS;
-        u32 f[2][2][4];
         bool live[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -196,8 +201,12 @@ __device__ __forceinline__ void wg_body(const bf16_t* __restrict__ xp, const bf1
                 wg_rsk<BM>(a, f[h][1], gdesc(sx + 64 * h + 32, 16, 1024));
             }
         wgmma_commit();
-        wgmma_wait<0>();
-        reg_fence(a);
+        if (j == JS - 1 || !PIPE) {
+            wgmma_wait<0>();
+            reg_fence(a);
+        } else {
+            wgmma_wait<1>();  // tile it - 1's products are done: its stage may be refilled
+        }
         if (j == JS - 1) {
             // The end of pass p: chain p joins the sum, in chain order.
 #pragma unroll
@@ -208,7 +217,9 @@ __device__ __forceinline__ void wg_body(const bf16_t* __restrict__ xp, const bf1
         }
         if (++j == JS) j = 0, ++p;
         cst = cst + 1 == S ? 0 : cst + 1;
-    }
+    };
+    u32 f[2][2][4];
+    for (int it = 0; it < T; ++it) step(it, f);
     cp_async_wait<0>();
 
     // Accumulator 4 n + v: token 8 n + 2 t + (v & 1), row g + 8 (v >> 1) of the warp's tile.
@@ -234,25 +245,31 @@ __device__ __forceinline__ void wg_body(const bf16_t* __restrict__ xp, const bf1
 }
 
 // The entries: warpgroups along the weight (64 rows each), tokens a CTA (wgmma N), ring stages,
-// CTAs per SM the launch bounds promise. src/skinny_wg.rs reads the shapes from these lines.
+// pipelined products (PIPE), CTAs per SM the launch bounds promise. src/skinny_wg.rs reads the shapes from these lines.
 // x is xp (skinny_wg_x's). Shared memory: S * (64 WG + BM) * 128 bytes.
-#define WG_ENTRY(NAME, WG, BM, S, MINB)                                                             \
+#define WG_ENTRY(NAME, WG, BM, S, PIPE, MINB)                                                       \
     extern "C" __global__ void __launch_bounds__(128 * WG, MINB)                                   \
         NAME(const bf16_t* x, const bf16_t* w, int M, int K, EPI_PARAMS) {                          \
-        wg_body<WG, BM, S, false>(x, w, M, K, EPI_MAKE, nullptr, 0);                                 \
+        wg_body<WG, BM, S, PIPE, false>(x, w, M, K, EPI_MAKE, nullptr, 0);                           \
     }
-WG_ENTRY(skinny_wg_1x64, 1, 64, 4, 3)
-WG_ENTRY(skinny_wg_2x64, 2, 64, 4, 2)
-WG_ENTRY(skinny_wg_1x128, 1, 128, 4, 2)
-WG_ENTRY(skinny_wg_2x128, 2, 128, 4, 1)
+WG_ENTRY(skinny_wg_1x64, 1, 64, 4, 0, 3)
+WG_ENTRY(skinny_wg_2x64, 2, 64, 4, 0, 2)
+WG_ENTRY(skinny_wg_1x128, 1, 128, 4, 0, 2)
+WG_ENTRY(skinny_wg_2x128, 2, 128, 4, 0, 1)
+// Pipelined: a tile's products in flight while the next is issued.
+WG_ENTRY(skinny_wgp_1x64, 1, 64, 4, 1, 3)
+WG_ENTRY(skinny_wgp_2x64, 2, 64, 4, 1, 2)
+WG_ENTRY(skinny_wgp_1x128, 1, 128, 4, 1, 2)
+WG_ENTRY(skinny_wgp_2x128, 2, 128, 6, 1, 1)
 
 // Split along the chains (skinny_wgs_*, then skinny_tc.cu's skinny_tc_join): grid (CTAs of the
 // tiling, 16), CTA (c, p) building chain p of its tile into part, for weights with few tiles
 // (QKV, o and down at 128-192 tokens). The same chains, joined in chain order: the same bits.
-#define WG_SPLIT_ENTRY(NAME, WG, BM, S, MINB)                                                       \
+#define WG_SPLIT_ENTRY(NAME, WG, BM, S, PIPE, MINB)                                                 \
     extern "C" __global__ void __launch_bounds__(128 * WG, MINB)                                   \
         NAME(const bf16_t* x, const bf16_t* w, int M, int K, float* part, int ld, EPI_PARAMS) {    \
-        wg_body<WG, BM, S, true>(x, w, M, K, EPI_MAKE, part, ld);                                   \
+        wg_body<WG, BM, S, PIPE, true>(x, w, M, K, EPI_MAKE, part, ld);                             \
     }
-WG_SPLIT_ENTRY(skinny_wgs_1x64, 1, 64, 4, 3)
-WG_SPLIT_ENTRY(skinny_wgs_2x128, 2, 128, 4, 1)
+WG_SPLIT_ENTRY(skinny_wgs_1x64, 1, 64, 4, 0, 3)
+WG_SPLIT_ENTRY(skinny_wgs_2x128, 2, 128, 4, 0, 1)
+WG_SPLIT_ENTRY(skinny_wgsp_2x128, 2, 128, 6, 1, 1)

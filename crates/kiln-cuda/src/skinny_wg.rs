@@ -15,9 +15,9 @@ use crate::kernel_sources::source;
 use crate::skinny::SkinnyKind;
 use crate::skinny_fused::Epilogue;
 use crate::skinny_tc_split::{split_part_floats, split_takes, SPLIT_MAX_ROWS};
-use crate::switches::{KernelChoice, SkinnyTc, Switches};
+use crate::switches::{KernelChoice, SkinnyTc, Switches, WgMode};
 
-/// One `WG_ENTRY(NAME, WG, BM, S, MINB)` of skinny_wg.cu.
+/// One `WG_ENTRY(NAME, WG, BM, S, PIPE, MINB)` of skinny_wg.cu.
 #[derive(Debug, Clone)]
 pub struct WgEntry {
     pub name: String,
@@ -26,6 +26,8 @@ pub struct WgEntry {
     /// Tokens a CTA (the wgmma N).
     pub bm: usize,
     pub stages: usize,
+    /// A k-tile's products left in flight while the next tile's are issued.
+    pub pipelined: bool,
     /// CTAs per multiprocessor the launch bounds promise.
     pub min_blocks: usize,
     /// `WG_SPLIT_ENTRY` (`skinny_wgs_*`): CTAs along the 16 chains, joined by skinny_tc_join.
@@ -44,8 +46,9 @@ impl WgEntry {
             wg: num("WG")?,
             bm: num("BM")?,
             stages: num("S")?,
+            pipelined: num("PIPE")? == 1,
             min_blocks: num("MINB")?,
-            split: p.name.starts_with("skinny_wgs_"),
+            split: p.name.starts_with("skinny_wgs"),
         })
     }
 
@@ -133,7 +136,8 @@ pub fn choose_wg_split_entry(tiles: usize, rows: usize, sms: usize) -> &'static 
 
 /// The entry for `tiles` 16-row weight tiles and `rows` tokens on `sms` multiprocessors: of the
 /// entries whose CTAs fill every resident slot, the largest tile (the least read through L2);
-/// when none fills the GPU, the one with the most CTAs. `KILN_SKINNY_WG_TILE=WGxBM` forces one.
+/// when none fills the GPU, the one with the most CTAs; of equal shapes, the one listed last
+/// (the pipelined entries). `KILN_SKINNY_WG_TILE=WGxBM` forces one.
 pub fn choose_wg_entry(tiles: usize, rows: usize, sms: usize) -> &'static WgEntry {
     if let Some(e) = forced_tile() {
         return e;
@@ -181,6 +185,74 @@ pub struct WgLaunch {
     pub part: Option<u64>,
 }
 
+/// A weight's name, rows, columns and (first row count, entry) list in [`MEASURED`].
+pub type WgShape = (
+    &'static str,
+    usize,
+    usize,
+    &'static [(usize, Option<&'static str>)],
+);
+
+/// `KILN_SKINNY_WG=auto`'s launches: per Llama-3-8B weight (n, k), `from` lists (first row
+/// count, entry), None for the path the launch took before (skinny_tc.rs), each holding up to
+/// the next; the last holds beyond. From `cuda_bench llama3-8b gemm` on the H200 (2026-12-03,
+/// microseconds; the split entries reuse the chain partials KILN_SKINNY_TC_SPLIT reserves, so
+/// without them the launch keeps its path). Shapes not listed keep theirs.
+pub const MEASURED: [WgShape; 4] = [
+    // 64: skinny 34.0 vs wg_1x64 43.0; 128: wg_1x64 46.1 vs the chain split 67.7 (tc_2x4
+    // 49.7); 256: wg_1x64 53.7 vs tc_2x2 65.7.
+    (
+        "qkv",
+        6144,
+        4096,
+        &[(1, None), (97, Some("skinny_wg_1x64"))],
+    ),
+    // 64: tc_4x1 103.5 vs wg_2x64 111.2; 128: wg_2x64 133.3 vs tc_t2x2 154.5; 256: wg_2x64
+    // 222.2 vs tc_t2x2 274.9.
+    (
+        "gate_up",
+        28672,
+        4096,
+        &[(1, None), (97, Some("skinny_wg_2x64"))],
+    ),
+    // 128: wgs_2x128 82.9 vs the chain split 93.3 (skinny 119.0); 256: wg_1x64 149.9 vs tc_2x4
+    // 160.2.
+    (
+        "down",
+        4096,
+        14336,
+        &[
+            (1, None),
+            (97, Some("skinny_wgs_2x128")),
+            (193, Some("skinny_wg_1x64")),
+        ],
+    ),
+    // 128: wg_1x128 549.4 vs tc_t2x2 597.9; 192: wg_2x64 805.1 vs tc_t2x2 923.6; 256:
+    // wg_2x128 1020.8 vs tc_t2x2 1236.8.
+    (
+        "lm_head",
+        128256,
+        4096,
+        &[
+            (1, None),
+            (97, Some("skinny_wg_1x128")),
+            (129, Some("skinny_wg_2x64")),
+            (193, Some("skinny_wg_2x128")),
+        ],
+    ),
+];
+
+/// The fewest rows a launch of [`MEASURED`] has.
+pub const MEASURED_MIN_ROWS: usize = 97;
+
+/// The entry [`MEASURED`] gives an `n` x `k` weight at `rows` rows; None: the launch keeps its
+/// path.
+pub fn measured_wg_entry(n: usize, k: usize, rows: usize) -> Option<&'static WgEntry> {
+    let (_, _, _, from) = MEASURED.iter().find(|s| s.1 == n && s.2 == k)?;
+    let (_, name) = from.iter().rev().find(|(r, _)| rows >= *r)?;
+    Some(find_wg_entry((*name)?).expect("MEASURED names entries of skinny_wg.cu (unit-tested)"))
+}
+
 /// Elements of the rewritten x for `rows` tokens of width `k` (rounded up to whole chunks).
 pub fn wg_x_elems(rows: usize, k: usize) -> usize {
     rows * k.div_ceil(32) * 32
@@ -197,7 +269,7 @@ pub fn decode_max_k(spec: &kiln_model::ModelSpec) -> usize {
 /// Bytes the wgmma path reserves at start for decode steps of up to `max_seqs` rows whose GEMMs
 /// are at most `max_k` wide, when it can take any of them (footprint.rs counts them).
 pub fn wg_reserve_bytes(max_seqs: usize, max_k: usize) -> usize {
-    match Switches::from_env().wg_from {
+    match Switches::from_env().wg.min_rows() {
         Some(from) if from <= max_seqs => wg_x_elems(max_seqs, max_k) * 2,
         _ => 0,
     }
@@ -241,7 +313,7 @@ impl Gpu {
         k: usize,
     ) -> Result<Option<WgLaunch>> {
         let sw = Switches::from_env();
-        let Some(from) = sw.wg_from else {
+        let Some(from) = sw.wg.min_rows() else {
             return Ok(None);
         };
         if rows < from
@@ -258,6 +330,23 @@ impl Gpu {
             return Ok(None);
         }
         let (tiles, sms) = (epi.tiles(n)?, self.sm_count as usize);
+        if sw.wg == WgMode::Measured {
+            let Some(entry) = measured_wg_entry(n, k, rows) else {
+                return Ok(None);
+            };
+            let part = match entry.split {
+                false => None,
+                true => match self.tc_part.get() {
+                    Some(p) if split_part_floats(rows, tiles) <= p.len() => Some(p.ptr()),
+                    _ => return Ok(None),
+                },
+            };
+            return Ok(Some(WgLaunch {
+                entry,
+                xw: xw.ptr(),
+                part,
+            }));
+        }
         // Narrow weights at the token counts the chain split takes: split here too.
         if let Some(part) = self.tc_part.get() {
             if split_takes(sw.tc_split_from, rows)
@@ -369,14 +458,23 @@ mod tests {
             ("skinny_wg_2x64", (128, 64), 4, 2),
             ("skinny_wg_1x128", (64, 128), 4, 2),
             ("skinny_wg_2x128", (128, 128), 4, 1),
+            ("skinny_wgp_1x64", (64, 64), 4, 3),
+            ("skinny_wgp_2x64", (128, 64), 4, 2),
+            ("skinny_wgp_1x128", (64, 128), 4, 2),
+            ("skinny_wgp_2x128", (128, 128), 6, 1),
         ];
         assert_eq!(got, want);
         let split: Vec<_> = wg_split_entries().iter().map(|e| e.name.as_str()).collect();
-        assert_eq!(split, ["skinny_wgs_1x64", "skinny_wgs_2x128"]);
-        // o at 128 rows: 32 CTAs of 128 x 128 a chain, 512 in all, fill 132 SMs.
+        assert_eq!(
+            split,
+            ["skinny_wgs_1x64", "skinny_wgs_2x128", "skinny_wgsp_2x128"]
+        );
+        assert!(find_wg_entry("skinny_wgp_2x128").unwrap().pipelined);
+        // o at 128 rows: 32 CTAs of 128 x 128 a chain, 512 in all, fill 132 SMs (the
+        // pipelined entry, listed last, of the two that shape).
         assert_eq!(
             choose_wg_split_entry(256, 128, 132).name,
-            "skinny_wgs_2x128"
+            "skinny_wgsp_2x128"
         );
     }
 
@@ -396,15 +494,37 @@ mod tests {
     }
 
     #[test]
+    fn the_measured_table_names_entries_in_order() {
+        for (what, _, _, from) in &MEASURED {
+            assert_eq!(from[0].0, 1, "{what}: starts at one row");
+            assert!(from.windows(2).all(|w| w[0].0 < w[1].0), "{what}");
+            for (r, name) in from.iter() {
+                if let Some(name) = name {
+                    assert!(find_wg_entry(name).is_some(), "{name}");
+                    assert!(*r >= MEASURED_MIN_ROWS, "{what}: {r}");
+                }
+            }
+        }
+        let name = |n, k, rows| measured_wg_entry(n, k, rows).map(|e| e.name.as_str());
+        assert_eq!(name(28672, 4096, 96), None);
+        assert_eq!(name(28672, 4096, 97), Some("skinny_wg_2x64"));
+        assert_eq!(name(4096, 14336, 128), Some("skinny_wgs_2x128"));
+        assert_eq!(name(4096, 14336, 300), Some("skinny_wg_1x64"));
+        assert_eq!(name(128256, 4096, 192), Some("skinny_wg_2x64"));
+        assert_eq!(name(4096, 4096, 128), None);
+    }
+
+    #[test]
     fn the_shape_follows_the_weight_and_the_rows() {
-        // gate/up at 128 rows: 128 x 128 CTAs (224) fill 132 SMs once.
+        // gate/up at 128 rows: 128 x 128 CTAs (224) fill 132 SMs once; of equal shapes, the
+        // pipelined entry (listed last).
         assert_eq!(
             choose_wg_entry(28672 / 16, 128, 132).name,
-            "skinny_wg_2x128"
+            "skinny_wgp_2x128"
         );
         // o at 128 rows: none fills the GPU; the most CTAs (64 x 64: 64 x 2).
         let e = choose_wg_entry(4096 / 16, 128, 132);
-        assert_eq!(e.name, "skinny_wg_1x64");
+        assert_eq!(e.name, "skinny_wgp_1x64");
         assert_eq!(e.ctas(256, 128), 128);
         assert_eq!(wg_x_elems(3, 40), 3 * 64);
     }

@@ -10,6 +10,35 @@ use std::sync::OnceLock;
 /// rows, but 64 streams 6,318 -> 5,543 and 32 streams 4,356 -> 3,456 with it from 32.
 pub const TC_SPLIT_FROM: usize = 128;
 
+/// KILN_SKINNY_WG: which decode GEMM launches take the wgmma kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WgMode {
+    Off,
+    /// Every launch of at least this many rows, in the shape of `skinny_wg::choose_wg_entry`.
+    From(usize),
+    /// The weights and row counts of `skinny_wg::MEASURED`, in its shapes.
+    Measured,
+}
+
+impl WgMode {
+    /// The fewest rows a launch it takes may have (None: it takes none).
+    pub fn min_rows(self) -> Option<usize> {
+        match self {
+            WgMode::Off => None,
+            WgMode::From(n) => Some(n),
+            WgMode::Measured => Some(crate::skinny_wg::MEASURED_MIN_ROWS),
+        }
+    }
+
+    fn describe(self) -> String {
+        match self {
+            WgMode::Off => "off".into(),
+            WgMode::From(n) => format!("{n}+"),
+            WgMode::Measured => "auto".into(),
+        }
+    }
+}
+
 /// Which fast paths are on. All default to on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Switches {
@@ -81,11 +110,12 @@ pub struct Switches {
     /// partials reserved at start, unless KILN_SKINNY_TC=0 turns the tensor-core kernels off.
     /// Same bits. KILN_SKINNY_TC_SPLIT=0 (or off): never.
     pub tc_split_from: Option<usize>,
-    /// Decode GEMM launches of at least N rows (KILN_SKINNY_WG=N; `on`: 64) on an sm_90 GPU
-    /// take the wgmma kernel (skinny_wg.cu), x rewritten into a workspace reserved at start,
-    /// unless KILN_SKINNY_TC=0 turns the tensor-core kernels off. Same bits as the skinny
-    /// kernel. Default off (not yet measured).
-    pub wg_from: Option<usize>,
+    /// Which decode GEMM launches take the wgmma kernel (skinny_wg.cu) on an sm_90 GPU, x
+    /// rewritten into a workspace reserved at start, unless KILN_SKINNY_TC=0 turns the
+    /// tensor-core kernels off: KILN_SKINNY_WG=auto (the default) those of
+    /// `skinny_wg::MEASURED`, N those of at least N rows (`on`: 64), 0 none. Same bits as the
+    /// skinny kernel either way.
+    pub wg: WgMode,
     /// Gemma 4's post-norms fused into the op that consumes them (same bits, three launches
     /// fewer per layer; on the H200 3% faster decode at depth 0 and 8k). KILN_GEMMA_FUSE=0
     /// launches them apart.
@@ -328,10 +358,14 @@ impl Env {
                     None | Some("") | Some("on") => Some(TC_SPLIT_FROM),
                     Some(v) => v.parse::<usize>().ok().filter(|&n| n > 0),
                 },
-                wg_from: match var("KILN_SKINNY_WG").as_deref() {
-                    Some("on") => Some(64),
-                    Some(v) => v.parse::<usize>().ok().filter(|&n| n > 0),
-                    None => None,
+                wg: match var("KILN_SKINNY_WG").as_deref() {
+                    None | Some("") | Some("auto") => WgMode::Measured,
+                    Some("on") => WgMode::From(64),
+                    Some(v) => v
+                        .parse::<usize>()
+                        .ok()
+                        .filter(|&n| n > 0)
+                        .map_or(WgMode::Off, WgMode::From),
                 },
                 gemma_fuse: on("KILN_GEMMA_FUSE"),
                 gated_vec: on("KILN_GATED_VEC"),
@@ -479,8 +513,7 @@ impl Switches {
             self.decode_split_ctas.describe(),
             self.tc_split_from
                 .map_or("off".to_string(), |n| format!("{n}+")),
-            self.wg_from
-                .map_or("off".to_string(), |n| format!("{n}+")),
+            self.wg.describe(),
             k.pdl as u8,
             self.cuda_graphs as u8,
             self.draft_graphs as u8,
