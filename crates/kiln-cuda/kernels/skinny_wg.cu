@@ -81,7 +81,7 @@ extern "C" __global__ void __launch_bounds__(256) skinny_wg_x(const bf16_t* __re
 
 // SPLIT: the CTA builds chain p = blockIdx.y alone and writes it, as float, to
 // part[p][m][16 tile + r] (row length ld) for skinny_tc_join to add up in chain order.
-template <int WG, int BM, int S, int PIPE, bool SPLIT>
+template <int WG, int BM, int S, bool SPLIT>
 __device__ __forceinline__ void wg_body(const bf16_t* __restrict__ xp, const bf16_t* __restrict__ w,
                                         int M, int K, const Epi& ep, float* __restrict__ part,
                                         int ld) {
@@ -151,10 +151,10 @@ __device__ __forceinline__ void wg_body(const bf16_t* __restrict__ xp, const bf1
 
     // Weights first, while the kernel before ends (they are never written); xp after pdl_wait.
 #pragma unroll
-    for (int s = 0; s < S - 1 - PIPE; ++s) issue_w(s, p0 + s / JS, s % JS, s);
+    for (int s = 0; s < S - 1; ++s) issue_w(s, p0 + s / JS, s % JS, s);
     pdl_wait();
 #pragma unroll
-    for (int s = 0; s < S - 1 - PIPE; ++s) {
+    for (int s = 0; s < S - 1; ++s) {
         issue_x(s, p0 + s / JS, s % JS, s);
         cp_async_commit();
     }
@@ -165,11 +165,10 @@ __device__ __forceinline__ void wg_body(const bf16_t* __restrict__ xp, const bf1
     const u32 xbase = (u32)__cvta_generic_to_shared(wg_smem);
     const int ra = 64 * wg + 16 * wq + g;  // this lane's weight rows ra and ra + 8 of the CTA
 
-    // PIPE: a k-tile's products stay in flight while the next tile's are issued (one tile
-    // fewer ahead in the ring: the stage refilled is that of it - 2), drained only at the end
-    // of a pass, where the chain joins the sum (ptxas orders a fragment register's reuse after
-    // the product reading it). The same products in the same order either way.
-    constexpr int AHEAD = S - 1 - PIPE;  // k-tiles issued ahead of the one summed
+    // A k-tile's products are waited for before the next tile's stage is refilled (leaving them
+    // in flight while the next tile's are issued measured no faster: the kernel is bound by
+    // what it reads through L2, x once per 64 weight rows a warpgroup).
+    constexpr int AHEAD = S - 1;  // k-tiles issued ahead of the one summed
     int np = p0 + AHEAD / JS, nj = AHEAD % JS, nst = AHEAD;
     int p = p0, j = 0, cst = 0;
     auto step = [&](int it, u32 (&f)[2][2][4]) {
@@ -201,12 +200,8 @@ __device__ __forceinline__ void wg_body(const bf16_t* __restrict__ xp, const bf1
                 wg_rsk<BM>(a, f[h][1], gdesc(sx + 64 * h + 32, 16, 1024));
             }
         wgmma_commit();
-        if (j == JS - 1 || !PIPE) {
-            wgmma_wait<0>();
-            reg_fence(a);
-        } else {
-            wgmma_wait<1>();  // tile it - 1's products are done: its stage may be refilled
-        }
+        wgmma_wait<0>();
+        reg_fence(a);
         if (j == JS - 1) {
             // The end of pass p: chain p joins the sum, in chain order.
 #pragma unroll
@@ -245,31 +240,25 @@ __device__ __forceinline__ void wg_body(const bf16_t* __restrict__ xp, const bf1
 }
 
 // The entries: warpgroups along the weight (64 rows each), tokens a CTA (wgmma N), ring stages,
-// pipelined products (PIPE), CTAs per SM the launch bounds promise. src/skinny_wg.rs reads the shapes from these lines.
+// CTAs per SM the launch bounds promise. src/skinny_wg.rs reads the shapes from these lines.
 // x is xp (skinny_wg_x's). Shared memory: S * (64 WG + BM) * 128 bytes.
-#define WG_ENTRY(NAME, WG, BM, S, PIPE, MINB)                                                       \
+#define WG_ENTRY(NAME, WG, BM, S, MINB)                                                             \
     extern "C" __global__ void __launch_bounds__(128 * WG, MINB)                                   \
         NAME(const bf16_t* x, const bf16_t* w, int M, int K, EPI_PARAMS) {                          \
-        wg_body<WG, BM, S, PIPE, false>(x, w, M, K, EPI_MAKE, nullptr, 0);                           \
+        wg_body<WG, BM, S, false>(x, w, M, K, EPI_MAKE, nullptr, 0);                                 \
     }
-WG_ENTRY(skinny_wg_1x64, 1, 64, 4, 0, 3)
-WG_ENTRY(skinny_wg_2x64, 2, 64, 4, 0, 2)
-WG_ENTRY(skinny_wg_1x128, 1, 128, 4, 0, 2)
-WG_ENTRY(skinny_wg_2x128, 2, 128, 4, 0, 1)
-// Pipelined: a tile's products in flight while the next is issued.
-WG_ENTRY(skinny_wgp_1x64, 1, 64, 4, 1, 3)
-WG_ENTRY(skinny_wgp_2x64, 2, 64, 4, 1, 2)
-WG_ENTRY(skinny_wgp_1x128, 1, 128, 4, 1, 2)
-WG_ENTRY(skinny_wgp_2x128, 2, 128, 6, 1, 1)
+WG_ENTRY(skinny_wg_1x64, 1, 64, 4, 3)
+WG_ENTRY(skinny_wg_2x64, 2, 64, 4, 2)
+WG_ENTRY(skinny_wg_1x128, 1, 128, 4, 2)
+WG_ENTRY(skinny_wg_2x128, 2, 128, 4, 1)
 
 // Split along the chains (skinny_wgs_*, then skinny_tc.cu's skinny_tc_join): grid (CTAs of the
 // tiling, 16), CTA (c, p) building chain p of its tile into part, for weights with few tiles
 // (QKV, o and down at 128-192 tokens). The same chains, joined in chain order: the same bits.
-#define WG_SPLIT_ENTRY(NAME, WG, BM, S, PIPE, MINB)                                                 \
+#define WG_SPLIT_ENTRY(NAME, WG, BM, S, MINB)                                                       \
     extern "C" __global__ void __launch_bounds__(128 * WG, MINB)                                   \
         NAME(const bf16_t* x, const bf16_t* w, int M, int K, float* part, int ld, EPI_PARAMS) {    \
-        wg_body<WG, BM, S, PIPE, true>(x, w, M, K, EPI_MAKE, part, ld);                             \
+        wg_body<WG, BM, S, true>(x, w, M, K, EPI_MAKE, part, ld);                                   \
     }
-WG_SPLIT_ENTRY(skinny_wgs_1x64, 1, 64, 4, 0, 3)
-WG_SPLIT_ENTRY(skinny_wgs_2x128, 2, 128, 4, 0, 1)
-WG_SPLIT_ENTRY(skinny_wgsp_2x128, 2, 128, 6, 1, 1)
+WG_SPLIT_ENTRY(skinny_wgs_1x64, 1, 64, 4, 3)
+WG_SPLIT_ENTRY(skinny_wgs_2x128, 2, 128, 4, 1)

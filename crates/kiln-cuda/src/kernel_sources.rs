@@ -372,13 +372,8 @@ mod tests {
                     "skinny_wg_2x64",
                     "skinny_wg_1x128",
                     "skinny_wg_2x128",
-                    "skinny_wgp_1x64",
-                    "skinny_wgp_2x64",
-                    "skinny_wgp_1x128",
-                    "skinny_wgp_2x128",
                     "skinny_wgs_1x64",
                     "skinny_wgs_2x128",
-                    "skinny_wgsp_2x128",
                 ]
                 .map(String::from)
                 .to_vec(),

@@ -17,7 +17,7 @@ use crate::skinny_fused::Epilogue;
 use crate::skinny_tc_split::{split_part_floats, split_takes, SPLIT_MAX_ROWS};
 use crate::switches::{KernelChoice, SkinnyTc, Switches, WgMode};
 
-/// One `WG_ENTRY(NAME, WG, BM, S, PIPE, MINB)` of skinny_wg.cu.
+/// One `WG_ENTRY(NAME, WG, BM, S, MINB)` of skinny_wg.cu.
 #[derive(Debug, Clone)]
 pub struct WgEntry {
     pub name: String,
@@ -26,8 +26,6 @@ pub struct WgEntry {
     /// Tokens a CTA (the wgmma N).
     pub bm: usize,
     pub stages: usize,
-    /// A k-tile's products left in flight while the next tile's are issued.
-    pub pipelined: bool,
     /// CTAs per multiprocessor the launch bounds promise.
     pub min_blocks: usize,
     /// `WG_SPLIT_ENTRY` (`skinny_wgs_*`): CTAs along the 16 chains, joined by skinny_tc_join.
@@ -46,7 +44,6 @@ impl WgEntry {
             wg: num("WG")?,
             bm: num("BM")?,
             stages: num("S")?,
-            pipelined: num("PIPE")? == 1,
             min_blocks: num("MINB")?,
             split: p.name.starts_with("skinny_wgs"),
         })
@@ -136,8 +133,7 @@ pub fn choose_wg_split_entry(tiles: usize, rows: usize, sms: usize) -> &'static 
 
 /// The entry for `tiles` 16-row weight tiles and `rows` tokens on `sms` multiprocessors: of the
 /// entries whose CTAs fill every resident slot, the largest tile (the least read through L2);
-/// when none fills the GPU, the one with the most CTAs; of equal shapes, the one listed last
-/// (the pipelined entries). `KILN_SKINNY_WG_TILE=WGxBM` forces one.
+/// when none fills the GPU, the one with the most CTAs. `KILN_SKINNY_WG_TILE=WGxBM` forces one.
 pub fn choose_wg_entry(tiles: usize, rows: usize, sms: usize) -> &'static WgEntry {
     if let Some(e) = forced_tile() {
         return e;
@@ -196,27 +192,34 @@ pub type WgShape = (
 /// `KILN_SKINNY_WG=auto`'s launches: per Llama-3-8B weight (n, k), `from` lists (first row
 /// count, entry), None for the path the launch took before (skinny_tc.rs), each holding up to
 /// the next; the last holds beyond. From `cuda_bench llama3-8b gemm` on the H200 (2026-12-03,
-/// microseconds; the split entries reuse the chain partials KILN_SKINNY_TC_SPLIT reserves, so
-/// without them the launch keeps its path). Shapes not listed keep theirs.
+/// 03:23Z, microseconds; bench/results/2026-12-03-h200-skinny-wg.json). The split entries reuse
+/// the chain partials KILN_SKINNY_TC_SPLIT reserves: without them the launch keeps its path.
+/// Shapes not listed (o: the skinny kernel 39.4 at 128 rows, tc_2x4 49.6 from 192, neither
+/// beaten) keep theirs.
 pub const MEASURED: [WgShape; 4] = [
-    // 64: skinny 34.0 vs wg_1x64 43.0; 128: wg_1x64 46.1 vs the chain split 67.7 (tc_2x4
-    // 49.7); 256: wg_1x64 53.7 vs tc_2x2 65.7.
+    // 64: skinny 34.3 vs wg_1x64 44.1; 128: wg_1x64 46.6 vs tc_2x4 50.0; 192: 53.7 vs tc_2x2
+    // 65.9; 256: 53.5 vs 66.0.
     (
         "qkv",
         6144,
         4096,
         &[(1, None), (97, Some("skinny_wg_1x64"))],
     ),
-    // 64: tc_4x1 103.5 vs wg_2x64 111.2; 128: wg_2x64 133.3 vs tc_t2x2 154.5; 256: wg_2x64
-    // 222.2 vs tc_t2x2 274.9.
+    // 64: wg_2x64 101.8 vs tc_2x2 104.0 (under 5%); 128: wg_1x128 124.8 vs tc_t2x2 151.4; 192:
+    // wg_2x64 185.3 vs 226.4; 256: wg_1x64 227.1 vs 274.1.
     (
         "gate_up",
         28672,
         4096,
-        &[(1, None), (97, Some("skinny_wg_2x64"))],
+        &[
+            (1, None),
+            (97, Some("skinny_wg_1x128")),
+            (129, Some("skinny_wg_2x64")),
+            (193, Some("skinny_wg_1x64")),
+        ],
     ),
-    // 128: wgs_2x128 82.9 vs the chain split 93.3 (skinny 119.0); 256: wg_1x64 149.9 vs tc_2x4
-    // 160.2.
+    // 128: wgs_2x128 82.1 vs the chain split tcs 93.4 (skinny 119.7); 192: wgs_1x64 122.8 vs
+    // tcs 131.7; 256: wg_1x64 150.7 vs tc_2x4 162.2.
     (
         "down",
         4096,
@@ -224,11 +227,12 @@ pub const MEASURED: [WgShape; 4] = [
         &[
             (1, None),
             (97, Some("skinny_wgs_2x128")),
+            (129, Some("skinny_wgs_1x64")),
             (193, Some("skinny_wg_1x64")),
         ],
     ),
-    // 128: wg_1x128 549.4 vs tc_t2x2 597.9; 192: wg_2x64 805.1 vs tc_t2x2 923.6; 256:
-    // wg_2x128 1020.8 vs tc_t2x2 1236.8.
+    // 64: tc_2x2 347.0 vs wg_1x64 406.5; 128: wg_1x128 526.0 vs tc_t2x2 683.3; 192: wg_1x64
+    // 799.5 vs 921.3; 256: wg_2x128 1015.7 vs 1237.8.
     (
         "lm_head",
         128256,
@@ -236,7 +240,7 @@ pub const MEASURED: [WgShape; 4] = [
         &[
             (1, None),
             (97, Some("skinny_wg_1x128")),
-            (129, Some("skinny_wg_2x64")),
+            (129, Some("skinny_wg_1x64")),
             (193, Some("skinny_wg_2x128")),
         ],
     ),
@@ -458,23 +462,14 @@ mod tests {
             ("skinny_wg_2x64", (128, 64), 4, 2),
             ("skinny_wg_1x128", (64, 128), 4, 2),
             ("skinny_wg_2x128", (128, 128), 4, 1),
-            ("skinny_wgp_1x64", (64, 64), 4, 3),
-            ("skinny_wgp_2x64", (128, 64), 4, 2),
-            ("skinny_wgp_1x128", (64, 128), 4, 2),
-            ("skinny_wgp_2x128", (128, 128), 6, 1),
         ];
         assert_eq!(got, want);
         let split: Vec<_> = wg_split_entries().iter().map(|e| e.name.as_str()).collect();
-        assert_eq!(
-            split,
-            ["skinny_wgs_1x64", "skinny_wgs_2x128", "skinny_wgsp_2x128"]
-        );
-        assert!(find_wg_entry("skinny_wgp_2x128").unwrap().pipelined);
-        // o at 128 rows: 32 CTAs of 128 x 128 a chain, 512 in all, fill 132 SMs (the
-        // pipelined entry, listed last, of the two that shape).
+        assert_eq!(split, ["skinny_wgs_1x64", "skinny_wgs_2x128"]);
+        // o at 128 rows: 32 CTAs of 128 x 128 a chain, 512 in all, fill 132 SMs.
         assert_eq!(
             choose_wg_split_entry(256, 128, 132).name,
-            "skinny_wgsp_2x128"
+            "skinny_wgs_2x128"
         );
     }
 
@@ -507,24 +502,24 @@ mod tests {
         }
         let name = |n, k, rows| measured_wg_entry(n, k, rows).map(|e| e.name.as_str());
         assert_eq!(name(28672, 4096, 96), None);
-        assert_eq!(name(28672, 4096, 97), Some("skinny_wg_2x64"));
+        assert_eq!(name(28672, 4096, 97), Some("skinny_wg_1x128"));
         assert_eq!(name(4096, 14336, 128), Some("skinny_wgs_2x128"));
+        assert_eq!(name(4096, 14336, 192), Some("skinny_wgs_1x64"));
         assert_eq!(name(4096, 14336, 300), Some("skinny_wg_1x64"));
-        assert_eq!(name(128256, 4096, 192), Some("skinny_wg_2x64"));
+        assert_eq!(name(128256, 4096, 192), Some("skinny_wg_1x64"));
         assert_eq!(name(4096, 4096, 128), None);
     }
 
     #[test]
     fn the_shape_follows_the_weight_and_the_rows() {
-        // gate/up at 128 rows: 128 x 128 CTAs (224) fill 132 SMs once; of equal shapes, the
-        // pipelined entry (listed last).
+        // gate/up at 128 rows: 128 x 128 CTAs (224) fill 132 SMs once.
         assert_eq!(
             choose_wg_entry(28672 / 16, 128, 132).name,
-            "skinny_wgp_2x128"
+            "skinny_wg_2x128"
         );
         // o at 128 rows: none fills the GPU; the most CTAs (64 x 64: 64 x 2).
         let e = choose_wg_entry(4096 / 16, 128, 132);
-        assert_eq!(e.name, "skinny_wgp_1x64");
+        assert_eq!(e.name, "skinny_wg_1x64");
         assert_eq!(e.ctas(256, 128), 128);
         assert_eq!(wg_x_elems(3, 40), 3 * 64);
     }

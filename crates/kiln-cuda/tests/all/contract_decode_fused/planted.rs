@@ -35,6 +35,20 @@ const PLANTED: &[(&str, &str, &str)] = &[
         "const int piece = (q ^ ((r0 & 1) << 2)) << 4;",
         "const int piece = q << 4;",
     ),
+    // The x rewrite: two words of a unit swapped (slots 2 t.. of two lanes exchanged).
+    (
+        "skinny_wg",
+        "make_uint4(in[0].y, in[1].y, in[2].y, in[3].y)",
+        "make_uint4(in[1].y, in[0].y, in[2].y, in[3].y)",
+    ),
+    // The second product of a chunk reads the first one's slots of x.
+    (
+        "skinny_wg",
+        "gdesc(sx + 64 * h + 32, 16, 1024)",
+        "gdesc(sx + 64 * h, 16, 1024)",
+    ),
+    // A chain left in its accumulator when the next begins (never zeroed after joining).
+    ("skinny_wg", "                a[v] = 0.f;\n", "\n"),
     // SwiGLU of up times gate's silu swapped.
     ("skinny_gemm", "silu_mul(lo, hi)", "silu_mul(hi, lo)"),
     // The norm reduced with the CTA's stride instead of the norm kernel's.
@@ -86,7 +100,9 @@ fn planted_bugs_fail() {
         let mut q = Checks::quiet("planted");
         // The GEMM's own bugs show against the skinny kernel, the epilogues' against the
         // unfused launches.
-        if [
+        if module == "skinny_wg" {
+            wgmma::wg_matches_skinny(&bad, &mut rng, &mut q, true);
+        } else if [
             "acc[",
             "chunk(",
             "const int piece",
