@@ -198,8 +198,16 @@ fn split_launch(
     gpu.synchronize()
 }
 
-/// Every tensor-core entry against the skinny kernel (bits), float64 and its row bounds.
-fn tc_matches_skinny(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, quick: bool) {
+/// Each of `paths` against the skinny kernel (bits), float64 and its row bounds, on odd shapes
+/// up to 256 rows and k = 14336 (`quick`: two of them); `also` adds checks of its own per case.
+fn paths_match_skinny(
+    gpu: &Gpu,
+    rng: &mut Rng,
+    c: &mut Checks,
+    quick: bool,
+    paths: &[Path],
+    also: impl Fn(&Gemm, &[u32], usize, &mut Checks),
+) {
     let cases: &[(usize, usize, usize)] = if quick {
         &[(77, 300, 4104), (130, 250, 8200)]
     } else {
@@ -224,12 +232,13 @@ fn tc_matches_skinny(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, quick: bool) {
             vec![0, m / 2, m - 1]
         };
         let reference = g.reference(&rows);
-        for e in tc_entries() {
-            let v = format!("{} m={m} n={n} k={k}", e.name);
+        for &p in paths {
+            let v = format!("{p:?} m={m} n={n} k={k}");
             let y = poisoned::<f32>(gpu, (m + 1) * n);
             let epi = Epilogue::Store { y: y.ptr() };
             let secs = timed(gpu, || {
-                gpu.skinny_tc_entry(e, &epi, true, g.dx.ptr(), g.dw.ptr(), m, n, k)
+                p.run(gpu, &epi, None, g.dx.ptr(), &g, m);
+                Ok(())
             });
             let got = all(gpu, &y);
             c.identical(&format!("{v}: == skinny_wide"), &bits(&got[..m * n]), &want);
@@ -244,22 +253,24 @@ fn tc_matches_skinny(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, quick: bool) {
                 format!("{v}: the row past the end left poisoned"),
             );
         }
-        // Split along the chains, then joined: the same bits.
-        for e in tc_split_entries() {
-            let v = format!("{} m={m} n={n} k={k}", e.name);
-            let y = poisoned::<f32>(gpu, (m + 1) * n);
-            let epi = Epilogue::Store { y: y.ptr() };
-            split_launch(gpu, &e.name, &epi, g.dx.ptr(), g.dw.ptr(), m, n, k)
-                .unwrap_or_else(|err| panic!("{v}: {err:#}"));
-            let got = all(gpu, &y);
-            c.identical(&format!("{v}: == skinny_wide"), &bits(&got[..m * n]), &want);
-            let untouched = got[m * n..].iter().all(|v| v.to_bits() == u32::MAX);
-            c.check(
-                untouched,
-                format!("{v}: the row past the end left poisoned"),
-            );
-        }
-        // Three rows alone, at an offset, through the shape chosen for them.
+        also(&g, &want, m, c);
+    }
+}
+
+/// Every tensor-core entry, whole and split along the chains, against the skinny kernel; and
+/// three rows alone, at an offset, through the shape chosen for them.
+fn tc_matches_skinny(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, quick: bool) {
+    let paths: Vec<Path> = tc_entries()
+        .iter()
+        .map(|e| Path::Tc(e.name.as_str()))
+        .chain(
+            tc_split_entries()
+                .iter()
+                .map(|e| Path::Split(e.name.as_str())),
+        )
+        .collect();
+    paths_match_skinny(gpu, rng, c, quick, &paths, |g, want, m, c| {
+        let (n, k) = (g.n, g.k);
         if m >= 3 {
             let r0 = m / 2 - 1;
             let y = poisoned::<f32>(gpu, 3 * n);
@@ -273,7 +284,7 @@ fn tc_matches_skinny(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, quick: bool) {
                 &want[r0 * n..(r0 + 3) * n],
             );
         }
-    }
+    });
 }
 
 /// `KILN_SKINNY_TC=auto` through `skinny_gemm_with` on each weight of its table, at the row
