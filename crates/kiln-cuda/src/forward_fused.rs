@@ -198,7 +198,7 @@ impl CudaOps<'_, '_> {
             if let Some(l) = g.wg_for(&kc, SkinnyKind::Wide, epi, rows, n, k)? {
                 return g.skinny_wg(&l, epi, kc.pdl, x.addr(), w, rows, n, k);
             }
-            if let Some((e, part)) = g.tc_split_for(&kc, SkinnyKind::Wide, epi, rows, n, k)? {
+            if let Some((e, part)) = g.tc_split_for(&kc, SkinnyKind::Wide, epi, rows, n)? {
                 return g.skinny_tc_split(e, epi, kc.pdl, x.addr(), w, part, rows, n, k);
             }
             if let Some(e) = g.tc_for(&kc, SkinnyKind::Wide, epi, rows, n, k)? {

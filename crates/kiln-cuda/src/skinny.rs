@@ -218,7 +218,7 @@ impl Gpu {
         if let Some(l) = self.wg_for(c, kind, &epi, rows, n, k)? {
             return self.skinny_wg(&l, &epi, c.pdl, x, w, rows, n, k);
         }
-        if let Some((e, part)) = self.tc_split_for(c, kind, &epi, rows, n, k)? {
+        if let Some((e, part)) = self.tc_split_for(c, kind, &epi, rows, n)? {
             return self.skinny_tc_split(e, &epi, c.pdl, x, w, part, rows, n, k);
         }
         if let Some(e) = self.tc_for(c, kind, &epi, rows, n, k)? {

@@ -32,12 +32,6 @@ pub fn split_part_floats(rows: usize, tiles: usize) -> usize {
 /// partials would be large.
 pub const SPLIT_MAX_ROWS: usize = 8192;
 
-/// The shortest weight rows a split launch takes: at 128 tokens (H200, 2026-12-03) the split
-/// beat the whole-K kernels on down (k = 14336: 93.4 against the skinny kernel's 119.7 us) but
-/// lost on QKV (67.7 against tc_2x4's 50.0) and o (44.1 against the skinny kernel's 39.4), both
-/// k = 4096.
-pub const SPLIT_MIN_K: usize = 8192;
-
 /// The most tokens a split launch takes: in `cuda_bench llama3-8b gemm` (H200, 2026-12-02) the
 /// split entries beat the whole-K ones on down at 128-192 tokens (89 vs 120 us, 127 vs 180)
 /// but at 256 lose on QKV (117 vs 66) and o (82 vs 53) and tie on down (167 vs 172).
@@ -84,12 +78,13 @@ impl Gpu {
         Ok(())
     }
 
-    /// The split entry and the partials for a decode launch of `rows` rows of an `n` x `k`
-    /// weight in family `kind` through `epi`, when KILN_SKINNY_TC_SPLIT takes it (the
-    /// tensor-core kernels not switched off under `c`, the 16-warp family whose order they
-    /// keep, rows enough, a narrow weight with long rows, the partials reserved and large
-    /// enough); None otherwise.
-    #[allow(clippy::too_many_arguments)]
+    /// The split entry and the partials for a decode launch of `rows` rows of an `n`-row weight
+    /// in family `kind` through `epi`, when KILN_SKINNY_TC_SPLIT takes it (the tensor-core
+    /// kernels not switched off under `c`, the 16-warp family whose order they keep, rows
+    /// enough, a narrow weight, the partials reserved and large enough); None otherwise. (The
+    /// o projection at 128 rows is slower split than through the skinny kernel alone, 44.1
+    /// against 39.4 us, yet the step with it unsplit measured 1.6% slower on the H200,
+    /// 2026-12-03: it stays split.)
     pub fn tc_split_for(
         &self,
         c: &KernelChoice,
@@ -97,10 +92,9 @@ impl Gpu {
         epi: &Epilogue,
         rows: usize,
         n: usize,
-        k: usize,
     ) -> Result<Option<(&'static TcEntry, u64)>> {
         let sw = Switches::from_env();
-        if !split_takes(sw.tc_split_from, rows) || k < SPLIT_MIN_K {
+        if !split_takes(sw.tc_split_from, rows) {
             return Ok(None);
         }
         if c.skinny_tc == SkinnyTc::Off || kind != SkinnyKind::Wide {
