@@ -22,6 +22,13 @@ impl EntryPoint {
             .find(|(p, _)| p == param)
             .map(|(_, a)| a.as_str())
     }
+
+    /// The number given for macro parameter `param`; an error naming the entry without one.
+    pub fn num(&self, param: &str) -> anyhow::Result<usize> {
+        self.arg(param)
+            .and_then(|s| s.trim().parse::<usize>().ok())
+            .ok_or_else(|| anyhow::anyhow!("entry {}: no number for {param}", self.name))
+    }
 }
 
 /// Every entry point of `source`, in source order.

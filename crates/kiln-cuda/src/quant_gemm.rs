@@ -69,11 +69,7 @@ impl Entry {
     }
 
     fn from_source(p: &EntryPoint) -> Result<Entry> {
-        let num = |what: &str| {
-            p.arg(what)
-                .and_then(|s| s.trim().parse::<usize>().ok())
-                .ok_or_else(|| anyhow!("quant entry {}: no number for {what}", p.name))
-        };
+        let num = |what: &str| p.num(what);
         let format = match p.arg("F").map(str::trim) {
             Some("QF_Q8_0") => GpuQuant::Q8_0,
             Some("QF_Q4_0") => GpuQuant::Q4_0,

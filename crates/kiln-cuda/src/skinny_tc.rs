@@ -7,7 +7,7 @@
 
 use std::sync::OnceLock;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{bail, Result};
 
 use crate::device::{i32_of, Arg, Gpu};
 use crate::kernel_entries::EntryPoint;
@@ -36,11 +36,7 @@ pub struct TcEntry {
 
 impl TcEntry {
     fn from_source(p: &EntryPoint) -> Result<TcEntry> {
-        let num = |what: &str| {
-            p.arg(what)
-                .and_then(|s| s.trim().parse::<usize>().ok())
-                .ok_or_else(|| anyhow!("tensor-core entry {}: no number for {what}", p.name))
-        };
+        let num = |what: &str| p.num(what);
         Ok(TcEntry {
             name: p.name.clone(),
             wn: num("WN")?,

@@ -131,18 +131,31 @@ impl Gpu {
         if rows == 0 {
             return Ok(());
         }
-        let tiles = epi.tiles(n)?;
-        let ld = tiles * 16;
+        let ld = epi.tiles(n)? * 16;
         self.launch_tc(e, epi, pdl, x, w, rows, n, k, Some((part, ld)))?;
+        self.tc_join(epi, pdl, part, rows, n)
+    }
+
+    /// skinny_tc_join: the 16 chain partials of `rows` rows of an `n`-row weight in `part`
+    /// ([`split_part_floats`] floats, rows of the weight's tiles x 16) added in chain order into
+    /// `epi`, after a split launch of skinny_tc.cu or skinny_wg.cu.
+    pub(crate) fn tc_join(
+        &self,
+        epi: &Epilogue,
+        pdl: bool,
+        part: u64,
+        rows: usize,
+        n: usize,
+    ) -> Result<()> {
+        let tiles = epi.tiles(n)?;
         let mut args = vec![
             Arg::Ptr(part),
             Arg::I32(i32_of(rows, "rows")?),
-            Arg::I32(i32_of(ld, "partial row")?),
+            Arg::I32(i32_of(tiles * 16, "partial row")?),
             Arg::I32(i32_of(tiles, "tiles")?),
         ];
         args.extend(epi.args(n)?);
-        let threads = rows * tiles * 8;
-        let grid = (u32::try_from(threads.div_ceil(256))?, 1, 1);
+        let grid = (u32::try_from((rows * tiles * 8).div_ceil(256))?, 1, 1);
         self.launch_with("skinny_tc_join", grid, 256, 0, &args, pdl)
     }
 }

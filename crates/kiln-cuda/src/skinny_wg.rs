@@ -7,7 +7,7 @@
 
 use std::sync::OnceLock;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{bail, Result};
 
 use crate::device::{i32_of, Arg, Gpu};
 use crate::kernel_entries::EntryPoint;
@@ -34,11 +34,7 @@ pub struct WgEntry {
 
 impl WgEntry {
     fn from_source(p: &EntryPoint) -> Result<WgEntry> {
-        let num = |what: &str| {
-            p.arg(what)
-                .and_then(|s| s.trim().parse::<usize>().ok())
-                .ok_or_else(|| anyhow!("wgmma entry {}: no number for {what}", p.name))
-        };
+        let num = |what: &str| p.num(what);
         Ok(WgEntry {
             name: p.name.clone(),
             wg: num("WG")?,
@@ -426,19 +422,10 @@ impl Gpu {
         let grid = (ctas, if e.split { 16 } else { 1 }, 1);
         let (threads, smem) = (e.threads() as u32, e.smem_bytes() as u32);
         self.launch_with(&e.name, grid, threads, smem, &args, pdl)?;
-        let Some(part) = part else {
-            return Ok(());
-        };
-        let args = [
-            Arg::Ptr(part),
-            Arg::I32(m),
-            Arg::I32(i32_of(ld, "partial row")?),
-            Arg::I32(i32_of(tiles, "tiles")?),
-        ];
-        let mut args = args.to_vec();
-        args.extend(epi.args(n)?);
-        let grid = (u32::try_from((rows * tiles * 8).div_ceil(256))?, 1, 1);
-        self.launch_with("skinny_tc_join", grid, 256, 0, &args, pdl)
+        match part {
+            Some(part) => self.tc_join(epi, pdl, part, rows, n),
+            None => Ok(()),
+        }
     }
 }
 
