@@ -225,6 +225,21 @@ pub fn source(name: &str) -> Option<&'static KernelSource> {
     SOURCES.iter().find(|s| s.name == name)
 }
 
+/// The entries an entry macro makes in module `module`, each read by `parse` (the tables of
+/// decode GEMM shapes the launchers choose from); panics on a module that does not read (each
+/// table is unit-tested).
+pub fn macro_entries<T>(module: &str, parse: fn(&EntryPoint) -> anyhow::Result<T>) -> Vec<T> {
+    let src = source(module).unwrap_or_else(|| panic!("the {module} module"));
+    src.entry_points()
+        .and_then(|v| {
+            v.iter()
+                .filter(|p| !p.macro_args.is_empty())
+                .map(parse)
+                .collect()
+        })
+        .unwrap_or_else(|e| panic!("{module}.cu's entries: {e:#}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,7 +11,7 @@ use anyhow::{bail, Result};
 
 use crate::device::{i32_of, Arg, Gpu};
 use crate::kernel_entries::EntryPoint;
-use crate::kernel_sources::source;
+use crate::kernel_sources::macro_entries;
 use crate::skinny::SkinnyKind;
 use crate::skinny_fused::Epilogue;
 use crate::switches::{KernelChoice, SkinnyTc};
@@ -60,14 +60,12 @@ impl TcEntry {
 
     /// The ring: `stages` k-tiles of 128 bytes per weight row and token row.
     pub fn smem_bytes(&self) -> usize {
-        let (bn, bm) = self.tile();
-        self.stages * (bn + bm) * 128
+        ring_bytes(self.tile(), self.stages)
     }
 
     /// CTAs of a launch over `tiles` 16-row weight tiles and `rows` tokens.
     pub fn ctas(&self, tiles: usize, rows: usize) -> usize {
-        let (bn, bm) = self.tile();
-        tiles.div_ceil(bn / 16) * rows.div_ceil(bm)
+        tile_ctas(self.tile(), tiles, rows)
     }
 
     /// Bytes the CTAs read through L2, in units of the weight's bytes: the weight once per token
@@ -79,21 +77,22 @@ impl TcEntry {
     }
 }
 
+/// The ring of a decode GEMM CTA of `tile` (weight rows, tokens): `stages` k-tiles of 128 bytes
+/// per weight row and token row (skinny_tc.cu and skinny_wg.cu alike).
+pub(crate) fn ring_bytes(tile: (usize, usize), stages: usize) -> usize {
+    stages * (tile.0 + tile.1) * 128
+}
+
+/// CTAs of a launch of CTA tile `tile` over `tiles` 16-row weight tiles and `rows` tokens.
+pub(crate) fn tile_ctas(tile: (usize, usize), tiles: usize, rows: usize) -> usize {
+    tiles.div_ceil(tile.0 / 16) * rows.div_ceil(tile.1)
+}
+
 /// Every GEMM entry of skinny_tc.cu (`TC_ENTRY` and `TC_SPLIT_ENTRY`), read from its source
 /// once.
 pub(crate) fn all_entries() -> &'static [TcEntry] {
     static ENTRIES: OnceLock<Vec<TcEntry>> = OnceLock::new();
-    ENTRIES.get_or_init(|| {
-        let src = source("skinny_tc").expect("the skinny_tc module");
-        src.entry_points()
-            .and_then(|v| {
-                v.iter()
-                    .filter(|p| !p.macro_args.is_empty())
-                    .map(TcEntry::from_source)
-                    .collect()
-            })
-            .expect("skinny_tc.cu's entries (unit-tested)")
-    })
+    ENTRIES.get_or_init(|| macro_entries("skinny_tc", TcEntry::from_source))
 }
 
 /// The whole-K entries (`TC_ENTRY`): one launch, the sums straight into the

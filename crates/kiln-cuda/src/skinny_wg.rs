@@ -11,9 +11,10 @@ use anyhow::{bail, Result};
 
 use crate::device::{i32_of, Arg, Gpu};
 use crate::kernel_entries::EntryPoint;
-use crate::kernel_sources::source;
+use crate::kernel_sources::macro_entries;
 use crate::skinny::SkinnyKind;
 use crate::skinny_fused::Epilogue;
+use crate::skinny_tc::{ring_bytes, tile_ctas};
 use crate::skinny_tc_split::{split_part_floats, split_takes, SPLIT_MAX_ROWS};
 use crate::switches::{KernelChoice, SkinnyTc, Switches, WgMode};
 
@@ -56,14 +57,12 @@ impl WgEntry {
 
     /// The ring: `stages` k-tiles of 128 bytes per weight row and token row.
     pub fn smem_bytes(&self) -> usize {
-        let (bn, bm) = self.tile();
-        self.stages * (bn + bm) * 128
+        ring_bytes(self.tile(), self.stages)
     }
 
     /// CTAs of a launch over `tiles` 16-row weight tiles and `rows` tokens.
     pub fn ctas(&self, tiles: usize, rows: usize) -> usize {
-        let (bn, bm) = self.tile();
-        tiles.div_ceil(bn / 16) * rows.div_ceil(bm)
+        tile_ctas(self.tile(), tiles, rows)
     }
 }
 
@@ -71,17 +70,7 @@ impl WgEntry {
 /// once.
 pub fn all_wg_entries() -> &'static [WgEntry] {
     static ENTRIES: OnceLock<Vec<WgEntry>> = OnceLock::new();
-    ENTRIES.get_or_init(|| {
-        let src = source("skinny_wg").expect("the skinny_wg module");
-        src.entry_points()
-            .and_then(|v| {
-                v.iter()
-                    .filter(|p| !p.macro_args.is_empty())
-                    .map(WgEntry::from_source)
-                    .collect()
-            })
-            .expect("skinny_wg.cu's entries (unit-tested)")
-    })
+    ENTRIES.get_or_init(|| macro_entries("skinny_wg", WgEntry::from_source))
 }
 
 /// The whole-K entries (`WG_ENTRY`): one launch, the sums straight into the epilogue.
