@@ -78,13 +78,30 @@ impl Gpu {
         Ok(())
     }
 
+    /// The reserved chain partials, when they hold `rows` rows over `tiles` weight tiles.
+    pub(crate) fn split_part(&self, rows: usize, tiles: usize) -> Option<u64> {
+        let part = self.tc_part.get()?;
+        (split_part_floats(rows, tiles) <= part.len()).then(|| part.ptr())
+    }
+
+    /// The partials for a launch of `rows` rows over `tiles` weight tiles that
+    /// KILN_SKINNY_TC_SPLIT splits along the chains (rows enough, a narrow weight, the
+    /// partials reserved and large enough); None for a launch it leaves whole.
+    pub(crate) fn split_part_for(&self, rows: usize, tiles: usize) -> Option<u64> {
+        let from = Switches::from_env().tc_split_from;
+        if !split_takes(from, rows) || tiles * 16 > SPLIT_MAX_ROWS {
+            return None;
+        }
+        self.split_part(rows, tiles)
+    }
+
     /// The split entry and the partials for a decode launch of `rows` rows of an `n`-row weight
-    /// in family `kind` through `epi`, when KILN_SKINNY_TC_SPLIT takes it (the tensor-core
-    /// kernels not switched off under `c`, the 16-warp family whose order they keep, rows
-    /// enough, a narrow weight, the partials reserved and large enough); None otherwise. (The
-    /// o projection at 128 rows is slower split than through the skinny kernel alone, 44.1
-    /// against 39.4 us, yet the step with it unsplit measured 1.6% slower on the H200,
-    /// 2026-12-03: it stays split.)
+    /// in family `kind` through `epi`, when KILN_SKINNY_TC_SPLIT takes it ([`Gpu::split_part_for`],
+    /// the tensor-core kernels not switched off under `c`, the 16-warp family whose order they
+    /// keep); None otherwise. (The o projection at 128 rows is slower split than through the
+    /// skinny kernel alone, 44.1 against 39.4 us; with it unsplit and a second wgmma table at
+    /// once, the step measured 1.6% slower on the H200, 2026-12-03. Not measured apart, so it
+    /// stays split.)
     pub fn tc_split_for(
         &self,
         c: &KernelChoice,
@@ -93,22 +110,15 @@ impl Gpu {
         rows: usize,
         n: usize,
     ) -> Result<Option<(&'static TcEntry, u64)>> {
-        let sw = Switches::from_env();
-        if !split_takes(sw.tc_split_from, rows) {
-            return Ok(None);
-        }
         if c.skinny_tc == SkinnyTc::Off || kind != SkinnyKind::Wide {
             return Ok(None);
         }
-        let Some(part) = self.tc_part.get() else {
+        let tiles = epi.tiles(n)?;
+        let Some(part) = self.split_part_for(rows, tiles) else {
             return Ok(None);
         };
-        let tiles = epi.tiles(n)?;
-        if tiles * 16 > SPLIT_MAX_ROWS || split_part_floats(rows, tiles) > part.len() {
-            return Ok(None);
-        }
         let e = choose_split_entry(tiles, rows, self.sm_count as usize);
-        Ok(Some((e, part.ptr())))
+        Ok(Some((e, part)))
     }
 
     /// [`Gpu::skinny_tc_entry`] split along the 16 chains: split entry `e` (CTAs of its tiling x

@@ -15,7 +15,6 @@ use crate::kernel_sources::macro_entries;
 use crate::skinny::SkinnyKind;
 use crate::skinny_fused::Epilogue;
 use crate::skinny_tc::{ring_bytes, tile_ctas};
-use crate::skinny_tc_split::{split_part_floats, split_takes, SPLIT_MAX_ROWS};
 use crate::switches::{KernelChoice, SkinnyTc, Switches, WgMode};
 
 /// One `WG_ENTRY(NAME, WG, BM, S, MINB)` of skinny_wg.cu.
@@ -320,9 +319,9 @@ impl Gpu {
             };
             let part = match entry.split {
                 false => None,
-                true => match self.tc_part.get() {
-                    Some(p) if split_part_floats(rows, tiles) <= p.len() => Some(p.ptr()),
-                    _ => return Ok(None),
+                true => match self.split_part(rows, tiles) {
+                    Some(p) => Some(p),
+                    None => return Ok(None),
                 },
             };
             return Ok(Some(WgLaunch {
@@ -332,22 +331,15 @@ impl Gpu {
             }));
         }
         // Narrow weights at the token counts the chain split takes: split here too.
-        if let Some(part) = self.tc_part.get() {
-            if split_takes(sw.tc_split_from, rows)
-                && tiles * 16 <= SPLIT_MAX_ROWS
-                && split_part_floats(rows, tiles) <= part.len()
-            {
-                return Ok(Some(WgLaunch {
-                    entry: choose_wg_split_entry(tiles, rows, sms),
-                    xw: xw.ptr(),
-                    part: Some(part.ptr()),
-                }));
-            }
-        }
+        let part = self.split_part_for(rows, tiles);
+        let entry = match part {
+            Some(_) => choose_wg_split_entry(tiles, rows, sms),
+            None => choose_wg_entry(tiles, rows, sms),
+        };
         Ok(Some(WgLaunch {
-            entry: choose_wg_entry(tiles, rows, sms),
+            entry,
             xw: xw.ptr(),
-            part: None,
+            part,
         }))
     }
 
@@ -369,9 +361,9 @@ impl Gpu {
 
     /// x . w^T for `rows` rows on the tensor cores through wgmma entry `e`, x rewritten into `xw`
     /// ([`wg_x_elems`] elements) first, the sums going where `epi` says: the bits of the 16-warp
-    /// skinny kernel. A split entry writes its chains to `part` ([`split_part_floats`] floats),
-    /// then skinny_tc_join adds them in chain order. Needs k % 8 == 0 and 16-byte aligned x and
-    /// w.
+    /// skinny kernel. A split entry writes its chains to `part`
+    /// ([`crate::skinny_tc_split::split_part_floats`] floats), then skinny_tc_join adds them in
+    /// chain order. Needs k % 8 == 0 and 16-byte aligned x and w.
     #[allow(clippy::too_many_arguments)]
     pub fn skinny_wg_entry(
         &self,
