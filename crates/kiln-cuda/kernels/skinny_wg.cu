@@ -138,23 +138,24 @@ __device__ __forceinline__ void wg_body(const bf16_t* __restrict__ xp, const bf1
     const u32 xbase = (u32)__cvta_generic_to_shared(wg_smem);
     const int ra = 64 * wg + 16 * wq + g;  // this lane's weight rows ra and ra + 8 of the CTA
 
-    // A k-tile's products are waited for before the next tile's stage is refilled (leaving them
-    // in flight while the next tile's are issued measured no faster: the kernel is bound by
-    // what it reads through L2, x once per 64 weight rows a warpgroup).
-    constexpr int AHEAD = S - 1;  // k-tiles issued ahead of the one summed
-    int np = p0 + AHEAD / JS, nj = AHEAD % JS, nst = AHEAD;
+    // (pass, step, stage) of the tile issued next (it + S - 1) and of the tile summed (it). A
+    // k-tile's products are waited for before its stage is refilled (leaving them in flight
+    // while the next tile's were issued measured no faster: the kernel is bound by what it
+    // reads through L2, x once per 64 weight rows a warpgroup).
+    int np = p0 + (S - 1) / JS, nj = (S - 1) % JS, nst = S - 1;
     int p = p0, j = 0, cst = 0;
-    auto step = [&](int it, u32 (&f)[2][2][4]) {
-        cp_async_wait<AHEAD - 1>();  // tile it has landed (this thread's copies)
-        __syncthreads();             // everyone's; the stage refilled below is free
-        issue_w(it + AHEAD, np, nj, nst);
-        issue_x(it + AHEAD, np, nj, nst);
+    for (int it = 0; it < T; ++it) {
+        cp_async_wait<S - 2>();  // tile it has landed (this thread's copies)
+        __syncthreads();         // everyone's; the stage refilled below (it - 1's) is free
+        issue_w(it + S - 1, np, nj, nst);
+        issue_x(it + S - 1, np, nj, nst);
         cp_async_commit();
         if (++nj == JS) nj = 0, ++np;
         nst = nst + 1 == S ? 0 : nst + 1;
         fence_async_smem();
         const unsigned char* sw = wg_smem + S * XS + cst * WS;
         const u32 sx = xbase + cst * XS;
+        u32 f[2][2][4];
         bool live[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -185,9 +186,7 @@ __device__ __forceinline__ void wg_body(const bf16_t* __restrict__ xp, const bf1
         }
         if (++j == JS) j = 0, ++p;
         cst = cst + 1 == S ? 0 : cst + 1;
-    };
-    u32 f[2][2][4];
-    for (int it = 0; it < T; ++it) step(it, f);
+    }
     cp_async_wait<0>();
 
     // Accumulator 4 n + v: token 8 n + 2 t + (v & 1), row g + 8 (v >> 1) of the warp's tile.
