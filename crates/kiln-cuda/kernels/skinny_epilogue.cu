@@ -62,6 +62,31 @@ __device__ __forceinline__ int epi_row(const Epi& e, int tile, int r) {
     return row < e.rows ? row : -1;
 }
 
+// The rows a copying thread of a tensor-core decode GEMM CTA loads (skinny_tc.cu, skinny_wg.cu):
+// weight rows r0 + i STEP of the CTA's 16-row tiles from tile0 on, through the Epi, and token
+// rows m0 + r0 + i STEP, each as its start in elements (row length ld; a weight holds < 2^32 of
+// them) and whether it exists (a row past the end is copied as zeros).
+template <int P, int STEP>
+__device__ __forceinline__ void epi_weight_rows(const Epi& e, int tile0, int r0, int ld, u32 (&off)[P],
+                                                bool (&ok)[P]) {
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+        const int r = r0 + i * STEP;
+        const int row = epi_row(e, tile0 + (r >> 4), r & 15);
+        ok[i] = row >= 0;
+        off[i] = (u32)(ok[i] ? row : 0) * (u32)ld;
+    }
+}
+template <int P, int STEP>
+__device__ __forceinline__ void token_rows(int m0, int r0, int M, int ld, u32 (&off)[P], bool (&ok)[P]) {
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+        const int m = m0 + r0 + i * STEP;
+        ok[i] = m < M;
+        off[i] = (u32)(ok[i] ? m : 0) * (u32)ld;
+    }
+}
+
 // qkv_prepare's cache index: [block][kv_head][block_size][head_dim], slot = block * bs + offset.
 __device__ __forceinline__ u64 epi_kv_index(int slot, int kvh, int n_kv, int block_size, int hd) {
     const u64 block = (u64)(slot / block_size), off = (u64)(slot % block_size);

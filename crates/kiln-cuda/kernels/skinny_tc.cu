@@ -63,21 +63,10 @@ __device__ __forceinline__ void tc_body(const bf16_t* __restrict__ x, const bf16
     // swizzled piece offset for all of this thread's copies.
     const int q = tid & 7, r0 = tid >> 3;
     const int piece = (q ^ ((r0 & 1) << 2)) << 4;
-    u32 woff[PW], xoff[PX];  // row starts in elements (a weight holds < 2^32 of them)
+    u32 woff[PW], xoff[PX];
     bool wok[PW], xok[PX];
-#pragma unroll
-    for (int i = 0; i < PW; ++i) {
-        const int r = r0 + i * (THREADS / 8);
-        const int row = epi_row(ep, tile0 + (r >> 4), r & 15);
-        wok[i] = row >= 0;
-        woff[i] = (u32)(wok[i] ? row : 0) * (u32)K;
-    }
-#pragma unroll
-    for (int i = 0; i < PX; ++i) {
-        const int m = m0 + r0 + i * (THREADS / 8);
-        xok[i] = m < M;
-        xoff[i] = (u32)(xok[i] ? m : 0) * (u32)K;
-    }
+    epi_weight_rows<PW, THREADS / 8>(ep, tile0, r0, K, woff, wok);
+    token_rows<PX, THREADS / 8>(m0, r0, M, K, xoff, xok);
     // Half h of k-tile (pass p, step j) is chunk 16 (R j + h / CH) + CH p + h % CH; this thread's
     // piece q lies in half q / 4, 8 (q % 4) into it. The loop below steps (p, j, stage) instead
     // of dividing.

@@ -85,19 +85,8 @@ __device__ __forceinline__ void wg_body(const bf16_t* __restrict__ xp, const bf1
     const int wpiece = (q ^ ((r0 & 1) << 2)) << 4, xpiece = (q ^ (r0 & 7)) << 4;
     u32 woff[PW], xoff[PX];
     bool wok[PW], xok[PX];
-#pragma unroll
-    for (int i = 0; i < PW; ++i) {
-        const int r = r0 + i * (THREADS / 8);
-        const int row = epi_row(ep, tile0 + (r >> 4), r & 15);
-        wok[i] = row >= 0;
-        woff[i] = (u32)(wok[i] ? row : 0) * (u32)K;
-    }
-#pragma unroll
-    for (int i = 0; i < PX; ++i) {
-        const int m = m0 + r0 + i * (THREADS / 8);
-        xok[i] = m < M;
-        xoff[i] = (u32)(xok[i] ? m : 0) * (u32)Kp;
-    }
+    epi_weight_rows<PW, THREADS / 8>(ep, tile0, r0, K, woff, wok);
+    token_rows<PX, THREADS / 8>(m0, r0, M, Kp, xoff, xok);
     // Half h = q / 4 of k-tile (pass p, step j) is chunk 16 (2 j + h) + p; piece q % 4 of it.
     const int qk = 32 * WG_W * (q >> 2) + 8 * (q & 3);
     auto tile_k = [&](int p, int j) { return 64 * WG_W * j + 32 * p + qk; };
