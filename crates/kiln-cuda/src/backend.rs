@@ -204,9 +204,7 @@ impl CudaBackend {
         let act = Activations::new(&gpu, &spec, &probe)?;
         // Before the KV budget is taken from what is free.
         gpu.reserve_tc_split(opts.max_seqs)?;
-        if opts.dtype == StoreType::Bf16 {
-            gpu.reserve_wg(opts.max_seqs, crate::skinny_wg::decode_max_k(&spec))?;
-        }
+        gpu.reserve_wg(&spec, opts.max_seqs)?;
         let budget = kv_budget(&gpu, opts.kv_cache_bytes, opts.kv_cache_fraction)?;
         let (kv, ring) = kv_pool(&gpu, &spec, bs, budget, ask)?;
         // The last block is the scratch block: the engine sees the ones before it.

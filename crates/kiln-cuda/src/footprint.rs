@@ -141,9 +141,10 @@ fn buffer_bytes(
     let i32s = s + layout.len // ids, step
         + 2 * s.max(1); // pipeline.rs feed_dev: a (sequence, token) pair a sequence
     let sampler = s * (PARAM_WORDS + OUT_WORDS) * 4;
-    let wg = match store {
-        StoreType::Bf16 => wg_reserve_bytes(s, crate::skinny_wg::decode_max_k(spec)),
-        _ => 0,
-    };
-    f32s * 4 + stored * store.bytes() + i32s * 4 + sampler + split_reserve_bytes(s) + wg
+    f32s * 4
+        + stored * store.bytes()
+        + i32s * 4
+        + sampler
+        + split_reserve_bytes(s)
+        + wg_reserve_bytes(spec, store, s)
 }

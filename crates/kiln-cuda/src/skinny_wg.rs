@@ -15,6 +15,7 @@ use crate::kernel_sources::macro_entries;
 use crate::skinny::SkinnyKind;
 use crate::skinny_fused::Epilogue;
 use crate::skinny_tc::{ring_bytes, tile_ctas};
+use crate::store::StoreType;
 use crate::switches::{KernelChoice, SkinnyTc, Switches, WgMode};
 
 /// One `WG_ENTRY(NAME, WG, BM, S, MINB)` of skinny_wg.cu.
@@ -249,11 +250,14 @@ pub fn decode_max_k(spec: &kiln_model::ModelSpec) -> usize {
     spec.hidden_size.max(q_dim).max(inter)
 }
 
-/// Bytes the wgmma path reserves at start for decode steps of up to `max_seqs` rows whose GEMMs
-/// are at most `max_k` wide, when it can take any of them (footprint.rs counts them).
-pub fn wg_reserve_bytes(max_seqs: usize, max_k: usize) -> usize {
+/// Bytes the wgmma path reserves at start for decode steps of up to `max_seqs` rows of `spec`
+/// stored as `store`, when it can take any of them: a bf16 backend (the module is bf16 only)
+/// whose row count reaches the switch's first (footprint.rs counts them).
+pub fn wg_reserve_bytes(spec: &kiln_model::ModelSpec, store: StoreType, max_seqs: usize) -> usize {
     match Switches::from_env().wg.min_rows() {
-        Some(from) if from <= max_seqs => wg_x_elems(max_seqs, max_k) * 2,
+        Some(from) if from <= max_seqs && store == StoreType::Bf16 => {
+            wg_x_elems(max_seqs, decode_max_k(spec)) * 2
+        }
         _ => 0,
     }
 }
@@ -272,8 +276,8 @@ impl Gpu {
 
     /// Reserves the rewritten-x workspace of the wgmma path (once per device; later calls keep
     /// the first reservation).
-    pub fn reserve_wg(&self, max_seqs: usize, max_k: usize) -> Result<()> {
-        let bytes = wg_reserve_bytes(max_seqs, max_k);
+    pub fn reserve_wg(&self, spec: &kiln_model::ModelSpec, max_seqs: usize) -> Result<()> {
+        let bytes = wg_reserve_bytes(spec, self.store, max_seqs);
         // Reserved whatever the GPU, as footprint.rs predicts it; only sm_90 ones use it.
         if bytes > 0 && self.wg_x.get().is_none() {
             let _ = self.wg_x.set(self.alloc::<u16>(bytes / 2)?);
