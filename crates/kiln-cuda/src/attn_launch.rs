@@ -132,8 +132,8 @@ pub fn decode_mma_smem_bytes(hd: usize) -> usize {
     chains_o + (16 * ld + DECODE_MMA_WARPS * decode_mma_stages(hd) * 2 * DECODE_MMA_STEP * ld) * 2
 }
 
-/// The kernels of this file that need more than 48 KB of shared memory, with their needs.
-pub fn large_smem_kernels() -> Vec<(String, usize)> {
+/// The kernels of this file with the dynamic shared memory each needs.
+pub fn smem_needs() -> Vec<(String, usize)> {
     let decode = DECODE_MMA_HEAD_DIMS
         .iter()
         .map(|&hd| (format!("decode_mma_hd{hd}"), decode_mma_smem_bytes(hd)));
@@ -141,7 +141,7 @@ pub fn large_smem_kernels() -> Vec<(String, usize)> {
         let b = flash_sm90_smem_bytes(hd);
         ["flash_sm90_hd", "flash_sm90o_hd", "flash_sm90p_hd"].map(|p| (format!("{p}{hd}"), b))
     });
-    decode.chain(flash).filter(|&(_, b)| b > 48 << 10).collect()
+    decode.chain(flash).collect()
 }
 
 impl Gpu {

@@ -44,8 +44,8 @@ pub fn decode_mma_wide_smem_bytes(hd: usize) -> usize {
         + DECODE_MMA_WIDE_WARPS * 16 * 33 * 4
 }
 
-/// The wide kernels that need more than the default 48 KB of dynamic shared memory.
-pub fn large_smem_kernels() -> Vec<(String, usize)> {
+/// The wide kernels with the dynamic shared memory each needs.
+pub fn smem_needs() -> Vec<(String, usize)> {
     WIDE_HEAD_DIMS
         .iter()
         .flat_map(|&hd| {

@@ -59,20 +59,27 @@ pub fn flash_smem_bytes(hd: usize, heads: usize) -> usize {
     (heads * FLASH_TILE_ROWS * ld + 4 * flash_block_n(hd) * ld) * 2
 }
 
-/// Kernels that need more than the default 48 KB of dynamic shared memory, with their needs.
+/// The dynamic shared memory a kernel may take without asking for more.
+const DEFAULT_SMEM_BYTES: usize = 48 << 10;
+
+/// Kernels that need more than the default 48 KB of dynamic shared memory, with their needs:
+/// each module lists its kernels' needs, and only here are the large ones picked.
 pub fn large_smem_kernels() -> Vec<(String, usize)> {
-    let mut v = Vec::new();
-    for hd in FLASH_HEAD_DIMS {
-        v.push((format!("flash_attn_hd{hd}"), flash_smem_bytes(hd, 1)));
-        v.push((format!("flash_attn2_hd{hd}"), flash_smem_bytes(hd, 2)));
-    }
-    v.extend(crate::skinny::large_smem_kernels());
-    v.extend(crate::skinny_tc::large_smem_kernels());
-    v.extend(crate::skinny_wg::large_smem_kernels());
-    v.extend(crate::attn_launch::large_smem_kernels());
-    v.extend(crate::attn_wide::large_smem_kernels());
-    v.extend(crate::quant_gemm::large_smem_kernels());
-    v
+    let flash = FLASH_HEAD_DIMS.into_iter().flat_map(|hd| {
+        [
+            (format!("flash_attn_hd{hd}"), flash_smem_bytes(hd, 1)),
+            (format!("flash_attn2_hd{hd}"), flash_smem_bytes(hd, 2)),
+        ]
+    });
+    flash
+        .chain(crate::skinny::smem_needs())
+        .chain(crate::skinny_tc::smem_needs())
+        .chain(crate::skinny_wg::smem_needs())
+        .chain(crate::attn_launch::smem_needs())
+        .chain(crate::attn_wide::smem_needs())
+        .chain(crate::quant_gemm::smem_needs())
+        .filter(|&(_, bytes)| bytes > DEFAULT_SMEM_BYTES)
+        .collect()
 }
 
 pub(crate) fn grid_1d(n: usize, block: usize, cap: usize) -> (u32, u32, u32) {

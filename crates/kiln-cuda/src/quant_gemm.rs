@@ -138,11 +138,10 @@ fn entry(family: DecodeFamily, q: GpuQuant, m: usize) -> Result<&'static Entry> 
         .ok_or_else(|| anyhow!("no {family:?} skinny entry for {q:?} and {m} rows"))
 }
 
-/// The skinny quant entries with more than 48 KB of dynamic shared memory, with their needs.
-pub fn large_smem_kernels() -> Vec<(String, usize)> {
+/// The skinny quant entries with the dynamic shared memory each needs.
+pub fn smem_needs() -> Vec<(String, usize)> {
     entries()
         .iter()
-        .filter(|e| e.smem_bytes() > 48 * 1024)
         .map(|e| (e.name.clone(), e.smem_bytes()))
         .collect()
 }

@@ -158,11 +158,10 @@ pub(crate) fn fused_entry(nt: usize, tiles: usize, sms: usize, norm: bool) -> &'
     find_entry(name).expect("every name above is an entry of skinny_gemm.cu")
 }
 
-/// The ring kernels with more than 48 KB of dynamic shared memory, with their needs.
-pub fn large_smem_kernels() -> Vec<(String, usize)> {
+/// The ring kernels with the dynamic shared memory each needs.
+pub fn smem_needs() -> Vec<(String, usize)> {
     entries()
         .iter()
-        .filter(|e| e.smem_bytes() > 48 * 1024)
         .map(|e| (e.name.to_string(), e.smem_bytes()))
         .collect()
 }

@@ -247,11 +247,10 @@ pub fn tc_choice(
     }
 }
 
-/// The tensor-core entries with more than 48 KB of dynamic shared memory, with their needs.
-pub fn large_smem_kernels() -> Vec<(String, usize)> {
+/// The tensor-core entries with the dynamic shared memory each needs.
+pub fn smem_needs() -> Vec<(String, usize)> {
     all_entries()
         .iter()
-        .filter(|e| e.smem_bytes() > 48 * 1024)
         .map(|e| (e.name.clone(), e.smem_bytes()))
         .collect()
 }

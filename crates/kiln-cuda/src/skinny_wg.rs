@@ -148,11 +148,10 @@ fn forced_tile() -> Option<&'static WgEntry> {
     })
 }
 
-/// The wgmma entries with more than 48 KB of dynamic shared memory, with their needs.
-pub fn large_smem_kernels() -> Vec<(String, usize)> {
+/// The wgmma entries with the dynamic shared memory each needs.
+pub fn smem_needs() -> Vec<(String, usize)> {
     all_wg_entries()
         .iter()
-        .filter(|e| e.smem_bytes() > 48 * 1024)
         .map(|e| (e.name.clone(), e.smem_bytes()))
         .collect()
 }
