@@ -262,9 +262,9 @@ pub fn wg_reserve_bytes(spec: &kiln_model::ModelSpec, store: StoreType, max_seqs
 }
 
 impl Gpu {
-    /// Whether this GPU has the wgmma module (compute capability 9.0).
+    /// Whether this GPU builds the wgmma module (kernel_sources.rs: sm_90a only).
     pub fn has_wgmma(&self) -> bool {
-        self.arch == 90
+        crate::kernel_sources::source("skinny_wg").is_some_and(|s| s.target(self.arch).is_some())
     }
 
     /// Bytes of the workspaces reserved at start: the chain partials of the split path and the
