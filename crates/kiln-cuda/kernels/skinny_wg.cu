@@ -31,6 +31,19 @@ __device__ __forceinline__ void wg_rsk(float (&d)[BM / 2], const u32 (&a)[4], u6
 #define WG_W 16  // the skinny kernel's chains
 
 
+// Chunk `src` of a row of x (32 k, `left` of them before the row ends: pieces past it zero)
+// as four 16-byte units, its 16 words transposed as a 4 x 4 matrix: unit s holds words s, 4 + s,
+// 8 + s and 12 + s.
+__device__ __forceinline__ void wg_x_units(const bf16_t* src, int left, uint4 (&u)[4]) {
+    uint4 in[4];
+#pragma unroll
+    for (int t = 0; t < 4; ++t) in[t] = 8 * t < left ? ld_16(src + 8 * t) : make_uint4(0u, 0u, 0u, 0u);
+    u[0] = make_uint4(in[0].x, in[1].x, in[2].x, in[3].x);
+    u[1] = make_uint4(in[0].y, in[1].y, in[2].y, in[3].y);
+    u[2] = make_uint4(in[0].z, in[1].z, in[2].z, in[3].z);
+    u[3] = make_uint4(in[0].w, in[1].w, in[2].w, in[3].w);
+}
+
 // x [M, K] into xp [M, Kp] (Kp = K rounded up to 32; the words past K zero), each chunk's 16
 // words transposed as a 4 x 4 matrix. One thread per token and chunk; grid ceil(M * chunks /
 // 256) CTAs of 256 threads.
@@ -40,21 +53,52 @@ extern "C" __global__ void __launch_bounds__(256) skinny_wg_x(const bf16_t* __re
     const int chunks = (K + 31) / 32, i = blockIdx.x * 256 + threadIdx.x;
     if (i >= M * chunks) return;
     const int m = i / chunks, c = i - m * chunks;
-    const bf16_t* src = x + (u64)m * K + 32 * c;
-    uint4 in[4];
+    uint4 u[4];
+    wg_x_units(x + (u64)m * K + 32 * c, K - 32 * c, u);
+    uint4* dst = reinterpret_cast<uint4*>(xp + (u64)m * (32 * chunks) + 32 * c);
 #pragma unroll
-    for (int t = 0; t < 4; ++t)
-        in[t] = 32 * c + 8 * t < K ? ld_16(src + 8 * t) : make_uint4(0u, 0u, 0u, 0u);
-    bf16_t* dst = xp + (u64)m * (32 * chunks) + 32 * c;
-    *reinterpret_cast<uint4*>(dst) = make_uint4(in[0].x, in[1].x, in[2].x, in[3].x);
-    *reinterpret_cast<uint4*>(dst + 8) = make_uint4(in[0].y, in[1].y, in[2].y, in[3].y);
-    *reinterpret_cast<uint4*>(dst + 16) = make_uint4(in[0].z, in[1].z, in[2].z, in[3].z);
-    *reinterpret_cast<uint4*>(dst + 24) = make_uint4(in[0].w, in[1].w, in[2].w, in[3].w);
+    for (int s = 0; s < 4; ++s) dst[s] = u[s];
+}
+
+// The k-tiles of the weights' passes (wg_body): JS a pass, chain p's tile j holding chunks
+// 16 (2 j) + p and 16 (2 j + 1) + p.
+__device__ __forceinline__ int wg_tiles_a_pass(int K) {
+    const int J = ((K + 31) / 32 + WG_W - 1) / WG_W;  // chunks of the longest chain
+    return (J + 1) / 2;
+}
+
+// x [M, K] as the clustered entries copy it, tile by tile: k-tile (p, j) of token m (< Mp, M
+// rounded up to the entry's BM) is the 128 bytes at ((p JS + j) Mp + m) * 64 elements, the two
+// chunks rewritten as in skinny_wg_x, unit q (4 h + s: unit s of half h) stored at q ^ (m % 8),
+// wgmma's 128-byte swizzle. So BM tokens of a k-tile are one linear copy into a 1024-aligned
+// stage. Zeros past M and past the chunks. One thread per (p, j, token, half), the two halves
+// of a row adjacent; grid ceil(32 JS Mp / 256).
+extern "C" __global__ void __launch_bounds__(256) skinny_wg_xt(const bf16_t* __restrict__ x,
+                                                               bf16_t* __restrict__ xt, int M, int K,
+                                                               int Mp) {
+    pdl_enter();
+    const int chunks = (K + 31) / 32, JS = wg_tiles_a_pass(K);
+    const int i = blockIdx.x * 256 + threadIdx.x;
+    if (i >= WG_W * JS * Mp * 2) return;
+    const int h = i & 1, row = i >> 1, pj = row / Mp, m = row - pj * Mp;
+    const int p = pj / JS, j = pj - p * JS, c = WG_W * (2 * j + h) + p;
+    uint4 u[4] = {};
+    if (m < M && c < chunks) wg_x_units(x + (u64)m * K + 32 * c, K - 32 * c, u);
+    uint4* dst = reinterpret_cast<uint4*>(xt + (u64)row * 64);
+#pragma unroll
+    for (int s = 0; s < 4; ++s) dst[(4 * h + s) ^ (m & 7)] = u[s];
 }
 
 // SPLIT: the CTA builds chain p = blockIdx.y alone and writes it, as float, to
 // part[p][m][16 tile + r] (row length ld) for skinny_tc_join to add up in chain order.
-template <int WG, int BM, int S, bool SPLIT>
+// CL > 1: the CTAs of a cluster of CL (consecutive in x) take consecutive 64 WG-row weight
+// blocks of the same BM tokens, and share each k-tile of x: CTA r copies the r-th CL-th of it
+// (from skinny_wg_xt's layout, one bulk copy) into every CTA's stage at once, so that x is read
+// through L2 once per cluster instead of once per CTA. A stage's x is then counted in by the
+// stage's `full` barrier, and refilled only once every CTA of the cluster has released it on
+// its `empty` barrier (the weights keep their cp.async ring). The same products in the same
+// order: the bits of CL = 1.
+template <int WG, int BM, int S, bool SPLIT, int CL>
 __device__ __forceinline__ void wg_body(const bf16_t* __restrict__ xp, const bf16_t* __restrict__ w,
                                         int M, int K, const Epi& ep, float* __restrict__ part,
                                         int ld) {
@@ -63,18 +107,21 @@ __device__ __forceinline__ void wg_body(const bf16_t* __restrict__ xp, const bf1
     constexpr int PW = BN * 8 / THREADS, PX = BM * 8 / THREADS;
     static_assert(BM == 64 || BM == 128, "wgmma N of 64 or 128 tokens");
     static_assert(BM * 8 % THREADS == 0, "token pieces split evenly");
-    // xp stages first: each starts 1024-aligned, as the swizzle needs.
+    static_assert(CL == 1 || (S >= 3 && XS % (16 * CL) == 0), "a stage of slack; whole slices");
+    // xp stages first: each starts 1024-aligned, as the swizzle needs; then W's; then (CL > 1)
+    // the barriers, full[S] and empty[S].
     extern __shared__ __align__(1024) unsigned char wg_smem[];
     pdl_trigger();
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
     const int wg = warp >> 2, wq = warp & 3;
     const int m_tiles = (M + BM - 1) / BM;
-    const int nb = blockIdx.x / m_tiles, mb = blockIdx.x - nb * m_tiles;
+    const int rank = (int)(blockIdx.x % CL), cl = (int)(blockIdx.x / CL);
+    const int nb = CL == 1 ? cl / m_tiles : (cl / m_tiles) * CL + rank;
+    const int mb = cl % m_tiles;
     const int tile0 = nb * (BN / 16), m0 = mb * BM;
     const int chunks = (K + 31) / 32, Kp = 32 * chunks;
-    const int J = (chunks + WG_W - 1) / WG_W;  // chunks of the longest chain
-    const int JS = (J + 1) / 2;                // k-tiles a pass
+    const int JS = wg_tiles_a_pass(K);  // k-tiles a pass
     const int T = SPLIT ? JS : WG_W * JS;
     const int p0 = SPLIT ? (int)blockIdx.y : 0;  // the first (SPLIT: only) pass
 
@@ -110,6 +157,33 @@ __device__ __forceinline__ void wg_body(const bf16_t* __restrict__ xp, const bf1
             cp_async_16(st + (r0 + i * (THREADS / 8)) * 128 + xpiece, xp + xoff[i] + (kin ? k : 0),
                         (kin && xok[i]) ? 16 : 0);
     };
+    const u32 xbase = (u32)__cvta_generic_to_shared(wg_smem);
+    const u32 full = xbase + S * (XS + WS), empty = full + 8 * S;
+    // CL > 1, thread 0: the next x tile this CTA's slice goes out for (tile, pass, step, stage).
+    int xi = 0, xpp = p0, xj = 0, xs = 0;
+    auto send_x = [&]() {
+        if (xi < T) {
+            // The stage's last tile released by every CTA (the (xi / S)-th release of it).
+            if (xi >= S) mbar_wait_cluster(empty + 8 * xs, (u32)(xi / S - 1) & 1);
+            mbar_expect_tx(full + 8 * xs, XS);
+            const bf16_t* src = xp + ((u64)(xpp * JS + xj) * (m_tiles * BM) + m0) * 64;
+            bulk_multicast(xbase + xs * XS + rank * (XS / CL), src + rank * (XS / CL / 2), XS / CL,
+                           full + 8 * xs, (unsigned short)((1u << CL) - 1));
+        }
+        ++xi;
+        if (++xj == JS) xj = 0, ++xpp;
+        xs = xs + 1 == S ? 0 : xs + 1;
+    };
+    if constexpr (CL > 1) {
+        if (tid == 0) {
+            for (int s = 0; s < S; ++s) {
+                mbar_init(full + 8 * s, 1);
+                mbar_init(empty + 8 * s, CL);
+            }
+            fence_mbar_init();
+        }
+        cluster_sync();  // every CTA's barriers ready before any copy or arrival reaches them
+    }
 
     // Weights first, while the kernel before ends (they are never written); xp after pdl_wait.
 #pragma unroll
@@ -117,14 +191,16 @@ __device__ __forceinline__ void wg_body(const bf16_t* __restrict__ xp, const bf1
     pdl_wait();
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) {
-        issue_x(s, p0 + s / JS, s % JS, s);
+        if constexpr (CL == 1) issue_x(s, p0 + s / JS, s % JS, s);
+        // CL > 1: a stage of slack (S - 2 tiles ahead), so that a CTA seldom waits for the
+        // others' releases.
+        else if (tid == 0 && s < S - 2) send_x();
         cp_async_commit();
     }
 
     float acc[BM / 2], a[BM / 2];
 #pragma unroll
     for (int v = 0; v < BM / 2; ++v) acc[v] = a[v] = 0.f;
-    const u32 xbase = (u32)__cvta_generic_to_shared(wg_smem);
     const int ra = 64 * wg + 16 * wq + g;  // this lane's weight rows ra and ra + 8 of the CTA
 
     // (pass, step, stage) of the tile issued next (it + S - 1) and of the tile summed (it). A
@@ -133,15 +209,27 @@ __device__ __forceinline__ void wg_body(const bf16_t* __restrict__ xp, const bf1
     // reads through L2, x once per 64 weight rows a warpgroup).
     int np = p0 + (S - 1) / JS, nj = (S - 1) % JS, nst = S - 1;
     int p = p0, j = 0, cst = 0;
+    u32 phase = 0;  // CL > 1: parity of the full barriers' phase for stage cst
     for (int it = 0; it < T; ++it) {
         cp_async_wait<S - 2>();  // tile it has landed (this thread's copies)
         __syncthreads();         // everyone's; the stage refilled below (it - 1's) is free
+        if constexpr (CL > 1) {
+            if (tid == 0) {
+                if (it > 0) {
+                    const u32 freed = empty + 8 * nst;  // tile it - 1's stage, refilled next
+#pragma unroll
+                    for (int r = 0; r < CL; ++r) mbar_arrive_at(freed, r);
+                }
+                send_x();  // tile it + S - 2
+            }
+        }
         issue_w(it + S - 1, np, nj, nst);
-        issue_x(it + S - 1, np, nj, nst);
+        if constexpr (CL == 1) issue_x(it + S - 1, np, nj, nst);
         cp_async_commit();
         if (++nj == JS) nj = 0, ++np;
         nst = nst + 1 == S ? 0 : nst + 1;
         fence_async_smem();
+        if constexpr (CL > 1) mbar_wait(full + 8 * cst, phase);
         const unsigned char* sw = wg_smem + S * XS + cst * WS;
         const u32 sx = xbase + cst * XS;
         u32 f[2][2][4];
@@ -174,9 +262,11 @@ __device__ __forceinline__ void wg_body(const bf16_t* __restrict__ xp, const bf1
             }
         }
         if (++j == JS) j = 0, ++p;
-        cst = cst + 1 == S ? 0 : cst + 1;
+        if (++cst == S) cst = 0, phase ^= 1u;
     }
     cp_async_wait<0>();
+    // No CTA leaves while another may still copy into it or arrive on its barriers.
+    if constexpr (CL > 1) cluster_sync();
 
     // Accumulator 4 n + v: token 8 n + 2 t + (v & 1), row g + 8 (v >> 1) of the warp's tile.
     const int tile = tile0 + 4 * wg + wq;
@@ -206,7 +296,7 @@ __device__ __forceinline__ void wg_body(const bf16_t* __restrict__ xp, const bf1
 #define WG_ENTRY(NAME, WG, BM, S, MINB)                                                             \
     extern "C" __global__ void __launch_bounds__(128 * WG, MINB)                                   \
         NAME(const bf16_t* x, const bf16_t* w, int M, int K, EPI_PARAMS) {                          \
-        wg_body<WG, BM, S, false>(x, w, M, K, EPI_MAKE, nullptr, 0);                                 \
+        wg_body<WG, BM, S, false, 1>(x, w, M, K, EPI_MAKE, nullptr, 0);                              \
     }
 WG_ENTRY(skinny_wg_1x64, 1, 64, 4, 3)
 WG_ENTRY(skinny_wg_2x64, 2, 64, 4, 2)
@@ -219,7 +309,33 @@ WG_ENTRY(skinny_wg_2x128, 2, 128, 4, 1)
 #define WG_SPLIT_ENTRY(NAME, WG, BM, S, MINB)                                                       \
     extern "C" __global__ void __launch_bounds__(128 * WG, MINB)                                   \
         NAME(const bf16_t* x, const bf16_t* w, int M, int K, float* part, int ld, EPI_PARAMS) {    \
-        wg_body<WG, BM, S, true>(x, w, M, K, EPI_MAKE, part, ld);                                   \
+        wg_body<WG, BM, S, true, 1>(x, w, M, K, EPI_MAKE, part, ld);                                \
     }
 WG_SPLIT_ENTRY(skinny_wgs_1x64, 1, 64, 4, 3)
 WG_SPLIT_ENTRY(skinny_wgs_2x128, 2, 128, 4, 1)
+
+// The same in clusters of CL CTAs sharing x (wg_body's CL), from skinny_wg_xt's layout; the
+// grid's CTAs along the weight a multiple of CL (the ones past it copy their share of x and
+// write nothing). Shared memory: the ring and 16 S bytes of barriers.
+#define WGC_ENTRY(NAME, WG, BM, S, MINB, CL)                                                        \
+    extern "C" __global__ void __launch_bounds__(128 * WG, MINB) __cluster_dims__(CL, 1, 1)        \
+        NAME(const bf16_t* x, const bf16_t* w, int M, int K, EPI_PARAMS) {                          \
+        wg_body<WG, BM, S, false, CL>(x, w, M, K, EPI_MAKE, nullptr, 0);                             \
+    }
+WGC_ENTRY(skinny_wg_1x64_c2, 1, 64, 4, 3, 2)
+WGC_ENTRY(skinny_wg_2x64_c2, 2, 64, 4, 2, 2)
+WGC_ENTRY(skinny_wg_1x128_c2, 1, 128, 4, 2, 2)
+WGC_ENTRY(skinny_wg_2x128_c2, 2, 128, 4, 1, 2)
+WGC_ENTRY(skinny_wg_1x64_c4, 1, 64, 4, 3, 4)
+WGC_ENTRY(skinny_wg_2x64_c4, 2, 64, 4, 2, 4)
+WGC_ENTRY(skinny_wg_1x128_c4, 1, 128, 4, 2, 4)
+WGC_ENTRY(skinny_wg_2x128_c4, 2, 128, 4, 1, 4)
+#define WGC_SPLIT_ENTRY(NAME, WG, BM, S, MINB, CL)                                                  \
+    extern "C" __global__ void __launch_bounds__(128 * WG, MINB) __cluster_dims__(CL, 1, 1)        \
+        NAME(const bf16_t* x, const bf16_t* w, int M, int K, float* part, int ld, EPI_PARAMS) {    \
+        wg_body<WG, BM, S, true, CL>(x, w, M, K, EPI_MAKE, part, ld);                               \
+    }
+WGC_SPLIT_ENTRY(skinny_wgs_1x64_c2, 1, 64, 4, 3, 2)
+WGC_SPLIT_ENTRY(skinny_wgs_2x128_c2, 2, 128, 4, 1, 2)
+WGC_SPLIT_ENTRY(skinny_wgs_1x64_c4, 1, 64, 4, 3, 4)
+WGC_SPLIT_ENTRY(skinny_wgs_2x128_c4, 2, 128, 4, 1, 4)

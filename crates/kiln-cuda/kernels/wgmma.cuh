@@ -26,6 +26,35 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
         "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
         "@!p bra WAIT;\n}\n" :: "r"(bar), "r"(parity) : "memory");
 }
+// Cluster forms (skinny_wg.cu's clustered entries): a CTA's own arrival that also expects
+// `bytes` of copies this phase; an arrival on the barrier at `bar`'s offset in CTA `rank` of
+// the cluster; a wait that sees the other CTAs' arrivals; the barriers' initialisation made
+// visible to the cluster; every thread of the cluster met.
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_at(u32 bar, u32 rank) {
+    asm volatile(
+        "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" :: "r"(bar), "r"(rank) : "memory");
+}
+__device__ __forceinline__ void mbar_wait_cluster(u32 bar, u32 parity) {
+    asm volatile(
+        "{\n.reg .pred p;\nWAIT:\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n"
+        "@!p bra WAIT;\n}\n" :: "r"(bar), "r"(parity) : "memory");
+}
+__device__ __forceinline__ void fence_mbar_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// `bytes` (a multiple of 16) from global `src` to shared `dst` in every CTA of the cluster that
+// `mask` names, at the same offset, each counting them on its barrier at `bar`'s offset.
+__device__ __forceinline__ void bulk_multicast(u32 dst, const void* src, u32 bytes, u32 bar, unsigned short mask) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+        "[%0], [%1], %2, [%3], %4;\n" :: "r"(dst), "l"(src), "r"(bytes), "r"(bar), "h"(mask) : "memory");
+}
 // Shared memory written through the generic proxy (cp.async, stores), read next by wgmma.
 __device__ __forceinline__ void fence_async_smem() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");

@@ -229,7 +229,7 @@ struct Definition {
     launch_bounds: Vec<Vec<String>>,
 }
 
-/// Reads `extern "C" __global__ void [__launch_bounds__(..)] NAME(` at `toks[at]`: None when
+/// Reads `extern "C" __global__ void [__launch_bounds__(..)] [__cluster_dims__(..)] NAME(` at `toks[at]`: None when
 /// it is no kernel (another `extern`), an error when it is a kernel this reader cannot follow.
 fn definition(toks: &[String], at: usize) -> Result<Option<(Definition, usize)>, String> {
     let t = |i: usize| toks.get(i).map(String::as_str).unwrap_or("");
@@ -243,6 +243,10 @@ fn definition(toks: &[String], at: usize) -> Result<Option<(Definition, usize)>,
     let mut launch_bounds = Vec::new();
     if t(i) == "__launch_bounds__" {
         (launch_bounds, i) = group(toks, i + 1)?;
+    }
+    // A cluster shape the kernel is compiled with; the entry's macro arguments say it again.
+    if t(i) == "__cluster_dims__" {
+        (_, i) = group(toks, i + 1)?;
     }
     let mut name = Vec::new();
     loop {
@@ -358,10 +362,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     next_line(const float* __restrict__ x) { }
 __device__ void helper() { }
 extern "C" __device__ int not_a_kernel(int x) { return x; }
+extern "C" __global__ void __launch_bounds__(128, 2) __cluster_dims__(2, 1, 1) clustered(int* x) { }
 "#;
         let e = entry_points(src).unwrap();
         let n: Vec<&str> = e.iter().map(|e| e.name.as_str()).collect();
-        assert_eq!(n, ["plain", "bounded", "next_line"]);
+        assert_eq!(n, ["plain", "bounded", "next_line", "clustered"]);
+        assert_eq!(e[3].launch_bounds, ["128", "2"]);
         assert_eq!(e[1].launch_bounds, ["256"]);
         assert_eq!(e[2].launch_bounds, ["THREADS", "1"]);
     }

@@ -383,6 +383,7 @@ mod tests {
                 "skinny_wg",
                 [
                     "skinny_wg_x",
+                    "skinny_wg_xt",
                     "skinny_wg_1x64",
                     "skinny_wg_2x64",
                     "skinny_wg_1x128",
@@ -391,7 +392,16 @@ mod tests {
                     "skinny_wgs_2x128",
                 ]
                 .map(String::from)
-                .to_vec(),
+                .into_iter()
+                .chain(["_c2", "_c4"].iter().flat_map(|c| {
+                    ["1x64", "2x64", "1x128", "2x128"].map(|t| format!("skinny_wg_{t}{c}"))
+                }))
+                .chain(
+                    ["_c2", "_c4"]
+                        .iter()
+                        .flat_map(|c| ["1x64", "2x128"].map(|t| format!("skinny_wgs_{t}{c}"))),
+                )
+                .collect(),
             ),
         ];
         let names: Vec<&str> = SOURCES.iter().map(|s| s.name).collect();

@@ -14,11 +14,11 @@ use crate::kernel_entries::EntryPoint;
 use crate::kernel_sources::macro_entries;
 use crate::skinny::SkinnyKind;
 use crate::skinny_fused::Epilogue;
-use crate::skinny_tc::{ring_bytes, tile_ctas};
+use crate::skinny_tc::ring_bytes;
 use crate::store::StoreType;
 use crate::switches::{KernelChoice, SkinnyTc, Switches, WgMode};
 
-/// One `WG_ENTRY(NAME, WG, BM, S, MINB)` of skinny_wg.cu.
+/// One `WG_ENTRY(NAME, WG, BM, S, MINB)` of skinny_wg.cu (or a split or clustered one).
 #[derive(Debug, Clone)]
 pub struct WgEntry {
     pub name: String,
@@ -31,6 +31,9 @@ pub struct WgEntry {
     pub min_blocks: usize,
     /// `WG_SPLIT_ENTRY` (`skinny_wgs_*`): CTAs along the 16 chains, joined by skinny_tc_join.
     pub split: bool,
+    /// CTAs a cluster (`WGC_*`, `CL`): they share each k-tile of x, copied from the tiled
+    /// layout of `skinny_wg_xt`; 1 for the others.
+    pub cluster: usize,
 }
 
 impl WgEntry {
@@ -43,6 +46,10 @@ impl WgEntry {
             stages: num("S")?,
             min_blocks: num("MINB")?,
             split: p.name.starts_with("skinny_wgs"),
+            cluster: match p.arg("CL") {
+                Some(_) => num("CL")?,
+                None => 1,
+            },
         })
     }
 
@@ -55,14 +62,30 @@ impl WgEntry {
         (64 * self.wg, self.bm)
     }
 
-    /// The ring: `stages` k-tiles of 128 bytes per weight row and token row.
+    /// The ring: `stages` k-tiles of 128 bytes per weight row and token row; a clustered
+    /// entry's two 8-byte barriers a stage after it.
     pub fn smem_bytes(&self) -> usize {
         ring_bytes(self.tile(), self.stages)
+            + if self.cluster > 1 {
+                16 * self.stages
+            } else {
+                0
+            }
     }
 
-    /// CTAs of a launch over `tiles` 16-row weight tiles and `rows` tokens.
+    /// CTAs of a launch over `tiles` 16-row weight tiles and `rows` tokens (a clustered entry's
+    /// CTAs along the weight rounded up to whole clusters).
     pub fn ctas(&self, tiles: usize, rows: usize) -> usize {
-        tile_ctas(self.tile(), tiles, rows)
+        let along = tiles.div_ceil(self.tile().0 / 16);
+        along.next_multiple_of(self.cluster) * rows.div_ceil(self.bm)
+    }
+
+    /// The twin of this entry run in clusters of `cluster` CTAs (itself for 1), if there is one.
+    pub fn clustered(&'static self, cluster: usize) -> &'static WgEntry {
+        if cluster <= 1 || self.cluster > 1 {
+            return self;
+        }
+        find_wg_entry(&format!("{}_c{cluster}", self.name)).unwrap_or(self)
     }
 }
 
@@ -73,25 +96,26 @@ pub fn all_wg_entries() -> &'static [WgEntry] {
     ENTRIES.get_or_init(|| macro_entries("skinny_wg", WgEntry::from_source))
 }
 
-/// The whole-K entries (`WG_ENTRY`): one launch, the sums straight into the epilogue.
+/// The whole-K entries of one CTA a cluster (`WG_ENTRY`): one launch, the sums straight into
+/// the epilogue. (Their clustered twins: [`WgEntry::clustered`].)
 pub fn wg_entries() -> &'static [WgEntry] {
     static WHOLE: OnceLock<Vec<WgEntry>> = OnceLock::new();
     WHOLE.get_or_init(|| {
         all_wg_entries()
             .iter()
-            .filter(|e| !e.split)
+            .filter(|e| !e.split && e.cluster == 1)
             .cloned()
             .collect()
     })
 }
 
-/// The entries split along the chains (`WG_SPLIT_ENTRY`).
+/// The entries split along the chains (`WG_SPLIT_ENTRY`), one CTA a cluster.
 pub fn wg_split_entries() -> &'static [WgEntry] {
     static SPLIT: OnceLock<Vec<WgEntry>> = OnceLock::new();
     SPLIT.get_or_init(|| {
         all_wg_entries()
             .iter()
-            .filter(|e| e.split)
+            .filter(|e| e.split && e.cluster == 1)
             .cloned()
             .collect()
     })
@@ -236,9 +260,17 @@ pub fn measured_wg_entry(n: usize, k: usize, rows: usize) -> Option<&'static WgE
     Some(find_wg_entry((*name)?).expect("MEASURED names entries of skinny_wg.cu (unit-tested)"))
 }
 
-/// Elements of the rewritten x for `rows` tokens of width `k` (rounded up to whole chunks).
+/// k-tiles of a pass of the 16 chains over `k` (skinny_wg.cu's `wg_tiles_a_pass`).
+fn tiles_a_pass(k: usize) -> usize {
+    k.div_ceil(32).div_ceil(16).div_ceil(2)
+}
+
+/// Elements of the rewritten x for `rows` tokens of width `k`: the larger of skinny_wg_x's
+/// layout (rows of whole chunks) and skinny_wg_xt's (16 passes of k-tiles of 64 elements, the
+/// rows rounded up to 128).
 pub fn wg_x_elems(rows: usize, k: usize) -> usize {
-    rows * k.div_ceil(32) * 32
+    let tiled = 16 * tiles_a_pass(k) * rows.next_multiple_of(128) * 64;
+    (rows * k.div_ceil(32) * 32).max(tiled)
 }
 
 /// The widest input of a decode GEMM of `spec`: the hidden size (QKV, gate/up, the LM head),
@@ -320,6 +352,7 @@ impl Gpu {
             let Some(entry) = measured_wg_entry(n, k, rows) else {
                 return Ok(None);
             };
+            let entry = entry.clustered(sw.wg_cluster);
             let part = match entry.split {
                 false => None,
                 true => match self.split_part(rows, tiles) {
@@ -338,7 +371,8 @@ impl Gpu {
         let entry = match part {
             Some(_) => choose_wg_split_entry(tiles, rows, sms),
             None => choose_wg_entry(tiles, rows, sms),
-        };
+        }
+        .clustered(sw.wg_cluster);
         Ok(Some(WgLaunch {
             entry,
             xw: xw.ptr(),
@@ -392,10 +426,25 @@ impl Gpu {
         }
         let tiles = epi.tiles(n)?;
         let (m, kk) = (i32_of(rows, "rows")?, i32_of(k, "k")?);
-        let pieces = rows * k.div_ceil(32);
-        let grid = (u32::try_from(pieces.div_ceil(256))?, 1, 1);
-        let args = [Arg::Ptr(x), Arg::Ptr(xw), Arg::I32(m), Arg::I32(kk)];
-        self.launch_with("skinny_wg_x", grid, 256, 0, &args, pdl)?;
+        if e.cluster > 1 {
+            // The tiled layout, its rows rounded up to the entry's tokens a CTA.
+            let mp = rows.next_multiple_of(e.bm);
+            let threads = 32 * tiles_a_pass(k) * mp;
+            let grid = (u32::try_from(threads.div_ceil(256))?, 1, 1);
+            let args = [
+                Arg::Ptr(x),
+                Arg::Ptr(xw),
+                Arg::I32(m),
+                Arg::I32(kk),
+                Arg::I32(i32_of(mp, "rows")?),
+            ];
+            self.launch_with("skinny_wg_xt", grid, 256, 0, &args, pdl)?;
+        } else {
+            let pieces = rows * k.div_ceil(32);
+            let grid = (u32::try_from(pieces.div_ceil(256))?, 1, 1);
+            let args = [Arg::Ptr(x), Arg::Ptr(xw), Arg::I32(m), Arg::I32(kk)];
+            self.launch_with("skinny_wg_x", grid, 256, 0, &args, pdl)?;
+        }
         let mut args = vec![Arg::Ptr(xw), Arg::Ptr(w), Arg::I32(m), Arg::I32(kk)];
         let ld = tiles * 16;
         if let Some(part) = part {
@@ -455,6 +504,25 @@ mod tests {
     }
 
     #[test]
+    fn every_entry_has_clustered_twins_of_its_shape() {
+        for e in wg_entries().iter().chain(wg_split_entries()) {
+            for c in [2, 4] {
+                let t = e.clustered(c);
+                assert_eq!(t.name, format!("{}_c{c}", e.name));
+                assert_eq!((t.tile(), t.split, t.cluster), (e.tile(), e.split, c));
+                assert_eq!(t.smem_bytes(), e.smem_bytes() + 16 * e.stages);
+            }
+            assert!(std::ptr::eq(e.clustered(1), e));
+        }
+        // gate/up at 128 rows in 2 x 64 tiles: 224 CTAs along the weight, two token blocks.
+        let e = find_wg_entry("skinny_wg_2x64_c4").unwrap();
+        assert_eq!(e.ctas(28672 / 16, 128), 224 * 2);
+        // 100 16-row tiles, 64 rows a CTA: 25 CTAs along, rounded up to 28 for clusters of 4.
+        let e = find_wg_entry("skinny_wg_1x64_c4").unwrap();
+        assert_eq!(e.ctas(100, 64), 28);
+    }
+
+    #[test]
     fn the_measured_table_names_entries_in_order() {
         for (what, _, _, from) in &MEASURED {
             assert_eq!(from[0].0, 1, "{what}: starts at one row");
@@ -487,6 +555,11 @@ mod tests {
         let e = choose_wg_entry(4096 / 16, 128, 132);
         assert_eq!(e.name, "skinny_wg_1x64");
         assert_eq!(e.ctas(256, 128), 128);
-        assert_eq!(wg_x_elems(3, 40), 3 * 64);
+        // Three tokens of 40: skinny_wg_x's 3 x 64; skinny_wg_xt's 16 passes of one k-tile of
+        // 128 rows (the rows rounded up), the larger. Llama-3-8B's widths take the same either
+        // way.
+        assert_eq!(wg_x_elems(3, 40), 16 * 128 * 64);
+        assert_eq!(wg_x_elems(128, 14336), 128 * 14336);
+        assert_eq!(wg_x_elems(256, 4096), 256 * 4096);
     }
 }

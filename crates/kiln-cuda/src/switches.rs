@@ -116,6 +116,10 @@ pub struct Switches {
     /// `skinny_wg::MEASURED`, N those of at least N rows (`on`: 64), 0 none. Same bits as the
     /// skinny kernel either way.
     pub wg: WgMode,
+    /// KILN_SKINNY_WG_CLUSTER=2 or 4: the wgmma launches take their entry's twin run in
+    /// clusters of that many CTAs sharing each k-tile of x (`skinny_wg_*_cN`: x read through
+    /// L2 once per cluster); 0 or 1: one CTA each. Same bits either way.
+    pub wg_cluster: usize,
     /// Gemma 4's post-norms fused into the op that consumes them (same bits, three launches
     /// fewer per layer; on the H200 3% faster decode at depth 0 and 8k). KILN_GEMMA_FUSE=0
     /// launches them apart.
@@ -367,6 +371,11 @@ impl Env {
                         .filter(|&n| n > 0)
                         .map_or(WgMode::Off, WgMode::From),
                 },
+                wg_cluster: match var("KILN_SKINNY_WG_CLUSTER").as_deref() {
+                    Some("2") => 2,
+                    Some("4") => 4,
+                    _ => 1,
+                },
                 gemma_fuse: on("KILN_GEMMA_FUSE"),
                 gated_vec: on("KILN_GATED_VEC"),
                 flash_wide_split: var("KILN_FLASH_WIDE").as_deref() != Some("recompute"),
@@ -493,7 +502,7 @@ impl Switches {
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} tc_split={} skinny_wg={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -514,6 +523,7 @@ impl Switches {
             self.tc_split_from
                 .map_or("off".to_string(), |n| format!("{n}+")),
             self.wg.describe(),
+            self.wg_cluster,
             k.pdl as u8,
             self.cuda_graphs as u8,
             self.draft_graphs as u8,

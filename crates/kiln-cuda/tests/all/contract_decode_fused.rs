@@ -161,8 +161,8 @@ impl Path {
 
 /// The skinny kernel, the tilings `KILN_SKINNY_TC=auto` takes (4x1, 2x2), the two-chain 2x4,
 /// the one-chain 128 x 128 CTAs (64 x 32 warp tiles, and 16 warps of 32 x 32), the split
-/// entries and three wgmma entries (on sm_90 GPUs), one of them split.
-const PATHS: [Path; 11] = [
+/// entries and five wgmma entries (on sm_90 GPUs), two of them split and two in clusters.
+const PATHS: [Path; 13] = [
     Path::Skinny,
     Path::Tc("skinny_tc_4x1"),
     Path::Tc("skinny_tc_2x2"),
@@ -174,6 +174,8 @@ const PATHS: [Path; 11] = [
     Path::Wg("skinny_wg_1x64"),
     Path::Wg("skinny_wg_2x128"),
     Path::Wg("skinny_wgs_1x64"),
+    Path::Wg("skinny_wg_2x64_c4"),
+    Path::Wg("skinny_wgs_1x64_c2"),
 ];
 
 /// Split entry `name` through `epi`, its chain partials in a buffer of their own (poisoned, so
