@@ -164,7 +164,7 @@ __device__ __forceinline__ void wg_body(const bf16_t* __restrict__ xp, const bf1
     auto send_x = [&]() {
         if (xi < T) {
             // The stage's last tile released by every CTA (the (xi / S)-th release of it).
-            if (xi >= S) mbar_wait_cluster(empty + 8 * xs, (u32)(xi / S - 1) & 1);
+            if (xi >= S) mbar_wait(empty + 8 * xs, (u32)(xi / S - 1) & 1);
             mbar_expect_tx(full + 8 * xs, XS);
             const bf16_t* src = xp + ((u64)(xpp * JS + xj) * (m_tiles * BM) + m0) * 64;
             bulk_multicast(xbase + xs * XS + rank * (XS / CL), src + rank * (XS / CL / 2), XS / CL,
@@ -214,14 +214,9 @@ __device__ __forceinline__ void wg_body(const bf16_t* __restrict__ xp, const bf1
         cp_async_wait<S - 2>();  // tile it has landed (this thread's copies)
         __syncthreads();         // everyone's; the stage refilled below (it - 1's) is free
         if constexpr (CL > 1) {
-            if (tid == 0) {
-                if (it > 0) {
-                    const u32 freed = empty + 8 * nst;  // tile it - 1's stage, refilled next
-#pragma unroll
-                    for (int r = 0; r < CL; ++r) mbar_arrive_at(freed, r);
-                }
-                send_x();  // tile it + S - 2
-            }
+            // Tile it - 1's stage (refilled next) released to every CTA, lane r to CTA r.
+            if (it > 0 && tid < CL) mbar_arrive_at(empty + 8 * nst, tid);
+            if (tid == 0) send_x();  // tile it + S - 2
         }
         issue_w(it + S - 1, np, nj, nst);
         if constexpr (CL == 1) issue_x(it + S - 1, np, nj, nst);

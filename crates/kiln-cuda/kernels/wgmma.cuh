@@ -28,21 +28,15 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
 }
 // Cluster forms (skinny_wg.cu's clustered entries): a CTA's own arrival that also expects
 // `bytes` of copies this phase; an arrival on the barrier at `bar`'s offset in CTA `rank` of
-// the cluster; a wait that sees the other CTAs' arrivals; the barriers' initialisation made
-// visible to the cluster; every thread of the cluster met.
+// the cluster (no cluster-scope release: what it frees was read by wgmma, waited for before);
+// the barriers' initialisation made visible to the cluster; every thread of the cluster met.
 __device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(bytes) : "memory");
 }
 __device__ __forceinline__ void mbar_arrive_at(u32 bar, u32 rank) {
     asm volatile(
         "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
-        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" :: "r"(bar), "r"(rank) : "memory");
-}
-__device__ __forceinline__ void mbar_wait_cluster(u32 bar, u32 parity) {
-    asm volatile(
-        "{\n.reg .pred p;\nWAIT:\n"
-        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n"
-        "@!p bra WAIT;\n}\n" :: "r"(bar), "r"(parity) : "memory");
+        "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" :: "r"(bar), "r"(rank) : "memory");
 }
 __device__ __forceinline__ void fence_mbar_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
 __device__ __forceinline__ void cluster_sync() {

@@ -49,11 +49,7 @@ const PLANTED: &[(&str, &str, &str)] = &[
     ),
     // The clustered entries: every CTA sends the first slice of x's k-tile (the byte count
     // still right, so nothing hangs: the other slices' tokens read the first one's).
-    (
-        "skinny_wg",
-        "src + rank * (XS / CL / 2)",
-        "src",
-    ),
+    ("skinny_wg", "src + rank * (XS / CL / 2)", "src"),
     // A chain left in its accumulator when the next begins (never zeroed after joining).
     ("skinny_wg", "                a[v] = 0.f;\n", "\n"),
     // SwiGLU of up times gate's silu swapped.
