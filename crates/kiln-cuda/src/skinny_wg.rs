@@ -16,7 +16,7 @@ use crate::skinny::SkinnyKind;
 use crate::skinny_fused::Epilogue;
 use crate::skinny_tc::ring_bytes;
 use crate::store::StoreType;
-use crate::switches::{KernelChoice, SkinnyTc, Switches, WgMode};
+use crate::switches::{KernelChoice, SkinnyTc, Switches, WgCluster, WgMode};
 
 /// One `WG_ENTRY(NAME, WG, BM, S, MINB)` of skinny_wg.cu (or a split or clustered one).
 #[derive(Debug, Clone)]
@@ -249,13 +249,45 @@ pub const MEASURED: [WgShape; 4] = [
     ),
 ];
 
+/// `KILN_SKINNY_WG_CLUSTER=auto`'s launches where they differ from [`MEASURED`]: clustered
+/// entries, from `cuda_bench llama3-8b gemm` on the H200 (2026-12-03 06:57Z, microseconds,
+/// against MEASURED's entry; bench/results/2026-12-03-h200-wg-clusters.json). QKV, down and o
+/// keep theirs (no clustered entry ahead by more than 3%).
+pub const MEASURED_CLUSTERED: [WgShape; 2] = [
+    // 128 rows: wg_1x128_c4 117.1 vs wg_2x64 131.9; 256: 228.2 vs 242.1.
+    (
+        "gate_up",
+        28672,
+        4096,
+        &[(1, None), (97, Some("skinny_wg_1x128_c4"))],
+    ),
+    // 128: wg_1x128_c2 527.3 vs wg_1x128 566.4; 256: 937.2 vs wg_2x128 1015.1.
+    (
+        "lm_head",
+        128256,
+        4096,
+        &[(1, None), (97, Some("skinny_wg_1x128_c2"))],
+    ),
+];
+
 /// The fewest rows a launch of [`MEASURED`] has.
 pub const MEASURED_MIN_ROWS: usize = 97;
 
-/// The entry [`MEASURED`] gives an `n` x `k` weight at `rows` rows; None: the launch keeps its
-/// path.
-pub fn measured_wg_entry(n: usize, k: usize, rows: usize) -> Option<&'static WgEntry> {
-    let (_, _, _, from) = MEASURED.iter().find(|s| s.1 == n && s.2 == k)?;
+/// The entry [`MEASURED`] gives an `n` x `k` weight at `rows` rows (`clustered`:
+/// [`MEASURED_CLUSTERED`] first); None: the launch keeps its path.
+pub fn measured_wg_entry(
+    n: usize,
+    k: usize,
+    rows: usize,
+    clustered: bool,
+) -> Option<&'static WgEntry> {
+    let tables: &[&[WgShape]] = match clustered {
+        true => &[&MEASURED_CLUSTERED, &MEASURED],
+        false => &[&MEASURED],
+    };
+    let (_, _, _, from) = tables
+        .iter()
+        .find_map(|t| t.iter().find(|s| s.1 == n && s.2 == k))?;
     let (_, name) = from.iter().rev().find(|(r, _)| rows >= *r)?;
     Some(find_wg_entry((*name)?).expect("MEASURED names entries of skinny_wg.cu (unit-tested)"))
 }
@@ -349,10 +381,11 @@ impl Gpu {
         }
         let (tiles, sms) = (epi.tiles(n)?, self.sm_count as usize);
         if sw.wg == WgMode::Measured {
-            let Some(entry) = measured_wg_entry(n, k, rows) else {
+            let clustered = sw.wg_cluster == WgCluster::Measured;
+            let Some(entry) = measured_wg_entry(n, k, rows, clustered) else {
                 return Ok(None);
             };
-            let entry = entry.clustered(sw.wg_cluster);
+            let entry = entry.clustered(sw.wg_cluster.twins());
             let part = match entry.split {
                 false => None,
                 true => match self.split_part(rows, tiles) {
@@ -372,7 +405,7 @@ impl Gpu {
             Some(_) => choose_wg_split_entry(tiles, rows, sms),
             None => choose_wg_entry(tiles, rows, sms),
         }
-        .clustered(sw.wg_cluster);
+        .clustered(sw.wg_cluster.twins());
         Ok(Some(WgLaunch {
             entry,
             xw: xw.ptr(),
@@ -524,7 +557,7 @@ mod tests {
 
     #[test]
     fn the_measured_table_names_entries_in_order() {
-        for (what, _, _, from) in &MEASURED {
+        for (what, _, _, from) in MEASURED.iter().chain(&MEASURED_CLUSTERED) {
             assert_eq!(from[0].0, 1, "{what}: starts at one row");
             assert!(from.windows(2).all(|w| w[0].0 < w[1].0), "{what}");
             for (r, name) in from.iter() {
@@ -534,7 +567,12 @@ mod tests {
                 }
             }
         }
-        let name = |n, k, rows| measured_wg_entry(n, k, rows).map(|e| e.name.as_str());
+        let name = |n, k, rows| measured_wg_entry(n, k, rows, false).map(|e| e.name.as_str());
+        let cl = |n, k, rows| measured_wg_entry(n, k, rows, true).map(|e| e.name.as_str());
+        assert_eq!(cl(28672, 4096, 128), Some("skinny_wg_1x128_c4"));
+        assert_eq!(cl(128256, 4096, 256), Some("skinny_wg_1x128_c2"));
+        assert_eq!(cl(4096, 14336, 128), name(4096, 14336, 128));
+        assert_eq!(cl(28672, 4096, 96), None);
         assert_eq!(name(28672, 4096, 96), None);
         assert_eq!(name(28672, 4096, 97), Some("skinny_wg_2x64"));
         assert_eq!(name(4096, 14336, 128), Some("skinny_wgs_2x128"));

@@ -39,6 +39,36 @@ impl WgMode {
     }
 }
 
+/// KILN_SKINNY_WG_CLUSTER: whether the wgmma launches run in clusters (skinny_wg.cu's `_cN`
+/// entries).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WgCluster {
+    /// `0`, `1` or unset: one CTA each.
+    Off,
+    /// `2`, `4`: every launch takes its entry's twin in clusters of that many CTAs.
+    Twins(usize),
+    /// `auto`: the launches of `skinny_wg::MEASURED_CLUSTERED` take the entries it names.
+    Measured,
+}
+
+impl WgCluster {
+    /// The cluster size every launch's entry is swapped for (1: none).
+    pub fn twins(&self) -> usize {
+        match self {
+            WgCluster::Twins(n) => *n,
+            _ => 1,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            WgCluster::Off => "off".into(),
+            WgCluster::Twins(n) => n.to_string(),
+            WgCluster::Measured => "auto".into(),
+        }
+    }
+}
+
 /// Which fast paths are on. All default to on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Switches {
@@ -116,10 +146,9 @@ pub struct Switches {
     /// `skinny_wg::MEASURED`, N those of at least N rows (`on`: 64), 0 none. Same bits as the
     /// skinny kernel either way.
     pub wg: WgMode,
-    /// KILN_SKINNY_WG_CLUSTER=2 or 4: the wgmma launches take their entry's twin run in
-    /// clusters of that many CTAs sharing each k-tile of x (`skinny_wg_*_cN`: x read through
-    /// L2 once per cluster); 0 or 1: one CTA each. Same bits either way.
-    pub wg_cluster: usize,
+    /// Whether the wgmma launches run in clusters of CTAs sharing each k-tile of x
+    /// (`skinny_wg_*_cN`: x read through L2 once per cluster). Same bits either way.
+    pub wg_cluster: WgCluster,
     /// Gemma 4's post-norms fused into the op that consumes them (same bits, three launches
     /// fewer per layer; on the H200 3% faster decode at depth 0 and 8k). KILN_GEMMA_FUSE=0
     /// launches them apart.
@@ -372,9 +401,10 @@ impl Env {
                         .map_or(WgMode::Off, WgMode::From),
                 },
                 wg_cluster: match var("KILN_SKINNY_WG_CLUSTER").as_deref() {
-                    Some("2") => 2,
-                    Some("4") => 4,
-                    _ => 1,
+                    Some("auto") => WgCluster::Measured,
+                    Some("2") => WgCluster::Twins(2),
+                    Some("4") => WgCluster::Twins(4),
+                    _ => WgCluster::Off,
                 },
                 gemma_fuse: on("KILN_GEMMA_FUSE"),
                 gated_vec: on("KILN_GATED_VEC"),
@@ -523,7 +553,7 @@ impl Switches {
             self.tc_split_from
                 .map_or("off".to_string(), |n| format!("{n}+")),
             self.wg.describe(),
-            self.wg_cluster,
+            self.wg_cluster.describe(),
             k.pdl as u8,
             self.cuda_graphs as u8,
             self.draft_graphs as u8,
