@@ -43,11 +43,12 @@ impl WgMode {
 /// entries).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WgCluster {
-    /// `0`, `1` or unset: one CTA each.
+    /// `0` (or `1`, `off`): one CTA each.
     Off,
     /// `2`, `4`: every launch takes its entry's twin in clusters of that many CTAs.
     Twins(usize),
-    /// `auto`: the launches of `skinny_wg::MEASURED_CLUSTERED` take the entries it names.
+    /// `auto` (the default): the launches of `skinny_wg::MEASURED_CLUSTERED` take the entries
+    /// it names (on the H200 +1.4-2.3% at 128-256 streams, same call).
     Measured,
 }
 
@@ -401,7 +402,7 @@ impl Env {
                         .map_or(WgMode::Off, WgMode::From),
                 },
                 wg_cluster: match var("KILN_SKINNY_WG_CLUSTER").as_deref() {
-                    Some("auto") => WgCluster::Measured,
+                    None | Some("") | Some("auto") => WgCluster::Measured,
                     Some("2") => WgCluster::Twins(2),
                     Some("4") => WgCluster::Twins(4),
                     _ => WgCluster::Off,
