@@ -32,8 +32,10 @@ pub mod skinny_fused;
 pub mod skinny_tc;
 pub mod skinny_tc_split;
 pub mod skinny_wg;
+pub mod skinny_wg_measured;
 pub mod step_plan;
 pub mod store;
+pub mod switch_modes;
 pub mod switches;
 pub mod weights;
 
