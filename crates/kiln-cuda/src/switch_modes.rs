@@ -6,7 +6,7 @@ pub enum WgMode {
     Off,
     /// Every launch of at least this many rows, in the shape of `skinny_wg::choose_wg_entry`.
     From(usize),
-    /// The weights and row counts of `skinny_wg::MEASURED`, in its shapes.
+    /// The weights and row counts of `skinny_wg_measured::MEASURED`, in its shapes.
     Measured,
 }
 
@@ -16,7 +16,7 @@ impl WgMode {
         match self {
             WgMode::Off => None,
             WgMode::From(n) => Some(n),
-            WgMode::Measured => Some(crate::skinny_wg::MEASURED_MIN_ROWS),
+            WgMode::Measured => Some(crate::skinny_wg_measured::MEASURED_MIN_ROWS),
         }
     }
 
@@ -37,7 +37,7 @@ pub enum WgCluster {
     Off,
     /// `2`, `4`: every launch takes its entry's twin in clusters of that many CTAs.
     Twins(usize),
-    /// `auto` (the default): the launches of `skinny_wg::MEASURED_CLUSTERED` take the entries
+    /// `auto` (the default): the launches of `skinny_wg_measured::MEASURED_CLUSTERED` take the entries
     /// it names (on the H200 +1.4-2.3% at 128-256 streams, same call).
     Measured,
 }

@@ -86,7 +86,7 @@ pub struct Switches {
     /// Which decode GEMM launches take the wgmma kernel (skinny_wg.cu) on an sm_90 GPU, x
     /// rewritten into a workspace reserved at start, unless KILN_SKINNY_TC=0 turns the
     /// tensor-core kernels off: KILN_SKINNY_WG=auto (the default) those of
-    /// `skinny_wg::MEASURED`, N those of at least N rows (`on`: 64), 0 none. Same bits as the
+    /// `skinny_wg_measured::MEASURED`, N those of at least N rows (`on`: 64), 0 none. Same bits as the
     /// skinny kernel either way.
     pub wg: WgMode,
     /// Whether the wgmma launches run in clusters of CTAs sharing each k-tile of x
