@@ -117,7 +117,7 @@ __device__ __forceinline__ void wg_body(const bf16_t* __restrict__ xp, const bf1
     const int wg = warp >> 2, wq = warp & 3;
     const int m_tiles = (M + BM - 1) / BM;
     const int rank = (int)(blockIdx.x % CL), cl = (int)(blockIdx.x / CL);
-    const int nb = CL == 1 ? cl / m_tiles : (cl / m_tiles) * CL + rank;
+    const int nb = (cl / m_tiles) * CL + rank;
     const int mb = cl % m_tiles;
     const int tile0 = nb * (BN / 16), m0 = mb * BM;
     const int chunks = (K + 31) / 32, Kp = 32 * chunks;

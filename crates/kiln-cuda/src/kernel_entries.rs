@@ -229,8 +229,9 @@ struct Definition {
     launch_bounds: Vec<Vec<String>>,
 }
 
-/// Reads `extern "C" __global__ void [__launch_bounds__(..)] [__cluster_dims__(..)] NAME(` at `toks[at]`: None when
-/// it is no kernel (another `extern`), an error when it is a kernel this reader cannot follow.
+/// Reads `extern "C" __global__ void [__launch_bounds__(..)] [__cluster_dims__(..)] NAME(` at
+/// `toks[at]`: None when it is no kernel (another `extern`), an error when it is a kernel this
+/// reader cannot follow.
 fn definition(toks: &[String], at: usize) -> Result<Option<(Definition, usize)>, String> {
     let t = |i: usize| toks.get(i).map(String::as_str).unwrap_or("");
     if t(at + 1) != "\"C\"" || t(at + 2) != "__global__" {

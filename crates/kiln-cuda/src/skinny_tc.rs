@@ -65,7 +65,8 @@ impl TcEntry {
 
     /// CTAs of a launch over `tiles` 16-row weight tiles and `rows` tokens.
     pub fn ctas(&self, tiles: usize, rows: usize) -> usize {
-        tile_ctas(self.tile(), tiles, rows)
+        let (bn, bm) = self.tile();
+        tiles.div_ceil(bn / 16) * rows.div_ceil(bm)
     }
 
     /// Bytes the CTAs read through L2, in units of the weight's bytes: the weight once per token
@@ -81,11 +82,6 @@ impl TcEntry {
 /// per weight row and token row (skinny_tc.cu and skinny_wg.cu alike).
 pub(crate) fn ring_bytes(tile: (usize, usize), stages: usize) -> usize {
     stages * (tile.0 + tile.1) * 128
-}
-
-/// CTAs of a launch of CTA tile `tile` over `tiles` 16-row weight tiles and `rows` tokens.
-pub(crate) fn tile_ctas(tile: (usize, usize), tiles: usize, rows: usize) -> usize {
-    tiles.div_ceil(tile.0 / 16) * rows.div_ceil(tile.1)
 }
 
 /// Every GEMM entry of skinny_tc.cu (`TC_ENTRY` and `TC_SPLIT_ENTRY`), read from its source

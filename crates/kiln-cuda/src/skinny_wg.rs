@@ -359,25 +359,17 @@ impl Gpu {
         }
         let tiles = epi.tiles(n)?;
         let (m, kk) = (i32_of(rows, "rows")?, i32_of(k, "k")?);
-        if e.cluster > 1 {
+        let mut args = vec![Arg::Ptr(x), Arg::Ptr(xw), Arg::I32(m), Arg::I32(kk)];
+        let (rewrite, threads) = if e.cluster > 1 {
             // The tiled layout, its rows rounded up to the entry's tokens a CTA.
             let mp = rows.next_multiple_of(e.bm);
-            let threads = 32 * tiles_a_pass(k) * mp;
-            let grid = (u32::try_from(threads.div_ceil(256))?, 1, 1);
-            let args = [
-                Arg::Ptr(x),
-                Arg::Ptr(xw),
-                Arg::I32(m),
-                Arg::I32(kk),
-                Arg::I32(i32_of(mp, "rows")?),
-            ];
-            self.launch_with("skinny_wg_xt", grid, 256, 0, &args, pdl)?;
+            args.push(Arg::I32(i32_of(mp, "rows")?));
+            ("skinny_wg_xt", 32 * tiles_a_pass(k) * mp)
         } else {
-            let pieces = rows * k.div_ceil(32);
-            let grid = (u32::try_from(pieces.div_ceil(256))?, 1, 1);
-            let args = [Arg::Ptr(x), Arg::Ptr(xw), Arg::I32(m), Arg::I32(kk)];
-            self.launch_with("skinny_wg_x", grid, 256, 0, &args, pdl)?;
-        }
+            ("skinny_wg_x", rows * k.div_ceil(32))
+        };
+        let grid = (u32::try_from(threads.div_ceil(256))?, 1, 1);
+        self.launch_with(rewrite, grid, 256, 0, &args, pdl)?;
         let mut args = vec![Arg::Ptr(xw), Arg::Ptr(w), Arg::I32(m), Arg::I32(kk)];
         let ld = tiles * 16;
         if let Some(part) = part {

@@ -33,12 +33,12 @@ impl WgMode {
 /// entries).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WgCluster {
-    /// `0` (or `1`, `off`): one CTA each.
+    /// `0` (or any value but those below): one CTA each.
     Off,
     /// `2`, `4`: every launch takes its entry's twin in clusters of that many CTAs.
     Twins(usize),
-    /// `auto` (the default): the launches of `skinny_wg_measured::MEASURED_CLUSTERED` take the entries
-    /// it names (on the H200 +1.4-2.3% at 128-256 streams, same call).
+    /// `auto` (the default): the launches of `skinny_wg_measured::MEASURED_CLUSTERED` take the
+    /// entries it names (on the H200 +0.7-2.3% at 128-256 streams, same call).
     Measured,
 }
 
