@@ -46,8 +46,45 @@ __device__ __forceinline__ void bytes_f(u32 word, u32 m, float* b) {
     b[3] = byte_f<3>(word, m);
 }
 
+// The warps' sums of skinny2_body (red: [W][R][NT][4][32]) added in warp order and put where
+// `ep` says: a thread per token and pair of tile rows (g, g + 8), as the epilogue takes them,
+// from q = 0, 1 (row g) and q + 2 (row g + 8). Not inlined: the record loop's registers are
+// allocated as they were without the epilogues (its SASS then changes by a few instructions).
+template <int NT, int W, int R>
+__device__ __noinline__ void skinny2_sums(const float* red, const Epi ep, const RowOrder order,
+                                          int tile_base, int tile0, int tiles, int M, int N,
+                                          int ldy) {
+    for (int e = threadIdx.x; e < R * NT * 64; e += blockDim.x) {
+        const int r = e / (NT * 64), j = (e / 64) % NT, q = (e / 32) & 1, l = e % 32;
+        const int at = ((r * NT + j) * 4 + q) * 32 + l;
+        float lo = 0.f, hi = 0.f;
+#pragma unroll
+        for (int wi = 0; wi < W; ++wi) {
+            lo += red[wi * R * NT * 128 + at];
+            hi += red[wi * R * NT * 128 + at + 64];
+        }
+        const int tile = tile0 + r, g = l >> 2;
+        const int m = j * 8 + (l & 3) * 2 + q;
+        if (m >= M || tile >= tiles) continue;
+        if (ep.mode == EPI_GLU || ep.mode == EPI_ROPE) {
+            epi_pair(ep, tile_base + tile, g, m, lo, hi);
+            continue;
+        }
+        const int a = tile_row(order.mode, order.rows, order.hd, order.neox, tile, g);
+        const int b = tile_row(order.mode, order.rows, order.hd, order.neox, tile, g + 8);
+        float* yr = ep.y + (u64)m * ldy;
+        const bool add = ep.mode == EPI_ADD;
+        if (a >= 0 && a < N) yr[a] = add ? yr[a] + lo : lo;
+        if (b >= 0 && b < N) yr[b] = add ? yr[b] + hi : hi;
+    }
+}
+
+// Where the sums go: `ep` (skinny_epilogue.cu; its y with rows of ldy for STORE and ADD), the
+// segment's rows stored in `order` (quant_gemm.cu), `tile_base` the segment's first tile in the
+// whole weight (the epilogue's heads and rows count from the weight's first).
 template <int F, int NT, int S, int W, bool ODD, int R>
-__device__ __forceinline__ void skinny2_body(float* __restrict__ y, const bf16_t* __restrict__ x,
+__device__ __forceinline__ void skinny2_body(const Epi& ep, const RowOrder order, int tile_base,
+                                             const bf16_t* __restrict__ x,
                                              const unsigned char* __restrict__ wq, int M, int N,
                                              int K, int ldy) {
     using Q = QFmt<F>;
@@ -356,15 +393,7 @@ __device__ __forceinline__ void skinny2_body(float* __restrict__ y, const bf16_t
             for (int q = 0; q < 4; ++q)
                 red[(((warp * R + r) * NT + j) * 4 + q) * 32 + lane] = acc[r][j][q];
     __syncthreads();
-    for (int e = threadIdx.x; e < R * NT * 128; e += blockDim.x) {
-        const int r = e / (NT * 128), j = (e / 128) % NT, q = (e / 32) % 4, l = e % 32;
-        float s = 0.f;
-#pragma unroll
-        for (int wi = 0; wi < W; ++wi) s += red[wi * R * NT * 128 + e];
-        const int n = (tile0 + r) * 16 + (l >> 2) + ((q & 2) ? 8 : 0);
-        const int m = j * 8 + (l & 3) * 2 + (q & 1);
-        if (n < N && m < M) y[(u64)m * ldy + n] = s;
-    }
+    skinny2_sums<NT, W, R>(red, ep, order, tile_base, tile0, tiles, M, N, ldy);
 }
 
 // As SQ_ENTRY, with ODD (whether the odd columns are accumulated: false only in the one-row
@@ -372,8 +401,10 @@ __device__ __forceinline__ void skinny2_body(float* __restrict__ y, const bf16_t
 // entries, one CTA an SM). Every entry of a format has the same W, so the same order.
 #define SQ2_ENTRY(NAME, F, NT, S, W, MINB, ODD, R)                                                   \
     extern "C" __global__ void __launch_bounds__(32 * W, MINB)                                       \
-        NAME(float* y, const bf16_t* x, const unsigned char* w, int M, int N, int K, int ldy) {      \
-        skinny2_body<F, NT, S, W, ODD, R>(y, x, w, M, N, K, ldy);                                    \
+        NAME(const bf16_t* x, const unsigned char* w, int M, int N, int K, int ldy, int o_mode,      \
+             int o_rows, int o_hd, int o_neox, int tile_base, EPI_PARAMS) {                          \
+        skinny2_body<F, NT, S, W, ODD, R>(EPI_MAKE, RowOrder{o_mode, o_rows, o_hd, o_neox},          \
+                                          tile_base, x, w, M, N, K, ldy);                            \
     }
 SQ2_ENTRY(skinny2_q8_0_1, QF_Q8_0, 1, 3, 16, 2, false, 1)
 SQ2_ENTRY(skinny2_q8_0_8, QF_Q8_0, 1, 3, 16, 2, true, 1)

@@ -1,3 +1,4 @@
+#line 1 "quant_gemm.cu"
 // Block-quantised weights (Q8_0, Q4_0, Q4_K, Q6_K) in the device layout of src/quant_layout.rs:
 // records of 16 weight rows x 128 k, quants then per-row scales. Three uses:
 //
@@ -29,6 +30,17 @@
 // and the d are 160 contiguous bytes (d after the scales in the first half, before them in the
 // second), what a warp copies into its stage after the half's quants.
 #define QF_Q6K2 5
+
+// The order a segment's rows are stored in, tile by tile (quant_order.rs): `mode` EPI_STORE
+// as they are; EPI_GLU and EPI_ROPE as skinny_epilogue.cu's tile_row pairs them, so that the
+// decode GEMM's epilogue finds each pair in one tile. Every kernel that reads the rows maps
+// them back through tile_row.
+struct RowOrder {
+    int mode, rows, hd, neox;
+};
+__device__ __forceinline__ int stored_row(const RowOrder& o, int tile, int r) {
+    return tile_row(o.mode, o.rows, o.hd, o.neox, tile, r);
+}
 
 template <int F> struct QFmt;
 // G: k per scale; QB: quant bytes per record (per 128-k chunk); SR: scale bytes per row.
@@ -425,7 +437,7 @@ __device__ __forceinline__ void word_values(const LaneRow<F>& L, int t, int w, f
 // Index arithmetic in 32 bits, once per record (it was most of the instructions).
 template <int F>
 __device__ __forceinline__ void to_bf16_body(bf16_t* __restrict__ out, const unsigned char* __restrict__ wq,
-                                             int N, int K, int ld) {
+                                             int N, int K, int ld, const RowOrder order) {
     pdl_enter();
     const u32 chunks = (u32)(K + 127) / 128;
     const u32 records = (u32)((N + 15) / 16) * chunks;
@@ -435,8 +447,8 @@ __device__ __forceinline__ void to_bf16_body(bf16_t* __restrict__ out, const uns
     constexpr bool WHOLE = is_q4k<F>() || is_q6k<F>();
     for (u32 rec = blockIdx.x * per_cta + (threadIdx.x >> 6); rec < records; rec += gridDim.x * per_cta) {
         const u32 tile = rec / chunks, c = rec - tile * chunks;
-        const int n = (int)tile * 16 + r;
-        if (n >= N) continue;
+        const int n = stored_row(order, (int)tile, r);
+        if (n < 0 || n >= N) continue;
         const unsigned char* scl;
         const unsigned char* q = chunk_at<F>(wq, tile, (int)chunks, (int)c, scl);
         const LaneRow<F> L = lane_row_at<F>(q, scl, r, t, (int)(c & 1));
@@ -465,19 +477,22 @@ __device__ __forceinline__ void to_bf16_body(bf16_t* __restrict__ out, const uns
 // per word: the first expansion, kept for A/B runs (KILN_QUANT_EXPAND=words).
 template <int F>
 __device__ __forceinline__ void to_bf16_words_body(bf16_t* __restrict__ out, const unsigned char* __restrict__ wq,
-                                             int N, int K, int ld) {
+                                             int N, int K, int ld, const RowOrder order) {
     pdl_enter();
     const int chunks = (K + 127) / 128;
     const u64 units = (u64)N * chunks * 16;
     for (u64 u = (u64)blockIdx.x * blockDim.x + threadIdx.x; u < units; u += (u64)gridDim.x * blockDim.x) {
         const int t = (int)(u & 3), w = (int)((u >> 2) & 3);
         const u64 rc = u >> 4;
-        const int c = (int)(rc % chunks), n = (int)(rc / chunks);
+        // sr: the row as stored; n: the weight's row.
+        const int c = (int)(rc % chunks), sr = (int)(rc / chunks);
+        const int n = stored_row(order, sr >> 4, sr & 15);
+        if (n < 0 || n >= N) continue;
         const unsigned char* scl;
-        const unsigned char* rec = chunk_at<F>(wq, (u64)(n >> 4), chunks, c, scl);
+        const unsigned char* rec = chunk_at<F>(wq, (u64)(sr >> 4), chunks, c, scl);
         float v[8];
         int kk[2];
-        word_values<F>(lane_row_at<F>(rec, scl, n & 15, t, c & 1), t, w, v, kk);
+        word_values<F>(lane_row_at<F>(rec, scl, sr & 15, t, c & 1), t, w, v, kk);
 #pragma unroll
         for (int run = 0; run < 2; ++run) {
             const int k = c * 128 + kk[run];
@@ -518,12 +533,14 @@ __device__ __forceinline__ void embed_body(float* __restrict__ xo, const unsigne
 }
 
 #define QTB_ENTRY(NAME, F)                                                                           \
-    extern "C" __global__ void NAME(bf16_t* out, const unsigned char* w, int N, int K, int ld) {     \
-        to_bf16_body<F>(out, w, N, K, ld);                                                           \
+    extern "C" __global__ void NAME(bf16_t* out, const unsigned char* w, int N, int K, int ld,       \
+                                    int o_mode, int o_rows, int o_hd, int o_neox) {                  \
+        to_bf16_body<F>(out, w, N, K, ld, RowOrder{o_mode, o_rows, o_hd, o_neox});                   \
     }
 #define QTBW_ENTRY(NAME, F)                                                                          \
-    extern "C" __global__ void NAME(bf16_t* out, const unsigned char* w, int N, int K, int ld) {     \
-        to_bf16_words_body<F>(out, w, N, K, ld);                                                     \
+    extern "C" __global__ void NAME(bf16_t* out, const unsigned char* w, int N, int K, int ld,       \
+                                    int o_mode, int o_rows, int o_hd, int o_neox) {                  \
+        to_bf16_words_body<F>(out, w, N, K, ld, RowOrder{o_mode, o_rows, o_hd, o_neox});             \
     }
 #define QEMB_ENTRY(NAME, F)                                                                          \
     extern "C" __global__ void NAME(float* x, const unsigned char* w, const int* ids, int K,         \

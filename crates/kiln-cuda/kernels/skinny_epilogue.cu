@@ -46,20 +46,25 @@ struct Epi {
             epi_nq, epi_nkv, epi_hd, epi_neox, epi_bs                                              \
     }
 
-// The weight row that row r (0..15) of 16-row tile `tile` stands for, or -1 past the weight.
-__device__ __forceinline__ int epi_row(const Epi& e, int tile, int r) {
-    if (e.mode == EPI_GLU) {
+// The weight row that row r (0..15) of 16-row tile `tile` stands for in a mode's order (`rows`
+// as Epi's), or -1 past the weight. The quantised decode kernels keep their records in this
+// order (quant_order.rs), so that they too have each pair in one tile.
+__device__ __forceinline__ int tile_row(int mode, int rows, int hd, int neox, int tile, int r) {
+    if (mode == EPI_GLU) {
         const int i = tile * 8 + (r & 7);
-        return i < e.rows ? (r < 8 ? i : e.rows + i) : -1;
+        return i < rows ? (r < 8 ? i : rows + i) : -1;
     }
-    if (e.mode == EPI_ROPE) {
-        const int tph = e.hd >> 4, head = tile / tph;
-        if (head >= e.rows) return -1;
+    if (mode == EPI_ROPE) {
+        const int tph = hd >> 4, head = tile / tph;
+        if (head >= rows) return -1;
         const int i = (tile - head * tph) * 8 + (r & 7);
-        return head * e.hd + (e.neox ? i + (r < 8 ? 0 : e.hd >> 1) : 2 * i + (r >> 3));
+        return head * hd + (neox ? i + (r < 8 ? 0 : hd >> 1) : 2 * i + (r >> 3));
     }
     const int row = tile * 16 + r;
-    return row < e.rows ? row : -1;
+    return row < rows ? row : -1;
+}
+__device__ __forceinline__ int epi_row(const Epi& e, int tile, int r) {
+    return tile_row(e.mode, e.rows, e.hd, e.neox, tile, r);
 }
 
 // The rows a copying thread of a tensor-core decode GEMM CTA loads (skinny_tc.cu, skinny_wg.cu):

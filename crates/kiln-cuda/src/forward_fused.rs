@@ -13,8 +13,13 @@ use kiln_model::{Activation, LayerWeight, ModelSpec, RopeStyle};
 
 use super::CudaOps;
 use crate::kernels::{norm_block, QkvKind};
+use crate::quant_gemm::quant_skinny_fused;
+use crate::quant_order::RowOrder;
+use crate::quant_weights::QuantMatrix;
 use crate::skinny::SkinnyKind;
-use crate::skinny_fused::{Epilogue, NormPrologue, RopeOut, NORM_PROLOGUE_MAX_ROWS};
+use crate::skinny_fused::{
+    fusable_blocks, Epilogue, NormPrologue, RopeOut, NORM_PROLOGUE_MAX_ROWS,
+};
 use crate::step_plan::StepPlan;
 use crate::store::{StorePtr, StoreType};
 use crate::switches::{DecodeFuse, Switches};
@@ -27,6 +32,9 @@ pub(super) struct Fusion {
     /// are norm, attention, norm, gated MLP (no post-norms, per-layer inputs or output scales),
     /// in bf16 with the 16-warp skinny kernel.
     pub on: DecodeFuse,
+    /// What it fuses into block-quantised GEMMs (KILN_QUANT_FUSE; the second decode family):
+    /// the same steps, the rows of a RoPE or SwiGLU epilogue stored in its pairs at load.
+    pub quant: DecodeFuse,
     /// A norm deferred to the next projection: (norm weight, eps).
     pub norm: Option<(u64, f32)>,
     /// The QKV projection finished Q, K and V (no qkv_prepare); the gate/up projection wrote
@@ -37,21 +45,22 @@ pub(super) struct Fusion {
 
 impl Fusion {
     pub fn for_step(spec: &ModelSpec, sw: &Switches, store: StoreType, plan: &StepPlan) -> Fusion {
-        let plain_blocks = spec.per_layer_input.is_none()
-            && spec
-                .layers
-                .iter()
-                .all(|l| !l.post_norms && l.per_layer_input.is_none() && !l.output_scale);
+        let plain_blocks = fusable_blocks(spec);
         let k = sw.kernels;
         let wide = k.skinny_pipe && k.skinny_wide;
-        let on = sw.fuse.any()
-            && plain_blocks
-            && wide
+        let step = plain_blocks
             && sw.skinny_gemm
             && store == StoreType::Bf16
             && plan.n_tokens > 0
             && plan.n_decode == plan.n_tokens;
+        let on = step && sw.fuse.any() && wide;
         let mut f = Fusion::default();
+        if step && sw.kernels.quant_decode_v2 {
+            f.quant = DecodeFuse {
+                norm: false,
+                ..sw.quant_fuse
+            };
+        }
         if on {
             f.on = sw.fuse;
             // The norm prologue keeps the norm kernel's reduction for blocks of up to 512
@@ -92,12 +101,13 @@ impl CudaOps<'_, '_> {
     pub(super) fn fused_linear(&mut self, layer: usize, weight: LayerWeight) -> Result<bool> {
         let c = self.ctx;
         let f = self.fused.on;
-        if !f.any() {
-            return Ok(false);
-        }
-        let MatrixRef::Plain(w) = c.w.layers[layer].matrix(weight) else {
-            self.flush_norm()?;
-            return Ok(false);
+        let w = match c.w.layers[layer].matrix(weight) {
+            MatrixRef::Plain(w) if f.any() => w,
+            MatrixRef::Plain(_) => return Ok(false),
+            MatrixRef::Quant(q) => {
+                self.flush_norm()?;
+                return self.fused_quant(layer, weight, q);
+            }
         };
         let (spec, a, h) = (&c.spec.layers[layer], c.a, c.spec.hidden_size);
         let norm = |f: &mut Fusion| {
@@ -177,6 +187,50 @@ impl CudaOps<'_, '_> {
             return Ok(false);
         }
         self.fused_gemm(&epi, pro, x, w, n, k)?;
+        Ok(true)
+    }
+
+    /// A block-quantised projection with what `fused.quant` moves into it (RoPE and SwiGLU
+    /// where load stored the rows in their pairs); Ok(false): nothing fused for it.
+    fn fused_quant(&mut self, layer: usize, weight: LayerWeight, q: &QuantMatrix) -> Result<bool> {
+        let f = self.fused.quant;
+        let c = self.ctx;
+        let (spec, a) = (&c.spec.layers[layer], c.a);
+        let order = q.segments.first().map(|s| s.order);
+        let (epi, x) = match weight {
+            LayerWeight::Qkv if f.rope => {
+                let at = &spec.attn;
+                let Some(RowOrder::Rope { hd, neox }) = order else {
+                    return Ok(false);
+                };
+                let lw = &c.w.layers[layer];
+                let epi = Epilogue::Rope(RopeOut {
+                    q_out: a.q.ptr(),
+                    bias: lw.ptr(LayerWeight::QkvBias),
+                    rope: c.w.ropes[at.rope].ptr(),
+                    positions: c.rope_positions(),
+                    slots: c.kv_slots(layer),
+                    kv: c.kv_view(layer),
+                    n_q: at.num_heads,
+                    hd,
+                    neox,
+                });
+                self.fused.roped = true;
+                (epi, a.normed.ptr())
+            }
+            LayerWeight::GateUp if f.glu && order == Some(RowOrder::Glu) => {
+                self.fused.activated = true;
+                let epi = Epilogue::Glu {
+                    act: a.act.ptr(),
+                    inter: spec.ffn.intermediate(),
+                };
+                (epi, a.normed.ptr())
+            }
+            LayerWeight::O if f.add => (Epilogue::Add { y: a.x.ptr() }, a.attn.ptr()),
+            LayerWeight::Down if f.add => (Epilogue::Add { y: a.x.ptr() }, a.act.ptr()),
+            _ => return Ok(false),
+        };
+        quant_skinny_fused(c.gpu, q, &epi, x, self.plan.n_tokens)?;
         Ok(true)
     }
 

@@ -131,9 +131,11 @@ pub const SOURCES: &[KernelSource] = &[
     },
     KernelSource {
         name: "quant_gemm",
-        // One module in two files: the blocks, the first decode family and the expansions;
-        // the second decode family (quant_decode.cu starts with its own #line).
+        // One module in two files after the decode epilogues (skinny_epilogue.cu): the blocks,
+        // the first decode family and the expansions; the second decode family (quant_decode.cu
+        // starts with its own #line).
         body: concat!(
+            include_str!("../kernels/skinny_epilogue.cu"),
             include_str!("../kernels/quant_gemm.cu"),
             include_str!("../kernels/quant_decode.cu")
         ),

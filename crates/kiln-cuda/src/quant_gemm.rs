@@ -14,8 +14,10 @@ use crate::gemm_lt::LtGemm;
 use crate::kernel_entries::EntryPoint;
 use crate::kernel_sources::source;
 use crate::quant_layout::{GpuQuant, CHUNK, TILE_ROWS};
+use crate::quant_order::RowOrder;
 use crate::quant_weights::QuantMatrix;
 use crate::skinny::SKINNY_MAX_ROWS;
+use crate::skinny_fused::Epilogue;
 use crate::switches::KernelChoice;
 
 /// A family of decode kernels: each sums in its own order, the same for any row count.
@@ -179,6 +181,30 @@ impl Gpu {
         n_rows: usize,
         k: usize,
     ) -> Result<()> {
+        let at = SegmentAt {
+            w,
+            order: RowOrder::Natural,
+            tile_base: 0,
+            n_rows,
+        };
+        self.skinny_quant_epi(family, q, &Epilogue::Store { y }, &at, ldy, x, rows, k)
+    }
+
+    /// [`Gpu::skinny_quant_family`] on the segment `at`, the sums going where `epi` says
+    /// (skinny_fused.rs; y of STORE and ADD in rows of `ldy`). Epilogues other than a store of a
+    /// segment in its natural order are the second family's only.
+    #[allow(clippy::too_many_arguments)]
+    pub fn skinny_quant_epi(
+        &self,
+        family: DecodeFamily,
+        q: GpuQuant,
+        epi: &Epilogue,
+        at: &SegmentAt,
+        ldy: usize,
+        x: u64,
+        rows: usize,
+        k: usize,
+    ) -> Result<()> {
         if !family.reads(q) {
             bail!(
                 "{q:?} records are read by the second decode family only (KILN_QUANT_Q4K=256 \
@@ -190,9 +216,9 @@ impl Gpu {
         while done < rows {
             let m = (rows - done).min(SKINNY_MAX_ROWS);
             let e = entry(family, q, m)?;
-            let yd = DevPtr::<f32>::new(y).row(done, ldy).addr();
             let xd = DevPtr::<u16>::new(x).row(done, k).addr();
-            self.launch_quant_entry(e, pdl, yd, ldy, xd, w, m, n_rows, k)?;
+            let epi = epi.from_row(done, ldy);
+            self.launch_quant_entry(e, pdl, &epi, at, ldy, xd, m, k)?;
             done += m;
         }
         Ok(())
@@ -219,17 +245,14 @@ impl Gpu {
         if rows == 0 || rows > cap {
             bail!("{name} takes 1..={cap} rows, got {rows}");
         }
-        self.launch_quant_entry(
-            e,
-            KernelChoice::from_env().pdl,
-            y,
-            ldy,
-            x,
+        let at = SegmentAt {
             w,
-            rows,
+            order: RowOrder::Natural,
+            tile_base: 0,
             n_rows,
-            k,
-        )
+        };
+        let epi = Epilogue::Store { y };
+        self.launch_quant_entry(e, KernelChoice::from_env().pdl, &epi, &at, ldy, x, rows, k)
     }
 
     /// The names of the skinny entries of `family` for `q` with the rows each takes at most,
@@ -247,27 +270,44 @@ impl Gpu {
         &self,
         e: &Entry,
         pdl: bool,
-        y: u64,
+        epi: &Epilogue,
+        at: &SegmentAt,
         ldy: usize,
         x: u64,
-        w: u64,
         rows: usize,
-        n_rows: usize,
         k: usize,
     ) -> Result<()> {
+        let (w, n_rows) = (at.w, at.n_rows);
         check_shape(e.format, n_rows, k)?;
-        if n_rows > ldy {
-            bail!("skinny quant GEMM: {n_rows} outputs per row in rows of {ldy}");
-        }
-        let args = [
-            Arg::Ptr(y),
-            Arg::Ptr(x),
-            Arg::Ptr(w),
+        at.order.check(n_rows)?;
+        let dims = [
             Arg::I32(i32_of(rows, "rows")?),
             Arg::I32(i32_of(n_rows, "n")?),
             Arg::I32(i32_of(k, "k")?),
             Arg::I32(i32_of(ldy, "ldy")?),
         ];
+        let args: Vec<Arg> = match (e.family, epi) {
+            (DecodeFamily::V1, &Epilogue::Store { y }) if at.order == RowOrder::Natural => {
+                [Arg::Ptr(y), Arg::Ptr(x), Arg::Ptr(w)]
+                    .into_iter()
+                    .chain(dims)
+                    .collect()
+            }
+            (DecodeFamily::V1, _) => {
+                bail!("the first quantised decode family has no epilogues or row orders")
+            }
+            (DecodeFamily::V2, _) => {
+                let mut a = vec![Arg::Ptr(x), Arg::Ptr(w)];
+                a.extend(dims);
+                a.extend(at.order.args(n_rows)?);
+                a.push(Arg::I32(i32_of(at.tile_base, "first tile")?));
+                a.extend(epi.args(n_rows)?);
+                a
+            }
+        };
+        if matches!(epi, Epilogue::Store { .. } | Epilogue::Add { .. }) && n_rows > ldy {
+            bail!("skinny quant GEMM: {n_rows} outputs per row in rows of {ldy}");
+        }
         let grid = (n_rows.div_ceil(TILE_ROWS * e.tiles) as u32, 1, 1);
         let threads = 32 * e.warps as u32;
         self.launch_with(&e.name, grid, threads, e.smem_bytes() as u32, &args, pdl)
@@ -285,12 +325,14 @@ impl Gpu {
         w: u64,
         n_rows: usize,
         k: usize,
+        order: RowOrder,
     ) -> Result<()> {
         let words = KernelChoice::from_env().quant_expand_words;
-        self.quant_to_bf16_kernel(words, q, out, ld, w, n_rows, k)
+        self.quant_to_bf16_kernel(words, q, out, ld, w, n_rows, k, order)
     }
 
-    /// [`Gpu::quant_to_bf16`] through the first kernel (`words`) or the second.
+    /// [`Gpu::quant_to_bf16`] through the first kernel (`words`) or the second; the rows
+    /// stored in `order` come out in the weight's order.
     #[allow(clippy::too_many_arguments)]
     pub fn quant_to_bf16_kernel(
         &self,
@@ -301,8 +343,10 @@ impl Gpu {
         w: u64,
         n_rows: usize,
         k: usize,
+        order: RowOrder,
     ) -> Result<()> {
         check_shape(q, n_rows, k)?;
+        order.check(n_rows)?;
         if n_rows == 0 {
             return Ok(());
         }
@@ -325,13 +369,14 @@ impl Gpu {
         } else {
             format!("quant_to_bf16_{}", q.name())
         };
-        let args = [
+        let mut args = vec![
             Arg::Ptr(out),
             Arg::Ptr(w),
             Arg::I32(i32_of(n_rows, "n")?),
             Arg::I32(i32_of(k, "k")?),
             Arg::I32(i32_of(ld, "ld")?),
         ];
+        args.extend(order.args(n_rows)?);
         self.launch(&name, grid, 256, 0, &args)
     }
 
@@ -411,6 +456,7 @@ pub fn quant_gemm(
                 s.data.ptr(),
                 s.rows,
                 k,
+                s.order,
             )?;
         }
         lt.matmul(
@@ -429,12 +475,67 @@ pub fn quant_gemm(
 /// y[r, :] = x[r, :] . W^T for r < rows, every row through the skinny kernels (decode rows,
 /// and logits rows at the LM head).
 pub fn quant_skinny_all(gpu: &Gpu, w: &QuantMatrix, y: u64, x: u64, rows: usize) -> Result<()> {
-    let y = DevPtr::<f32>::new(y);
+    quant_skinny_fused(gpu, w, &Epilogue::Store { y }, x, rows)
+}
+
+/// [`quant_skinny_all`] with the sums going where `epi` says (y of STORE and ADD the whole
+/// weight's rows; a RoPE or SwiGLU epilogue needs the rows stored in its pairs, quant_order.rs).
+pub fn quant_skinny_fused(
+    gpu: &Gpu,
+    w: &QuantMatrix,
+    epi: &Epilogue,
+    x: u64,
+    rows: usize,
+) -> Result<()> {
+    let family = DecodeFamily::from_env();
     for s in &w.segments {
-        let ys = y.offset(s.row0).addr();
-        gpu.skinny_quant(s.format, ys, w.rows, x, s.data.ptr(), rows, s.rows, w.cols)?;
+        let paired = match epi {
+            Epilogue::Store { .. } | Epilogue::Add { .. } => true,
+            Epilogue::Rope(r) => {
+                s.order
+                    == RowOrder::Rope {
+                        hd: r.hd,
+                        neox: r.neox,
+                    }
+            }
+            Epilogue::Glu { .. } => s.order == RowOrder::Glu && w.segments.len() == 1,
+        };
+        if !paired || !s.row0.is_multiple_of(TILE_ROWS) {
+            bail!(
+                "a {:?} epilogue on rows stored {:?} from row {}",
+                epi,
+                s.order,
+                s.row0
+            );
+        }
+        let at = SegmentAt {
+            w: s.data.ptr(),
+            order: s.order,
+            tile_base: s.row0 / TILE_ROWS,
+            n_rows: s.rows,
+        };
+        let epi = match *epi {
+            Epilogue::Store { y } => Epilogue::Store {
+                y: DevPtr::<f32>::new(y).offset(s.row0).addr(),
+            },
+            Epilogue::Add { y } => Epilogue::Add {
+                y: DevPtr::<f32>::new(y).offset(s.row0).addr(),
+            },
+            other => other,
+        };
+        gpu.skinny_quant_epi(family, s.format, &epi, &at, w.rows, x, rows, w.cols)?;
     }
     Ok(())
+}
+
+/// A segment of a quantised weight as a decode launch reads it: its records at `w`, `n_rows`
+/// rows stored in `order`, its first tile the whole weight's `tile_base`.
+#[derive(Debug, Clone, Copy)]
+pub struct SegmentAt {
+    pub w: u64,
+    pub order: RowOrder,
+    pub tile_base: usize,
+    pub n_rows: usize,
 }
 
 #[cfg(test)]

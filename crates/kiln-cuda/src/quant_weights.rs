@@ -13,6 +13,7 @@ use kiln_model::{ModelSpec, WeightSource};
 
 use crate::device::{DevBuf, Gpu, PinnedBuf};
 use crate::quant_layout::{repack, GpuQuant};
+use crate::quant_order::RowOrder;
 use crate::switches::Switches;
 
 /// Where a segment's records are: device memory, or pinned host memory that the kernels read
@@ -48,11 +49,13 @@ impl SegData {
     }
 }
 
-/// Rows `row0..row0 + rows` of a matrix, in one block format, in device layout.
+/// Rows `row0..row0 + rows` of a matrix, in one block format, in device layout, the rows in
+/// `order`.
 pub struct QuantSegment {
     pub row0: usize,
     pub rows: usize,
     pub format: GpuQuant,
+    pub order: RowOrder,
     pub data: SegData,
 }
 
@@ -179,15 +182,16 @@ pub fn device_bytes<W>(f: &Fused<W>, formats: &[GpuQuant]) -> usize {
         .sum()
 }
 
-/// Loads `f` in `formats` (from [`kept_formats`]): each run of parts read as blocks,
-/// repacked and uploaded as one segment (into pinned host memory with `host`). `tick` is called
-/// once per part loaded.
+/// Loads `f` in `formats` (from [`kept_formats`]): each run of parts read as blocks, its rows
+/// put in `order`, repacked and uploaded as one segment (into pinned host memory with `host`).
+/// `tick` is called once per part loaded.
 pub fn load_matrix<W>(
     gpu: &Gpu,
     src: &dyn WeightSource,
     f: &Fused<W>,
     formats: &[GpuQuant],
     host: bool,
+    order: RowOrder,
     mut tick: impl FnMut(),
 ) -> Result<QuantMatrix> {
     let cols = f.cols.context("a matrix weight without columns")?;
@@ -220,6 +224,8 @@ pub fn load_matrix<W>(
             blocks.extend_from_slice(&t.data);
             tick();
         }
+        let row_bytes = q.dtype().bytes_for(cols).context("a row of whole blocks")?;
+        let blocks = order.reorder(rows, row_bytes, &blocks)?;
         let packed = repack(q, rows, cols, &blocks)
             .with_context(|| format!("repacking {} rows of {}", rows, parts[0].id))?;
         let data = if host {
@@ -235,6 +241,7 @@ pub fn load_matrix<W>(
             row0,
             rows,
             format: q,
+            order,
             data,
         });
         row0 += rows;

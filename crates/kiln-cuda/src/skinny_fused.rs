@@ -48,6 +48,16 @@ pub struct NormPrologue {
     pub eps: f32,
 }
 
+/// Whether a model's blocks are norm, attention, norm, gated MLP (no post-norms, per-layer
+/// inputs or output scales): the layer order the fused launches stand in for.
+pub fn fusable_blocks(spec: &kiln_model::ModelSpec) -> bool {
+    spec.per_layer_input.is_none()
+        && spec
+            .layers
+            .iter()
+            .all(|l| !l.post_norms && l.per_layer_input.is_none() && !l.output_scale)
+}
+
 /// Rows a launch with the norm prologue takes at most (one x fragment of 8 rows).
 pub const NORM_PROLOGUE_MAX_ROWS: usize = 8;
 

@@ -112,6 +112,10 @@ pub struct Switches {
     /// a GEMM moved into it (docs/CUDA.md, "Fused decode launches"). The same bits either way.
     /// Default [`DecodeFuse::DEFAULT`] (`add,rope`).
     pub fuse: DecodeFuse,
+    /// KILN_QUANT_FUSE=glu,add,rope | none: the same fusions for block-quantised matrices
+    /// (quant_order.rs stores QKV and gate/up rows pair by pair for `rope` and `glu`); `norm`
+    /// has no quantised form. Default [`DecodeFuse::QUANT_DEFAULT`].
+    pub quant_fuse: DecodeFuse,
     /// KILN_KV_RING=1: sliding-window layers keep only their window, in a ring of blocks per
     /// sequence (kiln_step::KvRing; the prefix cache is off beside it). Off until the GPU test
     /// (tests/all/kv_ring.rs) has run; `CudaOptions::kv_ring` overrides it.
@@ -144,6 +148,14 @@ impl DecodeFuse {
     /// at batch 1) and the norm in the prologues (0.92x) lost.
     pub const DEFAULT: DecodeFuse = DecodeFuse {
         glu: false,
+        add: true,
+        norm: false,
+        rope: true,
+    };
+
+    /// For quantised matrices: SwiGLU too, its rows stored pair by pair at load.
+    pub const QUANT_DEFAULT: DecodeFuse = DecodeFuse {
+        glu: true,
         add: true,
         norm: false,
         rope: true,
@@ -356,6 +368,12 @@ impl Env {
                 fuse: var("KILN_DECODE_FUSE")
                     .map(|v| DecodeFuse::parse(&v))
                     .unwrap_or(DecodeFuse::DEFAULT),
+                quant_fuse: var("KILN_QUANT_FUSE")
+                    .map(|v| DecodeFuse {
+                        norm: false,
+                        ..DecodeFuse::parse(&v)
+                    })
+                    .unwrap_or(DecodeFuse::QUANT_DEFAULT),
                 kv_ring: opt_in("KILN_KV_RING"),
                 kernels: KernelChoice {
                     skinny_pipe: on("KILN_SKINNY_PIPE"),
@@ -433,7 +451,7 @@ impl Switches {
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -443,6 +461,7 @@ impl Switches {
             k.skinny_deep as u8,
             k.skinny_wide as u8,
             self.fuse.describe(),
+            self.quant_fuse.describe(),
             k.flash_pairs as u8,
             if k.flash_sm90 { "sm90" } else { "sm80" },
             k.flash_overlap as u8,

@@ -10,6 +10,7 @@ use kiln_model::schema::{self, Fused, GlobalWeight, LayerWeight};
 use kiln_model::{DummyFill, ModelSpec, TensorId, WeightSource};
 
 use crate::device::{DevBuf, Gpu};
+use crate::quant_order::{self, RowOrder};
 use crate::quant_weights::{self, quantizable_global, quantizable_layer, QuantMatrix};
 use crate::store::{StoreBuf, StoreType};
 use crate::switches::Switches;
@@ -209,10 +210,11 @@ impl Loader<'_> {
         f: &Fused<W>,
         formats: &[crate::quant_layout::GpuQuant],
         host: bool,
+        order: RowOrder,
     ) -> Result<QuantMatrix> {
         let (gpu, src, total, progress) = (self.gpu, self.src, self.total, self.progress);
         let done = &mut self.done;
-        let m = quant_weights::load_matrix(gpu, src, f, formats, host, || {
+        let m = quant_weights::load_matrix(gpu, src, f, formats, host, order, || {
             *done += 1;
             if let Some(p) = progress {
                 p(*done, total);
@@ -278,7 +280,8 @@ pub fn load_weights(
         bytes: 0,
     };
     // The quantised kernels read bf16 activations.
-    let quant_on = Switches::from_env().gpu_quant && gpu.store == StoreType::Bf16;
+    let sw = Switches::from_env();
+    let quant_on = sw.gpu_quant && gpu.store == StoreType::Bf16;
     let (mut embed, mut lm_head, mut out_norm) = (None, None, None);
     let (mut pl_table, mut pl_proj, mut pl_norm) = (None, None, None);
     let (mut quant_embed, mut quant_lm_head) = (None, None);
@@ -289,7 +292,7 @@ pub fn load_weights(
         {
             let host =
                 f.weight == GlobalWeight::Embedding && quant_weights::embedding_on_host(spec);
-            let m = ld.quant(&f, &formats, host)?;
+            let m = ld.quant(&f, &formats, host, RowOrder::Natural)?;
             match f.weight {
                 GlobalWeight::Embedding => quant_embed = Some(m),
                 _ => quant_lm_head = Some(m),
@@ -350,7 +353,8 @@ pub fn load_weights(
             match quant_weights::kept_formats(&f, src, quant_on && quantizable_layer(f.weight)) {
                 Some(formats) => {
                     scratch_len = scratch_len.max(f.len());
-                    w.quant[i] = Some(ld.quant(&f, &formats, false)?);
+                    let order = quant_order::for_layer_matrix(spec, l, f.weight, &formats, &sw);
+                    w.quant[i] = Some(ld.quant(&f, &formats, false, order)?);
                 }
                 None => w.bufs[i] = Some(ld.fused(&f)?),
             }

@@ -21,6 +21,7 @@ use kiln_cuda::device::{DevBuf, Gpu};
 use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
 use kiln_cuda::quant_gemm::DecodeFamily;
 use kiln_cuda::quant_layout::{decode_rows, repack, GpuQuant};
+use kiln_cuda::quant_order::RowOrder;
 use kiln_cuda::StoreType;
 use kiln_formats::dequantize_into;
 use kiln_model::dummy_quant::random_blocks;
@@ -503,8 +504,17 @@ fn rows_contract(
             for words in [false, true] {
                 let out = gpu.alloc::<u16>(n * ld).unwrap();
                 out.fill_bytes(0xFF).unwrap();
-                gpu.quant_to_bf16_kernel(words, q, out.ptr(), ld, w.dev.ptr(), n, k)
-                    .unwrap();
+                gpu.quant_to_bf16_kernel(
+                    words,
+                    q,
+                    out.ptr(),
+                    ld,
+                    w.dev.ptr(),
+                    n,
+                    k,
+                    RowOrder::Natural,
+                )
+                .unwrap();
                 let got = out.download(gpu, 0, n * ld).unwrap();
                 let mut want: Vec<u16> = to_bf16(&w.values);
                 let ok = (0..n).all(|r| got[r * ld..r * ld + k] == want[r * k..(r + 1) * k]);
@@ -616,7 +626,16 @@ fn skinny_quant_bandwidth() {
                 let secs = timed(&gpu, || {
                     for i in 0..10 {
                         let w = copies[i % copies.len()].ptr();
-                        gpu.quant_to_bf16_kernel(words, q, out.ptr(), k, w, n, k)?;
+                        gpu.quant_to_bf16_kernel(
+                            words,
+                            q,
+                            out.ptr(),
+                            k,
+                            w,
+                            n,
+                            k,
+                            RowOrder::Natural,
+                        )?;
                     }
                     Ok(())
                 }) / 10.0;

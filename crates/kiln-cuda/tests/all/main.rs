@@ -13,6 +13,7 @@ mod contract_draft;
 mod contract_gemm;
 mod contract_gemma;
 mod contract_quant;
+mod contract_quant_fused;
 mod contract_rows;
 mod contract_sampling;
 mod contract_typed;
