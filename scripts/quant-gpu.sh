@@ -7,9 +7,10 @@
 # family of quantised decode kernels (KILN_QUANT_DECODE=v1; depth 0, batch 1 and 32), one 16-row
 # tile a CTA (KILN_QUANT_TILES=1; batch 8 and 32), the first bf16 expansion kernel
 # (KILN_QUANT_EXPAND=words; prefill 2k), the embedding on the GPU instead of in pinned host
-# memory (KILN_QUANT_EMBED=device; prefill 2k, batch-1 decode) and Q4_K, then Q4_K and Q6_K, in
-# 256-k records (KILN_QUANT_Q4K=256, KILN_QUANT_Q6K=256, opt-in, Q4_K_M only; prefill 2k, batch 1
-# and 32), on the first file only
+# memory (KILN_QUANT_EMBED=device; prefill 2k, batch-1 decode), the launches apart from the
+# GEMMs (KILN_QUANT_FUSE=none; batch 1, 8, 32) and Q4_K, then Q4_K and Q6_K, in 128-k records
+# (KILN_QUANT_Q4K=128, KILN_QUANT_Q6K=128, Q4_K_M only; prefill 2k, batch 1 and 32), on the first
+# file only
 # (AB_ALL=1: every file). The
 # expansion at load (KILN_GPU_QUANT=0) and KILN_QUANT_PREFILL=skinny were measured on 2026-12-02
 # (docs/BENCH.md) and are no longer run here. Logs and JSON under $OUT; the summary last. About
@@ -18,7 +19,7 @@
 # TESTS_ONLY=1: only the quick tests, all with KILN_GPU_QUANT=1: footprint (which also fills a
 # cold kernel cache), then in QUICK_BUDGET_S (default 85 s) quant_parity, verify_rows, the
 # decode kernels' contract (both families), the quantised invariance cases and quant_parity with
-# Q4_K in 256-k records and with the embedding on the GPU; each test's limit is cut to what
+# Q4_K in 128-k records and with the embedding on the GPU; each test's limit is cut to what
 # remains and a test that no longer fits is named as skipped (a failure, but for the opt-in
 # ones).
 #
@@ -84,9 +85,8 @@ if [ "${TESTS_ONLY:-0}" = 1 ]; then
     run_test verify_rows 30
     run_test contract_quant 40 skinny_quant_contract
     run_test backend_invariance 30 quantised
-    # Q4_K in 256-k records (opt-in), the embedding on the GPU: CPU parity again, if time
-    # remains (the opt-in switch first).
-    OPTIONAL=1 KILN_QUANT_Q4K=256 KILN_QUANT_Q6K=256 TAG=-k256 run_test quant_parity 30
+    # Q4_K in 128-k records, the embedding on the GPU: CPU parity again, if time remains.
+    OPTIONAL=1 KILN_QUANT_Q4K=128 KILN_QUANT_Q6K=128 TAG=-k128 run_test quant_parity 30
     KILN_QUANT_EMBED=device TAG=-embed-device run_test quant_parity 30
     note ""
     note "SUMMARY tests only ($((SECONDS - start)) s): $([ $status -eq 0 ] && echo ok || echo 'NOT ok, see above'); logs in $OUT"
@@ -105,10 +105,13 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
     # The embedding on the GPU: parity and the footprint again.
     KILN_QUANT_EMBED=device TAG=-embed-device run_test quant_parity 80
     KILN_QUANT_EMBED=device TAG=-embed-device run_test footprint 40
-    # Q4_K and Q6_K in 256-k records, the file's bytes (opt-in): parity, footprint, invariance.
-    KILN_QUANT_Q4K=256 KILN_QUANT_Q6K=256 TAG=-k256 run_test quant_parity 80
-    KILN_QUANT_Q4K=256 KILN_QUANT_Q6K=256 TAG=-k256 run_test footprint 40
-    KILN_QUANT_Q4K=256 KILN_QUANT_Q6K=256 TAG=-k256 run_test backend_invariance 60 quantised
+    # Q4_K and Q6_K in 128-k records: parity, footprint, invariance.
+    KILN_QUANT_Q4K=128 KILN_QUANT_Q6K=128 TAG=-k128 run_test quant_parity 80
+    KILN_QUANT_Q4K=128 KILN_QUANT_Q6K=128 TAG=-k128 run_test footprint 40
+    KILN_QUANT_Q4K=128 KILN_QUANT_Q6K=128 TAG=-k128 run_test backend_invariance 60 quantised
+    # The quantised epilogues apart, and the fused ones' contract.
+    KILN_QUANT_FUSE=none TAG=-fuse-none run_test quant_parity 80
+    run_test contract_quant_fused 120
     # Prefill rows through the quantised skinny kernels: invariance again.
     KILN_QUANT_PREFILL=skinny TAG=-prefill-skinny run_test backend_invariance 60 quantised
 fi
@@ -193,12 +196,15 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
             # The embedding on the GPU: weights on the device, and its cost.
             KILN_QUANT_EMBED=device bench "$label" "$model" "-embed-device" --prefill 2048 --decode 128 --depth 0 --concurrency 1
             [ -s "$OUT/bench-$label-embed-device.json" ] && note "  KILN_QUANT_EMBED=device: $(summarise "$OUT/bench-$label-embed-device.json")"
-            # Q4_K and Q6_K in 256-k records (opt-in; a K-quant file only): memory and speed.
+            # The quantised epilogues apart (batch 1, 8 and 32).
+            KILN_QUANT_FUSE=none bench "$label" "$model" "-fuse-none" --prefill none --decode 128 --depth 0 --concurrency 1,8,32
+            [ -s "$OUT/bench-$label-fuse-none.json" ] && note "  KILN_QUANT_FUSE=none: $(summarise "$OUT/bench-$label-fuse-none.json")"
+            # Q4_K, then Q4_K and Q6_K, in 128-k records (a K-quant file only): memory and speed.
             if [ "$label" = q4_k_m ]; then
-                KILN_QUANT_Q4K=256 bench "$label" "$model" "-q4k256" --prefill 2048 --decode 128 --depth 0 --concurrency 1,32
-                [ -s "$OUT/bench-$label-q4k256.json" ] && note "  KILN_QUANT_Q4K=256: $(summarise "$OUT/bench-$label-q4k256.json")"
-                KILN_QUANT_Q4K=256 KILN_QUANT_Q6K=256 bench "$label" "$model" "-k256" --prefill 2048 --decode 128 --depth 0 --concurrency 1,32
-                [ -s "$OUT/bench-$label-k256.json" ] && note "  KILN_QUANT_Q4K=256 KILN_QUANT_Q6K=256: $(summarise "$OUT/bench-$label-k256.json")"
+                KILN_QUANT_Q4K=128 bench "$label" "$model" "-q4k128" --prefill 2048 --decode 128 --depth 0 --concurrency 1,32
+                [ -s "$OUT/bench-$label-q4k128.json" ] && note "  KILN_QUANT_Q4K=128: $(summarise "$OUT/bench-$label-q4k128.json")"
+                KILN_QUANT_Q4K=128 KILN_QUANT_Q6K=128 bench "$label" "$model" "-k128" --prefill 2048 --decode 128 --depth 0 --concurrency 1,32
+                [ -s "$OUT/bench-$label-k128.json" ] && note "  KILN_QUANT_Q4K=128 KILN_QUANT_Q6K=128: $(summarise "$OUT/bench-$label-k128.json")"
             fi
         fi
     done

@@ -207,8 +207,8 @@ impl Gpu {
     ) -> Result<()> {
         if !family.reads(q) {
             bail!(
-                "{q:?} records are read by the second decode family only (KILN_QUANT_Q4K=256 \
-                 is off under KILN_QUANT_DECODE=v1)"
+                "{q:?} records are read by the second decode family only (256-k records are \
+                 off under KILN_QUANT_DECODE=v1)"
             );
         }
         let pdl = KernelChoice::from_env().pdl;

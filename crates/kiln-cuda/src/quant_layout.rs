@@ -45,13 +45,14 @@ pub enum GpuQuant {
     /// Q4_K in records of 16 rows x 256 k that keep the file's packed scales (4.5 bits a weight
     /// instead of 4.75): a super-block's two halves of quants as Q4_K lays out a chunk's, then
     /// each row's 16 bytes of the block (d, dmin, 12 bytes of six-bit scales and minimums).
-    /// `KILN_QUANT_Q4K=256`; the second decode family, the expansion and the embedding read it.
+    /// The default (`KILN_QUANT_Q4K=128`: [`GpuQuant::Q4K`]); the second decode family, the
+    /// expansion and the embedding read it.
     Q4K2,
     /// Q6_K in records of 16 rows x 256 k at the file's 6.5625 bits a weight (Q6_K's 6.75): a
     /// super-block's two halves of quants as Q6_K lays out a chunk's, then the rows' eight
     /// scales (+ 128) of the first half, their f16 d, the eight of the second half, so that a
-    /// half's scales and d are 160 contiguous bytes ([`Q6K2_RECORD`]). `KILN_QUANT_Q6K=256`;
-    /// read where Q4K2 is.
+    /// half's scales and d are 160 contiguous bytes ([`Q6K2_RECORD`]). The default
+    /// (`KILN_QUANT_Q6K=128`: [`GpuQuant::Q6K`]); read where Q4K2 is.
     Q6K2,
 }
 

@@ -106,8 +106,8 @@ pub fn quantizable_global(w: GlobalWeight) -> bool {
 
 /// The format of each part of `f` when the GPU keeps it quantised: `on` (the switch), a matrix
 /// whose every part the source stores in a format the kernels read, with whole blocks per row.
-/// None: the matrix is expanded to bf16. Q4_K and Q6_K are kept in 256-k records with
-/// `KILN_QUANT_Q4K=256` and `KILN_QUANT_Q6K=256` ([`Records256`]).
+/// None: the matrix is expanded to bf16. Q4_K and Q6_K are kept in 256-k records unless
+/// `KILN_QUANT_Q4K=128` or `KILN_QUANT_Q6K=128` ([`Records256`]).
 pub fn kept_formats<W>(f: &Fused<W>, src: &dyn WeightSource, on: bool) -> Option<Vec<GpuQuant>> {
     kept_formats_as(f, src, on, Records256::from_env())
 }
@@ -363,10 +363,17 @@ mod tests {
                 .unwrap();
             kept_formats(f, &src, true)
         };
-        // tiny's last layer gets Q6_K for V (llama.cpp's Q4_K_M).
+        // tiny's last layer gets Q6_K for V (llama.cpp's Q4_K_M); both K-quants in the file's
+        // 256-k records by default, in 128-k records on request.
         use GpuQuant::*;
-        assert_eq!(qkv(0), Some(vec![Q4K, Q4K, Q4K]));
-        assert_eq!(qkv(3), Some(vec![Q4K, Q4K, Q6K]));
+        assert_eq!(qkv(0), Some(vec![Q4K2, Q4K2, Q4K2]));
+        assert_eq!(qkv(3), Some(vec![Q4K2, Q4K2, Q6K2]));
+        let qkv128 = layers[3]
+            .iter()
+            .find(|f| f.weight == LayerWeight::Qkv)
+            .unwrap();
+        let k128 = kept_formats_as(qkv128, &src, true, Records256::default());
+        assert_eq!(k128, Some(vec![Q4K, Q4K, Q6K]));
         let norm = layers[0]
             .iter()
             .find(|f| f.weight == LayerWeight::AttnNorm)

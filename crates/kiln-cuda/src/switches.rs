@@ -44,14 +44,15 @@ pub struct Switches {
     /// Q4_K_M 8B file; prefill and decode within 1% on the H200). KILN_QUANT_EMBED=device
     /// keeps it on the GPU.
     pub quant_embed_host: bool,
-    /// KILN_QUANT_Q4K=256: Q4_K matrices in records of 256 k that keep the file's packed scales
-    /// (GpuQuant::Q4K2, 4.5 bits a weight instead of 4.75), read by the second decode family
-    /// only: off with KILN_QUANT_DECODE=v1 (Q4_K stays in 128-k records). Opt-in: on the H200
-    /// the file's bytes (Q4_K_M 4.30 GiB of weights against 4.51) cost batch-1 decode 2-9%.
+    /// Q4_K matrices in records of 256 k that keep the file's packed scales (GpuQuant::Q4K2,
+    /// 4.5 bits a weight), read by the second decode family only: off with
+    /// KILN_QUANT_DECODE=v1, and with KILN_QUANT_Q4K=128 (GpuQuant::Q4K, 4.75 bits). The
+    /// default since the fused epilogues (H200, Q4_K_M 8B: batch 1 346.1 against 344.3 tok/s,
+    /// 8 streams +3.7%, in 4.30 GiB of weights against 4.51).
     pub quant_q4k256: bool,
-    /// KILN_QUANT_Q6K=256: Q6_K matrices in records of 256 k at the file's 6.5625 bits a
-    /// weight instead of 6.75 (GpuQuant::Q6K2), read by the second decode family only, as
-    /// Q4K2. Opt-in: beside 128-k Q4_K on the H200 batch 1 +1.4%, 8 streams -1.7%.
+    /// Q6_K matrices in records of 256 k at the file's 6.5625 bits a weight (GpuQuant::Q6K2),
+    /// read by the second decode family only, as Q4K2; KILN_QUANT_Q6K=128 keeps 128-k records
+    /// (6.75 bits).
     pub quant_q6k256: bool,
     /// KILN_CUDA_GRAPH_PREFILL=N: the largest prefill bucket with a graph (0: none); None when
     /// unset or not a number, for the default of graphs_pad.rs.
@@ -326,8 +327,8 @@ impl Env {
                 quant_prefill_skinny: var("KILN_QUANT_PREFILL").as_deref() == Some("skinny"),
                 quant_embed_host: var("KILN_QUANT_EMBED").as_deref() != Some("device"),
                 // The first decode family has no kernels for 256-k records.
-                quant_q4k256: var("KILN_QUANT_Q4K").as_deref() == Some("256") && quant_decode_v2,
-                quant_q6k256: var("KILN_QUANT_Q6K").as_deref() == Some("256") && quant_decode_v2,
+                quant_q4k256: var("KILN_QUANT_Q4K").as_deref() != Some("128") && quant_decode_v2,
+                quant_q6k256: var("KILN_QUANT_Q6K").as_deref() != Some("128") && quant_decode_v2,
                 graph_prefill_max: var("KILN_CUDA_GRAPH_PREFILL").and_then(|v| v.parse().ok()),
                 decode_mma_splits: var("KILN_DECODE_SPLITS")
                     .and_then(|v| v.parse::<usize>().ok())

@@ -72,21 +72,15 @@ fn each_variable_turns_off_its_own_switch() {
     assert!(wide("split") && !wide("recompute") && read(&[]).switches.flash_wide_split);
     let dw = |v| read(&[("KILN_DECODE_WIDE", v)]).switches.decode_wide_mma;
     assert!(dw("mma") && !dw("simt") && !read(&[]).switches.decode_wide_mma);
-    // Q4_K in 256-k records: opt-in, and never with the first decode family, which cannot
-    // read them.
+    // Q4_K and Q6_K in 256-k records: the default, 128 for the 128-k ones, and never with the
+    // first decode family, which cannot read them.
     let q6k = |vars: &[(&str, &str)]| read(vars).switches.quant_q6k256;
-    assert!(!q6k(&[]) && q6k(&[("KILN_QUANT_Q6K", "256")]));
-    assert!(!q6k(&[
-        ("KILN_QUANT_Q6K", "256"),
-        ("KILN_QUANT_DECODE", "v1")
-    ]));
+    assert!(q6k(&[]) && !q6k(&[("KILN_QUANT_Q6K", "128")]));
+    assert!(!q6k(&[("KILN_QUANT_DECODE", "v1")]));
     let q4k = |vars: &[(&str, &str)]| read(vars).switches.quant_q4k256;
-    assert!(!q4k(&[]) && !q4k(&[("KILN_QUANT_Q4K", "128")]));
+    assert!(q4k(&[]) && !q4k(&[("KILN_QUANT_Q4K", "128")]));
     assert!(q4k(&[("KILN_QUANT_Q4K", "256")]));
-    assert!(q4k(&[
-        ("KILN_QUANT_Q4K", "256"),
-        ("KILN_QUANT_DECODE", "v2")
-    ]));
+    assert!(q4k(&[("KILN_QUANT_DECODE", "v2")]));
     assert!(!q4k(&[
         ("KILN_QUANT_Q4K", "256"),
         ("KILN_QUANT_DECODE", "v1")

@@ -3,9 +3,9 @@
 //! kiln-formats' reference dequantisation (the values kiln-cpu computes with) bit for bit, for
 //! each format, on generated blocks and on blocks of random bytes (any scale a file may hold),
 //! at shapes with partial tiles and, for Q8_0 and Q4_0, partial chunks; and the padding is
-//! zero. Q4K2 (Q4_K in 256-k records, `KILN_QUANT_Q4K=256`) decodes to Q4_K's values and
+//! zero. Q4K2 (Q4_K in 256-k records, the default) decodes to Q4_K's values and
 //! holds the file's bytes: its scales are each block's first 16 bytes as the file has them.
-//! Q6K2 (`KILN_QUANT_Q6K=256`) likewise decodes to Q6_K's values in the file's 210 bytes a block.
+//! Q6K2 (the default for Q6_K) likewise decodes to Q6_K's values in the file's 210 bytes a block.
 
 use kiln_cuda::quant_layout::{
     decode_rows, repack, GpuQuant, CHUNK, Q4K2_RECORD, Q6K2_RECORD, TILE_ROWS,

@@ -59,8 +59,8 @@ const PLANTED: &[(&str, &str, &str)] = &[
     // A NeoX pair's second element a quarter head on instead of half.
     (
         "skinny_tc",
-        "(r < 8 ? 0 : e.hd >> 1)",
-        "(r < 8 ? 0 : e.hd >> 2)",
+        "(r < 8 ? 0 : hd >> 1)",
+        "(r < 8 ? 0 : hd >> 2)",
     ),
 ];
 
