@@ -12,13 +12,13 @@ use anyhow::Result;
 use kiln_model::{Activation, LayerWeight, ModelSpec, RopeStyle};
 
 use super::CudaOps;
-use crate::kernels::{norm_block, QkvKind};
+use crate::kernels::norm_block;
 use crate::quant_gemm::quant_skinny_fused;
 use crate::quant_order::RowOrder;
 use crate::quant_weights::QuantMatrix;
 use crate::skinny::SkinnyKind;
 use crate::skinny_fused::{
-    fusable_blocks, Epilogue, NormPrologue, RopeOut, NORM_PROLOGUE_MAX_ROWS,
+    fusable_blocks, rope_fusable, Epilogue, NormPrologue, RopeOut, NORM_PROLOGUE_MAX_ROWS,
 };
 use crate::step_plan::StepPlan;
 use crate::store::{StorePtr, StoreType};
@@ -120,24 +120,10 @@ impl CudaOps<'_, '_> {
         let (epi, x, n, k, pro) = match weight {
             LayerWeight::Qkv => {
                 let at = &spec.attn;
-                let roped = f.rope
-                    && QkvKind::of(at) == QkvKind::Full
-                    && !at.qk_norm
-                    && !at.v_norm
-                    && at.head_dim.is_multiple_of(16);
+                let roped = f.rope && rope_fusable(at);
                 let epi = if roped {
-                    let lw = &c.w.layers[layer];
-                    Epilogue::Rope(RopeOut {
-                        q_out: a.q.ptr(),
-                        bias: lw.ptr(LayerWeight::QkvBias),
-                        rope: c.w.ropes[at.rope].ptr(),
-                        positions: c.rope_positions(),
-                        slots: c.kv_slots(layer),
-                        kv: c.kv_view(layer),
-                        n_q: at.num_heads,
-                        hd: at.head_dim,
-                        neox: matches!(c.spec.rope(layer).style, RopeStyle::Neox),
-                    })
+                    let neox = matches!(c.spec.rope(layer).style, RopeStyle::Neox);
+                    Epilogue::Rope(self.rope_out(layer, at.head_dim, neox))
                 } else {
                     Epilogue::Store { y: a.qkv.ptr() }
                 };
@@ -190,6 +176,23 @@ impl CudaOps<'_, '_> {
         Ok(true)
     }
 
+    /// Where layer `layer`'s fused RoPE epilogue reads and writes (as qkv_prepare takes them).
+    fn rope_out(&self, layer: usize, hd: usize, neox: bool) -> RopeOut {
+        let c = self.ctx;
+        let at = &c.spec.layers[layer].attn;
+        RopeOut {
+            q_out: c.a.q.ptr(),
+            bias: c.w.layers[layer].ptr(LayerWeight::QkvBias),
+            rope: c.w.ropes[at.rope].ptr(),
+            positions: c.rope_positions(),
+            slots: c.kv_slots(layer),
+            kv: c.kv_view(layer),
+            n_q: at.num_heads,
+            hd,
+            neox,
+        }
+    }
+
     /// A block-quantised projection with what `fused.quant` moves into it (RoPE and SwiGLU
     /// where load stored the rows in their pairs); Ok(false): nothing fused for it.
     fn fused_quant(&mut self, layer: usize, weight: LayerWeight, q: &QuantMatrix) -> Result<bool> {
@@ -199,22 +202,10 @@ impl CudaOps<'_, '_> {
         let order = q.segments.first().map(|s| s.order);
         let (epi, x) = match weight {
             LayerWeight::Qkv if f.rope => {
-                let at = &spec.attn;
                 let Some(RowOrder::Rope { hd, neox }) = order else {
                     return Ok(false);
                 };
-                let lw = &c.w.layers[layer];
-                let epi = Epilogue::Rope(RopeOut {
-                    q_out: a.q.ptr(),
-                    bias: lw.ptr(LayerWeight::QkvBias),
-                    rope: c.w.ropes[at.rope].ptr(),
-                    positions: c.rope_positions(),
-                    slots: c.kv_slots(layer),
-                    kv: c.kv_view(layer),
-                    n_q: at.num_heads,
-                    hd,
-                    neox,
-                });
+                let epi = Epilogue::Rope(self.rope_out(layer, hd, neox));
                 self.fused.roped = true;
                 (epi, a.normed.ptr())
             }

@@ -10,9 +10,8 @@ use anyhow::{ensure, Result};
 use kiln_model::{Activation, LayerWeight, ModelSpec, RopeStyle};
 
 use crate::device::{i32_of, Arg};
-use crate::kernels::QkvKind;
 use crate::quant_layout::{GpuQuant, TILE_ROWS};
-use crate::skinny_fused::fusable_blocks;
+use crate::skinny_fused::{fusable_blocks, rope_fusable};
 use crate::switches::Switches;
 
 /// The order layer `layer`'s matrix `w`, kept in `formats` (one per part), is stored in: pairs
@@ -33,12 +32,7 @@ pub fn for_layer_matrix(
     match w {
         LayerWeight::Qkv => {
             let at = &l.attn;
-            let ok = f.rope
-                && QkvKind::of(at) == QkvKind::Full
-                && !at.qk_norm
-                && !at.v_norm
-                && at.head_dim.is_multiple_of(16);
-            if ok {
+            if f.rope && rope_fusable(at) {
                 let neox = matches!(spec.rope(layer).style, RopeStyle::Neox);
                 return RowOrder::Rope {
                     hd: at.head_dim,

@@ -58,6 +58,15 @@ pub fn fusable_blocks(spec: &kiln_model::ModelSpec) -> bool {
             .all(|l| !l.post_norms && l.per_layer_input.is_none() && !l.output_scale)
 }
 
+/// Whether a layer's attention can take qkv_prepare into its QKV epilogue: Q, K and V rows,
+/// no Q/K/V norms, heads of whole 16-row tiles.
+pub fn rope_fusable(at: &kiln_model::AttnSpec) -> bool {
+    crate::kernels::QkvKind::of(at) == crate::kernels::QkvKind::Full
+        && !at.qk_norm
+        && !at.v_norm
+        && at.head_dim.is_multiple_of(16)
+}
+
 /// Rows a launch with the norm prologue takes at most (one x fragment of 8 rows).
 pub const NORM_PROLOGUE_MAX_ROWS: usize = 8;
 

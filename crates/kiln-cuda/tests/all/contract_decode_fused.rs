@@ -15,12 +15,12 @@
 
 use crate::common;
 
+use common::rope_case::RopeCase;
 use common::{gpu_or_skip, timed, to_bf16, Checks, Rng};
 use kiln_cuda::device::{DevBuf, Gpu};
 use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
-use kiln_cuda::kernels::{KvView, QkvKind};
 use kiln_cuda::skinny::SkinnyKind;
-use kiln_cuda::skinny_fused::{Epilogue, NormPrologue, RopeOut};
+use kiln_cuda::skinny_fused::{Epilogue, NormPrologue};
 use kiln_cuda::skinny_tc::{find_tc_entry, measured_entry, tc_entries, MEASURED};
 use kiln_cuda::skinny_tc_split::{split_part_floats, tc_split_entries};
 use kiln_cuda::switches::{KernelChoice, SkinnyTc};
@@ -36,12 +36,6 @@ fn up_f32(gpu: &Gpu, v: &[f32]) -> DevBuf<f32> {
 
 fn up_u16(gpu: &Gpu, v: &[u16]) -> DevBuf<u16> {
     let d = gpu.alloc::<u16>(v.len()).unwrap();
-    d.upload(0, v).unwrap();
-    d
-}
-
-fn up_i32(gpu: &Gpu, v: &[i32]) -> DevBuf<i32> {
-    let d = gpu.alloc::<i32>(v.len()).unwrap();
     d.upload(0, v).unwrap();
     d
 }
@@ -394,86 +388,18 @@ fn glu_matches(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, paths: &[Path], row_cou
 /// Bias, RoPE and the KV write as qkv_prepare does them, for GQA heads of 64 and 128, both
 /// pairings, with and without a bias.
 fn rope_matches(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, paths: &[Path], row_counts: &[usize]) {
-    let (n_q, n_kv, k, bs, blocks, max_pos) = (8, 2, 256, 16, 64, 512);
+    let (n_q, n_kv, k) = (8, 2, 256);
     for &m in row_counts {
         for (hd, neox, bias) in [(64, true, false), (128, false, true), (128, true, true)] {
-            let heads = n_q + 2 * n_kv;
-            let g = Gemm::new(gpu, rng, m, heads * hd, k);
-            let half = hd / 2;
-            let inv: Vec<f32> = (0..half)
-                .map(|i| 10000f32.powf(-((2 * i) as f32) / hd as f32))
-                .collect();
-            let (inv, table) = (
-                up_f32(gpu, &inv),
-                gpu.alloc::<f32>(max_pos * half * 2).unwrap(),
-            );
-            gpu.rope_table_build(table.ptr(), inv.ptr(), max_pos, half, 1.0)
-                .unwrap();
-            let b = up_u16(gpu, &to_bf16(&rng.vec(heads * hd, 0.5)));
-            let bias_ptr = if bias { b.ptr() } else { 0 };
-            let pos: Vec<i32> = (0..m).map(|_| rng.below(max_pos) as i32).collect();
-            let mut slots: Vec<i32> = (0..(blocks * bs) as i32).collect();
-            rng.shuffle(&mut slots);
-            slots.truncate(m);
-            let (pos, slots) = (up_i32(gpu, &pos), up_i32(gpu, &slots));
-            let cache = blocks * n_kv * bs * hd;
-            let out = |gpu: &Gpu| {
-                (
-                    poisoned::<u16>(gpu, m * n_q * hd),
-                    poisoned::<u16>(gpu, cache),
-                    poisoned::<u16>(gpu, cache),
-                )
-            };
-            let (q, kc, vc) = out(gpu);
+            let g = Gemm::new(gpu, rng, m, (n_q + 2 * n_kv) * hd, k);
+            let case = RopeCase::new(gpu, rng, m, (n_q, n_kv, hd), neox, bias);
             let qkv = g.skinny(gpu, g.dx.ptr(), m);
-            let kv = |kc: &DevBuf<u16>, vc: &DevBuf<u16>| KvView {
-                k: kc.ptr(),
-                v: vc.ptr(),
-                n_kv,
-                block_size: bs,
-            };
-            gpu.qkv_prepare(
-                qkv.ptr(),
-                bias_ptr,
-                0,
-                0,
-                table.ptr(),
-                pos.ptr(),
-                slots.ptr(),
-                q.ptr(),
-                kv(&kc, &vc),
-                m,
-                n_q,
-                hd,
-                neox,
-                1e-6,
-                QkvKind::Full,
-                false,
-            )
-            .unwrap();
-            let want = [all(gpu, &q), all(gpu, &kc), all(gpu, &vc)];
+            let want = case.reference(gpu, qkv.ptr());
             for &p in paths {
-                let (qf, kf, vf) = out(gpu);
-                let epi = Epilogue::Rope(RopeOut {
-                    q_out: qf.ptr(),
-                    bias: bias_ptr,
-                    rope: table.ptr(),
-                    positions: pos.ptr(),
-                    slots: slots.ptr(),
-                    kv: kv(&kf, &vf),
-                    n_q,
-                    hd,
-                    neox,
-                });
-                p.run(gpu, &epi, None, g.dx.ptr(), &g, m);
+                let got = case.outputs(gpu);
+                p.run(gpu, &case.epilogue(&got), None, g.dx.ptr(), &g, m);
                 let v = format!("rope {p:?} m={m} hd={hd} neox={neox} bias={bias}");
-                for (what, got, want) in [
-                    ("q", &qf, &want[0]),
-                    ("k", &kf, &want[1]),
-                    ("v", &vf, &want[2]),
-                ] {
-                    c.identical(&format!("{v}: {what}"), &all(gpu, got), want);
-                }
+                case.compare(gpu, c, &v, &got, &want);
             }
         }
     }

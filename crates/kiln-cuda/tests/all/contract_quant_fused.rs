@@ -11,15 +11,15 @@
 
 use crate::common;
 
-use common::{gpu_or_skip, to_bf16, Checks, Rng};
+use common::rope_case::RopeCase;
+use common::{all, gpu_or_skip, poisoned, to_bf16, up, Checks, Rng};
 use kiln_cuda::device::{DevBuf, Gpu};
 use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
-use kiln_cuda::kernels::{KvView, QkvKind};
 use kiln_cuda::quant_gemm::{quant_skinny_all, quant_skinny_fused};
 use kiln_cuda::quant_layout::{repack, GpuQuant};
 use kiln_cuda::quant_order::RowOrder;
 use kiln_cuda::quant_weights::{QuantMatrix, QuantSegment, SegData};
-use kiln_cuda::skinny_fused::{Epilogue, RopeOut};
+use kiln_cuda::skinny_fused::Epilogue;
 use kiln_cuda::StoreType;
 use kiln_model::dummy_quant::random_blocks;
 
@@ -30,22 +30,6 @@ fn formats(quick: bool) -> Vec<GpuQuant> {
     } else {
         GpuQuant::ALL.to_vec()
     }
-}
-
-fn up<T: Copy + Default>(gpu: &Gpu, v: &[T]) -> DevBuf<T> {
-    let d = gpu.alloc::<T>(v.len()).unwrap();
-    d.upload(0, v).unwrap();
-    d
-}
-
-fn poisoned<T: Copy + Default>(gpu: &Gpu, len: usize) -> DevBuf<T> {
-    let d = gpu.alloc::<T>(len).unwrap();
-    d.fill_bytes(0xff).unwrap();
-    d
-}
-
-fn all<T: Copy + Default>(gpu: &Gpu, d: &DevBuf<T>) -> Vec<T> {
-    d.download(gpu, 0, d.len()).unwrap()
 }
 
 fn bits(v: &[f32]) -> Vec<u32> {
@@ -215,7 +199,7 @@ fn glu_matches(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, row_counts: &[usize], q
 /// Bias, RoPE and the KV write in the epilogue of QKV stored in RoPE pairs, as qkv_prepare does
 /// them: Q and K in one format, V in another, GQA heads of 64 and 128, both pairings.
 fn rope_matches(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, row_counts: &[usize], quick: bool) {
-    let (n_q, n_kv, k, bs, blocks, max_pos) = (8, 2, 512, 16, 64, 512);
+    let (n_q, n_kv, k) = (8, 2, 512);
     let pairs = [
         (GpuQuant::Q4K, GpuQuant::Q6K),
         (GpuQuant::Q4K2, GpuQuant::Q6K2),
@@ -225,78 +209,17 @@ fn rope_matches(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, row_counts: &[usize], 
     for &(qk, vq) in &pairs[..if quick { 1 } else { pairs.len() }] {
         for &m in row_counts {
             for (hd, neox, bias) in [(64, true, false), (128, false, true), (128, true, true)] {
-                let heads = n_q + 2 * n_kv;
                 let parts = [(qk, (n_q + n_kv) * hd), (vq, n_kv * hd)];
                 let seed = rng.next_u64();
                 let nat = matrix(gpu, &parts, k, RowOrder::Natural, seed);
                 let ord = matrix(gpu, &parts, k, RowOrder::Rope { hd, neox }, seed);
                 let x = x_rows(gpu, rng, m, k);
-                let half = hd / 2;
-                let inv: Vec<f32> = (0..half)
-                    .map(|i| 10000f32.powf(-((2 * i) as f32) / hd as f32))
-                    .collect();
-                let (inv, table) = (up(gpu, &inv), gpu.alloc::<f32>(max_pos * half * 2).unwrap());
-                gpu.rope_table_build(table.ptr(), inv.ptr(), max_pos, half, 1.0)
-                    .unwrap();
-                let b = up(gpu, &to_bf16(&rng.vec(heads * hd, 0.5)));
-                let bias_ptr = if bias { b.ptr() } else { 0 };
-                let pos: Vec<i32> = (0..m).map(|_| rng.below(max_pos) as i32).collect();
-                let mut slots: Vec<i32> = (0..(blocks * bs) as i32).collect();
-                rng.shuffle(&mut slots);
-                slots.truncate(m);
-                let (pos, slots) = (up(gpu, &pos), up(gpu, &slots));
-                let cache = blocks * n_kv * bs * hd;
-                let out = |gpu: &Gpu| {
-                    (
-                        poisoned::<u16>(gpu, m * n_q * hd),
-                        poisoned::<u16>(gpu, cache),
-                        poisoned::<u16>(gpu, cache),
-                    )
-                };
-                let kv = |kc: &DevBuf<u16>, vc: &DevBuf<u16>| KvView {
-                    k: kc.ptr(),
-                    v: vc.ptr(),
-                    n_kv,
-                    block_size: bs,
-                };
-                let (q, kc, vc) = out(gpu);
-                let qkv = plain(gpu, &nat, &x, m);
-                gpu.qkv_prepare(
-                    qkv.ptr(),
-                    bias_ptr,
-                    0,
-                    0,
-                    table.ptr(),
-                    pos.ptr(),
-                    slots.ptr(),
-                    q.ptr(),
-                    kv(&kc, &vc),
-                    m,
-                    n_q,
-                    hd,
-                    neox,
-                    1e-6,
-                    QkvKind::Full,
-                    false,
-                )
-                .unwrap();
-                let (qf, kf, vf) = out(gpu);
-                let epi = Epilogue::Rope(RopeOut {
-                    q_out: qf.ptr(),
-                    bias: bias_ptr,
-                    rope: table.ptr(),
-                    positions: pos.ptr(),
-                    slots: slots.ptr(),
-                    kv: kv(&kf, &vf),
-                    n_q,
-                    hd,
-                    neox,
-                });
-                quant_skinny_fused(gpu, &ord, &epi, x.ptr(), m).unwrap();
+                let case = RopeCase::new(gpu, rng, m, (n_q, n_kv, hd), neox, bias);
+                let want = case.reference(gpu, plain(gpu, &nat, &x, m).ptr());
+                let got = case.outputs(gpu);
+                quant_skinny_fused(gpu, &ord, &case.epilogue(&got), x.ptr(), m).unwrap();
                 let v = format!("rope {qk:?}+{vq:?} m={m} hd={hd} neox={neox} bias={bias}");
-                for (what, got, want) in [("q", &qf, &q), ("k", &kf, &kc), ("v", &vf, &vc)] {
-                    c.identical(&format!("{v}: {what}"), &all(gpu, got), &all(gpu, want));
-                }
+                case.compare(gpu, c, &v, &got, &want);
             }
         }
     }

@@ -9,8 +9,9 @@ pub mod models;
 pub mod parity;
 pub mod planted;
 pub mod reference;
+pub mod rope_case;
 
-use kiln_cuda::device::Gpu;
+use kiln_cuda::device::{DevBuf, Gpu};
 use kiln_cuda::StoreType;
 
 /// The GPU, or None after printing why the test is skipped. With KILN_REQUIRE_GPU=1 a missing
@@ -232,4 +233,23 @@ pub fn timed(gpu: &Gpu, f: impl FnOnce() -> anyhow::Result<()>) -> f64 {
     f().expect("kernel launch");
     gpu.synchronize().expect("kernel run");
     t.elapsed().as_secs_f64()
+}
+
+/// `v` on the device.
+pub fn up<T: Copy + Default>(gpu: &Gpu, v: &[T]) -> DevBuf<T> {
+    let d = gpu.alloc::<T>(v.len()).unwrap();
+    d.upload(0, v).unwrap();
+    d
+}
+
+/// `len` elements of all-ones bytes (NaN as floats): what a kernel leaves unwritten shows.
+pub fn poisoned<T: Copy + Default>(gpu: &Gpu, len: usize) -> DevBuf<T> {
+    let d = gpu.alloc::<T>(len).unwrap();
+    d.fill_bytes(0xff).unwrap();
+    d
+}
+
+/// The whole of `d` on the host.
+pub fn all<T: Copy + Default>(gpu: &Gpu, d: &DevBuf<T>) -> Vec<T> {
+    d.download(gpu, 0, d.len()).unwrap()
 }
