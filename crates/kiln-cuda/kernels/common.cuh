@@ -226,6 +226,14 @@ __device__ __forceinline__ uint4 ld_16(const void* p) {
     return *reinterpret_cast<const uint4*>(p);
 }
 
+// One 16-byte store, whatever registers hold v: nvcc may split a uint4 store into four 4-byte
+// stores when v's words are not in four consecutive registers (it did in quant_to_bf16_q8_0,
+// whose expansion then wrote at three quarters of Q4_K's rate).
+__device__ __forceinline__ void st_16(void* p, uint4 v) {
+    asm volatile("st.global.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+}
+
 // Butterfly sum over the warp: every lane ends with the same value, in a fixed order.
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

@@ -437,7 +437,7 @@ __device__ __forceinline__ void word_values(const LaneRow<F>& L, int t, int w, f
 // Index arithmetic in 32 bits, once per record (it was most of the instructions).
 template <int F>
 __device__ __forceinline__ void to_bf16_body(bf16_t* __restrict__ out, const unsigned char* __restrict__ wq,
-                                             int N, int K, int ld, const RowOrder order) {
+                                             int N, int K, int ld, const RowOrder order, int vstore) {
     pdl_enter();
     const u32 chunks = (u32)(K + 127) / 128;
     const u32 records = (u32)((N + 15) / 16) * chunks;
@@ -463,8 +463,12 @@ __device__ __forceinline__ void to_bf16_body(bf16_t* __restrict__ out, const uns
             const uint4 o = make_uint4(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]),
                                        pack_bf16x2(v[4], v[5]), pack_bf16x2(v[6], v[7]));
             if (QFmt<F>::G == 32) {
-                // Eight values in a run of k (ld is a multiple of 8: quant_gemm.rs).
-                *reinterpret_cast<uint4*>(row + kk[0]) = o;
+                // Eight values in a run of k (ld is a multiple of 8: quant_gemm.rs); `vstore`:
+                // as one 16-byte store (st_16), else as the compiler makes it.
+                if (vstore)
+                    st_16(row + kk[0], o);
+                else
+                    *reinterpret_cast<uint4*>(row + kk[0]) = o;
             } else {
                 *reinterpret_cast<uint2*>(row + kk[0]) = make_uint2(o.x, o.y);
                 *reinterpret_cast<uint2*>(row + kk[1]) = make_uint2(o.z, o.w);
@@ -534,8 +538,8 @@ __device__ __forceinline__ void embed_body(float* __restrict__ xo, const unsigne
 
 #define QTB_ENTRY(NAME, F)                                                                           \
     extern "C" __global__ void NAME(bf16_t* out, const unsigned char* w, int N, int K, int ld,       \
-                                    int o_mode, int o_rows, int o_hd, int o_neox) {                  \
-        to_bf16_body<F>(out, w, N, K, ld, RowOrder{o_mode, o_rows, o_hd, o_neox});                   \
+                                    int o_mode, int o_rows, int o_hd, int o_neox, int vstore) {      \
+        to_bf16_body<F>(out, w, N, K, ld, RowOrder{o_mode, o_rows, o_hd, o_neox}, vstore);           \
     }
 #define QTBW_ENTRY(NAME, F)                                                                          \
     extern "C" __global__ void NAME(bf16_t* out, const unsigned char* w, int N, int K, int ld,       \

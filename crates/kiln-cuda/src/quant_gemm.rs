@@ -377,6 +377,11 @@ impl Gpu {
             Arg::I32(i32_of(ld, "ld")?),
         ];
         args.extend(order.args(n_rows)?);
+        if !words {
+            args.push(Arg::I32(
+                KernelChoice::from_env().quant_expand_vstore as i32,
+            ));
+        }
         self.launch(&name, grid, 256, 0, &args)
     }
 

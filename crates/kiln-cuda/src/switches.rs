@@ -270,6 +270,11 @@ pub struct KernelChoice {
     /// through the first kernel (`quant_to_bf16_words_*`, a thread per 8 values with 64-bit
     /// index arithmetic) instead of `quant_to_bf16_*`. Same bits.
     pub quant_expand_words: bool,
+    /// `quant_to_bf16_*` writes each run of eight values with one 16-byte store (`st_16`);
+    /// KILN_QUANT_EXPAND=c-stores leaves the stores to the compiler, which split Q8_0's and
+    /// Q4_0's into 4-byte ones (their expansions ran at 2.5 TB/s against Q4_K's 3.4-3.5 on the
+    /// H200). Same bits.
+    pub quant_expand_vstore: bool,
     /// KILN_QUANT_TILES=1: the second family's 9-32-row launches take one 16-row tile a CTA
     /// instead of two (`_t2`, x read once for both). Same bits.
     pub quant_tiles2: bool,
@@ -396,6 +401,7 @@ impl Env {
                     },
                     quant_decode_v2,
                     quant_expand_words: var("KILN_QUANT_EXPAND").as_deref() == Some("words"),
+                    quant_expand_vstore: var("KILN_QUANT_EXPAND").as_deref() != Some("c-stores"),
                     quant_tiles2: var("KILN_QUANT_TILES").as_deref() != Some("1"),
                     skinny_tc: match var("KILN_SKINNY_TC").as_deref() {
                         Some("on") => SkinnyTc::From(SKINNY_TC_DEFAULT_ROWS),
@@ -494,8 +500,10 @@ impl Switches {
             if k.quant_decode_v2 { "v2" } else { "v1" },
             if k.quant_expand_words {
                 "words"
-            } else {
+            } else if k.quant_expand_vstore {
                 "records"
+            } else {
+                "c-stores"
             },
             if k.quant_tiles2 { 2 } else { 1 },
             self.gemma_fuse as u8,
@@ -524,6 +532,7 @@ impl KernelChoice {
         decode_mma: DECODE_MMA_DEFAULT,
         quant_decode_v2: true,
         quant_expand_words: false,
+        quant_expand_vstore: true,
         quant_tiles2: true,
         skinny_tc: SKINNY_TC_DEFAULT,
     };
@@ -539,6 +548,7 @@ impl KernelChoice {
         decode_mma: false,
         quant_decode_v2: false,
         quant_expand_words: true,
+        quant_expand_vstore: false,
         quant_tiles2: false,
         skinny_tc: SkinnyTc::Off,
     };
