@@ -548,7 +548,8 @@ impl KernelChoice {
         decode_mma: false,
         quant_decode_v2: false,
         quant_expand_words: true,
-        quant_expand_vstore: false,
+        // The words kernel has no vector-store switch (one KILN_QUANT_EXPAND picks either).
+        quant_expand_vstore: true,
         quant_tiles2: false,
         skinny_tc: SkinnyTc::Off,
     };
