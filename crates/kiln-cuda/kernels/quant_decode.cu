@@ -48,8 +48,9 @@ __device__ __forceinline__ void bytes_f(u32 word, u32 m, float* b) {
 
 // The warps' sums of skinny2_body (red: [W][R][NT][4][32]) added in warp order and put where
 // `ep` says: a thread per token and pair of tile rows (g, g + 8), as the epilogue takes them,
-// from q = 0, 1 (row g) and q + 2 (row g + 8). Not inlined: the record loop's registers are
-// allocated as they were without the epilogues (its SASS then changes by a few instructions).
+// from q = 0, 1 (row g) and q + 2 (row g + 8). Not inlined: inlined, the epilogues changed the
+// record loop's register allocation (Q4K2's one-row loop grew by 7 instructions a record); out
+// of line the loop stays within a few instructions of the kernel's without epilogues.
 template <int NT, int W, int R>
 __device__ __noinline__ void skinny2_sums(const float* red, const Epi ep, const RowOrder order,
                                           int tile_base, int tile0, int tiles, int M, int N,
@@ -70,8 +71,7 @@ __device__ __noinline__ void skinny2_sums(const float* red, const Epi ep, const 
             epi_pair(ep, tile_base + tile, g, m, lo, hi);
             continue;
         }
-        const int a = tile_row(order.mode, order.rows, order.hd, order.neox, tile, g);
-        const int b = tile_row(order.mode, order.rows, order.hd, order.neox, tile, g + 8);
+        const int a = stored_row(order, tile, g), b = stored_row(order, tile, g + 8);
         float* yr = ep.y + (u64)m * ldy;
         const bool add = ep.mode == EPI_ADD;
         if (a >= 0 && a < N) yr[a] = add ? yr[a] + lo : lo;
