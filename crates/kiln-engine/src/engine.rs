@@ -98,6 +98,7 @@ impl Engine {
             max_num_seqs: cfg.max_num_seqs,
             max_batched_tokens: cfg.max_batched_tokens,
             prefill_chunk: cfg.prefill_chunk,
+            prefill_alone: cfg.prefill_alone,
             prefix_cache: cfg.prefix_cache && prefix_cache_enabled(),
             host_blocks: backend.host_blocks(),
             max_inputs: backend.step_capacity().map_or(0, |c| c.max_seqs),

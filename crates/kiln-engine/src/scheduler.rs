@@ -23,6 +23,10 @@ pub struct SchedulerConfig {
     pub max_batched_tokens: usize,
     /// Most prompt tokens one sequence runs in a step.
     pub prefill_chunk: usize,
+    /// In a step where no running sequence is decoding, a prefill chunk may take the whole
+    /// budget instead of `prefill_chunk` (which is there to keep decodes moving): a prompt
+    /// alone runs in fewer, larger chunks (`kiln serve --prefill-alone`).
+    pub prefill_alone: bool,
     /// Keep computed blocks for later sequences with the same leading tokens.
     pub prefix_cache: bool,
     /// Block copies the backend's host tier holds under the prefix cache (0: none).
@@ -79,6 +83,7 @@ impl Scheduler {
             max_num_seqs: cfg.max_num_seqs.clamp(1, max_batched_tokens),
             max_batched_tokens,
             prefill_chunk: cfg.prefill_chunk.max(1),
+            prefill_alone: cfg.prefill_alone,
             prefix_cache: cfg.prefix_cache,
             host_blocks: cfg.host_blocks,
             max_inputs: if cfg.max_inputs == 0 {
@@ -124,6 +129,7 @@ impl Scheduler {
         let mut plan = Vec::new();
         let mut budget = self.cfg.max_batched_tokens;
         let mut inputs = self.cfg.max_inputs;
+        let cap = self.chunk_cap();
         let preemptions_before = self.preemptions;
         let mut i = 0;
         while i < self.running.len() && budget > 0 && inputs > 0 {
@@ -133,7 +139,7 @@ impl Scheduler {
             let younger = self.running.len() - i - 1;
             let share = budget.saturating_sub(younger).max(1);
             let room = inputs.saturating_sub(younger).max(1);
-            let Some(chunk) = self.next_chunk(id, share, room) else {
+            let Some(chunk) = self.next_chunk(id, share, room, cap) else {
                 i += 1;
                 continue;
             };
@@ -155,7 +161,7 @@ impl Scheduler {
                 break;
             }
             self.take_cached_prefix(id);
-            let admitted = match self.next_chunk(id, budget, inputs) {
+            let admitted = match self.next_chunk(id, budget, inputs, cap) {
                 Some(chunk) if self.blocks.grow(id, chunk.start + chunk.len) => Some(chunk),
                 _ => None,
             };
@@ -195,11 +201,36 @@ impl Scheduler {
         }
     }
 
-    /// The next chunk of `id`'s pending tokens, at most `limit` long and `inputs` backend inputs.
+    /// The most prompt tokens one sequence runs this step: `prefill_chunk`, or with
+    /// `prefill_alone` the whole budget while no running sequence is decoding (its prompt
+    /// computed; a sequence recomputing after preemption counts once past its prompt).
+    fn chunk_cap(&self) -> usize {
+        let decoding = || {
+            self.running.iter().any(|id| {
+                self.seqs
+                    .get(id)
+                    .is_some_and(|s| s.num_computed >= s.prompt_len)
+            })
+        };
+        if self.cfg.prefill_alone && !decoding() {
+            self.cfg.max_batched_tokens
+        } else {
+            self.cfg.prefill_chunk
+        }
+    }
+
+    /// The next chunk of `id`'s pending tokens, at most `limit` long and `inputs` backend inputs,
+    /// a prefill chunk at most `cap` ([`Scheduler::chunk_cap`]).
     /// A sequence with more than one token pending gets a chunk of two or more that leaves none
     /// or two or more, or none this step (unless the limits themselves are under two tokens). A
     /// decoding sequence with a draft verifies as much of it as the limits allow.
-    fn next_chunk(&self, id: SeqId, limit: usize, inputs: usize) -> Option<ScheduledChunk> {
+    fn next_chunk(
+        &self,
+        id: SeqId,
+        limit: usize,
+        inputs: usize,
+        cap: usize,
+    ) -> Option<ScheduledChunk> {
         let seq = self.seqs.get(&id)?;
         // A sequence at its length limit ends when its last token is known; one whose last
         // token is still being picked runs nothing but that token (never a prefill with it).
@@ -217,7 +248,7 @@ impl Scheduler {
             });
         }
         let splittable = self.cfg.prefill_chunk.min(self.cfg.max_batched_tokens) >= 3;
-        let len = chunk_len(seq.pending(), self.cfg.prefill_chunk.min(limit), splittable);
+        let len = chunk_len(seq.pending(), cap.min(limit), splittable);
         (len > 0).then(|| ScheduledChunk {
             seq: id,
             start: seq.num_computed,

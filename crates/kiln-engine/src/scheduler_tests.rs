@@ -5,6 +5,7 @@ fn scheduler(max_num_seqs: usize, budget: usize, chunk: usize, blocks: usize) ->
         max_num_seqs,
         max_batched_tokens: budget,
         prefill_chunk: chunk,
+        prefill_alone: false,
         prefix_cache: false,
         host_blocks: 0,
         max_inputs: 0,
@@ -50,6 +51,45 @@ fn a_long_prompt_is_prefilled_in_chunks_then_decoded() {
     assert_eq!(step(&mut s, 51), vec![chunk(1, 10, 1, true)]);
     assert_eq!(s.get(1).unwrap().generated(), &[50, 51]);
     assert_eq!(s.blocks().table(1).len(), 3);
+}
+
+/// `prefill_alone`: with nobody decoding a prompt takes the whole budget; once a sequence
+/// decodes, prompts go back to `prefill_chunk` beside it.
+#[test]
+fn a_prompt_alone_takes_the_budget_and_gives_it_back_to_decodes() {
+    let mut s = scheduler(4, 12, 4, 64);
+    s.cfg.prefill_alone = true;
+    s.add(Sequence::new(1, (0..20).collect()));
+    assert_eq!(step(&mut s, 50), vec![chunk(1, 0, 12, false)]);
+    assert_eq!(step(&mut s, 50), vec![chunk(1, 12, 8, true)]);
+    // Sequence 1 decodes now: a new prompt's chunks are prefill_chunk long beside it.
+    s.add(Sequence::new(2, (0..20).collect()));
+    assert_eq!(
+        step(&mut s, 51),
+        vec![chunk(1, 20, 1, true), chunk(2, 0, 4, false)]
+    );
+    assert_eq!(
+        step(&mut s, 52),
+        vec![chunk(1, 21, 1, true), chunk(2, 4, 4, false)]
+    );
+    // Without the switch the lone prompt runs in prefill_chunk pieces.
+    let mut plain = scheduler(4, 12, 4, 64);
+    plain.add(Sequence::new(1, (0..20).collect()));
+    assert_eq!(step(&mut plain, 50), vec![chunk(1, 0, 4, false)]);
+}
+
+/// Two prompts arriving together with nobody decoding share the budget in arrival order, the
+/// first taking what it needs.
+#[test]
+fn prompts_alone_share_the_budget_in_order() {
+    let mut s = scheduler(4, 12, 4, 64);
+    s.cfg.prefill_alone = true;
+    s.add(Sequence::new(1, (0..8).collect()));
+    s.add(Sequence::new(2, (0..8).collect()));
+    assert_eq!(
+        step(&mut s, 50),
+        vec![chunk(1, 0, 8, true), chunk(2, 0, 4, false)]
+    );
 }
 
 #[test]
@@ -247,6 +287,7 @@ fn cached_scheduler(budget: usize, chunk: usize, blocks: usize) -> Scheduler {
         max_num_seqs: 8,
         max_batched_tokens: budget,
         prefill_chunk: chunk,
+        prefill_alone: false,
         prefix_cache: true,
         host_blocks: 0,
         max_inputs: 0,

@@ -19,6 +19,9 @@ pub struct EngineConfig {
     pub max_batched_tokens: usize,
     /// Most prompt tokens one sequence runs in a step.
     pub prefill_chunk: usize,
+    /// A prompt may take the whole step budget while no sequence decodes (fewer, larger
+    /// chunks for a prompt alone; `prefill_chunk` still applies beside decodes).
+    pub prefill_alone: bool,
     /// Requests that may wait beyond the `max_num_seqs` running ones.
     pub max_queue: usize,
     /// Longest sequence (prompt plus generated tokens). The KV pool may lower it further.
@@ -40,6 +43,7 @@ impl Default for EngineConfig {
             max_num_seqs: 64,
             max_batched_tokens: 2048,
             prefill_chunk: 2048,
+            prefill_alone: false,
             max_queue: 1024,
             max_context: 4096,
             prefix_cache: true,

@@ -37,6 +37,11 @@ pub struct ServeArgs {
     /// Most prompt tokens of one sequence per step.
     #[arg(long, default_value_t = 512)]
     pub prefill_chunk: usize,
+    /// While no sequence is decoding, let a prompt take the whole step budget
+    /// (--max-batched-tokens) instead of --prefill-chunk: a prompt alone runs in fewer, larger
+    /// chunks (each step of a quantised model on the GPU expands its weights once).
+    #[arg(long)]
+    pub prefill_alone: bool,
     /// KV cache blocks (of 16 tokens) to allocate on the CPU; the GPU takes most of its free memory.
     #[arg(long, default_value_t = 1024)]
     pub kv_blocks: usize,
@@ -147,6 +152,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|| default_max_num_seqs(args.device.expects_cuda(&model))),
         max_batched_tokens: args.max_batched_tokens,
         prefill_chunk: args.prefill_chunk,
+        prefill_alone: args.prefill_alone,
         max_queue: args.max_queue,
         max_context: max_context(&args, model.config.max_position)?,
         prefix_cache: !args.no_prefix_cache,

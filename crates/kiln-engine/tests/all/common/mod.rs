@@ -40,6 +40,7 @@ pub fn config() -> EngineConfig {
         max_num_seqs: 32,
         max_batched_tokens: 256,
         prefill_chunk: 64,
+        prefill_alone: false,
         max_queue: 64,
         max_context: 1024,
         prefix_cache: true,

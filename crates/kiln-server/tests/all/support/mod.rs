@@ -40,6 +40,7 @@ pub fn engine_config() -> EngineConfig {
         max_num_seqs: 16,
         max_batched_tokens: 256,
         prefill_chunk: 64,
+        prefill_alone: false,
         max_queue: 64,
         max_context: MAX_CONTEXT,
         prefix_cache: true,
