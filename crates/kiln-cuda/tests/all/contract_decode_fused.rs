@@ -18,7 +18,6 @@ use crate::common;
 use common::rope_case::RopeCase;
 use common::{gpu_or_skip, timed, to_bf16, Checks, Rng};
 use kiln_cuda::device::{DevBuf, Gpu};
-use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
 use kiln_cuda::skinny::SkinnyKind;
 use kiln_cuda::skinny_fused::{Epilogue, NormPrologue};
 use kiln_cuda::skinny_tc::{find_tc_entry, measured_entry, tc_entries, MEASURED};

@@ -9,9 +9,9 @@
 
 use crate::common;
 
+use common::planted::planted_sources;
 use common::{bf16_bits, gpu_or_skip, timed, to_bf16, Checks, Rng};
 use kiln_cuda::device::Gpu;
-use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
 use kiln_cuda::StoreType;
 
 /// The host's ordered LM head on one row (draft_head.rs's arithmetic).
@@ -184,26 +184,13 @@ const PLANTED: &[(&str, &str)] = &[
     ),
 ];
 
-fn planted_sources(from: &str, to: &str) -> Vec<KernelSource> {
-    let mut sources: Vec<KernelSource> = SOURCES.to_vec();
-    let src = sources.iter_mut().find(|s| s.name == "draft").unwrap();
-    assert_eq!(
-        src.body.matches(from).count(),
-        1,
-        "draft.cu: `{from}` must occur once"
-    );
-    src.body = Box::leak(src.body.replace(from, to).into_boxed_str());
-    sources
-}
-
 /// Without a GPU: each planted text occurs once, and with NVRTC each planted module compiles
 /// into other machine code than the module's.
 #[test]
 fn planted_draft_modules_compile() {
     for &(from, to) in PLANTED {
-        let sources = planted_sources(from, to);
-        let src = sources.iter().find(|s| s.name == "draft").unwrap();
-        common::planted::assert_planted_compiles(src, StoreType::Bf16, to);
+        let src = common::planted::planted_module("draft", from, to);
+        common::planted::assert_planted_compiles(&src, StoreType::Bf16, to);
     }
 }
 
@@ -216,7 +203,7 @@ fn planted_draft_bugs_fail() {
     let mut rng = Rng::new("planted_draft_bugs_fail");
     let mut c = Checks::new("draft planted bugs");
     for &(from, to) in PLANTED {
-        let bad = Gpu::with_sources(0, StoreType::Bf16, &planted_sources(from, to))
+        let bad = Gpu::with_sources(0, StoreType::Bf16, &planted_sources("draft", from, to))
             .expect("the planted module");
         let mut planted = Checks::quiet("planted");
         contract(&bad, &mut rng, &mut planted);

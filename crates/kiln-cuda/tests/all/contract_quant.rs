@@ -16,6 +16,7 @@
 
 use crate::common;
 
+use common::planted::{planted_module, sources_with};
 use common::{from_bf16, gpu_or_skip, timed, to_bf16, Checks, Rng};
 use kiln_cuda::device::{DevBuf, Gpu};
 use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
@@ -252,8 +253,7 @@ fn quant_planted_bugs_are_in_the_source() {
                 let Some(&(from, to)) = PLANTED.get(i) else {
                     break;
                 };
-                let body: &'static str = Box::leak(src.body.replace(from, to).into_boxed_str());
-                let planted = KernelSource { body, ..*src };
+                let planted = planted_module("quant_gemm", from, to);
                 common::planted::assert_planted_compiles(&planted, StoreType::Bf16, to);
             });
         }
@@ -295,24 +295,13 @@ fn planted_bugs_fail() {
             }
             kept
         })
-        .map(|&(from, to)| {
-            let mut src = *SOURCES.iter().find(|s| s.name == "quant_gemm").unwrap();
-            assert_eq!(
-                src.body.matches(from).count(),
-                1,
-                "quant_gemm.cu: `{from}` must occur once"
-            );
-            src.body = Box::leak(src.body.replace(from, to).into_boxed_str());
-            (from, to, src)
-        })
+        .map(|&(from, to)| (from, to, planted_module("quant_gemm", from, to)))
         .collect();
     let modules: Vec<KernelSource> = planted.iter().map(|(_, _, src)| *src).collect();
     crate::common::planted::prebuild(&modules, gpu.arch);
     for (from, to, module) in planted {
-        let mut sources: Vec<KernelSource> = SOURCES.to_vec();
-        *sources.iter_mut().find(|s| s.name == "quant_gemm").unwrap() = module;
-        let bad =
-            Gpu::with_sources(0, StoreType::Bf16, &sources).expect("loading the planted module");
+        let bad = Gpu::with_sources(0, StoreType::Bf16, &sources_with(module))
+            .expect("loading the planted module");
         let mut planted = Checks::quiet("planted");
         skinny_contract(&bad, &mut rng, &mut planted, &small, &[1, 13, 40], false);
         rows_contract(&bad, &mut rng, &mut planted, &small);

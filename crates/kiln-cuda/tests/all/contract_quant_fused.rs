@@ -11,10 +11,11 @@
 
 use crate::common;
 
+use common::planted::{planted_module, sources_with};
 use common::rope_case::RopeCase;
 use common::{all, gpu_or_skip, poisoned, to_bf16, up, Checks, Rng};
 use kiln_cuda::device::{DevBuf, Gpu};
-use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
+use kiln_cuda::kernel_sources::KernelSource;
 use kiln_cuda::quant_gemm::{quant_skinny_all, quant_skinny_fused};
 use kiln_cuda::quant_layout::{repack, GpuQuant};
 use kiln_cuda::quant_order::RowOrder;
@@ -266,26 +267,13 @@ const PLANTED: &[(&str, &str)] = &[
     ),
 ];
 
-fn quant_module() -> KernelSource {
-    *SOURCES.iter().find(|s| s.name == "quant_gemm").unwrap()
-}
-
 /// Every planted text is in the module once, and the planted module compiles into other machine
 /// code (where NVRTC is present: scripts/ci-nvrtc.sh).
 #[test]
 fn fused_planted_bugs_are_in_the_source() {
-    let src = quant_module();
     for &(from, to) in PLANTED {
-        assert_eq!(
-            src.body.matches(from).count(),
-            1,
-            "`{from}` must occur once"
-        );
-        if kiln_cuda::nvrtc_build::nvrtc_present() {
-            let body: &'static str = Box::leak(src.body.replace(from, to).into_boxed_str());
-            let planted = KernelSource { body, ..src };
-            common::planted::assert_planted_compiles(&planted, StoreType::Bf16, to);
-        }
+        let planted = planted_module("quant_gemm", from, to);
+        common::planted::assert_planted_compiles(&planted, StoreType::Bf16, to);
     }
 }
 
@@ -299,17 +287,12 @@ fn fused_planted_bugs_fail() {
     let mut c = Checks::new("quant fused planted bugs");
     let modules: Vec<KernelSource> = PLANTED
         .iter()
-        .map(|&(from, to)| KernelSource {
-            body: Box::leak(quant_module().body.replace(from, to).into_boxed_str()),
-            ..quant_module()
-        })
+        .map(|&(from, to)| planted_module("quant_gemm", from, to))
         .collect();
     common::planted::prebuild(&modules, gpu.arch);
     for (&(from, to), module) in PLANTED.iter().zip(modules) {
-        let mut sources: Vec<KernelSource> = SOURCES.to_vec();
-        *sources.iter_mut().find(|s| s.name == "quant_gemm").unwrap() = module;
-        let bad =
-            Gpu::with_sources(0, StoreType::Bf16, &sources).expect("loading the planted module");
+        let bad = Gpu::with_sources(0, StoreType::Bf16, &sources_with(module))
+            .expect("loading the planted module");
         let mut planted = Checks::quiet("planted");
         fused_checks(&bad, &mut rng, &mut planted, &[1, 13], true);
         c.check(

@@ -35,6 +35,30 @@ fn moves_machine_code(edited: &KernelSource, store: StoreType) -> anyhow::Result
     Ok(machine_code(&cubin) != machine_code(&unplanted(edited.name, store)))
 }
 
+/// `module` of [`SOURCES`] with `from`, which it must hold once, replaced by `to`.
+pub fn planted_module(module: &str, from: &str, to: &str) -> KernelSource {
+    let mut src = *SOURCES.iter().find(|s| s.name == module).unwrap();
+    assert_eq!(
+        src.body.matches(from).count(),
+        1,
+        "{module}.cu: `{from}` must occur once"
+    );
+    src.body = Box::leak(src.body.replace(from, to).into_boxed_str());
+    src
+}
+
+/// The kernel sources with `planted` in place of its module.
+pub fn sources_with(planted: KernelSource) -> Vec<KernelSource> {
+    let mut sources: Vec<KernelSource> = SOURCES.to_vec();
+    *sources.iter_mut().find(|s| s.name == planted.name).unwrap() = planted;
+    sources
+}
+
+/// The kernel sources with `from` replaced by `to` in `module` ([`planted_module`]).
+pub fn planted_sources(module: &str, from: &str, to: &str) -> Vec<KernelSource> {
+    sources_with(planted_module(module, from, to))
+}
+
 /// On a GPU machine: builds each of `planted` (modules of [`SOURCES`], each with one bug planted)
 /// for `arch` into the kernel cache, on every core at once, so that the planted backends then
 /// loaded one after another read their cubins instead of each building its module in turn (a

@@ -64,27 +64,13 @@ const PLANTED: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// The kernel sources with `from` replaced by `to` in `module` (which must hold it once).
-fn planted_sources(module: &str, from: &str, to: &str) -> Vec<KernelSource> {
-    let mut sources: Vec<KernelSource> = SOURCES.to_vec();
-    let src = sources.iter_mut().find(|s| s.name == module).unwrap();
-    assert_eq!(
-        src.body.matches(from).count(),
-        1,
-        "{module}: `{from}` must occur once"
-    );
-    src.body = Box::leak(src.body.replace(from, to).into_boxed_str());
-    sources
-}
-
 /// Without a GPU: each planted text occurs once, and with NVRTC each planted module compiles
 /// into other machine code than the module's.
 #[test]
 fn planted_modules_compile() {
     for &(module, from, to) in PLANTED {
-        let sources = planted_sources(module, from, to);
-        let src = sources.iter().find(|s| s.name == module).unwrap();
-        common::planted::assert_planted_compiles(src, kiln_cuda::StoreType::Bf16, to);
+        let src = common::planted::planted_module(module, from, to);
+        common::planted::assert_planted_compiles(&src, kiln_cuda::StoreType::Bf16, to);
     }
 }
 
@@ -97,7 +83,7 @@ fn planted_bugs_fail() {
     let mut rng = Rng::new("planted_bugs_fail");
     let mut c = Checks::new("planted_bugs_fail");
     for &(module, from, to) in PLANTED {
-        let sources = planted_sources(module, from, to);
+        let sources = common::planted::planted_sources(module, from, to);
         let bad = Gpu::with_sources(0, kiln_cuda::StoreType::Bf16, &sources)
             .expect("loading the planted module");
         let mut q = Checks::quiet("planted");
