@@ -181,12 +181,7 @@ impl Gpu {
         n_rows: usize,
         k: usize,
     ) -> Result<()> {
-        let at = SegmentAt {
-            w,
-            order: RowOrder::Natural,
-            tile_base: 0,
-            n_rows,
-        };
+        let at = SegmentAt::natural(w, n_rows);
         self.skinny_quant_epi(family, q, &Epilogue::Store { y }, &at, ldy, x, rows, k)
     }
 
@@ -245,12 +240,7 @@ impl Gpu {
         if rows == 0 || rows > cap {
             bail!("{name} takes 1..={cap} rows, got {rows}");
         }
-        let at = SegmentAt {
-            w,
-            order: RowOrder::Natural,
-            tile_base: 0,
-            n_rows,
-        };
+        let at = SegmentAt::natural(w, n_rows);
         let epi = Epilogue::Store { y };
         self.launch_quant_entry(e, KernelChoice::from_env().pdl, &epi, &at, ldy, x, rows, k)
     }
@@ -541,6 +531,18 @@ pub struct SegmentAt {
     pub order: RowOrder,
     pub tile_base: usize,
     pub n_rows: usize,
+}
+
+impl SegmentAt {
+    /// A whole weight of `n_rows` rows at `w`, stored as it is.
+    pub fn natural(w: u64, n_rows: usize) -> SegmentAt {
+        SegmentAt {
+            w,
+            order: RowOrder::Natural,
+            tile_base: 0,
+            n_rows,
+        }
+    }
 }
 
 #[cfg(test)]
