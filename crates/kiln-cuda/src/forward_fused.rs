@@ -56,10 +56,8 @@ impl Fusion {
         let on = step && sw.fuse.any() && wide;
         let mut f = Fusion::default();
         if step && sw.kernels.quant_decode_v2 {
-            f.quant = DecodeFuse {
-                norm: false,
-                ..sw.quant_fuse
-            };
+            // `norm` has no quantised form: fused_quant never reads it.
+            f.quant = sw.quant_fuse;
         }
         if on {
             f.on = sw.fuse;
