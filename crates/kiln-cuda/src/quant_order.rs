@@ -230,6 +230,25 @@ mod tests {
         assert_eq!(RowOrder::Natural.stored_row(20, 1, 4), None);
     }
 
+    /// Whole heads of whole tiles, whole tiles of gate/up pairs: what the launches and the load
+    /// check before they store or read rows in an order.
+    #[test]
+    fn check_takes_whole_heads_and_whole_pair_tiles_only() {
+        let rope = RowOrder::Rope {
+            hd: 128,
+            neox: true,
+        };
+        for (order, rows, ok) in [
+            (rope, 384, true),
+            (rope, 320, false),
+            (RowOrder::Rope { hd: 72, neox: true }, 144, false),
+            (RowOrder::Glu, 592, true),
+            (RowOrder::Glu, 600, false),
+        ] {
+            assert_eq!(order.check(rows).is_ok(), ok, "{order:?} {rows}");
+        }
+    }
+
     #[test]
     fn reorder_moves_whole_rows_and_refuses_partial_pairs() {
         let rows = 32;

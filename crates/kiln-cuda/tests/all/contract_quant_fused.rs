@@ -302,31 +302,3 @@ fn fused_planted_bugs_fail() {
     }
     c.finish();
 }
-
-/// An epilogue that needs pairs refuses rows stored otherwise (no GPU: the check comes first).
-#[test]
-fn pairs_are_checked_before_a_launch() {
-    for (order, rows, ok) in [
-        (
-            RowOrder::Rope {
-                hd: 128,
-                neox: true,
-            },
-            384,
-            true,
-        ),
-        (
-            RowOrder::Rope {
-                hd: 128,
-                neox: true,
-            },
-            320,
-            false,
-        ),
-        (RowOrder::Rope { hd: 72, neox: true }, 144, false),
-        (RowOrder::Glu, 592, true),
-        (RowOrder::Glu, 600, false),
-    ] {
-        assert_eq!(order.check(rows).is_ok(), ok, "{order:?} {rows}");
-    }
-}
