@@ -184,6 +184,11 @@ impl CudaBackend {
         let gpu = Gpu::with_store(opts.device, opts.dtype)?;
         let weights_dev = load_weights(&gpu, weights, &spec, max_context, progress)?;
         let mut lt = LtGemm::new(&gpu, opts.prefill_chunk)?;
+        // KILN_QUANT_AHEAD=N: N multiprocessors left to the expansion one layer ahead.
+        match (&weights_dev.ahead, Switches::from_env().quant_ahead) {
+            (Some(_), Some(n)) if n > 0 => lt.leave_sms(&gpu, n)?,
+            _ => {}
+        }
         for (n, k) in gemm_shapes(&spec, opts.dtype) {
             lt.pin_shape(&gpu, n, k)
                 .with_context(|| format!("choosing the GEMM algorithm for {n}x{k}"))?;

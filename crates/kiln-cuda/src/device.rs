@@ -89,6 +89,9 @@ pub struct Gpu {
     pub(crate) tc_part: std::sync::OnceLock<DevBuf<f32>>,
     /// The wgmma decode GEMM's rewritten x (skinny_wg.rs), when reserved.
     pub(crate) wg_x: std::sync::OnceLock<DevBuf<u16>>,
+    /// A second stream, of the lowest priority, for work that overlaps the main stream's
+    /// (quant_ahead.rs); made on first use.
+    side: std::sync::OnceLock<Arc<CudaStream>>,
 }
 
 impl Gpu {
@@ -115,8 +118,12 @@ impl Gpu {
         // One stream, ordered by construction: cudarc's per-buffer events would only add cost.
         // SAFETY: every buffer is used on `stream` only.
         unsafe { ctx.disable_event_tracking() };
-        // A stream of its own (not the legacy default one), so steps can later be captured.
-        let stream = ctx.new_stream().context("creating the CUDA stream")?;
+        // A stream of its own (not the legacy default one), so steps can later be captured; of
+        // the highest priority, so that its CTAs go first where a side stream's wait too.
+        let (_, highest) = cudarc::driver::result::stream::get_priority_range()?;
+        let stream = ctx
+            .new_stream_with_priority(highest)
+            .context("creating the CUDA stream")?;
         let (major, minor) = ctx.compute_capability()?;
         if major < 8 {
             bail!("CUDA device {ordinal} has compute capability {major}.{minor}; kiln needs 8.0 or newer (bf16 tensor cores)");
@@ -153,6 +160,7 @@ impl Gpu {
             _modules: modules,
             tc_part: std::sync::OnceLock::new(),
             wg_x: std::sync::OnceLock::new(),
+            side: std::sync::OnceLock::new(),
         })
     }
 
@@ -200,12 +208,61 @@ impl Gpu {
         self.launch_with(name, grid, block, smem, args, self.pdl)
     }
 
+    /// The side stream (lowest priority), made on first use.
+    pub fn side_stream(&self) -> Result<&Arc<CudaStream>> {
+        if let Some(s) = self.side.get() {
+            return Ok(s);
+        }
+        let (lowest, _) = cudarc::driver::result::stream::get_priority_range()?;
+        let s = self
+            .ctx
+            .new_stream_with_priority(lowest)
+            .context("creating the side stream")?;
+        Ok(self.side.get_or_init(|| s))
+    }
+
+    /// Launches `name` on the side stream (a plain launch: it follows the side stream's
+    /// earlier work and the events it waits for).
+    pub fn launch_side(
+        &self,
+        name: &str,
+        grid: (u32, u32, u32),
+        block: u32,
+        smem: u32,
+        args: &[Arg],
+    ) -> Result<()> {
+        let side = self.side_stream()?.cu_stream();
+        self.launch_in(side, name, grid, block, smem, args, false)
+    }
+
     /// Launches `name`; `dependent`: as a programmatic dependent launch, which may start while
     /// the previous kernel on the stream still runs (once all of that one's CTAs are resident
     /// or past `pdl_trigger()`). Every kernel calls `pdl_wait()` (common.cuh) before it touches
     /// memory a previous kernel may use, so the results are those of plain order.
     pub fn launch_with(
         &self,
+        name: &str,
+        grid: (u32, u32, u32),
+        block: u32,
+        smem: u32,
+        args: &[Arg],
+        dependent: bool,
+    ) -> Result<()> {
+        self.launch_in(
+            self.stream.cu_stream(),
+            name,
+            grid,
+            block,
+            smem,
+            args,
+            dependent,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn launch_in(
+        &self,
+        stream: cudarc::driver::sys::CUstream,
         name: &str,
         grid: (u32, u32, u32),
         block: u32,
@@ -241,7 +298,7 @@ impl Gpu {
             blockDimY: 1,
             blockDimZ: 1,
             sharedMemBytes: smem,
-            hStream: self.stream.cu_stream(),
+            hStream: stream,
             attrs: &mut attr,
             numAttrs: dependent as u32,
         };

@@ -15,7 +15,8 @@ use crate::gemm_lt::LtGemm;
 use crate::kernels::{decode_part_splits, QkvKind};
 use crate::kernels_gemma::PostNormThen;
 use crate::kv_cache::KvCache;
-use crate::quant_gemm::{quant_gemm, quant_skinny_all};
+use crate::quant_gemm::quant_skinny_all;
+use crate::quant_prefill::{quant_gemm, AheadStep};
 use crate::step_plan::{StepLayout, StepPlan};
 use crate::store::{StoreBuf, StorePtr, StoreType};
 use crate::switches::Switches;
@@ -29,6 +30,9 @@ use fused::Fusion;
 #[path = "forward_draft.rs"]
 mod draft;
 pub use draft::DraftIo;
+// Quantised projections with the expansion one layer ahead.
+#[path = "forward_quant.rs"]
+mod quant;
 // The ring layers' view of the step buffer (a KV ring).
 #[path = "forward_ring.rs"]
 mod ring;
@@ -139,6 +143,7 @@ impl StepContext<'_> {
             pending: false,
             post_norm: None,
             fused: Fusion::for_step(self.spec, &self.sw, self.gpu.store, plan),
+            ahead: AheadStep::default(),
         };
         match self.draft {
             None => run_step(self.spec, &mut ops),
@@ -163,6 +168,8 @@ struct CudaOps<'c, 'a> {
     post_norm: Option<PostNorm>,
     /// What this step's GEMMs take over from the kernels around them (forward_fused.rs).
     fused: Fusion,
+    /// How far the expansion one layer ahead has gone (quant_prefill.rs).
+    ahead: AheadStep,
 }
 
 /// A deferred post-norm: its weight and epsilon.
@@ -437,7 +444,9 @@ impl StepOps for CudaOps<'_, '_> {
             self.flush_post_norm()?;
         }
         let w = c.w.layers[layer].matrix(weight);
-        self.gemm(y.dev_ptr(), x.dev_ptr(), w, n, k)?;
+        if !self.quant_ahead(layer, weight, y.ptr(), x.ptr())? {
+            self.gemm(y.dev_ptr(), x.dev_ptr(), w, n, k)?;
+        }
         self.pending |= matches!(
             weight,
             LayerWeight::O | LayerWeight::Down | LayerWeight::PerLayerProj

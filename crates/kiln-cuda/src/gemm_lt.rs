@@ -167,6 +167,30 @@ impl LtGemm {
         }
     }
 
+    /// Runs every GEMM on `sm_count - n` multiprocessors, leaving `n` to work on another
+    /// stream (quant_prefill.rs); before any shape is pinned, so the choices account for it.
+    pub fn leave_sms(&mut self, gpu: &Gpu, n: u32) -> Result<()> {
+        if !self.pinned.is_empty() {
+            bail!("leave_sms after GEMM shapes were pinned");
+        }
+        let target = gpu.sm_count.saturating_sub(n).max(1) as i32;
+        // SAFETY: the attribute is an i32, passed by pointer with its size.
+        check(
+            unsafe {
+                lt::cublasLtMatmulDescSetAttribute(
+                    self.desc,
+                    lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET,
+                    &target as *const i32 as *const c_void,
+                    4,
+                )
+            },
+            "SM count target",
+        )?;
+        self.choices
+            .push(format!("GEMMs on {target} of {} SMs", gpu.sm_count));
+        Ok(())
+    }
+
     /// Chooses and records the algorithm for shape (n, k) if not done yet: the first heuristic
     /// candidate without split-K that runs at small m and that, tried on the device, gives rows
     /// bit-identical at m = 1, 37, 5 (at an offset) and the reference m.

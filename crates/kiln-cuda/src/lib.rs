@@ -26,6 +26,7 @@ pub mod quant_gemm;
 mod quant_halves;
 pub mod quant_layout;
 pub mod quant_order;
+pub mod quant_prefill;
 pub mod quant_weights;
 pub mod sampling;
 pub mod skinny;

@@ -10,7 +10,6 @@ use std::sync::OnceLock;
 use anyhow::{anyhow, bail, Result};
 
 use crate::device::{i32_of, Arg, DevPtr, Gpu};
-use crate::gemm_lt::LtGemm;
 use crate::kernel_entries::EntryPoint;
 use crate::kernel_sources::source;
 use crate::quant_layout::{GpuQuant, CHUNK, TILE_ROWS};
@@ -335,44 +334,29 @@ impl Gpu {
         k: usize,
         order: RowOrder,
     ) -> Result<()> {
-        check_shape(q, n_rows, k)?;
-        order.check(n_rows)?;
-        if n_rows == 0 {
-            return Ok(());
+        match expand_launch(self, words, q, out, ld, w, n_rows, k, order)? {
+            Some((name, grid, args)) => self.launch(&name, grid, 256, 0, &args),
+            None => Ok(()),
         }
-        // Runs of eight values are stored 16 bytes at a time.
-        if !ld.is_multiple_of(8) || ld < k {
-            bail!(
-                "quant_to_bf16: rows of {ld} values for {k} columns (a multiple of 8 at least k)"
-            );
+    }
+
+    /// [`Gpu::quant_to_bf16`] on the side stream (quant_prefill.rs).
+    #[allow(clippy::too_many_arguments)]
+    pub fn quant_to_bf16_side(
+        &self,
+        q: GpuQuant,
+        out: u64,
+        ld: usize,
+        w: u64,
+        n_rows: usize,
+        k: usize,
+        order: RowOrder,
+    ) -> Result<()> {
+        let words = KernelChoice::from_env().quant_expand_words;
+        match expand_launch(self, words, q, out, ld, w, n_rows, k, order)? {
+            Some((name, grid, args)) => self.launch_side(&name, grid, 256, 0, &args),
+            None => Ok(()),
         }
-        // A thread per 8 values (the first kernel), or 64 threads a record and four records a
-        // CTA.
-        let units = if words {
-            (n_rows * k.div_ceil(CHUNK) * 16).div_ceil(256)
-        } else {
-            (n_rows.div_ceil(TILE_ROWS) * k.div_ceil(CHUNK)).div_ceil(4)
-        };
-        let grid = (units.min(self.sm_count as usize * 16) as u32, 1, 1);
-        let name = if words {
-            format!("quant_to_bf16_words_{}", q.name())
-        } else {
-            format!("quant_to_bf16_{}", q.name())
-        };
-        let mut args = vec![
-            Arg::Ptr(out),
-            Arg::Ptr(w),
-            Arg::I32(i32_of(n_rows, "n")?),
-            Arg::I32(i32_of(k, "k")?),
-            Arg::I32(i32_of(ld, "ld")?),
-        ];
-        args.extend(order.args(n_rows)?);
-        if !words {
-            args.push(Arg::I32(
-                KernelChoice::from_env().quant_expand_vstore as i32,
-            ));
-        }
-        self.launch(&name, grid, 256, 0, &args)
     }
 
     /// x[i, :] = the f32 values of row ids[i] of the `[_, k]` weight `w` (device layout of
@@ -411,6 +395,60 @@ impl Gpu {
     }
 }
 
+/// An expansion's kernel, grid (of 256-thread CTAs) and arguments.
+type ExpandLaunch = (String, (u32, u32, u32), Vec<Arg>);
+
+/// The expansion's launch; None: nothing to expand.
+#[allow(clippy::too_many_arguments)]
+fn expand_launch(
+    gpu: &Gpu,
+    words: bool,
+    q: GpuQuant,
+    out: u64,
+    ld: usize,
+    w: u64,
+    n_rows: usize,
+    k: usize,
+    order: RowOrder,
+) -> Result<Option<ExpandLaunch>> {
+    check_shape(q, n_rows, k)?;
+    order.check(n_rows)?;
+    if n_rows == 0 {
+        return Ok(None);
+    }
+    // Runs of eight values are stored 16 bytes at a time.
+    if !ld.is_multiple_of(8) || ld < k {
+        bail!("quant_to_bf16: rows of {ld} values for {k} columns (a multiple of 8 at least k)");
+    }
+    // A thread per 8 values (the first kernel), or 64 threads a record and four records a
+    // CTA.
+    let units = if words {
+        (n_rows * k.div_ceil(CHUNK) * 16).div_ceil(256)
+    } else {
+        (n_rows.div_ceil(TILE_ROWS) * k.div_ceil(CHUNK)).div_ceil(4)
+    };
+    let grid = (units.min(gpu.sm_count as usize * 16) as u32, 1, 1);
+    let name = if words {
+        format!("quant_to_bf16_words_{}", q.name())
+    } else {
+        format!("quant_to_bf16_{}", q.name())
+    };
+    let mut args = vec![
+        Arg::Ptr(out),
+        Arg::Ptr(w),
+        Arg::I32(i32_of(n_rows, "n")?),
+        Arg::I32(i32_of(k, "k")?),
+        Arg::I32(i32_of(ld, "ld")?),
+    ];
+    args.extend(order.args(n_rows)?);
+    if !words {
+        args.push(Arg::I32(
+            KernelChoice::from_env().quant_expand_vstore as i32,
+        ));
+    }
+    Ok(Some((name, grid, args)))
+}
+
 fn check_shape(q: GpuQuant, n_rows: usize, k: usize) -> Result<()> {
     if !q.fits(k) {
         bail!(
@@ -420,50 +458,6 @@ fn check_shape(q: GpuQuant, n_rows: usize, k: usize) -> Result<()> {
         );
     }
     i32_of(n_rows, "rows")?;
-    Ok(())
-}
-
-/// y[r, :] = x[r, :] . W^T for r < t, W quantised: rows 0..d (decode rows) through the skinny
-/// kernels segment by segment, rows d..t through `scratch` (bf16, room for W) and cuBLASLt.
-#[allow(clippy::too_many_arguments)]
-pub fn quant_gemm(
-    gpu: &Gpu,
-    lt: &mut LtGemm,
-    scratch: u64,
-    w: &QuantMatrix,
-    y: DevPtr<f32>,
-    x: DevPtr<u16>,
-    t: usize,
-    d: usize,
-) -> Result<()> {
-    let (n, k) = (w.rows, w.cols);
-    quant_skinny_all(gpu, w, y.addr(), x.addr(), d)?;
-    if t > d {
-        if scratch == 0 {
-            bail!("no prefill scratch for a quantised {n}x{k} weight");
-        }
-        let out = DevPtr::<u16>::new(scratch);
-        for s in &w.segments {
-            gpu.quant_to_bf16(
-                s.format,
-                out.row(s.row0, k).addr(),
-                k,
-                s.data.ptr(),
-                s.rows,
-                k,
-                s.order,
-            )?;
-        }
-        lt.matmul(
-            gpu,
-            y.row(d, n).addr(),
-            x.row(d, k).addr(),
-            scratch,
-            t - d,
-            n,
-            k,
-        )?;
-    }
     Ok(())
 }
 

@@ -262,6 +262,7 @@ pub fn weight_bytes(spec: &ModelSpec, src: &dyn WeightSource, on: bool) -> (usiz
         on,
         Records256::from_env(),
         embedding_on_host(spec),
+        crate::switches::Switches::from_env().quant_ahead.is_some(),
     )
 }
 
@@ -272,6 +273,7 @@ fn weight_bytes_as(
     on: bool,
     wide: Records256,
     embed_host: bool,
+    ahead: bool,
 ) -> (usize, usize) {
     let mut bytes = 0;
     let mut scratch = 0;
@@ -283,14 +285,20 @@ fn weight_bytes_as(
         };
     }
     for (l, layer) in spec.layers.iter().enumerate() {
+        // The layer-ahead buffers (quant_prefill.rs): two of the widest layer's expansions.
+        let mut layer_len = 0;
         for f in schema::layer_weights(l, layer, spec.hidden_size) {
             bytes += match kept_formats_as(&f, src, on && quantizable_layer(f.weight), wide) {
                 Some(q) => {
                     scratch = scratch.max(f.len() * 2);
+                    layer_len += f.len().next_multiple_of(128);
                     device_bytes(&f, &q)
                 }
                 None => f.len() * 2,
             };
+        }
+        if ahead {
+            scratch = scratch.max(2 * 2 * layer_len);
         }
     }
     (bytes, scratch)
@@ -436,7 +444,7 @@ mod tests {
         assert!(q4k_blocks > 0 && q6k_blocks > 0);
         let gib = |b: usize| b as f64 / (1u64 << 30) as f64;
         for embed_host in [false, true] {
-            let at = |wide| weight_bytes_as(&spec, &src, true, wide, embed_host);
+            let at = |wide| weight_bytes_as(&spec, &src, true, wide, embed_host, false);
             let (records, scratch) = at(Records256::default());
             let q4k_only = Records256 {
                 q4_k: true,

@@ -39,6 +39,12 @@ pub struct Switches {
     /// the quantised skinny kernels (in launches of 64 rows) instead of prefill rows through a
     /// bf16 expansion and cuBLASLt (`expand`, the default). Row-invariant either way.
     pub quant_prefill_skinny: bool,
+    /// KILN_QUANT_AHEAD=on | N: a step with prefill rows expands the next layer's quantised
+    /// matrices on a second stream while this layer's launches run (quant_ahead.rs), into one
+    /// of two layer-sized buffers; N (1-64) also leaves N multiprocessors out of the cuBLASLt
+    /// GEMMs for it. None (unset, 0, off): each matrix is expanded just before its GEMM. The
+    /// same expansion either way; with N the pinned GEMM algorithms may differ.
+    pub quant_ahead: Option<u32>,
     /// A quantised embedding (with an LM head of its own) is kept in pinned host memory, as
     /// llama.cpp keeps it, and gathered over the bus: its bytes leave the GPU (0.29 GiB of the
     /// Q4_K_M 8B file; prefill and decode within 1% on the H200). KILN_QUANT_EMBED=device
@@ -330,6 +336,11 @@ impl Env {
                 draft_graphs: on("KILN_DRAFT_GRAPHS"),
                 gpu_quant: on("KILN_GPU_QUANT"),
                 quant_prefill_skinny: var("KILN_QUANT_PREFILL").as_deref() == Some("skinny"),
+                quant_ahead: match var("KILN_QUANT_AHEAD").as_deref() {
+                    Some("on") => Some(0),
+                    Some(n) => n.parse().ok().filter(|n| (1..=64).contains(n)),
+                    None => None,
+                },
                 quant_embed_host: var("KILN_QUANT_EMBED").as_deref() != Some("device"),
                 // The first decode family has no kernels for 256-k records.
                 quant_q4k256: var("KILN_QUANT_Q4K").as_deref() != Some("128") && quant_decode_v2,
@@ -458,7 +469,7 @@ impl Switches {
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -489,6 +500,11 @@ impl Switches {
                 "skinny"
             } else {
                 "expand"
+            },
+            match self.quant_ahead {
+                None => "off".to_string(),
+                Some(0) => "on".to_string(),
+                Some(n) => n.to_string(),
             },
             if self.quant_embed_host {
                 "host"

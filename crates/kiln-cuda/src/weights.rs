@@ -11,6 +11,7 @@ use kiln_model::{DummyFill, ModelSpec, TensorId, WeightSource};
 
 use crate::device::{DevBuf, Gpu};
 use crate::quant_order::{self, RowOrder};
+use crate::quant_prefill::AheadBuffers;
 use crate::quant_weights::{self, quantizable_global, quantizable_layer, QuantMatrix};
 use crate::store::{StoreBuf, StoreType};
 use crate::switches::Switches;
@@ -37,6 +38,13 @@ impl LayerWeights {
     /// The weight's address; 0 when the layer has none (optional bias and Q/K norms).
     pub fn ptr(&self, w: LayerWeight) -> u64 {
         self.bufs[w.index()].as_ref().map_or(0, |b| b.ptr())
+    }
+
+    /// The layer's quantised projections, in the schema's order.
+    pub fn quantised(&self) -> impl Iterator<Item = (LayerWeight, &QuantMatrix)> {
+        LayerWeight::ALL
+            .iter()
+            .filter_map(|&w| self.quant[w.index()].as_ref().map(|q| (w, q)))
     }
 
     /// A projection, quantised or in bf16.
@@ -78,8 +86,10 @@ pub struct ModelWeights {
     pub quant_embed: Option<QuantMatrix>,
     pub quant_lm_head: Option<QuantMatrix>,
     /// bf16 room for the largest quantised projection, which prefill rows multiply (None
-    /// when no projection is quantised).
+    /// when no projection is quantised, or with the layer-ahead buffers).
     pub scratch: Option<DevBuf<u16>>,
+    /// Two layer-sized bf16 buffers for the expansion one layer ahead (KILN_QUANT_AHEAD).
+    pub ahead: Option<AheadBuffers>,
     pub layers: Vec<LayerWeights>,
     /// One per RoPE of the spec: cos/sin per (position, pair), times the attention factor,
     /// [max_pos][pairs][2].
@@ -114,6 +124,7 @@ impl ModelWeights {
 
     pub fn scratch_bytes(&self) -> usize {
         self.scratch.as_ref().map_or(0, |b| b.bytes())
+            + self.ahead.as_ref().map_or(0, |a| a.bytes())
     }
 
     /// Every quantised matrix.
@@ -362,9 +373,13 @@ pub fn load_weights(
         layers.push(w);
     }
     // No prefill row reads an expansion when every row takes the skinny kernels.
+    let ahead = match sw.quant_ahead {
+        Some(_) if !sw.quant_prefill_skinny => AheadBuffers::new(gpu, &layers)?,
+        _ => None,
+    };
     let scratch = match scratch_len {
         0 => None,
-        _ if Switches::from_env().quant_prefill_skinny => None,
+        _ if sw.quant_prefill_skinny || ahead.is_some() => None,
         n => Some(gpu.alloc::<u16>(n)?),
     };
     let mut ropes = Vec::with_capacity(spec.ropes.len());
@@ -399,6 +414,7 @@ pub fn load_weights(
         quant_embed,
         quant_lm_head,
         scratch,
+        ahead,
         layers,
         ropes,
         rope_positions,
