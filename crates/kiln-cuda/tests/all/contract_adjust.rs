@@ -8,9 +8,9 @@ use crate::common;
 
 use std::sync::Arc;
 
+use common::planted::planted_sources;
 use common::{gpu_or_skip, Checks, Rng};
 use kiln_cuda::device::Gpu;
-use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
 use kiln_cuda::sampling::AdjustPack;
 use kiln_cuda::StoreType;
 use kiln_step::{adjust_row, Penalty, RowAdjust, TokenSet};
@@ -201,14 +201,7 @@ fn planted_adjust_bugs_fail() {
     let mut rng = Rng::new("planted_adjust_bugs_fail");
     let mut c = Checks::new("adjust_rows planted bugs");
     for &(from, to) in PLANTED {
-        let mut sources: Vec<KernelSource> = SOURCES.to_vec();
-        let src = sources.iter_mut().find(|s| s.name == "sample").unwrap();
-        assert_eq!(
-            src.body.matches(from).count(),
-            1,
-            "sample.cu: `{from}` must occur once"
-        );
-        src.body = Box::leak(src.body.replace(from, to).into_boxed_str());
+        let sources = planted_sources("sample", from, to);
         let bad = Gpu::with_sources(0, StoreType::Bf16, &sources).expect("the planted module");
         let mut planted = Checks::quiet("planted");
         contract(&bad, &mut rng, &mut planted, &[(1000, 150), (32000, 48)]);

@@ -19,7 +19,6 @@ use kiln_cuda::attn_launch::{
 };
 use kiln_cuda::attn_wide::WIDE_HEAD_DIMS;
 use kiln_cuda::device::Gpu;
-use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
 use kiln_cuda::switches::DecodeFold;
 
 mod planted;

@@ -8,9 +8,9 @@
 
 use crate::common;
 
+use common::planted::planted_sources;
 use common::{from_bf16, gpu_or_skip, round_bf16, timed, to_bf16, Checks, Rng};
 use kiln_cuda::device::{DevBuf, Gpu};
-use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
 use kiln_model::{Activation, PerLayerInputSpec};
 
 /// bf16 outputs: within a couple of bf16 ulps of the reference.
@@ -96,14 +96,7 @@ fn planted_bugs_fail() {
     let mut rng = Rng::new("planted_bugs_fail");
     let mut c = Checks::new("gemma planted bugs");
     for &(from, to) in PLANTED {
-        let mut sources: Vec<KernelSource> = SOURCES.to_vec();
-        let src = sources.iter_mut().find(|s| s.name == "gemma").unwrap();
-        assert_eq!(
-            src.body.matches(from).count(),
-            1,
-            "gemma.cu: `{from}` must occur once"
-        );
-        src.body = Box::leak(src.body.replace(from, to).into_boxed_str());
+        let sources = planted_sources("gemma", from, to);
         let bad = Gpu::with_sources(0, kiln_cuda::StoreType::Bf16, &sources)
             .expect("loading the planted module");
         let mut planted = Checks::quiet("planted");

@@ -5,9 +5,9 @@
 
 use crate::common;
 
+use common::planted::planted_sources;
 use common::{bf16_bits, from_bf16, gpu_or_skip, round_bf16, timed, to_bf16, Checks, Rng};
 use kiln_cuda::device::Gpu;
-use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
 use kiln_cuda::kernels::{KvView, QkvKind};
 
 /// bf16 outputs: within a couple of bf16 ulps of the reference.
@@ -344,14 +344,7 @@ fn qkv_planted_bugs_fail() {
     let mut rng = Rng::new("qkv_planted_bugs_fail");
     let mut c = Checks::new("qkv_prepare planted bugs");
     for &(from, to) in PLANTED_QKV {
-        let mut sources: Vec<KernelSource> = SOURCES.to_vec();
-        let src = sources.iter_mut().find(|s| s.name == "rope_kv").unwrap();
-        assert_eq!(
-            src.body.matches(from).count(),
-            1,
-            "rope_kv.cu: `{from}` must occur once"
-        );
-        src.body = Box::leak(src.body.replace(from, to).into_boxed_str());
+        let sources = planted_sources("rope_kv", from, to);
         let bad = Gpu::with_sources(0, kiln_cuda::StoreType::Bf16, &sources)
             .expect("loading the planted module");
         let mut planted = Checks::quiet("planted");

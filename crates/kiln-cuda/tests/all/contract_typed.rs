@@ -14,9 +14,9 @@ mod attention;
 mod gemm;
 mod rows;
 
+use common::planted::{assert_planted_compiles, planted_module, planted_sources};
 use common::{gpu_with_store_or_skip, Checks, Rng};
 use kiln_cuda::device::Gpu;
-use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
 use kiln_cuda::StoreType;
 
 const FORMATS: [StoreType; 2] = [StoreType::F32, StoreType::F16];
@@ -133,14 +133,7 @@ fn typed_planted_bugs_fail() {
     let mut rng = Rng::new("typed_planted_bugs_fail");
     let mut c = Checks::new("typed planted bugs");
     for &(module, from, to, part) in PLANTED {
-        let mut sources: Vec<KernelSource> = SOURCES.to_vec();
-        let src = sources.iter_mut().find(|s| s.name == module).unwrap();
-        assert_eq!(
-            src.body.matches(from).count(),
-            1,
-            "{module}.cu: `{from}` must occur once"
-        );
-        src.body = Box::leak(src.body.replace(from, to).into_boxed_str());
+        let sources = planted_sources(module, from, to);
         let bad =
             Gpu::with_sources(0, StoreType::F32, &sources).expect("loading the planted module");
         let mut planted = Checks::quiet("planted");
@@ -157,16 +150,11 @@ fn typed_planted_bugs_fail() {
 }
 
 /// Every planted bug's text is in its module once, and the planted module compiles into other
-/// machine code than the module's (where NVRTC is present), checked without a GPU so that an edit of a kernel shows here first.
+/// machine code than the module's (where NVRTC is present), checked without a GPU so that an
+/// edit of a kernel shows here first.
 #[test]
 fn typed_planted_bugs_are_in_the_sources() {
     for &(module, from, to, _) in PLANTED {
-        let src = SOURCES.iter().find(|s| s.name == module).unwrap();
-        assert_eq!(src.body.matches(from).count(), 1, "{module}.cu: `{from}`");
-        if kiln_cuda::nvrtc_build::nvrtc_present() {
-            let body: &'static str = Box::leak(src.body.replace(from, to).into_boxed_str());
-            let planted = KernelSource { body, ..*src };
-            common::planted::assert_planted_compiles(&planted, StoreType::F32, to);
-        }
+        assert_planted_compiles(&planted_module(module, from, to), StoreType::F32, to);
     }
 }

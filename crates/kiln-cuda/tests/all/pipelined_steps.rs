@@ -7,9 +7,9 @@
 use crate::common;
 use crate::common::models;
 
+use common::planted::planted_sources;
 use common::{gpu_or_skip, Checks, Rng};
 use kiln_cuda::device::Gpu;
-use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
 use kiln_cuda::{CudaBackend, StoreType};
 use kiln_model::dummy::DummySource;
 use kiln_model::WeightSource;
@@ -46,10 +46,7 @@ fn planted_feed_bugs_fail() {
         "if (i + 1 < n) tokens[pairs[2 * i]] = picks[(long long)pairs[2 * i + 1] * stride];",
     ];
     for to in plants {
-        let mut sources: Vec<KernelSource> = SOURCES.to_vec();
-        let src = sources.iter_mut().find(|s| s.name == "sample").unwrap();
-        assert_eq!(src.body.matches(good).count(), 1, "sample.cu: `{good}`");
-        src.body = Box::leak(src.body.replace(good, to).into_boxed_str());
+        let sources = planted_sources("sample", good, to);
         let bad = Gpu::with_sources(0, StoreType::Bf16, &sources).expect("the planted module");
         let mut planted = Checks::quiet("planted");
         feed_contract(&bad, &mut rng, &mut planted);

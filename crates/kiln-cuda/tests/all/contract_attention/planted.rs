@@ -2,6 +2,8 @@
 //! it, and the contract run on a case where the bug shows; every one must be caught.
 
 use super::*;
+use crate::common::planted::{planted_module, sources_with};
+use kiln_cuda::kernel_sources::KernelSource;
 
 /// Modules with one planted bug each: (module, text, replacement).
 const PLANTED: &[(&str, &str, &str)] = &[
@@ -83,24 +85,17 @@ fn keep_entries(body: &str, mac: &str, keep: &str) -> String {
         .collect()
 }
 
-/// The kernel sources with `from` replaced by `to` in `module` (which must hold it once);
-/// the tensor-core families keep only their head-dim-128 entries, all the planted case runs.
-fn planted_sources(module: &str, from: &str, to: &str) -> Vec<KernelSource> {
-    let mut sources: Vec<KernelSource> = SOURCES.to_vec();
-    let src = sources.iter_mut().find(|s| s.name == module).unwrap();
-    assert_eq!(
-        src.body.matches(from).count(),
-        1,
-        "{module}.cu: `{from}` must occur once"
-    );
-    let planted = src.body.replace(from, to);
-    let planted = match module {
-        "flash_sm90" => keep_entries(&planted, "FS_ENTRY(", "(flash_sm90_hd128,"),
-        "decode_mma" => keep_entries(&planted, "DM_ENTRY(", "_hd128,"),
-        _ => planted,
+/// `module` with `from` replaced by `to` ([`planted_module`]); the tensor-core families keep
+/// only their head-dim-128 entries, all the planted case runs.
+fn planted(module: &str, from: &str, to: &str) -> KernelSource {
+    let mut src = planted_module(module, from, to);
+    let kept = match module {
+        "flash_sm90" => keep_entries(src.body, "FS_ENTRY(", "(flash_sm90_hd128,"),
+        "decode_mma" => keep_entries(src.body, "DM_ENTRY(", "_hd128,"),
+        _ => return src,
     };
-    src.body = Box::leak(planted.into_boxed_str());
-    sources
+    src.body = Box::leak(kept.into_boxed_str());
+    src
 }
 
 /// Without a GPU: each planted text occurs once, and with NVRTC each planted module compiles
@@ -109,8 +104,7 @@ fn planted_sources(module: &str, from: &str, to: &str) -> Vec<KernelSource> {
 #[test]
 fn planted_modules_compile() {
     for &(module, from, to) in PLANTED {
-        let sources = planted_sources(module, from, to);
-        let src = sources.iter().find(|s| s.name == module).unwrap();
+        let src = &planted(module, from, to);
         let entries = src.entries().expect("entries of the planted module");
         let needed: &[&str] = match module {
             "flash_sm90" => &["flash_sm90_hd128"],
@@ -166,12 +160,7 @@ fn planted_bugs_fail() {
     let modules: Vec<_> = PLANTED
         .iter()
         .filter(|(module, _, _)| wanted(module))
-        .map(|&(module, from, to)| {
-            *planted_sources(module, from, to)
-                .iter()
-                .find(|s| s.name == module)
-                .unwrap()
-        })
+        .map(|&(module, from, to)| planted(module, from, to))
         .collect();
     crate::common::planted::prebuild(&modules, gpu.arch);
     for &(module, from, to) in PLANTED {
@@ -183,7 +172,7 @@ fn planted_bugs_fail() {
             eprintln!("SKIP planted bug in {module}.cu: no sm_90 device");
             continue;
         }
-        let sources = planted_sources(module, from, to);
+        let sources = sources_with(planted(module, from, to));
         let bad = Gpu::with_sources(0, kiln_cuda::StoreType::Bf16, &sources)
             .expect("loading the planted module");
         let s = Setup::new(&bad, &mut rng, case);
