@@ -28,7 +28,11 @@ impl CudaOps<'_, '_> {
         };
         // As `gemm` splits the rows (no buffers are made for KILN_QUANT_PREFILL=skinny).
         let t = self.plan.n_tokens;
-        let d = if c.sw.skinny_gemm { self.plan.n_decode } else { 0 };
+        let d = if c.sw.skinny_gemm {
+            self.plan.n_decode
+        } else {
+            0
+        };
         if t <= d {
             return Ok(false);
         }
