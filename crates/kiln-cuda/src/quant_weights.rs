@@ -305,7 +305,7 @@ fn weight_bytes_as(
 }
 
 /// The quantised part of the weights for describe(): " (of which Q4_K 3.90 GiB, Q6_K 0.85
-/// GiB; prefill scratch 0.22 GiB)", or nothing.
+/// GiB; prefill scratch 0.87 GiB in the buffers, expanded a layer ahead)", or nothing.
 pub fn describe(w: &crate::weights::ModelWeights) -> String {
     let mut per: Vec<(GpuQuant, usize)> = Vec::new();
     let label = |q: GpuQuant| match q {
@@ -337,8 +337,13 @@ pub fn describe(w: &crate::weights::ModelWeights) -> String {
     } else {
         String::new()
     };
+    let ahead = if w.ahead.is_some() {
+        ", expanded a layer ahead"
+    } else {
+        ""
+    };
     format!(
-        " (of which {}; prefill scratch {:.2} GiB in the buffers{host})",
+        " (of which {}; prefill scratch {:.2} GiB in the buffers{ahead}{host})",
         formats.join(", "),
         gib(w.scratch_bytes())
     )
@@ -395,11 +400,21 @@ mod tests {
         let plain = DummySource::preset("tiny").unwrap();
         assert_eq!(kept_formats(f, &plain, true), None);
         // Quantised bytes are fewer than bf16, and the scratch holds the largest matrix.
-        let (q, scratch) = weight_bytes(&spec, &src, true);
-        let (b, none) = weight_bytes(&spec, &src, false);
+        let at = |on, ahead| weight_bytes_as(&spec, &src, on, Records256::default(), false, ahead);
+        let (q, scratch) = at(true, false);
+        let (b, none) = at(false, false);
         assert!(q < b / 3, "{q} vs {b}");
         assert_eq!(none, 0);
         assert_eq!(scratch, 2 * 768 * 256 * 2);
+        // The layer-ahead buffers: two bf16 copies of a layer's quantised matrices.
+        let layer: usize = layers[0]
+            .iter()
+            .filter(|f| kept_formats(f, &src, true).is_some())
+            .map(|f| f.len().next_multiple_of(128))
+            .sum();
+        assert_eq!(at(true, true).1, 2 * 2 * layer);
+        assert!(at(true, true).1 > scratch);
+        assert_eq!(at(false, true).1, 0);
     }
 
     #[test]

@@ -181,3 +181,19 @@ fn values_parse_as_documented() {
     assert_eq!(cache(""), KernelCache::Home);
     assert_eq!(cache("/tmp/k"), KernelCache::Dir("/tmp/k".into()));
 }
+
+#[test]
+fn the_expansion_runs_a_layer_ahead_unless_turned_off() {
+    let ahead = |v: Option<&str>| match v {
+        None => read(&[]).switches.quant_ahead,
+        Some(v) => read(&[("KILN_QUANT_AHEAD", v)]).switches.quant_ahead,
+    };
+    assert_eq!(ahead(None), Some(0));
+    assert_eq!(ahead(Some("on")), Some(0));
+    assert_eq!(ahead(Some("16")), Some(16));
+    for off in ["off", "0", "65", "x"] {
+        assert_eq!(ahead(Some(off)), None, "{off}");
+    }
+    let line = read(&[]).switches.describe();
+    assert!(line.contains("quant_ahead=on"), "{line}");
+}
