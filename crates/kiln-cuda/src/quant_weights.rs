@@ -305,7 +305,7 @@ fn weight_bytes_as(
 }
 
 /// The quantised part of the weights for describe(): " (of which Q4_K 3.90 GiB, Q6_K 0.85
-/// GiB; prefill scratch 0.87 GiB in the buffers, expanded a layer ahead)", or nothing.
+/// GiB; prefill scratch 0.81 GiB in the buffers, expanded a layer ahead)", or nothing.
 pub fn describe(w: &crate::weights::ModelWeights) -> String {
     let mut per: Vec<(GpuQuant, usize)> = Vec::new();
     let label = |q: GpuQuant| match q {

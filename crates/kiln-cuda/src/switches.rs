@@ -42,7 +42,7 @@ pub struct Switches {
     /// A step with prefill rows expands the next layer's quantised matrices on a second stream
     /// while this layer's launches run (quant_prefill.rs), into one of two layer-sized buffers
     /// (Some(0), the default: on the H200, Q8_0 8B prefill 2k +2.0-2.7%, 8k +0.7-1.1%, for
-    /// 0.65 GiB more buffers). KILN_QUANT_AHEAD=off (None): each matrix expanded into one
+    /// 0.59 GiB more buffers). KILN_QUANT_AHEAD=off (None): each matrix expanded into one
     /// scratch just before its GEMM; =N (1-64): also N multiprocessors left out of the cuBLASLt
     /// GEMMs for the expansion (slower there: -3 to -7% at N = 8-24). The same bits either way.
     pub quant_ahead: Option<u32>,
