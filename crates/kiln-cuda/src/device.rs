@@ -221,6 +221,15 @@ impl Gpu {
         Ok(self.side.get_or_init(|| s))
     }
 
+    /// Whether the main stream is being captured into a graph (graphs.rs).
+    pub fn capturing(&self) -> Result<bool> {
+        use cudarc::driver::sys::CUstreamCaptureStatus as St;
+        // SAFETY: our own stream; the call only reads its state.
+        let st = unsafe { drv::stream::is_capturing(self.stream.cu_stream()) }
+            .context("querying the stream's capture state")?;
+        Ok(st != St::CU_STREAM_CAPTURE_STATUS_NONE)
+    }
+
     /// Launches `name` on the side stream (a plain launch: it follows the side stream's
     /// earlier work and the events it waits for).
     pub fn launch_side(

@@ -36,8 +36,14 @@ impl CudaOps<'_, '_> {
         if t <= d {
             return Ok(false);
         }
-        ahead.enter(c.gpu, &c.w.layers, layer, &mut self.ahead)?;
         let bf16 = ahead.matrix(&c.w.layers, layer, weight)?;
+        // A graph's steps (prefill chunks of a few tokens) keep to the main stream: the matrix
+        // is expanded into its place in the layer buffer just before its GEMM.
+        if c.gpu.capturing()? {
+            ahead.expand_here(c.gpu, q, bf16)?;
+        } else {
+            ahead.enter(c.gpu, &c.w.layers, layer, &mut self.ahead)?;
+        }
         quant_skinny_all(c.gpu, q, y, x, d)?;
         let (y, x) = (DevPtr::<f32>::new(y), DevPtr::<u16>::new(x));
         expanded_gemm(c.gpu, self.lt, bf16, q, y, x, t, d)?;

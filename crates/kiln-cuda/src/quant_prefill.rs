@@ -158,6 +158,12 @@ impl AheadBuffers {
         bail!("layer {layer} has no quantised {weight:?}")
     }
 
+    /// `q` expanded at `out` (its place in a layer buffer) on the main stream, for a step
+    /// that keeps to it (a graph's).
+    pub fn expand_here(&self, gpu: &Gpu, q: &QuantMatrix, out: u64) -> Result<()> {
+        expand(gpu, q, out, false)
+    }
+
     /// Before layer `layer`'s first quantised GEMM of a step with prefill rows: queues the
     /// next layer's expansion on the side stream (once this layer's buffer-mate, the layer
     /// before, has no GEMM left to queue) and makes the main stream wait for this layer's.
