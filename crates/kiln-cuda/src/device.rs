@@ -71,6 +71,15 @@ pub(crate) fn i32_of(v: usize, what: &str) -> Result<i32> {
     i32::try_from(v).map_err(|_| anyhow!("{what} = {v} does not fit a 32-bit kernel argument"))
 }
 
+/// Which of the device's streams a launch goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// The stream every step runs on.
+    Main,
+    /// The side stream (lowest priority), for work beside the main stream's.
+    Side,
+}
+
 /// One device with its context, stream and loaded kernels.
 pub struct Gpu {
     pub ctx: Arc<CudaContext>,
@@ -230,18 +239,25 @@ impl Gpu {
         Ok(st != St::CU_STREAM_CAPTURE_STATUS_NONE)
     }
 
-    /// Launches `name` on the side stream (a plain launch: it follows the side stream's
-    /// earlier work and the events it waits for).
-    pub fn launch_side(
+    /// Launches `name` on `lane`'s stream: on the main one as [`Gpu::launch`] does, on the
+    /// side one as a plain launch (it follows the side stream's work and the events it waits
+    /// for).
+    pub fn launch_on(
         &self,
+        lane: Lane,
         name: &str,
         grid: (u32, u32, u32),
         block: u32,
         smem: u32,
         args: &[Arg],
     ) -> Result<()> {
-        let side = self.side_stream()?.cu_stream();
-        self.launch_in(side, name, grid, block, smem, args, false)
+        match lane {
+            Lane::Main => self.launch(name, grid, block, smem, args),
+            Lane::Side => {
+                let side = self.side_stream()?.cu_stream();
+                self.launch_in(side, name, grid, block, smem, args, false)
+            }
+        }
     }
 
     /// Launches `name`; `dependent`: as a programmatic dependent launch, which may start while

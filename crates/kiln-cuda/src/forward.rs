@@ -16,7 +16,7 @@ use crate::kernels::{decode_part_splits, QkvKind};
 use crate::kernels_gemma::PostNormThen;
 use crate::kv_cache::KvCache;
 use crate::quant_gemm::quant_skinny_all;
-use crate::quant_prefill::{quant_gemm, AheadStep};
+use crate::quant_prefill::{quant_gemm, AheadStep, Bf16Of};
 use crate::step_plan::{StepLayout, StepPlan};
 use crate::store::{StoreBuf, StorePtr, StoreType};
 use crate::switches::Switches;
@@ -209,7 +209,8 @@ impl CudaOps<'_, '_> {
                 } else {
                     d
                 };
-                return quant_gemm(g, self.lt, self.ctx.w.scratch_ptr(), q, y, x, t, d);
+                let scratch = Bf16Of::Scratch(self.ctx.w.scratch_ptr());
+                return quant_gemm(g, self.lt, scratch, q, y, x, t, d);
             }
         };
         g.skinny_gemm(y.addr(), x.addr(), w, d, n, k)?;

@@ -7,8 +7,7 @@ use kiln_model::LayerWeight;
 
 use super::CudaOps;
 use crate::device::DevPtr;
-use crate::quant_gemm::quant_skinny_all;
-use crate::quant_prefill::expanded_gemm;
+use crate::quant_prefill::{quant_gemm, Bf16Of};
 use crate::weights::MatrixRef;
 
 impl CudaOps<'_, '_> {
@@ -39,14 +38,14 @@ impl CudaOps<'_, '_> {
         let bf16 = ahead.matrix(&c.w.layers, layer, weight)?;
         // A graph's steps (prefill chunks of a few tokens) keep to the main stream: the matrix
         // is expanded into its place in the layer buffer just before its GEMM.
-        if c.gpu.capturing()? {
-            ahead.expand_here(c.gpu, q, bf16)?;
+        let at = if c.gpu.capturing()? {
+            Bf16Of::Scratch(bf16)
         } else {
             ahead.enter(c.gpu, &c.w.layers, layer, &mut self.ahead)?;
-        }
-        quant_skinny_all(c.gpu, q, y, x, d)?;
+            Bf16Of::Expanded(bf16)
+        };
         let (y, x) = (DevPtr::<f32>::new(y), DevPtr::<u16>::new(x));
-        expanded_gemm(c.gpu, self.lt, bf16, q, y, x, t, d)?;
+        quant_gemm(c.gpu, self.lt, at, q, y, x, t, d)?;
         Ok(true)
     }
 }

@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 
 use anyhow::{anyhow, bail, Result};
 
-use crate::device::{i32_of, Arg, DevPtr, Gpu};
+use crate::device::{i32_of, Arg, DevPtr, Gpu, Lane};
 use crate::kernel_entries::EntryPoint;
 use crate::kernel_sources::source;
 use crate::quant_layout::{GpuQuant, CHUNK, TILE_ROWS};
@@ -303,29 +303,14 @@ impl Gpu {
     }
 
     /// out[n * ld + k] = bf16 of W[n, k] (the reference dequantisation's value, rounded to
-    /// nearest even) for the `[n_rows, k]` weight `w` in device layout of `q`; `ld` a multiple
-    /// of 8.
-    #[allow(clippy::too_many_arguments)]
-    pub fn quant_to_bf16(
-        &self,
-        q: GpuQuant,
-        out: u64,
-        ld: usize,
-        w: u64,
-        n_rows: usize,
-        k: usize,
-        order: RowOrder,
-    ) -> Result<()> {
-        let words = KernelChoice::from_env().quant_expand_words;
-        self.quant_to_bf16_kernel(words, q, out, ld, w, n_rows, k, order)
-    }
-
-    /// [`Gpu::quant_to_bf16`] through the first kernel (`words`) or the second; the rows
-    /// stored in `order` come out in the weight's order.
+    /// nearest even) for the `[n_rows, k]` weight `w` in device layout of `q`, `ld` a multiple
+    /// of 8, the rows stored in `order` in the weight's order; through the first kernel
+    /// (`words`, KILN_QUANT_EXPAND=words) or the second, on `lane`'s stream.
     #[allow(clippy::too_many_arguments)]
     pub fn quant_to_bf16_kernel(
         &self,
         words: bool,
+        lane: Lane,
         q: GpuQuant,
         out: u64,
         ld: usize,
@@ -334,29 +319,44 @@ impl Gpu {
         k: usize,
         order: RowOrder,
     ) -> Result<()> {
-        match expand_launch(self, words, q, out, ld, w, n_rows, k, order)? {
-            Some((name, grid, args)) => self.launch(&name, grid, 256, 0, &args),
-            None => Ok(()),
+        check_shape(q, n_rows, k)?;
+        order.check(n_rows)?;
+        if n_rows == 0 {
+            return Ok(());
         }
-    }
-
-    /// [`Gpu::quant_to_bf16`] on the side stream (quant_prefill.rs).
-    #[allow(clippy::too_many_arguments)]
-    pub fn quant_to_bf16_side(
-        &self,
-        q: GpuQuant,
-        out: u64,
-        ld: usize,
-        w: u64,
-        n_rows: usize,
-        k: usize,
-        order: RowOrder,
-    ) -> Result<()> {
-        let words = KernelChoice::from_env().quant_expand_words;
-        match expand_launch(self, words, q, out, ld, w, n_rows, k, order)? {
-            Some((name, grid, args)) => self.launch_side(&name, grid, 256, 0, &args),
-            None => Ok(()),
+        // Runs of eight values are stored 16 bytes at a time.
+        if !ld.is_multiple_of(8) || ld < k {
+            bail!(
+                "quant_to_bf16: rows of {ld} values for {k} columns (a multiple of 8 at least k)"
+            );
         }
+        // A thread per 8 values (the first kernel), or 64 threads a record and four records a
+        // CTA.
+        let units = if words {
+            (n_rows * k.div_ceil(CHUNK) * 16).div_ceil(256)
+        } else {
+            (n_rows.div_ceil(TILE_ROWS) * k.div_ceil(CHUNK)).div_ceil(4)
+        };
+        let grid = (units.min(self.sm_count as usize * 16) as u32, 1, 1);
+        let name = if words {
+            format!("quant_to_bf16_words_{}", q.name())
+        } else {
+            format!("quant_to_bf16_{}", q.name())
+        };
+        let mut args = vec![
+            Arg::Ptr(out),
+            Arg::Ptr(w),
+            Arg::I32(i32_of(n_rows, "n")?),
+            Arg::I32(i32_of(k, "k")?),
+            Arg::I32(i32_of(ld, "ld")?),
+        ];
+        args.extend(order.args(n_rows)?);
+        if !words {
+            args.push(Arg::I32(
+                KernelChoice::from_env().quant_expand_vstore as i32,
+            ));
+        }
+        self.launch_on(lane, &name, grid, 256, 0, &args)
     }
 
     /// x[i, :] = the f32 values of row ids[i] of the `[_, k]` weight `w` (device layout of
@@ -393,60 +393,6 @@ impl Gpu {
             &args,
         )
     }
-}
-
-/// An expansion's kernel, grid (of 256-thread CTAs) and arguments.
-type ExpandLaunch = (String, (u32, u32, u32), Vec<Arg>);
-
-/// The expansion's launch; None: nothing to expand.
-#[allow(clippy::too_many_arguments)]
-fn expand_launch(
-    gpu: &Gpu,
-    words: bool,
-    q: GpuQuant,
-    out: u64,
-    ld: usize,
-    w: u64,
-    n_rows: usize,
-    k: usize,
-    order: RowOrder,
-) -> Result<Option<ExpandLaunch>> {
-    check_shape(q, n_rows, k)?;
-    order.check(n_rows)?;
-    if n_rows == 0 {
-        return Ok(None);
-    }
-    // Runs of eight values are stored 16 bytes at a time.
-    if !ld.is_multiple_of(8) || ld < k {
-        bail!("quant_to_bf16: rows of {ld} values for {k} columns (a multiple of 8 at least k)");
-    }
-    // A thread per 8 values (the first kernel), or 64 threads a record and four records a
-    // CTA.
-    let units = if words {
-        (n_rows * k.div_ceil(CHUNK) * 16).div_ceil(256)
-    } else {
-        (n_rows.div_ceil(TILE_ROWS) * k.div_ceil(CHUNK)).div_ceil(4)
-    };
-    let grid = (units.min(gpu.sm_count as usize * 16) as u32, 1, 1);
-    let name = if words {
-        format!("quant_to_bf16_words_{}", q.name())
-    } else {
-        format!("quant_to_bf16_{}", q.name())
-    };
-    let mut args = vec![
-        Arg::Ptr(out),
-        Arg::Ptr(w),
-        Arg::I32(i32_of(n_rows, "n")?),
-        Arg::I32(i32_of(k, "k")?),
-        Arg::I32(i32_of(ld, "ld")?),
-    ];
-    args.extend(order.args(n_rows)?);
-    if !words {
-        args.push(Arg::I32(
-            KernelChoice::from_env().quant_expand_vstore as i32,
-        ));
-    }
-    Ok(Some((name, grid, args)))
 }
 
 fn check_shape(q: GpuQuant, n_rows: usize, k: usize) -> Result<()> {

@@ -12,19 +12,29 @@ use anyhow::{bail, Context, Result};
 use cudarc::driver::CudaEvent;
 use kiln_model::LayerWeight;
 
-use crate::device::{DevBuf, DevPtr, Gpu};
+use crate::device::{DevBuf, DevPtr, Gpu, Lane};
 use crate::gemm_lt::LtGemm;
 use crate::quant_gemm::quant_skinny_all;
 use crate::quant_weights::QuantMatrix;
+use crate::switches::KernelChoice;
 use crate::weights::LayerWeights;
 
+/// Where the prefill rows of a quantised GEMM find W in bf16.
+#[derive(Debug, Clone, Copy)]
+pub enum Bf16Of {
+    /// Expand W into this scratch (room for W) first.
+    Scratch(u64),
+    /// Expanded here already (the layer-ahead buffers).
+    Expanded(u64),
+}
+
 /// y[r, :] = x[r, :] . W^T for r < t, W quantised: rows 0..d (decode rows) through the skinny
-/// kernels segment by segment, rows d..t through `scratch` (bf16, room for W) and cuBLASLt.
+/// kernels segment by segment, rows d..t through W's bf16 expansion and cuBLASLt.
 #[allow(clippy::too_many_arguments)]
 pub fn quant_gemm(
     gpu: &Gpu,
     lt: &mut LtGemm,
-    scratch: u64,
+    bf16: Bf16Of,
     w: &QuantMatrix,
     y: DevPtr<f32>,
     x: DevPtr<u16>,
@@ -32,55 +42,30 @@ pub fn quant_gemm(
     d: usize,
 ) -> Result<()> {
     quant_skinny_all(gpu, w, y.addr(), x.addr(), d)?;
-    if t > d {
-        if scratch == 0 {
-            bail!(
-                "no prefill scratch for a quantised {}x{} weight",
-                w.rows,
-                w.cols
-            );
-        }
-        expand(gpu, w, scratch, false)?;
-        expanded_gemm(gpu, lt, scratch, w, y, x, t, d)?;
+    if t <= d {
+        return Ok(());
     }
-    Ok(())
-}
-
-/// Rows d..t of y = x . W^T from W's bf16 expansion at `bf16`.
-#[allow(clippy::too_many_arguments)]
-pub fn expanded_gemm(
-    gpu: &Gpu,
-    lt: &mut LtGemm,
-    bf16: u64,
-    w: &QuantMatrix,
-    y: DevPtr<f32>,
-    x: DevPtr<u16>,
-    t: usize,
-    d: usize,
-) -> Result<()> {
     let (n, k) = (w.rows, w.cols);
-    lt.matmul(
-        gpu,
-        y.row(d, n).addr(),
-        x.row(d, k).addr(),
-        bf16,
-        t - d,
-        n,
-        k,
-    )
+    let at = match bf16 {
+        Bf16Of::Scratch(0) => bail!("no prefill scratch for a quantised {n}x{k} weight"),
+        Bf16Of::Scratch(at) => {
+            expand(gpu, w, at, Lane::Main)?;
+            at
+        }
+        Bf16Of::Expanded(at) => at,
+    };
+    let (y, x) = (y.row(d, n).addr(), x.row(d, k).addr());
+    lt.matmul(gpu, y, x, at, t - d, n, k)
 }
 
-/// W's bf16 rows at `out`, in the weight's order, on the main stream or the side one.
-fn expand(gpu: &Gpu, w: &QuantMatrix, out: u64, side: bool) -> Result<()> {
+/// W's bf16 rows at `out`, in the weight's order, on `lane`'s stream.
+fn expand(gpu: &Gpu, w: &QuantMatrix, out: u64, lane: Lane) -> Result<()> {
     let (out, k) = (DevPtr::<u16>::new(out), w.cols);
+    let words = KernelChoice::from_env().quant_expand_words;
     for s in &w.segments {
         let at = out.row(s.row0, k).addr();
         let (f, data) = (s.format, s.data.ptr());
-        if side {
-            gpu.quant_to_bf16_side(f, at, k, data, s.rows, k, s.order)?;
-        } else {
-            gpu.quant_to_bf16(f, at, k, data, s.rows, k, s.order)?;
-        }
+        gpu.quant_to_bf16_kernel(words, lane, f, at, k, data, s.rows, k, s.order)?;
     }
     Ok(())
 }
@@ -158,12 +143,6 @@ impl AheadBuffers {
         bail!("layer {layer} has no quantised {weight:?}")
     }
 
-    /// `q` expanded at `out` (its place in a layer buffer) on the main stream, for a step
-    /// that keeps to it (a graph's).
-    pub fn expand_here(&self, gpu: &Gpu, q: &QuantMatrix, out: u64) -> Result<()> {
-        expand(gpu, q, out, false)
-    }
-
     /// Before layer `layer`'s first quantised GEMM of a step with prefill rows: queues the
     /// next layer's expansion on the side stream (once this layer's buffer-mate, the layer
     /// before, has no GEMM left to queue) and makes the main stream wait for this layer's.
@@ -192,7 +171,7 @@ impl AheadBuffers {
         }
         for l in queue {
             for (w, q) in layers[l].quantised() {
-                expand(gpu, q, self.matrix(layers, l, w)?, true)?;
+                expand(gpu, q, self.matrix(layers, l, w)?, Lane::Side)?;
             }
             self.ready[l % 2].record(side)?;
             step.queued = Some(l);

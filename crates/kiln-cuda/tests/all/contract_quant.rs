@@ -18,7 +18,7 @@ use crate::common;
 
 use common::planted::{planted_module, sources_with};
 use common::{from_bf16, gpu_or_skip, timed, to_bf16, Checks, Rng};
-use kiln_cuda::device::{DevBuf, Gpu};
+use kiln_cuda::device::{DevBuf, Gpu, Lane};
 use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
 use kiln_cuda::quant_gemm::DecodeFamily;
 use kiln_cuda::quant_layout::{decode_rows, repack, GpuQuant};
@@ -488,13 +488,14 @@ fn rows_contract(
         for (n, k) in shapes(q) {
             let w = Weight::new(gpu, rng, q, n, k);
             // Expanded to bf16 in rows wider than the weight, as cuBLASLt reads the scratch,
-            // by both kernels.
+            // by both kernels, and on the side stream as the layer-ahead expansion runs it.
             let ld = k + 8;
-            for words in [false, true] {
+            for (words, lane) in [(false, Lane::Main), (true, Lane::Main), (false, Lane::Side)] {
                 let out = gpu.alloc::<u16>(n * ld).unwrap();
                 out.fill_bytes(0xFF).unwrap();
                 gpu.quant_to_bf16_kernel(
                     words,
+                    lane,
                     q,
                     out.ptr(),
                     ld,
@@ -504,15 +505,18 @@ fn rows_contract(
                     RowOrder::Natural,
                 )
                 .unwrap();
+                if lane == Lane::Side {
+                    gpu.side_stream().unwrap().synchronize().unwrap();
+                }
                 let got = out.download(gpu, 0, n * ld).unwrap();
                 let mut want: Vec<u16> = to_bf16(&w.values);
                 let ok = (0..n).all(|r| got[r * ld..r * ld + k] == want[r * k..(r + 1) * k]);
                 let pad =
                     (0..n).all(|r| got[r * ld + k..(r + 1) * ld].iter().all(|&b| b == 0xFFFF));
-                let which = if words {
-                    "quant_to_bf16_words"
-                } else {
-                    "quant_to_bf16"
+                let which = match (words, lane) {
+                    (true, _) => "quant_to_bf16_words",
+                    (false, Lane::Main) => "quant_to_bf16",
+                    (false, Lane::Side) => "quant_to_bf16 on the side stream",
                 };
                 c.check(ok && pad, format!("{q:?} {n}x{k}: {which} is the bf16 of every reference value, padding untouched"));
                 // The device decoding is the host's copy of it, too.
@@ -617,6 +621,7 @@ fn skinny_quant_bandwidth() {
                         let w = copies[i % copies.len()].ptr();
                         gpu.quant_to_bf16_kernel(
                             words,
+                            Lane::Main,
                             q,
                             out.ptr(),
                             k,

@@ -14,7 +14,7 @@ use crate::common;
 use common::planted::{planted_module, sources_with};
 use common::rope_case::RopeCase;
 use common::{all, gpu_or_skip, poisoned, to_bf16, up, Checks, Rng};
-use kiln_cuda::device::{DevBuf, Gpu};
+use kiln_cuda::device::{DevBuf, Gpu, Lane};
 use kiln_cuda::kernel_sources::KernelSource;
 use kiln_cuda::quant_gemm::{quant_skinny_all, quant_skinny_fused};
 use kiln_cuda::quant_layout::{repack, GpuQuant};
@@ -86,6 +86,7 @@ fn expanded(gpu: &Gpu, w: &QuantMatrix) -> Vec<Vec<u16>> {
                 let at = out.ptr() + (s.row0 * w.cols * 2) as u64;
                 gpu.quant_to_bf16_kernel(
                     words,
+                    Lane::Main,
                     s.format,
                     at,
                     w.cols,
