@@ -99,7 +99,7 @@ pub struct Gpu {
     /// The wgmma decode GEMM's rewritten x (skinny_wg.rs), when reserved.
     pub(crate) wg_x: std::sync::OnceLock<DevBuf<u16>>,
     /// A second stream, of the lowest priority, for work that overlaps the main stream's
-    /// (quant_ahead.rs); made on first use.
+    /// (quant_prefill.rs); made on first use.
     side: std::sync::OnceLock<Arc<CudaStream>>,
 }
 
@@ -125,7 +125,8 @@ impl Gpu {
         let ctx =
             CudaContext::new(ordinal).with_context(|| format!("opening CUDA device {ordinal}"))?;
         // One stream, ordered by construction: cudarc's per-buffer events would only add cost.
-        // SAFETY: every buffer is used on `stream` only.
+        // SAFETY: every buffer is used on `stream` only, but for the layer buffers of
+        // quant_prefill.rs, which the side stream writes, ordered by that file's own events.
         unsafe { ctx.disable_event_tracking() };
         // A stream of its own (not the legacy default one), so steps can later be captured; of
         // the highest priority, so that its CTAs go first where a side stream's wait too.
@@ -222,6 +223,7 @@ impl Gpu {
         if let Some(s) = self.side.get() {
             return Ok(s);
         }
+        self.bind()?;
         let (lowest, _) = cudarc::driver::result::stream::get_priority_range()?;
         let s = self
             .ctx

@@ -10,15 +10,15 @@ use anyhow::{bail, ensure, Context, Result};
 use kiln_model::program::run_draft_step;
 use kiln_model::{run_step, Activation, LayerWeight, ModelSpec, RopeStyle, StepOps};
 
-use crate::device::{DevBuf, DevPtr, Gpu};
+use crate::device::{DevBuf, Gpu};
 use crate::gemm_lt::LtGemm;
 use crate::kernels::{decode_part_splits, QkvKind};
 use crate::kernels_gemma::PostNormThen;
 use crate::kv_cache::KvCache;
 use crate::quant_gemm::quant_skinny_all;
-use crate::quant_prefill::{quant_gemm, AheadStep, Bf16Of};
+use crate::quant_prefill::AheadStep;
 use crate::step_plan::{StepLayout, StepPlan};
-use crate::store::{StoreBuf, StorePtr, StoreType};
+use crate::store::{StoreBuf, StoreType};
 use crate::switches::Switches;
 use crate::weights::{MatrixRef, ModelWeights};
 
@@ -30,9 +30,9 @@ use fused::Fusion;
 #[path = "forward_draft.rs"]
 mod draft;
 pub use draft::DraftIo;
-// Quantised projections with the expansion one layer ahead.
-#[path = "forward_quant.rs"]
-mod quant;
+// A step's GEMMs: plain and block-quantised weights, the expansion one layer ahead.
+#[path = "forward_gemm.rs"]
+mod gemm;
 // The ring layers' view of the step buffer (a KV ring).
 #[path = "forward_ring.rs"]
 mod ring;
@@ -145,10 +145,14 @@ impl StepContext<'_> {
             fused: Fusion::for_step(self.spec, &self.sw, self.gpu.store, plan),
             ahead: AheadStep::default(),
         };
-        match self.draft {
+        let ran = match self.draft {
             None => run_step(self.spec, &mut ops),
             Some(_) => run_draft_step(self.spec, &mut ops),
+        };
+        if let Some(a) = &self.w.ahead {
+            a.finish(self.gpu, &ops.ahead)?;
         }
+        ran
     }
 
     fn step_ptr(&self, section: usize) -> u64 {
@@ -180,44 +184,6 @@ struct PostNorm {
 }
 
 impl CudaOps<'_, '_> {
-    /// y = x . w^T for `plan.n_tokens` rows: decode rows through the skinny kernel, prefill rows
-    /// through cuBLASLt (or every row through cuBLASLt with KILN_SKINNY_GEMM=0, and always when
-    /// the storage type is not bf16: the skinny kernel is bf16-only). Block-quantised weights
-    /// (bf16 storage only) take quant_gemm.rs.
-    fn gemm(
-        &mut self,
-        y: DevPtr<f32>,
-        x: StorePtr,
-        w: MatrixRef,
-        n: usize,
-        k: usize,
-    ) -> Result<()> {
-        let (g, plan) = (self.ctx.gpu, self.plan);
-        let t = plan.n_tokens;
-        let d = if self.ctx.sw.skinny_gemm && g.store == StoreType::Bf16 {
-            plan.n_decode
-        } else {
-            0
-        };
-        let w = match w {
-            MatrixRef::Plain(w) => w,
-            MatrixRef::Quant(q) => {
-                let x = DevPtr::<u16>::new(x.addr());
-                // KILN_QUANT_PREFILL=skinny: prefill rows take the skinny kernels too.
-                let d = if self.ctx.sw.quant_prefill_skinny {
-                    t
-                } else {
-                    d
-                };
-                let scratch = Bf16Of::Scratch(self.ctx.w.scratch_ptr());
-                return quant_gemm(g, self.lt, scratch, q, y, x, t, d);
-            }
-        };
-        g.skinny_gemm(y.addr(), x.addr(), w, d, n, k)?;
-        self.lt
-            .matmul(g, y.row(d, n).addr(), x.row(d, k).addr(), w, t - d, n, k)
-    }
-
     /// Attention without flash attention (storage other than bf16): every row, prefill or
     /// decode, takes the split-KV kernel. A row's result depends only on its own position and
     /// its sequence's keys, so chunked == whole, and a one-token tail of a prompt gives the bits

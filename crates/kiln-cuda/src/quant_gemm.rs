@@ -1,9 +1,9 @@
 //! Launchers of kernels/quant_gemm.cu (and quant_decode.cu, the same module) and the product of
 //! a block-quantised matrix: decode rows through `skinny2_<format>_*` (`KILN_QUANT_DECODE=v1`:
 //! the first family, `skinny_<format>_*`; blocks dequantised in registers, one summation order
-//! for any row count within a family), prefill rows through the matrix expanded to bf16 in a scratch buffer just before
-//! its cuBLASLt GEMM (the values rounded as a bf16 copy made at load would be, so prefill rows
-//! match the weights expanded at load bit for bit).
+//! for any row count within a family), and the expansion to bf16 that prefill rows multiply
+//! through cuBLASLt (quant_prefill.rs; the values rounded as a bf16 copy made at load would be,
+//! so prefill rows match the weights expanded at load bit for bit).
 
 use std::sync::OnceLock;
 

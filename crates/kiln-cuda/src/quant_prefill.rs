@@ -14,7 +14,6 @@ use kiln_model::LayerWeight;
 
 use crate::device::{DevBuf, DevPtr, Gpu, Lane};
 use crate::gemm_lt::LtGemm;
-use crate::quant_gemm::quant_skinny_all;
 use crate::quant_weights::QuantMatrix;
 use crate::switches::KernelChoice;
 use crate::weights::LayerWeights;
@@ -28,10 +27,10 @@ pub enum Bf16Of {
     Expanded(u64),
 }
 
-/// y[r, :] = x[r, :] . W^T for r < t, W quantised: rows 0..d (decode rows) through the skinny
-/// kernels segment by segment, rows d..t through W's bf16 expansion and cuBLASLt.
+/// Rows d..t of y = x . W^T, W quantised (rows 0..d, the decode rows, are the skinny
+/// kernels'): W's bf16 expansion times x through cuBLASLt.
 #[allow(clippy::too_many_arguments)]
-pub fn quant_gemm(
+pub fn prefill_rows(
     gpu: &Gpu,
     lt: &mut LtGemm,
     bf16: Bf16Of,
@@ -41,7 +40,6 @@ pub fn quant_gemm(
     t: usize,
     d: usize,
 ) -> Result<()> {
-    quant_skinny_all(gpu, w, y.addr(), x.addr(), d)?;
     if t <= d {
         return Ok(());
     }
@@ -70,8 +68,8 @@ fn expand(gpu: &Gpu, w: &QuantMatrix, out: u64, lane: Lane) -> Result<()> {
     Ok(())
 }
 
-/// Values (bf16) a layer's quantised matrices take expanded, each from the offset
-/// `layer_offsets` gives it.
+/// Values (bf16) a layer's quantised matrices take expanded, one after another in
+/// `quantised()` order ([`AheadBuffers::matrix`] finds each one's place).
 fn layer_len(lw: &LayerWeights) -> usize {
     lw.quantised().map(|(_, q)| padded(q)).sum()
 }
@@ -141,6 +139,16 @@ impl AheadBuffers {
             at += padded(q);
         }
         bail!("layer {layer} has no quantised {weight:?}")
+    }
+
+    /// After a step's launches, whether they all went or one failed: the main stream waits for
+    /// any expansion queued for a layer it never entered, so no later step's writes to that
+    /// buffer (a graph's, on the main stream) can race the side stream's.
+    pub fn finish(&self, gpu: &Gpu, step: &AheadStep) -> Result<()> {
+        match step.queued {
+            Some(l) if step.entered != Some(l) => Ok(gpu.stream.wait(&self.ready[l % 2])?),
+            _ => Ok(()),
+        }
     }
 
     /// Before layer `layer`'s first quantised GEMM of a step with prefill rows: queues the

@@ -42,9 +42,10 @@ pub struct Switches {
     /// A step with prefill rows expands the next layer's quantised matrices on a second stream
     /// while this layer's launches run (quant_prefill.rs), into one of two layer-sized buffers
     /// (Some(0), the default: on the H200, Q8_0 8B prefill 2k +2.0-2.7%, 8k +0.7-1.1%, for
-    /// 0.59 GiB more buffers). KILN_QUANT_AHEAD=off (None): each matrix expanded into one
-    /// scratch just before its GEMM; =N (1-64): also N multiprocessors left out of the cuBLASLt
-    /// GEMMs for the expansion (slower there: -3 to -7% at N = 8-24). The same bits either way.
+    /// 0.59 GiB more buffers). KILN_QUANT_AHEAD=0 / off / false (None): each matrix expanded
+    /// into one scratch just before its GEMM; =N (2-64): also N multiprocessors left out of the
+    /// cuBLASLt GEMMs for the expansion (slower there: -3 to -7% at N = 8-24); anything else
+    /// is on. The same bits either way.
     pub quant_ahead: Option<u32>,
     /// A quantised embedding (with an LM head of its own) is kept in pinned host memory, as
     /// llama.cpp keeps it, and gathered over the bus: its bytes leave the GPU (0.29 GiB of the
@@ -338,8 +339,9 @@ impl Env {
                 gpu_quant: on("KILN_GPU_QUANT"),
                 quant_prefill_skinny: var("KILN_QUANT_PREFILL").as_deref() == Some("skinny"),
                 quant_ahead: match var("KILN_QUANT_AHEAD").as_deref() {
-                    None | Some("on") => Some(0),
-                    Some(n) => n.parse().ok().filter(|n| (1..=64).contains(n)),
+                    Some("0" | "off" | "false") => None,
+                    Some(n) => Some(n.parse().ok().filter(|n| (2..=64).contains(n)).unwrap_or(0)),
+                    None => Some(0),
                 },
                 quant_embed_host: var("KILN_QUANT_EMBED").as_deref() != Some("device"),
                 // The first decode family has no kernels for 256-k records.

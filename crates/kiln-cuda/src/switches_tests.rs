@@ -188,10 +188,19 @@ fn the_expansion_runs_a_layer_ahead_unless_turned_off() {
         None => read(&[]).switches.quant_ahead,
         Some(v) => read(&[("KILN_QUANT_AHEAD", v)]).switches.quant_ahead,
     };
-    assert_eq!(ahead(None), Some(0));
-    assert_eq!(ahead(Some("on")), Some(0));
+    for on in [
+        None,
+        Some("on"),
+        Some("1"),
+        Some("true"),
+        Some("65"),
+        Some("yes"),
+    ] {
+        assert_eq!(ahead(on), Some(0), "{on:?}");
+    }
     assert_eq!(ahead(Some("16")), Some(16));
-    for off in ["off", "0", "65", "x"] {
+    assert_eq!(ahead(Some("2")), Some(2));
+    for off in ["off", "0", "false"] {
         assert_eq!(ahead(Some(off)), None, "{off}");
     }
     let line = read(&[]).switches.describe();

@@ -1,0 +1,95 @@
+//! A step's GEMMs: decode rows through the skinny kernels, prefill rows through cuBLASLt; of a
+//! block-quantised matrix, through its bf16 expansion (quant_prefill.rs), made just before the
+//! GEMM or, by default, by the side stream while the layer before ran (KILN_QUANT_AHEAD).
+
+use anyhow::Result;
+use kiln_model::LayerWeight;
+
+use super::CudaOps;
+use crate::device::DevPtr;
+use crate::quant_gemm::quant_skinny_all;
+use crate::quant_prefill::{prefill_rows, Bf16Of};
+use crate::store::{StorePtr, StoreType};
+use crate::weights::MatrixRef;
+
+impl CudaOps<'_, '_> {
+    /// y = x . w^T for `plan.n_tokens` rows: decode rows through the skinny kernel, prefill rows
+    /// through cuBLASLt (or every row through cuBLASLt with KILN_SKINNY_GEMM=0, and always when
+    /// the storage type is not bf16: the skinny kernel is bf16-only). Block-quantised weights
+    /// (bf16 storage only) take their expansion (quant_prefill.rs) just before the GEMM;
+    /// [`CudaOps::quant_ahead`] takes them first when they were expanded a layer ahead.
+    pub(super) fn gemm(
+        &mut self,
+        y: DevPtr<f32>,
+        x: StorePtr,
+        w: MatrixRef,
+        n: usize,
+        k: usize,
+    ) -> Result<()> {
+        let (g, plan) = (self.ctx.gpu, self.plan);
+        let t = plan.n_tokens;
+        let d = if self.ctx.sw.skinny_gemm && g.store == StoreType::Bf16 {
+            plan.n_decode
+        } else {
+            0
+        };
+        let w = match w {
+            MatrixRef::Plain(w) => w,
+            MatrixRef::Quant(q) => {
+                let x = DevPtr::<u16>::new(x.addr());
+                // KILN_QUANT_PREFILL=skinny: prefill rows take the skinny kernels too.
+                let d = if self.ctx.sw.quant_prefill_skinny {
+                    t
+                } else {
+                    d
+                };
+                quant_skinny_all(g, q, y.addr(), x.addr(), d)?;
+                let scratch = Bf16Of::Scratch(self.ctx.w.scratch_ptr());
+                return prefill_rows(g, self.lt, scratch, q, y, x, t, d);
+            }
+        };
+        g.skinny_gemm(y.addr(), x.addr(), w, d, n, k)?;
+        self.lt
+            .matmul(g, y.row(d, n).addr(), x.row(d, k).addr(), w, t - d, n, k)
+    }
+
+    /// y = x . W^T for layer `layer`'s `weight` when it is quantised, the step has prefill rows
+    /// and the expansion runs ahead; Ok(false): nothing launched, the plain path's to do.
+    pub(super) fn quant_ahead(
+        &mut self,
+        layer: usize,
+        weight: LayerWeight,
+        y: u64,
+        x: u64,
+    ) -> Result<bool> {
+        let c = self.ctx;
+        let (Some(ahead), MatrixRef::Quant(q)) = (&c.w.ahead, c.w.layers[layer].matrix(weight))
+        else {
+            return Ok(false);
+        };
+        // As `gemm` splits the rows (no buffers are made for KILN_QUANT_PREFILL=skinny).
+        let t = self.plan.n_tokens;
+        let d = if c.sw.skinny_gemm {
+            self.plan.n_decode
+        } else {
+            0
+        };
+        if t <= d {
+            return Ok(false);
+        }
+        let bf16 = ahead.matrix(&c.w.layers, layer, weight)?;
+        // The decode rows read the quantised blocks: queued before any wait for the expansion.
+        quant_skinny_all(c.gpu, q, y, x, d)?;
+        // A graph's steps (prefill chunks of a few tokens) keep to the main stream: the matrix
+        // is expanded into its place in the layer buffer just before its GEMM.
+        let at = if c.gpu.capturing()? {
+            Bf16Of::Scratch(bf16)
+        } else {
+            ahead.enter(c.gpu, &c.w.layers, layer, &mut self.ahead)?;
+            Bf16Of::Expanded(bf16)
+        };
+        let (y, x) = (DevPtr::<f32>::new(y), DevPtr::<u16>::new(x));
+        prefill_rows(c.gpu, self.lt, at, q, y, x, t, d)?;
+        Ok(true)
+    }
+}
