@@ -182,7 +182,7 @@ impl CudaBackend {
             .max_batch_tokens
             .unwrap_or(opts.prefill_chunk + opts.max_seqs);
         let gpu = Gpu::with_store(opts.device, opts.dtype)?;
-        let weights_dev = load_weights(&gpu, weights, &spec, max_context, progress)?;
+        let weights_dev = load_weights(&gpu, weights, &spec, max_context, true, progress)?;
         let mut lt = LtGemm::new(&gpu, opts.prefill_chunk)?;
         // KILN_QUANT_AHEAD=N: N multiprocessors left to the expansion one layer ahead.
         match (&weights_dev.ahead, Switches::from_env().quant_ahead) {

@@ -108,12 +108,17 @@ impl CudaBackend {
             bail!(why);
         }
         let l = self.layout;
-        let mut w = load_weights(&self.gpu, weights, &spec, l.max_context, progress)?;
         // A draft step's rows are all one-token decode rows (`upload`), which the skinny
-        // kernels take: no prefill row reads a layer-ahead buffer.
-        if Switches::from_env().skinny_gemm {
-            w.ahead = None;
-        }
+        // kernels take unless KILN_SKINNY_GEMM=0: no room for expansions otherwise.
+        let prefill_rows = !Switches::from_env().skinny_gemm;
+        let w = load_weights(
+            &self.gpu,
+            weights,
+            &spec,
+            l.max_context,
+            prefill_rows,
+            progress,
+        )?;
         ensure!(w.draft.is_some(), "the draft model has no projections");
         // Algorithms chosen now, as the target's are: never while a graph is recorded.
         let d = spec.draft.context("the model is not a draft model")?;

@@ -143,7 +143,7 @@ impl StepContext<'_> {
             pending: false,
             post_norm: None,
             fused: Fusion::for_step(self.spec, &self.sw, self.gpu.store, plan),
-            ahead: AheadStep::default(),
+            ahead: AheadStep::new(self.w.ahead.is_some() && self.gpu.capturing()?),
         };
         let ran = match self.draft {
             None => run_step(self.spec, &mut ops),

@@ -26,13 +26,7 @@ impl CudaOps<'_, '_> {
         n: usize,
         k: usize,
     ) -> Result<()> {
-        let (g, plan) = (self.ctx.gpu, self.plan);
-        let t = plan.n_tokens;
-        let d = if self.ctx.sw.skinny_gemm && g.store == StoreType::Bf16 {
-            plan.n_decode
-        } else {
-            0
-        };
+        let (g, t, d) = (self.ctx.gpu, self.plan.n_tokens, self.skinny_rows());
         let w = match w {
             MatrixRef::Plain(w) => w,
             MatrixRef::Quant(q) => {
@@ -53,6 +47,16 @@ impl CudaOps<'_, '_> {
             .matmul(g, y.row(d, n).addr(), x.row(d, k).addr(), w, t - d, n, k)
     }
 
+    /// Rows 0..d of the step that take the skinny kernels: its decode rows, unless
+    /// KILN_SKINNY_GEMM=0 or the storage type is not bf16 (the skinny kernels are bf16-only).
+    fn skinny_rows(&self) -> usize {
+        if self.ctx.sw.skinny_gemm && self.ctx.gpu.store == StoreType::Bf16 {
+            self.plan.n_decode
+        } else {
+            0
+        }
+    }
+
     /// y = x . W^T for layer `layer`'s `weight` when it is quantised, the step has prefill rows
     /// and the expansion runs ahead; Ok(false): nothing launched, the plain path's to do.
     pub(super) fn quant_ahead(
@@ -68,12 +72,7 @@ impl CudaOps<'_, '_> {
             return Ok(false);
         };
         // As `gemm` splits the rows (no buffers are made for KILN_QUANT_PREFILL=skinny).
-        let t = self.plan.n_tokens;
-        let d = if c.sw.skinny_gemm {
-            self.plan.n_decode
-        } else {
-            0
-        };
+        let (t, d) = (self.plan.n_tokens, self.skinny_rows());
         if t <= d {
             return Ok(false);
         }
@@ -82,7 +81,7 @@ impl CudaOps<'_, '_> {
         quant_skinny_all(c.gpu, q, y, x, d)?;
         // A graph's steps (prefill chunks of a few tokens) keep to the main stream: the matrix
         // is expanded into its place in the layer buffer just before its GEMM.
-        let at = if c.gpu.capturing()? {
+        let at = if self.ahead.capturing {
             Bf16Of::Scratch(bf16)
         } else {
             ahead.enter(c.gpu, &c.w.layers, layer, &mut self.ahead)?;

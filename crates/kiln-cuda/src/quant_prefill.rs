@@ -74,10 +74,14 @@ fn layer_len(lw: &LayerWeights) -> usize {
     lw.quantised().map(|(_, q)| padded(q)).sum()
 }
 
-/// A matrix's room in a buffer, rounded up to 128 values (256 bytes, as cuBLASLt likes its
-/// operands aligned).
+/// The room of a matrix of `values` in a layer buffer, rounded up to 128 values (256 bytes,
+/// as cuBLASLt likes its operands aligned).
+pub fn room(values: usize) -> usize {
+    values.next_multiple_of(128)
+}
+
 fn padded(q: &QuantMatrix) -> usize {
-    (q.rows * q.cols).next_multiple_of(128)
+    room(q.rows * q.cols)
 }
 
 /// The two layer buffers and the events that order them between the streams.
@@ -93,10 +97,22 @@ pub struct AheadBuffers {
 /// One step's progress through the layers.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct AheadStep {
+    /// The step is being captured into a graph: it keeps to the main stream.
+    pub capturing: bool,
     /// The last layer whose expansion the side stream has queued.
     queued: Option<usize>,
     /// The last layer the main stream waited for.
     entered: Option<usize>,
+}
+
+impl AheadStep {
+    /// A step about to be queued; `capturing`: into a graph (asked once a step).
+    pub fn new(capturing: bool) -> AheadStep {
+        AheadStep {
+            capturing,
+            ..AheadStep::default()
+        }
+    }
 }
 
 impl AheadBuffers {

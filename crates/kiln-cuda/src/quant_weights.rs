@@ -291,7 +291,7 @@ fn weight_bytes_as(
             bytes += match kept_formats_as(&f, src, on && quantizable_layer(f.weight), wide) {
                 Some(q) => {
                     scratch = scratch.max(f.len() * 2);
-                    layer_len += f.len().next_multiple_of(128);
+                    layer_len += crate::quant_prefill::room(f.len());
                     device_bytes(&f, &q)
                 }
                 None => f.len() * 2,

@@ -253,12 +253,14 @@ impl Loader<'_> {
 }
 
 /// Loads every weight of the schema of `spec` onto the device, and builds each RoPE table
-/// for `rope_positions`.
+/// for `rope_positions`; `prefill_rows`: whether a step may hold rows the skinny kernels do
+/// not take, so quantised matrices need room for their bf16 expansion.
 pub fn load_weights(
     gpu: &Gpu,
     src: &dyn WeightSource,
     spec: &ModelSpec,
     rope_positions: usize,
+    prefill_rows: bool,
     progress: Option<&dyn Fn(usize, usize)>,
 ) -> Result<ModelWeights> {
     let h = spec.hidden_size;
@@ -373,13 +375,14 @@ pub fn load_weights(
         layers.push(w);
     }
     // No prefill row reads an expansion when every row takes the skinny kernels.
+    let expands = prefill_rows && !sw.quant_prefill_skinny;
     let ahead = match sw.quant_ahead {
-        Some(_) if !sw.quant_prefill_skinny => AheadBuffers::new(gpu, &layers)?,
+        Some(_) if expands => AheadBuffers::new(gpu, &layers)?,
         _ => None,
     };
     let scratch = match scratch_len {
         0 => None,
-        _ if sw.quant_prefill_skinny || ahead.is_some() => None,
+        _ if !expands || ahead.is_some() => None,
         n => Some(gpu.alloc::<u16>(n)?),
     };
     let mut ropes = Vec::with_capacity(spec.ropes.len());
