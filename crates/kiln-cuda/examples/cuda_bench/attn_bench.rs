@@ -107,11 +107,18 @@ fn flash_name(k: FlashKernel) -> &'static str {
     match k {
         FlashKernel::Sm80 { pairs: true } => "sm80",
         FlashKernel::Sm80 { pairs: false } => "sm80_single",
-        FlashKernel::Sm90 { overlap: false, .. } => "sm90_plain",
         FlashKernel::Sm90 {
-            pingpong: false, ..
-        } => "sm90_overlap",
-        FlashKernel::Sm90 { pingpong: true, .. } => "sm90_pingpong",
+            overlap,
+            pingpong,
+            tma,
+        } => match (overlap, pingpong, tma) {
+            (false, _, true) => "sm90_plain",
+            (false, _, false) => "sm90_plain_cpasync",
+            (true, false, true) => "sm90_overlap",
+            (true, false, false) => "sm90_overlap_cpasync",
+            (true, true, true) => "sm90_pingpong",
+            (true, true, false) => "sm90_pingpong_cpasync",
+        },
     }
 }
 
@@ -138,13 +145,22 @@ impl Prefill {
     }
 
     /// The prefill families that run at this head dim: sm80, then sm90 plain, overlapped and
-    /// taking turns where the device has them.
+    /// taking turns where the device has them, and the overlapped one without TMA.
     fn kinds(&self, gpu: &Gpu) -> Vec<FlashKernel> {
         let mut kinds = vec![FlashKernel::Sm80 { pairs: true }];
         let hd = self.hd;
         if FLASH_SM90_HEAD_DIMS.contains(&hd) && gpu.has_func(&format!("flash_sm90_hd{hd}")) {
-            for (overlap, pingpong) in [(false, false), (true, false), (true, true)] {
-                kinds.push(FlashKernel::Sm90 { overlap, pingpong });
+            for (overlap, pingpong, tma) in [
+                (false, false, true),
+                (true, false, true),
+                (true, true, true),
+                (true, false, false),
+            ] {
+                kinds.push(FlashKernel::Sm90 {
+                    overlap,
+                    pingpong,
+                    tma,
+                });
             }
         }
         kinds
@@ -157,6 +173,7 @@ impl Prefill {
             v: self.v.ptr(),
             n_kv: N_KV,
             block_size: BS,
+            rows: self.k.len() / self.hd,
         };
         let scale = 1.0 / (self.hd as f32).sqrt();
         gpu.flash_attn_kernel(
@@ -258,6 +275,7 @@ fn decode(gpu: &Gpu, kinds: &[DecodeKernel], json: &mut Vec<String>) -> Result<(
         v: v.ptr(),
         n_kv: N_KV,
         block_size: BS,
+        rows: cache_len / hd,
     };
     let max_rows = 128;
     let q = gpu.alloc::<u16>(max_rows * N_Q * hd)?;

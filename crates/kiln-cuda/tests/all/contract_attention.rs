@@ -46,10 +46,14 @@ impl Kind {
             Kind::Flash(FlashKernel::Sm80 { pairs }) => format!("flash_attn pairs={}", pairs as u8),
             Kind::FlashWide { split: true } => "flash_wide split".into(),
             Kind::FlashWide { split: false } => "flash_wide recompute".into(),
-            Kind::Flash(FlashKernel::Sm90 { overlap, pingpong }) => {
+            Kind::Flash(FlashKernel::Sm90 {
+                overlap,
+                pingpong,
+                tma,
+            }) => {
                 format!(
-                    "flash_sm90 overlap={} pingpong={}",
-                    overlap as u8, pingpong as u8
+                    "flash_sm90 overlap={} pingpong={} tma={}",
+                    overlap as u8, pingpong as u8, tma as u8
                 )
             }
         }
@@ -111,10 +115,21 @@ fn kinds(gpu: &Gpu, case: &Case, family: Family) -> Vec<Kind> {
         && FLASH_SM90_HEAD_DIMS.contains(&case.hd)
         && gpu.has_func(&format!("flash_sm90_hd{}", case.hd))
     {
-        // Plain, overlapped, and (last: a scheduling bug would hang rather than miscompute)
-        // the warpgroups taking turns.
-        for (overlap, pingpong) in [(false, false), (true, false), (true, true)] {
-            k.push(Kind::Flash(FlashKernel::Sm90 { overlap, pingpong }));
+        // Plain and overlapped with every K/V tile by cp.async, then with the whole tiles by
+        // TMA, and (last: a scheduling bug would hang rather than miscompute) the warpgroups
+        // taking turns.
+        for (overlap, pingpong, tma) in [
+            (false, false, false),
+            (true, false, false),
+            (false, false, true),
+            (true, false, true),
+            (true, true, true),
+        ] {
+            k.push(Kind::Flash(FlashKernel::Sm90 {
+                overlap,
+                pingpong,
+                tma,
+            }));
         }
     }
     k
@@ -292,31 +307,22 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case, family: Famil
     // Variants of one family: the same bits on the rows they serve.
     let prefill_at = step.n_decode() * case.n_q * case.hd;
     let mma = |fold| Kind::Decode(DecodeKernel::Mma { fold });
+    let sm90 = |overlap, pingpong, tma| {
+        Kind::Flash(FlashKernel::Sm90 {
+            overlap,
+            pingpong,
+            tma,
+        })
+    };
     for (a, b) in [
         (
             Kind::Flash(FlashKernel::Sm80 { pairs: true }),
             Kind::Flash(FlashKernel::Sm80 { pairs: false }),
         ),
-        (
-            Kind::Flash(FlashKernel::Sm90 {
-                overlap: true,
-                pingpong: false,
-            }),
-            Kind::Flash(FlashKernel::Sm90 {
-                overlap: false,
-                pingpong: false,
-            }),
-        ),
-        (
-            Kind::Flash(FlashKernel::Sm90 {
-                overlap: true,
-                pingpong: true,
-            }),
-            Kind::Flash(FlashKernel::Sm90 {
-                overlap: false,
-                pingpong: false,
-            }),
-        ),
+        (sm90(true, false, false), sm90(false, false, false)),
+        (sm90(false, false, true), sm90(false, false, false)),
+        (sm90(true, false, true), sm90(false, false, false)),
+        (sm90(true, true, true), sm90(false, false, false)),
         // decode_mma folding its splits itself and through the combine.
         (mma(DecodeFold::Always), mma(DecodeFold::Never)),
         (mma(DecodeFold::Auto), mma(DecodeFold::Never)),
