@@ -325,37 +325,45 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
         // thread's copies of a tile arrive on the tile's full barrier when they land, so the
         // producer never waits for its own copies and runs up to NS tiles ahead. The consumers
         // fence the proxies after the barrier, before wgmma reads what cp.async wrote.
-        // With the maps (tma != 0, block_size dividing BN), a tile whose keys all come before
-        // kv_end is copied by TMA; the others (the last tile, with keys to fill with zeros)
-        // by cp.async as below. The same bytes land in the same places either way.
+        // With the maps (tma bit 0: K, bit 1: V; block_size dividing BN), a tile whose keys all
+        // come before kv_end is copied by TMA; the others (the last tile, with keys to fill
+        // with zeros) by cp.async as below. The same bytes land in the same places either way.
         setmaxnreg_dec72();
         const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
         const FsLane<HD, BN> ln(w, lane);
         const int nb = tma ? BN / block_size : 0;
-        auto whole = [&](int i) { return tma && (kt_lo + i + 1) * BN <= kv_end; };
-        // A tile's lookups: its rows for cp.async, or its blocks in warp 0's lanes for TMA.
-        auto lookups = [&](int i) -> u32 {
-            if (!whole(i)) return fs_row<BN>(table, (kt_lo + i) * BN, kv_end, kvh, n_kv, block_size, w, lane);
+        auto whole = [&](int i) { return (kt_lo + i + 1) * BN <= kv_end; };
+        const bool tma_k = tma & 1, tma_v = tma & 2;
+        // A tile's lookups: its rows for cp.async, its blocks in warp 0's lanes for TMA.
+        auto rows = [&](int i) -> u32 {
+            if (whole(i) && tma_k && tma_v) return 0u;
+            return fs_row<BN>(table, (kt_lo + i) * BN, kv_end, kvh, n_kv, block_size, w, lane);
+        };
+        auto blocks = [&](int i) -> u32 {
+            if (!whole(i) || !tma) return 0u;
             return w == 0 && lane < nb ? (u32)table[(kt_lo + i) * (BN / block_size) + lane] : 0u;
         };
-        u32 next = lookups(0);
+        u32 next_row = rows(0), next_blk = blocks(0);
         for (int i = 0; i < nt; ++i) {
             const int st = i % NS, lim = kv_end - (kt_lo + i) * BN - w * (BN / 4);
             const u32 freed = ((i / NS) & 1) ^ 1;  // parity of the release of this stage's last use
-            const u32 row = next;
-            const bool by_tma = whole(i);
+            const u32 row = next_row, blk = next_blk;
+            const bool w_tile = whole(i);
             // The next tile's table entries load while this one waits for its stages.
-            if (i + 1 < nt) next = lookups(i + 1);
+            if (i + 1 < nt) {
+                next_row = rows(i + 1);
+                next_blk = blocks(i + 1);
+            }
             if (i >= NS) mbar_wait(base + L::empty_k(st), freed);
-            if (by_tma) {
-                fs_tma<HD, BN>(base + L::k(st), kmap, row, nb, block_size, n_kv, kvh, base + L::full_k(st), w, lane);
+            if (w_tile && tma_k) {
+                fs_tma<HD, BN>(base + L::k(st), kmap, blk, nb, block_size, n_kv, kvh, base + L::full_k(st), w, lane);
             } else {
                 fs_load<HD, BN>(base + L::k(st), kc, row, lim, ln, lane);
                 cp_async_arrive(base + L::full_k(st));
             }
             if (i >= NS) mbar_wait(base + L::empty_v(st), freed);
-            if (by_tma) {
-                fs_tma<HD, BN>(base + L::v(st), vmap, row, nb, block_size, n_kv, kvh, base + L::full_v(st), w, lane);
+            if (w_tile && tma_v) {
+                fs_tma<HD, BN>(base + L::v(st), vmap, blk, nb, block_size, n_kv, kvh, base + L::full_v(st), w, lane);
             } else {
                 fs_load<HD, BN>(base + L::v(st), vc, row, lim, ln, lane);
                 cp_async_arrive(base + L::full_v(st));

@@ -35,13 +35,36 @@ pub enum FlashKernel {
     /// flash_sm90*: wgmma, K/V tiles of 128 (64 at head dim 256), two heads per CTA;
     /// `overlap`: the softmax of one tile beside the P V product of the one before;
     /// `pingpong` (with overlap): the two heads' warpgroups take turns issuing their products.
-    /// `tma`: the K/V tiles before the one that ends at the last key copied by TMA (where
-    /// the block size allows: [`Gpu::kv_tensor_maps`]), not cp.async. All give the same bits.
+    /// `tma`: which of the K/V tiles before the one that ends at the last key are copied by
+    /// TMA (where the block size allows: [`Gpu::kv_tensor_maps`]) instead of cp.async. All
+    /// give the same bits.
     Sm90 {
         overlap: bool,
         pingpong: bool,
-        tma: bool,
+        tma: FlashTma,
     },
+}
+
+/// Which K/V tiles flash_sm90 copies by TMA (KILN_FLASH_TMA), the others by cp.async.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlashTma {
+    /// Every tile by cp.async.
+    Off,
+    /// The K tiles before the last key by TMA, every V tile by cp.async.
+    K,
+    /// The K and V tiles before the last key by TMA.
+    KV,
+}
+
+impl FlashTma {
+    /// The kernel's `tma` argument: bit 0 K, bit 1 V.
+    pub fn mask(self) -> i32 {
+        match self {
+            FlashTma::Off => 0,
+            FlashTma::K => 1,
+            FlashTma::KV => 3,
+        }
+    }
 }
 
 /// Keys per K/V tile of flash_sm90_hd{hd}.
@@ -232,8 +255,8 @@ impl Gpu {
             );
         }
         let maps = match tma {
-            true => self.kv_tensor_maps(&kv, hd)?,
-            false => None,
+            FlashTma::Off => None,
+            _ => self.kv_tensor_maps(&kv, hd)?,
         };
         let (kmap, vmap) = maps.unwrap_or(([0; 16], [0; 16]));
         let args = [
@@ -251,7 +274,7 @@ impl Gpu {
             Arg::F32(scale * std::f32::consts::LOG2_E),
             Arg::Map(kmap),
             Arg::Map(vmap),
-            Arg::I32(maps.is_some() as i32),
+            Arg::I32(if maps.is_some() { tma.mask() } else { 0 }),
         ];
         let name = if pingpong {
             format!("flash_sm90p_hd{hd}")

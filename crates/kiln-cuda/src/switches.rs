@@ -5,6 +5,8 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+use crate::attn_launch::FlashTma;
+
 pub use crate::switch_modes::{DecodeFold, SplitCtas, WgCluster, WgMode};
 
 /// The fewest decode rows the chain-split tensor-core GEMM takes by default: on the H200
@@ -266,9 +268,10 @@ pub struct KernelChoice {
     /// their products, so one's softmax runs beside the other's (same bits). Opt-in until
     /// measured.
     pub flash_pingpong: bool,
-    /// KILN_FLASH_TMA=0: the sm90 kernel copies every K/V tile with cp.async, as the tile that
-    /// ends at the last key always is, instead of the tiles before it by TMA (same bits).
-    pub flash_tma: bool,
+    /// KILN_FLASH_TMA=k | kv | 0: the sm90 kernel copies the K tiles (or the K and V tiles)
+    /// before the one that ends at the last key by TMA instead of cp.async (same bits).
+    /// Opt-in until measured faster (BENCH.md, 2026-12-03).
+    pub flash_tma: FlashTma,
     /// KILN_DECODE_ATTN=mma | simt: decode attention on the tensor cores with the rows of one
     /// sequence sharing K/V reads (`decode_mma_*`, the default) or on CUDA cores
     /// (`decode_attn_*`). Different bits, each batch-invariant.
@@ -410,7 +413,11 @@ impl Env {
                     },
                     flash_overlap: on("KILN_FLASH_OVERLAP"),
                     flash_pingpong: var("KILN_FLASH_PINGPONG").as_deref() == Some("1"),
-                    flash_tma: on("KILN_FLASH_TMA"),
+                    flash_tma: match var("KILN_FLASH_TMA").as_deref() {
+                        Some("k") => FlashTma::K,
+                        Some("kv") | Some("1") => FlashTma::KV,
+                        _ => FlashTma::Off,
+                    },
                     decode_mma: match var("KILN_DECODE_ATTN").as_deref() {
                         Some("mma") => true,
                         Some("simt") => false,
@@ -490,7 +497,7 @@ impl Switches {
             if k.flash_sm90 { "sm90" } else { "sm80" },
             k.flash_overlap as u8,
             k.flash_pingpong as u8,
-            k.flash_tma as u8,
+            format!("{:?}", k.flash_tma).to_lowercase(),
             if k.decode_mma { "mma" } else { "simt" },
             self.decode_span_pow2 as u8,
             self.decode_fold,
@@ -552,7 +559,7 @@ impl KernelChoice {
         flash_sm90: FLASH_SM90_DEFAULT,
         flash_overlap: true,
         flash_pingpong: false,
-        flash_tma: true,
+        flash_tma: FlashTma::Off,
         decode_mma: DECODE_MMA_DEFAULT,
         quant_decode_v2: true,
         quant_expand_words: false,
@@ -569,7 +576,7 @@ impl KernelChoice {
         flash_sm90: false,
         flash_overlap: false,
         flash_pingpong: false,
-        flash_tma: false,
+        flash_tma: FlashTma::Off,
         decode_mma: false,
         quant_decode_v2: false,
         quant_expand_words: true,

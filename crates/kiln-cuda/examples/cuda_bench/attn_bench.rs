@@ -16,7 +16,7 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use kiln_cuda::attn_launch::{DecodeKernel, FlashKernel, FLASH_SM90_HEAD_DIMS};
+use kiln_cuda::attn_launch::{DecodeKernel, FlashKernel, FlashTma, FLASH_SM90_HEAD_DIMS};
 use kiln_cuda::device::{DevBuf, Gpu};
 use kiln_cuda::kernels::{decode_part_splits, AttnInputs, KvView};
 use kiln_cuda::step_plan::{pack_step, StepLayout};
@@ -112,12 +112,15 @@ fn flash_name(k: FlashKernel) -> &'static str {
             pingpong,
             tma,
         } => match (overlap, pingpong, tma) {
-            (false, _, true) => "sm90_plain",
-            (false, _, false) => "sm90_plain_cpasync",
-            (true, false, true) => "sm90_overlap",
-            (true, false, false) => "sm90_overlap_cpasync",
-            (true, true, true) => "sm90_pingpong",
-            (true, true, false) => "sm90_pingpong_cpasync",
+            (false, _, FlashTma::Off) => "sm90_plain",
+            (false, _, FlashTma::K) => "sm90_plain_tma_k",
+            (false, _, FlashTma::KV) => "sm90_plain_tma_kv",
+            (true, false, FlashTma::Off) => "sm90_overlap",
+            (true, false, FlashTma::K) => "sm90_overlap_tma_k",
+            (true, false, FlashTma::KV) => "sm90_overlap_tma_kv",
+            (true, true, FlashTma::Off) => "sm90_pingpong",
+            (true, true, FlashTma::K) => "sm90_pingpong_tma_k",
+            (true, true, FlashTma::KV) => "sm90_pingpong_tma_kv",
         },
     }
 }
@@ -145,16 +148,17 @@ impl Prefill {
     }
 
     /// The prefill families that run at this head dim: sm80, then sm90 plain, overlapped and
-    /// taking turns where the device has them, and the overlapped one without TMA.
+    /// taking turns where the device has them, and the overlapped one with TMA copies (K, K and V).
     fn kinds(&self, gpu: &Gpu) -> Vec<FlashKernel> {
         let mut kinds = vec![FlashKernel::Sm80 { pairs: true }];
         let hd = self.hd;
         if FLASH_SM90_HEAD_DIMS.contains(&hd) && gpu.has_func(&format!("flash_sm90_hd{hd}")) {
             for (overlap, pingpong, tma) in [
-                (false, false, true),
-                (true, false, true),
-                (true, true, true),
-                (true, false, false),
+                (false, false, FlashTma::Off),
+                (true, false, FlashTma::Off),
+                (true, true, FlashTma::Off),
+                (true, false, FlashTma::K),
+                (true, false, FlashTma::KV),
             ] {
                 kinds.push(FlashKernel::Sm90 {
                     overlap,

@@ -15,7 +15,7 @@ use crate::common::attn;
 use attn::{own, Case, Chunk, Setup, Step};
 use common::{from_bf16, gpu_or_skip, Checks, Rng};
 use kiln_cuda::attn_launch::{
-    DecodeKernel, FlashKernel, DECODE_MMA_HEAD_DIMS, FLASH_SM90_HEAD_DIMS,
+    DecodeKernel, FlashKernel, FlashTma, DECODE_MMA_HEAD_DIMS, FLASH_SM90_HEAD_DIMS,
 };
 use kiln_cuda::attn_wide::WIDE_HEAD_DIMS;
 use kiln_cuda::device::Gpu;
@@ -52,8 +52,8 @@ impl Kind {
                 tma,
             }) => {
                 format!(
-                    "flash_sm90 overlap={} pingpong={} tma={}",
-                    overlap as u8, pingpong as u8, tma as u8
+                    "flash_sm90 overlap={} pingpong={} tma={tma:?}",
+                    overlap as u8, pingpong as u8
                 )
             }
         }
@@ -119,11 +119,12 @@ fn kinds(gpu: &Gpu, case: &Case, family: Family) -> Vec<Kind> {
         // TMA, and (last: a scheduling bug would hang rather than miscompute) the warpgroups
         // taking turns.
         for (overlap, pingpong, tma) in [
-            (false, false, false),
-            (true, false, false),
-            (false, false, true),
-            (true, false, true),
-            (true, true, true),
+            (false, false, FlashTma::Off),
+            (true, false, FlashTma::Off),
+            (false, false, FlashTma::KV),
+            (true, false, FlashTma::KV),
+            (true, false, FlashTma::K),
+            (true, true, FlashTma::KV),
         ] {
             k.push(Kind::Flash(FlashKernel::Sm90 {
                 overlap,
@@ -319,10 +320,26 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case, family: Famil
             Kind::Flash(FlashKernel::Sm80 { pairs: true }),
             Kind::Flash(FlashKernel::Sm80 { pairs: false }),
         ),
-        (sm90(true, false, false), sm90(false, false, false)),
-        (sm90(false, false, true), sm90(false, false, false)),
-        (sm90(true, false, true), sm90(false, false, false)),
-        (sm90(true, true, true), sm90(false, false, false)),
+        (
+            sm90(true, false, FlashTma::Off),
+            sm90(false, false, FlashTma::Off),
+        ),
+        (
+            sm90(false, false, FlashTma::KV),
+            sm90(false, false, FlashTma::Off),
+        ),
+        (
+            sm90(true, false, FlashTma::KV),
+            sm90(false, false, FlashTma::Off),
+        ),
+        (
+            sm90(true, false, FlashTma::K),
+            sm90(false, false, FlashTma::Off),
+        ),
+        (
+            sm90(true, true, FlashTma::KV),
+            sm90(false, false, FlashTma::Off),
+        ),
         // decode_mma folding its splits itself and through the combine.
         (mma(DecodeFold::Always), mma(DecodeFold::Never)),
         (mma(DecodeFold::Auto), mma(DecodeFold::Never)),
