@@ -4,9 +4,8 @@
 //
 // A CTA takes one tile of up to 64 query rows (AttnTile, as flash_attn.cu) for two query
 // heads of one GQA group: warpgroup 0 loads, through the block table, the K and V tiles both
-// heads need (TMA boxes of whole blocks, or cp.async for the tile that ends at the last key,
-// into the 128-byte swizzled layout wgmma reads, 2-4 stages each, full and empty mbarriers);
-// warpgroups 1 and 2 each compute one head: S = Q K^T (wgmma, A and B
+// heads need (cp.async into the 128-byte swizzled layout wgmma reads, 2-4 stages each, full
+// and empty mbarriers); warpgroups 1 and 2 each compute one head: S = Q K^T (wgmma, A and B
 // from shared memory), the online softmax in registers, O += P V (wgmma, P from registers,
 // V transposed from shared memory). KV tiles of BN keys at absolute multiples of BN, visited
 // in order from the window's first tile to the tile of the last row; causal and window masks
@@ -99,17 +98,6 @@ __device__ __forceinline__ void cp_async_arrive(u32 bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(bar) : "memory");
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-// A CUtensorMap (128 bytes, made by the host's cuTensorMapEncodeTiled) as a kernel parameter.
-struct __align__(64) TmaMap {
-    unsigned long long v[16];
-};
-// The box at (x, y) of the tensor `map` describes into shared `dst`, counted on `bar` as bytes
-// of the current phase (TMA: one instruction for a whole box, written in the map's swizzle).
-__device__ __forceinline__ void tma_2d(u32 dst, const TmaMap* map, int x, int y, u32 bar) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
-        :: "r"(dst), "l"(reinterpret_cast<u64>(map)), "r"(x), "r"(y), "r"(bar) : "memory");
-}
 // 384 threads start with 168 registers each; the producer gives back 96 and the consumers
 // take 48 more (72 x 128 + 216 x 256 = 168 x 384). The consumers use at most 200 (hd 256); at 40
 // the producer recomputed its lane's indices and spilled.
@@ -177,32 +165,6 @@ __device__ __forceinline__ void fs_load(u32 dst, const bf16_t* __restrict__ cach
         const u32 src = __shfl_sync(0xffffffffu, row, rl);
         cp_async_16s(dst + ln.off[j % F::NP] + (j / F::NP) * 1024, src0 + (u64)src * (HD * 2), rl < lim ? 16 : 0);
     }
-}
-
-// One K or V tile, every key of it before kv_end, by TMA: the tile's block_size-row blocks
-// (`nb` of them, one block of one KV head contiguous in the cache) each as HD / 64 boxes of
-// 64 columns, written by the tensor map's 128-byte swizzle into exactly the layout fs_load
-// writes (sw128: 64-column halves of BN rows, the 16-byte chunks of a row XOR its row % 8; a
-// box starts at a multiple of 8 rows, so 1 KB aligned). Warp 0's lane b holds the tile's b-th
-// block (`blk`); its lane 0 expects the bytes and issues the copies, and every other producer
-// thread just arrives, so the full barrier's 128 arrivals are those of the cp.async tiles.
-template <int HD, int BN>
-__device__ __forceinline__ void fs_tma(u32 dst, const TmaMap* map, u32 blk, int nb, int block_size, int n_kv,
-                                       int kvh, u32 bar, int w, int lane) {
-    if (w != 0) {
-        mbar_arrive(bar);
-        return;
-    }
-    if (lane == 0) mbar_expect_tx(bar, BN * HD * 2);
-    for (int b = 0; b < nb; ++b) {
-        const u32 block = __shfl_sync(0xffffffffu, blk, b);
-        if (lane == 0) {
-            const int y = (int)((block * (u32)n_kv + (u32)kvh) * (u32)block_size);
-#pragma unroll
-            for (int hh = 0; hh < HD / 64; ++hh) tma_2d(dst + hh * BN * 128 + b * block_size * 128, map, hh * 64, y, bar);
-        }
-    }
-    if (lane != 0) mbar_arrive(bar);
 }
 
 // 2^x on the special function unit, results below 2^-126 flushed to zero (one instruction;
@@ -286,8 +248,7 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
                                                 const bf16_t* __restrict__ vc, const AttnTile* __restrict__ tiles,
                                                 const int* __restrict__ bt_start, const int* __restrict__ block_tables,
                                                 bf16_t* __restrict__ out, int n_q, int n_kv, int block_size,
-                                                int window, float scale_log2, const TmaMap* kmap,
-                                                const TmaMap* vmap, int tma) {
+                                                int window, float scale_log2) {
     using L = FsSmem<HD, BN, NS>;
     extern __shared__ __align__(1024) unsigned char fs_smem[];
     // The swizzle is a function of the address: align the base to 1024 bytes (the launcher
@@ -325,49 +286,23 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
         // thread's copies of a tile arrive on the tile's full barrier when they land, so the
         // producer never waits for its own copies and runs up to NS tiles ahead. The consumers
         // fence the proxies after the barrier, before wgmma reads what cp.async wrote.
-        // With the maps (tma bit 0: K, bit 1: V; block_size dividing BN), a tile whose keys all
-        // come before kv_end is copied by TMA; the others (the last tile, with keys to fill
-        // with zeros) by cp.async as below. The same bytes land in the same places either way.
         setmaxnreg_dec72();
         const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
         const FsLane<HD, BN> ln(w, lane);
-        const int nb = tma ? BN / block_size : 0;
-        auto whole = [&](int i) { return (kt_lo + i + 1) * BN <= kv_end; };
-        const bool tma_k = tma & 1, tma_v = tma & 2;
-        // A tile's lookups: its rows for cp.async, its blocks in warp 0's lanes for TMA.
-        auto rows = [&](int i) -> u32 {
-            if (whole(i) && tma_k && tma_v) return 0u;
-            return fs_row<BN>(table, (kt_lo + i) * BN, kv_end, kvh, n_kv, block_size, w, lane);
-        };
-        auto blocks = [&](int i) -> u32 {
-            if (!whole(i) || !tma) return 0u;
-            return w == 0 && lane < nb ? (u32)table[(kt_lo + i) * (BN / block_size) + lane] : 0u;
-        };
-        u32 next_row = rows(0), next_blk = blocks(0);
+        auto rows = [&](int i) { return fs_row<BN>(table, (kt_lo + i) * BN, kv_end, kvh, n_kv, block_size, w, lane); };
+        u32 next = rows(0);
         for (int i = 0; i < nt; ++i) {
             const int st = i % NS, lim = kv_end - (kt_lo + i) * BN - w * (BN / 4);
             const u32 freed = ((i / NS) & 1) ^ 1;  // parity of the release of this stage's last use
-            const u32 row = next_row, blk = next_blk;
-            const bool w_tile = whole(i);
+            const u32 row = next;
             // The next tile's table entries load while this one waits for its stages.
-            if (i + 1 < nt) {
-                next_row = rows(i + 1);
-                next_blk = blocks(i + 1);
-            }
+            if (i + 1 < nt) next = rows(i + 1);
             if (i >= NS) mbar_wait(base + L::empty_k(st), freed);
-            if (w_tile && tma_k) {
-                fs_tma<HD, BN>(base + L::k(st), kmap, blk, nb, block_size, n_kv, kvh, base + L::full_k(st), w, lane);
-            } else {
-                fs_load<HD, BN>(base + L::k(st), kc, row, lim, ln, lane);
-                cp_async_arrive(base + L::full_k(st));
-            }
+            fs_load<HD, BN>(base + L::k(st), kc, row, lim, ln, lane);
+            cp_async_arrive(base + L::full_k(st));
             if (i >= NS) mbar_wait(base + L::empty_v(st), freed);
-            if (w_tile && tma_v) {
-                fs_tma<HD, BN>(base + L::v(st), vmap, blk, nb, block_size, n_kv, kvh, base + L::full_v(st), w, lane);
-            } else {
-                fs_load<HD, BN>(base + L::v(st), vc, row, lim, ln, lane);
-                cp_async_arrive(base + L::full_v(st));
-            }
+            fs_load<HD, BN>(base + L::v(st), vc, row, lim, ln, lane);
+            cp_async_arrive(base + L::full_v(st));
         }
         cp_async_wait_all();  // no copy outlives its thread
         return;
@@ -530,11 +465,10 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
     extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                           \
         const bf16_t* q, const bf16_t* kc, const bf16_t* vc, const AttnTile* tiles, const int* bt_start, \
         const int* block_tables, bf16_t* out, int n_q, int n_kv, int block_size, int window,            \
-        float scale_log2, const __grid_constant__ TmaMap kmap, const __grid_constant__ TmaMap vmap,     \
-        int tma) {                                                                                      \
+        float scale_log2) {                                                                             \
         pdl_enter();                                                                                    \
         flash_sm90_body<HD, BN, NS, OVL>(q, kc, vc, tiles, bt_start, block_tables, out, n_q, n_kv,      \
-                                         block_size, window, scale_log2, &kmap, &vmap, tma);            \
+                                         block_size, window, scale_log2);                               \
     }
 FS_ENTRY(flash_sm90_hd64, 64, 128, 4, 0)
 FS_ENTRY(flash_sm90_hd128, 128, 128, 3, 0)

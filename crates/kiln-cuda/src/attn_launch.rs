@@ -10,7 +10,6 @@ use crate::device::{i32_of, Arg, Gpu};
 use crate::kernels::{
     AttnInputs, KvView, DECODE_MAX_SPLITS, DECODE_MIN_SPAN, DECODE_MMA_MAX_SPLITS,
 };
-use crate::store::StoreType;
 use crate::switches::{DecodeFold, KernelChoice, SplitCtas, Switches};
 
 /// Head dims of decode_mma_hd*.
@@ -35,36 +34,8 @@ pub enum FlashKernel {
     /// flash_sm90*: wgmma, K/V tiles of 128 (64 at head dim 256), two heads per CTA;
     /// `overlap`: the softmax of one tile beside the P V product of the one before;
     /// `pingpong` (with overlap): the two heads' warpgroups take turns issuing their products.
-    /// `tma`: which of the K/V tiles before the one that ends at the last key are copied by
-    /// TMA (where the block size allows: [`Gpu::kv_tensor_maps`]) instead of cp.async. All
-    /// give the same bits.
-    Sm90 {
-        overlap: bool,
-        pingpong: bool,
-        tma: FlashTma,
-    },
-}
-
-/// Which K/V tiles flash_sm90 copies by TMA (KILN_FLASH_TMA), the others by cp.async.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FlashTma {
-    /// Every tile by cp.async.
-    Off,
-    /// The K tiles before the last key by TMA, every V tile by cp.async.
-    K,
-    /// The K and V tiles before the last key by TMA.
-    KV,
-}
-
-impl FlashTma {
-    /// The kernel's `tma` argument: bit 0 K, bit 1 V.
-    pub fn mask(self) -> i32 {
-        match self {
-            FlashTma::Off => 0,
-            FlashTma::K => 1,
-            FlashTma::KV => 3,
-        }
-    }
+    /// All three give the same bits.
+    Sm90 { overlap: bool, pingpong: bool },
 }
 
 /// Keys per K/V tile of flash_sm90_hd{hd}.
@@ -183,7 +154,6 @@ impl Gpu {
             FlashKernel::Sm90 {
                 overlap: k.flash_overlap || k.flash_pingpong,
                 pingpong: k.flash_pingpong,
-                tma: k.flash_tma,
             }
         } else {
             FlashKernel::Sm80 {
@@ -230,17 +200,13 @@ impl Gpu {
         window: usize,
         scale: f32,
     ) -> Result<()> {
-        let (overlap, pingpong, tma) = match kind {
+        let (overlap, pingpong) = match kind {
             FlashKernel::Sm80 { pairs } => {
                 return self.flash_attn_with(
                     pairs, q, kv, tiles, n_tiles, inp, out, n_q, hd, window, scale,
                 )
             }
-            FlashKernel::Sm90 {
-                overlap,
-                pingpong,
-                tma,
-            } => (overlap, pingpong, tma),
+            FlashKernel::Sm90 { overlap, pingpong } => (overlap, pingpong),
         };
         if n_tiles == 0 {
             return Ok(());
@@ -254,11 +220,6 @@ impl Gpu {
                 kv.n_kv
             );
         }
-        let maps = match tma {
-            FlashTma::Off => None,
-            _ => self.kv_tensor_maps(&kv, hd)?,
-        };
-        let (kmap, vmap) = maps.unwrap_or(([0; 16], [0; 16]));
         let args = [
             Arg::Ptr(q),
             Arg::Ptr(kv.k),
@@ -272,9 +233,6 @@ impl Gpu {
             Arg::I32(kv.block_size as i32),
             Arg::I32(i32_of(window, "window")?),
             Arg::F32(scale * std::f32::consts::LOG2_E),
-            Arg::Map(kmap),
-            Arg::Map(vmap),
-            Arg::I32(if maps.is_some() { tma.mask() } else { 0 }),
         ];
         let name = if pingpong {
             format!("flash_sm90p_hd{hd}")
@@ -294,29 +252,6 @@ impl Gpu {
 }
 
 impl Gpu {
-    /// The tensor maps flash_sm90 copies whole K/V blocks through (box: one block of one KV
-    /// head, 64 columns wide, in the 128-byte swizzle), or None where TMA cannot serve the
-    /// layout: storage other than bf16, head dims not a multiple of 64, or a block size that
-    /// is not a multiple of 8 rows (a box must start 1 KB aligned in the tile) dividing the
-    /// kernel's K/V tile.
-    pub fn kv_tensor_maps(&self, kv: &KvView, hd: usize) -> Result<Option<([u64; 16], [u64; 16])>> {
-        let bs = kv.block_size;
-        let tile = flash_sm90_block_n(hd);
-        let fits = self.store == StoreType::Bf16
-            && hd.is_multiple_of(64)
-            && bs.is_multiple_of(8)
-            && bs > 0
-            && tile.is_multiple_of(bs)
-            && kv.rows > 0;
-        if !fits {
-            return Ok(None);
-        }
-        Ok(Some((
-            tensor_map_2d(kv.k, hd, kv.rows, bs)?,
-            tensor_map_2d(kv.v, hd, kv.rows, bs)?,
-        )))
-    }
-
     /// Decode attention for `rows` single-token rows (flat tokens 0..rows), split over the KV
     /// length, then merged; the kernel family the environment chooses. `part_o`/`part_ml` hold
     /// rows * n_q * DECODE_MAX_SPLITS partials.
@@ -506,40 +441,6 @@ impl Gpu {
             &args,
         )
     }
-}
-
-/// A 2-D tensor map over `rows` rows of `width` bf16 values at `base` (rows `width * 2` bytes
-/// apart), boxes of 64 columns by `box_rows` rows in the 128-byte swizzle wgmma reads.
-fn tensor_map_2d(base: u64, width: usize, rows: usize, box_rows: usize) -> Result<[u64; 16]> {
-    use cudarc::driver::sys;
-    let dims = [width as u64, rows as u64];
-    let strides = [(width * 2) as u64];
-    let boxes = [64u32, box_rows as u32];
-    let steps = [1u32, 1];
-    let mut map = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
-    // SAFETY: every array has the rank's length (one stride fewer); `base` is the start of a
-    // device allocation of at least rows x width values (KvView::rows), 16-byte aligned.
-    let r = unsafe {
-        sys::cuTensorMapEncodeTiled(
-            map.as_mut_ptr(),
-            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-            2,
-            base as *mut std::ffi::c_void,
-            dims.as_ptr(),
-            strides.as_ptr(),
-            boxes.as_ptr(),
-            steps.as_ptr(),
-            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
-            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
-            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-        )
-    };
-    r.result().map_err(|e| {
-        anyhow::anyhow!("encoding a K/V tensor map ({rows} rows of {width}): {e:?}")
-    })?;
-    // SAFETY: initialised by the call above.
-    Ok(unsafe { map.assume_init() }.opaque)
 }
 
 #[cfg(test)]

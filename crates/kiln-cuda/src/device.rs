@@ -61,8 +61,6 @@ pub fn memory_info(ordinal: usize) -> Result<(usize, usize)> {
 #[derive(Debug, Clone, Copy)]
 pub enum Arg {
     Ptr(u64),
-    /// A CUtensorMap's 128 bytes (a `__grid_constant__` parameter of the kernel).
-    Map([u64; 16]),
     I32(i32),
     F32(f32),
     U64(u64),
@@ -309,17 +307,11 @@ impl Gpu {
                 Arg::Ptr(p) | Arg::U64(p) => p,
                 Arg::I32(v) => v as u32 as u64,
                 Arg::F32(v) => v.to_bits() as u64,
-                Arg::Map(_) => 0,
             })
             .collect();
-        // A map is read from its place in `args`, which outlives the call too.
         let mut params: Vec<*mut std::ffi::c_void> = slots
             .iter_mut()
-            .zip(args)
-            .map(|(s, a)| match a {
-                Arg::Map(m) => m.as_ptr() as *mut std::ffi::c_void,
-                _ => s as *mut u64 as *mut std::ffi::c_void,
-            })
+            .map(|s| s as *mut u64 as *mut std::ffi::c_void)
             .collect();
         // SAFETY: a plain C struct; zero is a valid pattern before the fields are set.
         let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };

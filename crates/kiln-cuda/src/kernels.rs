@@ -135,9 +135,6 @@ pub struct KvView {
     pub v: u64,
     pub n_kv: usize,
     pub block_size: usize,
-    /// Rows of one head's width the K (and the V) allocation holds from `k` (`v`) on: blocks x
-    /// n_kv x block_size. The bounds of the tensor maps TMA copies through.
-    pub rows: usize,
 }
 
 /// Per-token inputs of attention, all device arrays indexed by flat token (or sequence).

@@ -20,8 +20,6 @@ pub struct KvCache {
     /// Per layer: its first element in `k` and `v`, its KV head count, and the elements one
     /// block of it holds (of K, and again of V).
     layers: Vec<(usize, usize, usize)>,
-    /// Per layer: the rows of one head's width its cache holds (blocks x KV heads x block size).
-    rows: Vec<usize>,
     pub num_blocks: usize,
     pub block_size: usize,
     /// Per layer: whether its own cache is a ring (all false without a ring).
@@ -90,7 +88,6 @@ impl KvCache {
         let no_ring = vec![false; spec.layers.len()];
         let ring_caches = ring.map_or(no_ring, |r| r.caches.clone());
         let mut layers = Vec::with_capacity(spec.layers.len());
-        let mut rows = Vec::with_capacity(spec.layers.len());
         let mut at = 0;
         for (i, l) in spec.layers.iter().enumerate() {
             if let Some(src) = l.attn.kv_from {
@@ -98,7 +95,6 @@ impl KvCache {
                 debug_assert!(src < i && spec.layers[src].attn.kv_dim() == l.attn.kv_dim());
                 let (src_at, n_kv, _) = layers[src];
                 layers.push((src_at, n_kv, 0));
-                rows.push(rows[src]);
                 continue;
             }
             let block_elems = block_size * l.attn.kv_dim();
@@ -108,7 +104,6 @@ impl KvCache {
                 _ => num_blocks,
             };
             at += blocks * block_elems;
-            rows.push(blocks * l.attn.num_kv_heads * block_size);
         }
         let k = gpu.alloc_store(at)?;
         let v = gpu.alloc_store(at)?;
@@ -116,7 +111,6 @@ impl KvCache {
             k,
             v,
             layers,
-            rows,
             num_blocks,
             block_size,
             ring_caches,
@@ -136,7 +130,6 @@ impl KvCache {
             v: self.v.at(at),
             n_kv,
             block_size: self.block_size,
-            rows: self.rows[layer],
         }
     }
 

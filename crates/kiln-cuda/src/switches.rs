@@ -5,8 +5,6 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use crate::attn_launch::FlashTma;
-
 pub use crate::switch_modes::{DecodeFold, SplitCtas, WgCluster, WgMode};
 
 /// The fewest decode rows the chain-split tensor-core GEMM takes by default: on the H200
@@ -268,10 +266,6 @@ pub struct KernelChoice {
     /// their products, so one's softmax runs beside the other's (same bits). Opt-in until
     /// measured.
     pub flash_pingpong: bool,
-    /// KILN_FLASH_TMA=k | kv | 0: the sm90 kernel copies the K tiles (or the K and V tiles)
-    /// before the one that ends at the last key by TMA instead of cp.async (same bits).
-    /// Opt-in until measured faster (BENCH.md, 2026-12-03).
-    pub flash_tma: FlashTma,
     /// KILN_DECODE_ATTN=mma | simt: decode attention on the tensor cores with the rows of one
     /// sequence sharing K/V reads (`decode_mma_*`, the default) or on CUDA cores
     /// (`decode_attn_*`). Different bits, each batch-invariant.
@@ -413,11 +407,6 @@ impl Env {
                     },
                     flash_overlap: on("KILN_FLASH_OVERLAP"),
                     flash_pingpong: var("KILN_FLASH_PINGPONG").as_deref() == Some("1"),
-                    flash_tma: match var("KILN_FLASH_TMA").as_deref() {
-                        Some("k") => FlashTma::K,
-                        Some("kv") | Some("1") => FlashTma::KV,
-                        _ => FlashTma::Off,
-                    },
                     decode_mma: match var("KILN_DECODE_ATTN").as_deref() {
                         Some("mma") => true,
                         Some("simt") => false,
@@ -482,7 +471,7 @@ impl Switches {
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_tma={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -497,7 +486,6 @@ impl Switches {
             if k.flash_sm90 { "sm90" } else { "sm80" },
             k.flash_overlap as u8,
             k.flash_pingpong as u8,
-            format!("{:?}", k.flash_tma).to_lowercase(),
             if k.decode_mma { "mma" } else { "simt" },
             self.decode_span_pow2 as u8,
             self.decode_fold,
@@ -559,7 +547,6 @@ impl KernelChoice {
         flash_sm90: FLASH_SM90_DEFAULT,
         flash_overlap: true,
         flash_pingpong: false,
-        flash_tma: FlashTma::Off,
         decode_mma: DECODE_MMA_DEFAULT,
         quant_decode_v2: true,
         quant_expand_words: false,
@@ -576,7 +563,6 @@ impl KernelChoice {
         flash_sm90: false,
         flash_overlap: false,
         flash_pingpong: false,
-        flash_tma: FlashTma::Off,
         decode_mma: false,
         quant_decode_v2: false,
         quant_expand_words: true,

@@ -31,7 +31,6 @@ fn each_variable_turns_off_its_own_switch() {
             ("KILN_SKINNY_WIDE", off),
             ("KILN_SKINNY_DEEP", off),
             ("KILN_FLASH_OVERLAP", off),
-            ("KILN_FLASH_TMA", off),
             ("KILN_DECODE_ATTN", "simt"),
             ("KILN_FLASH_ATTN", "sm80"),
             ("KILN_SKINNY_TC", off),

@@ -16,7 +16,7 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use kiln_cuda::attn_launch::{DecodeKernel, FlashKernel, FlashTma, FLASH_SM90_HEAD_DIMS};
+use kiln_cuda::attn_launch::{DecodeKernel, FlashKernel, FLASH_SM90_HEAD_DIMS};
 use kiln_cuda::device::{DevBuf, Gpu};
 use kiln_cuda::kernels::{decode_part_splits, AttnInputs, KvView};
 use kiln_cuda::step_plan::{pack_step, StepLayout};
@@ -107,21 +107,11 @@ fn flash_name(k: FlashKernel) -> &'static str {
     match k {
         FlashKernel::Sm80 { pairs: true } => "sm80",
         FlashKernel::Sm80 { pairs: false } => "sm80_single",
+        FlashKernel::Sm90 { overlap: false, .. } => "sm90_plain",
         FlashKernel::Sm90 {
-            overlap,
-            pingpong,
-            tma,
-        } => match (overlap, pingpong, tma) {
-            (false, _, FlashTma::Off) => "sm90_plain",
-            (false, _, FlashTma::K) => "sm90_plain_tma_k",
-            (false, _, FlashTma::KV) => "sm90_plain_tma_kv",
-            (true, false, FlashTma::Off) => "sm90_overlap",
-            (true, false, FlashTma::K) => "sm90_overlap_tma_k",
-            (true, false, FlashTma::KV) => "sm90_overlap_tma_kv",
-            (true, true, FlashTma::Off) => "sm90_pingpong",
-            (true, true, FlashTma::K) => "sm90_pingpong_tma_k",
-            (true, true, FlashTma::KV) => "sm90_pingpong_tma_kv",
-        },
+            pingpong: false, ..
+        } => "sm90_overlap",
+        FlashKernel::Sm90 { pingpong: true, .. } => "sm90_pingpong",
     }
 }
 
@@ -148,23 +138,13 @@ impl Prefill {
     }
 
     /// The prefill families that run at this head dim: sm80, then sm90 plain, overlapped and
-    /// taking turns where the device has them, and the overlapped one with TMA copies (K, K and V).
+    /// taking turns where the device has them.
     fn kinds(&self, gpu: &Gpu) -> Vec<FlashKernel> {
         let mut kinds = vec![FlashKernel::Sm80 { pairs: true }];
         let hd = self.hd;
         if FLASH_SM90_HEAD_DIMS.contains(&hd) && gpu.has_func(&format!("flash_sm90_hd{hd}")) {
-            for (overlap, pingpong, tma) in [
-                (false, false, FlashTma::Off),
-                (true, false, FlashTma::Off),
-                (true, true, FlashTma::Off),
-                (true, false, FlashTma::K),
-                (true, false, FlashTma::KV),
-            ] {
-                kinds.push(FlashKernel::Sm90 {
-                    overlap,
-                    pingpong,
-                    tma,
-                });
+            for (overlap, pingpong) in [(false, false), (true, false), (true, true)] {
+                kinds.push(FlashKernel::Sm90 { overlap, pingpong });
             }
         }
         kinds
@@ -177,7 +157,6 @@ impl Prefill {
             v: self.v.ptr(),
             n_kv: N_KV,
             block_size: BS,
-            rows: self.k.len() / self.hd,
         };
         let scale = 1.0 / (self.hd as f32).sqrt();
         gpu.flash_attn_kernel(
@@ -279,7 +258,6 @@ fn decode(gpu: &Gpu, kinds: &[DecodeKernel], json: &mut Vec<String>) -> Result<(
         v: v.ptr(),
         n_kv: N_KV,
         block_size: BS,
-        rows: cache_len / hd,
     };
     let max_rows = 128;
     let q = gpu.alloc::<u16>(max_rows * N_Q * hd)?;

@@ -15,7 +15,7 @@ use crate::common::attn;
 use attn::{own, Case, Chunk, Setup, Step};
 use common::{from_bf16, gpu_or_skip, Checks, Rng};
 use kiln_cuda::attn_launch::{
-    DecodeKernel, FlashKernel, FlashTma, DECODE_MMA_HEAD_DIMS, FLASH_SM90_HEAD_DIMS,
+    DecodeKernel, FlashKernel, DECODE_MMA_HEAD_DIMS, FLASH_SM90_HEAD_DIMS,
 };
 use kiln_cuda::attn_wide::WIDE_HEAD_DIMS;
 use kiln_cuda::device::Gpu;
@@ -46,13 +46,9 @@ impl Kind {
             Kind::Flash(FlashKernel::Sm80 { pairs }) => format!("flash_attn pairs={}", pairs as u8),
             Kind::FlashWide { split: true } => "flash_wide split".into(),
             Kind::FlashWide { split: false } => "flash_wide recompute".into(),
-            Kind::Flash(FlashKernel::Sm90 {
-                overlap,
-                pingpong,
-                tma,
-            }) => {
+            Kind::Flash(FlashKernel::Sm90 { overlap, pingpong }) => {
                 format!(
-                    "flash_sm90 overlap={} pingpong={} tma={tma:?}",
+                    "flash_sm90 overlap={} pingpong={}",
                     overlap as u8, pingpong as u8
                 )
             }
@@ -115,22 +111,10 @@ fn kinds(gpu: &Gpu, case: &Case, family: Family) -> Vec<Kind> {
         && FLASH_SM90_HEAD_DIMS.contains(&case.hd)
         && gpu.has_func(&format!("flash_sm90_hd{}", case.hd))
     {
-        // Plain and overlapped with every K/V tile by cp.async, then with the whole tiles by
-        // TMA, and (last: a scheduling bug would hang rather than miscompute) the warpgroups
-        // taking turns.
-        for (overlap, pingpong, tma) in [
-            (false, false, FlashTma::Off),
-            (true, false, FlashTma::Off),
-            (false, false, FlashTma::KV),
-            (true, false, FlashTma::KV),
-            (true, false, FlashTma::K),
-            (true, true, FlashTma::KV),
-        ] {
-            k.push(Kind::Flash(FlashKernel::Sm90 {
-                overlap,
-                pingpong,
-                tma,
-            }));
+        // Plain, overlapped, and (last: a scheduling bug would hang rather than miscompute)
+        // the warpgroups taking turns.
+        for (overlap, pingpong) in [(false, false), (true, false), (true, true)] {
+            k.push(Kind::Flash(FlashKernel::Sm90 { overlap, pingpong }));
         }
     }
     k
@@ -308,37 +292,30 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case, family: Famil
     // Variants of one family: the same bits on the rows they serve.
     let prefill_at = step.n_decode() * case.n_q * case.hd;
     let mma = |fold| Kind::Decode(DecodeKernel::Mma { fold });
-    let sm90 = |overlap, pingpong, tma| {
-        Kind::Flash(FlashKernel::Sm90 {
-            overlap,
-            pingpong,
-            tma,
-        })
-    };
     for (a, b) in [
         (
             Kind::Flash(FlashKernel::Sm80 { pairs: true }),
             Kind::Flash(FlashKernel::Sm80 { pairs: false }),
         ),
         (
-            sm90(true, false, FlashTma::Off),
-            sm90(false, false, FlashTma::Off),
+            Kind::Flash(FlashKernel::Sm90 {
+                overlap: true,
+                pingpong: false,
+            }),
+            Kind::Flash(FlashKernel::Sm90 {
+                overlap: false,
+                pingpong: false,
+            }),
         ),
         (
-            sm90(false, false, FlashTma::KV),
-            sm90(false, false, FlashTma::Off),
-        ),
-        (
-            sm90(true, false, FlashTma::KV),
-            sm90(false, false, FlashTma::Off),
-        ),
-        (
-            sm90(true, false, FlashTma::K),
-            sm90(false, false, FlashTma::Off),
-        ),
-        (
-            sm90(true, true, FlashTma::KV),
-            sm90(false, false, FlashTma::Off),
+            Kind::Flash(FlashKernel::Sm90 {
+                overlap: true,
+                pingpong: true,
+            }),
+            Kind::Flash(FlashKernel::Sm90 {
+                overlap: false,
+                pingpong: false,
+            }),
         ),
         // decode_mma folding its splits itself and through the combine.
         (mma(DecodeFold::Always), mma(DecodeFold::Never)),

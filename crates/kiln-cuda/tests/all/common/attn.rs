@@ -146,7 +146,6 @@ impl Setup {
             v: self.dv.ptr(),
             n_kv: self.case.n_kv,
             block_size: BS,
-            rows: self.num_blocks * self.case.n_kv * BS,
         }
     }
 

@@ -81,7 +81,6 @@ impl RopeCase {
             v: o.v.ptr(),
             n_kv: self.n_kv,
             block_size: BLOCK_SIZE,
-            rows: BLOCKS * self.n_kv * BLOCK_SIZE,
         }
     }
 

@@ -38,12 +38,6 @@ const PLANTED: &[(&str, &str, &str)] = &[
     ),
     // The copy into shared memory forgets the swizzle wgmma reads.
     ("flash_sm90", "(((c & 7) ^ (r & 7)) << 4)", "((c & 7) << 4)"),
-    // A K/V tile copied by TMA takes every block from the tile's first entry of the table.
-    (
-        "flash_sm90",
-        "__shfl_sync(0xffffffffu, blk, b)",
-        "__shfl_sync(0xffffffffu, blk, 0)",
-    ),
     // The second half of a 512-wide head's columns reads the first half of V.
     (
         "flash_wide",

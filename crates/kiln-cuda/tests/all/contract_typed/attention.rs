@@ -134,7 +134,6 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case) {
         v: dv.ptr(),
         n_kv,
         block_size: BS,
-        rows: cache_len / hd,
     };
     let inp = AttnInputs {
         positions: step.at(layout.positions),

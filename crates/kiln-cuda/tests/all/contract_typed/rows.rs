@@ -240,7 +240,6 @@ pub fn qkv_prepare(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
             v: d_v.ptr(),
             n_kv,
             block_size,
-            rows: cache_len / hd,
         };
         let eps = 1e-6;
         let secs = timed(gpu, || {
