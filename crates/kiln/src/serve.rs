@@ -4,7 +4,7 @@
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 use kiln_engine::EngineConfig;
 use kiln_server::{Access, ConnectionLimits, Limits, PromptRules, ServeOptions};
 
@@ -39,9 +39,10 @@ pub struct ServeArgs {
     pub prefill_chunk: usize,
     /// While no sequence is decoding, let a prompt take the whole step budget
     /// (--max-batched-tokens) instead of --prefill-chunk: a prompt alone runs in fewer, larger
-    /// chunks (each step of a quantised model on the GPU expands its weights once).
-    #[arg(long)]
-    pub prefill_alone: bool,
+    /// chunks (each step of a quantised model on the GPU expands its weights once). On by
+    /// default on the GPU, off on the CPU; `--prefill-alone=off` turns it off.
+    #[arg(long, num_args = 0..=1, default_missing_value = "on")]
+    pub prefill_alone: Option<Toggle>,
     /// KV cache blocks (of 16 tokens) to allocate on the CPU; the GPU takes most of its free memory.
     #[arg(long, default_value_t = 1024)]
     pub kv_blocks: usize,
@@ -132,6 +133,24 @@ fn default_max_num_seqs(on_gpu: bool) -> usize {
     }
 }
 
+/// A switch whose default depends on the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Toggle {
+    /// Turned on.
+    On,
+    /// Turned off.
+    Off,
+}
+
+/// `--prefill-alone` when not given. On the GPU a lone prompt read in 2048-token chunks instead
+/// of 512 prefilled 8k tokens 4.7% faster with F16 weights and 27% faster with Q4_K_M and Q8_0
+/// (H200, Llama-3-8B, 2026-12-03): the GEMMs run fuller and quantised matrices are expanded a
+/// quarter as often. On the CPU a step's cost grows with its tokens alike, and a longer step only
+/// delays a prompt that arrives during it.
+fn default_prefill_alone(on_gpu: bool) -> bool {
+    on_gpu
+}
+
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     // The address line must reach the user even if main set no subscriber up.
     let _ = tracing_subscriber::fmt()
@@ -146,13 +165,16 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let listener = kiln_server::bind(&args.host, args.port)?;
     let t0 = Instant::now();
     let model = args.model.load()?;
+    let on_gpu = args.device.expects_cuda(&model);
     let cfg = EngineConfig {
         max_num_seqs: args
             .max_num_seqs
-            .unwrap_or_else(|| default_max_num_seqs(args.device.expects_cuda(&model))),
+            .unwrap_or_else(|| default_max_num_seqs(on_gpu)),
         max_batched_tokens: args.max_batched_tokens,
         prefill_chunk: args.prefill_chunk,
-        prefill_alone: args.prefill_alone,
+        prefill_alone: args
+            .prefill_alone
+            .map_or_else(|| default_prefill_alone(on_gpu), |t| t == Toggle::On),
         max_queue: args.max_queue,
         max_context: max_context(&args, model.config.max_position)?,
         prefix_cache: !args.no_prefix_cache,
@@ -238,5 +260,42 @@ fn request_defaults(
         top_k: d.top_k.and_then(|k| i64::try_from(k).ok()),
         min_p: d.min_p.map(f64::from),
         repetition_penalty: d.repetition_penalty.map(f64::from),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{ServeArgs, Toggle};
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn prefill_alone(args: &[&str]) -> Result<Option<Toggle>, clap::Error> {
+        let argv = ["kiln", "--model", "dummy:tiny"].iter().chain(args);
+        Ok(Cli::try_parse_from(argv)?.serve.prefill_alone)
+    }
+
+    #[test]
+    fn prefill_alone_is_the_device_default_unless_given() {
+        assert_eq!(prefill_alone(&[]).unwrap(), None);
+        assert_eq!(
+            prefill_alone(&["--prefill-alone"]).unwrap(),
+            Some(Toggle::On)
+        );
+        assert_eq!(
+            prefill_alone(&["--prefill-alone=off"]).unwrap(),
+            Some(Toggle::Off)
+        );
+        assert_eq!(
+            prefill_alone(&["--prefill-alone", "on"]).unwrap(),
+            Some(Toggle::On)
+        );
+        assert!(prefill_alone(&["--prefill-alone=maybe"]).is_err());
+        assert!(super::default_prefill_alone(true) && !super::default_prefill_alone(false));
     }
 }
