@@ -153,17 +153,39 @@ struct FsLane {
 };
 
 // One K or V tile into the swizzled stage at `dst`: warp w copies rows w * BN / 4 onwards,
-// `row` from fs_row; rows from `lim` on (keys from kv_end on) are filled with zeros.
+// `row` from fs_row; rows from `lim` on (keys from kv_end on) are filled with zeros. `src` is
+// the cache's address plus this lane's 16-byte chunk of a row. Few instructions a copy (the
+// producer shares its schedulers with the consumers): the lane's NP destinations made once,
+// the copies' constant 1 KB steps folded into their addressing, each source one wide
+// multiply-add, and no size operand where the warp's rows all come before kv_end.
+__device__ __forceinline__ void cp_async_16f(u32 dst, u64 src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(dst), "l"(src));
+}
+__device__ __forceinline__ u64 row_address(u32 row, u32 row_bytes, u64 base) {
+    u64 a;
+    asm("mad.wide.u32 %0, %1, %2, %3;" : "=l"(a) : "r"(row), "r"(row_bytes), "l"(base));
+    return a;
+}
 template <int HD, int BN>
-__device__ __forceinline__ void fs_load(u32 dst, const bf16_t* __restrict__ cache, u32 row, int lim,
-                                        const FsLane<HD, BN>& ln, int lane) {
+__device__ __forceinline__ void fs_load(u32 dst, u64 src, u32 row, int lim, const FsLane<HD, BN>& ln, int lane) {
     using F = FsLane<HD, BN>;
-    const char* src0 = reinterpret_cast<const char*>(cache + (lane % F::CH) * 8);
+    u32 d[F::NP];
+#pragma unroll
+    for (int t = 0; t < F::NP; ++t) d[t] = dst + ln.off[t];
+    if (__all_sync(0xffffffffu, lim >= F::RW)) {  // a vote: uniform for the compiler too
+#pragma unroll
+        for (int j = 0; j < F::RW / F::RPI; ++j) {
+            const u32 r = __shfl_sync(0xffffffffu, row, j * F::RPI + lane / F::CH);
+            cp_async_16f(d[j % F::NP] + (j / F::NP) * 1024, row_address(r, HD * 2, src));
+        }
+        return;
+    }
 #pragma unroll
     for (int j = 0; j < F::RW / F::RPI; ++j) {
         const int rl = j * F::RPI + lane / F::CH;
-        const u32 src = __shfl_sync(0xffffffffu, row, rl);
-        cp_async_16s(dst + ln.off[j % F::NP] + (j / F::NP) * 1024, src0 + (u64)src * (HD * 2), rl < lim ? 16 : 0);
+        const u32 r = __shfl_sync(0xffffffffu, row, rl);
+        cp_async_16s(d[j % F::NP] + (j / F::NP) * 1024, reinterpret_cast<const void*>(row_address(r, HD * 2, src)),
+                     rl < lim ? 16 : 0);
     }
 }
 
@@ -289,20 +311,30 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
         setmaxnreg_dec72();
         const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
         const FsLane<HD, BN> ln(w, lane);
+        const u64 chunk = (lane % FsLane<HD, BN>::CH) * 16;
+        const u64 k_src = reinterpret_cast<u64>(kc) + chunk, v_src = reinterpret_cast<u64>(vc) + chunk;
         auto rows = [&](int i) { return fs_row<BN>(table, (kt_lo + i) * BN, kv_end, kvh, n_kv, block_size, w, lane); };
         u32 next = rows(0);
+        // The stage and its parity as counters, and the stage's K offset (V's is NS tiles
+        // on): one register for the copies' destinations, not i % NS recomputed in each.
+        int st = 0;
+        u32 freed = 1, koff = L::k(0);
         for (int i = 0; i < nt; ++i) {
-            const int st = i % NS, lim = kv_end - (kt_lo + i) * BN - w * (BN / 4);
-            const u32 freed = ((i / NS) & 1) ^ 1;  // parity of the release of this stage's last use
+            const int lim = kv_end - (kt_lo + i) * BN - w * (BN / 4);
             const u32 row = next;
             // The next tile's table entries load while this one waits for its stages.
             if (i + 1 < nt) next = rows(i + 1);
+            // freed: the parity of the release of this stage's last use.
             if (i >= NS) mbar_wait(base + L::empty_k(st), freed);
-            fs_load<HD, BN>(base + L::k(st), kc, row, lim, ln, lane);
+            fs_load<HD, BN>(base + koff, k_src, row, lim, ln, lane);
             cp_async_arrive(base + L::full_k(st));
             if (i >= NS) mbar_wait(base + L::empty_v(st), freed);
-            fs_load<HD, BN>(base + L::v(st), vc, row, lim, ln, lane);
+            fs_load<HD, BN>(base + koff + NS * L::KV, v_src, row, lim, ln, lane);
             cp_async_arrive(base + L::full_v(st));
+            const bool wrap = st == NS - 1;
+            st = wrap ? 0 : st + 1;
+            koff = wrap ? L::k(0) : koff + L::KV;
+            freed ^= wrap;
         }
         cp_async_wait_all();  // no copy outlives its thread
         return;
@@ -336,13 +368,22 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
     for (int i = 0; i < BN / 2; ++i) s[i] = 0.f;
     float m_a = KILN_NEG_INF, m_b = KILN_NEG_INF, l_a = 0.f, l_b = 0.f;
 
+    // The descriptors of Q and of stage 0's K and V, made once: a stage's and a k-slice's are
+    // the same with the byte offset / 16 added to the low word's address field (shared
+    // addresses stay under 256 KB, so the 14-bit field never carries into the next one). Same
+    // descriptors as gdesc() of each address, in one add instead of a mask and shifts each.
+    const u32 dq = (u32)gdesc(sq, 16, 1024), dk = (u32)gdesc(base + L::k(0), 16, 1024);
+    const u32 dv = (u32)gdesc(base + L::v(0), BN * 128, 1024);
+    const u32 hi = (u32)(gdesc(0, 16, 1024) >> 32);
+    auto desc = [](u32 lo, u32 hi_word) { return ((u64)hi_word << 32) | lo; };
     auto issue_s = [&](int st) {
         reg_fence(s);
         wgmma_fence();
+        const u32 k_st = dk + (u32)st * (L::KV >> 4);
 #pragma unroll
         for (int kk = 0; kk < HD / 16; ++kk) {
-            const u64 da = gdesc(sq + (kk >> 2) * 64 * 128 + (kk & 3) * 32, 16, 1024);
-            const u64 db = gdesc(base + L::k(st) + (kk >> 2) * BN * 128 + (kk & 3) * 32, 16, 1024);
+            const u64 da = desc(dq + (((kk >> 2) * 64 * 128 + (kk & 3) * 32) >> 4), hi);
+            const u64 db = desc(k_st + (((kk >> 2) * BN * 128 + (kk & 3) * 32) >> 4), hi);
             wgmma_ss<BN>(s, da, db, kk > 0);
         }
         wgmma_commit();
@@ -351,9 +392,10 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
         reg_fence(o);
         reg_fence(p);
         wgmma_fence();
+        const u32 v_st = dv + (u32)st * (L::KV >> 4);
+        const u32 v_hi = (u32)(gdesc(0, BN * 128, 1024) >> 32);
 #pragma unroll
-        for (int ks = 0; ks < BN / 16; ++ks)
-            wgmma_rs<HD>(o, &p[4 * ks], gdesc(base + L::v(st) + ks * 2048, BN * 128, 1024));
+        for (int ks = 0; ks < BN / 16; ++ks) wgmma_rs<HD>(o, &p[4 * ks], desc(v_st + ((ks * 2048) >> 4), v_hi));
         wgmma_commit();
     };
     // This warp's release of a stage, once its wgmma reads of it are complete.
