@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: Rust tests (CPU backend, formats, tokenizers, engine, server),
-# the NVRTC compile check of every CUDA kernel, and the OpenAI-client tests against `kiln serve`.
+# the NVRTC compile check of every CUDA kernel, the benchmark scripts' checks (scripts/bench/test_*.py)
+# and the OpenAI-client tests against `kiln serve`.
 #
 # Tests build in the release profile, the one the README's run command builds, so the dependencies
 # are compiled once for both. What it fetches the first time (all under ~/.cache unless said):
@@ -80,6 +81,10 @@ for why, n in reasons.most_common():
 PY
 }
 summary
+# The benchmark scripts' own checks (standard library Python, a second each).
+for t in scripts/bench/test_*.py; do
+  python3 "$t" || status=$?
+done
 [ "$status" -eq 0 ] || exit "$status"
 
 if [ -x tests/openai/run.sh ]; then
