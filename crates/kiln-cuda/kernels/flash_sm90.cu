@@ -197,6 +197,13 @@ __device__ __forceinline__ float ex2_ftz(float x) {
     return y;
 }
 
+// The largest of v[0..N), N a power of two, as a balanced tree.
+template <int N>
+__device__ __forceinline__ float tree_max(const float* v) {
+    if constexpr (N == 1) return v[0];
+    else return fmaxf(tree_max<N / 2>(v), tree_max<N / 2>(v + N / 2));
+}
+
 // The online softmax of one tile in base 2, in place: s (raw scores) becomes the tile's
 // probabilities, al_* rescale the row's running sums. Masked keys are -inf; a tile that needs
 // no mask runs the same arithmetic on the same values.
@@ -213,12 +220,15 @@ __device__ __forceinline__ void fs_softmax(float (&s)[BN / 2], float& m_a, float
             s[i] = ok ? s[i] : KILN_NEG_INF;
         }
     }
-    float mx_a = KILN_NEG_INF, mx_b = KILN_NEG_INF;
+    // The row maxima as trees (depth log2 of the tile's columns a thread holds, not a chain
+    // as long): a maximum is the same whatever the order, NaN aside, which fmaxf drops.
+    float ta[BN / 8], tb[BN / 8];
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
-        mx_a = fmaxf(mx_a, fmaxf(s[4 * j], s[4 * j + 1]));
-        mx_b = fmaxf(mx_b, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+        ta[j] = fmaxf(s[4 * j], s[4 * j + 1]);
+        tb[j] = fmaxf(s[4 * j + 2], s[4 * j + 3]);
     }
+    float mx_a = tree_max<BN / 8>(ta), mx_b = tree_max<BN / 8>(tb);
     mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
     mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
     mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
