@@ -256,8 +256,11 @@ __device__ __forceinline__ void fs_softmax(float (&s)[BN / 2], float& m_a, float
     l_b = __fadd_rn(__fmul_rn(l_b, al_b), ps_b);
 }
 
+// O *= the rows' factors, skipped where every factor of the warp's rows is exactly 1 (no
+// row's maximum moved: x * 1 is x, so the same bits), as is usual once the maxima settle.
 template <int HD>
 __device__ __forceinline__ void fs_rescale(float (&o)[HD / 2], float al_a, float al_b) {
+    if (__all_sync(0xffffffffu, al_a == 1.f && al_b == 1.f)) return;
 #pragma unroll
     for (int j = 0; j < HD / 8; ++j) {
         o[4 * j] = __fmul_rn(o[4 * j], al_a);
