@@ -385,6 +385,7 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
     // the same with the byte offset / 16 added to the low word's address field (shared
     // addresses stay under 256 KB, so the 14-bit field never carries into the next one). Same
     // descriptors as gdesc() of each address, in one add instead of a mask and shifts each.
+    // The high word (stride 1024, the 128-byte swizzle) is the same for all three.
     const u32 dq = (u32)gdesc(sq, 16, 1024), dk = (u32)gdesc(base + L::k(0), 16, 1024);
     const u32 dv = (u32)gdesc(base + L::v(0), BN * 128, 1024);
     const u32 hi = (u32)(gdesc(0, 16, 1024) >> 32);
@@ -406,9 +407,8 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
         reg_fence(p);
         wgmma_fence();
         const u32 v_st = dv + (u32)st * (L::KV >> 4);
-        const u32 v_hi = (u32)(gdesc(0, BN * 128, 1024) >> 32);
 #pragma unroll
-        for (int ks = 0; ks < BN / 16; ++ks) wgmma_rs<HD>(o, &p[4 * ks], desc(v_st + ((ks * 2048) >> 4), v_hi));
+        for (int ks = 0; ks < BN / 16; ++ks) wgmma_rs<HD>(o, &p[4 * ks], desc(v_st + ((ks * 2048) >> 4), hi));
         wgmma_commit();
     };
     // This warp's release of a stage, once its wgmma reads of it are complete.
