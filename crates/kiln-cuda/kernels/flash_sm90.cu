@@ -283,7 +283,7 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
                                                 const bf16_t* __restrict__ vc, const AttnTile* __restrict__ tiles,
                                                 const int* __restrict__ bt_start, const int* __restrict__ block_tables,
                                                 bf16_t* __restrict__ out, int n_q, int n_kv, int block_size,
-                                                int window, float scale_log2) {
+                                                int window, float scale_log2, int group) {
     using L = FsSmem<HD, BN, NS>;
     extern __shared__ __align__(1024) unsigned char fs_smem[];
     // The swizzle is a function of the address: align the base to 1024 bytes (the launcher
@@ -291,14 +291,18 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
     const u32 raw = smem_addr(fs_smem);
     const u32 base = (raw + 1023) & ~1023u;
 
-    // Later tiles of a chunk see more keys: hand them out first, for every head pair before
-    // the next tile (CTAs start in the order of `item`, x fastest), so the grid ends evenly;
-    // the pairs of one tile read the same K/V at the same time.
+    // Later tiles of a chunk see more keys: hand them out first, for every head pair of a
+    // group before the next tile (CTAs start in the order of `item`, x fastest), so the grid
+    // ends evenly; the pairs of one tile read the same K/V at the same time. The head pairs
+    // come in groups of `group` (a divisor of gridDim.y, whole KV heads), each group's tiles
+    // before the next group's: when the K/V of every head outgrows L2, the CTAs running at
+    // once then read the K/V of a few heads (group == gridDim.y: one group, tile by tile).
     const int item = blockIdx.y * gridDim.x + blockIdx.x;
-    const AttnTile tile = tiles[gridDim.x - 1 - item / gridDim.y];
+    const int per_group = gridDim.x * group, gi = item / per_group, r = item - gi * per_group;
+    const AttnTile tile = tiles[gridDim.x - 1 - r / group];
     if (tile.n_rows == 0) return;
     const int wg = threadIdx.x >> 7;
-    const int h0 = (item % gridDim.y) * 2, kvh = h0 / (n_q / n_kv);
+    const int h0 = (gi * group + r % group) * 2, kvh = h0 / (n_q / n_kv);
     const int* table = block_tables + bt_start[tile.seq];
     const int kv_end = tile.pos0 + tile.n_rows;  // keys past the last row are never needed
     const int first = window > 0 ? max(0, tile.pos0 + 1 - window) : 0;
@@ -520,10 +524,10 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
     extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                           \
         const bf16_t* q, const bf16_t* kc, const bf16_t* vc, const AttnTile* tiles, const int* bt_start, \
         const int* block_tables, bf16_t* out, int n_q, int n_kv, int block_size, int window,            \
-        float scale_log2) {                                                                             \
+        float scale_log2, int group) {                                                                  \
         pdl_enter();                                                                                    \
         flash_sm90_body<HD, BN, NS, OVL>(q, kc, vc, tiles, bt_start, block_tables, out, n_q, n_kv,      \
-                                         block_size, window, scale_log2);                               \
+                                         block_size, window, scale_log2, group);                        \
     }
 FS_ENTRY(flash_sm90_hd64, 64, 128, 4, 0)
 FS_ENTRY(flash_sm90_hd128, 128, 128, 3, 0)

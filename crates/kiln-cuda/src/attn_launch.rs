@@ -34,8 +34,29 @@ pub enum FlashKernel {
     /// flash_sm90*: wgmma, K/V tiles of 128 (64 at head dim 256), two heads per CTA;
     /// `overlap`: the softmax of one tile beside the P V product of the one before;
     /// `pingpong` (with overlap): the two heads' warpgroups take turns issuing their products.
-    /// All three give the same bits.
-    Sm90 { overlap: bool, pingpong: bool },
+    /// `kv_group`: the grid starts the CTAs of this many KV heads' pairs tile by tile before
+    /// the next group's (0: one group of every head). All give the same bits.
+    Sm90 {
+        overlap: bool,
+        pingpong: bool,
+        kv_group: usize,
+    },
+}
+
+/// KV heads per group of flash_sm90's grid order for a launch whose tiles span `keys` keys
+/// (summed over their sequences): the most, a divisor of `n_kv`, whose K and V take at most
+/// half of the L2 cache, so the CTAs running at once read what L2 holds; 0 (one group) when
+/// every head's fit or `keys` is 0.
+pub fn flash_sm90_kv_group(n_kv: usize, hd: usize, keys: usize, l2_bytes: usize) -> usize {
+    let per_head = keys.saturating_mul(hd * 4);
+    if per_head == 0 || n_kv == 0 {
+        return 0;
+    }
+    let fit = (l2_bytes / 2 / per_head).max(1);
+    if fit >= n_kv {
+        return 0;
+    }
+    (1..=fit).rev().find(|&d| n_kv.is_multiple_of(d)).unwrap_or(1)
 }
 
 /// Keys per K/V tile of flash_sm90_hd{hd}.
@@ -146,14 +167,21 @@ pub fn smem_needs() -> Vec<(String, usize)> {
 
 impl Gpu {
     /// The prefill kernel family for a layer's shape: the one the environment asks for where
-    /// it has the head dim and the grouping (and, for sm90, the device), else mma.sync.
-    pub fn flash_kernel_for(&self, n_q: usize, n_kv: usize, hd: usize) -> FlashKernel {
+    /// it has the head dim and the grouping (and, for sm90, the device), else mma.sync. `keys`:
+    /// the keys the launch's tiles span, summed over their sequences (0: unknown), for the
+    /// sm90 kernel's order.
+    pub fn flash_kernel_for(&self, n_q: usize, n_kv: usize, hd: usize, keys: usize) -> FlashKernel {
         let k = KernelChoice::from_env();
         let even = n_kv > 0 && n_q.is_multiple_of(n_kv) && (n_q / n_kv).is_multiple_of(2);
         if k.flash_sm90 && even && self.has_func(&format!("flash_sm90_hd{hd}")) {
             FlashKernel::Sm90 {
                 overlap: k.flash_overlap || k.flash_pingpong,
                 pingpong: k.flash_pingpong,
+                kv_group: if k.flash_l2 {
+                    flash_sm90_kv_group(n_kv, hd, keys, self.l2_bytes)
+                } else {
+                    0
+                },
             }
         } else {
             FlashKernel::Sm80 {
@@ -163,7 +191,7 @@ impl Gpu {
     }
 
     /// Prefill attention over `n_tiles` tiles (device array of {tok0, n_rows, seq, pos0}),
-    /// with the family [`Gpu::flash_kernel_for`] picks.
+    /// with the family [`Gpu::flash_kernel_for`] picks; `keys` as it takes them.
     #[allow(clippy::too_many_arguments)]
     pub fn flash_attn(
         &self,
@@ -171,6 +199,7 @@ impl Gpu {
         kv: KvView,
         tiles: u64,
         n_tiles: usize,
+        keys: usize,
         inp: &AttnInputs,
         out: u64,
         n_q: usize,
@@ -178,7 +207,9 @@ impl Gpu {
         window: usize,
         scale: f32,
     ) -> Result<()> {
-        let kind = self.flash_kernel_for(n_q, kv.n_kv, hd);
+        // A windowed layer's rows read at most `window` keys each: small spans, one group.
+        let keys = if window > 0 { 0 } else { keys };
+        let kind = self.flash_kernel_for(n_q, kv.n_kv, hd, keys);
         self.flash_attn_kernel(
             kind, q, kv, tiles, n_tiles, inp, out, n_q, hd, window, scale,
         )
@@ -200,13 +231,17 @@ impl Gpu {
         window: usize,
         scale: f32,
     ) -> Result<()> {
-        let (overlap, pingpong) = match kind {
+        let (overlap, pingpong, kv_group) = match kind {
             FlashKernel::Sm80 { pairs } => {
                 return self.flash_attn_with(
                     pairs, q, kv, tiles, n_tiles, inp, out, n_q, hd, window, scale,
                 )
             }
-            FlashKernel::Sm90 { overlap, pingpong } => (overlap, pingpong),
+            FlashKernel::Sm90 {
+                overlap,
+                pingpong,
+                kv_group,
+            } => (overlap, pingpong, kv_group),
         };
         if n_tiles == 0 {
             return Ok(());
@@ -220,6 +255,16 @@ impl Gpu {
                 kv.n_kv
             );
         }
+        // Head pairs per group of the grid's order: whole KV heads' pairs.
+        let pairs = n_q / 2;
+        let group = match kv_group {
+            0 => pairs,
+            g if g <= kv.n_kv && kv.n_kv.is_multiple_of(g) => g * (pairs / kv.n_kv),
+            g => bail!(
+                "flash_sm90 groups of {g} KV heads do not divide {}",
+                kv.n_kv
+            ),
+        };
         let args = [
             Arg::Ptr(q),
             Arg::Ptr(kv.k),
@@ -233,6 +278,7 @@ impl Gpu {
             Arg::I32(kv.block_size as i32),
             Arg::I32(i32_of(window, "window")?),
             Arg::F32(scale * std::f32::consts::LOG2_E),
+            Arg::I32(i32_of(group, "flash_sm90 group")?),
         ];
         let name = if pingpong {
             format!("flash_sm90p_hd{hd}")
@@ -445,7 +491,25 @@ impl Gpu {
 
 #[cfg(test)]
 mod tests {
-    use super::{decode_split_ctas, SplitCtas};
+    use super::{decode_split_ctas, flash_sm90_kv_group, SplitCtas};
+
+    #[test]
+    fn flash_groups_keep_a_few_heads_kv_in_l2() {
+        // Llama-3-8B (8 KV heads, hd 128) on an H200's 50 MiB of L2: 32k keys are 16 MiB of K
+        // and V a head, one head a group; 8k keys 4 MiB, six fit, so four (a divisor of 8);
+        // up to 6k keys every head fits: one group.
+        let l2 = 50 << 20;
+        assert_eq!(flash_sm90_kv_group(8, 128, 32_768, l2), 1);
+        assert_eq!(flash_sm90_kv_group(8, 128, 8192, l2), 4);
+        assert_eq!(flash_sm90_kv_group(8, 128, 6144, l2), 0);
+        assert_eq!(flash_sm90_kv_group(8, 128, 2048, l2), 0);
+        // Never less than one head, whatever the span (or with no L2); no keys: one group.
+        assert_eq!(flash_sm90_kv_group(8, 128, 1 << 30, l2), 1);
+        assert_eq!(flash_sm90_kv_group(8, 128, 0, l2), 0);
+        assert_eq!(flash_sm90_kv_group(8, 128, 8192, 0), 1);
+        // Six KV heads: 3 fit, 3 divides 6.
+        assert_eq!(flash_sm90_kv_group(6, 128, 8192, 30 << 20), 3);
+    }
 
     #[test]
     fn split_ctas_shrink_with_the_rows_only() {

@@ -87,6 +87,8 @@ pub struct Gpu {
     /// Compute capability as major * 10 + minor (90 on H100/H200).
     pub arch: u32,
     pub sm_count: u32,
+    /// Bytes of L2 cache.
+    pub l2_bytes: usize,
     pub name: String,
     /// The storage type the loaded kernels were built for (kernel_sources.rs).
     pub store: StoreType,
@@ -140,6 +142,9 @@ impl Gpu {
         }
         let arch = (major * 10 + minor) as u32;
         let sm_count = ctx.attribute(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
+        let l2_bytes = ctx
+            .attribute(Attr::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)?
+            .max(0) as usize;
         let name = ctx.name().unwrap_or_else(|_| "unknown".into());
         let mut funcs = HashMap::new();
         let mut modules = Vec::new();
@@ -163,6 +168,7 @@ impl Gpu {
             stream,
             arch,
             sm_count,
+            l2_bytes,
             name,
             store,
             pdl,

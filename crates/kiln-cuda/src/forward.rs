@@ -502,6 +502,7 @@ impl StepOps for CudaOps<'_, '_> {
             kv,
             c.step_ptr(c.layout.tiles),
             plan.n_tiles,
+            plan.prefill_keys,
             &inp,
             a.attn.ptr(),
             nq,

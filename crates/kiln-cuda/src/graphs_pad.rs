@@ -89,6 +89,9 @@ impl GraphBuckets {
             n_decode: s.decode_rows,
             n_seqs: 0,
             n_tiles: self.tiles(s),
+            // Unknown at capture: the captured attention keeps the one-group order (the
+            // grids of graph-sized steps take about one wave, where the order matters little).
+            prefill_keys: 0,
             n_logits: self.logits(s),
             upload_len,
         }
@@ -209,6 +212,7 @@ mod tests {
             n_decode,
             n_seqs: 1,
             n_tiles,
+            prefill_keys: 0,
             n_logits,
             upload_len: 0,
         };

@@ -119,6 +119,9 @@ pub struct StepPlan {
     pub n_decode: usize,
     pub n_seqs: usize,
     pub n_tiles: usize,
+    /// Keys the prefill chunks' attention spans, summed over the chunks (each chunk's last
+    /// position + 1): how much K/V the tiles read, for the order of their CTAs.
+    pub prefill_keys: usize,
     /// Rows of logits, one per chunk with want_logits, in chunk order.
     pub n_logits: usize,
     /// i32 elements to upload (the fixed sections plus the used part of the block tables).
@@ -164,7 +167,7 @@ pub fn pack_step(chunks: &[ChunkInput<'_>], l: &StepLayout, buf: &mut [i32]) -> 
         .collect();
     let n_decode = chunks.iter().filter(|c| is_decode(c)).count();
     let mut first_token = vec![0usize; chunks.len()];
-    let (mut t, mut bt, mut tiles) = (0usize, 0usize, 0usize);
+    let (mut t, mut bt, mut tiles, mut prefill_keys) = (0usize, 0usize, 0usize, 0usize);
     // The last decode row's sequence index and its table as packed (blocks at the end of the
     // block tables): an adjacent decode row reading the same blocks shares them.
     let mut last_decode: Option<(usize, usize)> = None;
@@ -223,6 +226,7 @@ pub fn pack_step(chunks: &[ChunkInput<'_>], l: &StepLayout, buf: &mut [i32]) -> 
             }
         }
         if !is_decode(c) {
+            prefill_keys += c.start_pos + c.tokens.len();
             for r0 in (0..c.tokens.len()).step_by(FLASH_TILE_ROWS) {
                 let rows = (c.tokens.len() - r0).min(FLASH_TILE_ROWS);
                 let at = l.tiles + 4 * tiles;
@@ -261,6 +265,7 @@ pub fn pack_step(chunks: &[ChunkInput<'_>], l: &StepLayout, buf: &mut [i32]) -> 
         n_decode,
         n_seqs: chunks.len(),
         n_tiles: tiles,
+        prefill_keys,
         n_logits,
         upload_len: l.block_tables + tables_len,
     })
@@ -297,6 +302,7 @@ mod tests {
         assert_eq!(plan.n_tokens, 71);
         assert_eq!(plan.n_decode, 1);
         assert_eq!(plan.n_tiles, 2);
+        assert_eq!(plan.prefill_keys, 70);
         assert_eq!(plan.n_logits, 2);
         // The decode token is flat token 0, sequence 0, slot from block 2 (position 20).
         assert_eq!(buf[l.tokens], 9);

@@ -266,6 +266,10 @@ pub struct KernelChoice {
     /// their products, so one's softmax runs beside the other's (same bits). Opt-in until
     /// measured.
     pub flash_pingpong: bool,
+    /// KILN_FLASH_L2=0: the sm90 kernel's CTAs start tile by tile over every head pair, even
+    /// when the K/V of all heads outgrow L2, instead of a few KV heads' pairs at a time (same
+    /// bits: only the order the CTAs start in changes).
+    pub flash_l2: bool,
     /// KILN_DECODE_ATTN=mma | simt: decode attention on the tensor cores with the rows of one
     /// sequence sharing K/V reads (`decode_mma_*`, the default) or on CUDA cores
     /// (`decode_attn_*`). Different bits, each batch-invariant.
@@ -407,6 +411,7 @@ impl Env {
                     },
                     flash_overlap: on("KILN_FLASH_OVERLAP"),
                     flash_pingpong: var("KILN_FLASH_PINGPONG").as_deref() == Some("1"),
+                    flash_l2: on("KILN_FLASH_L2"),
                     decode_mma: match var("KILN_DECODE_ATTN").as_deref() {
                         Some("mma") => true,
                         Some("simt") => false,
@@ -471,7 +476,7 @@ impl Switches {
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -486,6 +491,7 @@ impl Switches {
             if k.flash_sm90 { "sm90" } else { "sm80" },
             k.flash_overlap as u8,
             k.flash_pingpong as u8,
+            k.flash_l2 as u8,
             if k.decode_mma { "mma" } else { "simt" },
             self.decode_span_pow2 as u8,
             self.decode_fold,
@@ -547,6 +553,7 @@ impl KernelChoice {
         flash_sm90: FLASH_SM90_DEFAULT,
         flash_overlap: true,
         flash_pingpong: false,
+        flash_l2: true,
         decode_mma: DECODE_MMA_DEFAULT,
         quant_decode_v2: true,
         quant_expand_words: false,
@@ -563,6 +570,7 @@ impl KernelChoice {
         flash_sm90: false,
         flash_overlap: false,
         flash_pingpong: false,
+        flash_l2: false,
         decode_mma: false,
         quant_decode_v2: false,
         quant_expand_words: true,

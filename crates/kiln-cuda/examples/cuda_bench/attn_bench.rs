@@ -16,7 +16,9 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use kiln_cuda::attn_launch::{DecodeKernel, FlashKernel, FLASH_SM90_HEAD_DIMS};
+use kiln_cuda::attn_launch::{
+    flash_sm90_kv_group, DecodeKernel, FlashKernel, FLASH_SM90_HEAD_DIMS,
+};
 use kiln_cuda::device::{DevBuf, Gpu};
 use kiln_cuda::kernels::{decode_part_splits, AttnInputs, KvView};
 use kiln_cuda::step_plan::{pack_step, StepLayout};
@@ -45,6 +47,8 @@ struct Step {
     layout: StepLayout,
     buf: DevBuf<i32>,
     n_tiles: usize,
+    /// Keys the prefill chunks span (the plan's prefill_keys).
+    keys: usize,
     n_decode: usize,
 }
 
@@ -77,6 +81,7 @@ impl Step {
             layout,
             buf,
             n_tiles: plan.n_tiles,
+            keys: plan.prefill_keys,
             n_decode: plan.n_decode,
         })
     }
@@ -103,15 +108,34 @@ fn time(gpu: &Gpu, reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64
     Ok(t.elapsed().as_secs_f64() / reps as f64)
 }
 
-fn flash_name(k: FlashKernel) -> &'static str {
-    match k {
-        FlashKernel::Sm80 { pairs: true } => "sm80",
-        FlashKernel::Sm80 { pairs: false } => "sm80_single",
-        FlashKernel::Sm90 { overlap: false, .. } => "sm90_plain",
-        FlashKernel::Sm90 {
-            pingpong: false, ..
-        } => "sm90_overlap",
-        FlashKernel::Sm90 { pingpong: true, .. } => "sm90_pingpong",
+/// A prefill family as the bench runs it: `l2`, the sm90 grid in the order of
+/// flash_sm90_kv_group for each step's keys (the default), else in one group.
+#[derive(Clone, Copy)]
+struct Variant {
+    kind: FlashKernel,
+    l2: bool,
+}
+
+impl Variant {
+    fn name(self) -> &'static str {
+        match (self.kind, self.l2) {
+            (FlashKernel::Sm80 { pairs: true }, _) => "sm80",
+            (FlashKernel::Sm80 { pairs: false }, _) => "sm80_single",
+            (FlashKernel::Sm90 { overlap: false, .. }, _) => "sm90_plain",
+            (
+                FlashKernel::Sm90 {
+                    pingpong: false, ..
+                },
+                true,
+            ) => "sm90_overlap",
+            (
+                FlashKernel::Sm90 {
+                    pingpong: false, ..
+                },
+                false,
+            ) => "sm90_overlap_onegroup",
+            (FlashKernel::Sm90 { pingpong: true, .. }, _) => "sm90_pingpong",
+        }
     }
 }
 
@@ -138,20 +162,45 @@ impl Prefill {
     }
 
     /// The prefill families that run at this head dim: sm80, then sm90 plain, overlapped and
-    /// taking turns where the device has them.
-    fn kinds(&self, gpu: &Gpu) -> Vec<FlashKernel> {
-        let mut kinds = vec![FlashKernel::Sm80 { pairs: true }];
+    /// taking turns where the device has them, and overlapped in one group (the order
+    /// before KILN_FLASH_L2).
+    fn kinds(&self, gpu: &Gpu) -> Vec<Variant> {
+        let sm90 = |overlap, pingpong, l2| Variant {
+            kind: FlashKernel::Sm90 {
+                overlap,
+                pingpong,
+                kv_group: 0,
+            },
+            l2,
+        };
+        let mut kinds = vec![Variant {
+            kind: FlashKernel::Sm80 { pairs: true },
+            l2: false,
+        }];
         let hd = self.hd;
         if FLASH_SM90_HEAD_DIMS.contains(&hd) && gpu.has_func(&format!("flash_sm90_hd{hd}")) {
-            for (overlap, pingpong) in [(false, false), (true, false), (true, true)] {
-                kinds.push(FlashKernel::Sm90 { overlap, pingpong });
-            }
+            kinds.extend([
+                sm90(false, false, true),
+                sm90(true, false, true),
+                sm90(true, true, true),
+                sm90(true, false, false),
+            ]);
         }
         kinds
     }
 
-    /// One launch of `kind` over the tiles of `st`.
-    fn launch(&self, gpu: &Gpu, kind: FlashKernel, st: &Step) -> Result<()> {
+    /// One launch of `v` over the tiles of `st`.
+    fn launch(&self, gpu: &Gpu, v: Variant, st: &Step) -> Result<()> {
+        let kind = match v.kind {
+            FlashKernel::Sm90 {
+                overlap, pingpong, ..
+            } if v.l2 => FlashKernel::Sm90 {
+                overlap,
+                pingpong,
+                kv_group: flash_sm90_kv_group(N_KV, self.hd, st.keys, gpu.l2_bytes),
+            },
+            k => k,
+        };
         let kv = KvView {
             k: self.k.ptr(),
             v: self.v.ptr(),
@@ -186,7 +235,7 @@ fn profile(gpu: &Gpu) -> Result<()> {
         gpu.synchronize()?;
         eprintln!(
             "profiled flash {} hd 128, rows 6144..8191 of 8192",
-            flash_name(kind)
+            kind.name()
         );
     }
     Ok(())
@@ -218,7 +267,7 @@ fn prefill(gpu: &Gpu, json: &mut Vec<String>) -> Result<()> {
                     secs += time(gpu, 5, || p.launch(gpu, kind, st))?;
                     flops += f;
                 }
-                let name = flash_name(kind);
+                let name = kind.name();
                 let tflops = flops / secs / 1e12;
                 eprintln!(
                     "BENCH flash {name} hd {hd} causal {len}: {tflops:.1} TFLOP/s, {:.1} ms for 32 layers",

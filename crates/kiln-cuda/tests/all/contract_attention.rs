@@ -46,9 +46,13 @@ impl Kind {
             Kind::Flash(FlashKernel::Sm80 { pairs }) => format!("flash_attn pairs={}", pairs as u8),
             Kind::FlashWide { split: true } => "flash_wide split".into(),
             Kind::FlashWide { split: false } => "flash_wide recompute".into(),
-            Kind::Flash(FlashKernel::Sm90 { overlap, pingpong }) => {
+            Kind::Flash(FlashKernel::Sm90 {
+                overlap,
+                pingpong,
+                kv_group,
+            }) => {
                 format!(
-                    "flash_sm90 overlap={} pingpong={}",
+                    "flash_sm90 overlap={} pingpong={} kv_group={kv_group}",
                     overlap as u8, pingpong as u8
                 )
             }
@@ -111,11 +115,21 @@ fn kinds(gpu: &Gpu, case: &Case, family: Family) -> Vec<Kind> {
         && FLASH_SM90_HEAD_DIMS.contains(&case.hd)
         && gpu.has_func(&format!("flash_sm90_hd{}", case.hd))
     {
-        // Plain, overlapped, and (last: a scheduling bug would hang rather than miscompute)
-        // the warpgroups taking turns.
-        for (overlap, pingpong) in [(false, false), (true, false), (true, true)] {
-            k.push(Kind::Flash(FlashKernel::Sm90 { overlap, pingpong }));
+        // Plain, overlapped, overlapped with the grid in groups of one KV head (the order
+        // KILN_FLASH_L2 picks for long spans: every tile and pair still run once), and (last:
+        // a scheduling bug would hang rather than miscompute) the warpgroups taking turns.
+        let sm90 = |overlap, pingpong, kv_group| {
+            Kind::Flash(FlashKernel::Sm90 {
+                overlap,
+                pingpong,
+                kv_group,
+            })
+        };
+        k.extend([sm90(false, false, 0), sm90(true, false, 0)]);
+        if case.n_kv > 1 {
+            k.push(sm90(true, false, 1));
         }
+        k.push(sm90(true, true, 0));
     }
     k
 }
@@ -292,31 +306,21 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case, family: Famil
     // Variants of one family: the same bits on the rows they serve.
     let prefill_at = step.n_decode() * case.n_q * case.hd;
     let mma = |fold| Kind::Decode(DecodeKernel::Mma { fold });
+    let sm90 = |overlap, pingpong, kv_group| {
+        Kind::Flash(FlashKernel::Sm90 {
+            overlap,
+            pingpong,
+            kv_group,
+        })
+    };
     for (a, b) in [
         (
             Kind::Flash(FlashKernel::Sm80 { pairs: true }),
             Kind::Flash(FlashKernel::Sm80 { pairs: false }),
         ),
-        (
-            Kind::Flash(FlashKernel::Sm90 {
-                overlap: true,
-                pingpong: false,
-            }),
-            Kind::Flash(FlashKernel::Sm90 {
-                overlap: false,
-                pingpong: false,
-            }),
-        ),
-        (
-            Kind::Flash(FlashKernel::Sm90 {
-                overlap: true,
-                pingpong: true,
-            }),
-            Kind::Flash(FlashKernel::Sm90 {
-                overlap: false,
-                pingpong: false,
-            }),
-        ),
+        (sm90(true, false, 0), sm90(false, false, 0)),
+        (sm90(true, false, 1), sm90(false, false, 0)),
+        (sm90(true, true, 0), sm90(false, false, 0)),
         // decode_mma folding its splits itself and through the combine.
         (mma(DecodeFold::Always), mma(DecodeFold::Never)),
         (mma(DecodeFold::Auto), mma(DecodeFold::Never)),
