@@ -56,7 +56,10 @@ pub fn flash_sm90_kv_group(n_kv: usize, hd: usize, keys: usize, l2_bytes: usize)
     if fit >= n_kv {
         return 0;
     }
-    (1..=fit).rev().find(|&d| n_kv.is_multiple_of(d)).unwrap_or(1)
+    (1..=fit)
+        .rev()
+        .find(|&d| n_kv.is_multiple_of(d))
+        .unwrap_or(1)
 }
 
 /// Keys per K/V tile of flash_sm90_hd{hd}.
@@ -174,9 +177,11 @@ impl Gpu {
         let k = KernelChoice::from_env();
         let even = n_kv > 0 && n_q.is_multiple_of(n_kv) && (n_q / n_kv).is_multiple_of(2);
         if k.flash_sm90 && even && self.has_func(&format!("flash_sm90_hd{hd}")) {
+            // Unset, turns where they measured faster, and never when KILN_FLASH_OVERLAP=0.
+            let pingpong = k.flash_pingpong.unwrap_or(hd <= 128 && k.flash_overlap);
             FlashKernel::Sm90 {
-                overlap: k.flash_overlap || k.flash_pingpong,
-                pingpong: k.flash_pingpong,
+                overlap: k.flash_overlap || pingpong,
+                pingpong,
                 kv_group: if k.flash_l2 {
                     flash_sm90_kv_group(n_kv, hd, keys, self.l2_bytes)
                 } else {
