@@ -116,7 +116,8 @@ impl LtGemm {
                 "transb",
             )?;
         }
-        let pin = Switches::from_env().gemm_pin;
+        let sw = Switches::from_env();
+        let (pin, reference_m) = (sw.gemm_pin, sw.gemm_pin_m.unwrap_or(reference_m));
         Ok(LtGemm {
             handle,
             desc,

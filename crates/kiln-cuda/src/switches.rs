@@ -26,6 +26,9 @@ pub struct Switches {
     /// KILN_GEMM_PIN=0 (only "0"): cuBLASLt picks its algorithm per call instead of one pinned
     /// per weight shape.
     pub gemm_pin: bool,
+    /// KILN_GEMM_PIN_M=N: choose each pinned algorithm for m = N rows instead of the prefill
+    /// chunk (the algorithm then serves every m as before). For A/B runs of the choice.
+    pub gemm_pin_m: Option<usize>,
     /// KILN_CUDA_GRAPHS=0: every step runs launch by launch.
     pub cuda_graphs: bool,
     /// KILN_DRAFT_GRAPHS=0: a draft model's calls (Gemma 4's assistant) run launch by launch
@@ -339,6 +342,9 @@ impl Env {
                 split_decode: on("KILN_SPLIT_DECODE"),
                 device_sampling: on("KILN_DEVICE_SAMPLING"),
                 gemm_pin: var("KILN_GEMM_PIN").as_deref() != Some("0"),
+                gemm_pin_m: var("KILN_GEMM_PIN_M")
+                    .and_then(|v| v.parse().ok())
+                    .filter(|&m| m > 0),
                 cuda_graphs: on("KILN_CUDA_GRAPHS"),
                 draft_graphs: on("KILN_DRAFT_GRAPHS"),
                 gpu_quant: on("KILN_GPU_QUANT"),
@@ -475,13 +481,16 @@ impl Switches {
         let span = self
             .decode_min_span
             .map_or("64".to_string(), |n| n.to_string());
+        let pin_m = self
+            .gemm_pin_m
+            .map_or("chunk".to_string(), |m| m.to_string());
         let tc = match k.skinny_tc {
             SkinnyTc::Off => "off".to_string(),
             SkinnyTc::From(n) => format!("{n}+"),
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} gemm_pin_m={pin_m} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
