@@ -5,9 +5,9 @@
 // A CTA takes one tile of up to 64 query rows (AttnTile, as flash_attn.cu) for two query
 // heads of one GQA group: warpgroup 0 loads, through the block table, the K and V tiles both
 // heads need (cp.async into the 128-byte swizzled layout wgmma reads, 2-4 stages each, full
-// and empty mbarriers); warpgroups 1 and 2 each compute one head: S = Q K^T (wgmma, A and B
-// from shared memory), the online softmax in registers, O += P V (wgmma, P from registers,
-// V transposed from shared memory). KV tiles of BN keys at absolute multiples of BN, visited
+// and empty mbarriers); warpgroups 1 and 2 each compute one head: S = Q K^T (wgmma, K from
+// shared memory, Q from registers at hd 64 and 128, from shared memory at hd 256), the online
+// softmax in registers, O += P V (wgmma, P from registers, V transposed from shared memory). KV tiles of BN keys at absolute multiples of BN, visited
 // in order from the window's first tile to the tile of the last row; causal and window masks
 // from positions; a row meets keys outside its limits only in tiles that are then masked for
 // it, and a wholly masked tile leaves its state exactly unchanged. So a row's result depends
@@ -77,6 +77,44 @@ __device__ __forceinline__ void wgmma_rs_n256(float (&d)[128], const u32* a, u64
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
 
+// D[64 x 64] (+)= A[64 x 16] * B[16 x 64]; A in registers (the m16n8k16 A fragment of each
+// warp's 16 rows), B in shared memory, K-major.
+__device__ __forceinline__ void wgmma_rk_n64(float (&d)[32], const u32* a, u64 db, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
+}
+
+// D[64 x 128] (+)= A[64 x 16] * B[16 x 128]; as wgmma_rk_n64.
+__device__ __forceinline__ void wgmma_rk_n128(float (&d)[64], const u32* a, u64 db, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
+}
+
+template <int N>
+__device__ __forceinline__ void wgmma_rk(float (&d)[N / 2], const u32* a, u64 db, int accumulate) {
+    if constexpr (N == 64) wgmma_rk_n64(d, a, db, accumulate);
+    else wgmma_rk_n128(d, a, db, accumulate);
+}
 template <int N>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], u64 da, u64 db, int accumulate) {
     if constexpr (N == 64) wgmma_ss_n64(d, da, db, accumulate);
@@ -98,11 +136,14 @@ __device__ __forceinline__ void cp_async_arrive(u32 bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(bar) : "memory");
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-// 384 threads start with 168 registers each; the producer gives back 96 and the consumers
-// take 48 more (72 x 128 + 216 x 256 = 168 x 384). The consumers use at most 200 (hd 256); at 40
-// the producer recomputed its lane's indices and spilled.
-__device__ __forceinline__ void setmaxnreg_dec72() { asm volatile("setmaxnreg.dec.sync.aligned.u32 72;\n"); }
-__device__ __forceinline__ void setmaxnreg_inc216() { asm volatile("setmaxnreg.inc.sync.aligned.u32 216;\n"); }
+// 384 threads start with 168 registers each; the producer gives back some and the consumers
+// take them: 72 x 128 + 216 x 256 = 168 x 384, or, where Q's fragments stay in the consumers'
+// registers (hd up to 128: 32 more at hd 128), 64 x 128 + 224 x 256. The consumers use at most
+// 200 at hd 256; at 40 the producer recomputed its lane's indices and spilled.
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(N)); }
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(N)); }
 
 // ---- the kernel ----
 
@@ -285,6 +326,11 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
                                                 bf16_t* __restrict__ out, int n_q, int n_kv, int block_size,
                                                 int window, float scale_log2, int group) {
     using L = FsSmem<HD, BN, NS>;
+    // Q as register fragments (the A operand of Q K^T from registers: each product then reads
+    // only K from shared memory, 4 KB instead of 6) where they fit beside S, O and P: hd 64 and
+    // 128. The same operands and products as from shared memory.
+    constexpr bool QR = HD <= 128;
+    constexpr int PRODUCER_REGS = QR ? 64 : 72, CONSUMER_REGS = QR ? 224 : 216;
     extern __shared__ __align__(1024) unsigned char fs_smem[];
     // The swizzle is a function of the address: align the base to 1024 bytes (the launcher
     // asks for 1 KB more).
@@ -325,7 +371,7 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
         // thread's copies of a tile arrive on the tile's full barrier when they land, so the
         // producer never waits for its own copies and runs up to NS tiles ahead. The consumers
         // fence the proxies after the barrier, before wgmma reads what cp.async wrote.
-        setmaxnreg_dec72();
+        setmaxnreg_dec<PRODUCER_REGS>();
         const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
         const FsLane<HD, BN> ln(w, lane);
         const u64 chunk = (lane % FsLane<HD, BN>::CH) * 16;
@@ -357,11 +403,26 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
         return;
     }
 
-    setmaxnreg_inc216();
+    setmaxnreg_inc<CONSUMER_REGS>();
     const int c = wg - 1, h = h0 + c;
     const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const u32 sq = base + L::q(c);
-    {
+    const int ra = warp * 16 + g, rb = ra + 8;
+    // Q's fragments: rows ra and rb, columns 16 kk + 2 t (+1) and 16 kk + 8 + 2 t (+1) of
+    // slice kk, zeros for rows past the tile's.
+    u32 qf[QR ? HD / 4 : 1];
+    if constexpr (QR) {
+        const u32* row_a = reinterpret_cast<const u32*>(q + ((u64)(tile.tok0 + ra) * n_q + h) * HD);
+        const u32* row_b = reinterpret_cast<const u32*>(q + ((u64)(tile.tok0 + rb) * n_q + h) * HD);
+        const bool ok_a = ra < tile.n_rows, ok_b = rb < tile.n_rows;
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; ++kk) {
+            qf[4 * kk] = ok_a ? row_a[8 * kk + t] : 0u;
+            qf[4 * kk + 1] = ok_b ? row_b[8 * kk + t] : 0u;
+            qf[4 * kk + 2] = ok_a ? row_a[8 * kk + 4 + t] : 0u;
+            qf[4 * kk + 3] = ok_b ? row_b[8 * kk + 4 + t] : 0u;
+        }
+    } else {
         constexpr int CH = HD / 8;
         for (int idx = tid; idx < 64 * CH; idx += 128) {
             const int r = idx / CH, cc = idx % CH;
@@ -374,7 +435,6 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
         fence_async_smem();
         named_sync(1 + c, 128);
     }
-    const int ra = warp * 16 + g, rb = ra + 8;
     const int qa = tile.pos0 + ra, qb = tile.pos0 + rb;
     const int q_last = kv_end - 1;
     float s[BN / 2], o[HD / 2];
@@ -398,11 +458,16 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
         reg_fence(s);
         wgmma_fence();
         const u32 k_st = dk + (u32)st * (L::KV >> 4);
+        if constexpr (QR) reg_fence(qf);
 #pragma unroll
         for (int kk = 0; kk < HD / 16; ++kk) {
-            const u64 da = desc(dq + (((kk >> 2) * 64 * 128 + (kk & 3) * 32) >> 4), hi);
             const u64 db = desc(k_st + (((kk >> 2) * BN * 128 + (kk & 3) * 32) >> 4), hi);
-            wgmma_ss<BN>(s, da, db, kk > 0);
+            if constexpr (QR) {
+                wgmma_rk<BN>(s, &qf[4 * kk], db, kk > 0);
+            } else {
+                const u64 da = desc(dq + (((kk >> 2) * 64 * 128 + (kk & 3) * 32) >> 4), hi);
+                wgmma_ss<BN>(s, da, db, kk > 0);
+            }
         }
         wgmma_commit();
     };

@@ -38,6 +38,12 @@ const PLANTED: &[(&str, &str, &str)] = &[
     ),
     // The copy into shared memory forgets the swizzle wgmma reads.
     ("flash_sm90", "(((c & 7) ^ (r & 7)) << 4)", "((c & 7) << 4)"),
+    // Q's register fragments take row ra's columns for row rb in the first half of each slice.
+    (
+        "flash_sm90",
+        "qf[4 * kk + 1] = ok_b ? row_b[8 * kk + t] : 0u;",
+        "qf[4 * kk + 1] = ok_b ? row_a[8 * kk + t] : 0u;",
+    ),
     // The second half of a 512-wide head's columns reads the first half of V.
     (
         "flash_wide",
