@@ -138,8 +138,10 @@ __device__ __forceinline__ void cp_async_arrive(u32 bar) {
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 // 384 threads start with 168 registers each; the producer gives back some and the consumers
 // take them: 72 x 128 + 216 x 256 = 168 x 384, or, where Q's fragments stay in the consumers'
-// registers (hd up to 128: 32 more at hd 128), 64 x 128 + 224 x 256. The consumers use at most
-// 200 at hd 256; at 40 the producer recomputed its lane's indices and spilled.
+// registers (hd up to 128: 32 more at hd 128), 56 x 128 + 224 x 256. No more: setmaxnreg.inc
+// waits for registers the other warpgroup gave back, and never gets more than the CTA holds.
+// The consumers use at most 200 at hd 256; at 40 the producer recomputed its lane's indices and
+// spilled.
 template <int N>
 __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(N)); }
 template <int N>
@@ -330,7 +332,9 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
     // only K from shared memory, 4 KB instead of 6) where they fit beside S, O and P: hd 64 and
     // 128. The same operands and products as from shared memory.
     constexpr bool QR = HD <= 128;
-    constexpr int PRODUCER_REGS = QR ? 64 : 72, CONSUMER_REGS = QR ? 224 : 216;
+    constexpr int PRODUCER_REGS = QR ? 56 : 72, CONSUMER_REGS = QR ? 224 : 216;
+    // The warpgroups can only trade the CTA's 168 x 384 registers: asking for more hangs.
+    static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 256 <= 168 * 384, "flash_sm90 register budget");
     extern __shared__ __align__(1024) unsigned char fs_smem[];
     // The swizzle is a function of the address: align the base to 1024 bytes (the launcher
     // asks for 1 KB more).
