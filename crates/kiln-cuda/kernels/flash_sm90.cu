@@ -330,8 +330,10 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
     using L = FsSmem<HD, BN, NS>;
     // Q as register fragments (the A operand of Q K^T from registers: each product then reads
     // only K from shared memory, 4 KB instead of 6) where they fit beside S, O and P: hd 64 and
-    // 128. The same operands and products as from shared memory.
-    constexpr bool QR = HD <= 128;
+    // 128. The same operands and products as from shared memory, the same bits. Not in the
+    // overlapped kernel without turns (OVL 1), which lost 5-6% with them at hd 128, 8k-32k
+    // (H200, 2026-12-03), where the plain kernel and the one with turns gained 2-3%.
+    constexpr bool QR = HD <= 128 && OVL != 1;
     constexpr int PRODUCER_REGS = QR ? 56 : 72, CONSUMER_REGS = QR ? 224 : 216;
     // The warpgroups can only trade the CTA's 168 x 384 registers: asking for more hangs.
     static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 256 <= 168 * 384, "flash_sm90 register budget");
