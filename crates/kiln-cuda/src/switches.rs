@@ -265,7 +265,7 @@ pub struct KernelChoice {
     /// KILN_FLASH_OVERLAP=0: the sm90 kernel runs each tile's softmax after the previous
     /// tile's P V product instead of beside it (same bits).
     pub flash_overlap: bool,
-    /// KILN_FLASH_PINGPONG=1 | 0: the sm90 kernel's two consumer warpgroups take turns issuing
+    /// KILN_FLASH_PINGPONG=1 | 0 (or on / off): the sm90 kernel's two consumer warpgroups take turns issuing
     /// their products, so one's softmax runs beside the other's, or never do (same bits).
     /// Unset (None): they do at head dims up to 128, where it measured faster (H200,
     /// 2026-12-03: hd 128 causal 2k / 8k / 32k +3.9% / +1.0% / +0.9%, hd 256 -1% to -3.5%).
@@ -418,8 +418,8 @@ impl Env {
                     },
                     flash_overlap: on("KILN_FLASH_OVERLAP"),
                     flash_pingpong: match var("KILN_FLASH_PINGPONG").as_deref() {
-                        Some("1") => Some(true),
-                        Some("0") => Some(false),
+                        Some("1" | "on" | "true") => Some(true),
+                        Some("0" | "off" | "false") => Some(false),
                         _ => None,
                     },
                     flash_l2: on("KILN_FLASH_L2"),

@@ -31,6 +31,8 @@ fn each_variable_turns_off_its_own_switch() {
             ("KILN_SKINNY_WIDE", off),
             ("KILN_SKINNY_DEEP", off),
             ("KILN_FLASH_OVERLAP", off),
+            ("KILN_FLASH_PINGPONG", off),
+            ("KILN_FLASH_L2", off),
             ("KILN_DECODE_ATTN", "simt"),
             ("KILN_FLASH_ATTN", "sm80"),
             ("KILN_SKINNY_TC", off),
@@ -156,6 +158,24 @@ fn values_parse_as_documented() {
     assert_eq!(span("96"), None);
     assert_eq!(span("16384"), None);
     assert_eq!(read(&[]).switches.decode_min_span, None);
+    // Turns: forced either way, or chosen by head dim when unset (or not understood).
+    let turns = |v| {
+        read(&[("KILN_FLASH_PINGPONG", v)])
+            .switches
+            .kernels
+            .flash_pingpong
+    };
+    assert_eq!(turns("1"), Some(true));
+    assert_eq!(turns("on"), Some(true));
+    assert_eq!(turns("0"), Some(false));
+    assert_eq!(turns("maybe"), None);
+    assert_eq!(read(&[]).switches.kernels.flash_pingpong, None);
+    // The GEMM pin's m: a positive count, else the prefill chunk.
+    let pin_m = |v| read(&[("KILN_GEMM_PIN_M", v)]).switches.gemm_pin_m;
+    assert_eq!(pin_m("512"), Some(512));
+    assert_eq!(pin_m("0"), None);
+    assert_eq!(pin_m("big"), None);
+    assert_eq!(read(&[]).switches.gemm_pin_m, None);
     let ctas = |v| {
         read(&[("KILN_DECODE_SPLIT_CTAS", v)])
             .switches
