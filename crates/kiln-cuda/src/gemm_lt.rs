@@ -37,19 +37,25 @@ fn algo_config(
     algo: &lt::cublasLtMatmulAlgo_t,
     attr: lt::cublasLtMatmulAlgoConfigAttributes_t,
 ) -> i64 {
+    // cuBLASLt answers only when the size given is the attribute's own (4 bytes for most,
+    // 2 for the shape ids), so each size is tried in turn.
     let mut v: u64 = 0;
     let mut written = 0usize;
-    // SAFETY: v is large enough for every config attribute (at most 8 bytes).
-    let st = unsafe {
-        lt::cublasLtMatmulAlgoConfigGetAttribute(
-            algo,
-            attr,
-            &mut v as *mut u64 as *mut c_void,
-            8,
-            &mut written,
-        )
-    };
-    if st != lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+    let read = [4usize, 2, 8, 1].into_iter().any(|size| {
+        v = 0;
+        // SAFETY: v holds 8 bytes, at least `size`.
+        let st = unsafe {
+            lt::cublasLtMatmulAlgoConfigGetAttribute(
+                algo,
+                attr,
+                &mut v as *mut u64 as *mut c_void,
+                size,
+                &mut written,
+            )
+        };
+        st == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+    });
+    if !read {
         return -1;
     }
     match written {
