@@ -1,10 +1,10 @@
 //! Quick GPU benchmark of the CUDA backend on a dummy model (default dummy:llama3-8b):
 //! prefill tok/s at 2k, 8k and 32k (in 2048-token chunks, as the engine runs them; the median of
-//! three prompts), decode tok/s at
-//! batch 1 from depth 0 and 8k, and total decode tok/s at batch 8, 32 and 128, each with the
-//! fraction of the H200 floor where one is known; short prompts (32 and 128 tokens, one step
-//! each: the CUDA graph prefill buckets) as mean milliseconds per prompt. Human lines on
-//! stderr, one JSON object on stdout; KILN_CUDA_GRAPHS=0 for the eager figures.
+//! three prompts), decode tok/s at batch 1 from depth 0 and 8k, and total decode tok/s at batch
+//! 8, 32 and 128, each with the fraction of the H200 floor where one is known; short prompts
+//! (32 and 128 tokens, one step each: the CUDA graph prefill buckets) as mean milliseconds per
+//! prompt. Human lines on stderr, one JSON object on stdout; KILN_CUDA_GRAPHS=0 for the eager
+//! figures.
 //! Usage: cuda_bench [PRESET] [decode|decode-batch|verify|attn|deep|prefill]   ("decode": only
 //! decode at batch 1, depth 0; "decode-batch": decode at batch 1, 8, 32 and 128 only; "verify":
 //! a speculative verify step of 1 + k rows of one sequence against a 1-row step, k = 1..8;
