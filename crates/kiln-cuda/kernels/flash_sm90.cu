@@ -487,8 +487,10 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
         reg_fence(s);
         release(base + L::empty_k(0));
         fs_softmax<BN>(s, m_a, m_b, l_a, l_b, al_a, al_b, masked(kt_lo), kt_lo, qa, qb, window, scale_log2, t);
-        fs_rescale<HD>(o, al_a, al_b);
         fs_pack<BN>(p, s);
+        // O's rescale by tile i - 1's factors waits until S of tile i is issued, so it runs
+        // beside that product instead of between products (O is free: P V of tile i - 2 is
+        // done, that of i - 1 not yet issued); the same multiplies before the same P V.
         for (int i = 1; i < nt; ++i) {
             const int st = i % NS, pst = (i - 1) % NS, kt = kt_lo + i;
             mbar_wait(base + L::full_k(st), (i / NS) & 1);
@@ -496,6 +498,7 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
             fence_async_smem();
             my_turn();
             issue_s(st);
+            fs_rescale<HD>(o, al_a, al_b);
             issue_pv(pst);
             your_turn();
             wgmma_wait<1>();  // S of tile i is done; P V of tile i - 1 may still run
@@ -506,13 +509,13 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
             reg_fence(o);
             reg_fence(p);
             release(base + L::empty_v(pst));
-            fs_rescale<HD>(o, al_a, al_b);
             fs_pack<BN>(p, s);
         }
         const int lst = (nt - 1) % NS;
         mbar_wait(base + L::full_v(lst), ((nt - 1) / NS) & 1);
         fence_async_smem();
         my_turn();
+        fs_rescale<HD>(o, al_a, al_b);
         issue_pv(lst);
         if (c == 0) your_turn();  // consumer 1 takes the last turn: nobody waits for another
         wgmma_wait<0>();
