@@ -6,11 +6,12 @@
 // heads of one GQA group: warpgroup 0 loads, through the block table, the K and V tiles both
 // heads need (cp.async into the 128-byte swizzled layout wgmma reads, 2-4 stages each, full
 // and empty mbarriers); warpgroups 1 and 2 each compute one head: S = Q K^T (wgmma, K from
-// shared memory, Q from registers at hd 64 and 128, from shared memory at hd 256), the online
-// softmax in registers, O += P V (wgmma, P from registers, V transposed from shared memory). KV tiles of BN keys at absolute multiples of BN, visited
-// in order from the window's first tile to the tile of the last row; causal and window masks
-// from positions; a row meets keys outside its limits only in tiles that are then masked for
-// it, and a wholly masked tile leaves its state exactly unchanged. So a row's result depends
+// shared memory, Q from registers at hd 64 and 128 (QR below), else from shared memory), the
+// online softmax in registers, O += P V (wgmma, P from registers, V transposed from shared
+// memory). KV tiles of BN keys at absolute multiples of BN, visited in order from the window's
+// first tile to the tile of the last row; causal and window masks from positions; a row meets
+// keys outside its limits only in tiles that are then masked for it, and a wholly masked tile
+// leaves its state exactly unchanged. So a row's result depends
 // on its position and the keys only, not on the chunking, its neighbours or the batch.
 // OVL = 1 overlaps the softmax of tile j with the P V product of tile j - 1 (the same
 // operations on every accumulator in the same order, so the same bits); OVL = 2 also makes

@@ -265,9 +265,9 @@ pub struct KernelChoice {
     /// KILN_FLASH_OVERLAP=0: the sm90 kernel runs each tile's softmax after the previous
     /// tile's P V product instead of beside it (same bits).
     pub flash_overlap: bool,
-    /// KILN_FLASH_PINGPONG=1 | 0 (or on / off): the sm90 kernel's two consumer warpgroups take turns issuing
-    /// their products, so one's softmax runs beside the other's, or never do (same bits).
-    /// Unset (None): they do at head dims up to 128, where it measured faster (H200,
+    /// KILN_FLASH_PINGPONG=1 | 0 (or on / off): the sm90 kernel's two consumer warpgroups take
+    /// turns issuing their products, so one's softmax runs beside the other's, or never do
+    /// (same bits). Unset (None): they do at head dims up to 128, where it measured faster (H200,
     /// 2026-12-03: hd 128 causal 2k / 8k / 32k +3.9% / +1.0% / +0.9%, hd 256 -1% to -3.5%).
     pub flash_pingpong: Option<bool>,
     /// KILN_FLASH_L2=0: the sm90 kernel's CTAs start tile by tile over every head pair, even
@@ -417,10 +417,12 @@ impl Env {
                         _ => FLASH_SM90_DEFAULT,
                     },
                     flash_overlap: on("KILN_FLASH_OVERLAP"),
-                    flash_pingpong: match var("KILN_FLASH_PINGPONG").as_deref() {
-                        Some("1" | "on" | "true") => Some(true),
-                        Some("0" | "off" | "false") => Some(false),
-                        _ => None,
+                    flash_pingpong: if opt_in("KILN_FLASH_PINGPONG") {
+                        Some(true)
+                    } else if !on("KILN_FLASH_PINGPONG") {
+                        Some(false)
+                    } else {
+                        None
                     },
                     flash_l2: on("KILN_FLASH_L2"),
                     decode_mma: match var("KILN_DECODE_ATTN").as_deref() {

@@ -69,6 +69,15 @@ impl Kind {
     }
 }
 
+/// flash_sm90 as named by its three choices.
+fn sm90(overlap: bool, pingpong: bool, kv_group: usize) -> Kind {
+    Kind::Flash(FlashKernel::Sm90 {
+        overlap,
+        pingpong,
+        kv_group,
+    })
+}
+
 /// The kernels one test process checks (a kernel that faults takes its process's context
 /// with it, so each new family runs in a test of its own).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -118,13 +127,6 @@ fn kinds(gpu: &Gpu, case: &Case, family: Family) -> Vec<Kind> {
         // Plain, overlapped, overlapped with the grid in groups of one KV head (the order
         // KILN_FLASH_L2 picks for long spans: every tile and pair still run once), and (last:
         // a scheduling bug would hang rather than miscompute) the warpgroups taking turns.
-        let sm90 = |overlap, pingpong, kv_group| {
-            Kind::Flash(FlashKernel::Sm90 {
-                overlap,
-                pingpong,
-                kv_group,
-            })
-        };
         k.extend([sm90(false, false, 0), sm90(true, false, 0)]);
         if case.n_kv > 1 {
             k.push(sm90(true, false, 1));
@@ -306,13 +308,6 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case, family: Famil
     // Variants of one family: the same bits on the rows they serve.
     let prefill_at = step.n_decode() * case.n_q * case.hd;
     let mma = |fold| Kind::Decode(DecodeKernel::Mma { fold });
-    let sm90 = |overlap, pingpong, kv_group| {
-        Kind::Flash(FlashKernel::Sm90 {
-            overlap,
-            pingpong,
-            kv_group,
-        })
-    };
     for (a, b) in [
         (
             Kind::Flash(FlashKernel::Sm80 { pairs: true }),
