@@ -11,7 +11,7 @@ use kiln_model::program::run_draft_step;
 use kiln_model::{run_step, Activation, LayerWeight, ModelSpec, RopeStyle, StepOps};
 
 use crate::device::{DevBuf, Gpu};
-use crate::gemm_lt::LtGemm;
+use crate::gemm_lt::{GemmOut, LtGemm};
 use crate::kernels::{decode_part_splits, QkvKind};
 use crate::kernels_gemma::PostNormThen;
 use crate::kv_cache::KvCache;
@@ -397,6 +397,16 @@ impl StepOps for CudaOps<'_, '_> {
             LayerWeight::PerLayerProj => (&a.delta, &a.pl_act, h, width),
             other => bail!("{other:?} is not a projection"),
         };
+        // The block output goes into `delta` for the next kernel to add, or straight into x.
+        let out = match self.adds_in_gemm(layer, weight, n, k)? {
+            true => GemmOut::Add,
+            false => GemmOut::Store,
+        };
+        ensure!(
+            out == GemmOut::Store || !self.pending,
+            "{weight:?} of layer {layer}: an add into x with a block output pending"
+        );
+        let y = if out == GemmOut::Add { &a.x } else { y };
         if weight == LayerWeight::PerLayerGate {
             // The gate reads the residual stream itself, the pending block output added.
             let then = PostNormThen::Store {
@@ -411,13 +421,14 @@ impl StepOps for CudaOps<'_, '_> {
             self.flush_post_norm()?;
         }
         let w = c.w.layers[layer].matrix(weight);
-        if !self.quant_ahead(layer, weight, y.ptr(), x.ptr())? {
-            self.gemm(y.dev_ptr(), x.dev_ptr(), w, n, k)?;
+        if !self.quant_ahead(layer, weight, out, y.ptr(), x.ptr())? {
+            self.gemm_to(out, y.dev_ptr(), x.dev_ptr(), w, n, k)?;
         }
-        self.pending |= matches!(
-            weight,
-            LayerWeight::O | LayerWeight::Down | LayerWeight::PerLayerProj
-        );
+        self.pending |= out == GemmOut::Store
+            && matches!(
+                weight,
+                LayerWeight::O | LayerWeight::Down | LayerWeight::PerLayerProj
+            );
         Ok(())
     }
 

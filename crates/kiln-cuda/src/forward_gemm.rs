@@ -2,11 +2,12 @@
 //! block-quantised matrix, through its bf16 expansion (quant_prefill.rs), made just before the
 //! GEMM or, by default, by the side stream while the layer before ran (KILN_QUANT_AHEAD).
 
-use anyhow::Result;
+use anyhow::{ensure, Result};
 use kiln_model::LayerWeight;
 
 use super::CudaOps;
 use crate::device::DevPtr;
+use crate::gemm_lt::GemmOut;
 use crate::quant_gemm::quant_skinny_all;
 use crate::quant_prefill::{prefill_rows, Bf16Of};
 use crate::store::{StorePtr, StoreType};
@@ -26,6 +27,21 @@ impl CudaOps<'_, '_> {
         n: usize,
         k: usize,
     ) -> Result<()> {
+        self.gemm_to(GemmOut::Store, y, x, w, n, k)
+    }
+
+    /// As [`CudaOps::gemm`], the rows written over y or, with [`GemmOut::Add`], added to it in
+    /// cuBLASLt's epilogue: only in steps whose every row goes through cuBLASLt (the skinny
+    /// kernels write their rows).
+    pub(super) fn gemm_to(
+        &mut self,
+        out: GemmOut,
+        y: DevPtr<f32>,
+        x: StorePtr,
+        w: MatrixRef,
+        n: usize,
+        k: usize,
+    ) -> Result<()> {
         let (g, t, d) = (self.ctx.gpu, self.plan.n_tokens, self.skinny_rows());
         let w = match w {
             MatrixRef::Plain(w) => w,
@@ -37,14 +53,38 @@ impl CudaOps<'_, '_> {
                 } else {
                     d
                 };
+                ensure!(out == GemmOut::Store || d == 0, "an add into skinny rows");
                 quant_skinny_all(g, q, y.addr(), x.addr(), d)?;
                 let scratch = Bf16Of::Scratch(self.ctx.w.scratch_ptr());
-                return prefill_rows(g, self.lt, scratch, q, y, x, t, d);
+                return prefill_rows(g, self.lt, scratch, q, out, y, x, t, d);
             }
         };
+        ensure!(out == GemmOut::Store || d == 0, "an add into skinny rows");
         g.skinny_gemm(y.addr(), x.addr(), w, d, n, k)?;
-        self.lt
-            .matmul(g, y.row(d, n).addr(), x.row(d, k).addr(), w, t - d, n, k)
+        let (y, x) = (y.row(d, n).addr(), x.row(d, k).addr());
+        self.lt.matmul_to(g, out, y, x, w, t - d, n, k)
+    }
+
+    /// Whether `weight`'s GEMM adds its rows to the residual stream (KILN_GEMM_ADD) instead of
+    /// leaving them in `delta` for the next kernel to add: o and down of a layer whose block
+    /// output is added as it is (no post-norm between), in a step with no decode rows, whose
+    /// rows all go through cuBLASLt with an algorithm that sums each element in one pass.
+    pub(super) fn adds_in_gemm(
+        &mut self,
+        layer: usize,
+        weight: LayerWeight,
+        n: usize,
+        k: usize,
+    ) -> Result<bool> {
+        let c = self.ctx;
+        let skinny_quant = c.sw.quant_prefill_skinny
+            && matches!(c.w.layers[layer].matrix(weight), MatrixRef::Quant(_));
+        let candidate = c.sw.gemm_add
+            && matches!(weight, LayerWeight::O | LayerWeight::Down)
+            && !c.spec.layers[layer].post_norms
+            && self.plan.n_decode == 0
+            && !skinny_quant;
+        Ok(candidate && self.lt.adds_exactly(c.gpu, n, k)?)
     }
 
     /// Rows 0..d of the step that take the skinny kernels: its decode rows, unless
@@ -63,6 +103,7 @@ impl CudaOps<'_, '_> {
         &mut self,
         layer: usize,
         weight: LayerWeight,
+        out: GemmOut,
         y: u64,
         x: u64,
     ) -> Result<bool> {
@@ -88,7 +129,7 @@ impl CudaOps<'_, '_> {
             Bf16Of::Expanded(bf16)
         };
         let (y, x) = (DevPtr::<f32>::new(y), DevPtr::<u16>::new(x));
-        prefill_rows(c.gpu, self.lt, at, q, y, x, t, d)?;
+        prefill_rows(c.gpu, self.lt, at, q, out, y, x, t, d)?;
         Ok(true)
     }
 }

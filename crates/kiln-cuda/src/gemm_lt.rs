@@ -1,10 +1,12 @@
 //! Prefill-shaped GEMMs through cuBLASLt (every GEMM, when the storage type is not bf16):
 //! Y[m, n] (f32) = X[m, k] . W[n, k]^T with X and W in the storage type, fp32 accumulate
 //! (CUBLAS_COMPUTE_32F: f32 inputs are multiplied in full f32, never through TF32). One algorithm
-//! is pinned per weight shape (n, k), chosen once for a prefill-chunk-sized m among those without
-//! split-K, and used for every m: each output element is then reduced in the same order whatever
-//! the row count, so a row's result does not depend on the other rows of the step.
-//! KILN_GEMM_PIN=0 lets cuBLASLt pick per call instead.
+//! is pinned per weight shape (n, k), chosen once for a prefill-chunk-sized m (those without
+//! split-K first) and used for every m, once a run on the device shows its rows bit-identical at
+//! several m: each output element is then reduced in the same order whatever the row count, so a
+//! row's result does not depend on the other rows of the step.
+//! KILN_GEMM_PIN=0 lets cuBLASLt pick per call instead. [`GemmOut::Add`] adds the product to
+//! what Y holds (beta 1): one rounding of the f32 sum, the bits of writing it and adding after.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -26,10 +28,22 @@ fn check(status: lt::cublasStatus_t, what: &str) -> Result<()> {
     }
 }
 
+/// What a GEMM does with Y's rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GemmOut {
+    /// Y = X . W^T.
+    Store,
+    /// Y += X . W^T in the epilogue (Y in f32, read and written once).
+    Add,
+}
+
 /// The pinned choice for one weight shape.
 #[derive(Clone, Copy)]
 struct Pinned {
     algo: lt::cublasLtMatmulAlgo_t,
+    /// Its split-K factor: over 1, partial sums are reduced after the main loop, and where beta's
+    /// term joins them is cuBLASLt's to choose, so [`GemmOut::Add`] is not used.
+    split_k: i64,
 }
 
 /// Describes an algorithm (id, tile, split-K, reduction scheme, stages) for diagnostics.
@@ -199,8 +213,9 @@ impl LtGemm {
     }
 
     /// Chooses and records the algorithm for shape (n, k) if not done yet: the first heuristic
-    /// candidate without split-K that runs at small m and that, tried on the device, gives rows
-    /// bit-identical at m = 1, 37, 5 (at an offset) and the reference m.
+    /// candidate that runs at small m and that, tried on the device, gives rows bit-identical at
+    /// m = 1, 37, 5 (at an offset) and the reference m; those without split-K are tried first
+    /// (some small f32 shapes have none).
     pub fn pin_shape(&mut self, gpu: &Gpu, n: usize, k: usize) -> Result<()> {
         if self.pinned.contains_key(&(n, k)) {
             return Ok(());
@@ -240,16 +255,19 @@ impl LtGemm {
         };
         Self::destroy(ls);
         r?;
+        use lt::cublasLtMatmulAlgoConfigAttributes_t as C;
+        let split_k =
+            |a: &lt::cublasLtMatmulAlgo_t| algo_config(a, C::CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
         let mut usable = Vec::new();
         for res in results.iter().take(count.max(0) as usize) {
-            use lt::cublasLtMatmulAlgoConfigAttributes_t as C;
             if res.state == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS
-                && algo_config(&res.algo, C::CUBLASLT_ALGO_CONFIG_SPLITK_NUM) <= 1
                 && self.works_for_small_m(&res.algo, n, k)?
             {
                 usable.push(*res);
             }
         }
+        // Stable: the heuristic's order within each kind.
+        usable.sort_by_key(|r| split_k(&r.algo) > 1);
         let mut chosen = None;
         for (rank, res) in usable.iter().enumerate() {
             if self.invariant_on_device(gpu, &res.algo, n, k)? {
@@ -263,10 +281,15 @@ impl LtGemm {
         // No verified candidate: keep the best usable one and say so (the tests will show it).
         let (res, note) = match (chosen, usable.first()) {
             (Some(c), _) => c,
-            (None, Some(first)) => (*first, "NOT batch invariant: no candidate passed the row check".to_string()),
-            (None, None) => bail!("cuBLASLt offers no split-K-free algorithm for a {n}x{k} {} GEMM usable at every row count", self.store),
+            (None, Some(first)) => (
+                *first,
+                "NOT batch invariant: no candidate passed the row check".to_string(),
+            ),
+            (None, None) => bail!(
+                "cuBLASLt offers no algorithm for a {n}x{k} {} GEMM usable at every row count",
+                self.store
+            ),
         };
-        use lt::cublasLtMatmulAlgoConfigAttributes_t as C;
         let a = &res.algo;
         self.choices.push(format!(
             "gemm {} n={n} k={k}: algo {} tile {} stages {} splitk {} reduction {} swizzle {} custom {} (chosen at m={m}; {note})",
@@ -279,8 +302,26 @@ impl LtGemm {
             algo_config(a, C::CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
             algo_config(a, C::CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION),
         ));
-        self.pinned.insert((n, k), Pinned { algo: res.algo });
+        let split_k = split_k(a);
+        self.pinned.insert(
+            (n, k),
+            Pinned {
+                algo: res.algo,
+                split_k,
+            },
+        );
         Ok(())
+    }
+
+    /// Whether [`GemmOut::Add`] on shape (n, k) gives the bits of storing then adding: the
+    /// shape's pinned algorithm (pinned now if it was not) reduces each element in one pass.
+    pub fn adds_exactly(&mut self, gpu: &Gpu, n: usize, k: usize) -> Result<bool> {
+        if !self.pin {
+            return Ok(false);
+        }
+        self.pin_shape(gpu, n, k)?;
+        // 1: no split-K; -1 (not read) counts as unknown.
+        Ok(self.pinned.get(&(n, k)).is_some_and(|p| p.split_k == 1))
     }
 
     fn works_for_small_m(
@@ -331,11 +372,23 @@ impl LtGemm {
         gpu.dummy_fill(w.ptr(), n * k, 0xfeed)?;
         let full = gpu.alloc::<f32>(m * n)?;
         let part = gpu.alloc::<f32>(37 * n)?;
-        self.run(gpu, Some(algo), full.ptr(), x.ptr(), w.ptr(), m, n, k)?;
+        let store = GemmOut::Store;
+        self.run(
+            gpu,
+            Some(algo),
+            store,
+            full.ptr(),
+            x.ptr(),
+            w.ptr(),
+            m,
+            n,
+            k,
+        )?;
         for (off, rows) in [(0, 1), (0, 37), (m - 5, 5)] {
             self.run(
                 gpu,
                 Some(algo),
+                store,
                 part.ptr(),
                 x.at(off * k),
                 w.ptr(),
@@ -364,6 +417,22 @@ impl LtGemm {
         n: usize,
         k: usize,
     ) -> Result<()> {
+        self.matmul_to(gpu, GemmOut::Store, y, x, w, m, n, k)
+    }
+
+    /// y[m, n] = x . w^T, or with [`GemmOut::Add`] y[m, n] += x . w^T, queued on the stream.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul_to(
+        &mut self,
+        gpu: &Gpu,
+        out: GemmOut,
+        y: u64,
+        x: u64,
+        w: u64,
+        m: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<()> {
         if m == 0 {
             return Ok(());
         }
@@ -375,15 +444,21 @@ impl LtGemm {
         } else {
             None
         };
-        self.run(gpu, pinned.as_ref().map(|p| &p.algo), y, x, w, m, n, k)
+        if out == GemmOut::Add && pinned.is_none_or(|p| p.split_k != 1) {
+            bail!("an add in the epilogue of a {n}x{k} GEMM without a pinned one-pass algorithm");
+        }
+        let algo = pinned.as_ref().map(|p| &p.algo);
+        self.run(gpu, algo, out, y, x, w, m, n, k)
     }
 
-    /// One cuBLASLt call with the given algorithm (None: cuBLASLt's own choice).
+    /// One cuBLASLt call with the given algorithm (None: cuBLASLt's own choice). C is D, so
+    /// beta 1 adds what Y held: alpha 1 and beta 1 multiply exactly, and the sum rounds once.
     #[allow(clippy::too_many_arguments)]
     fn run(
         &self,
         gpu: &Gpu,
         algo: Option<&lt::cublasLtMatmulAlgo_t>,
+        out: GemmOut,
         y: u64,
         x: u64,
         w: u64,
@@ -392,7 +467,11 @@ impl LtGemm {
         k: usize,
     ) -> Result<()> {
         let ls = self.layouts(n, k, m)?;
-        let (alpha, beta) = (1.0f32, 0.0f32);
+        let alpha = 1.0f32;
+        let beta = match out {
+            GemmOut::Store => 0.0f32,
+            GemmOut::Add => 1.0,
+        };
         let algo_ptr = algo.map_or(std::ptr::null(), |a| a as *const _);
         // SAFETY: pointers are device buffers sized by the caller for these shapes.
         let st = unsafe {

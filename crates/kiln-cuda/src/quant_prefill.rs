@@ -13,7 +13,7 @@ use cudarc::driver::CudaEvent;
 use kiln_model::LayerWeight;
 
 use crate::device::{DevBuf, DevPtr, Gpu, Lane};
-use crate::gemm_lt::LtGemm;
+use crate::gemm_lt::{GemmOut, LtGemm};
 use crate::quant_weights::QuantMatrix;
 use crate::switches::KernelChoice;
 use crate::weights::LayerWeights;
@@ -35,6 +35,7 @@ pub fn prefill_rows(
     lt: &mut LtGemm,
     bf16: Bf16Of,
     w: &QuantMatrix,
+    out: GemmOut,
     y: DevPtr<f32>,
     x: DevPtr<u16>,
     t: usize,
@@ -53,7 +54,7 @@ pub fn prefill_rows(
         Bf16Of::Expanded(at) => at,
     };
     let (y, x) = (y.row(d, n).addr(), x.row(d, k).addr());
-    lt.matmul(gpu, y, x, at, t - d, n, k)
+    lt.matmul_to(gpu, out, y, x, at, t - d, n, k)
 }
 
 /// W's bf16 rows at `out`, in the weight's order, on `lane`'s stream.

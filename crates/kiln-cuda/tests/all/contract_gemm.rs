@@ -4,9 +4,9 @@
 
 use crate::common;
 
-use common::{from_bf16, gpu_or_skip, timed, to_bf16, Checks, Rng};
+use common::{all, from_bf16, gpu_or_skip, timed, to_bf16, up, Checks, Rng};
 use kiln_cuda::device::{DevBuf, Gpu};
-use kiln_cuda::gemm_lt::LtGemm;
+use kiln_cuda::gemm_lt::{GemmOut, LtGemm};
 use kiln_cuda::skinny::{SkinnyKind, SKINNY_MAX_ROWS};
 
 struct Problem {
@@ -278,6 +278,32 @@ fn lt_gemm_contract() {
                 &part,
                 &got[(m - 3) * n..],
             );
+        }
+        // An add in the epilogue gives the bits of the product stored, then added on the host
+        // in f32 (one rounding of the same sum), on a residual of the size of the product.
+        if lt.adds_exactly(&gpu, n, k).unwrap() {
+            let base = rng.vec(m * n, 4.0);
+            let ya = up(&gpu, &base);
+            lt.matmul_to(
+                &gpu,
+                GemmOut::Add,
+                ya.ptr(),
+                p.dx.ptr(),
+                p.dw.ptr(),
+                m,
+                n,
+                k,
+            )
+            .unwrap();
+            let added = all(&gpu, &ya);
+            let want: Vec<f32> = base.iter().zip(&got).map(|(b, g)| b + g).collect();
+            c.identical(
+                &format!("m={m} n={n} k={k}: added in the epilogue vs stored, then added"),
+                &added,
+                &want,
+            );
+        } else {
+            eprintln!("[lt_gemm] m={m} n={n} k={k}: pinned with split-K, no add in the epilogue");
         }
     }
     for line in &lt.choices {
