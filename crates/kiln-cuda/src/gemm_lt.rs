@@ -20,6 +20,9 @@ use crate::switches::Switches;
 
 pub(crate) const WORKSPACE_BYTES: usize = 64 << 20;
 
+/// Split-K-free candidates timed per shape when tuning (the heuristic offers up to 16).
+const TUNE_CANDIDATES: usize = 8;
+
 fn check(status: lt::cublasStatus_t, what: &str) -> Result<()> {
     if status == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
         Ok(())
@@ -90,6 +93,8 @@ pub struct LtGemm {
     /// m used to choose each shape's algorithm (the prefill chunk).
     reference_m: usize,
     pin: bool,
+    /// KILN_GEMM_TUNE: order the split-K-free candidates by their time at `reference_m`.
+    tune: bool,
     /// One line per pinned shape, for the start-up log and gpu-check reports.
     pub choices: Vec<String>,
 }
@@ -146,6 +151,7 @@ impl LtGemm {
             store: gpu.store,
             reference_m: reference_m.max(1),
             pin,
+            tune: sw.gemm_tune,
             choices: Vec::new(),
         })
     }
@@ -268,12 +274,18 @@ impl LtGemm {
         }
         // Stable: the heuristic's order within each kind.
         usable.sort_by_key(|r| split_k(&r.algo) > 1);
+        let timed = if self.tune {
+            let one_pass = usable.iter().filter(|r| split_k(&r.algo) <= 1).count();
+            self.fastest_first(gpu, &mut usable[..one_pass.min(TUNE_CANDIDATES)], n, k)?
+        } else {
+            String::new()
+        };
         let mut chosen = None;
         for (rank, res) in usable.iter().enumerate() {
             if self.invariant_on_device(gpu, &res.algo, n, k)? {
                 chosen = Some((
                     *res,
-                    format!("candidate {rank}, rows verified bit-identical across m"),
+                    format!("candidate {rank}{timed}, rows verified bit-identical across m"),
                 ));
                 break;
             }
@@ -322,6 +334,61 @@ impl LtGemm {
         self.pin_shape(gpu, n, k)?;
         // 1: no split-K; -1 (not read) counts as unknown.
         Ok(self.pinned.get(&(n, k)).is_some_and(|p| p.split_k == 1))
+    }
+
+    /// Sorts `cands` by their time at the reference m on generated data (a warm-up run, then
+    /// the mean of three), fastest first; says what the choice gained over the heuristic's first.
+    fn fastest_first(
+        &self,
+        gpu: &Gpu,
+        cands: &mut [lt::cublasLtMatmulHeuristicResult_t],
+        n: usize,
+        k: usize,
+    ) -> Result<String> {
+        if cands.len() < 2 {
+            return Ok(String::new());
+        }
+        let m = self.reference_m;
+        let x = gpu.alloc_store(m * k)?;
+        let w = gpu.alloc_store(n * k)?;
+        gpu.dummy_fill(x.ptr(), m * k, 0x7e57)?;
+        gpu.dummy_fill(w.ptr(), n * k, 0xbeef)?;
+        let y = gpu.alloc::<f32>(m * n)?;
+        let mut times = Vec::with_capacity(cands.len());
+        for c in cands.iter() {
+            let run = || {
+                self.run(
+                    gpu,
+                    Some(&c.algo),
+                    GemmOut::Store,
+                    y.ptr(),
+                    x.ptr(),
+                    w.ptr(),
+                    m,
+                    n,
+                    k,
+                )
+            };
+            run()?;
+            gpu.synchronize()?;
+            let t = std::time::Instant::now();
+            for _ in 0..3 {
+                run()?;
+            }
+            gpu.synchronize()?;
+            times.push(t.elapsed().as_secs_f64() / 3.0);
+        }
+        let mut order: Vec<usize> = (0..cands.len()).collect();
+        order.sort_by(|&a, &b| times[a].total_cmp(&times[b]));
+        let sorted: Vec<_> = order.iter().map(|&i| cands[i]).collect();
+        cands.copy_from_slice(&sorted);
+        let (best, first) = (times[order[0]], times[0]);
+        Ok(format!(
+            " of {} timed, {:.0} us against the heuristic's first {:.0} us",
+            times.len(),
+            best * 1e6,
+            first * 1e6
+        ))
     }
 
     fn works_for_small_m(

@@ -33,6 +33,10 @@ pub struct Switches {
     /// the next norm to add, instead of adding it to the residual stream in cuBLASLt's epilogue
     /// (the same sum rounded once: the same bits, and the norm reads a third of the bytes).
     pub gemm_add: bool,
+    /// KILN_GEMM_TUNE=0: each shape pins the heuristic's first candidate that passes the row
+    /// check, instead of the fastest at the reference m of up to eight without split-K (timed
+    /// once at start-up; another algorithm is another summation order, as invariant).
+    pub gemm_tune: bool,
     /// KILN_CUDA_GRAPHS=0: every step runs launch by launch.
     pub cuda_graphs: bool,
     /// KILN_DRAFT_GRAPHS=0: a draft model's calls (Gemma 4's assistant) run launch by launch
@@ -350,6 +354,7 @@ impl Env {
                     .and_then(|v| v.parse().ok())
                     .filter(|&m| m > 0),
                 gemm_add: on("KILN_GEMM_ADD"),
+                gemm_tune: on("KILN_GEMM_TUNE"),
                 cuda_graphs: on("KILN_CUDA_GRAPHS"),
                 draft_graphs: on("KILN_DRAFT_GRAPHS"),
                 gpu_quant: on("KILN_GPU_QUANT"),
@@ -497,13 +502,14 @@ impl Switches {
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} gemm_pin_m={pin_m} gemm_add={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} gemm_pin_m={pin_m} gemm_add={} gemm_tune={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
             self.device_sampling as u8,
             self.gemm_pin as u8,
             self.gemm_add as u8,
+            self.gemm_tune as u8,
             k.skinny_pipe as u8,
             k.skinny_deep as u8,
             k.skinny_wide as u8,

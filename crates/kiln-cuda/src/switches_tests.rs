@@ -16,6 +16,7 @@ fn everything_is_on_by_default() {
     let s = e.switches;
     assert!(s.skinny_gemm && s.flash_attn && s.split_decode && s.device_sampling);
     assert!(s.gemm_pin && s.cuda_graphs && s.gpu_quant && s.quant_embed_host && s.gemm_add);
+    assert!(s.gemm_tune);
     assert_eq!(s.graph_prefill_max, None);
     assert_eq!(s.kernels, KernelChoice::ALL_FAST);
     assert_eq!(e.kernel_cache, KernelCache::Home);
@@ -46,6 +47,7 @@ fn each_variable_turns_off_its_own_switch() {
         assert!(!s.cuda_graphs && !s.device_sampling && s.flash_attn);
         assert!(!read(&[("KILN_GPU_QUANT", off)]).switches.gpu_quant);
         assert!(!read(&[("KILN_GEMM_ADD", off)]).switches.gemm_add);
+        assert!(!read(&[("KILN_GEMM_TUNE", off)]).switches.gemm_tune);
     }
     // KILN_GEMM_PIN takes only 0.
     assert!(!read(&[("KILN_GEMM_PIN", "0")]).switches.gemm_pin);
