@@ -18,10 +18,11 @@ use crate::device::{DevBuf, Gpu};
 use crate::store::StoreType;
 use crate::switches::Switches;
 
-pub(crate) const WORKSPACE_BYTES: usize = 64 << 20;
+// KILN_GEMM_TUNE: candidates timed, the choice kept beside the compiled kernels.
+#[path = "gemm_tune.rs"]
+mod tune;
 
-/// Split-K-free candidates timed per shape when tuning (the heuristic offers up to 16).
-const TUNE_CANDIDATES: usize = 8;
+pub(crate) const WORKSPACE_BYTES: usize = 64 << 20;
 
 fn check(status: lt::cublasStatus_t, what: &str) -> Result<()> {
     if status == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
@@ -95,6 +96,8 @@ pub struct LtGemm {
     pin: bool,
     /// KILN_GEMM_TUNE: order the split-K-free candidates by their time at `reference_m`.
     tune: bool,
+    /// The multiprocessors the GEMMs are told to use (all of them unless `leave_sms`).
+    sm_target: u32,
     /// One line per pinned shape, for the start-up log and gpu-check reports.
     pub choices: Vec<String>,
 }
@@ -152,6 +155,7 @@ impl LtGemm {
             reference_m: reference_m.max(1),
             pin,
             tune: sw.gemm_tune,
+            sm_target: gpu.sm_count,
             choices: Vec::new(),
         })
     }
@@ -201,6 +205,7 @@ impl LtGemm {
             bail!("leave_sms after GEMM shapes were pinned");
         }
         let target = gpu.sm_count.saturating_sub(n).max(1) as i32;
+        self.sm_target = target as u32;
         // SAFETY: the attribute is an i32, passed by pointer with its size.
         check(
             unsafe {
@@ -274,12 +279,24 @@ impl LtGemm {
         }
         // Stable: the heuristic's order within each kind.
         usable.sort_by_key(|r| split_k(&r.algo) > 1);
-        let timed = if self.tune {
-            let one_pass = usable.iter().filter(|r| split_k(&r.algo) <= 1).count();
-            self.fastest_first(gpu, &mut usable[..one_pass.min(TUNE_CANDIDATES)], n, k)?
-        } else {
-            String::new()
-        };
+        let file = self.tune.then(|| self.tune_file(gpu, n, k)).flatten();
+        let mut timed = String::new();
+        if let Some((path, _)) = &file {
+            match tune::load(path) {
+                // A choice kept by an earlier run: tried first, checked as any candidate.
+                Some(kept) if !usable.is_empty() && self.works_for_small_m(&kept, n, k)? => {
+                    let mut first = usable[0];
+                    first.algo = kept;
+                    usable.insert(0, first);
+                    timed = ", kept from an earlier run's timing".into();
+                }
+                _ => {
+                    let one_pass = usable.iter().filter(|r| split_k(&r.algo) <= 1).count();
+                    let cands = &mut usable[..one_pass.min(tune::CANDIDATES)];
+                    timed = self.fastest_first(gpu, cands, n, k)?;
+                }
+            }
+        }
         let mut chosen = None;
         for (rank, res) in usable.iter().enumerate() {
             if self.invariant_on_device(gpu, &res.algo, n, k)? {
@@ -290,8 +307,9 @@ impl LtGemm {
                 break;
             }
         }
+        let verified = chosen.is_some();
         // No verified candidate: keep the best usable one and say so (the tests will show it).
-        let (res, note) = match (chosen, usable.first()) {
+        let (mut res, mut note) = match (chosen, usable.first()) {
             (Some(c), _) => c,
             (None, Some(first)) => (
                 *first,
@@ -302,6 +320,13 @@ impl LtGemm {
                 self.store
             ),
         };
+        if let (Some((path, key)), true) = (&file, verified) {
+            // The first run to keep a choice gives it to every later one.
+            if let Some(other) = self.settle(gpu, path, key, &res.algo, n, k)? {
+                res.algo = other;
+                note = "taken from the run that timed it first".into();
+            }
+        }
         let a = &res.algo;
         self.choices.push(format!(
             "gemm {} n={n} k={k}: algo {} tile {} stages {} splitk {} reduction {} swizzle {} custom {} (chosen at m={m}; {note})",
@@ -334,61 +359,6 @@ impl LtGemm {
         self.pin_shape(gpu, n, k)?;
         // 1: no split-K; -1 (not read) counts as unknown.
         Ok(self.pinned.get(&(n, k)).is_some_and(|p| p.split_k == 1))
-    }
-
-    /// Sorts `cands` by their time at the reference m on generated data (a warm-up run, then
-    /// the mean of three), fastest first; says what the choice gained over the heuristic's first.
-    fn fastest_first(
-        &self,
-        gpu: &Gpu,
-        cands: &mut [lt::cublasLtMatmulHeuristicResult_t],
-        n: usize,
-        k: usize,
-    ) -> Result<String> {
-        if cands.len() < 2 {
-            return Ok(String::new());
-        }
-        let m = self.reference_m;
-        let x = gpu.alloc_store(m * k)?;
-        let w = gpu.alloc_store(n * k)?;
-        gpu.dummy_fill(x.ptr(), m * k, 0x7e57)?;
-        gpu.dummy_fill(w.ptr(), n * k, 0xbeef)?;
-        let y = gpu.alloc::<f32>(m * n)?;
-        let mut times = Vec::with_capacity(cands.len());
-        for c in cands.iter() {
-            let run = || {
-                self.run(
-                    gpu,
-                    Some(&c.algo),
-                    GemmOut::Store,
-                    y.ptr(),
-                    x.ptr(),
-                    w.ptr(),
-                    m,
-                    n,
-                    k,
-                )
-            };
-            run()?;
-            gpu.synchronize()?;
-            let t = std::time::Instant::now();
-            for _ in 0..3 {
-                run()?;
-            }
-            gpu.synchronize()?;
-            times.push(t.elapsed().as_secs_f64() / 3.0);
-        }
-        let mut order: Vec<usize> = (0..cands.len()).collect();
-        order.sort_by(|&a, &b| times[a].total_cmp(&times[b]));
-        let sorted: Vec<_> = order.iter().map(|&i| cands[i]).collect();
-        cands.copy_from_slice(&sorted);
-        let (best, first) = (times[order[0]], times[0]);
-        Ok(format!(
-            " of {} timed, {:.0} us against the heuristic's first {:.0} us",
-            times.len(),
-            best * 1e6,
-            first * 1e6
-        ))
     }
 
     fn works_for_small_m(

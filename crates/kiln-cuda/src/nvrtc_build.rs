@@ -48,7 +48,7 @@ fn options(src: &KernelSource, arch: u32, store: StoreType) -> Result<Vec<String
 }
 
 /// 64-bit FNV-1a: stable across Rust versions, unlike the std hasher.
-fn fnv1a(parts: &[&[u8]]) -> u64 {
+pub(crate) fn fnv1a(parts: &[&[u8]]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for p in parts {
         for &b in *p {
@@ -61,7 +61,7 @@ fn fnv1a(parts: &[&[u8]]) -> u64 {
     h
 }
 
-fn cache_dir() -> Option<PathBuf> {
+pub(crate) fn cache_dir() -> Option<PathBuf> {
     match kernel_cache() {
         KernelCache::Off => None,
         KernelCache::Dir(d) => Some(d.clone()),

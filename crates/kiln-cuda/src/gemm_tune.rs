@@ -1,0 +1,158 @@
+//! KILN_GEMM_TUNE (a child module of gemm_lt.rs): a shape's split-K-free candidates timed at the
+//! reference m, fastest first, and the choice kept on disk beside the compiled kernels (`gemm/`
+//! in the kernel cache), so that later processes on the same GPU and cuBLASLt pin the same
+//! algorithm, and give the same bits run after run, without timing again. A shape's file is
+//! written once: a process that timed a shape while another wrote it takes the file's choice.
+//! With the kernel cache off (KILN_KERNEL_CACHE=off) nothing is timed: the heuristic's first.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Result;
+use cudarc::cublaslt::sys as lt;
+
+use super::{GemmOut, LtGemm};
+use crate::device::Gpu;
+
+/// Split-K-free candidates timed per shape (the heuristic offers up to 16).
+pub(super) const CANDIDATES: usize = 8;
+
+impl LtGemm {
+    /// Where shape (n, k)'s tuned choice is kept; None without a kernel cache.
+    pub(super) fn tune_file(&self, gpu: &Gpu, n: usize, k: usize) -> Option<(PathBuf, String)> {
+        let dir = crate::nvrtc_build::cache_dir()?;
+        // SAFETY: takes nothing, returns a number.
+        let version = unsafe { lt::cublasLtGetVersion() };
+        let key = format!(
+            "{} {} SMs, cuBLASLt {version}, {} n={n} k={k} m={} on {} SMs",
+            gpu.name, gpu.sm_count, self.store, self.reference_m, self.sm_target
+        );
+        let h = crate::nvrtc_build::fnv1a(&[key.as_bytes()]);
+        Some((dir.join("gemm").join(format!("{h:016x}.algo")), key))
+    }
+
+    /// Sorts `cands` by their time at the reference m on generated data (a warm-up run, then
+    /// the mean of three), fastest first; says what the first gained over the heuristic's.
+    pub(super) fn fastest_first(
+        &self,
+        gpu: &Gpu,
+        cands: &mut [lt::cublasLtMatmulHeuristicResult_t],
+        n: usize,
+        k: usize,
+    ) -> Result<String> {
+        if cands.len() < 2 {
+            return Ok(String::new());
+        }
+        let m = self.reference_m;
+        let x = gpu.alloc_store(m * k)?;
+        let w = gpu.alloc_store(n * k)?;
+        gpu.dummy_fill(x.ptr(), m * k, 0x7e57)?;
+        gpu.dummy_fill(w.ptr(), n * k, 0xbeef)?;
+        let y = gpu.alloc::<f32>(m * n)?;
+        let mut times = Vec::with_capacity(cands.len());
+        for c in cands.iter() {
+            let (y, x, w) = (y.ptr(), x.ptr(), w.ptr());
+            let run = || self.run(gpu, Some(&c.algo), GemmOut::Store, y, x, w, m, n, k);
+            run()?;
+            gpu.synchronize()?;
+            let t = Instant::now();
+            for _ in 0..3 {
+                run()?;
+            }
+            gpu.synchronize()?;
+            times.push(t.elapsed().as_secs_f64() / 3.0);
+        }
+        let mut order: Vec<usize> = (0..cands.len()).collect();
+        order.sort_by(|&a, &b| times[a].total_cmp(&times[b]));
+        let sorted: Vec<_> = order.iter().map(|&i| cands[i]).collect();
+        cands.copy_from_slice(&sorted);
+        Ok(format!(
+            ", the fastest of {} timed: {:.0} us against the heuristic's first {:.0} us",
+            times.len(),
+            times[order[0]] * 1e6,
+            times[0] * 1e6
+        ))
+    }
+}
+
+impl LtGemm {
+    /// Keeps `ours` as shape (n, k)'s choice unless one is kept already; Some(that one) when
+    /// it differs and passes the checks (another run timed the shape first).
+    pub(super) fn settle(
+        &self,
+        gpu: &Gpu,
+        path: &Path,
+        key: &str,
+        ours: &lt::cublasLtMatmulAlgo_t,
+        n: usize,
+        k: usize,
+    ) -> Result<Option<lt::cublasLtMatmulAlgo_t>> {
+        if let Err(e) = save(path, key, ours) {
+            // Not kept: this run's choice stands (the next run times again).
+            tracing::warn!("could not keep the GEMM choice in {}: {e}", path.display());
+            return Ok(None);
+        }
+        Ok(match load(path) {
+            Some(kept)
+                if kept.data != ours.data
+                    && self.works_for_small_m(&kept, n, k)?
+                    && self.invariant_on_device(gpu, &kept, n, k)? =>
+            {
+                Some(kept)
+            }
+            _ => None,
+        })
+    }
+}
+
+/// The algorithm kept at `path`, if the file holds one.
+pub(super) fn load(path: &Path) -> Option<lt::cublasLtMatmulAlgo_t> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let words = text.lines().last()?.split_whitespace();
+    let words: Vec<u64> = words
+        .map(|w| u64::from_str_radix(w, 16))
+        .collect::<Result<_, _>>()
+        .ok()?;
+    Some(lt::cublasLtMatmulAlgo_t {
+        data: words.try_into().ok()?,
+    })
+}
+
+/// Keeps `algo` at `path` (its key on the first line, for whoever reads the folder) unless a
+/// file is there: written to a temporary name and linked into place, so no reader sees half a
+/// file and the first writer wins.
+pub(super) fn save(path: &Path, key: &str, algo: &lt::cublasLtMatmulAlgo_t) -> Result<()> {
+    let dir = path.parent().expect("a file in the cache folder");
+    std::fs::create_dir_all(dir)?;
+    let words: Vec<String> = algo.data.iter().map(|w| format!("{w:016x}")).collect();
+    let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
+    std::fs::write(&tmp, format!("{key}\n{}\n", words.join(" ")))?;
+    let linked = std::fs::hard_link(&tmp, path);
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kept_choice_reads_back_and_the_first_writer_wins() {
+        let dir = std::env::temp_dir().join(format!("kiln-gemm-tune-{}", std::process::id()));
+        let path = dir.join("gemm").join("shape.algo");
+        let a = lt::cublasLtMatmulAlgo_t {
+            data: [1, 2, 3, u64::MAX, 5, 6, 7, 8],
+        };
+        save(&path, "the key", &a).unwrap();
+        assert_eq!(load(&path).unwrap().data, a.data);
+        let b = lt::cublasLtMatmulAlgo_t { data: [9; 8] };
+        save(&path, "the key", &b).unwrap();
+        assert_eq!(load(&path).unwrap().data, a.data);
+        std::fs::write(&path, "the key\n1 2 3\n").unwrap();
+        assert!(load(&path).is_none(), "three words, not eight");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
