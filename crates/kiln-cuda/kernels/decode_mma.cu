@@ -300,8 +300,13 @@ DM_ENTRY(decode_mma_hd256, 256, 2, 1)
 // for the launches without the fold. Grid (n_q, rows), hd threads or fewer. The partials' maxima
 // and sums are staged in shared memory and each chain's fold factors computed once (by one
 // thread a chain, the same operations as everywhere); the output columns then fold their
-// partials four chains at a time, the loads of several splits in flight.
+// partials in split order, each chain its own splits. A column's partials are loaded
+// DM_COMBINE_BATCH at a time into registers before any is folded: folded as they came, the
+// loads went out a few at a time, and at depth 8k (64 splits) the combine took as long as
+// decode_mma itself.
 #define DM_COMBINE_MAX_SPLITS 256
+#define DM_COMBINE_BATCH 32
+static_assert(DM_COMBINE_BATCH % DM_CHAINS == 0, "a batch starts at chain 0");
 extern "C" __global__ void decode_mma_combine(const float* __restrict__ part_o, const float* __restrict__ part_ml,
                                               const int* __restrict__ positions, bf16_t* __restrict__ out,
                                               int n_q, int hd, int max_splits, int min_span, int span_round) {
@@ -342,12 +347,16 @@ extern "C" __global__ void decode_mma_combine(const float* __restrict__ part_o, 
         float O[DM_CHAINS];
 #pragma unroll
         for (int c = 0; c < DM_CHAINS; ++c) O[c] = 0.f;
-#pragma unroll 4
-        for (int s0 = 0; s0 < n_splits; s0 += DM_CHAINS) {
+        const float* po = part_o + base * hd + d;
+        for (int s0 = 0; s0 < n_splits; s0 += DM_COMBINE_BATCH) {
+            float v[DM_COMBINE_BATCH];
 #pragma unroll
-            for (int c = 0; c < DM_CHAINS; ++c) {
-                const int s = s0 + c;
-                if (s < n_splits) O[c] = dm_fold(O[c], part_o[(base + s) * hd + d], DmScale{0.f, s_a[s], s_b[s]});
+            for (int j = 0; j < DM_COMBINE_BATCH; ++j) v[j] = s0 + j < n_splits ? po[(u64)(s0 + j) * hd] : 0.f;
+            // Split s joins chain s % DM_CHAINS, after the chain's earlier splits.
+#pragma unroll
+            for (int j = 0; j < DM_COMBINE_BATCH; ++j) {
+                const int s = s0 + j;
+                if (s < n_splits) O[j % DM_CHAINS] = dm_fold(O[j % DM_CHAINS], v[j], DmScale{0.f, s_a[s], s_b[s]});
             }
         }
         out[((u64)row * n_q + h) * hd + d] = dm_chain_out(O, sc, l);

@@ -178,7 +178,7 @@ impl Gpu {
         let even = n_kv > 0 && n_q.is_multiple_of(n_kv) && (n_q / n_kv).is_multiple_of(2);
         if k.flash_sm90 && even && self.has_func(&format!("flash_sm90_hd{hd}")) {
             // Unset, turns where they measured faster, and never when KILN_FLASH_OVERLAP=0.
-            let pingpong = k.flash_pingpong.unwrap_or(hd <= 128 && k.flash_overlap);
+            let pingpong = k.flash_pingpong.unwrap_or(hd <= 256 && k.flash_overlap);
             FlashKernel::Sm90 {
                 overlap: k.flash_overlap || pingpong,
                 pingpong,

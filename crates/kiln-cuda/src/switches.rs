@@ -275,8 +275,9 @@ pub struct KernelChoice {
     pub flash_overlap: bool,
     /// KILN_FLASH_PINGPONG=1 | 0 (or on / off): the sm90 kernel's two consumer warpgroups take
     /// turns issuing their products, so one's softmax runs beside the other's, or never do
-    /// (same bits). Unset (None): they do at head dims up to 128, where it measured faster (H200,
-    /// 2026-12-03: hd 128 causal 2k / 8k / 32k +3.9% / +1.0% / +0.9%, hd 256 -1% to -3.5%).
+    /// (same bits). Unset (None): they do at head dims up to 256, where it measured faster (H200,
+    /// 2026-12-03 19:25Z, with O's rescale beside Q K^T: hd 128 causal 2k / 8k / 32k +1-4% /
+    /// +4% / +2%, hd 256 +5% / +5% / +1.5%; hd 512 runs flash_wide).
     pub flash_pingpong: Option<bool>,
     /// KILN_FLASH_L2=0: the sm90 kernel's CTAs start tile by tile over every head pair, even
     /// when the K/V of all heads outgrow L2, instead of a few KV heads' pairs at a time (same

@@ -23,6 +23,12 @@ const PLANTED: &[(&str, &str, &str)] = &[
     // The fold scales a split's partial by the running state's factor (decode_split.cuh, so
     // in the kernel's fold and the combine's alike).
     ("decode_mma", "__fmul_rn(part, f.b)", "__fmul_rn(part, f.a)"),
+    // The combine folds each split with its neighbour's partial, read in the same batch.
+    (
+        "decode_mma",
+        "dm_fold(O[j % DM_CHAINS], v[j],",
+        "dm_fold(O[j % DM_CHAINS], v[j ^ 1],",
+    ),
     // A warp's ring hands out a stage before every lane has read it: the load of the step
     // NST - 1 ahead goes into the stage being computed.
     (
