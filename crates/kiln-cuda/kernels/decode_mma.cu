@@ -300,12 +300,16 @@ DM_ENTRY(decode_mma_hd256, 256, 2, 1)
 // for the launches without the fold. Grid (n_q, rows), hd threads or fewer. The partials' maxima
 // and sums are staged in shared memory and each chain's fold factors computed once (by one
 // thread a chain, the same operations as everywhere); the output columns then fold their
-// partials in split order, each chain its own splits. A column's partials are loaded
-// DM_COMBINE_BATCH at a time into registers before any is folded: folded as they came, the
-// loads went out a few at a time, and at depth 8k (64 splits) the combine took as long as
-// decode_mma itself.
+// partials in split order, each chain its own splits. While more than DM_COMBINE_FEW splits
+// remain, a column's partials are loaded DM_COMBINE_BATCH at a time into registers before any
+// is folded: folded as they came, the loads went out a few at a time, and at depth 8k (64
+// splits) the combine took as long as decode_mma itself. The loads keep their guards: without
+// them ptxas put each fold right after its load, a few loads in flight again. The last few
+// splits go DM_CHAINS at a time, as before: a whole guarded batch for one or two splits cost
+// batch 1 near depth 0 1.4%.
 #define DM_COMBINE_MAX_SPLITS 256
 #define DM_COMBINE_BATCH 32
+#define DM_COMBINE_FEW 8
 static_assert(DM_COMBINE_BATCH % DM_CHAINS == 0, "a batch starts at chain 0");
 extern "C" __global__ void decode_mma_combine(const float* __restrict__ part_o, const float* __restrict__ part_ml,
                                               const int* __restrict__ positions, bf16_t* __restrict__ out,
@@ -348,15 +352,23 @@ extern "C" __global__ void decode_mma_combine(const float* __restrict__ part_o, 
 #pragma unroll
         for (int c = 0; c < DM_CHAINS; ++c) O[c] = 0.f;
         const float* po = part_o + base * hd + d;
-        for (int s0 = 0; s0 < n_splits; s0 += DM_COMBINE_BATCH) {
+        // Split s joins chain s % DM_CHAINS, after the chain's earlier splits.
+        int s0 = 0;
+        for (; n_splits - s0 > DM_COMBINE_FEW; s0 += DM_COMBINE_BATCH) {
             float v[DM_COMBINE_BATCH];
 #pragma unroll
             for (int j = 0; j < DM_COMBINE_BATCH; ++j) v[j] = s0 + j < n_splits ? po[(u64)(s0 + j) * hd] : 0.f;
-            // Split s joins chain s % DM_CHAINS, after the chain's earlier splits.
 #pragma unroll
             for (int j = 0; j < DM_COMBINE_BATCH; ++j) {
                 const int s = s0 + j;
                 if (s < n_splits) O[j % DM_CHAINS] = dm_fold(O[j % DM_CHAINS], v[j], DmScale{0.f, s_a[s], s_b[s]});
+            }
+        }
+        for (; s0 < n_splits; s0 += DM_CHAINS) {
+#pragma unroll
+            for (int c = 0; c < DM_CHAINS; ++c) {
+                const int s = s0 + c;
+                if (s < n_splits) O[c] = dm_fold(O[c], po[(u64)s * hd], DmScale{0.f, s_a[s], s_b[s]});
             }
         }
         out[((u64)row * n_q + h) * hd + d] = dm_chain_out(O, sc, l);

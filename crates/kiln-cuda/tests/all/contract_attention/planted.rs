@@ -23,7 +23,7 @@ const PLANTED: &[(&str, &str, &str)] = &[
     // The fold scales a split's partial by the running state's factor (decode_split.cuh, so
     // in the kernel's fold and the combine's alike).
     ("decode_mma", "__fmul_rn(part, f.b)", "__fmul_rn(part, f.a)"),
-    // The combine folds each split with its neighbour's partial, read in the same batch.
+    // The combine folds each split of a full batch with its neighbour's partial.
     (
         "decode_mma",
         "dm_fold(O[j % DM_CHAINS], v[j],",
