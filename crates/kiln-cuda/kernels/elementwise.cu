@@ -42,6 +42,10 @@ __device__ __forceinline__ void norm_store(store_t* __restrict__ o, int hidden, 
 }
 
 // x[t] += delta[t] (when delta is not null), then out[t] = store(x[t] * rsqrt(mean(x^2) + eps) * w).
+// A thread's first NORM_WPRE values of the row (all of them for hidden <= 8 x block) are loaded
+// together into registers and then summed in index order, as the loop after them sums the
+// rest: a loop that loaded each value and added it before the next load waited on every load
+// (4.6 us a row at batch 1, 1.6 TB/s over a 2048-row chunk; H200, 2026-12-03).
 extern "C" __global__ void rmsnorm_residual(float* __restrict__ x, const float* __restrict__ delta,
                                             const store_t* __restrict__ w, store_t* __restrict__ out,
                                             int hidden, float eps) {
@@ -53,8 +57,26 @@ extern "C" __global__ void rmsnorm_residual(float* __restrict__ x, const float* 
     const int t = blockIdx.x;
     float* xr = x + (u64)t * hidden;
     const float* dr = delta ? delta + (u64)t * hidden : nullptr;
+    float xv[NORM_WPRE], dv[NORM_WPRE];
+#pragma unroll
+    for (int j = 0; j < NORM_WPRE; ++j) {
+        const int i = threadIdx.x + j * blockDim.x;
+        xv[j] = i < hidden ? xr[i] : 0.f;
+        dv[j] = dr && i < hidden ? dr[i] : 0.f;
+    }
     float ss = 0.f;
-    for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+#pragma unroll
+    for (int j = 0; j < NORM_WPRE; ++j) {
+        const int i = threadIdx.x + j * blockDim.x;
+        if (i < hidden) {
+            if (dr) {
+                xv[j] += dv[j];
+                xr[i] = xv[j];
+            }
+            ss += xv[j] * xv[j];
+        }
+    }
+    for (int i = threadIdx.x + NORM_WPRE * blockDim.x; i < hidden; i += blockDim.x) {
         float v = xr[i];
         if (dr) {
             v += dr[i];
@@ -63,7 +85,14 @@ extern "C" __global__ void rmsnorm_residual(float* __restrict__ x, const float* 
         ss += v * v;
     }
     const float inv = rsqrtf(block_sum(ss, scratch) / (float)hidden + eps);
-    norm_store(out + (u64)t * hidden, hidden, inv, wv, w, [&](int i) { return xr[i]; });
+    store_t* o = out + (u64)t * hidden;
+#pragma unroll
+    for (int j = 0; j < NORM_WPRE; ++j) {
+        const int i = threadIdx.x + j * blockDim.x;
+        if (i < hidden) o[i] = to_store(xv[j] * inv * from_store(wv[j]));
+    }
+    for (int i = threadIdx.x + NORM_WPRE * blockDim.x; i < hidden; i += blockDim.x)
+        o[i] = to_store(xr[i] * inv * from_store(w[i]));
 }
 
 // For each output row r: v = x[rows[r]] + delta[rows[r]] (delta may be null: nothing pending, as
