@@ -280,23 +280,13 @@ impl LtGemm {
         // Stable: the heuristic's order within each kind.
         usable.sort_by_key(|r| split_k(&r.algo) > 1);
         let file = self.tune.then(|| self.tune_file(gpu, n, k)).flatten();
-        let mut timed = String::new();
-        if let Some((path, _)) = &file {
-            match tune::load(path) {
-                // A choice kept by an earlier run: tried first, checked as any candidate.
-                Some(kept) if !usable.is_empty() && self.works_for_small_m(&kept, n, k)? => {
-                    let mut first = usable[0];
-                    first.algo = kept;
-                    usable.insert(0, first);
-                    timed = ", kept from an earlier run's timing".into();
-                }
-                _ => {
-                    let one_pass = usable.iter().filter(|r| split_k(&r.algo) <= 1).count();
-                    let cands = &mut usable[..one_pass.min(tune::CANDIDATES)];
-                    timed = self.fastest_first(gpu, cands, n, k)?;
-                }
+        let timed = match &file {
+            Some((path, _)) => {
+                let one_pass = usable.iter().filter(|r| split_k(&r.algo) <= 1).count();
+                self.tuned_order(gpu, path, &mut usable, one_pass, n, k)?
             }
-        }
+            None => String::new(),
+        };
         let mut chosen = None;
         for (rank, res) in usable.iter().enumerate() {
             if self.invariant_on_device(gpu, &res.algo, n, k)? {

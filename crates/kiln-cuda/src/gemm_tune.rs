@@ -15,7 +15,7 @@ use super::{GemmOut, LtGemm};
 use crate::device::Gpu;
 
 /// Split-K-free candidates timed per shape (the heuristic offers up to 16).
-pub(super) const CANDIDATES: usize = 8;
+const CANDIDATES: usize = 8;
 
 impl LtGemm {
     /// Where shape (n, k)'s tuned choice is kept; None without a kernel cache.
@@ -31,11 +31,37 @@ impl LtGemm {
         Some((dir.join("gemm").join(format!("{h:016x}.algo")), key))
     }
 
+    /// Puts the candidates in the order they are checked: the choice kept at `path` first when
+    /// there is one, else the first `one_pass` (those without split-K) fastest first. Says which.
+    pub(super) fn tuned_order(
+        &self,
+        gpu: &Gpu,
+        path: &Path,
+        usable: &mut Vec<lt::cublasLtMatmulHeuristicResult_t>,
+        one_pass: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<String> {
+        match load(path) {
+            // A choice kept by an earlier run: tried first, checked as any candidate.
+            Some(kept) if !usable.is_empty() && self.works_for_small_m(&kept, n, k)? => {
+                let mut first = usable[0];
+                first.algo = kept;
+                usable.insert(0, first);
+                Ok(", kept from an earlier run's timing".into())
+            }
+            _ => {
+                let cands = &mut usable[..one_pass.min(CANDIDATES)];
+                self.fastest_first(gpu, cands, n, k)
+            }
+        }
+    }
+
     /// Sorts `cands` by their time at the reference m on generated data, fastest first; says
     /// what the first gained over the heuristic's. Each candidate's time is the better of two
     /// rounds (the mean of three runs after a warm-up run), the rounds taken in turn, so that a
     /// GPU still raising its clocks does not count against the first candidates timed.
-    pub(super) fn fastest_first(
+    fn fastest_first(
         &self,
         gpu: &Gpu,
         cands: &mut [lt::cublasLtMatmulHeuristicResult_t],
