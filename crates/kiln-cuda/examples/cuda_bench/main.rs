@@ -43,6 +43,10 @@ struct Bench {
     next_block: u32,
     bs: usize,
     vocab: usize,
+    /// The last prefill's device time: its steps' busy spans (first copy to last, the gaps
+    /// between kernels inside) summed, and the idle between them.
+    prefill_busy_s: f64,
+    prefill_idle_s: f64,
 }
 
 impl Bench {
@@ -80,6 +84,7 @@ impl Bench {
         let table = self.table(len + extra);
         let t = Instant::now();
         let mut last = 0;
+        (self.prefill_busy_s, self.prefill_idle_s) = (0.0, 0.0);
         for start in (0..len).step_by(self.chunk) {
             let end = (start + self.chunk).min(len);
             before(start)?;
@@ -94,6 +99,12 @@ impl Bench {
                 .last()
                 .copied()
                 .unwrap_or(0);
+            if let Some(d) = self.b.device_timing() {
+                self.prefill_busy_s += d.busy_s;
+                if start > 0 {
+                    self.prefill_idle_s += d.idle_before_s;
+                }
+            }
         }
         let secs = t.elapsed().as_secs_f64();
         before(len)?;
@@ -242,6 +253,8 @@ fn main() -> Result<()> {
         next_block: 0,
         bs,
         vocab,
+        prefill_busy_s: 0.0,
+        prefill_idle_s: 0.0,
     };
     bench.prefill(chunk, 0, 99)?; // warm-up
     let mut json = vec![
@@ -348,19 +361,27 @@ fn main() -> Result<()> {
     };
     for &(len, floor) in prefills {
         // The median of three prompts (one 2k prompt is ~50 ms: a single run spread by 3-4%).
+        // Each run with its device time: what the host adds is the wall time less the steps'
+        // busy spans and the idle between them.
         let mut runs = (0..PREFILL_RUNS)
-            .map(|r| Ok(bench.prefill(len, 0, len + r)?.0))
-            .collect::<Result<Vec<f64>>>()?;
-        runs.sort_by(f64::total_cmp);
-        let secs = runs[PREFILL_RUNS / 2];
+            .map(|r| {
+                let secs = bench.prefill(len, 0, len + r)?.0;
+                Ok((secs, bench.prefill_busy_s, bench.prefill_idle_s))
+            })
+            .collect::<Result<Vec<(f64, f64, f64)>>>()?;
+        runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (secs, busy, idle) = runs[PREFILL_RUNS / 2];
         let tps = len as f64 / secs;
         eprintln!(
-            "BENCH prefill {len}: {tps:.0} tok/s ({:.1} ms, median of {PREFILL_RUNS}; {:.1}-{:.1}), {:.2} of the ~{floor:.0} tok/s floor",
+            "BENCH prefill {len}: {tps:.0} tok/s ({:.1} ms, median of {PREFILL_RUNS}; {:.1}-{:.1}), {:.2} of the ~{floor:.0} tok/s floor; device busy {:.1} ms, idle between chunks {:.2} ms",
             secs * 1e3,
-            runs[0] * 1e3,
-            runs[PREFILL_RUNS - 1] * 1e3,
-            tps / floor
+            runs[0].0 * 1e3,
+            runs[PREFILL_RUNS - 1].0 * 1e3,
+            tps / floor,
+            busy * 1e3,
+            idle * 1e3
         );
+        json.push(format!("\"prefill_{len}_busy_ms\":{:.2}", busy * 1e3));
         json.push(format!("\"prefill_{len}_tok_s\":{tps:.1}"));
     }
     let short: &[usize] = if decode_only || deep || prefill_only {
