@@ -28,17 +28,19 @@ __device__ __forceinline__ void norm_weight_prefetch(const store_t* __restrict__
     }
 }
 
-// o[i] = store(v(i) * inv * w[i]) over the row: the prefetched weights first, then the rest.
+// o[i] = store(v(j, i) * inv * w[i]) over the row: the prefetched weights first, then the
+// rest. j is the value's place among the thread's first NORM_WPRE (known when unrolled, so a
+// register array can be read with it), NORM_WPRE for the rest.
 template <typename V>
 __device__ __forceinline__ void norm_store(store_t* __restrict__ o, int hidden, float inv,
                                            const store_t (&wv)[NORM_WPRE], const store_t* __restrict__ w, V v) {
 #pragma unroll
     for (int j = 0; j < NORM_WPRE; ++j) {
         const int i = threadIdx.x + j * blockDim.x;
-        if (i < hidden) o[i] = to_store(v(i) * inv * from_store(wv[j]));
+        if (i < hidden) o[i] = to_store(v(j, i) * inv * from_store(wv[j]));
     }
     for (int i = threadIdx.x + NORM_WPRE * blockDim.x; i < hidden; i += blockDim.x)
-        o[i] = to_store(v(i) * inv * from_store(w[i]));
+        o[i] = to_store(v(NORM_WPRE, i) * inv * from_store(w[i]));
 }
 
 // x[t] += delta[t] (when delta is not null), then out[t] = store(x[t] * rsqrt(mean(x^2) + eps) * w).
@@ -85,14 +87,8 @@ extern "C" __global__ void rmsnorm_residual(float* __restrict__ x, const float* 
         ss += v * v;
     }
     const float inv = rsqrtf(block_sum(ss, scratch) / (float)hidden + eps);
-    store_t* o = out + (u64)t * hidden;
-#pragma unroll
-    for (int j = 0; j < NORM_WPRE; ++j) {
-        const int i = threadIdx.x + j * blockDim.x;
-        if (i < hidden) o[i] = to_store(xv[j] * inv * from_store(wv[j]));
-    }
-    for (int i = threadIdx.x + NORM_WPRE * blockDim.x; i < hidden; i += blockDim.x)
-        o[i] = to_store(xr[i] * inv * from_store(w[i]));
+    norm_store(out + (u64)t * hidden, hidden, inv, wv, w,
+               [&](int j, int i) { return j < NORM_WPRE ? xv[j] : xr[i]; });
 }
 
 // For each output row r: v = x[rows[r]] + delta[rows[r]] (delta may be null: nothing pending, as
@@ -116,7 +112,7 @@ extern "C" __global__ void final_norm_rows(const float* __restrict__ x, const fl
         ss += v * v;
     }
     const float inv = rsqrtf(block_sum(ss, scratch) / (float)hidden + eps);
-    norm_store(out + (u64)r * hidden, hidden, inv, wv, w, [&](int i) { return dr ? xr[i] + dr[i] : xr[i]; });
+    norm_store(out + (u64)r * hidden, hidden, inv, wv, w, [&](int, int i) { return dr ? xr[i] + dr[i] : xr[i]; });
 }
 
 // gu[t] = [gate (inter) | up (inter)]; out[t, i] = store(silu(gate) * up).
