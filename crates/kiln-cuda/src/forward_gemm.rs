@@ -42,24 +42,17 @@ impl CudaOps<'_, '_> {
         n: usize,
         k: usize,
     ) -> Result<()> {
-        let (g, t, d) = (self.ctx.gpu, self.plan.n_tokens, self.skinny_rows());
+        let (g, t, d) = (self.ctx.gpu, self.plan.n_tokens, self.skinny_rows_of(&w));
+        ensure!(out == GemmOut::Store || d == 0, "an add into skinny rows");
         let w = match w {
             MatrixRef::Plain(w) => w,
             MatrixRef::Quant(q) => {
                 let x = DevPtr::<u16>::new(x.addr());
-                // KILN_QUANT_PREFILL=skinny: prefill rows take the skinny kernels too.
-                let d = if self.ctx.sw.quant_prefill_skinny {
-                    t
-                } else {
-                    d
-                };
-                ensure!(out == GemmOut::Store || d == 0, "an add into skinny rows");
                 quant_skinny_all(g, q, y.addr(), x.addr(), d)?;
                 let scratch = Bf16Of::Scratch(self.ctx.w.scratch_ptr());
                 return prefill_rows(g, self.lt, scratch, q, out, y, x, t, d);
             }
         };
-        ensure!(out == GemmOut::Store || d == 0, "an add into skinny rows");
         g.skinny_gemm(y.addr(), x.addr(), w, d, n, k)?;
         let (y, x) = (y.row(d, n).addr(), x.row(d, k).addr());
         self.lt.matmul_to(g, out, y, x, w, t - d, n, k)
@@ -77,14 +70,21 @@ impl CudaOps<'_, '_> {
         k: usize,
     ) -> Result<bool> {
         let c = self.ctx;
-        let skinny_quant = c.sw.quant_prefill_skinny
-            && matches!(c.w.layers[layer].matrix(weight), MatrixRef::Quant(_));
         let candidate = c.sw.gemm_add
             && matches!(weight, LayerWeight::O | LayerWeight::Down)
             && !c.spec.layers[layer].post_norms
             && self.plan.n_decode == 0
-            && !skinny_quant;
+            && self.skinny_rows_of(&c.w.layers[layer].matrix(weight)) == 0;
         Ok(candidate && self.lt.adds_exactly(c.gpu, n, k)?)
+    }
+
+    /// Rows 0..d of the step that take the skinny kernels for `w`: [`CudaOps::skinny_rows`],
+    /// or every row of a quantised weight with KILN_QUANT_PREFILL=skinny.
+    fn skinny_rows_of(&self, w: &MatrixRef) -> usize {
+        match w {
+            MatrixRef::Quant(_) if self.ctx.sw.quant_prefill_skinny => self.plan.n_tokens,
+            _ => self.skinny_rows(),
+        }
     }
 
     /// Rows 0..d of the step that take the skinny kernels: its decode rows, unless

@@ -103,9 +103,7 @@ impl LtGemm {
             times[0] * 1e6
         ))
     }
-}
 
-impl LtGemm {
     /// Keeps `ours` as shape (n, k)'s choice unless one is kept already; Some(that one) when
     /// it differs and passes the checks (another run timed the shape first).
     pub(super) fn settle(
