@@ -83,8 +83,8 @@ const PLANTED: &[(&str, &str, &str, Part)] = &[
     // The norm forgets its weight.
     (
         "elementwise",
-        "o[i] = to_store(v(i) * inv * from_store(wv[j]));",
-        "o[i] = to_store(v(i) * inv);",
+        "o[i] = to_store(v(j, i) * inv * from_store(wv[j]));",
+        "o[i] = to_store(v(j, i) * inv);",
         rows::row_kernels,
     ),
     // SwiGLU without the sigmoid.
