@@ -25,7 +25,7 @@ use anyhow::{Context, Result};
 use kiln_cuda::{CudaBackend, CudaOptions};
 use kiln_model::dummy::DummySource;
 use kiln_model::WeightSource;
-use kiln_step::{Backend, ChunkInput};
+use kiln_step::{Backend, ChunkInput, StepOutput, Want};
 
 mod attn_bench;
 mod gemm_bench;
@@ -47,6 +47,9 @@ struct Bench {
     /// between kernels inside) summed, and the idle between them.
     prefill_busy_s: f64,
     prefill_idle_s: f64,
+    /// Prefill chunks queued one ahead of their answers, as the engine runs them
+    /// (`KILN_BENCH_AHEAD=0`: each chunk waited for before the next is sent).
+    ahead: bool,
 }
 
 impl Bench {
@@ -85,30 +88,56 @@ impl Bench {
         let t = Instant::now();
         let mut last = 0;
         (self.prefill_busy_s, self.prefill_idle_s) = (0.0, 0.0);
+        let mut queued = 0;
         for start in (0..len).step_by(self.chunk) {
             let end = (start + self.chunk).min(len);
             before(start)?;
-            last = self
-                .b
-                .forward_greedy(&[ChunkInput {
-                    tokens: &prompt[start..end],
-                    start_pos: start,
-                    block_table: &table,
-                    want_logits: end == len,
-                }])?
-                .last()
-                .copied()
-                .unwrap_or(0);
-            if let Some(d) = self.b.device_timing() {
-                self.prefill_busy_s += d.busy_s;
-                if start > 0 {
-                    self.prefill_idle_s += d.idle_before_s;
+            let chunk = ChunkInput {
+                tokens: &prompt[start..end],
+                start_pos: start,
+                block_table: &table,
+                want_logits: end == len,
+            };
+            if self.ahead {
+                // As the engine runs a prompt: the next chunk is queued while this one runs.
+                self.b.launch(&[chunk], Want::Argmax, &[])?;
+                queued += 1;
+                if queued == 2 {
+                    last = self.collect_chunk(start > 0)?.unwrap_or(last);
+                    queued -= 1;
                 }
+            } else {
+                let picks = self.b.forward_greedy(&[chunk])?;
+                last = picks.last().copied().unwrap_or(0);
+                self.note_timing(start > 0);
             }
+        }
+        while queued > 0 {
+            last = self.collect_chunk(true)?.unwrap_or(last);
+            queued -= 1;
         }
         let secs = t.elapsed().as_secs_f64();
         before(len)?;
         Ok((secs, table, last))
+    }
+
+    /// The oldest queued chunk's pick (None when it picked nothing), its device time noted.
+    fn collect_chunk(&mut self, not_first: bool) -> Result<Option<u32>> {
+        let pick = match self.b.collect()? {
+            StepOutput::Tokens(t) => t.last().map(|r| r.as_ref().map_or(0, |s| s.id)),
+            StepOutput::Logits(_) => anyhow::bail!("the argmax step returned logits"),
+        };
+        self.note_timing(not_first);
+        Ok(pick)
+    }
+
+    fn note_timing(&mut self, not_first: bool) {
+        if let Some(d) = self.b.device_timing() {
+            self.prefill_busy_s += d.busy_s;
+            if not_first {
+                self.prefill_idle_s += d.idle_before_s;
+            }
+        }
     }
 
     /// `batch` sequences at depth `depth` decode `steps` tokens together; returns total tok/s.
@@ -255,6 +284,7 @@ fn main() -> Result<()> {
         vocab,
         prefill_busy_s: 0.0,
         prefill_idle_s: 0.0,
+        ahead: std::env::var("KILN_BENCH_AHEAD").map_or(true, |v| v != "0"),
     };
     bench.prefill(chunk, 0, 99)?; // warm-up
     let mut json = vec![
