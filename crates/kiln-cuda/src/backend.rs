@@ -518,8 +518,11 @@ fn gemm_shapes(spec: &ModelSpec, store: StoreType) -> Vec<(usize, usize)> {
             }
         }
     }
+    // The LM head takes cuBLASLt when the skinny kernel does not: other storage types, and
+    // steps of many rows in the prefill's order (KILN_CHAIN_GEMM).
     let lm_head = (spec.vocab_size, h);
-    if store != StoreType::Bf16 && !shapes.contains(&lm_head) {
+    let lt_head = store != StoreType::Bf16 || Switches::from_env().chain_gemm;
+    if lt_head && !shapes.contains(&lm_head) {
         shapes.push(lm_head);
     }
     shapes

@@ -558,6 +558,10 @@ impl StepOps for CudaOps<'_, '_> {
         let x = a.logit_in.ptr();
         match c.w.lm_head()? {
             MatrixRef::Quant(q) => quant_skinny_all(g, q, logits, x, r)?,
+            MatrixRef::Plain(w) if self.chain_order() => {
+                let (v, h) = (s.vocab_size, s.hidden_size);
+                self.chain_or_lt(GemmOut::Store, logits, x, w, r, v, h)?
+            }
             MatrixRef::Plain(w) if g.store == StoreType::Bf16 => {
                 g.skinny_gemm(logits, x, w, r, s.vocab_size, s.hidden_size)?
             }

@@ -53,7 +53,8 @@ impl Fusion {
             && store == StoreType::Bf16
             && plan.n_tokens > 0
             && plan.n_decode == plan.n_tokens;
-        let on = step && sw.fuse.any() && wide;
+        // The fused launches are skinny kernels: not in the prefill's order.
+        let on = step && sw.fuse.any() && wide && !sw.chain_gemm;
         let mut f = Fusion::default();
         if step && sw.kernels.quant_decode_v2 {
             // `norm` has no quantised form: fused_quant never reads it.

@@ -1,11 +1,13 @@
 //! A step's GEMMs: decode rows through the skinny kernels, prefill rows through cuBLASLt; of a
 //! block-quantised matrix, through its bf16 expansion (quant_prefill.rs), made just before the
-//! GEMM or, by default, by the side stream while the layer before ran (KILN_QUANT_AHEAD).
+//! GEMM or, by default, by the side stream while the layer before ran (KILN_QUANT_AHEAD). With
+//! KILN_CHAIN_GEMM every row of a bf16 weight takes the prefill's order (chain_or_lt).
 
 use anyhow::{ensure, Result};
 use kiln_model::LayerWeight;
 
 use super::CudaOps;
+use crate::chain_gemm::CHAIN_MAX_ROWS;
 use crate::device::DevPtr;
 use crate::gemm_lt::GemmOut;
 use crate::quant_gemm::quant_skinny_all;
@@ -45,6 +47,9 @@ impl CudaOps<'_, '_> {
         let (g, t, d) = (self.ctx.gpu, self.plan.n_tokens, self.skinny_rows_of(&w));
         ensure!(out == GemmOut::Store || d == 0, "an add into skinny rows");
         let w = match w {
+            MatrixRef::Plain(w) if self.chain_order() => {
+                return self.chain_or_lt(out, y.addr(), x.addr(), w, t, n, k);
+            }
             MatrixRef::Plain(w) => w,
             MatrixRef::Quant(q) => {
                 let x = DevPtr::<u16>::new(x.addr());
@@ -79,12 +84,42 @@ impl CudaOps<'_, '_> {
     }
 
     /// Rows 0..d of the step that take the skinny kernels for `w`: [`CudaOps::skinny_rows`],
-    /// or every row of a quantised weight with KILN_QUANT_PREFILL=skinny.
+    /// or every row of a quantised weight with KILN_QUANT_PREFILL=skinny, or none of a bf16
+    /// weight in the prefill's order.
     fn skinny_rows_of(&self, w: &MatrixRef) -> usize {
         match w {
             MatrixRef::Quant(_) if self.ctx.sw.quant_prefill_skinny => self.plan.n_tokens,
+            MatrixRef::Plain(_) if self.chain_order() => 0,
             _ => self.skinny_rows(),
         }
+    }
+
+    /// Whether this step's bf16 weights give every row the prefill GEMM's order
+    /// (KILN_CHAIN_GEMM; the chain kernel is bf16-only, and other storage types take cuBLASLt
+    /// for every row anyway).
+    pub(super) fn chain_order(&self) -> bool {
+        self.ctx.sw.chain_gemm && self.ctx.gpu.store == StoreType::Bf16
+    }
+
+    /// y = x . w^T in the prefill's order for all `t` rows of the step: a decode-only step of
+    /// at most CHAIN_MAX_ROWS rows through the chain kernel, any other through the pinned
+    /// cuBLASLt GEMM (decode and prompt rows in one pass), the same bits for a row either way.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn chain_or_lt(
+        &mut self,
+        out: GemmOut,
+        y: u64,
+        x: u64,
+        w: u64,
+        t: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<()> {
+        let g = self.ctx.gpu;
+        if self.plan.n_decode == t && t <= CHAIN_MAX_ROWS && out == GemmOut::Store {
+            return g.chain_gemm(self.ctx.sw.kernels.pdl, y, x, w, t, n, k);
+        }
+        self.lt.matmul_to(g, out, y, x, w, t, n, k)
     }
 
     /// Rows 0..d of the step that take the skinny kernels: its decode rows, unless

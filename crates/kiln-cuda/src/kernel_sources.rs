@@ -163,6 +163,11 @@ pub const SOURCES: &[KernelSource] = &[
         ),
         builds: Builds::Bf16Only,
     },
+    KernelSource {
+        name: "chain_gemm",
+        body: include_str!("../kernels/chain_gemm.cu"),
+        builds: Builds::Bf16Only,
+    },
 ];
 
 /// Modules written for one architecture only (wgmma, setmaxnreg): NVRTC builds them for the
@@ -404,6 +409,12 @@ mod tests {
                         .flat_map(|c| ["1x64", "2x128"].map(|t| format!("skinny_wgs_{t}{c}"))),
                 )
                 .collect(),
+            ),
+            (
+                "chain_gemm",
+                ["1x1", "1x2", "1x4", "2x4", "4x4"]
+                    .map(|t| format!("chain_gemm_{t}"))
+                    .to_vec(),
             ),
         ];
         let names: Vec<&str> = SOURCES.iter().map(|s| s.name).collect();

@@ -5,6 +5,7 @@
 pub mod attn_launch;
 pub mod attn_wide;
 pub mod backend;
+pub mod chain_gemm;
 pub mod device;
 pub mod draft_graphs;
 pub mod footprint;

@@ -4,7 +4,9 @@
 //! each shape, each chain-split entry (`tcs_*`, partials then the join; QKV, o and down), each
 //! wgmma entry (`wg_*`, sm_90: x rewritten, then the GEMM), the
 //! kernel and shape `KILN_SKINNY_TC=auto` picks (`auto[...]`), and the fused
-//! gate/up launch (SwiGLU in the epilogue) against the GEMM and swiglu. Each launch reads one of several copies of its weight, together well past the L2, as
+//! gate/up launch (SwiGLU in the epilogue) against the GEMM and swiglu, the prefill-order
+//! kernel (`chain`, and each `chain_gemm_*` entry up to 32 rows) and the pinned cuBLASLt GEMM
+//! (`lt`) whose bits it gives. Each launch reads one of several copies of its weight, together well past the L2, as
 //! a decode step reads every layer's own weights. Microseconds per launch (median of 5 rounds
 //! of 20 launches) and the weight's bytes over that time; human lines on stderr (`BENCH ...`),
 //! one JSON object on stdout.
@@ -12,7 +14,9 @@
 use std::time::Instant;
 
 use anyhow::Result;
+use kiln_cuda::chain_gemm;
 use kiln_cuda::device::{DevBuf, Gpu};
+use kiln_cuda::gemm_lt::LtGemm;
 use kiln_cuda::skinny::SkinnyKind;
 use kiln_cuda::skinny_fused::Epilogue;
 use kiln_cuda::skinny_tc::{choose_tc_entry, measured_entry, tc_entries};
@@ -52,6 +56,7 @@ pub fn run() -> Result<()> {
     let k_max = SHAPES.iter().map(|s| s.2).max().unwrap_or(0);
     let x = gpu.alloc::<u16>(MAX_ROWS * k_max)?;
     gpu.dummy_fill(x.ptr(), MAX_ROWS * k_max, 7)?;
+    let mut lt = LtGemm::new(&gpu, 2048)?;
     let xw = match gpu.has_wgmma() {
         true => Some(gpu.alloc::<u16>(wg_x_elems(MAX_ROWS, k_max))?),
         false => None,
@@ -118,6 +123,23 @@ pub fn run() -> Result<()> {
             })?;
             let pick = auto.map_or("skinny", |e| &e.name["skinny_tc_".len()..]);
             report(&format!("auto[{pick}]"), secs, &mut line);
+            // The prefill's order: the chain kernel for few rows, the pinned GEMM itself.
+            if m <= 32 {
+                let s = time(&gpu, || {
+                    gpu.chain_gemm(true, y.ptr(), x.ptr(), next_w(), m, n, k)
+                })?;
+                report("chain", s, &mut line);
+                for e in chain_gemm::entries().iter().filter(|e| m <= e.max_rows()) {
+                    let s = time(&gpu, || {
+                        gpu.chain_entry_launch(e, true, y.ptr(), x.ptr(), next_w(), m, n, k)
+                    })?;
+                    report(&e.name, s, &mut line);
+                }
+            }
+            let s = time(&gpu, || {
+                lt.matmul(&gpu, y.ptr(), x.ptr(), next_w(), m, n, k)
+            })?;
+            report("lt", s, &mut line);
             if m >= 32 {
                 for e in tc_entries() {
                     let s = time(&gpu, || {

@@ -9,17 +9,17 @@ use kiln_cuda::device::{DevBuf, Gpu};
 use kiln_cuda::gemm_lt::{GemmOut, LtGemm};
 use kiln_cuda::skinny::{SkinnyKind, SKINNY_MAX_ROWS};
 
-struct Problem {
-    n: usize,
-    k: usize,
+pub(crate) struct Problem {
+    pub n: usize,
+    pub k: usize,
     x: Vec<u16>,
     w: Vec<u16>,
-    dx: DevBuf<u16>,
-    dw: DevBuf<u16>,
+    pub dx: DevBuf<u16>,
+    pub dw: DevBuf<u16>,
 }
 
 impl Problem {
-    fn new(gpu: &Gpu, rng: &mut Rng, m: usize, n: usize, k: usize) -> Problem {
+    pub fn new(gpu: &Gpu, rng: &mut Rng, m: usize, n: usize, k: usize) -> Problem {
         let x = to_bf16(&rng.vec(m * k, 1.0));
         let w = to_bf16(&rng.vec(n * k, 1.0));
         let dx = gpu.alloc::<u16>(m * k).unwrap();
@@ -30,7 +30,7 @@ impl Problem {
     }
 
     /// Reference rows `rows` of x . w^T in float64.
-    fn reference(&self, rows: &[usize]) -> Vec<f64> {
+    pub fn reference(&self, rows: &[usize]) -> Vec<f64> {
         let (xf, wf) = (from_bf16(&self.x), from_bf16(&self.w));
         let mut out = Vec::with_capacity(rows.len() * self.n);
         for &r in rows {
@@ -43,12 +43,12 @@ impl Problem {
         out
     }
 
-    fn atol(&self) -> f64 {
+    pub fn atol(&self) -> f64 {
         1e-4 * (self.k as f64).sqrt()
     }
 }
 
-fn rows_of(y: &[f32], n: usize, rows: &[usize]) -> Vec<f32> {
+pub(crate) fn rows_of(y: &[f32], n: usize, rows: &[usize]) -> Vec<f32> {
     rows.iter()
         .flat_map(|&r| y[r * n..(r + 1) * n].iter().copied())
         .collect()

@@ -8,6 +8,7 @@ mod backend_invariance;
 mod backend_parity;
 mod contract_adjust;
 mod contract_attention;
+mod contract_chain;
 mod contract_decode_fused;
 mod contract_draft;
 mod contract_gemm;
