@@ -21,6 +21,9 @@ use crate::switches::Switches;
 // KILN_GEMM_TUNE: candidates timed, the choice kept beside the compiled kernels.
 #[path = "gemm_tune.rs"]
 mod tune;
+// KILN_GEMM_SHORT: a second algorithm for steps of a few hundred rows, bit-identical.
+#[path = "gemm_short.rs"]
+mod short;
 
 pub(crate) const WORKSPACE_BYTES: usize = 64 << 20;
 
@@ -89,6 +92,10 @@ pub struct LtGemm {
     desc: lt::cublasLtMatmulDesc_t,
     workspace: DevBuf<u8>,
     pinned: HashMap<(usize, usize), Pinned>,
+    /// Each pinned shape's algorithm for steps of at most SHORT_MAX_M rows, when one is faster
+    /// and bit-identical (gemm_short.rs); KILN_GEMM_SHORT=0: none.
+    short: HashMap<(usize, usize), Option<Pinned>>,
+    short_on: bool,
     /// The type of X and W.
     store: StoreType,
     /// m used to choose each shape's algorithm (the prefill chunk).
@@ -151,6 +158,8 @@ impl LtGemm {
             desc,
             workspace: gpu.alloc(WORKSPACE_BYTES)?,
             pinned: HashMap::new(),
+            short: HashMap::new(),
+            short_on: sw.gemm_short,
             store: gpu.store,
             reference_m: reference_m.max(1),
             pin,
@@ -232,45 +241,12 @@ impl LtGemm {
             return Ok(());
         }
         let m = self.reference_m;
-        let ls = self.layouts(n, k, m)?;
-        let mut pref = std::ptr::null_mut();
-        let ws = WORKSPACE_BYTES as u64;
-        let mut results =
-            vec![unsafe { std::mem::zeroed::<lt::cublasLtMatmulHeuristicResult_t>() }; 16];
-        let mut count = 0i32;
-        let r = unsafe {
-            check(lt::cublasLtMatmulPreferenceCreate(&mut pref), "preference")?;
-            check(
-                lt::cublasLtMatmulPreferenceSetAttribute(
-                    pref,
-                    lt::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                    &ws as *const u64 as *const c_void,
-                    8,
-                ),
-                "workspace preference",
-            )?;
-            let st = lt::cublasLtMatmulAlgoGetHeuristic(
-                self.handle,
-                self.desc,
-                ls[0],
-                ls[1],
-                ls[2],
-                ls[2],
-                pref,
-                16,
-                results.as_mut_ptr(),
-                &mut count,
-            );
-            lt::cublasLtMatmulPreferenceDestroy(pref);
-            check(st, "algorithm heuristic")
-        };
-        Self::destroy(ls);
-        r?;
+        let results = self.heuristic(n, k, m)?;
         use lt::cublasLtMatmulAlgoConfigAttributes_t as C;
         let split_k =
             |a: &lt::cublasLtMatmulAlgo_t| algo_config(a, C::CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
         let mut usable = Vec::new();
-        for res in results.iter().take(count.max(0) as usize) {
+        for res in &results {
             if res.state == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS
                 && self.works_for_small_m(&res.algo, n, k)?
             {
@@ -337,7 +313,52 @@ impl LtGemm {
                 split_k,
             },
         );
-        Ok(())
+        self.pin_short(gpu, n, k)
+    }
+
+    /// cuBLASLt's candidates for shape (n, k) at m rows, in its order of preference.
+    fn heuristic(
+        &self,
+        n: usize,
+        k: usize,
+        m: usize,
+    ) -> Result<Vec<lt::cublasLtMatmulHeuristicResult_t>> {
+        let ls = self.layouts(n, k, m)?;
+        let mut pref = std::ptr::null_mut();
+        let ws = WORKSPACE_BYTES as u64;
+        let mut results =
+            vec![unsafe { std::mem::zeroed::<lt::cublasLtMatmulHeuristicResult_t>() }; 16];
+        let mut count = 0i32;
+        let r = unsafe {
+            check(lt::cublasLtMatmulPreferenceCreate(&mut pref), "preference")?;
+            check(
+                lt::cublasLtMatmulPreferenceSetAttribute(
+                    pref,
+                    lt::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                    &ws as *const u64 as *const c_void,
+                    8,
+                ),
+                "workspace preference",
+            )?;
+            let st = lt::cublasLtMatmulAlgoGetHeuristic(
+                self.handle,
+                self.desc,
+                ls[0],
+                ls[1],
+                ls[2],
+                ls[2],
+                pref,
+                16,
+                results.as_mut_ptr(),
+                &mut count,
+            );
+            lt::cublasLtMatmulPreferenceDestroy(pref);
+            check(st, "algorithm heuristic")
+        };
+        Self::destroy(ls);
+        r?;
+        results.truncate(count.max(0) as usize);
+        Ok(results)
     }
 
     /// Whether [`GemmOut::Add`] on shape (n, k) gives the bits of storing then adding: the
@@ -467,7 +488,7 @@ impl LtGemm {
             self.pin_shape(gpu, n, k)?;
         }
         let pinned = if self.pin {
-            self.pinned.get(&(n, k)).copied()
+            self.algo_for(n, k, m)
         } else {
             None
         };

@@ -15,7 +15,7 @@ use super::{GemmOut, LtGemm};
 use crate::device::Gpu;
 
 /// Split-K-free candidates timed per shape (the heuristic offers up to 16).
-const CANDIDATES: usize = 8;
+pub(super) const CANDIDATES: usize = 8;
 
 impl LtGemm {
     /// Where shape (n, k)'s tuned choice is kept; None without a kernel cache.
@@ -52,26 +52,26 @@ impl LtGemm {
             }
             _ => {
                 let cands = &mut usable[..one_pass.min(CANDIDATES)];
-                self.fastest_first(gpu, cands, n, k)
+                self.fastest_first(gpu, cands, self.reference_m, n, k)
             }
         }
     }
 
-    /// Sorts `cands` by their time at the reference m on generated data, fastest first; says
-    /// what the first gained over the heuristic's. Each candidate's time is the better of two
+    /// Sorts `cands` by their time at m rows on generated data, fastest first; says what the
+    /// first gained over the first given. Each candidate's time is the better of two
     /// rounds (the mean of three runs after a warm-up run), the rounds taken in turn, so that a
     /// GPU still raising its clocks does not count against the first candidates timed.
-    fn fastest_first(
+    pub(super) fn fastest_first(
         &self,
         gpu: &Gpu,
         cands: &mut [lt::cublasLtMatmulHeuristicResult_t],
+        m: usize,
         n: usize,
         k: usize,
     ) -> Result<String> {
         if cands.len() < 2 {
             return Ok(String::new());
         }
-        let m = self.reference_m;
         let x = gpu.alloc_store(m * k)?;
         let w = gpu.alloc_store(n * k)?;
         gpu.dummy_fill(x.ptr(), m * k, 0x7e57)?;

@@ -37,6 +37,10 @@ pub struct Switches {
     /// check, instead of the fastest at the reference m of up to eight without split-K (timed
     /// once at start-up; another algorithm is another summation order, as invariant).
     pub gemm_tune: bool,
+    /// KILN_GEMM_SHORT=0: steps of at most 1,024 rows take each shape's pinned algorithm
+    /// instead of a second one chosen at 512 rows, faster there and bit-identical to it
+    /// (gemm_short.rs).
+    pub gemm_short: bool,
     /// KILN_CHAIN_GEMM=1: decode rows of bf16 weights take the prefill GEMM's summation order
     /// (chain_gemm.rs) instead of the 16-warp skinny kernel's: a decode-only step of up to
     /// CHAIN_MAX_ROWS rows through the chain kernel, every other step's rows, decode and
@@ -363,6 +367,7 @@ impl Env {
                     .filter(|&m| m > 0),
                 gemm_add: on("KILN_GEMM_ADD"),
                 gemm_tune: on("KILN_GEMM_TUNE"),
+                gemm_short: on("KILN_GEMM_SHORT"),
                 chain_gemm: opt_in("KILN_CHAIN_GEMM"),
                 cuda_graphs: on("KILN_CUDA_GRAPHS"),
                 draft_graphs: on("KILN_DRAFT_GRAPHS"),
@@ -511,7 +516,7 @@ impl Switches {
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} gemm_pin_m={pin_m} gemm_add={} gemm_tune={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} chain_gemm={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} gemm_pin_m={pin_m} gemm_add={} gemm_tune={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} chain_gemm={} gemm_short={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -577,6 +582,7 @@ impl Switches {
             if self.decode_wide_mma { "mma" } else { "simt" },
             self.kv_ring as u8,
             self.chain_gemm as u8,
+            self.gemm_short as u8,
         )
     }
 }

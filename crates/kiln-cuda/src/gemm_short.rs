@@ -1,0 +1,146 @@
+//! Short steps' algorithm (a child module of gemm_lt.rs). A shape's pinned algorithm is chosen
+//! for the prefill chunk's m; at a few hundred rows its large tiles leave multiprocessors idle
+//! (Llama-3-8B's o and down at 473 rows, a serving step of decode and prompt rows: 64 CTAs on
+//! 132). So steps of at most SHORT_MAX_M rows may take a second algorithm: the fastest of the
+//! split-K-free candidates at SHORT_REF_M whose rows are, on the device, bit for bit the pinned
+//! algorithm's (every row of a SHORT_REF_M-row product, and rows at an offset of a 37-row
+//! one). Where none is faster, or none agrees, the pinned one serves every m. The choice never
+//! changes a bit, so it is timed at each start and not kept. KILN_GEMM_SHORT=0: the pinned
+//! algorithm for every m.
+
+use anyhow::Result;
+use cudarc::cublaslt::sys as lt;
+
+use super::{algo_config, GemmOut, LtGemm, Pinned};
+use crate::device::Gpu;
+
+/// The m the short algorithm is timed at, and the most rows a step may have to take it.
+pub const SHORT_REF_M: usize = 512;
+pub const SHORT_MAX_M: usize = 1024;
+
+impl LtGemm {
+    /// The algorithm for an m-row product of shape (n, k): the short one when m allows and the
+    /// shape has one, else the pinned one (None when nothing is pinned).
+    pub(super) fn algo_for(&self, n: usize, k: usize, m: usize) -> Option<Pinned> {
+        let main = self.pinned.get(&(n, k)).copied();
+        if m <= SHORT_MAX_M {
+            if let Some(Some(s)) = self.short.get(&(n, k)) {
+                return Some(*s);
+            }
+        }
+        main
+    }
+
+    /// Chooses shape (n, k)'s short algorithm once its pinned one is known (pin_shape calls it,
+    /// so that nothing is chosen, and allocated, while a graph is being captured).
+    pub(super) fn pin_short(&mut self, gpu: &Gpu, n: usize, k: usize) -> Result<()> {
+        if !self.short_on || self.short.contains_key(&(n, k)) {
+            return Ok(());
+        }
+        let Some(main) = self.pinned.get(&(n, k)).copied().filter(|p| p.split_k == 1) else {
+            self.short.insert((n, k), None);
+            return Ok(());
+        };
+        use lt::cublasLtMatmulAlgoConfigAttributes_t as C;
+        let m = SHORT_REF_M;
+        let mut cands = Vec::new();
+        for r in self.heuristic(n, k, m)? {
+            let one_pass = algo_config(&r.algo, C::CUBLASLT_ALGO_CONFIG_SPLITK_NUM) <= 1;
+            if r.state == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+                && one_pass
+                && r.algo.data != main.algo.data
+                && self.works_for_small_m(&r.algo, n, k)?
+            {
+                cands.push(r);
+            }
+        }
+        let Some(&first) = cands.first() else {
+            self.short.insert((n, k), None);
+            return Ok(());
+        };
+        // The pinned algorithm is timed beside them and wins ties (it stays first).
+        let mut pinned = first;
+        pinned.algo = main.algo;
+        cands.truncate(super::tune::CANDIDATES);
+        cands.insert(0, pinned);
+        self.fastest_first(gpu, &mut cands, m, n, k)?;
+        let mut chosen = None;
+        for c in &cands {
+            if c.algo.data == main.algo.data {
+                break;
+            }
+            if self.same_bits(gpu, &c.algo, &main.algo, n, k)? {
+                chosen = Some(c.algo);
+                break;
+            }
+        }
+        let line = match &chosen {
+            Some(a) => format!(
+                "gemm {} n={n} k={k}: up to m={SHORT_MAX_M} algo {} tile {} stages {}, faster at m={m} than the pinned one and bit-identical to it",
+                self.store,
+                algo_config(a, C::CUBLASLT_ALGO_CONFIG_ID),
+                algo_config(a, C::CUBLASLT_ALGO_CONFIG_TILE_ID),
+                algo_config(a, C::CUBLASLT_ALGO_CONFIG_STAGES_ID),
+            ),
+            None => format!(
+                "gemm {} n={n} k={k}: the pinned algorithm at every m (none faster at m={m} and bit-identical)",
+                self.store
+            ),
+        };
+        self.choices.push(line);
+        let short = chosen.map(|algo| Pinned { algo, split_k: 1 });
+        self.short.insert((n, k), short);
+        Ok(())
+    }
+
+    /// Whether algorithms `a` and `b` give the same bits on generated data: all rows of an
+    /// SHORT_REF_M-row product, and 37 rows at an offset of 5.
+    fn same_bits(
+        &self,
+        gpu: &Gpu,
+        a: &lt::cublasLtMatmulAlgo_t,
+        b: &lt::cublasLtMatmulAlgo_t,
+        n: usize,
+        k: usize,
+    ) -> Result<bool> {
+        let m = SHORT_REF_M;
+        let x = gpu.alloc_store(m * k)?;
+        let w = gpu.alloc_store(n * k)?;
+        gpu.dummy_fill(x.ptr(), m * k, 0x5407)?;
+        gpu.dummy_fill(w.ptr(), n * k, 0xc4a1)?;
+        let (ya, yb) = (gpu.alloc::<f32>(m * n)?, gpu.alloc::<f32>(m * n)?);
+        for (off, rows) in [(0, m), (5, 37)] {
+            let xr = x.at(off * k);
+            self.run(
+                gpu,
+                Some(a),
+                GemmOut::Store,
+                ya.ptr(),
+                xr,
+                w.ptr(),
+                rows,
+                n,
+                k,
+            )?;
+            self.run(
+                gpu,
+                Some(b),
+                GemmOut::Store,
+                yb.ptr(),
+                xr,
+                w.ptr(),
+                rows,
+                n,
+                k,
+            )?;
+            let (pa, pb) = (
+                ya.download(gpu, 0, rows * n)?,
+                yb.download(gpu, 0, rows * n)?,
+            );
+            if pa.iter().zip(&pb).any(|(p, q)| p.to_bits() != q.to_bits()) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
