@@ -92,9 +92,9 @@ pub struct LtGemm {
     desc: lt::cublasLtMatmulDesc_t,
     workspace: DevBuf<u8>,
     pinned: HashMap<(usize, usize), Pinned>,
-    /// Each pinned shape's algorithm for steps of at most SHORT_MAX_M rows, when one is faster
+    /// Each pinned shape's algorithm for steps of at most a tier's rows, when one is faster
     /// and bit-identical (gemm_short.rs); KILN_GEMM_SHORT=0: none.
-    short: HashMap<(usize, usize), Option<Pinned>>,
+    short: HashMap<(usize, usize, usize), Option<Pinned>>,
     short_on: bool,
     /// The type of X and W.
     store: StoreType,

@@ -1,12 +1,12 @@
-//! Short steps' algorithm (a child module of gemm_lt.rs). A shape's pinned algorithm is chosen
+//! Short steps' algorithms (a child module of gemm_lt.rs). A shape's pinned algorithm is chosen
 //! for the prefill chunk's m; at a few hundred rows its large tiles leave multiprocessors idle
 //! (Llama-3-8B's o and down at 473 rows, a serving step of decode and prompt rows: 64 CTAs on
-//! 132). So steps of at most SHORT_MAX_M rows may take a second algorithm: the fastest of the
-//! split-K-free candidates at SHORT_REF_M whose rows are, on the device, bit for bit the pinned
-//! algorithm's (every row of a SHORT_REF_M-row product, and rows at an offset of a 37-row
-//! one). Where none is faster, or none agrees, the pinned one serves every m. The choice never
-//! changes a bit, so it is timed at each start and not kept. KILN_GEMM_SHORT=0: the pinned
-//! algorithm for every m.
+//! 132). So steps of at most a tier's rows may take another algorithm: the fastest of the
+//! split-K-free candidates at the tier's m whose rows are, on the device, bit for bit the
+//! pinned algorithm's (every row of a product at that m, and rows at an offset of a 37-row one).
+//! Where none is faster, or none agrees, the next tier's (or the pinned one) serves. The choice
+//! never changes a bit, so it is timed at each start and not kept. KILN_GEMM_SHORT=0: the
+//! pinned algorithm for every m.
 
 use anyhow::Result;
 use cudarc::cublaslt::sys as lt;
@@ -14,35 +14,43 @@ use cudarc::cublaslt::sys as lt;
 use super::{algo_config, GemmOut, LtGemm, Pinned};
 use crate::device::Gpu;
 
-/// The m the short algorithm is timed at, and the most rows a step may have to take it.
-pub const SHORT_REF_M: usize = 512;
-pub const SHORT_MAX_M: usize = 1024;
+/// The tiers: the most rows a step may have to take the tier's algorithm, and the m it is timed
+/// at (decode steps of many sequences; serving steps of decode and prompt rows).
+pub const TIERS: [(usize, usize); 2] = [(256, 128), (1024, 512)];
 
 impl LtGemm {
-    /// The algorithm for an m-row product of shape (n, k): the short one when m allows and the
-    /// shape has one, else the pinned one (None when nothing is pinned).
+    /// The algorithm for an m-row product of shape (n, k): the first tier's that holds m and
+    /// has one, else the pinned one (None when nothing is pinned).
     pub(super) fn algo_for(&self, n: usize, k: usize, m: usize) -> Option<Pinned> {
-        let main = self.pinned.get(&(n, k)).copied();
-        if m <= SHORT_MAX_M {
-            if let Some(Some(s)) = self.short.get(&(n, k)) {
-                return Some(*s);
+        for (tier, &(most, _)) in TIERS.iter().enumerate() {
+            if m <= most {
+                if let Some(Some(s)) = self.short.get(&(n, k, tier)) {
+                    return Some(*s);
+                }
             }
         }
-        main
+        self.pinned.get(&(n, k)).copied()
     }
 
-    /// Chooses shape (n, k)'s short algorithm once its pinned one is known (pin_shape calls it,
+    /// Chooses shape (n, k)'s tier algorithms once its pinned one is known (pin_shape calls it,
     /// so that nothing is chosen, and allocated, while a graph is being captured).
     pub(super) fn pin_short(&mut self, gpu: &Gpu, n: usize, k: usize) -> Result<()> {
-        if !self.short_on || self.short.contains_key(&(n, k)) {
+        for tier in 0..TIERS.len() {
+            self.pin_tier(gpu, n, k, tier)?;
+        }
+        Ok(())
+    }
+
+    fn pin_tier(&mut self, gpu: &Gpu, n: usize, k: usize, tier: usize) -> Result<()> {
+        if !self.short_on || self.short.contains_key(&(n, k, tier)) {
             return Ok(());
         }
         let Some(main) = self.pinned.get(&(n, k)).copied().filter(|p| p.split_k == 1) else {
-            self.short.insert((n, k), None);
+            self.short.insert((n, k, tier), None);
             return Ok(());
         };
         use lt::cublasLtMatmulAlgoConfigAttributes_t as C;
-        let m = SHORT_REF_M;
+        let (most, m) = TIERS[tier];
         let mut cands = Vec::new();
         for r in self.heuristic(n, k, m)? {
             let one_pass = algo_config(&r.algo, C::CUBLASLT_ALGO_CONFIG_SPLITK_NUM) <= 1;
@@ -55,7 +63,7 @@ impl LtGemm {
             }
         }
         let Some(&first) = cands.first() else {
-            self.short.insert((n, k), None);
+            self.short.insert((n, k, tier), None);
             return Ok(());
         };
         // The pinned algorithm is timed beside them and wins ties (it stays first).
@@ -69,41 +77,42 @@ impl LtGemm {
             if c.algo.data == main.algo.data {
                 break;
             }
-            if self.same_bits(gpu, &c.algo, &main.algo, n, k)? {
+            if self.same_bits(gpu, &c.algo, &main.algo, m, n, k)? {
                 chosen = Some(c.algo);
                 break;
             }
         }
         let line = match &chosen {
             Some(a) => format!(
-                "gemm {} n={n} k={k}: up to m={SHORT_MAX_M} algo {} tile {} stages {}, faster at m={m} than the pinned one and bit-identical to it",
+                "gemm {} n={n} k={k}: up to m={most} algo {} tile {} stages {}, faster at m={m} than the pinned one and bit-identical to it",
                 self.store,
                 algo_config(a, C::CUBLASLT_ALGO_CONFIG_ID),
                 algo_config(a, C::CUBLASLT_ALGO_CONFIG_TILE_ID),
                 algo_config(a, C::CUBLASLT_ALGO_CONFIG_STAGES_ID),
             ),
             None => format!(
-                "gemm {} n={n} k={k}: the pinned algorithm at every m (none faster at m={m} and bit-identical)",
+                "gemm {} n={n} k={k}: up to m={most} the pinned algorithm (none faster at m={m} and bit-identical)",
                 self.store
             ),
         };
         self.choices.push(line);
         let short = chosen.map(|algo| Pinned { algo, split_k: 1 });
-        self.short.insert((n, k), short);
+        self.short.insert((n, k, tier), short);
         Ok(())
     }
 
     /// Whether algorithms `a` and `b` give the same bits on generated data: all rows of an
-    /// SHORT_REF_M-row product, and 37 rows at an offset of 5.
+    /// m-row product, and 37 rows at an offset of 5.
     fn same_bits(
         &self,
         gpu: &Gpu,
         a: &lt::cublasLtMatmulAlgo_t,
         b: &lt::cublasLtMatmulAlgo_t,
+        m: usize,
         n: usize,
         k: usize,
     ) -> Result<bool> {
-        let m = SHORT_REF_M;
+        let m = m.max(42);
         let x = gpu.alloc_store(m * k)?;
         let w = gpu.alloc_store(n * k)?;
         gpu.dummy_fill(x.ptr(), m * k, 0x5407)?;

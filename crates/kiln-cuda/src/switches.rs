@@ -38,7 +38,7 @@ pub struct Switches {
     /// once at start-up; another algorithm is another summation order, as invariant).
     pub gemm_tune: bool,
     /// KILN_GEMM_SHORT=0: steps of at most 1,024 rows take each shape's pinned algorithm
-    /// instead of a second one chosen at 512 rows, faster there and bit-identical to it
+    /// instead of others chosen at 128 and 512 rows, faster there and bit-identical to it
     /// (gemm_short.rs).
     pub gemm_short: bool,
     /// KILN_CHAIN_GEMM=1: decode rows of bf16 weights take the prefill GEMM's summation order
