@@ -57,6 +57,9 @@ pub struct CudaOptions {
     /// Sliding-window layers keep only their window, in a ring of blocks per sequence
     /// (kiln_step::KvRing); None: as KILN_KV_RING says (off unless 1). No host tier beside it.
     pub kv_ring: Option<bool>,
+    /// Decode rows of bf16 weights in the prefill GEMM's order (docs/CUDA.md, "Decode in the
+    /// prefill GEMM's order"); None: as KILN_CHAIN_GEMM says (off unless 1).
+    pub chain_gemm: Option<bool>,
 }
 
 impl Default for CudaOptions {
@@ -73,6 +76,7 @@ impl Default for CudaOptions {
             host_cache_bytes: 0,
             dtype: StoreType::Bf16,
             kv_ring: None,
+            chain_gemm: None,
         }
     }
 }
@@ -189,11 +193,14 @@ impl CudaBackend {
             (Some(_), Some(n)) if n > 0 => lt.leave_sms(&gpu, n)?,
             _ => {}
         }
-        for (n, k) in gemm_shapes(&spec, opts.dtype) {
+        let mut switches = Switches::from_env();
+        if let Some(on) = opts.chain_gemm {
+            switches.chain_gemm = on;
+        }
+        for (n, k) in gemm_shapes(&spec, opts.dtype, switches.chain_gemm) {
             lt.pin_shape(&gpu, n, k)
                 .with_context(|| format!("choosing the GEMM algorithm for {n}x{k}"))?;
         }
-        let switches = Switches::from_env();
         let ring_on = opts.kv_ring.unwrap_or(switches.kv_ring);
         let (bs, seqs) = (opts.block_size, opts.max_seqs);
         let ask = RingAsk::for_model(&spec, ring_on, bs, max_tokens, seqs, max_context);
@@ -494,7 +501,7 @@ impl CudaBackend {
 
 /// The (n, k) of every projection of the model, each once: the shapes cuBLASLt pins; with a
 /// storage type other than bf16 also the LM head's (it has no skinny kernel then).
-fn gemm_shapes(spec: &ModelSpec, store: StoreType) -> Vec<(usize, usize)> {
+fn gemm_shapes(spec: &ModelSpec, store: StoreType, chain_gemm: bool) -> Vec<(usize, usize)> {
     let h = spec.hidden_size;
     let mut shapes = Vec::new();
     let (all, width) = crate::forward::per_layer_widths(spec);
@@ -521,7 +528,7 @@ fn gemm_shapes(spec: &ModelSpec, store: StoreType) -> Vec<(usize, usize)> {
     // The LM head takes cuBLASLt when the skinny kernel does not: other storage types, and
     // steps of many rows in the prefill's order (KILN_CHAIN_GEMM).
     let lm_head = (spec.vocab_size, h);
-    let lt_head = store != StoreType::Bf16 || Switches::from_env().chain_gemm;
+    let lt_head = store != StoreType::Bf16 || chain_gemm;
     if lt_head && !shapes.contains(&lm_head) {
         shapes.push(lm_head);
     }

@@ -123,7 +123,7 @@ impl CudaBackend {
         // Algorithms chosen now, as the target's are: never while a graph is recorded.
         let d = spec.draft.context("the model is not a draft model")?;
         let (h, b) = (spec.hidden_size, d.backbone_hidden);
-        let mut shapes = super::gemm_shapes(&spec, self.gpu.store);
+        let mut shapes = super::gemm_shapes(&spec, self.gpu.store, self.switches.chain_gemm);
         shapes.extend([(h, 2 * b), (b, h)]);
         shapes.extend(d.ordered.map(|o| (o.centroids, h)));
         for (n, k) in shapes {

@@ -298,4 +298,24 @@ mod tests {
         assert!(prefill_alone(&["--prefill-alone=maybe"]).is_err());
         assert!(super::default_prefill_alone(true) && !super::default_prefill_alone(false));
     }
+
+    #[test]
+    fn decode_gemm_is_the_switch_default_unless_named() {
+        use crate::backend_choice::DecodeGemm;
+        let parse = |args: &[&str]| {
+            let argv = ["kiln", "--model", "dummy:tiny"].iter().chain(args);
+            Cli::try_parse_from(argv).map(|c| c.serve.device.decode_gemm)
+        };
+        assert_eq!(parse(&[]).unwrap(), None);
+        assert_eq!(
+            parse(&["--decode-gemm", "prefill-order"]).unwrap(),
+            Some(DecodeGemm::PrefillOrder)
+        );
+        assert_eq!(
+            parse(&["--decode-gemm=skinny"]).unwrap(),
+            Some(DecodeGemm::Skinny)
+        );
+        let err = parse(&["--decode-gemm", "fast"]).unwrap_err().to_string();
+        assert!(err.contains("prefill-order"), "{err}");
+    }
 }
