@@ -1,9 +1,10 @@
-//! Launchers of the decode GEMM in the prefill GEMM's order (kernels/chain_gemm.cu): each output
-//! one tensor-core chain over k in ascending 16-wide groups, the order of the split-K-free
-//! cuBLASLt algorithms the prefill pins, so a row's bits here are the bits a prefill step's
-//! GEMM gives it (contract_chain checks both against each other). Which entry a launch takes
-//! never changes a bit; it is chosen by the row count, or named by `KILN_CHAIN_ENTRY` for
-//! A/B runs.
+//! Launchers of the decode GEMM in the prefill GEMM's order (kernels/chain_gemm.cu with
+//! mma.sync, kernels/chain_wg.cu with wgmma): each output one tensor-core chain over k in
+//! ascending 16-wide groups, the order of the split-K-free cuBLASLt algorithms the prefill pins,
+//! so a row's bits here are the bits a prefill step's GEMM gives it (contract_chain checks both
+//! against each other). Which entry a launch takes never changes a bit; it is chosen by the row
+//! count (the wgmma entries with `KILN_CHAIN_WG=1` on sm_90), or named by `KILN_CHAIN_ENTRY`
+//! for A/B runs.
 
 use std::sync::OnceLock;
 
@@ -22,7 +23,8 @@ pub const CHAIN_MAX_ROWS: usize = 32;
 const WARP_ROWS: usize = 16;
 const STAGE_K: usize = 64;
 
-/// One `CG_ENTRY(NAME, NT, WARPS, STAGES)` of chain_gemm.cu.
+/// One `CG_ENTRY(NAME, NT, WARPS, STAGES)` of chain_gemm.cu or `CW_ENTRY(NAME, NT, STAGES)`
+/// of chain_wg.cu (one warpgroup).
 #[derive(Debug, Clone)]
 pub struct ChainEntry {
     pub name: String,
@@ -30,6 +32,8 @@ pub struct ChainEntry {
     pub nt: usize,
     pub warps: usize,
     pub stages: usize,
+    /// A chain_wg.cu entry: the warpgroup shares each stage's rows of x.
+    pub wg: bool,
 }
 
 impl ChainEntry {
@@ -39,12 +43,26 @@ impl ChainEntry {
             nt: p.num("NT")?,
             warps: p.num("WARPS")?,
             stages: p.num("STAGES")?,
+            wg: false,
         })
     }
 
-    /// Each warp's ring of stages (its 16 weight rows and 8 * nt rows of x, 64 k of bf16 each).
+    fn from_wg_source(p: &EntryPoint) -> Result<ChainEntry> {
+        Ok(ChainEntry {
+            name: p.name.clone(),
+            nt: p.num("NT")?,
+            warps: 4,
+            stages: p.num("STAGES")?,
+            wg: true,
+        })
+    }
+
+    /// The ring: each stage holds 16 weight rows a warp and 8 * nt rows of x (one copy of x a
+    /// warp, or one a warpgroup), 64 k of bf16 each.
     pub fn smem_bytes(&self) -> usize {
-        self.warps * self.stages * (WARP_ROWS + 8 * self.nt) * STAGE_K * 2
+        let x_copies = if self.wg { 1 } else { self.warps };
+        let rows = self.warps * WARP_ROWS + x_copies * 8 * self.nt;
+        self.stages * rows * STAGE_K * 2
     }
 
     pub fn max_rows(&self) -> usize {
@@ -58,34 +76,56 @@ pub fn entries() -> &'static [ChainEntry] {
     ENTRIES.get_or_init(|| macro_entries("chain_gemm", ChainEntry::from_source))
 }
 
+/// Every entry of chain_wg.cu (sm_90 devices only).
+pub fn wg_entries() -> &'static [ChainEntry] {
+    static ENTRIES: OnceLock<Vec<ChainEntry>> = OnceLock::new();
+    ENTRIES.get_or_init(|| macro_entries("chain_wg", ChainEntry::from_wg_source))
+}
+
+/// The entries a device can run: chain_gemm.cu's, and chain_wg.cu's where there is wgmma.
+pub fn device_entries(gpu: &Gpu) -> Vec<&'static ChainEntry> {
+    let wg = gpu.has_wgmma().then(wg_entries).unwrap_or(&[]);
+    entries().iter().chain(wg).collect()
+}
+
 pub fn find_entry(name: &str) -> Option<&'static ChainEntry> {
-    entries().iter().find(|e| e.name == name)
+    entries()
+        .iter()
+        .chain(wg_entries())
+        .find(|e| e.name == name)
 }
 
 /// Dynamic shared memory each entry asks for (kernels.rs raises the limit of those above 48 KB).
 pub fn smem_needs() -> impl Iterator<Item = (String, usize)> {
-    entries().iter().map(|e| (e.name.clone(), e.smem_bytes()))
+    entries()
+        .iter()
+        .chain(wg_entries())
+        .map(|e| (e.name.clone(), e.smem_bytes()))
 }
 
-/// The entry for `rows` rows (at most 32 a launch): the fewest 8-row groups that hold them; two
-/// warps a CTA for up to 8 rows, four above (the H200's timings of 2026-12-04: with two, more
-/// 8-row groups left the multiprocessors too few warps).
-fn entry_for(rows: usize) -> &'static ChainEntry {
+/// The entry for `rows` rows (at most 32 a launch): the fewest 8-row groups that hold them; with
+/// `wg` (KILN_CHAIN_WG=1 on an sm_90 device) chain_wg.cu's, else chain_gemm.cu's with two warps a
+/// CTA for up to 8 rows, four above (the H200's timings of 2026-12-04: with two, more 8-row
+/// groups left the multiprocessors too few warps).
+fn entry_for(rows: usize, wg: bool) -> &'static ChainEntry {
     static FORCED: OnceLock<Option<&'static ChainEntry>> = OnceLock::new();
     let forced = FORCED.get_or_init(|| {
         std::env::var("KILN_CHAIN_ENTRY")
             .ok()
             .and_then(|n| find_entry(&n))
     });
-    if let Some(e) = forced.filter(|e| rows <= e.max_rows()) {
+    if let Some(e) = forced.filter(|e| rows <= e.max_rows() && (wg || !e.wg)) {
         return e;
     }
-    let name = match rows {
-        0..=8 => "chain_gemm_1x2",
-        9..=16 => "chain_gemm_2x4",
-        _ => "chain_gemm_4x4",
+    let name = match (wg, rows) {
+        (true, 0..=8) => "chain_wg_1",
+        (true, 9..=16) => "chain_wg_2",
+        (true, _) => "chain_wg_4",
+        (false, 0..=8) => "chain_gemm_1x2",
+        (false, 9..=16) => "chain_gemm_2x4",
+        (false, _) => "chain_gemm_4x4",
     };
-    find_entry(name).expect("chain_gemm.cu defines the entries entry_for names")
+    find_entry(name).expect("the chain modules define the entries entry_for names")
 }
 
 impl Gpu {
@@ -103,9 +143,10 @@ impl Gpu {
         n: usize,
         k: usize,
     ) -> Result<()> {
+        let wg = crate::switches::Switches::from_env().chain_wg && self.has_wgmma();
         let mut done = 0;
         while done < rows {
-            let e = entry_for(rows - done);
+            let e = entry_for(rows - done, wg);
             let m = (rows - done).min(e.max_rows());
             let yd = DevPtr::<f32>::new(y).row(done, n).addr();
             let xd = DevPtr::<u16>::new(x).row(done, k).addr();
@@ -156,11 +197,15 @@ mod tests {
 
     #[test]
     fn every_row_count_has_an_entry_that_holds_it() {
-        for rows in 1..=32 {
-            let e = entry_for(rows);
-            assert!(rows <= e.max_rows(), "{} for {rows} rows", e.name);
+        for (rows, wg) in (1..=32).flat_map(|r| [(r, false), (r, true)]) {
+            let e = entry_for(rows, wg);
+            assert!(
+                rows <= e.max_rows() && e.wg == wg,
+                "{} for {rows} rows",
+                e.name
+            );
         }
-        for e in entries() {
+        for e in entries().iter().chain(wg_entries()) {
             assert!(e.stages >= 2, "{}: the ring needs two stages", e.name);
             assert!(e.smem_bytes() <= 227 * 1024, "{}", e.name);
         }

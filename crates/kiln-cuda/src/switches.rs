@@ -48,6 +48,9 @@ pub struct Switches {
     /// than the default (another order), as invariant; off by default because batch 1 is
     /// slower (the chain's products wait on each other).
     pub chain_gemm: bool,
+    /// KILN_CHAIN_WG=1: the chain kernel's launches with wgmma (chain_wg.cu, sm_90 devices)
+    /// instead of mma.sync; the same bits. Opt-in until timed.
+    pub chain_wg: bool,
     /// KILN_CUDA_GRAPHS=0: every step runs launch by launch.
     pub cuda_graphs: bool,
     /// KILN_DRAFT_GRAPHS=0: a draft model's calls (Gemma 4's assistant) run launch by launch
@@ -369,6 +372,7 @@ impl Env {
                 gemm_tune: on("KILN_GEMM_TUNE"),
                 gemm_short: on("KILN_GEMM_SHORT"),
                 chain_gemm: opt_in("KILN_CHAIN_GEMM"),
+                chain_wg: opt_in("KILN_CHAIN_WG"),
                 cuda_graphs: on("KILN_CUDA_GRAPHS"),
                 draft_graphs: on("KILN_DRAFT_GRAPHS"),
                 gpu_quant: on("KILN_GPU_QUANT"),
@@ -516,7 +520,7 @@ impl Switches {
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} gemm_pin_m={pin_m} gemm_add={} gemm_tune={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} chain_gemm={} gemm_short={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} gemm_pin_m={pin_m} gemm_add={} gemm_tune={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} chain_gemm={} chain_wg={} gemm_short={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -582,6 +586,7 @@ impl Switches {
             if self.decode_wide_mma { "mma" } else { "simt" },
             self.kv_ring as u8,
             self.chain_gemm as u8,
+            self.chain_wg as u8,
             self.gemm_short as u8,
         )
     }

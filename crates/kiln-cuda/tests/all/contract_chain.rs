@@ -1,4 +1,5 @@
-//! Kernel contract for the prefill-order decode GEMM (kernels/chain_gemm.cu): every entry
+//! Kernel contract for the prefill-order decode GEMM (kernels/chain_gemm.cu and, on sm_90,
+//! kernels/chain_wg.cu): every entry
 //! against a float64 host reference on fresh random inputs (odd sizes, k not a multiple of 16,
 //! poisoned outputs), every entry giving the same bits, a row's bits not depending on the row
 //! count, and the property the kernel exists for: its rows are bit for bit the rows of the
@@ -8,7 +9,7 @@ use crate::common;
 use crate::contract_gemm::{rows_of, Problem};
 
 use common::{gpu_or_skip, timed, Checks, Rng};
-use kiln_cuda::chain_gemm::entries;
+use kiln_cuda::chain_gemm::device_entries;
 use kiln_cuda::gemm_lt::LtGemm;
 
 #[test]
@@ -49,8 +50,8 @@ fn chain_gemm_contract() {
             1e-5,
             secs,
         );
-        // Every entry that holds the rows gives the same bits.
-        for e in entries() {
+        // Every entry that holds the rows gives the same bits (chain_wg.cu's too, on sm_90).
+        for e in device_entries(&gpu) {
             let rows = m.min(e.max_rows());
             let ye = gpu.alloc::<f32>(rows * n).unwrap();
             ye.fill_bytes(0xff).unwrap();
