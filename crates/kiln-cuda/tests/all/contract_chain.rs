@@ -3,13 +3,16 @@
 //! against a float64 host reference on fresh random inputs (odd sizes, k not a multiple of 16,
 //! poisoned outputs), every entry giving the same bits, a row's bits not depending on the row
 //! count, and the property the kernel exists for: its rows are bit for bit the rows of the
-//! pinned cuBLASLt GEMM the prefill runs, on the shapes of Llama-3-8B and on odd ones.
+//! pinned cuBLASLt GEMM the prefill runs, on the shapes of Llama-3-8B and on odd ones. A bug
+//! planted in each module is seen to fail.
 
 use crate::common;
 use crate::contract_gemm::{rows_of, Problem};
 
+use common::planted::{planted_module, planted_sources};
 use common::{gpu_or_skip, timed, Checks, Rng};
 use kiln_cuda::chain_gemm::device_entries;
+use kiln_cuda::device::Gpu;
 use kiln_cuda::gemm_lt::LtGemm;
 
 #[test]
@@ -126,4 +129,85 @@ fn chain_gemm_is_the_pinned_order() {
         eprintln!("[chain_gemm_pinned] {line}");
     }
     c.finish();
+}
+
+/// The chain modules with one planted bug each: (module, text, replacement, sm_90 only).
+const PLANTED_CHAIN: &[(&str, &str, &str, bool)] = &[
+    // A stage's four 16-wide groups summed last first: near the reference, not the GEMM's bits.
+    (
+        "chain_gemm",
+        "mma_bf16_16816(acc[j], af[kk], bf[kk][j]);",
+        "mma_bf16_16816(acc[j], af[3 - kk], bf[3 - kk][j]);",
+        false,
+    ),
+    // x's chunks stored without the swizzle that ldmatrix reads them through.
+    (
+        "chain_gemm",
+        "((c ^ (r & 7)) << 3), ok ? x",
+        "(c << 3), ok ? x",
+        false,
+    ),
+    // Every group's products read x at the stage's first 16 k.
+    (
+        "chain_wg",
+        "gdesc(sx + 32 * kk, 16, 1024)",
+        "gdesc(sx, 16, 1024)",
+        true,
+    ),
+];
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn planted_chain_bugs_fail() {
+    let Some(gpu) = gpu_or_skip("planted_chain_bugs_fail") else {
+        return;
+    };
+    let mut rng = Rng::new("planted_chain_bugs_fail");
+    let mut c = Checks::new("chain_gemm planted bugs");
+    for &(module, from, to, sm90) in PLANTED_CHAIN {
+        if sm90 && !gpu.has_wgmma() {
+            continue;
+        }
+        let sources = planted_sources(module, from, to);
+        let bad = Gpu::with_sources(0, kiln_cuda::StoreType::Bf16, &sources)
+            .expect("loading the planted module");
+        let mut lt = LtGemm::new(&bad, 2048).unwrap();
+        let mut planted = Checks::quiet("planted");
+        for (m, n, k) in [(1, 4096, 4096), (13, 512, 1024), (32, 1000, 4104)] {
+            let p = Problem::new(&bad, &mut rng, m, n, k);
+            let ylt = bad.alloc::<f32>(m * n).unwrap();
+            lt.matmul(&bad, ylt.ptr(), p.dx.ptr(), p.dw.ptr(), m, n, k)
+                .unwrap();
+            let want = ylt.download(&bad, 0, m * n).unwrap();
+            let all: Vec<usize> = (0..m).collect();
+            for e in device_entries(&bad).into_iter().filter(|e| e.wg == sm90) {
+                let rows = m.min(e.max_rows());
+                let y = bad.alloc::<f32>(rows * n).unwrap();
+                bad.chain_entry_launch(e, true, y.ptr(), p.dx.ptr(), p.dw.ptr(), rows, n, k)
+                    .unwrap();
+                let got = y.download(&bad, 0, rows * n).unwrap();
+                let case = format!("m={m} n={n} k={k} {}", e.name);
+                planted.close(&case, &got, &p.reference(&all[..rows]), p.atol(), 1e-5, 0.0);
+                planted.identical(&case, &got, &want[..rows * n]);
+            }
+        }
+        c.check(
+            planted.failed() > 0,
+            format!(
+                "{module}.cu with `{to}` for `{from}`: {} checks fail",
+                planted.failed()
+            ),
+        );
+    }
+    c.finish();
+}
+
+/// Every planted bug's text is in its module once, and the planted module compiles into other
+/// machine code (where NVRTC is present), so that `planted_chain_bugs_fail` tests what it says.
+#[test]
+fn chain_planted_bugs_are_in_the_source() {
+    for &(module, from, to, _) in PLANTED_CHAIN {
+        let planted = planted_module(module, from, to);
+        common::planted::assert_planted_compiles(&planted, kiln_cuda::StoreType::Bf16, to);
+    }
 }
