@@ -87,11 +87,10 @@ pub struct DeviceArgs {
     /// back when a later prompt starts with them, instead of computed again (default: none).
     #[arg(long, value_parser = parse_gib)]
     pub prefix_cache_host_gb: Option<f64>,
-    /// How the GPU sums decode rows' products: `skinny` (the default unless KILN_CHAIN_GEMM=1;
-    /// fastest for 1-32 sequences) or `prefill-order` (the prefill GEMM's order: a step's decode
-    /// and prompt rows share one pass over the weights; about twice the tokens a second from
-    /// ~128 sequences, 17-30% fewer for 1-32). Both give every sequence the tokens it gets
-    /// alone; not the same bits as each other.
+    /// How the GPU sums decode rows' products (default: `skinny`, unless KILN_CHAIN_GEMM=1).
+    /// `prefill-order` gives about twice the tokens a second from ~128 sequences and 17-30%
+    /// fewer for 1-32. Both give every sequence the tokens it gets alone; not the same bits as
+    /// each other.
     #[arg(long, value_enum)]
     pub decode_gemm: Option<DecodeGemm>,
 }
@@ -99,7 +98,10 @@ pub struct DeviceArgs {
 /// `--decode-gemm`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum DecodeGemm {
+    /// The skinny kernels' order: fastest for 1-32 sequences.
     Skinny,
+    /// The prefill GEMM's order: one pass over the weights for a step's decode and prompt
+    /// rows; fastest for many sequences.
     PrefillOrder,
 }
 
