@@ -18,7 +18,8 @@
 #   LEVELS ("1:4 32:64 128:256 256:512", clients:requests), BUDGETS ("1024 4096 8192", the sweep at
 #   SWEEP_CLIENTS=128; "" for none), PROMPT_WORDS (400), MAX_TOKENS (128), BENCH (1; 0 skips it),
 #   BUDGET_S (330: sweep servers that would start later are skipped), SEQS (--max-num-seqs values
-#   also run at SWEEP_CLIENTS; "" by default), OVERLAP_OFF (1; 0 runs the levels with overlap on only).
+#   also run at SWEEP_CLIENTS; "" by default), OVERLAP_OFF (1; 0 runs the levels with overlap on only),
+#   SERVE_ARGS (arguments every server gets, e.g. "--decode-gemm prefill-order"; none by default).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OUT="${OUT:-$PWD/serve-gpu-out}"

@@ -39,6 +39,8 @@ MAX_TOKENS = int(os.environ.get("MAX_TOKENS", "128"))
 BENCH = os.environ.get("BENCH", "1") != "0"
 # Seconds the whole run may take: sweep servers that would start past it less 40 s are skipped.
 BUDGET_S = float(os.environ.get("BUDGET_S", "330"))
+# Arguments every server of the run gets (e.g. "--decode-gemm prefill-order").
+SERVE_ARGS = os.environ.get("SERVE_ARGS", "").split()
 URL = f"http://127.0.0.1:{PORT}"
 PHASES = ["admit", "schedule", "launch", "wait", "sample", "output", "device_busy", "device_idle"]
 HOST = ["admit", "schedule", "launch", "sample", "output"]
@@ -101,7 +103,8 @@ class Server:
         self.name = name
         self.log_path = os.path.join(OUT, f"serve-{name}.log")
         cmd = [BIN, "serve", "--model", MODEL, "--device", DEVICE, "--port", str(PORT),
-               "--served-model-name", "kiln", "--max-num-seqs", str(seqs or MAX_SEQS), *args]
+               "--served-model-name", "kiln", "--max-num-seqs", str(seqs or MAX_SEQS),
+               *SERVE_ARGS, *args]
         e = dict(os.environ, **(env or {}))
         e.setdefault("KILN_STEP_LOG_SECS", "5")
         log(f"{name}: {' '.join(cmd)} {env or ''}")
