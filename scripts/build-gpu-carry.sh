@@ -23,16 +23,7 @@ add() { # kind name source
 
 echo "building kiln-cuda test executables (release)..." >&2
 cargo test -p kiln-cuda --release --no-run --message-format=json 2>/dev/null \
-    | python3 -c '
-import json, sys
-for line in sys.stdin:
-    try:
-        m = json.loads(line)
-    except ValueError:
-        continue
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"].get("test"):
-        print(m["target"]["name"], m["executable"])
-' > "$carry/tests.txt"
+    | python3 scripts/test-executables.py > "$carry/tests.txt"
 # Surface compile errors (the JSON run hides them).
 if [ ! -s "$carry/tests.txt" ]; then
     cargo test -p kiln-cuda --release --no-run

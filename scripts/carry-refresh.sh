@@ -9,16 +9,7 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/targets/cuda}"
 [ -d .carry/bin ] || { echo "no .carry: run scripts/build-gpu-carry.sh first" >&2; exit 1; }
 exe=$(cargo test -p kiln-cuda --release --test all --no-run --message-format=json 2>/dev/null \
-    | python3 -c '
-import json, sys
-for line in sys.stdin:
-    try:
-        m = json.loads(line)
-    except ValueError:
-        continue
-    if m.get("reason") == "compiler-artifact" and m.get("executable"):
-        print(m["executable"])
-')
+    | python3 scripts/test-executables.py | awk '$1 == "all" { print $2 }')
 [ -n "$exe" ] || { cargo test -p kiln-cuda --release --test all --no-run; exit 1; }
 cargo build -q -p kiln-cuda --release --example cuda_bench
 cargo build -q -p kiln --release
