@@ -153,3 +153,20 @@ impl LtGemm {
         Ok(true)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::TIERS;
+
+    /// `algo_for` takes the first tier that holds m: the tiers must widen in order, each timed at
+    /// an m it holds.
+    #[test]
+    fn tiers_widen_and_each_is_timed_inside_itself() {
+        for w in TIERS.windows(2) {
+            assert!(w[0].0 < w[1].0 && w[0].1 < w[1].1, "{TIERS:?}");
+        }
+        for (most, at) in TIERS {
+            assert!(at <= most, "{TIERS:?}");
+        }
+    }
+}
