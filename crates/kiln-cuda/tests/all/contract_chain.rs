@@ -10,7 +10,7 @@ use crate::common;
 use crate::contract_gemm::{rows_of, Problem};
 
 use common::planted::{planted_module, planted_sources};
-use common::{gpu_or_skip, timed, Checks, Rng};
+use common::{all, gpu_or_skip, poisoned, timed, Checks, Rng};
 use kiln_cuda::chain_gemm::device_entries;
 use kiln_cuda::device::Gpu;
 use kiln_cuda::gemm_lt::LtGemm;
@@ -38,17 +38,16 @@ fn chain_gemm_contract() {
         (70, 70, 16384),
     ] {
         let p = Problem::new(&gpu, &mut rng, m, n, k);
-        let all: Vec<usize> = (0..m).collect();
-        let y = gpu.alloc::<f32>(m * n).unwrap();
-        y.fill_bytes(0xff).unwrap();
+        let rows: Vec<usize> = (0..m).collect();
+        let y = poisoned::<f32>(&gpu, m * n);
         let secs = timed(&gpu, || {
             gpu.chain_gemm(true, y.ptr(), p.dx.ptr(), p.dw.ptr(), m, n, k)
         });
-        let got = y.download(&gpu, 0, m * n).unwrap();
+        let got = all(&gpu, &y);
         c.close(
             &format!("m={m} n={n} k={k}"),
             &got,
-            &p.reference(&all),
+            &p.reference(&rows),
             p.atol(),
             1e-5,
             secs,
@@ -56,23 +55,22 @@ fn chain_gemm_contract() {
         // Every entry that holds the rows gives the same bits (chain_wg.cu's too, on sm_90).
         for e in device_entries(&gpu) {
             let rows = m.min(e.max_rows());
-            let ye = gpu.alloc::<f32>(rows * n).unwrap();
-            ye.fill_bytes(0xff).unwrap();
+            let ye = poisoned::<f32>(&gpu, rows * n);
             gpu.chain_entry_launch(e, true, ye.ptr(), p.dx.ptr(), p.dw.ptr(), rows, n, k)
                 .unwrap();
             c.identical(
                 &format!("m={m} n={n} k={k}: {} on the first {rows} rows", e.name),
-                &ye.download(&gpu, 0, rows * n).unwrap(),
+                &all(&gpu, &ye),
                 &got[..rows * n],
             );
         }
         // The last row alone (at an offset) as in the batch.
-        let y1 = gpu.alloc::<f32>(n).unwrap();
+        let y1 = poisoned::<f32>(&gpu, n);
         gpu.chain_gemm(true, y1.ptr(), p.dx.at((m - 1) * k), p.dw.ptr(), 1, n, k)
             .unwrap();
         c.identical(
             &format!("m={m} n={n} k={k}: last row alone vs in the batch"),
-            &y1.download(&gpu, 0, n).unwrap(),
+            &all(&gpu, &y1),
             &got[(m - 1) * n..],
         );
     }
@@ -100,15 +98,11 @@ fn chain_gemm_is_the_pinned_order() {
         (5, 4096, 1000),
     ] {
         let p = Problem::new(&gpu, &mut rng, m, n, k);
-        let ylt = gpu.alloc::<f32>(m * n).unwrap();
-        lt.matmul(&gpu, ylt.ptr(), p.dx.ptr(), p.dw.ptr(), m, n, k)
-            .unwrap();
-        let want = ylt.download(&gpu, 0, m * n).unwrap();
-        let y = gpu.alloc::<f32>(m * n).unwrap();
-        y.fill_bytes(0xff).unwrap();
+        let want = pinned_product(&gpu, &mut lt, &p, m);
+        let y = poisoned::<f32>(&gpu, m * n);
         gpu.chain_gemm(true, y.ptr(), p.dx.ptr(), p.dw.ptr(), m, n, k)
             .unwrap();
-        let got = y.download(&gpu, 0, m * n).unwrap();
+        let got = all(&gpu, &y);
         // Both near the float64 reference, then equal bit for bit.
         let rows = [0, m / 2, m - 1];
         c.close(
@@ -129,6 +123,14 @@ fn chain_gemm_is_the_pinned_order() {
         eprintln!("[chain_gemm_pinned] {line}");
     }
     c.finish();
+}
+
+/// The pinned cuBLASLt GEMM's m rows of `p`.
+fn pinned_product(gpu: &Gpu, lt: &mut LtGemm, p: &Problem, m: usize) -> Vec<f32> {
+    let y = poisoned::<f32>(gpu, m * p.n);
+    lt.matmul(gpu, y.ptr(), p.dx.ptr(), p.dw.ptr(), m, p.n, p.k)
+        .unwrap();
+    all(gpu, &y)
 }
 
 /// The chain modules with one planted bug each: (module, text, replacement, sm_90 only).
@@ -175,19 +177,23 @@ fn planted_chain_bugs_fail() {
         let mut planted = Checks::quiet("planted");
         for (m, n, k) in [(1, 4096, 4096), (13, 512, 1024), (32, 1000, 4104)] {
             let p = Problem::new(&bad, &mut rng, m, n, k);
-            let ylt = bad.alloc::<f32>(m * n).unwrap();
-            lt.matmul(&bad, ylt.ptr(), p.dx.ptr(), p.dw.ptr(), m, n, k)
-                .unwrap();
-            let want = ylt.download(&bad, 0, m * n).unwrap();
-            let all: Vec<usize> = (0..m).collect();
+            let want = pinned_product(&bad, &mut lt, &p, m);
+            let first: Vec<usize> = (0..m).collect();
             for e in device_entries(&bad).into_iter().filter(|e| e.wg == sm90) {
                 let rows = m.min(e.max_rows());
-                let y = bad.alloc::<f32>(rows * n).unwrap();
+                let y = poisoned::<f32>(&bad, rows * n);
                 bad.chain_entry_launch(e, true, y.ptr(), p.dx.ptr(), p.dw.ptr(), rows, n, k)
                     .unwrap();
-                let got = y.download(&bad, 0, rows * n).unwrap();
+                let got = all(&bad, &y);
                 let case = format!("m={m} n={n} k={k} {}", e.name);
-                planted.close(&case, &got, &p.reference(&all[..rows]), p.atol(), 1e-5, 0.0);
+                planted.close(
+                    &case,
+                    &got,
+                    &p.reference(&first[..rows]),
+                    p.atol(),
+                    1e-5,
+                    0.0,
+                );
                 planted.identical(&case, &got, &want[..rows * n]);
             }
         }
