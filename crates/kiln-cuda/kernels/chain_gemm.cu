@@ -13,7 +13,7 @@
 // kernel before: their first stages are on their way before pdl_wait. Requires k % 8 == 0 and
 // 16-byte aligned rows.
 
-#define CG_BK 64
+#define CG_BK CHAIN_BK
 // A stage: 16 weight rows, then NT * 8 rows of x, each 64 k.
 #define CG_STAGE(NT) ((16 + 8 * (NT)) * CG_BK)
 
@@ -31,17 +31,14 @@ __device__ __forceinline__ void chain_body(float* __restrict__ y, const bf16_t* 
     }
     bf16_t* ring = reinterpret_cast<bf16_t*>(cg_smem) + warp * STAGES * CG_STAGE(NT);
     const int nk = (K + CG_BK - 1) / CG_BK;
-    // Stage kt: row r's 16-byte chunk c (k = kt * 64 + 8c) at slot c ^ (r & 7) of its 128 bytes;
-    // the weight's 16 rows first, then x's.
+    // Stage kt (chain_copy.cuh's layout): the weight's 16 rows, then x's.
     bool xready = false;
     auto issue_x = [&](int kt) {
         bf16_t* s = ring + (kt % STAGES) * CG_STAGE(NT) + 16 * CG_BK;
 #pragma unroll
         for (int i = 0; i < 2 * NT; ++i) {
-            const int idx = lane + 32 * i, r = idx >> 3, c = idx & 7;
-            const int k = kt * CG_BK + c * 8;
-            const bool ok = r < M && k < K;
-            cp_async_16(s + r * CG_BK + ((c ^ (r & 7)) << 3), ok ? x + (u64)r * K + k : x, ok ? 16 : 0);
+            const int idx = lane + 32 * i, r = idx >> 3;
+            chain_copy_chunk(s, r, x, r, M, K, idx & 7, kt * CG_BK);
         }
     };
     auto issue = [&](int kt) {
@@ -49,10 +46,8 @@ __device__ __forceinline__ void chain_body(float* __restrict__ y, const bf16_t* 
             bf16_t* s = ring + (kt % STAGES) * CG_STAGE(NT);
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                const int idx = lane + 32 * i, r = idx >> 3, c = idx & 7;
-                const int n = n0 + r, k = kt * CG_BK + c * 8;
-                const bool ok = n < N && k < K;
-                cp_async_16(s + r * CG_BK + ((c ^ (r & 7)) << 3), ok ? w + (u64)n * K + k : w, ok ? 16 : 0);
+                const int idx = lane + 32 * i, r = idx >> 3;
+                chain_copy_chunk(s, r, w, n0 + r, N, K, idx & 7, kt * CG_BK);
             }
             // x's rows need pdl_wait: the first stages' are sent after it (xready).
             if (xready) issue_x(kt);

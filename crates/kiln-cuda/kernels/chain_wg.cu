@@ -13,7 +13,7 @@
 // issued together, and its slot is refilled only once wgmma_wait says they are done, a stage
 // later. Requires k % 8 == 0.
 
-#define CW_BK 64
+#define CW_BK CHAIN_BK
 // A stage: the 64 weight rows, then x's 8 * NT rows, 128 bytes each (1024-byte aligned).
 #define CW_STAGE(NT) ((64 + 8 * (NT)) * CW_BK)
 
@@ -56,15 +56,12 @@ __device__ __forceinline__ void chain_wg_body(float* __restrict__ y, const bf16_
     pdl_trigger();
     bf16_t* ring = reinterpret_cast<bf16_t*>(cw_smem);
     const int nk = (K + CW_BK - 1) / CW_BK;
-    // Stage kt: row r's 16-byte chunk c (k = kt * 64 + 8c) at c ^ (r & 7) of its 128 bytes. A warp
-    // copies its own 16 weight rows (4 chunks a lane); the warpgroup copies x's rows.
+    // Stage kt (chain_copy.cuh's layout): a warp copies its own 16 weight rows (4 chunks a lane);
+    // the warpgroup copies x's rows.
     auto issue_x = [&](int kt) {
         bf16_t* s = ring + (kt % STAGES) * CW_STAGE(NT) + 64 * CW_BK;
-        for (int idx = tid; idx < 64 * NT; idx += 128) {
-            const int r = idx >> 3, c = idx & 7, k = kt * CW_BK + c * 8;
-            const bool ok = r < M && k < K;
-            cp_async_16(s + r * CW_BK + ((c ^ (r & 7)) << 3), ok ? x + (u64)r * K + k : x, ok ? 16 : 0);
-        }
+        for (int idx = tid; idx < 64 * NT; idx += 128)
+            chain_copy_chunk(s, idx >> 3, x, idx >> 3, M, K, idx & 7, kt * CW_BK);
     };
     bool xready = false;
     auto issue = [&](int kt) {
@@ -72,10 +69,8 @@ __device__ __forceinline__ void chain_wg_body(float* __restrict__ y, const bf16_
             bf16_t* s = ring + (kt % STAGES) * CW_STAGE(NT) + 16 * warp * CW_BK;
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                const int idx = lane + 32 * i, r = idx >> 3, c = idx & 7;
-                const int n = nw + r, k = kt * CW_BK + c * 8;
-                const bool ok = n < N && k < K;
-                cp_async_16(s + r * CW_BK + ((c ^ (r & 7)) << 3), ok ? w + (u64)n * K + k : w, ok ? 16 : 0);
+                const int idx = lane + 32 * i, r = idx >> 3;
+                chain_copy_chunk(s, r, w, nw + r, N, K, idx & 7, kt * CW_BK);
             }
             if (xready) issue_x(kt);
         }

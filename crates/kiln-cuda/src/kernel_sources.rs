@@ -165,13 +165,17 @@ pub const SOURCES: &[KernelSource] = &[
     },
     KernelSource {
         name: "chain_gemm",
-        body: include_str!("../kernels/chain_gemm.cu"),
+        body: concat!(
+            include_str!("../kernels/chain_copy.cuh"),
+            include_str!("../kernels/chain_gemm.cu")
+        ),
         builds: Builds::Bf16Only,
     },
     KernelSource {
         name: "chain_wg",
         body: concat!(
             include_str!("../kernels/wgmma.cuh"),
+            include_str!("../kernels/chain_copy.cuh"),
             include_str!("../kernels/chain_wg.cu")
         ),
         builds: Builds::Bf16Only,

@@ -142,11 +142,11 @@ const PLANTED_CHAIN: &[(&str, &str, &str, bool)] = &[
         "mma_bf16_16816(acc[j], af[3 - kk], bf[3 - kk][j]);",
         false,
     ),
-    // x's chunks stored without the swizzle that ldmatrix reads them through.
+    // A stage's chunks stored without the swizzle that ldmatrix reads them through.
     (
         "chain_gemm",
-        "((c ^ (r & 7)) << 3), ok ? x",
-        "(c << 3), ok ? x",
+        "sr * CHAIN_BK + ((c ^ (sr & 7)) << 3)",
+        "sr * CHAIN_BK + (c << 3)",
         false,
     ),
     // Every group's products read x at the stage's first 16 k.
