@@ -1,7 +1,6 @@
 #line 1 "chain_copy.cuh"
-// The chain kernels' stage copy (chain_gemm.cu, chain_wg.cu): a stage holds rows of CHAIN_BK k
-// (128 bytes), 16-byte chunk c of a row at slot c ^ (row & 7), the 128-byte swizzle that ldmatrix
-// and wgmma read without bank conflicts.
+// chain_gemm.cu's stage copy: a stage holds rows of CHAIN_BK k (128 bytes), 16-byte chunk c of a
+// row at slot c ^ (row & 7), the 128-byte swizzle that ldmatrix reads without bank conflicts.
 #define CHAIN_BK 64
 
 // Chunk c (k = k0 + 8c) of row mr of the row-major bf16 matrix m (`rows` rows, K columns) into row

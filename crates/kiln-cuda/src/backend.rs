@@ -197,9 +197,14 @@ impl CudaBackend {
         if let Some(on) = opts.chain_gemm {
             switches.chain_gemm = on;
         }
+        let chain = switches.chain_gemm && opts.dtype == StoreType::Bf16;
         for (n, k) in gemm_shapes(&spec, opts.dtype, switches.chain_gemm) {
             lt.pin_shape(&gpu, n, k)
                 .with_context(|| format!("choosing the GEMM algorithm for {n}x{k}"))?;
+            if chain {
+                lt.pin_chain(&gpu, n, k)
+                    .with_context(|| format!("timing the chain kernel for {n}x{k}"))?;
+            }
         }
         let ring_on = opts.kv_ring.unwrap_or(switches.kv_ring);
         let (bs, seqs) = (opts.block_size, opts.max_seqs);

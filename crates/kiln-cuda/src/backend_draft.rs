@@ -19,7 +19,7 @@ use crate::gemm_lt::LtGemm;
 use crate::graphs_pad::pad_step;
 use crate::kv_cache::KvCache;
 use crate::step_plan::{pack_step, StepLayout, StepPlan};
-use crate::store::StoreBuf;
+use crate::store::{StoreBuf, StoreType};
 use crate::switches::Switches;
 use crate::weights::{load_weights, ModelWeights};
 
@@ -126,8 +126,12 @@ impl CudaBackend {
         let mut shapes = super::gemm_shapes(&spec, self.gpu.store, self.switches.chain_gemm);
         shapes.extend([(h, 2 * b), (b, h)]);
         shapes.extend(d.ordered.map(|o| (o.centroids, h)));
+        let chain = self.switches.chain_gemm && self.gpu.store == StoreType::Bf16;
         for (n, k) in shapes {
             self.lt.pin_shape(&self.gpu, n, k)?;
+            if chain {
+                self.lt.pin_chain(&self.gpu, n, k)?;
+            }
         }
         let rows = l.max_seqs.min(DRAFT_ROWS);
         let layout = StepLayout::new(

@@ -1,10 +1,12 @@
-//! Launchers of the decode GEMM in the prefill GEMM's order (kernels/chain_gemm.cu with
-//! mma.sync, kernels/chain_wg.cu with wgmma): each output one tensor-core chain over k in
-//! ascending 16-wide groups, the order of the split-K-free cuBLASLt algorithms the prefill pins,
-//! so a row's bits here are the bits a prefill step's GEMM gives it (contract_chain checks both
-//! against each other). Which entry a launch takes never changes a bit; it is chosen by the row
-//! count (the wgmma entries with `KILN_CHAIN_WG=1` on sm_90), or named by `KILN_CHAIN_ENTRY`
-//! for A/B runs.
+//! Launchers of the decode GEMM in the prefill GEMM's order (kernels/chain_gemm.cu): each output
+//! one tensor-core chain over k in ascending 16-wide groups, the order of the split-K-free
+//! cuBLASLt algorithms the prefill pins, so a row's bits here are the bits a prefill step's GEMM
+//! gives it (contract_chain checks both against each other). Which entry a launch takes never
+//! changes a bit; it is chosen by the row count, or named by `KILN_CHAIN_ENTRY` for A/B runs.
+//! A chain waits on each product before the next (about 125 cycles a 16-wide group on the H200),
+//! so a weight of k columns takes at least k / 16 of those waits at any row count; a wgmma form
+//! of the chain waited longer (about 170 cycles; docs/BENCH.md, 2026-12-04 17:56Z) and was
+//! dropped. Which steps take the kernel: gemm_chain_rows.rs.
 
 use std::sync::OnceLock;
 
@@ -14,17 +16,15 @@ use crate::device::{i32_of, Arg, DevPtr, Gpu};
 use crate::kernel_entries::EntryPoint;
 use crate::kernel_sources::macro_entries;
 
-/// The most rows of a decode-only step that take the chain kernel with KILN_CHAIN_GEMM (one
-/// launch of the widest entry); steps with more take the pinned cuBLASLt GEMM, faster there
-/// (H200, 2026-12-04: at 32 rows the chain kernel is ahead on every Llama-3-8B weight).
+/// The most rows one launch of the widest entry takes: the most a decode-only step may have to
+/// take the chain kernel (gemm_chain_rows.rs times each weight's limit up to it).
 pub const CHAIN_MAX_ROWS: usize = 32;
 
 /// Weight rows a warp owns, and k a shared-memory stage holds.
 const WARP_ROWS: usize = 16;
 const STAGE_K: usize = 64;
 
-/// One `CG_ENTRY(NAME, NT, WARPS, STAGES)` of chain_gemm.cu or `CW_ENTRY(NAME, NT, STAGES)`
-/// of chain_wg.cu (one warpgroup).
+/// One `CG_ENTRY(NAME, NT, WARPS, STAGES)` of chain_gemm.cu.
 #[derive(Debug, Clone)]
 pub struct ChainEntry {
     pub name: String,
@@ -32,8 +32,6 @@ pub struct ChainEntry {
     pub nt: usize,
     pub warps: usize,
     pub stages: usize,
-    /// A chain_wg.cu entry: the warpgroup shares each stage's rows of x.
-    pub wg: bool,
 }
 
 impl ChainEntry {
@@ -43,25 +41,13 @@ impl ChainEntry {
             nt: p.num("NT")?,
             warps: p.num("WARPS")?,
             stages: p.num("STAGES")?,
-            wg: false,
         })
     }
 
-    fn from_wg_source(p: &EntryPoint) -> Result<ChainEntry> {
-        Ok(ChainEntry {
-            name: p.name.clone(),
-            nt: p.num("NT")?,
-            warps: 4,
-            stages: p.num("STAGES")?,
-            wg: true,
-        })
-    }
-
-    /// The ring: each stage holds 16 weight rows a warp and 8 * nt rows of x (one copy of x a
-    /// warp, or one a warpgroup), 64 k of bf16 each.
+    /// The rings: each warp's stages hold its 16 weight rows and its own copy of x's 8 * nt
+    /// rows, 64 k of bf16 each.
     pub fn smem_bytes(&self) -> usize {
-        let x_copies = if self.wg { 1 } else { self.warps };
-        let rows = self.warps * WARP_ROWS + x_copies * 8 * self.nt;
+        let rows = self.warps * (WARP_ROWS + 8 * self.nt);
         self.stages * rows * STAGE_K * 2
     }
 
@@ -76,56 +62,34 @@ pub fn entries() -> &'static [ChainEntry] {
     ENTRIES.get_or_init(|| macro_entries("chain_gemm", ChainEntry::from_source))
 }
 
-/// Every entry of chain_wg.cu (sm_90 devices only).
-pub fn wg_entries() -> &'static [ChainEntry] {
-    static ENTRIES: OnceLock<Vec<ChainEntry>> = OnceLock::new();
-    ENTRIES.get_or_init(|| macro_entries("chain_wg", ChainEntry::from_wg_source))
-}
-
-/// The entries a device can run: chain_gemm.cu's, and chain_wg.cu's where there is wgmma.
-pub fn device_entries(gpu: &Gpu) -> Vec<&'static ChainEntry> {
-    let wg = gpu.has_wgmma().then(wg_entries).unwrap_or(&[]);
-    entries().iter().chain(wg).collect()
-}
-
 pub fn find_entry(name: &str) -> Option<&'static ChainEntry> {
-    entries()
-        .iter()
-        .chain(wg_entries())
-        .find(|e| e.name == name)
+    entries().iter().find(|e| e.name == name)
 }
 
 /// Dynamic shared memory each entry asks for (kernels.rs raises the limit of those above 48 KB).
 pub fn smem_needs() -> impl Iterator<Item = (String, usize)> {
-    entries()
-        .iter()
-        .chain(wg_entries())
-        .map(|e| (e.name.clone(), e.smem_bytes()))
+    entries().iter().map(|e| (e.name.clone(), e.smem_bytes()))
 }
 
-/// The entry for `rows` rows (at most 32 a launch): the fewest 8-row groups that hold them; with
-/// `wg` (KILN_CHAIN_WG=1 on an sm_90 device) chain_wg.cu's, else chain_gemm.cu's with two warps a
-/// CTA for up to 8 rows, four above (the H200's timings of 2026-12-04: with two, more 8-row
-/// groups left the multiprocessors too few warps).
-fn entry_for(rows: usize, wg: bool) -> &'static ChainEntry {
+/// The entry for `rows` rows (at most 32 a launch): the fewest 8-row groups that hold them, with
+/// two warps a CTA for up to 8 rows, four above (the H200's timings of 2026-12-04: with two,
+/// more 8-row groups left the multiprocessors too few warps).
+fn entry_for(rows: usize) -> &'static ChainEntry {
     static FORCED: OnceLock<Option<&'static ChainEntry>> = OnceLock::new();
     let forced = FORCED.get_or_init(|| {
         std::env::var("KILN_CHAIN_ENTRY")
             .ok()
             .and_then(|n| find_entry(&n))
     });
-    if let Some(e) = forced.filter(|e| rows <= e.max_rows() && (wg || !e.wg)) {
+    if let Some(e) = forced.filter(|e| rows <= e.max_rows()) {
         return e;
     }
-    let name = match (wg, rows) {
-        (true, 0..=8) => "chain_wg_1",
-        (true, 9..=16) => "chain_wg_2",
-        (true, _) => "chain_wg_4",
-        (false, 0..=8) => "chain_gemm_1x2",
-        (false, 9..=16) => "chain_gemm_2x4",
-        (false, _) => "chain_gemm_4x4",
+    let name = match rows {
+        0..=8 => "chain_gemm_1x2",
+        9..=16 => "chain_gemm_2x4",
+        _ => "chain_gemm_4x4",
     };
-    find_entry(name).expect("the chain modules define the entries entry_for names")
+    find_entry(name).expect("chain_gemm.cu defines the entries entry_for names")
 }
 
 impl Gpu {
@@ -143,10 +107,9 @@ impl Gpu {
         n: usize,
         k: usize,
     ) -> Result<()> {
-        let wg = crate::switches::Switches::from_env().chain_wg && self.has_wgmma();
         let mut done = 0;
         while done < rows {
-            let e = entry_for(rows - done, wg);
+            let e = entry_for(rows - done);
             let m = (rows - done).min(e.max_rows());
             let yd = DevPtr::<f32>::new(y).row(done, n).addr();
             let xd = DevPtr::<u16>::new(x).row(done, k).addr();
@@ -197,15 +160,11 @@ mod tests {
 
     #[test]
     fn every_row_count_has_an_entry_that_holds_it() {
-        for (rows, wg) in (1..=32).flat_map(|r| [(r, false), (r, true)]) {
-            let e = entry_for(rows, wg);
-            assert!(
-                rows <= e.max_rows() && e.wg == wg,
-                "{} for {rows} rows",
-                e.name
-            );
+        for rows in 1..=CHAIN_MAX_ROWS {
+            let e = entry_for(rows);
+            assert!(rows <= e.max_rows(), "{} for {rows} rows", e.name);
         }
-        for e in entries().iter().chain(wg_entries()) {
+        for e in entries() {
             assert!(e.stages >= 2, "{}: the ring needs two stages", e.name);
             assert!(e.smem_bytes() <= 227 * 1024, "{}", e.name);
         }

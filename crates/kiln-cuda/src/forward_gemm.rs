@@ -7,7 +7,6 @@ use anyhow::{ensure, Result};
 use kiln_model::LayerWeight;
 
 use super::CudaOps;
-use crate::chain_gemm::CHAIN_MAX_ROWS;
 use crate::device::DevPtr;
 use crate::gemm_lt::GemmOut;
 use crate::quant_gemm::quant_skinny_all;
@@ -102,8 +101,9 @@ impl CudaOps<'_, '_> {
     }
 
     /// y = x . w^T in the prefill's order for all `t` rows of the step: a decode-only step of
-    /// at most CHAIN_MAX_ROWS rows through the chain kernel, any other through the pinned
-    /// cuBLASLt GEMM (decode and prompt rows in one pass), the same bits for a row either way.
+    /// few enough rows for the shape (gemm_chain_rows.rs) through the chain kernel, any other
+    /// through the pinned cuBLASLt GEMM (decode and prompt rows in one pass), the same bits for
+    /// a row either way.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn chain_or_lt(
         &mut self,
@@ -116,7 +116,7 @@ impl CudaOps<'_, '_> {
         k: usize,
     ) -> Result<()> {
         let g = self.ctx.gpu;
-        if self.plan.n_decode == t && t <= CHAIN_MAX_ROWS && out == GemmOut::Store {
+        if self.plan.n_decode == t && out == GemmOut::Store && self.lt.chain_takes(n, k, t) {
             return g.chain_gemm(self.ctx.sw.kernels.pdl, y, x, w, t, n, k);
         }
         self.lt.matmul_to(g, out, y, x, w, t, n, k)

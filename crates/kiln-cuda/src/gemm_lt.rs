@@ -22,6 +22,8 @@ use crate::switches::Switches;
 #[path = "gemm_tune.rs"]
 mod tune;
 // KILN_GEMM_SHORT: a second algorithm for steps of a few hundred rows, bit-identical.
+#[path = "gemm_chain_rows.rs"]
+mod chain_rows;
 #[path = "gemm_short.rs"]
 mod short;
 
@@ -96,6 +98,10 @@ pub struct LtGemm {
     /// and bit-identical (gemm_short.rs); KILN_GEMM_SHORT=0: none.
     short: HashMap<(usize, usize, usize), Option<Pinned>>,
     short_on: bool,
+    /// With KILN_CHAIN_GEMM, the most rows of a decode-only step of each shape that take the
+    /// chain kernel (gemm_chain_rows.rs); `chain_fixed`: KILN_CHAIN_ROWS=N for every shape.
+    chain_rows: HashMap<(usize, usize), usize>,
+    chain_fixed: Option<usize>,
     /// The type of X and W.
     store: StoreType,
     /// m used to choose each shape's algorithm (the prefill chunk).
@@ -160,6 +166,8 @@ impl LtGemm {
             pinned: HashMap::new(),
             short: HashMap::new(),
             short_on: sw.gemm_short,
+            chain_rows: HashMap::new(),
+            chain_fixed: sw.chain_rows,
             store: gpu.store,
             reference_m: reference_m.max(1),
             pin,

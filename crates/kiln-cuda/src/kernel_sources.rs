@@ -171,20 +171,11 @@ pub const SOURCES: &[KernelSource] = &[
         ),
         builds: Builds::Bf16Only,
     },
-    KernelSource {
-        name: "chain_wg",
-        body: concat!(
-            include_str!("../kernels/wgmma.cuh"),
-            include_str!("../kernels/chain_copy.cuh"),
-            include_str!("../kernels/chain_wg.cu")
-        ),
-        builds: Builds::Bf16Only,
-    },
 ];
 
 /// Modules written for one architecture only (wgmma, setmaxnreg): NVRTC builds them for the
 /// architecture-specific target `sm_90a`, and only for compute capability 9.0 devices.
-const SM90A_ONLY: &[&str] = &["flash_sm90", "skinny_wg", "chain_wg"];
+const SM90A_ONLY: &[&str] = &["flash_sm90", "skinny_wg"];
 
 impl KernelSource {
     /// The NVRTC target for a device of compute capability `arch` (e.g. 90), or None when this
@@ -427,10 +418,6 @@ mod tests {
                 ["1x1", "1x2", "1x4", "2x4", "4x4"]
                     .map(|t| format!("chain_gemm_{t}"))
                     .to_vec(),
-            ),
-            (
-                "chain_wg",
-                [1, 2, 4].map(|n| format!("chain_wg_{n}")).to_vec(),
             ),
         ];
         let names: Vec<&str> = SOURCES.iter().map(|s| s.name).collect();

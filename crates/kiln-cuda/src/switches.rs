@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+use crate::chain_gemm::CHAIN_MAX_ROWS;
 pub use crate::switch_modes::{DecodeFold, SplitCtas, WgCluster, WgMode};
 
 /// The fewest decode rows the chain-split tensor-core GEMM takes by default: on the H200
@@ -38,19 +39,21 @@ pub struct Switches {
     /// once at start-up; another algorithm is another summation order, as invariant).
     pub gemm_tune: bool,
     /// KILN_GEMM_SHORT=0: steps of at most 1,024 rows take each shape's pinned algorithm
-    /// instead of others chosen at 128 and 512 rows, faster there and bit-identical to it
-    /// (gemm_short.rs).
+    /// instead of others chosen at 8, 32, 128 and 512 rows, faster there and bit-identical to
+    /// it (gemm_short.rs).
     pub gemm_short: bool,
     /// KILN_CHAIN_GEMM=1: decode rows of bf16 weights take the prefill GEMM's summation order
-    /// (chain_gemm.rs) instead of the 16-warp skinny kernel's: a decode-only step of up to
-    /// CHAIN_MAX_ROWS rows through the chain kernel, every other step's rows, decode and
-    /// prompt alike, through the pinned cuBLASLt GEMM in one pass over the weights. Other bits
-    /// than the default (another order), as invariant; off by default because batch 1 is
-    /// slower (the chain's products wait on each other).
+    /// (chain_gemm.rs) instead of the 16-warp skinny kernel's: a decode-only step of few rows
+    /// (`chain_rows`) through the chain kernel, every other step's rows, decode and prompt
+    /// alike, through the pinned cuBLASLt GEMM in one pass over the weights. Other bits than
+    /// the default (another order), as invariant; off by default because batch 1 is slower
+    /// (the chain's products wait on each other).
     pub chain_gemm: bool,
-    /// KILN_CHAIN_WG=1: the chain kernel's launches with wgmma (chain_wg.cu, sm_90 devices)
-    /// instead of mma.sync; the same bits. Opt-in until timed.
-    pub chain_wg: bool,
+    /// With KILN_CHAIN_GEMM, the most rows of a decode-only step that take the chain kernel
+    /// rather than the pinned GEMM: KILN_CHAIN_ROWS=auto (the default, None) each weight's own,
+    /// timed at start-up (gemm_chain_rows.rs); N (at most CHAIN_MAX_ROWS) the same for every
+    /// weight, 0 never. The same bits either way.
+    pub chain_rows: Option<usize>,
     /// KILN_CUDA_GRAPHS=0: every step runs launch by launch.
     pub cuda_graphs: bool,
     /// KILN_DRAFT_GRAPHS=0: a draft model's calls (Gemma 4's assistant) run launch by launch
@@ -372,7 +375,10 @@ impl Env {
                 gemm_tune: on("KILN_GEMM_TUNE"),
                 gemm_short: on("KILN_GEMM_SHORT"),
                 chain_gemm: opt_in("KILN_CHAIN_GEMM"),
-                chain_wg: opt_in("KILN_CHAIN_WG"),
+                chain_rows: match var("KILN_CHAIN_ROWS").as_deref() {
+                    None | Some("") | Some("auto") => None,
+                    Some(v) => Some(v.parse::<usize>().unwrap_or(0).min(CHAIN_MAX_ROWS)),
+                },
                 cuda_graphs: on("KILN_CUDA_GRAPHS"),
                 draft_graphs: on("KILN_DRAFT_GRAPHS"),
                 gpu_quant: on("KILN_GPU_QUANT"),
@@ -520,7 +526,7 @@ impl Switches {
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} gemm_pin_m={pin_m} gemm_add={} gemm_tune={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} chain_gemm={} chain_wg={} gemm_short={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} gemm_pin_m={pin_m} gemm_add={} gemm_tune={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} chain_gemm={} chain_rows={} gemm_short={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -586,7 +592,7 @@ impl Switches {
             if self.decode_wide_mma { "mma" } else { "simt" },
             self.kv_ring as u8,
             self.chain_gemm as u8,
-            self.chain_wg as u8,
+            self.chain_rows.map_or("auto".to_string(), |n| n.to_string()),
             self.gemm_short as u8,
         )
     }

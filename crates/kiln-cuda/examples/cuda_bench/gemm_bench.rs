@@ -129,10 +129,7 @@ pub fn run() -> Result<()> {
                     gpu.chain_gemm(true, y.ptr(), x.ptr(), next_w(), m, n, k)
                 })?;
                 report("chain", s, &mut line);
-                for e in chain_gemm::device_entries(&gpu)
-                    .into_iter()
-                    .filter(|e| m <= e.max_rows())
-                {
+                for e in chain_gemm::entries().iter().filter(|e| m <= e.max_rows()) {
                     let s = time(&gpu, || {
                         gpu.chain_entry_launch(e, true, y.ptr(), x.ptr(), next_w(), m, n, k)
                     })?;

@@ -1,5 +1,4 @@
-//! Kernel contract for the prefill-order decode GEMM (kernels/chain_gemm.cu and, on sm_90,
-//! kernels/chain_wg.cu): every entry
+//! Kernel contract for the prefill-order decode GEMM (kernels/chain_gemm.cu): every entry
 //! against a float64 host reference on fresh random inputs (odd sizes, k not a multiple of 16,
 //! poisoned outputs), every entry giving the same bits, a row's bits not depending on the row
 //! count, and the property the kernel exists for: its rows are bit for bit the rows of the
@@ -11,7 +10,7 @@ use crate::contract_gemm::{rows_of, Problem};
 
 use common::planted::{planted_module, planted_sources};
 use common::{all, gpu_or_skip, poisoned, timed, Checks, Rng};
-use kiln_cuda::chain_gemm::device_entries;
+use kiln_cuda::chain_gemm::entries;
 use kiln_cuda::device::Gpu;
 use kiln_cuda::gemm_lt::LtGemm;
 
@@ -52,8 +51,8 @@ fn chain_gemm_contract() {
             1e-5,
             secs,
         );
-        // Every entry that holds the rows gives the same bits (chain_wg.cu's too, on sm_90).
-        for e in device_entries(&gpu) {
+        // Every entry that holds the rows gives the same bits.
+        for e in entries() {
             let rows = m.min(e.max_rows());
             let ye = poisoned::<f32>(&gpu, rows * n);
             gpu.chain_entry_launch(e, true, ye.ptr(), p.dx.ptr(), p.dw.ptr(), rows, n, k)
@@ -133,43 +132,31 @@ fn pinned_product(gpu: &Gpu, lt: &mut LtGemm, p: &Problem, m: usize) -> Vec<f32>
     all(gpu, &y)
 }
 
-/// The chain modules with one planted bug each: (module, text, replacement, sm_90 only).
-const PLANTED_CHAIN: &[(&str, &str, &str, bool)] = &[
+/// Planted bugs of the chain module: (module, text, replacement).
+const PLANTED_CHAIN: &[(&str, &str, &str)] = &[
     // A stage's four 16-wide groups summed last first: near the reference, not the GEMM's bits.
     (
         "chain_gemm",
         "mma_bf16_16816(acc[j], af[kk], bf[kk][j]);",
         "mma_bf16_16816(acc[j], af[3 - kk], bf[3 - kk][j]);",
-        false,
     ),
     // A stage's chunks stored without the swizzle that ldmatrix reads them through.
     (
         "chain_gemm",
         "sr * CHAIN_BK + ((c ^ (sr & 7)) << 3)",
         "sr * CHAIN_BK + (c << 3)",
-        false,
-    ),
-    // Every group's products read x at the stage's first 16 k.
-    (
-        "chain_wg",
-        "gdesc(sx + 32 * kk, 16, 1024)",
-        "gdesc(sx, 16, 1024)",
-        true,
     ),
 ];
 
 #[test]
 #[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn planted_chain_bugs_fail() {
-    let Some(gpu) = gpu_or_skip("planted_chain_bugs_fail") else {
+    if gpu_or_skip("planted_chain_bugs_fail").is_none() {
         return;
-    };
+    }
     let mut rng = Rng::new("planted_chain_bugs_fail");
     let mut c = Checks::new("chain_gemm planted bugs");
-    for &(module, from, to, sm90) in PLANTED_CHAIN {
-        if sm90 && !gpu.has_wgmma() {
-            continue;
-        }
+    for &(module, from, to) in PLANTED_CHAIN {
         let sources = planted_sources(module, from, to);
         let bad = Gpu::with_sources(0, kiln_cuda::StoreType::Bf16, &sources)
             .expect("loading the planted module");
@@ -179,7 +166,7 @@ fn planted_chain_bugs_fail() {
             let p = Problem::new(&bad, &mut rng, m, n, k);
             let want = pinned_product(&bad, &mut lt, &p, m);
             let first: Vec<usize> = (0..m).collect();
-            for e in device_entries(&bad).into_iter().filter(|e| e.wg == sm90) {
+            for e in entries() {
                 let rows = m.min(e.max_rows());
                 let y = poisoned::<f32>(&bad, rows * n);
                 bad.chain_entry_launch(e, true, y.ptr(), p.dx.ptr(), p.dw.ptr(), rows, n, k)
@@ -212,7 +199,7 @@ fn planted_chain_bugs_fail() {
 /// machine code (where NVRTC is present), so that `planted_chain_bugs_fail` tests what it says.
 #[test]
 fn chain_planted_bugs_are_in_the_source() {
-    for &(module, from, to, _) in PLANTED_CHAIN {
+    for &(module, from, to) in PLANTED_CHAIN {
         let planted = planted_module(module, from, to);
         common::planted::assert_planted_compiles(&planted, kiln_cuda::StoreType::Bf16, to);
     }
