@@ -7,10 +7,9 @@
 //! on every Llama-3-8B weight and at 8 on down; the chain kernel at one row on all but down.
 //! KILN_CHAIN_ROWS=N: N for every shape instead.
 
-use std::time::Instant;
-
 use anyhow::Result;
 
+use super::tune::{mean_of_runs, TimingWeights};
 use super::{GemmOut, LtGemm};
 use crate::chain_gemm::CHAIN_MAX_ROWS;
 use crate::device::Gpu;
@@ -18,10 +17,6 @@ use crate::device::Gpu;
 /// The row counts timed: a count between two of them takes the chain kernel only if it won at
 /// the larger.
 pub const CHAIN_TIMED_ROWS: [usize; 4] = [1, 8, 16, CHAIN_MAX_ROWS];
-
-/// Bytes of weight copies the timing cycles through: past the L2 (50 MB on the H200), so that
-/// each launch reads its weight from memory.
-const WEIGHT_BYTES: usize = 160 << 20;
 
 impl LtGemm {
     /// Whether an m-row decode-only step of shape (n, k) takes the chain kernel: m at most the
@@ -52,15 +47,11 @@ impl LtGemm {
     /// against the pinned GEMM, at each count timed until the pinned GEMM won).
     fn time_chain(&self, gpu: &Gpu, n: usize, k: usize) -> Result<(usize, String)> {
         let rows = CHAIN_MAX_ROWS;
-        let copies = WEIGHT_BYTES.div_ceil(n * k * 2).clamp(1, 64);
         let x = gpu.alloc_store(rows * k)?;
-        let w = gpu.alloc_store(copies * n * k)?;
         gpu.dummy_fill(x.ptr(), rows * k, 0x3c1a)?;
-        gpu.dummy_fill(w.ptr(), copies * n * k, 0x91d7)?;
+        let w = TimingWeights::new(gpu, n, k, 0x91d7)?;
         let y = gpu.alloc::<f32>(rows * n)?;
-        let store = gpu.store.bytes();
-        let weight = |i: usize| w.ptr() + ((i % copies) * n * k * store) as u64;
-        let (y, x) = (y.ptr(), x.ptr());
+        let (y, x, copies) = (y.ptr(), x.ptr(), w.copies);
         let mut limit = 0;
         let mut seen = Vec::new();
         for m in CHAIN_TIMED_ROWS {
@@ -70,10 +61,10 @@ impl LtGemm {
             let (mut chain, mut pinned) = (f64::INFINITY, f64::INFINITY);
             for _round in 0..2 {
                 chain = chain.min(mean_of_runs(gpu, copies, |i| {
-                    gpu.chain_gemm(false, y, x, weight(i), m, n, k)
+                    gpu.chain_gemm(false, y, x, w.at(i), m, n, k)
                 })?);
                 pinned = pinned.min(mean_of_runs(gpu, copies, |i| {
-                    self.run(gpu, algo, GemmOut::Store, y, x, weight(i), m, n, k)
+                    self.run(gpu, algo, GemmOut::Store, y, x, w.at(i), m, n, k)
                 })?);
             }
             seen.push(format!("{m}: {:.1} / {:.1} us", chain * 1e6, pinned * 1e6));
@@ -84,19 +75,6 @@ impl LtGemm {
         }
         Ok((limit, format!("chain / pinned at {}", seen.join(", "))))
     }
-}
-
-/// Seconds a launch: one warm-up, then one launch per weight copy (at least three), mean.
-fn mean_of_runs(gpu: &Gpu, copies: usize, mut run: impl FnMut(usize) -> Result<()>) -> Result<f64> {
-    run(copies - 1)?;
-    gpu.synchronize()?;
-    let runs = copies.max(3);
-    let t = Instant::now();
-    for i in 0..runs {
-        run(i)?;
-    }
-    gpu.synchronize()?;
-    Ok(t.elapsed().as_secs_f64() / runs as f64)
 }
 
 #[cfg(test)]

@@ -15,10 +15,10 @@ use super::{algo_config, GemmOut, LtGemm, Pinned};
 use crate::device::Gpu;
 
 /// The tiers: the most rows a step may have to take the tier's algorithm, and the m it is timed
-/// at (decode steps of a few sequences in the prefill's order, where the pinned GEMM and the
-/// chain kernel are timed against each other; decode steps of many; serving steps of decode
-/// and prompt rows).
-pub const TIERS: [(usize, usize); 4] = [(16, 8), (64, 32), (256, 128), (1024, 512)];
+/// at (decode steps of one and of a few sequences in the prefill's order, where the pinned GEMM
+/// and the chain kernel are timed against each other; decode steps of many; serving steps of
+/// decode and prompt rows).
+pub const TIERS: [(usize, usize); 5] = [(4, 1), (16, 8), (64, 32), (256, 128), (1024, 512)];
 
 impl LtGemm {
     /// The algorithm for an m-row product of shape (n, k): the first tier's that holds m and

@@ -13,9 +13,56 @@ use cudarc::cublaslt::sys as lt;
 
 use super::{GemmOut, LtGemm};
 use crate::device::Gpu;
+use crate::store::StoreBuf;
 
 /// Split-K-free candidates timed per shape (the heuristic offers up to 16).
 pub(super) const CANDIDATES: usize = 8;
+
+/// Bytes of weight copies a timing cycles through: past the L2 (50 MB on the H200), so that each
+/// launch reads its weight from memory, as a step reads each layer's own. Timed on one copy, a
+/// weight of up to 50 MB stays in the L2 and the few-row algorithms chosen on it were slower
+/// from memory (Llama-3-8B's o at 8 rows, H200 2026-12-04 18:15Z: 25.5 us, against 19.7 for
+/// the one timed at 128).
+const TIMING_BYTES: usize = 160 << 20;
+
+/// Generated copies of an n x k weight for timing (see [`TIMING_BYTES`]).
+pub(super) struct TimingWeights {
+    buf: StoreBuf,
+    pub copies: usize,
+    bytes: usize,
+}
+
+impl TimingWeights {
+    pub(super) fn new(gpu: &Gpu, n: usize, k: usize, seed: u64) -> Result<TimingWeights> {
+        let bytes = n * k * gpu.store.bytes();
+        let copies = TIMING_BYTES.div_ceil(bytes).clamp(1, 64);
+        let buf = gpu.alloc_store(copies * n * k)?;
+        gpu.dummy_fill(buf.ptr(), copies * n * k, seed)?;
+        Ok(TimingWeights { buf, copies, bytes })
+    }
+
+    /// Copy i (modulo the count).
+    pub(super) fn at(&self, i: usize) -> u64 {
+        self.buf.ptr() + ((i % self.copies) * self.bytes) as u64
+    }
+}
+
+/// Seconds a launch: one warm-up, then one launch a copy (at least three), the mean.
+pub(super) fn mean_of_runs(
+    gpu: &Gpu,
+    copies: usize,
+    mut run: impl FnMut(usize) -> Result<()>,
+) -> Result<f64> {
+    run(copies - 1)?;
+    gpu.synchronize()?;
+    let runs = copies.max(3);
+    let t = Instant::now();
+    for i in 0..runs {
+        run(i)?;
+    }
+    gpu.synchronize()?;
+    Ok(t.elapsed().as_secs_f64() / runs as f64)
+}
 
 impl LtGemm {
     /// Where shape (n, k)'s tuned choice is kept; None without a kernel cache.
@@ -59,8 +106,9 @@ impl LtGemm {
 
     /// Sorts `cands` by their time at m rows on generated data, fastest first; says what the
     /// first gained over the first given. Each candidate's time is the better of two
-    /// rounds (the mean of three runs after a warm-up run), the rounds taken in turn, so that a
-    /// GPU still raising its clocks does not count against the first candidates timed.
+    /// rounds (the mean of a run a weight copy, at least three, after a warm-up run), the
+    /// rounds taken in turn, so that a GPU still raising its clocks does not count against the
+    /// first candidates timed.
     pub(super) fn fastest_first(
         &self,
         gpu: &Gpu,
@@ -73,23 +121,17 @@ impl LtGemm {
             return Ok(String::new());
         }
         let x = gpu.alloc_store(m * k)?;
-        let w = gpu.alloc_store(n * k)?;
         gpu.dummy_fill(x.ptr(), m * k, 0x7e57)?;
-        gpu.dummy_fill(w.ptr(), n * k, 0xbeef)?;
+        let w = TimingWeights::new(gpu, n, k, 0xbeef)?;
         let y = gpu.alloc::<f32>(m * n)?;
         let mut times = vec![f64::INFINITY; cands.len()];
         for _round in 0..2 {
             for (c, best) in cands.iter().zip(times.iter_mut()) {
-                let (y, x, w) = (y.ptr(), x.ptr(), w.ptr());
-                let run = || self.run(gpu, Some(&c.algo), GemmOut::Store, y, x, w, m, n, k);
-                run()?;
-                gpu.synchronize()?;
-                let t = Instant::now();
-                for _ in 0..3 {
-                    run()?;
-                }
-                gpu.synchronize()?;
-                *best = best.min(t.elapsed().as_secs_f64() / 3.0);
+                let (y, x) = (y.ptr(), x.ptr());
+                let secs = mean_of_runs(gpu, w.copies, |i| {
+                    self.run(gpu, Some(&c.algo), GemmOut::Store, y, x, w.at(i), m, n, k)
+                })?;
+                *best = best.min(secs);
             }
         }
         let mut order: Vec<usize> = (0..cands.len()).collect();

@@ -39,7 +39,7 @@ pub struct Switches {
     /// once at start-up; another algorithm is another summation order, as invariant).
     pub gemm_tune: bool,
     /// KILN_GEMM_SHORT=0: steps of at most 1,024 rows take each shape's pinned algorithm
-    /// instead of others chosen at 8, 32, 128 and 512 rows, faster there and bit-identical to
+    /// instead of others chosen at 1, 8, 32, 128 and 512 rows, faster there and bit-identical to
     /// it (gemm_short.rs).
     pub gemm_short: bool,
     /// KILN_CHAIN_GEMM=1: decode rows of bf16 weights take the prefill GEMM's summation order
