@@ -1,12 +1,12 @@
 //! Short steps' algorithms (a child module of gemm_lt.rs). A shape's pinned algorithm is chosen
 //! for the prefill chunk's m; at a few hundred rows its large tiles leave multiprocessors idle
 //! (Llama-3-8B's o and down at 473 rows, a serving step of decode and prompt rows: 64 CTAs on
-//! 132). So steps of at most a tier's rows may take another algorithm: the fastest of the
-//! split-K-free candidates at the tier's m whose rows are, on the device, bit for bit the
-//! pinned algorithm's (every row of a product at that m, and rows at an offset of a 37-row one).
-//! Where none is faster, or none agrees, the next tier's (or the pinned one) serves. The choice
-//! never changes a bit, so it is timed at each start and not kept. KILN_GEMM_SHORT=0: the
-//! pinned algorithm for every m.
+//! 132). So steps of at most a tier's rows may take another algorithm: the fastest at the
+//! tier's m of the split-K-free candidates offered for any tier's m whose rows are, on the
+//! device, bit for bit the pinned algorithm's (every row of a product at that m, and rows at an
+//! offset of a 37-row one). Where none is faster, or none agrees, the next tier's (or the
+//! pinned one) serves. The choice never changes a bit, so it is timed at each start and not
+//! kept. KILN_GEMM_SHORT=0: the pinned algorithm for every m.
 
 use anyhow::Result;
 use cudarc::cublaslt::sys as lt;
@@ -53,15 +53,28 @@ impl LtGemm {
         };
         use lt::cublasLtMatmulAlgoConfigAttributes_t as C;
         let (most, m) = TIERS[tier];
-        let mut cands = Vec::new();
-        for r in self.heuristic(n, k, m)? {
-            let one_pass = algo_config(&r.algo, C::CUBLASLT_ALGO_CONFIG_SPLITK_NUM) <= 1;
-            if r.state == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS
-                && one_pass
-                && r.algo.data != main.algo.data
-                && self.works_for_small_m(&r.algo, n, k)?
-            {
-                cands.push(r);
+        // The heuristic's first candidates at the tier's m, then those it offers at the other
+        // tiers' m: one it ranks for many rows can be the fastest at few (Llama-3-8B's o on the
+        // H200, 2026-12-04 18:20Z: 13.8 us at 64 rows with the 32-row tier's algorithm, 28 at
+        // one row with the best of those offered for one).
+        let mut cands: Vec<lt::cublasLtMatmulHeuristicResult_t> = Vec::new();
+        let ms = std::iter::once(m).chain(TIERS.iter().map(|t| t.1).filter(|&o| o != m));
+        for hm in ms {
+            let mut taken = 0;
+            for r in self.heuristic(n, k, hm)? {
+                if taken == super::tune::CANDIDATES {
+                    break;
+                }
+                let one_pass = algo_config(&r.algo, C::CUBLASLT_ALGO_CONFIG_SPLITK_NUM) <= 1;
+                if r.state == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+                    && one_pass
+                    && r.algo.data != main.algo.data
+                    && !cands.iter().any(|c| c.algo.data == r.algo.data)
+                    && self.works_for_small_m(&r.algo, n, k)?
+                {
+                    cands.push(r);
+                    taken += 1;
+                }
             }
         }
         let Some(&first) = cands.first() else {
@@ -71,7 +84,6 @@ impl LtGemm {
         // The pinned algorithm is timed beside them and wins ties (it stays first).
         let mut pinned = first;
         pinned.algo = main.algo;
-        cands.truncate(super::tune::CANDIDATES);
         cands.insert(0, pinned);
         self.fastest_first(gpu, &mut cands, m, n, k)?;
         let mut chosen = None;
