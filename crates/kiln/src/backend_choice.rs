@@ -98,10 +98,10 @@ pub struct DeviceArgs {
 /// `--decode-gemm`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum DecodeGemm {
-    /// The skinny kernels' order: fastest for 1-32 sequences.
+    /// The skinny kernels' order: fastest for 1-8 sequences.
     Skinny,
     /// The prefill GEMM's order: one pass over the weights for a step's decode and prompt
-    /// rows; fastest for many sequences.
+    /// rows; fastest from about 32 sequences.
     PrefillOrder,
 }
 
