@@ -3,9 +3,10 @@
 //! so the choice is one of speed: for each shape, the most rows up to which the chain kernel beat
 //! the pinned GEMM (with the short algorithm it takes at that m) at every count of
 //! [`CHAIN_TIMED_ROWS`], timed once at start-up on generated weights read from memory, as a
-//! decode step reads them. On the H200 (2026-12-04 17:56Z) the pinned GEMM was ahead at 32 rows
-//! on every Llama-3-8B weight and at 8 on down; the chain kernel at one row on all but down.
-//! KILN_CHAIN_ROWS=N: N for every shape instead.
+//! decode step reads them. On the H200 (2026-12-04 18:26Z), with the short tiers timed at 1 to 32
+//! rows, the pinned GEMM won at one row on every Llama-3-8B weight; with the tiers of before,
+//! the chain kernel won at one to 16 rows on all but down. KILN_CHAIN_ROWS=N: N for every shape
+//! instead.
 
 use anyhow::Result;
 
