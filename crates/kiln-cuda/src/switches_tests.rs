@@ -229,3 +229,21 @@ fn the_expansion_runs_a_layer_ahead_unless_turned_off() {
     let line = read(&[]).switches.describe();
     assert!(line.contains("quant_ahead=on"), "{line}");
 }
+
+#[test]
+fn the_prefill_order_is_opt_in_and_its_chain_rows_are_timed_unless_given() {
+    let s = read(&[]).switches;
+    assert!(!s.chain_gemm);
+    assert_eq!(s.chain_rows, None);
+    assert!(read(&[("KILN_CHAIN_GEMM", "1")]).switches.chain_gemm);
+    let rows = |v| read(&[("KILN_CHAIN_ROWS", v)]).switches.chain_rows;
+    assert_eq!(rows("auto"), None);
+    assert_eq!(rows(""), None);
+    assert_eq!(rows("8"), Some(8));
+    assert_eq!(rows("0"), Some(0));
+    // More than one launch of the widest entry holds: capped there.
+    assert_eq!(rows("500"), Some(CHAIN_MAX_ROWS));
+    let line = read(&[("KILN_CHAIN_ROWS", "16")]).switches.describe();
+    assert!(line.contains("chain_gemm=0 chain_rows=16"), "{line}");
+    assert!(read(&[]).switches.describe().contains("chain_rows=auto"));
+}
