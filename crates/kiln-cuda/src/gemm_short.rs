@@ -37,20 +37,64 @@ impl LtGemm {
     /// Chooses shape (n, k)'s tier algorithms once its pinned one is known (pin_shape calls it,
     /// so that nothing is chosen, and allocated, while a graph is being captured).
     pub(super) fn pin_short(&mut self, gpu: &Gpu, n: usize, k: usize) -> Result<()> {
-        for tier in 0..TIERS.len() {
-            self.pin_tier(gpu, n, k, tier)?;
+        let todo: Vec<usize> = (0..TIERS.len())
+            .filter(|&tier| !self.short.contains_key(&(n, k, tier)))
+            .collect();
+        if !self.short_on || todo.is_empty() {
+            return Ok(());
+        }
+        let Some(main) = self.pinned.get(&(n, k)).copied().filter(|p| p.split_k == 1) else {
+            for tier in todo {
+                self.short.insert((n, k, tier), None);
+            }
+            return Ok(());
+        };
+        // What the heuristic offers at each tier's m, read once for every tier (each read and
+        // each candidate's small-m check is a call into cuBLASLt).
+        let mut offered = Vec::with_capacity(TIERS.len());
+        for &(_, m) in &TIERS {
+            offered.push(self.one_pass_offered(n, k, m, &main)?);
+        }
+        for tier in todo {
+            self.pin_tier(gpu, n, k, tier, &main, &offered)?;
         }
         Ok(())
     }
 
-    fn pin_tier(&mut self, gpu: &Gpu, n: usize, k: usize, tier: usize) -> Result<()> {
-        if !self.short_on || self.short.contains_key(&(n, k, tier)) {
-            return Ok(());
+    /// The heuristic's candidates at m that sum each element in one pass, work for every m and
+    /// are not `main`, in its order.
+    fn one_pass_offered(
+        &self,
+        n: usize,
+        k: usize,
+        m: usize,
+        main: &Pinned,
+    ) -> Result<Vec<lt::cublasLtMatmulHeuristicResult_t>> {
+        use lt::cublasLtMatmulAlgoConfigAttributes_t as C;
+        let mut out = Vec::new();
+        for r in self.heuristic(n, k, m)? {
+            let one_pass = algo_config(&r.algo, C::CUBLASLT_ALGO_CONFIG_SPLITK_NUM) <= 1;
+            if r.state == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+                && one_pass
+                && r.algo.data != main.algo.data
+                && self.works_for_small_m(&r.algo, n, k)?
+            {
+                out.push(r);
+            }
         }
-        let Some(main) = self.pinned.get(&(n, k)).copied().filter(|p| p.split_k == 1) else {
-            self.short.insert((n, k, tier), None);
-            return Ok(());
-        };
+        Ok(out)
+    }
+
+    /// Tier `tier`'s choice among the candidates `offered` at each tier's m (in TIERS' order).
+    fn pin_tier(
+        &mut self,
+        gpu: &Gpu,
+        n: usize,
+        k: usize,
+        tier: usize,
+        main: &Pinned,
+        offered: &[Vec<lt::cublasLtMatmulHeuristicResult_t>],
+    ) -> Result<()> {
         use lt::cublasLtMatmulAlgoConfigAttributes_t as C;
         let (most, m) = TIERS[tier];
         // The heuristic's first candidates at the tier's m, then those it offers at the other
@@ -58,21 +102,15 @@ impl LtGemm {
         // H200, 2026-12-04 18:20Z: 13.8 us at 64 rows with the 32-row tier's algorithm, 28 at
         // one row with the best of those offered for one).
         let mut cands: Vec<lt::cublasLtMatmulHeuristicResult_t> = Vec::new();
-        let ms = std::iter::once(m).chain(TIERS.iter().map(|t| t.1).filter(|&o| o != m));
-        for hm in ms {
+        let order = std::iter::once(tier).chain((0..TIERS.len()).filter(|&t| t != tier));
+        for t in order {
             let mut taken = 0;
-            for r in self.heuristic(n, k, hm)? {
+            for r in &offered[t] {
                 if taken == super::tune::CANDIDATES {
                     break;
                 }
-                let one_pass = algo_config(&r.algo, C::CUBLASLT_ALGO_CONFIG_SPLITK_NUM) <= 1;
-                if r.state == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS
-                    && one_pass
-                    && r.algo.data != main.algo.data
-                    && !cands.iter().any(|c| c.algo.data == r.algo.data)
-                    && self.works_for_small_m(&r.algo, n, k)?
-                {
-                    cands.push(r);
+                if !cands.iter().any(|c| c.algo.data == r.algo.data) {
+                    cands.push(*r);
                     taken += 1;
                 }
             }
