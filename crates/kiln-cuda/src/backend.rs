@@ -197,7 +197,7 @@ impl CudaBackend {
         if let Some(on) = opts.chain_gemm {
             switches.chain_gemm = on;
         }
-        let chain = switches.chain_gemm && opts.dtype == StoreType::Bf16;
+        let chain = switches.chain_order(opts.dtype);
         for (n, k) in gemm_shapes(&spec, opts.dtype, switches.chain_gemm) {
             lt.pin_shape(&gpu, n, k)
                 .with_context(|| format!("choosing the GEMM algorithm for {n}x{k}"))?;

@@ -19,7 +19,7 @@ use crate::gemm_lt::LtGemm;
 use crate::graphs_pad::pad_step;
 use crate::kv_cache::KvCache;
 use crate::step_plan::{pack_step, StepLayout, StepPlan};
-use crate::store::{StoreBuf, StoreType};
+use crate::store::StoreBuf;
 use crate::switches::Switches;
 use crate::weights::{load_weights, ModelWeights};
 
@@ -126,7 +126,7 @@ impl CudaBackend {
         let mut shapes = super::gemm_shapes(&spec, self.gpu.store, self.switches.chain_gemm);
         shapes.extend([(h, 2 * b), (b, h)]);
         shapes.extend(d.ordered.map(|o| (o.centroids, h)));
-        let chain = self.switches.chain_gemm && self.gpu.store == StoreType::Bf16;
+        let chain = self.switches.chain_order(self.gpu.store);
         for (n, k) in shapes {
             self.lt.pin_shape(&self.gpu, n, k)?;
             if chain {

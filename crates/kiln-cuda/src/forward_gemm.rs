@@ -94,10 +94,9 @@ impl CudaOps<'_, '_> {
     }
 
     /// Whether this step's bf16 weights give every row the prefill GEMM's order
-    /// (KILN_CHAIN_GEMM; the chain kernel is bf16-only, and other storage types take cuBLASLt
-    /// for every row anyway).
+    /// ([`crate::switches::Switches::chain_order`]).
     pub(super) fn chain_order(&self) -> bool {
-        self.ctx.sw.chain_gemm && self.ctx.gpu.store == StoreType::Bf16
+        self.ctx.sw.chain_order(self.ctx.gpu.store)
     }
 
     /// y = x . w^T in the prefill's order for all `t` rows of the step: a decode-only step of

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use crate::chain_gemm::CHAIN_MAX_ROWS;
+use crate::store::StoreType;
 pub use crate::switch_modes::{DecodeFold, SplitCtas, WgCluster, WgMode};
 
 /// The fewest decode rows the chain-split tensor-core GEMM takes by default: on the H200
@@ -495,6 +496,13 @@ pub fn kernel_cache() -> &'static KernelCache {
 }
 
 impl Switches {
+    /// Whether a backend of storage type `store` gives decode rows the prefill GEMM's order:
+    /// `chain_gemm` with bf16 weights (the chain kernel is bf16-only, and other storage types
+    /// take cuBLASLt for every row anyway).
+    pub fn chain_order(&self, store: StoreType) -> bool {
+        self.chain_gemm && store == StoreType::Bf16
+    }
+
     /// The process-wide switches, read from the environment on first use.
     pub fn from_env() -> Switches {
         env().switches
