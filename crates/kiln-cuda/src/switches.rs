@@ -137,6 +137,9 @@ pub struct Switches {
     /// The gated activations (swiglu, geglu) take four values a thread with 16-byte loads where
     /// the width allows (same bits). KILN_GATED_VEC=0: one value a thread.
     pub gated_vec: bool,
+    /// argmax_rows reads four logits a load, four loads in flight a thread, where rows are
+    /// 16-byte aligned (same ids). KILN_ARGMAX_VEC=0: one logit at a time.
+    pub argmax_vec: bool,
     /// Prefill attention of 512-wide heads with the head's two halves in one CTA (8 warps),
     /// their partial scores summed through shared memory, instead of one CTA per output half
     /// recomputing the scores (KILN_FLASH_WIDE=recompute). Different bits, each
@@ -428,6 +431,7 @@ impl Env {
                 },
                 gemma_fuse: on("KILN_GEMMA_FUSE"),
                 gated_vec: on("KILN_GATED_VEC"),
+                argmax_vec: on("KILN_ARGMAX_VEC"),
                 flash_wide_split: var("KILN_FLASH_WIDE").as_deref() != Some("recompute"),
                 decode_wide_mma: var("KILN_DECODE_WIDE").as_deref() == Some("mma"),
                 fuse: var("KILN_DECODE_FUSE")
@@ -534,7 +538,7 @@ impl Switches {
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} gemm_pin_m={pin_m} gemm_add={} gemm_tune={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} flash_wide={} decode_wide={} kv_ring={} chain_gemm={} chain_rows={} gemm_short={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} gemm_pin_m={pin_m} gemm_add={} gemm_tune={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} argmax_vec={} flash_wide={} decode_wide={} kv_ring={} chain_gemm={} chain_rows={} gemm_short={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -592,6 +596,7 @@ impl Switches {
             if k.quant_tiles2 { 2 } else { 1 },
             self.gemma_fuse as u8,
             self.gated_vec as u8,
+            self.argmax_vec as u8,
             if self.flash_wide_split {
                 "split"
             } else {

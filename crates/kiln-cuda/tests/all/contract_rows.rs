@@ -186,41 +186,7 @@ fn row_kernels_contract() {
         );
     }
 
-    // Argmax: ties go to the smallest index, NaN never wins.
-    let vocab = 128_256;
-    let mut logits = rng.vec(4 * vocab, 10.0);
-    logits[vocab + 500] = 50.0;
-    logits[vocab + 9000] = 50.0;
-    logits[2 * vocab + 7] = f32::NAN;
-    logits[2 * vocab + 100_000] = 99.0;
-    logits[3 * vocab + vocab - 1] = 1e30;
-    let (dl, di) = (
-        gpu.alloc::<f32>(logits.len()).unwrap(),
-        gpu.alloc::<i32>(4).unwrap(),
-    );
-    dl.upload(0, &logits).unwrap();
-    di.fill_bytes(0xff).unwrap();
-    let secs = timed(&gpu, || gpu.argmax_rows(dl.ptr(), di.ptr(), 4, vocab));
-    let want: Vec<i32> = (0..4)
-        .map(|r| {
-            let row = &logits[r * vocab..(r + 1) * vocab];
-            let mut best = (f32::NEG_INFINITY, 0usize);
-            for (i, &v) in row.iter().enumerate() {
-                if v > best.0 {
-                    best = (v, i);
-                }
-            }
-            best.1 as i32
-        })
-        .collect();
-    let got = di.download(&gpu, 0, 4).unwrap();
-    c.check(
-        got == want,
-        format!(
-            "argmax_rows 4 x {vocab}: got {got:?}, want {want:?} ({:.3}ms)",
-            secs * 1e3
-        ),
-    );
+    argmax_cases(&gpu, &mut rng, &mut c);
 
     // Dummy weights generated on the device equal the host's function after bf16 rounding.
     let n = 1_000_003;
@@ -324,6 +290,83 @@ fn qkv_prepare_contract() {
     let mut c = Checks::new("qkv_prepare");
     qkv_cases(&gpu, &mut rng, &mut c);
     c.finish();
+}
+
+/// Every argmax_rows case on `gpu`'s kernels.
+fn argmax_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
+    // Argmax: ties go to the smallest index, NaN never wins; a vocabulary that is a multiple
+    // of 4 takes the four-a-load path, an odd one the one-a-load path.
+    for vocab in [128_256, 32_003] {
+        let mut logits = rng.vec(4 * vocab, 10.0);
+        logits[vocab + 500] = 50.0;
+        logits[vocab + 9000] = 50.0;
+        logits[2 * vocab + 7] = f32::NAN;
+        logits[2 * vocab + 30_001] = 99.0;
+        logits[3 * vocab + vocab - 1] = 1e30;
+        let (dl, di) = (
+            gpu.alloc::<f32>(logits.len()).unwrap(),
+            gpu.alloc::<i32>(4).unwrap(),
+        );
+        dl.upload(0, &logits).unwrap();
+        di.fill_bytes(0xff).unwrap();
+        let secs = timed(gpu, || gpu.argmax_rows(dl.ptr(), di.ptr(), 4, vocab));
+        let want: Vec<i32> = (0..4)
+            .map(|r| {
+                let row = &logits[r * vocab..(r + 1) * vocab];
+                let mut best = (f32::NEG_INFINITY, 0usize);
+                for (i, &v) in row.iter().enumerate() {
+                    if v > best.0 {
+                        best = (v, i);
+                    }
+                }
+                best.1 as i32
+            })
+            .collect();
+        let got = di.download(gpu, 0, 4).unwrap();
+        c.check(
+            got == want,
+            format!(
+                "argmax_rows 4 x {vocab}: got {got:?}, want {want:?} ({:.3}ms)",
+                secs * 1e3
+            ),
+        );
+    }
+}
+
+/// elementwise.cu's four-a-load argmax with the last of the four given its neighbour's index.
+const PLANTED_ARGMAX: (&str, &str) = ("visit(v[u].w, i + 3);", "visit(v[u].w, i + 2);");
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn argmax_planted_bug_fails() {
+    if gpu_or_skip("argmax_planted_bug_fails").is_none() {
+        return;
+    }
+    let mut rng = Rng::new("argmax_planted_bug_fails");
+    let mut c = Checks::new("argmax_rows planted bug");
+    let (from, to) = PLANTED_ARGMAX;
+    let sources = planted_sources("elementwise", from, to);
+    let bad = Gpu::with_sources(0, kiln_cuda::StoreType::Bf16, &sources)
+        .expect("loading the planted module");
+    let mut planted = Checks::quiet("planted");
+    argmax_cases(&bad, &mut rng, &mut planted);
+    c.check(
+        planted.failed() > 0,
+        format!(
+            "elementwise.cu with `{to}` for `{from}`: {} checks fail",
+            planted.failed()
+        ),
+    );
+    c.finish();
+}
+
+/// The planted argmax bug's text is in its module once and changes its machine code (where
+/// NVRTC is present), so that `argmax_planted_bug_fails` tests what it says.
+#[test]
+fn argmax_planted_bug_compiles() {
+    let (from, to) = PLANTED_ARGMAX;
+    let planted = common::planted::planted_module("elementwise", from, to);
+    common::planted::assert_planted_compiles(&planted, kiln_cuda::StoreType::Bf16, to);
 }
 
 /// rope_kv.cu with one planted bug each in what Gemma 4 added: (text, replacement).
