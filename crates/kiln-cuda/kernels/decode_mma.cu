@@ -53,7 +53,7 @@ __device__ __forceinline__ void decode_mma_body(
     const int* __restrict__ positions, const int* __restrict__ token_seq, const int* __restrict__ bt_start,
     const int* __restrict__ block_tables, float* __restrict__ part_o, float* __restrict__ part_ml,
     bf16_t* __restrict__ out, int n_q, int n_kv, int block_size, int window, float scale_log2, int max_splits,
-    int min_span, int span_round, int fold) {
+    int min_span, int span_round, int fold, int early) {
     constexpr int LD = HD + 8, DT = HD / 8, LDO = HD + 8;
     // Folding, a chain's O stays in registers up to head dim 128, in shared memory beyond.
     constexpr bool RO = HD <= 128;
@@ -101,16 +101,6 @@ __device__ __forceinline__ void decode_mma_body(
         const int r = threadIdx.x / gc, h = threadIdx.x % gc;
         s_len[threadIdx.x] = (r < nr && h < nh) ? positions[row0 + r] + 1 : 0;  // 0: an empty slot
     }
-    // Query slots: slot i is row i / gc, head hc0 + i % gc, in a commit group of their own.
-    for (int idx = threadIdx.x; idx < 16 * DT; idx += DM_WARPS * 32) {
-        const int i = idx / DT, c = idx % DT;
-        const int r = i / gc, h = i % gc;
-        const bool ok = r < nr && h < nh;
-        const bf16_t* src = q + ((u64)(row0 + (ok ? r : 0)) * n_q + hc0 + (ok ? h : 0)) * HD + c * 8;
-        cp_async_16(sq + i * LD + c * 8, src, ok ? 16 : 0);
-    }
-    cp_async_commit();
-
     // This warp's splits: first, first + stride, ... (with the fold: warp c's are chain c's).
     const int first = (int)blockIdx.x * DM_WARPS + warp, stride = (int)gridDim.x * DM_WARPS;
     auto has_split = [&](int s) { return s < max_splits && s * span < max_len; };
@@ -126,7 +116,7 @@ __device__ __forceinline__ void decode_mma_body(
     // flat step f lives in stage f % NST. The cursor: step ii of split is (of in).
     int is = first - stride, ii = 0, in = 0, ilo, ihi, it_lo, issued = 0;
     bool ends = false;
-    auto issue = [&]() {  // the stream's next step, if any, and a commit group either way
+    auto next_k0 = [&]() {  // moves the cursor to the stream's next step: its first key, or -1
         while (!ends && ii == in) {
             is += stride;
             ii = 0;
@@ -135,7 +125,10 @@ __device__ __forceinline__ void decode_mma_body(
             else
                 in = split_steps(is, ilo, ihi, it_lo);
         }
-        if (!ends) {
+        return ends ? -1 : it_lo + ii * DM_STEP;
+    };
+    auto issue = [&]() {  // the stream's next step, if any, and a commit group either way
+        if (next_k0() >= 0) {
             bf16_t* sk = sk0 + (issued % NST) * 2 * DM_STEP * LD;
             dm_load_step<HD>(sk, sk + DM_STEP * LD, k_cache, v_cache, table, it_lo + ii * DM_STEP, ihi, kvh, n_kv,
                              block_size, lane);
@@ -144,10 +137,39 @@ __device__ __forceinline__ void decode_mma_body(
         }
         cp_async_commit();
     };
-#pragma unroll
-    for (int st = 0; st < NST - 1; ++st) issue();
-    // The query slots landed (this thread's), then everyone's: the one barrier before the end.
-    cp_async_wait<NST - 1>();
+    // `early`: the ring's first steps whose keys all come before this step's first new key
+    // (the smallest position of the sequence's rows in the step: those keys were written by
+    // earlier steps, never by the kernels this one may overlap) go out before pdl_wait, while
+    // the QKV GEMM before finishes. Positions, sequences and block tables are step inputs,
+    // uploaded before the step's first kernel.
+    int pre = 0;
+    if (early) {
+        const int seq = token_seq[row0];
+        int first_new = positions[row0];
+        for (int r = row0 - 1; r >= 0 && token_seq[r] == seq; --r) first_new = min(first_new, positions[r]);
+        for (int r = 1; r < nr; ++r) first_new = min(first_new, positions[row0 + r]);
+        while (pre < NST - 1) {
+            const int k0 = next_k0();
+            if (k0 < 0 || k0 + DM_STEP > first_new) break;
+            issue();
+            ++pre;
+        }
+    }
+    pdl_wait();
+    // Query slots: slot i is row i / gc, head hc0 + i % gc, in a commit group of their own.
+    for (int idx = threadIdx.x; idx < 16 * DT; idx += DM_WARPS * 32) {
+        const int i = idx / DT, c = idx % DT;
+        const int r = i / gc, h = i % gc;
+        const bool ok = r < nr && h < nh;
+        const bf16_t* src = q + ((u64)(row0 + (ok ? r : 0)) * n_q + hc0 + (ok ? h : 0)) * HD + c * 8;
+        cp_async_16(sq + i * LD + c * 8, src, ok ? 16 : 0);
+    }
+    cp_async_commit();
+    for (int st = pre; st < NST - 1; ++st) issue();
+    // The query slots landed (this thread's: NST - 1 - pre groups were committed after
+    // them), then everyone's: the one barrier before the end. The loop below finds step f's
+    // group complete once NST - 2 groups are pending, as with the query group first.
+    cp_async_wait_upto(NST - 1 - pre);
     __syncthreads();
 
     // The chain (fold) of slots g and g + 8: maximum and sum here, O in co (RO) or at co_a and
@@ -282,11 +304,11 @@ __device__ __forceinline__ void decode_mma_body(
         const bf16_t* q, const bf16_t* kc, const bf16_t* vc, const int* positions, const int* token_seq, \
         const int* bt_start, const int* block_tables, float* part_o, float* part_ml, bf16_t* out, int n_q, \
         int n_kv, int block_size, int window, float scale_log2, int max_splits, int min_span, int span_round, \
-        int fold) {                                                                                     \
-        pdl_enter();                                                                                    \
+        int fold, int early) {                                                                          \
+        pdl_trigger();                                                                                  \
         decode_mma_body<HD, NST>(q, kc, vc, positions, token_seq, bt_start, block_tables, part_o, part_ml, \
                                  out, n_q, n_kv, block_size, window, scale_log2, max_splits, min_span, span_round, \
-                                 fold);                                                                 \
+                                 fold, early);                                                          \
     }
 // Ring depth (a warp's stages of 16 keys) and CTAs per SM by head dim: about 100 KB of K/V in
 // flight per SM or more (the shared memory: attn_launch.rs's decode_mma_smem_bytes).

@@ -94,8 +94,10 @@ pub enum DecodeKernel {
     Simt,
     /// decode_mma_hd*: tensor cores, power-of-two splits at absolute positions, the rows of
     /// one sequence sharing each K/V step; `fold`: whether a CTA folds a row's splits itself
-    /// (KILN_DECODE_FOLD; the same bits either way; 512-wide heads never fold).
-    Mma { fold: DecodeFold },
+    /// (KILN_DECODE_FOLD; the same bits either way; 512-wide heads never fold); `early`:
+    /// whether the first K/V steps of keys written before the step go out before the kernel
+    /// ahead ends, where the inputs allow it (KILN_ATTN_EARLY; the same bits either way).
+    Mma { fold: DecodeFold, early: bool },
 }
 
 /// CTAs decode_mma gives each (row run, head group) along its split slots: the largest power of
@@ -331,6 +333,7 @@ impl Gpu {
         {
             DecodeKernel::Mma {
                 fold: sw.decode_fold,
+                early: sw.attn_early,
             }
         } else {
             DecodeKernel::Simt
@@ -361,8 +364,20 @@ impl Gpu {
             DecodeKernel::Simt => self.decode_attn_simt(
                 q, kv, inp, part_o, part_ml, out, rows, n_q, hd, window, scale,
             ),
-            DecodeKernel::Mma { fold } => self.decode_mma(
-                q, kv, inp, part_o, part_ml, out, rows, n_q, hd, window, scale, fold,
+            DecodeKernel::Mma { fold, early } => self.decode_mma(
+                q,
+                kv,
+                inp,
+                part_o,
+                part_ml,
+                out,
+                rows,
+                n_q,
+                hd,
+                window,
+                scale,
+                fold,
+                early && inp.old_keys_ready,
             ),
         }
     }
@@ -382,6 +397,7 @@ impl Gpu {
         window: usize,
         scale: f32,
         fold: DecodeFold,
+        early: bool,
     ) -> Result<()> {
         if rows == 0 {
             return Ok(());
@@ -458,7 +474,7 @@ impl Gpu {
             Arg::I32(span_round),
         ]);
         if !wide {
-            args.push(Arg::I32(fold as i32));
+            args.extend([Arg::I32(fold as i32), Arg::I32(early as i32)]);
         }
         // Every row is launched (rows whose run another CTA serves exit at once), each with
         // `sx` CTAs over its split slots (the 512-wide entry: one per slot; decode_mma: a

@@ -16,6 +16,7 @@ impl StepContext<'_> {
             token_seq: self.step_ptr(l.token_seq),
             bt_start: self.step_ptr(if ring { l.ring_bt_start } else { l.bt_start }),
             block_tables: self.step_ptr(l.block_tables),
+            old_keys_ready: self.draft.is_none(),
         }
     }
 

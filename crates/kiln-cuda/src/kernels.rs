@@ -152,6 +152,12 @@ pub struct AttnInputs {
     /// Start of each sequence's block table inside `block_tables`.
     pub bt_start: u64,
     pub block_tables: u64,
+    /// Whether every key before the first row of each sequence in the launch was written
+    /// before the step's first kernel (a model's own step over all its rows: earlier steps
+    /// wrote them, or copies queued before the step). Decode attention may then read them
+    /// before the kernel ahead of it ends. Not so for a draft model's step, whose rows attend
+    /// keys its target wrote in the same queue, or a launch from a later row.
+    pub old_keys_ready: bool,
 }
 
 impl AttnInputs {
@@ -162,6 +168,8 @@ impl AttnInputs {
         AttnInputs {
             positions: self.positions + skip,
             token_seq: self.token_seq + skip,
+            // The rows before `row` of a sequence are out of sight.
+            old_keys_ready: false,
             ..*self
         }
     }

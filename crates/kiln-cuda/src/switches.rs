@@ -112,6 +112,10 @@ pub struct Switches {
     /// row run and head group, no combine launch) or write them for decode_mma_combine; the
     /// same bits either way.
     pub decode_fold: DecodeFold,
+    /// decode_mma issues its first K/V steps of keys written before the step ahead of
+    /// griddepcontrol.wait, so they stream in while the QKV GEMM before it ends (same bits).
+    /// KILN_ATTN_EARLY=0: every load after the wait.
+    pub attn_early: bool,
     /// KILN_DECODE_SPLIT_CTAS: CTAs decode attention gives each row's head group along its
     /// split slots (same bits whatever the count).
     pub decode_split_ctas: SplitCtas,
@@ -409,6 +413,7 @@ impl Env {
                     Some("1") => DecodeFold::Always,
                     _ => DecodeFold::Auto,
                 },
+                attn_early: on("KILN_ATTN_EARLY"),
                 decode_split_ctas: SplitCtas::parse(var("KILN_DECODE_SPLIT_CTAS").as_deref()),
                 tc_split_from: match var("KILN_SKINNY_TC_SPLIT").as_deref() {
                     None | Some("") | Some("on") => Some(TC_SPLIT_FROM),
@@ -538,7 +543,7 @@ impl Switches {
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} gemm_pin_m={pin_m} gemm_add={} gemm_tune={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} argmax_vec={} flash_wide={} decode_wide={} kv_ring={} chain_gemm={} chain_rows={} gemm_short={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} gemm_pin_m={pin_m} gemm_add={} gemm_tune={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} attn_early={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} argmax_vec={} flash_wide={} decode_wide={} kv_ring={} chain_gemm={} chain_rows={} gemm_short={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -560,6 +565,7 @@ impl Switches {
             self.decode_span_pow2 as u8,
             self.decode_fold,
             self.decode_split_ctas.describe(),
+            self.attn_early as u8,
             self.tc_split_from
                 .map_or("off".to_string(), |n| format!("{n}+")),
             self.wg.describe(),

@@ -32,9 +32,11 @@ const BS: usize = 16;
 const MMA: [DecodeKernel; 2] = [
     DecodeKernel::Mma {
         fold: DecodeFold::Always,
+        early: true,
     },
     DecodeKernel::Mma {
         fold: DecodeFold::Never,
+        early: true,
     },
 ];
 const LAYERS: f64 = 32.0;
@@ -92,6 +94,7 @@ impl Step {
             token_seq: self.buf.at(self.layout.token_seq),
             bt_start: self.buf.at(self.layout.bt_start),
             block_tables: self.buf.at(self.layout.block_tables),
+            old_keys_ready: true,
         }
     }
 }
@@ -285,12 +288,15 @@ fn decode_name(k: DecodeKernel) -> &'static str {
         DecodeKernel::Simt => "simt",
         DecodeKernel::Mma {
             fold: DecodeFold::Always,
+            ..
         } => "mma_fold",
         DecodeKernel::Mma {
             fold: DecodeFold::Never,
+            ..
         } => "mma_combine",
         DecodeKernel::Mma {
             fold: DecodeFold::Auto,
+            ..
         } => "mma",
     }
 }

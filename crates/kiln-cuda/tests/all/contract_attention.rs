@@ -42,7 +42,9 @@ impl Kind {
         match self {
             Kind::Ref => "ref_attn".into(),
             Kind::Decode(DecodeKernel::Simt) => "decode_attn".into(),
-            Kind::Decode(DecodeKernel::Mma { fold }) => format!("decode_mma fold={fold:?}"),
+            Kind::Decode(DecodeKernel::Mma { fold, early }) => {
+                format!("decode_mma fold={fold:?} early={}", early as u8)
+            }
             Kind::Flash(FlashKernel::Sm80 { pairs }) => format!("flash_attn pairs={}", pairs as u8),
             Kind::FlashWide { split: true } => "flash_wide split".into(),
             Kind::FlashWide { split: false } => "flash_wide recompute".into(),
@@ -108,14 +110,17 @@ fn kinds(gpu: &Gpu, case: &Case, family: Family) -> Vec<Kind> {
         // same bits all three.
         k.push(Kind::Decode(DecodeKernel::Mma {
             fold: DecodeFold::Auto,
+            early: true,
         }));
         if !wide_mma {
-            k.push(Kind::Decode(DecodeKernel::Mma {
-                fold: DecodeFold::Always,
-            }));
-            k.push(Kind::Decode(DecodeKernel::Mma {
-                fold: DecodeFold::Never,
-            }));
+            // Each way by name, and the combine's way with every load after the wait.
+            for (fold, early) in [
+                (DecodeFold::Always, true),
+                (DecodeFold::Never, true),
+                (DecodeFold::Never, false),
+            ] {
+                k.push(Kind::Decode(DecodeKernel::Mma { fold, early }));
+            }
         }
     }
     let even = (case.n_q / case.n_kv).is_multiple_of(2);
@@ -307,7 +312,11 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case, family: Famil
     }
     // Variants of one family: the same bits on the rows they serve.
     let prefill_at = step.n_decode() * case.n_q * case.hd;
-    let mma = |fold| Kind::Decode(DecodeKernel::Mma { fold });
+    let mma = |fold| Kind::Decode(DecodeKernel::Mma { fold, early: true });
+    let late = Kind::Decode(DecodeKernel::Mma {
+        fold: DecodeFold::Never,
+        early: false,
+    });
     for (a, b) in [
         (
             Kind::Flash(FlashKernel::Sm80 { pairs: true }),
@@ -319,6 +328,8 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case, family: Famil
         // decode_mma folding its splits itself and through the combine.
         (mma(DecodeFold::Always), mma(DecodeFold::Never)),
         (mma(DecodeFold::Auto), mma(DecodeFold::Never)),
+        // Its first K/V steps before the wait or after it.
+        (mma(DecodeFold::Never), late),
     ] {
         // The rows the kind serves: the decode rows first, then the prefill rows.
         let find = |k: Kind| {

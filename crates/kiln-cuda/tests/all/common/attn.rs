@@ -252,6 +252,7 @@ impl Step {
             token_seq: self.buf.at(self.layout.token_seq),
             bt_start: self.buf.at(self.layout.bt_start),
             block_tables: self.buf.at(self.layout.block_tables),
+            old_keys_ready: true,
         }
     }
 

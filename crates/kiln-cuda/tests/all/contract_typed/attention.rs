@@ -140,6 +140,7 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case) {
         token_seq: step.at(layout.token_seq),
         bt_start: step.at(layout.bt_start),
         block_tables: step.at(layout.block_tables),
+        old_keys_ready: true,
     };
     let scale = 1.0 / (hd as f32).sqrt();
     let outs: Vec<_> = (0..3)
