@@ -112,9 +112,11 @@ pub struct Switches {
     /// row run and head group, no combine launch) or write them for decode_mma_combine; the
     /// same bits either way.
     pub decode_fold: DecodeFold,
-    /// decode_mma issues its first K/V steps of keys written before the step ahead of
-    /// griddepcontrol.wait, so they stream in while the QKV GEMM before it ends (same bits).
-    /// KILN_ATTN_EARLY=0: every load after the wait.
+    /// KILN_ATTN_EARLY=1: decode_mma issues its first K/V steps of keys written before the
+    /// step ahead of griddepcontrol.wait, so they stream in while the QKV GEMM before it ends
+    /// (same bits). Opt-in: on the H200 (2026-12-04) +0.4% at batch 1 and depth 8k, and its
+    /// decode_mma contract has not yet been seen to finish (its last case, 128k keys, ran
+    /// past two calls' time limits after 1,598 checks had passed).
     pub attn_early: bool,
     /// KILN_DECODE_SPLIT_CTAS: CTAs decode attention gives each row's head group along its
     /// split slots (same bits whatever the count).
@@ -413,7 +415,7 @@ impl Env {
                     Some("1") => DecodeFold::Always,
                     _ => DecodeFold::Auto,
                 },
-                attn_early: on("KILN_ATTN_EARLY"),
+                attn_early: opt_in("KILN_ATTN_EARLY"),
                 decode_split_ctas: SplitCtas::parse(var("KILN_DECODE_SPLIT_CTAS").as_deref()),
                 tc_split_from: match var("KILN_SKINNY_TC_SPLIT").as_deref() {
                     None | Some("") | Some("on") => Some(TC_SPLIT_FROM),

@@ -75,7 +75,7 @@ fn each_variable_turns_off_its_own_switch() {
     assert!(read(&[]).switches.gated_vec && !read(&[("KILN_GATED_VEC", "0")]).switches.gated_vec);
     let sw = |vars: &[(&str, &str)]| read(vars).switches;
     assert!(sw(&[]).argmax_vec && !sw(&[("KILN_ARGMAX_VEC", "0")]).argmax_vec);
-    assert!(sw(&[]).attn_early && !sw(&[("KILN_ATTN_EARLY", "off")]).attn_early);
+    assert!(!sw(&[]).attn_early && sw(&[("KILN_ATTN_EARLY", "1")]).attn_early);
     let wide = |v| read(&[("KILN_FLASH_WIDE", v)]).switches.flash_wide_split;
     assert!(wide("split") && !wide("recompute") && read(&[]).switches.flash_wide_split);
     let dw = |v| read(&[("KILN_DECODE_WIDE", v)]).switches.decode_wide_mma;
