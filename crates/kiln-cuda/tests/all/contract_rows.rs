@@ -334,39 +334,27 @@ fn argmax_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
 }
 
 /// elementwise.cu's four-a-load argmax with the last of the four given its neighbour's index.
-const PLANTED_ARGMAX: (&str, &str) = ("visit(v[u].w, i + 3);", "visit(v[u].w, i + 2);");
+const PLANTED_ARGMAX: &[(&str, &str)] = &[("visit(v[u].w, i + 3);", "visit(v[u].w, i + 2);")];
 
 #[test]
 #[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn argmax_planted_bug_fails() {
-    if gpu_or_skip("argmax_planted_bug_fails").is_none() {
-        return;
-    }
-    let mut rng = Rng::new("argmax_planted_bug_fails");
-    let mut c = Checks::new("argmax_rows planted bug");
-    let (from, to) = PLANTED_ARGMAX;
-    let sources = planted_sources("elementwise", from, to);
-    let bad = Gpu::with_sources(0, kiln_cuda::StoreType::Bf16, &sources)
-        .expect("loading the planted module");
-    let mut planted = Checks::quiet("planted");
-    argmax_cases(&bad, &mut rng, &mut planted);
-    c.check(
-        planted.failed() > 0,
-        format!(
-            "elementwise.cu with `{to}` for `{from}`: {} checks fail",
-            planted.failed()
-        ),
+    planted_bugs_fail(
+        "argmax_planted_bug_fails",
+        "elementwise",
+        PLANTED_ARGMAX,
+        argmax_cases,
     );
-    c.finish();
 }
 
 /// The planted argmax bug's text is in its module once and changes its machine code (where
 /// NVRTC is present), so that `argmax_planted_bug_fails` tests what it says.
 #[test]
 fn argmax_planted_bug_compiles() {
-    let (from, to) = PLANTED_ARGMAX;
-    let planted = common::planted::planted_module("elementwise", from, to);
-    common::planted::assert_planted_compiles(&planted, kiln_cuda::StoreType::Bf16, to);
+    for &(from, to) in PLANTED_ARGMAX {
+        let planted = common::planted::planted_module("elementwise", from, to);
+        common::planted::assert_planted_compiles(&planted, kiln_cuda::StoreType::Bf16, to);
+    }
 }
 
 /// rope_kv.cu with one planted bug each in what Gemma 4 added: (text, replacement).
@@ -383,21 +371,32 @@ const PLANTED_QKV: &[(&str, &str)] = &[
 #[test]
 #[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn qkv_planted_bugs_fail() {
-    if gpu_or_skip("qkv_planted_bugs_fail").is_none() {
+    planted_bugs_fail("qkv_planted_bugs_fail", "rope_kv", PLANTED_QKV, qkv_cases);
+}
+
+/// Each of `bugs` (text, replacement) planted in `module` in turn: some check of `cases` on
+/// the planted kernels must fail.
+fn planted_bugs_fail(
+    test: &str,
+    module: &str,
+    bugs: &[(&str, &str)],
+    cases: fn(&Gpu, &mut Rng, &mut Checks),
+) {
+    if gpu_or_skip(test).is_none() {
         return;
     }
-    let mut rng = Rng::new("qkv_planted_bugs_fail");
-    let mut c = Checks::new("qkv_prepare planted bugs");
-    for &(from, to) in PLANTED_QKV {
-        let sources = planted_sources("rope_kv", from, to);
+    let mut rng = Rng::new(test);
+    let mut c = Checks::new(test);
+    for &(from, to) in bugs {
+        let sources = planted_sources(module, from, to);
         let bad = Gpu::with_sources(0, kiln_cuda::StoreType::Bf16, &sources)
             .expect("loading the planted module");
         let mut planted = Checks::quiet("planted");
-        qkv_cases(&bad, &mut rng, &mut planted);
+        cases(&bad, &mut rng, &mut planted);
         c.check(
             planted.failed() > 0,
             format!(
-                "rope_kv.cu with `{to}` for `{from}`: {} checks fail",
+                "{module}.cu with `{to}` for `{from}`: {} checks fail",
                 planted.failed()
             ),
         );
