@@ -12,7 +12,7 @@
 #   VOCAB_GGUF: ggml-vocab-llama-bpe.gguf, needed only to write the GGUF the first time (default: the first of
 #     ../shared/vocab/, .anchor/ that has it)
 # Environment:
-#   OUT=./bench-gpu-out   where results.json, table.md, times.txt and copies of the raw outputs go
+#   OUT=./bench-gpu-out   where results.json, table.md, times.txt and raw.tgz (the raw outputs) go
 #   RAW=/tmp/kiln-bench/gpu-run   raw outputs, kept while the machine stays warm: a part left out with
 #     SKIP_*=1 reuses its output from an earlier call (a part that runs replaces it)
 #   KILN_BIN              kiln binary (default: .carry/bin/kiln, else target*/release/kiln)
@@ -185,4 +185,5 @@ echo "== results"
     --tflops 790 --bandwidth 3.95e12 --out "$OUT/results.json" | tee "$OUT/table.md"
 echo "total: $((SECONDS - T_ALL)) s" | tee -a "$TIMES"
 cat "$TIMES"
-cp "$RAW"/*.json "$RAW"/*.jsonl "$RAW"/*.log "$RAW"/*.txt "$OUT"/ 2>/dev/null
+# The raw outputs in one archive: a GPU call brings back at most 8 files from its output folder.
+(cd "$RAW" && tar czf "$OUT/raw.tgz" $(ls *.json *.jsonl *.log *.txt 2>/dev/null))
