@@ -204,13 +204,38 @@ fn run(gpu: &Gpu, s: &Setup, step: &Step, kind: Kind) -> (Vec<u16>, f64) {
 
 /// The float64 reference of every row of chunks 0..n (rows x heads x hd per chunk).
 fn references(s: &Setup, n: usize) -> Vec<Vec<f64>> {
-    (0..n)
-        .map(|ci| {
-            (0..s.case.chunks[ci].rows)
-                .flat_map(|j| (0..s.case.n_q).flat_map(move |h| s.reference(ci, j, h)))
-                .collect()
-        })
-        .collect()
+    let chunk = |ci: usize| -> Vec<f64> {
+        (0..s.case.chunks[ci].rows)
+            .flat_map(|j| (0..s.case.n_q).flat_map(move |h| s.reference(ci, j, h)))
+            .collect()
+    };
+    // Chunks on every core: the long cases' references (128k keys) are most of the test's time.
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |t| t.get())
+        .min(n.max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut out: Vec<Vec<f64>> = vec![Vec::new(); n];
+    let done: Vec<Vec<(usize, Vec<f64>)>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let ci = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if ci >= n {
+                            break mine;
+                        }
+                        mine.push((ci, chunk(ci)));
+                    }
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    for (ci, r) in done.into_iter().flatten() {
+        out[ci] = r;
+    }
+    out
 }
 
 /// Compares `kind`'s output for the chunks it serves with float64; one line per chunk.
