@@ -47,7 +47,28 @@ __device__ __forceinline__ void dm_load_step(bf16_t* sk, bf16_t* sv, const bf16_
     }
 }
 
-template <int HD, int NST>
+// The scores of one step: Q's 16 slots (sq) against the step's 16 keys (sk), both rows of stride
+// LD; lane (g, t) ends with keys 8 n + 2 t and + 1 of slots g (elements 0-1) and g + 8 (2-3).
+template <int HD>
+__device__ __forceinline__ void dm_scores(float (&sc)[2][4], const bf16_t* sq, const bf16_t* sk, int ld, int lane) {
+#pragma unroll
+    for (int n = 0; n < 2; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.f;
+    const int mi = lane >> 3;
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+        u32 a[4], b[4];
+        ldmatrix_x4(a, sq + ((mi & 1) * 8 + (lane & 7)) * ld + kk * 16 + (mi >> 1) * 8);
+        ldmatrix_x4(b, sk + ((mi >> 1) * 8 + (lane & 7)) * ld + kk * 16 + (mi & 1) * 8);
+        mma_bf16_16816(sc[0], a, b);
+        mma_bf16_16816(sc[1], a, b + 2);
+    }
+}
+
+// LA (the decode_mma_la_* entries, KILN_DECODE_LOOKAHEAD): a step's scores are computed one step
+// ahead, beside the previous step's softmax and P V, whose chain of dependent instructions is
+// what a warp waits on at batch 1; the ring has a stage more, so that the copies still go out
+// NST - 2 steps before their scores. The same operations on the same values: the same bits.
+template <int HD, int NST, bool LA>
 __device__ __forceinline__ void decode_mma_body(
     const bf16_t* __restrict__ q, const bf16_t* __restrict__ k_cache, const bf16_t* __restrict__ v_cache,
     const int* __restrict__ positions, const int* __restrict__ token_seq, const int* __restrict__ bt_start,
@@ -57,7 +78,7 @@ __device__ __forceinline__ void decode_mma_body(
     constexpr int LD = HD + 8, DT = HD / 8, LDO = HD + 8;
     // Folding, a chain's O stays in registers up to head dim 128, in shared memory beyond.
     constexpr bool RO = HD <= 128;
-    static_assert(NST >= 2, "a ring of two stages at least");
+    static_assert(NST >= (LA ? 3 : 2), "a ring of two stages at least, three with the scores ahead");
     extern __shared__ __align__(16) unsigned char dm_smem[];
     // Without RO, first [chain][slot][LDO] floats: the chains' O; then the query slots, then
     // each warp's ring of NST stages of K and V. With RO the chains' O go to the start once
@@ -201,31 +222,41 @@ __device__ __forceinline__ void decode_mma_body(
         l_a = l_b = 0.f;
 #pragma unroll
         for (int d = 0; d < DT; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
+        // LA: the scores of step f, computed in the iteration before (or, for a split's first
+        // step, in its own).
+        float sc[2][4];
         for (int it = 0; it < n_steps; ++it, ++f) {
-            // Step f landed (this thread's copies, then the warp's); the stage of step f - 1,
-            // read by every lane by now, takes the step NST - 1 ahead.
-            cp_async_wait<NST - 2>();
+            // Step f landed (with LA step f + 1 too: this thread's copies, then the warp's);
+            // the stage of step f - 1, read by every lane by now, takes the step NST - 1 ahead.
+            if constexpr (LA) cp_async_wait<NST - 3>();
+            else cp_async_wait<NST - 2>();
             __syncwarp();
             issue();
             const bf16_t* sk = sk0 + (f % NST) * 2 * DM_STEP * LD;
             const bf16_t* sv = sk + DM_STEP * LD;
             const int k0 = t_lo + it * DM_STEP;
             // Does any slot see any of these 16 keys? If not, every state stays as it is.
-            const bool mine = k0 < my_len && (window <= 0 || k0 + DM_STEP - 1 >= my_len - window);
-            if (!__any_sync(0xffffffffu, mine)) continue;
-            float sc[2][4];
+            auto sees = [&](int k) { return k < my_len && (window <= 0 || k + DM_STEP - 1 >= my_len - window); };
+            const bool any = __any_sync(0xffffffffu, sees(k0));
+            if constexpr (LA) {
+                if (it == 0 && any) dm_scores<HD>(sc, sq, sk, LD, lane);
+                const bool next = it + 1 < n_steps && __any_sync(0xffffffffu, sees(k0 + DM_STEP));
+                float sn[2][4];
+                if (next) dm_scores<HD>(sn, sq, sk0 + ((f + 1) % NST) * 2 * DM_STEP * LD, LD, lane);
+                if (any)
+                    dm_softmax_pv(sc, o, m_a, m_b, l_a, l_b, sv, LD, lane, k0, len_a, len_b, first_a, first_b,
+                                  scale_log2);
+                if (next) {
 #pragma unroll
-            for (int n = 0; n < 2; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.f;
-            const int mi = lane >> 3;
+                    for (int n = 0; n < 2; ++n)
 #pragma unroll
-            for (int kk = 0; kk < HD / 16; ++kk) {
-                u32 a[4], b[4];
-                ldmatrix_x4(a, sq + ((mi & 1) * 8 + (lane & 7)) * LD + kk * 16 + (mi >> 1) * 8);
-                ldmatrix_x4(b, sk + ((mi >> 1) * 8 + (lane & 7)) * LD + kk * 16 + (mi & 1) * 8);
-                mma_bf16_16816(sc[0], a, b);
-                mma_bf16_16816(sc[1], a, b + 2);
+                        for (int e = 0; e < 4; ++e) sc[n][e] = sn[n][e];
+                }
+            } else {
+                if (!any) continue;
+                dm_scores<HD>(sc, sq, sk, LD, lane);
+                dm_softmax_pv(sc, o, m_a, m_b, l_a, l_b, sv, LD, lane, k0, len_a, len_b, first_a, first_b, scale_log2);
             }
-            dm_softmax_pv(sc, o, m_a, m_b, l_a, l_b, sv, LD, lane, k0, len_a, len_b, first_a, first_b, scale_log2);
         }
         // The split's partial: l summed over the quad (each lane held its own columns' share).
         l_a = __fadd_rn(l_a, __shfl_xor_sync(0xffffffffu, l_a, 1));
@@ -299,24 +330,30 @@ __device__ __forceinline__ void decode_mma_body(
 
 // decode_mma_hd*: `fold` 1 (one CTA a row run and head group: gridDim.x == 1) writes the output;
 // 0 writes each split's partials for decode_mma_combine.
-#define DM_ENTRY(NAME, HD, NST, MINB)                                                                   \
+#define DM_ENTRY(NAME, HD, NST, MINB, LA)                                                               \
     extern "C" __global__ void __launch_bounds__(128, MINB) NAME(                                       \
         const bf16_t* q, const bf16_t* kc, const bf16_t* vc, const int* positions, const int* token_seq, \
         const int* bt_start, const int* block_tables, float* part_o, float* part_ml, bf16_t* out, int n_q, \
         int n_kv, int block_size, int window, float scale_log2, int max_splits, int min_span, int span_round, \
         int fold, int early) {                                                                          \
         pdl_trigger();                                                                                  \
-        decode_mma_body<HD, NST>(q, kc, vc, positions, token_seq, bt_start, block_tables, part_o, part_ml, \
+        decode_mma_body<HD, NST, LA>(q, kc, vc, positions, token_seq, bt_start, block_tables, part_o, part_ml, \
                                  out, n_q, n_kv, block_size, window, scale_log2, max_splits, min_span, span_round, \
                                  fold, early);                                                          \
     }
 // Ring depth (a warp's stages of 16 keys) and CTAs per SM by head dim: about 100 KB of K/V in
 // flight per SM or more (the shared memory: attn_launch.rs's decode_mma_smem_bytes).
-DM_ENTRY(decode_mma_hd16, 16, 6, 4)
-DM_ENTRY(decode_mma_hd32, 32, 4, 4)
-DM_ENTRY(decode_mma_hd64, 64, 3, 3)
-DM_ENTRY(decode_mma_hd128, 128, 3, 2)
-DM_ENTRY(decode_mma_hd256, 256, 2, 1)
+DM_ENTRY(decode_mma_hd16, 16, 6, 4, false)
+DM_ENTRY(decode_mma_hd32, 32, 4, 4, false)
+DM_ENTRY(decode_mma_hd64, 64, 3, 3, false)
+DM_ENTRY(decode_mma_hd128, 128, 3, 2, false)
+DM_ENTRY(decode_mma_hd256, 256, 2, 1, false)
+// The scores one step ahead (LA), a stage more each; none at head dim 256, whose three stages
+// and folding chains would not fit in shared memory.
+DM_ENTRY(decode_mma_la_hd16, 16, 7, 4, true)
+DM_ENTRY(decode_mma_la_hd32, 32, 5, 4, true)
+DM_ENTRY(decode_mma_la_hd64, 64, 4, 3, true)
+DM_ENTRY(decode_mma_la_hd128, 128, 4, 2, true)
 
 // out[row, h, :] = the row's splits folded into their chains and the chains merged (decode_split.cuh),
 // for the launches without the fold. Grid (n_q, rows), hd threads or fewer. The partials' maxima

@@ -14,6 +14,8 @@ use crate::switches::{DecodeFold, KernelChoice, SplitCtas, Switches};
 
 /// Head dims of decode_mma_hd*.
 pub const DECODE_MMA_HEAD_DIMS: [usize; 5] = [16, 32, 64, 128, 256];
+/// Head dims of decode_mma_la_hd* (the scores one step ahead: KILN_DECODE_LOOKAHEAD).
+pub const DECODE_MMA_LA_HEAD_DIMS: [usize; 4] = [16, 32, 64, 128];
 // decode_mma_combine stages a row's split maxima and sums in shared memory for 256 splits.
 const _: () = assert!(DECODE_MAX_SPLITS <= 256 && DECODE_MMA_MAX_SPLITS <= 256);
 
@@ -96,8 +98,14 @@ pub enum DecodeKernel {
     /// one sequence sharing each K/V step; `fold`: whether a CTA folds a row's splits itself
     /// (KILN_DECODE_FOLD; the same bits either way; 512-wide heads never fold); `early`:
     /// whether the first K/V steps of keys written before the step go out before the kernel
-    /// ahead ends, where the inputs allow it (KILN_ATTN_EARLY; the same bits either way).
-    Mma { fold: DecodeFold, early: bool },
+    /// ahead ends, where the inputs allow it (KILN_ATTN_EARLY; the same bits either way);
+    /// `ahead`: each step's scores computed one step ahead, beside the previous step's softmax,
+    /// where the head dim has such an entry (KILN_DECODE_LOOKAHEAD; the same bits either way).
+    Mma {
+        fold: DecodeFold,
+        early: bool,
+        ahead: bool,
+    },
 }
 
 /// CTAs decode_mma gives each (row run, head group) along its split slots: the largest power of
@@ -136,33 +144,48 @@ impl Gpu {
     }
 }
 
-/// Stages of each decode_mma warp's K/V ring for head dim `hd` (DM_ENTRY in decode_mma.cu).
-fn decode_mma_stages(hd: usize) -> usize {
-    match hd {
+/// Stages of each decode_mma warp's K/V ring for head dim `hd` (DM_ENTRY in decode_mma.cu): one
+/// more in the entries with the scores one step ahead (`ahead`).
+fn decode_mma_stages(hd: usize, ahead: bool) -> usize {
+    let plain = match hd {
         0..=16 => 6,
         17..=32 => 4,
         33..=128 => 3,
         _ => 2,
-    }
+    };
+    plain + ahead as usize
 }
 
-/// Dynamic shared memory of decode_mma_hd{hd}: 16 query slots and each warp's K/V ring, rows
-/// padded by 8 elements, and beyond head dim 128 the folding chains' O (floats) before them.
-pub fn decode_mma_smem_bytes(hd: usize) -> usize {
+/// Dynamic shared memory of decode_mma_hd{hd} (`ahead`: decode_mma_la_hd{hd}): 16 query slots
+/// and each warp's K/V ring, rows padded by 8 elements, and beyond head dim 128 the folding
+/// chains' O (floats) before them.
+pub fn decode_mma_smem_bytes(hd: usize, ahead: bool) -> usize {
     let ld = hd + 8;
     let chains_o = if hd > 128 {
         DECODE_MMA_WARPS * 16 * ld * 4
     } else {
         0
     };
-    chains_o + (16 * ld + DECODE_MMA_WARPS * decode_mma_stages(hd) * 2 * DECODE_MMA_STEP * ld) * 2
+    chains_o
+        + (16 * ld + DECODE_MMA_WARPS * decode_mma_stages(hd, ahead) * 2 * DECODE_MMA_STEP * ld) * 2
 }
 
 /// The kernels of this file with the dynamic shared memory each needs.
 pub fn smem_needs() -> Vec<(String, usize)> {
     let decode = DECODE_MMA_HEAD_DIMS
         .iter()
-        .map(|&hd| (format!("decode_mma_hd{hd}"), decode_mma_smem_bytes(hd)));
+        .map(|&hd| {
+            (
+                format!("decode_mma_hd{hd}"),
+                decode_mma_smem_bytes(hd, false),
+            )
+        })
+        .chain(DECODE_MMA_LA_HEAD_DIMS.iter().map(|&hd| {
+            (
+                format!("decode_mma_la_hd{hd}"),
+                decode_mma_smem_bytes(hd, true),
+            )
+        }));
     let flash = FLASH_SM90_HEAD_DIMS.iter().flat_map(|&hd| {
         let b = flash_sm90_smem_bytes(hd);
         ["flash_sm90_hd", "flash_sm90o_hd", "flash_sm90p_hd"].map(|p| (format!("{p}{hd}"), b))
@@ -334,6 +357,7 @@ impl Gpu {
             DecodeKernel::Mma {
                 fold: sw.decode_fold,
                 early: sw.attn_early,
+                ahead: sw.decode_lookahead,
             }
         } else {
             DecodeKernel::Simt
@@ -364,7 +388,7 @@ impl Gpu {
             DecodeKernel::Simt => self.decode_attn_simt(
                 q, kv, inp, part_o, part_ml, out, rows, n_q, hd, window, scale,
             ),
-            DecodeKernel::Mma { fold, early } => self.decode_mma(
+            DecodeKernel::Mma { fold, early, ahead } => self.decode_mma(
                 q,
                 kv,
                 inp,
@@ -378,6 +402,7 @@ impl Gpu {
                 scale,
                 fold,
                 early && inp.old_keys_ready,
+                ahead,
             ),
         }
     }
@@ -398,6 +423,7 @@ impl Gpu {
         scale: f32,
         fold: DecodeFold,
         early: bool,
+        ahead: bool,
     ) -> Result<()> {
         if rows == 0 {
             return Ok(());
@@ -433,9 +459,11 @@ impl Gpu {
             true => 0,
             false => min_span.min(32) as i32,
         };
+        // The scores one step ahead where the head dim has that entry.
+        let ahead = ahead && !wide && DECODE_MMA_LA_HEAD_DIMS.contains(&hd);
         let smem = match wide {
             true => crate::attn_wide::decode_mma_wide_smem_bytes(hd),
-            false => decode_mma_smem_bytes(hd),
+            false => decode_mma_smem_bytes(hd, ahead),
         };
         // One CTA serves up to 16 query heads of a group (and 16 / heads rows of a sequence).
         let group = n_q / kv.n_kv;
@@ -485,7 +513,11 @@ impl Gpu {
             (false, false) => self.split_ctas(max_splits.div_ceil(DECODE_MMA_WARPS), groups, rows),
         };
         let grid = (sx as u32, groups as u32, rows as u32);
-        self.launch(&format!("decode_mma_hd{hd}"), grid, 128, smem as u32, &args)?;
+        let name = match ahead {
+            true => format!("decode_mma_la_hd{hd}"),
+            false => format!("decode_mma_hd{hd}"),
+        };
+        self.launch(&name, grid, 128, smem as u32, &args)?;
         if fold {
             return Ok(());
         }

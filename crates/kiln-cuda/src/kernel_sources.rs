@@ -306,6 +306,7 @@ mod tests {
         let decode_mma = [16, 32, 64, 128, 256]
             .into_iter()
             .map(|d| format!("decode_mma_hd{d}"))
+            .chain([16, 32, 64, 128].map(|d| format!("decode_mma_la_hd{d}")))
             .chain(["decode_mma_combine".to_string()])
             .collect();
         let expected: Vec<(&str, Vec<String>)> = vec![

@@ -118,6 +118,10 @@ pub struct Switches {
     /// decode_mma contract has not yet been seen to finish (its last case, 128k keys, ran
     /// past two calls' time limits after 1,598 checks had passed).
     pub attn_early: bool,
+    /// KILN_DECODE_LOOKAHEAD=1: decode_mma computes each step's scores one step ahead, beside
+    /// the previous step's softmax and P V (`decode_mma_la_*`, head dims up to 128; same bits).
+    /// Opt-in until measured on a GPU.
+    pub decode_lookahead: bool,
     /// KILN_DECODE_SPLIT_CTAS: CTAs decode attention gives each row's head group along its
     /// split slots (same bits whatever the count).
     pub decode_split_ctas: SplitCtas,
@@ -416,6 +420,7 @@ impl Env {
                     _ => DecodeFold::Auto,
                 },
                 attn_early: opt_in("KILN_ATTN_EARLY"),
+                decode_lookahead: opt_in("KILN_DECODE_LOOKAHEAD"),
                 decode_split_ctas: SplitCtas::parse(var("KILN_DECODE_SPLIT_CTAS").as_deref()),
                 tc_split_from: match var("KILN_SKINNY_TC_SPLIT").as_deref() {
                     None | Some("") | Some("on") => Some(TC_SPLIT_FROM),
@@ -545,7 +550,7 @@ impl Switches {
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} gemm_pin_m={pin_m} gemm_add={} gemm_tune={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} attn_early={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} argmax_vec={} flash_wide={} decode_wide={} kv_ring={} chain_gemm={} chain_rows={} gemm_short={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} gemm_pin_m={pin_m} gemm_add={} gemm_tune={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} attn_early={} decode_lookahead={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} argmax_vec={} flash_wide={} decode_wide={} kv_ring={} chain_gemm={} chain_rows={} gemm_short={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -568,6 +573,7 @@ impl Switches {
             self.decode_fold,
             self.decode_split_ctas.describe(),
             self.attn_early as u8,
+            self.decode_lookahead as u8,
             self.tc_split_from
                 .map_or("off".to_string(), |n| format!("{n}+")),
             self.wg.describe(),

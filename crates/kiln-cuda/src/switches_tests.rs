@@ -76,6 +76,8 @@ fn each_variable_turns_off_its_own_switch() {
     let sw = |vars: &[(&str, &str)]| read(vars).switches;
     assert!(sw(&[]).argmax_vec && !sw(&[("KILN_ARGMAX_VEC", "0")]).argmax_vec);
     assert!(!sw(&[]).attn_early && sw(&[("KILN_ATTN_EARLY", "1")]).attn_early);
+    let la = |vars: &[(&str, &str)]| sw(vars).decode_lookahead;
+    assert!(!la(&[]) && la(&[("KILN_DECODE_LOOKAHEAD", "on")]));
     let wide = |v| read(&[("KILN_FLASH_WIDE", v)]).switches.flash_wide_split;
     assert!(wide("split") && !wide("recompute") && read(&[]).switches.flash_wide_split);
     let dw = |v| read(&[("KILN_DECODE_WIDE", v)]).switches.decode_wide_mma;

@@ -33,10 +33,12 @@ const MMA: [DecodeKernel; 2] = [
     DecodeKernel::Mma {
         fold: DecodeFold::Always,
         early: true,
+        ahead: false,
     },
     DecodeKernel::Mma {
         fold: DecodeFold::Never,
         early: true,
+        ahead: false,
     },
 ];
 const LAYERS: f64 = 32.0;

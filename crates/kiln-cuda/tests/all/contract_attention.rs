@@ -42,8 +42,11 @@ impl Kind {
         match self {
             Kind::Ref => "ref_attn".into(),
             Kind::Decode(DecodeKernel::Simt) => "decode_attn".into(),
-            Kind::Decode(DecodeKernel::Mma { fold, early }) => {
-                format!("decode_mma fold={fold:?} early={}", early as u8)
+            Kind::Decode(DecodeKernel::Mma { fold, early, ahead }) => {
+                format!(
+                    "decode_mma fold={fold:?} early={} ahead={}",
+                    early as u8, ahead as u8
+                )
             }
             Kind::Flash(FlashKernel::Sm80 { pairs }) => format!("flash_attn pairs={}", pairs as u8),
             Kind::FlashWide { split: true } => "flash_wide split".into(),
@@ -111,15 +114,20 @@ fn kinds(gpu: &Gpu, case: &Case, family: Family) -> Vec<Kind> {
         k.push(Kind::Decode(DecodeKernel::Mma {
             fold: DecodeFold::Auto,
             early: true,
+            ahead: false,
         }));
         if !wide_mma {
-            // Each way by name, and the combine's way with every load after the wait.
-            for (fold, early) in [
-                (DecodeFold::Always, true),
-                (DecodeFold::Never, true),
-                (DecodeFold::Never, false),
+            // Each way by name, the combine's way with every load after the wait, and both
+            // ways with the scores one step ahead (head dims without that entry run the plain
+            // one: the comparison then holds trivially).
+            for (fold, early, ahead) in [
+                (DecodeFold::Always, true, false),
+                (DecodeFold::Never, true, false),
+                (DecodeFold::Never, false, false),
+                (DecodeFold::Always, true, true),
+                (DecodeFold::Never, true, true),
             ] {
-                k.push(Kind::Decode(DecodeKernel::Mma { fold, early }));
+                k.push(Kind::Decode(DecodeKernel::Mma { fold, early, ahead }));
             }
         }
     }
@@ -337,11 +345,25 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case, family: Famil
     }
     // Variants of one family: the same bits on the rows they serve.
     let prefill_at = step.n_decode() * case.n_q * case.hd;
-    let mma = |fold| Kind::Decode(DecodeKernel::Mma { fold, early: true });
+    let mma = |fold| {
+        Kind::Decode(DecodeKernel::Mma {
+            fold,
+            early: true,
+            ahead: false,
+        })
+    };
     let late = Kind::Decode(DecodeKernel::Mma {
         fold: DecodeFold::Never,
         early: false,
+        ahead: false,
     });
+    let ahead = |fold| {
+        Kind::Decode(DecodeKernel::Mma {
+            fold,
+            early: true,
+            ahead: true,
+        })
+    };
     for (a, b) in [
         (
             Kind::Flash(FlashKernel::Sm80 { pairs: true }),
@@ -355,6 +377,9 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case, family: Famil
         (mma(DecodeFold::Auto), mma(DecodeFold::Never)),
         // Its first K/V steps before the wait or after it.
         (mma(DecodeFold::Never), late),
+        // The scores one step ahead or in their own step.
+        (ahead(DecodeFold::Always), mma(DecodeFold::Always)),
+        (ahead(DecodeFold::Never), mma(DecodeFold::Never)),
     ] {
         // The rows the kind serves: the decode rows first, then the prefill rows.
         let find = |k: Kind| {
@@ -367,8 +392,15 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case, family: Famil
             c.identical(&format!("{} == {} {name}", a.name(), b.name()), x, y);
         }
     }
-    // A decode row alone gives the bits it gives in the batch (with its verify neighbours).
-    for (kind, out) in outs.iter().filter(|(k, _)| matches!(k, Kind::Decode(_))) {
+    // A decode row alone gives the bits it gives in the batch (with its verify neighbours);
+    // the late loads and the scores ahead are checked against their base kinds above, on the
+    // whole batch, and skip this (a row alone per kind is most of the test's launches).
+    let alone_checked = |k: &Kind| match k {
+        Kind::Decode(DecodeKernel::Mma { early, ahead, .. }) => *early && !*ahead,
+        Kind::Decode(_) => true,
+        _ => false,
+    };
+    for (kind, out) in outs.iter().filter(|(k, _)| alone_checked(k)) {
         let mut same = true;
         let mut rows = 0;
         for ci in (0..main).filter(|&ci| case.chunks[ci].rows == 1) {
