@@ -459,12 +459,6 @@ impl Gpu {
             true => 0,
             false => min_span.min(32) as i32,
         };
-        // The scores one step ahead where the head dim has that entry.
-        let ahead = ahead && !wide && DECODE_MMA_LA_HEAD_DIMS.contains(&hd);
-        let smem = match wide {
-            true => crate::attn_wide::decode_mma_wide_smem_bytes(hd),
-            false => decode_mma_smem_bytes(hd, ahead),
-        };
         // One CTA serves up to 16 query heads of a group (and 16 / heads rows of a sequence).
         let group = n_q / kv.n_kv;
         let chunks = group.div_ceil(group.min(16));
@@ -477,6 +471,15 @@ impl Gpu {
                 DecodeFold::Never => false,
                 DecodeFold::Auto => rows * groups >= self.sm_count as usize,
             };
+        // The scores one step ahead where the head dim has that entry, and only for launches
+        // of few rows (no fold): its extra ring stage halves the CTAs a multiprocessor holds
+        // at head dim 128 (144 KB of shared memory against 109), which only few rows can spare.
+        // The same bits either way.
+        let ahead = ahead && !wide && !fold && DECODE_MMA_LA_HEAD_DIMS.contains(&hd);
+        let smem = match wide {
+            true => crate::attn_wide::decode_mma_wide_smem_bytes(hd),
+            false => decode_mma_smem_bytes(hd, ahead),
+        };
         let mut args = vec![
             Arg::Ptr(q),
             Arg::Ptr(kv.k),

@@ -117,14 +117,13 @@ fn kinds(gpu: &Gpu, case: &Case, family: Family) -> Vec<Kind> {
             ahead: false,
         }));
         if !wide_mma {
-            // Each way by name, the combine's way with every load after the wait, and both
-            // ways with the scores one step ahead (head dims without that entry run the plain
-            // one: the comparison then holds trivially).
+            // Each way by name, the combine's way with every load after the wait, and with the
+            // scores one step ahead (taken by launches that do not fold, at head dims that have
+            // the entry: elsewhere the plain kernel runs and the comparison holds trivially).
             for (fold, early, ahead) in [
                 (DecodeFold::Always, true, false),
                 (DecodeFold::Never, true, false),
                 (DecodeFold::Never, false, false),
-                (DecodeFold::Always, true, true),
                 (DecodeFold::Never, true, true),
             ] {
                 k.push(Kind::Decode(DecodeKernel::Mma { fold, early, ahead }));
@@ -378,7 +377,6 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case, family: Famil
         // Its first K/V steps before the wait or after it.
         (mma(DecodeFold::Never), late),
         // The scores one step ahead or in their own step.
-        (ahead(DecodeFold::Always), mma(DecodeFold::Always)),
         (ahead(DecodeFold::Never), mma(DecodeFold::Never)),
     ] {
         // The rows the kind serves: the decode rows first, then the prefill rows.
