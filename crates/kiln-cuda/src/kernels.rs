@@ -87,16 +87,16 @@ pub(crate) fn grid_1d(n: usize, block: usize, cap: usize) -> (u32, u32, u32) {
     (n.div_ceil(block).clamp(1, cap) as u32, 1, 1)
 }
 
-/// The grid and the `vec` argument of the gated activations (common.cuh's `gated_rows`, blocks
-/// of 256 threads): along x enough CTAs for one row's `inter` values, four a thread when
-/// `inter` is a multiple of 4 and KILN_GATED_VEC allows; along y a CTA row per token row, up to
-/// the grid's limit (the kernel strides past it).
 /// Whether argmax_rows reads four logits a load: rows 16-byte aligned, and not switched off
 /// (KILN_ARGMAX_VEC=0).
 fn argmax_vec(vocab: usize) -> bool {
     Switches::from_env().argmax_vec && vocab.is_multiple_of(4)
 }
 
+/// The grid and the `vec` argument of the gated activations (common.cuh's `gated_rows`, blocks
+/// of 256 threads): along x enough CTAs for one row's `inter` values, four a thread when
+/// `inter` is a multiple of 4 and KILN_GATED_VEC allows; along y a CTA row per token row, up to
+/// the grid's limit (the kernel strides past it).
 pub(crate) fn gated_grid(inter: usize, rows: usize) -> ((u32, u32, u32), i32) {
     let vec = Switches::from_env().gated_vec && inter.is_multiple_of(4);
     let x = inter.div_ceil(if vec { 4 } else { 1 } * 256).max(1);

@@ -120,8 +120,7 @@ pub struct Switches {
     pub attn_early: bool,
     /// KILN_DECODE_LOOKAHEAD=1: decode_mma computes each step's scores one step ahead, beside
     /// the previous step's softmax and P V (`decode_mma_la_*`, head dims up to 128, launches
-    /// that do not fold; same bits).
-    /// Opt-in until measured on a GPU.
+    /// that do not fold; same bits). Opt-in until measured on a GPU.
     pub decode_lookahead: bool,
     /// KILN_DECODE_SPLIT_CTAS: CTAs decode attention gives each row's head group along its
     /// split slots (same bits whatever the count).
