@@ -177,14 +177,8 @@ __device__ __forceinline__ void decode_mma_body(
         }
     }
     pdl_wait();
-    // Query slots: slot i is row i / gc, head hc0 + i % gc, in a commit group of their own.
-    for (int idx = threadIdx.x; idx < 16 * DT; idx += DM_WARPS * 32) {
-        const int i = idx / DT, c = idx % DT;
-        const int r = i / gc, h = i % gc;
-        const bool ok = r < nr && h < nh;
-        const bf16_t* src = q + ((u64)(row0 + (ok ? r : 0)) * n_q + hc0 + (ok ? h : 0)) * HD + c * 8;
-        cp_async_16(sq + i * LD + c * 8, src, ok ? 16 : 0);
-    }
+    // The query slots, in a commit group of their own.
+    dm_load_query<HD, DM_WARPS * 32>(sq, LD, q, row0, nr, n_q, hc0, nh, gc);
     cp_async_commit();
     for (int st = pre; st < NST - 1; ++st) issue();
     // The query slots landed (this thread's: NST - 1 - pre groups were committed after

@@ -38,7 +38,7 @@ __device__ __forceinline__ void decode_mma_wide_body(
     const int* __restrict__ positions, const int* __restrict__ token_seq, const int* __restrict__ bt_start,
     const int* __restrict__ block_tables, float* __restrict__ part_o, float* __restrict__ part_ml,
     int n_q, int n_kv, int block_size, int window, float scale_log2, int max_splits, int min_span, int span_round) {
-    constexpr int LD = HD + 8, CQ = HD / 8, DW = HD / DMW_WARPS, DT = DW / 8, NT = DMW_TILE / 8;
+    constexpr int LD = HD + 8, DW = HD / DMW_WARPS, DT = DW / 8, NT = DMW_TILE / 8;
     extern __shared__ __align__(16) unsigned char dmw_smem[];
     bf16_t* sq = reinterpret_cast<bf16_t*>(dmw_smem);
     bf16_t* sk0 = sq + 16 * LD;
@@ -83,13 +83,7 @@ __device__ __forceinline__ void decode_mma_wide_body(
         const int r = threadIdx.x / gc, h = threadIdx.x % gc;
         s_len[threadIdx.x] = (r < nr && h < nh) ? positions[row0 + r] + 1 : 0;  // 0: an empty slot
     }
-    for (int idx = threadIdx.x; idx < 16 * CQ; idx += DMW_WARPS * 32) {
-        const int i = idx / CQ, c = idx % CQ;
-        const int r = i / gc, h = i % gc;
-        const bool ok = r < nr && h < nh;
-        const bf16_t* src = q + ((u64)(row0 + (ok ? r : 0)) * n_q + hc0 + (ok ? h : 0)) * HD + c * 8;
-        cp_async_16(sq + i * LD + c * 8, src, ok ? 16 : 0);
-    }
+    dm_load_query<HD, DMW_WARPS * 32>(sq, LD, q, row0, nr, n_q, hc0, nh, gc);
 #pragma unroll
     for (int st = 0; st < NST - 1; ++st) {
         if (st < n_tiles)

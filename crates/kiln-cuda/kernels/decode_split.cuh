@@ -33,6 +33,22 @@ __device__ __forceinline__ bool dm_same(const int* token_seq, const int* positio
                                                dm_span(positions[b] + 1, max_splits, min_span, round);
 }
 
+// A CTA's 16 query slots into sq (rows of stride ld), copied by its THREADS threads, one commit
+// group's worth (the caller commits): slot i is row row0 + i / gc, head hc0 + i % gc, and zeros
+// for slots past the run's nr rows or the CTA's nh heads.
+template <int HD, int THREADS>
+__device__ __forceinline__ void dm_load_query(bf16_t* sq, int ld, const bf16_t* __restrict__ q, int row0, int nr,
+                                              int n_q, int hc0, int nh, int gc) {
+    constexpr int CQ = HD / 8;  // 16-byte chunks a row
+    for (int idx = threadIdx.x; idx < 16 * CQ; idx += THREADS) {
+        const int i = idx / CQ, c = idx % CQ;
+        const int r = i / gc, h = i % gc;
+        const bool ok = r < nr && h < nh;
+        const bf16_t* src = q + ((u64)(row0 + (ok ? r : 0)) * n_q + hc0 + (ok ? h : 0)) * HD + c * 8;
+        cp_async_16(sq + i * ld + c * 8, src, ok ? 16 : 0);
+    }
+}
+
 // One step of a split's online softmax, for both tensor-core decode kernels: the scores s of
 // keys k0.. (lane (g, t) holds keys k0 + 8 n + 2 t and + 1 of slots g and g + 8) masked to each
 // slot's keys [first, len), scaled, folded into the running maxima m, this lane's share of the
