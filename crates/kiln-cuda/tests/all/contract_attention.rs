@@ -109,15 +109,15 @@ fn kinds(gpu: &Gpu, case: &Case, family: Family) -> Vec<Kind> {
     }
     let wide_mma = WIDE_HEAD_DIMS.contains(&case.hd);
     if family == Family::DecodeMma && (DECODE_MMA_HEAD_DIMS.contains(&case.hd) || wide_mma) {
-        // The launcher's choice, then each way by name (512-wide heads never fold): the
-        // same bits all three.
+        // The launcher's choice, then the variants by name (512-wide heads never fold, nor
+        // take the early loads or the scores ahead): the same bits all of them.
         k.push(Kind::Decode(DecodeKernel::Mma {
             fold: DecodeFold::Auto,
             early: true,
             ahead: false,
         }));
         if !wide_mma {
-            // Each way by name, the combine's way with every load after the wait, and with the
+            // Each fold by name, the combine's way with every load after the wait, and with the
             // scores one step ahead (taken by launches that do not fold, at head dims that have
             // the entry: elsewhere the plain kernel runs and the comparison holds trivially).
             for (fold, early, ahead) in [
@@ -221,28 +221,22 @@ fn references(s: &Setup, n: usize) -> Vec<Vec<f64>> {
         .map_or(1, |t| t.get())
         .min(n.max(1));
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut out: Vec<Vec<f64>> = vec![Vec::new(); n];
-    let done: Vec<Vec<(usize, Vec<f64>)>> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let ci = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        if ci >= n {
-                            break mine;
-                        }
-                        mine.push((ci, chunk(ci)));
-                    }
-                })
-            })
-            .collect();
-        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    let slots: Vec<std::sync::OnceLock<Vec<f64>>> = (0..n).map(|_| Default::default()).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let ci = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if ci >= n {
+                    break;
+                }
+                let _ = slots[ci].set(chunk(ci));
+            });
+        }
     });
-    for (ci, r) in done.into_iter().flatten() {
-        out[ci] = r;
-    }
-    out
+    slots
+        .into_iter()
+        .map(|r| r.into_inner().expect("every chunk's reference"))
+        .collect()
 }
 
 /// Compares `kind`'s output for the chunks it serves with float64; one line per chunk.
