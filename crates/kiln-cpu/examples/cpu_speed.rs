@@ -43,6 +43,7 @@ fn main() -> anyhow::Result<()> {
         block_size,
         threads,
         host_blocks: 0,
+        fp8: false,
     };
     let t0 = Instant::now();
     let mut backend = CpuBackend::new(&src, opts, None)?;

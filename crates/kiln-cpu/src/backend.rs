@@ -28,6 +28,9 @@ pub struct CpuOptions {
     /// host memory already; the tier is there so that the engine's use of it is the same (and
     /// tested) on every backend.
     pub host_blocks: usize,
+    /// `--quantize fp8`: a layer's projections in fp8 rows, their inputs rounded to fp8 rows
+    /// before each product (kiln_formats::fp8), as the GPU's fp8 GEMMs read them.
+    pub fp8: bool,
 }
 
 impl Default for CpuOptions {
@@ -37,6 +40,7 @@ impl Default for CpuOptions {
             block_size: 16,
             threads: None,
             host_blocks: 0,
+            fp8: false,
         }
     }
 }
@@ -100,7 +104,7 @@ impl CpuBackend {
         }
         let pool = builder.build()?;
         let spec = config.spec();
-        let weights = ModelWeights::load(weights, &spec, &pool, progress)?;
+        let weights = ModelWeights::load(weights, &spec, &pool, progress, opts.fp8)?;
         let geometry = KvGeometry {
             block_size: opts.block_size,
             num_blocks: opts.kv_blocks,
@@ -194,7 +198,8 @@ impl CpuBackend {
         let spec = config
             .draft_spec(&self.config)
             .context("the draft model does not fit the model")?;
-        let weights = ModelWeights::load(weights, &spec, &self.pool, progress)?;
+        // A draft model keeps its own format: fp8 is the target's (`CpuOptions::fp8`).
+        let weights = ModelWeights::load(weights, &spec, &self.pool, progress, false)?;
         self.draft = Some(DraftModel { spec, weights });
         Ok(())
     }

@@ -287,11 +287,11 @@ impl StepOps for CpuOps<'_> {
             LayerWeight::PerLayerProj => (&a.pl_act, &mut a.proj),
             other => anyhow::bail!("{other:?} is not a projection"),
         };
-        matmul(
-            &rounded(&x[..n * w.cols()], narrow),
-            w,
-            &mut y[..n * w.rows()],
-        );
+        let mut x = rounded(&x[..n * w.cols()], narrow);
+        if self.weights.fp8 && weight.fp8_projection() {
+            kiln_formats::fp8::round_rows(x.to_mut(), w.cols());
+        }
+        matmul(&x, w, &mut y[..n * w.rows()]);
         match weight {
             LayerWeight::Qkv => self.qkv_stride = w.rows(),
             LayerWeight::O | LayerWeight::Down | LayerWeight::PerLayerProj => self.pending = true,

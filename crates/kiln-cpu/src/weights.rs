@@ -1,7 +1,8 @@
 //! The model's weights as the CPU forward pass wants them, in the fused layout of
 //! `kiln_model::schema`: norms and biases as plain vectors, every projection packed for the
 //! matmul (16 bits a value when that is exact; a GGUF's Q8_0, Q4_0, Q4_K and Q6_K blocks kept
-//! quantised and decoded inside the matmul).
+//! quantised and decoded inside the matmul). With `--quantize fp8` a layer's projections hold
+//! the values of their fp8 rows (kiln_formats::fp8) instead.
 
 use anyhow::Context;
 use kiln_model::schema::{self, Fused, GlobalWeight, LayerWeight};
@@ -66,16 +67,21 @@ pub(crate) struct ModelWeights {
     pub lm_head: PackedMatrix,
     pub per_layer: Option<PerLayerWeights>,
     pub draft: Option<DraftWeights>,
+    /// The layers' projections hold fp8 rows ([`LayerWeight::fp8_projection`]), and their
+    /// input rows are rounded to fp8 the same way before each product.
+    pub fp8: bool,
 }
 
 impl ModelWeights {
     /// Loads every weight of the schema once, reporting `(loaded, total)` after each tensor.
-    /// Packing runs on `pool`; `progress` is called on this thread.
+    /// Packing runs on `pool`; `progress` is called on this thread. `fp8`: the projections
+    /// [`LayerWeight::fp8_projection`] names are rounded to fp8 rows.
     pub fn load(
         src: &dyn WeightSource,
         spec: &ModelSpec,
         pool: &rayon::ThreadPool,
         progress: Option<&dyn Fn(usize, usize)>,
+        fp8: bool,
     ) -> anyhow::Result<ModelWeights> {
         let cfg = src.config().clone();
         let mut loader = Loader {
@@ -145,6 +151,9 @@ impl ModelWeights {
             for f in schema::layer_weights(l, layer, spec.hidden_size) {
                 let i = f.weight.index();
                 match f.cols {
+                    Some(cols) if fp8 && f.weight.fp8_projection() => {
+                        w.matrices[i] = Some(loader.fp8_matrix(&f, cols)?)
+                    }
                     Some(_) => w.matrices[i] = Some(loader.matrix(&f)?),
                     None => w.vectors[i] = Some(loader.vector(&f)?),
                 }
@@ -158,6 +167,7 @@ impl ModelWeights {
             lm_head,
             per_layer,
             draft,
+            fp8,
         })
     }
 
@@ -299,6 +309,19 @@ impl Loader<'_> {
         let m = self.stack(cols, &parts)?;
         debug_assert_eq!(m.rows(), f.rows());
         Ok(m)
+    }
+
+    /// A fused matrix of the schema with each row rounded to fp8 (its parts' rows are its
+    /// rows, so each part is rounded on its own): f32 values, whatever the file stores.
+    fn fp8_matrix<W>(&mut self, f: &Fused<W>, cols: usize) -> anyhow::Result<PackedMatrix> {
+        let mut parts = Vec::with_capacity(f.parts.len());
+        for p in &f.parts {
+            let mut v = self.fetch(p.id)?;
+            self.pool
+                .install(|| kiln_formats::fp8::round_rows_par(&mut v, cols));
+            parts.push(Fetched::F32(v));
+        }
+        self.stack(cols, &parts)
     }
 
     /// A fused vector of the schema: its parts one after another, absent ones as the schema

@@ -11,6 +11,7 @@ use kiln_step::{
 
 use crate::device::{Gpu, PinnedBuf};
 use crate::forward::{Activations, StepContext};
+use crate::gemm_fp8::Fp8Scales;
 use crate::gemm_lt::LtGemm;
 use crate::graphs::{graphs_enabled_by_env, prefill_max_from_env, GraphCache, GraphCounters};
 use crate::graphs_pad::{GraphBuckets, GraphShape};
@@ -60,6 +61,9 @@ pub struct CudaOptions {
     /// Decode rows of bf16 weights in the prefill GEMM's order (docs/CUDA.md, "Decode in the
     /// prefill GEMM's order"); None: as KILN_CHAIN_GEMM says (off unless 1).
     pub chain_gemm: Option<bool>,
+    /// `--quantize fp8`: each layer's projections in fp8 rows, multiplied by the fp8 GEMM
+    /// (gemm_fp8.rs); None: as KILN_FP8 says (off unless 1).
+    pub fp8: Option<bool>,
 }
 
 impl Default for CudaOptions {
@@ -77,6 +81,7 @@ impl Default for CudaOptions {
             dtype: StoreType::Bf16,
             kv_ring: None,
             chain_gemm: None,
+            fp8: None,
         }
     }
 }
@@ -186,7 +191,8 @@ impl CudaBackend {
             .max_batch_tokens
             .unwrap_or(opts.prefill_chunk + opts.max_seqs);
         let gpu = Gpu::with_store(opts.device, opts.dtype)?;
-        let weights_dev = load_weights(&gpu, weights, &spec, max_context, true, progress)?;
+        let fp8 = opts.fp8.unwrap_or(Switches::from_env().fp8);
+        let weights_dev = load_weights(&gpu, weights, &spec, max_context, true, fp8, progress)?;
         let mut lt = LtGemm::new(&gpu, opts.prefill_chunk)?;
         // KILN_QUANT_AHEAD=N: N multiprocessors left to the expansion one layer ahead.
         match (&weights_dev.ahead, Switches::from_env().quant_ahead) {
@@ -206,6 +212,16 @@ impl CudaBackend {
                     .with_context(|| format!("timing the chain kernel for {n}x{k}"))?;
             }
         }
+        if fp8 {
+            lt.enable_fp8(&gpu, Fp8Scales::from_env())?;
+            for l in &weights_dev.layers {
+                for m in l.fp8() {
+                    lt.fp8()?.pin(&gpu, m.rows, m.cols).with_context(|| {
+                        format!("choosing the fp8 GEMM for {}x{}", m.rows, m.cols)
+                    })?;
+                }
+            }
+        }
         let ring_on = opts.kv_ring.unwrap_or(switches.kv_ring);
         let (bs, seqs) = (opts.block_size, opts.max_seqs);
         let ask = RingAsk::for_model(&spec, ring_on, bs, max_tokens, seqs, max_context);
@@ -218,7 +234,7 @@ impl CudaBackend {
         });
         let vocab = config.vocab_size;
         let probe = StepLayout::with_ring(max_tokens, seqs, max_context, bs, 1, vocab, probe_ring);
-        let act = Activations::new(&gpu, &spec, &probe)?;
+        let act = Activations::new(&gpu, &spec, &probe, fp8)?;
         // Before the KV budget is taken from what is free.
         gpu.reserve_tc_split(opts.max_seqs)?;
         gpu.reserve_wg(&spec, opts.max_seqs)?;
@@ -294,6 +310,11 @@ impl CudaBackend {
                 + self.sampling.bytes()
                 + self.pipe.bytes()
                 + crate::gemm_lt::WORKSPACE_BYTES
+                + if self.lt.fp8.is_some() {
+                    crate::gemm_fp8::WORKSPACE_BYTES
+                } else {
+                    0
+                }
                 + self.weights.scratch_bytes()
                 + self.gpu.reserved_scratch_bytes(),
             kv_block: KvCache::block_bytes(&self.spec, self.kv.block_size, self.gpu.store),

@@ -117,6 +117,8 @@ impl CudaBackend {
             &spec,
             l.max_context,
             prefill_rows,
+            // A draft model keeps its own format: fp8 is the target's.
+            false,
             progress,
         )?;
         ensure!(w.draft.is_some(), "the draft model has no projections");
@@ -144,7 +146,7 @@ impl CudaBackend {
         );
         self.draft = Some(DraftModel {
             graphs: DraftGraphs::new(&layout, self.switches.draft_graphs),
-            act: Activations::new(&self.gpu, &spec, &layout)?,
+            act: Activations::new(&self.gpu, &spec, &layout, false)?,
             bufs: DraftBufs::new(&self.gpu, &spec, rows)?,
             step_host: PinnedBuf::new(&self.gpu, layout.len)?,
             meta_host: PinnedBuf::new(&self.gpu, 3 * rows)?,

@@ -40,8 +40,9 @@ impl Footprint {
             .max_batch_tokens
             .unwrap_or(opts.prefill_chunk + opts.max_seqs);
         let store = opts.dtype;
+        let fp8 = fp8_on(opts);
         Footprint {
-            weights: weight_bytes(spec, max_context, store),
+            weights: weight_bytes(spec, max_context, store, fp8),
             buffers: buffer_bytes(
                 spec,
                 max_tokens,
@@ -49,7 +50,12 @@ impl Footprint {
                 max_context,
                 opts.block_size,
                 store,
-            ) + WORKSPACE_BYTES,
+            ) + WORKSPACE_BYTES
+                + if fp8 {
+                    fp8_buffer_bytes(spec, max_tokens)
+                } else {
+                    0
+                },
             kv_block: KvCache::block_bytes(spec, opts.block_size, store),
         }
     }
@@ -63,8 +69,9 @@ impl Footprint {
         let mut fp = Footprint::of(&spec, config.max_position, opts);
         let sw = crate::switches::Switches::from_env();
         if sw.gpu_quant && opts.dtype == StoreType::Bf16 {
-            let (quant, scratch) = crate::quant_weights::weight_bytes(&spec, src, true);
-            let (plain, _) = crate::quant_weights::weight_bytes(&spec, src, false);
+            let fp8 = fp8_on(opts);
+            let (quant, scratch) = crate::quant_weights::weight_bytes(&spec, src, true, fp8);
+            let (plain, _) = crate::quant_weights::weight_bytes(&spec, src, false, fp8);
             fp.weights = fp.weights - plain + quant;
             if !sw.quant_prefill_skinny {
                 fp.buffers += scratch;
@@ -79,9 +86,37 @@ impl Footprint {
     }
 }
 
-fn weight_bytes(spec: &ModelSpec, rope_positions: usize, store: StoreType) -> usize {
+/// Whether the backend keeps fp8 projections (`CudaOptions::fp8`, else KILN_FP8).
+fn fp8_on(opts: &CudaOptions) -> bool {
+    opts.fp8
+        .unwrap_or_else(|| crate::switches::Switches::from_env().fp8)
+}
+
+/// The fp8 GEMMs' buffers: a step's input rows in fp8 and their scales (forward.rs
+/// `Activations::new`) and the GEMM's workspace.
+fn fp8_buffer_bytes(spec: &ModelSpec, max_tokens: usize) -> usize {
+    let widest = |f: fn(&kiln_model::LayerSpec) -> usize| spec.max_over_layers(f);
+    let k = widest(|l| l.ffn.intermediate())
+        .max(widest(|l| l.attn.q_dim()))
+        .max(spec.hidden_size);
+    max_tokens * k + max_tokens * 4 + crate::gemm_fp8::WORKSPACE_BYTES
+}
+
+/// A matrix's bytes as the backend holds it: in the storage type, or in fp8 rows (a byte a
+/// value and an f32 scale a row) for an fp8 projection.
+fn matrix_bytes<W>(f: &schema::Fused<W>, store: StoreType, fp8: bool) -> usize {
+    match fp8 {
+        true => f.len() + f.rows() * 4,
+        false => f.len() * store.bytes(),
+    }
+}
+
+fn weight_bytes(spec: &ModelSpec, rope_positions: usize, store: StoreType, fp8: bool) -> usize {
     let h = spec.hidden_size;
-    let globals: usize = schema::global_weights(spec).iter().map(|f| f.len()).sum();
+    let globals: usize = schema::global_weights(spec)
+        .iter()
+        .map(|f| f.len() * store.bytes())
+        .sum();
     let layers: usize = spec
         .layers
         .iter()
@@ -89,7 +124,7 @@ fn weight_bytes(spec: &ModelSpec, rope_positions: usize, store: StoreType) -> us
         .map(|(l, layer)| {
             schema::layer_weights(l, layer, h)
                 .iter()
-                .map(|f| f.len())
+                .map(|f| matrix_bytes(f, store, fp8 && f.weight.fp8_projection()))
                 .sum::<usize>()
         })
         .sum();
@@ -98,7 +133,7 @@ fn weight_bytes(spec: &ModelSpec, rope_positions: usize, store: StoreType) -> us
         .iter()
         .map(|r| rope_positions * 2 * r.inv_freq.len() * 4)
         .sum();
-    (globals + layers) * store.bytes() + ropes
+    globals + layers + ropes
 }
 
 /// The activation buffers (forward.rs `Activations::new`), the sampler's (sampling.rs) and the

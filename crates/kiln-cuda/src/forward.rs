@@ -60,6 +60,9 @@ pub struct Activations {
     pub per_layer: DevBuf<f32>,
     pub pl_gate: DevBuf<f32>,
     pub pl_act: StoreBuf,
+    /// A projection's input rows in fp8 and their scales (`--quantize fp8`; empty without).
+    pub fp8_x: DevBuf<u8>,
+    pub fp8_scale: DevBuf<f32>,
 }
 
 /// Elements of one token's per-layer inputs (every layer's) and of one layer's slice.
@@ -69,13 +72,15 @@ pub fn per_layer_widths(spec: &ModelSpec) -> (usize, usize) {
 }
 
 impl Activations {
-    pub fn new(gpu: &Gpu, spec: &ModelSpec, l: &StepLayout) -> Result<Activations> {
+    /// `fp8`: room for the fp8 input rows of the widest projection input.
+    pub fn new(gpu: &Gpu, spec: &ModelSpec, l: &StepLayout, fp8: bool) -> Result<Activations> {
         let (t, s, h) = (l.max_tokens, l.max_seqs, spec.hidden_size);
         let widest = |f: fn(&kiln_model::LayerSpec) -> usize| spec.max_over_layers(f);
         let q_dim = widest(|l| l.attn.q_dim());
         let heads = widest(|l| l.attn.num_heads);
         let head_dim = widest(|l| l.attn.head_dim);
         let inter = widest(|l| l.ffn.intermediate());
+        let fp8_k = if fp8 { inter.max(q_dim).max(h) } else { 0 };
         Ok(Activations {
             x: gpu.alloc(t * h)?,
             delta: gpu.alloc(t * h)?,
@@ -94,6 +99,8 @@ impl Activations {
             per_layer: gpu.alloc(t * per_layer_widths(spec).0)?,
             pl_gate: gpu.alloc(t * per_layer_widths(spec).1)?,
             pl_act: gpu.alloc_store(t * per_layer_widths(spec).1)?,
+            fp8_x: gpu.alloc(t * fp8_k)?,
+            fp8_scale: gpu.alloc(if fp8 { t } else { 0 })?,
         })
     }
 
@@ -115,6 +122,8 @@ impl Activations {
             + self.per_layer.bytes()
             + self.pl_gate.bytes()
             + self.pl_act.bytes()
+            + self.fp8_x.bytes()
+            + self.fp8_scale.bytes()
     }
 }
 
@@ -264,6 +273,7 @@ impl StepOps for CudaOps<'_, '_> {
                     .quant_embed(s.format, x, s.data.ptr(), tokens, n, q.cols, scale),
                 _ => bail!("a quantised embedding in more than one format"),
             },
+            MatrixRef::Fp8(_) => bail!("an fp8 embedding (only layer projections are fp8)"),
         }
     }
 
@@ -569,6 +579,7 @@ impl StepOps for CudaOps<'_, '_> {
                 self.lt
                     .matmul(g, logits, x, w, r, s.vocab_size, s.hidden_size)?
             }
+            MatrixRef::Fp8(_) => bail!("an fp8 LM head (only layer projections are fp8)"),
         }
         // In place, so the argmax, the device sampler and the logits copied out all see it.
         if let Some(cap) = s.logit_softcap {

@@ -88,6 +88,7 @@ impl CudaOps<'_, '_> {
                 )?,
                 _ => bail!("a quantised embedding in more than one format"),
             },
+            MatrixRef::Fp8(_) => bail!("an fp8 embedding (only layer projections are fp8)"),
         }
         g.draft_concat(io.input, io.embedded, io.hidden, io.hidden_rows, n, b)?;
         let input = StorePtr::new(io.input, g.store);

@@ -107,6 +107,11 @@ impl CudaOps<'_, '_> {
                 self.flush_norm()?;
                 return self.fused_quant(layer, weight, q);
             }
+            // The fp8 GEMM has no prologue or epilogue: the plain path.
+            MatrixRef::Fp8(_) => {
+                self.flush_norm()?;
+                return Ok(false);
+            }
         };
         let (spec, a, h) = (&c.spec.layers[layer], c.a, c.spec.hidden_size);
         let norm = |f: &mut Fusion| {

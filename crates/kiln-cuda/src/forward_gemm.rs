@@ -1,13 +1,15 @@
 //! A step's GEMMs: decode rows through the skinny kernels, prefill rows through cuBLASLt; of a
 //! block-quantised matrix, through its bf16 expansion (quant_prefill.rs), made just before the
 //! GEMM or, by default, by the side stream while the layer before ran (KILN_QUANT_AHEAD). With
-//! KILN_CHAIN_GEMM every row of a bf16 weight takes the prefill's order (chain_or_lt).
+//! KILN_CHAIN_GEMM every row of a bf16 weight takes the prefill's order (chain_or_lt). Every row
+//! of an fp8 projection takes the fp8 GEMM, its input rows quantised first (fp8_gemm).
 
 use anyhow::{ensure, Result};
 use kiln_model::LayerWeight;
 
 use super::CudaOps;
 use crate::device::DevPtr;
+use crate::fp8_rows::Fp8Matrix;
 use crate::gemm_lt::GemmOut;
 use crate::quant_gemm::quant_skinny_all;
 use crate::quant_prefill::{prefill_rows, Bf16Of};
@@ -56,6 +58,7 @@ impl CudaOps<'_, '_> {
                 let scratch = Bf16Of::Scratch(self.ctx.w.scratch_ptr());
                 return prefill_rows(g, self.lt, scratch, q, out, y, x, t, d);
             }
+            MatrixRef::Fp8(m) => return self.fp8_gemm(out, y, x, m, n, k),
         };
         g.skinny_gemm(y.addr(), x.addr(), w, d, n, k)?;
         let (y, x) = (y.row(d, n).addr(), x.row(d, k).addr());
@@ -74,7 +77,9 @@ impl CudaOps<'_, '_> {
         k: usize,
     ) -> Result<bool> {
         let c = self.ctx;
+        let fp8 = matches!(c.w.layers[layer].matrix(weight), MatrixRef::Fp8(_));
         let candidate = c.sw.gemm_add
+            && !fp8
             && matches!(weight, LayerWeight::O | LayerWeight::Down)
             && !c.spec.layers[layer].post_norms
             && self.plan.n_decode == 0
@@ -84,13 +89,40 @@ impl CudaOps<'_, '_> {
 
     /// Rows 0..d of the step that take the skinny kernels for `w`: [`CudaOps::skinny_rows`],
     /// or every row of a quantised weight with KILN_QUANT_PREFILL=skinny, or none of a bf16
-    /// weight in the prefill's order.
+    /// weight in the prefill's order or of an fp8 one.
     fn skinny_rows_of(&self, w: &MatrixRef) -> usize {
         match w {
             MatrixRef::Quant(_) if self.ctx.sw.quant_prefill_skinny => self.plan.n_tokens,
             MatrixRef::Plain(_) if self.chain_order() => 0,
+            MatrixRef::Fp8(_) => 0,
             _ => self.skinny_rows(),
         }
+    }
+
+    /// y = x . w^T for every row of the step through the fp8 GEMM: the rows of x quantised
+    /// to fp8 rows (kiln_formats::fp8) into the step's fp8 buffer, then multiplied with w's.
+    #[allow(clippy::too_many_arguments)]
+    fn fp8_gemm(
+        &mut self,
+        out: GemmOut,
+        y: DevPtr<f32>,
+        x: StorePtr,
+        w: &Fp8Matrix,
+        n: usize,
+        k: usize,
+    ) -> Result<()> {
+        ensure!(out == GemmOut::Store, "an add in an fp8 GEMM's epilogue");
+        ensure!(
+            (w.rows, w.cols) == (n, k),
+            "an fp8 matrix of {}x{} for a {n}x{k} product",
+            w.rows,
+            w.cols
+        );
+        let (g, a, t) = (self.ctx.gpu, self.ctx.a, self.plan.n_tokens);
+        g.fp8_quantize_rows(x.addr(), a.fp8_x.ptr(), a.fp8_scale.ptr(), t, k, k)?;
+        self.lt
+            .fp8()?
+            .matmul(g, y.addr(), a.fp8_x.ptr(), a.fp8_scale.ptr(), w, t)
     }
 
     /// Whether this step's bf16 weights give every row the prefill GEMM's order

@@ -113,6 +113,8 @@ pub struct LtGemm {
     sm_target: u32,
     /// One line per pinned shape, for the start-up log and gpu-check reports.
     pub choices: Vec<String>,
+    /// The fp8 GEMMs of `--quantize fp8` (gemm_fp8.rs), once enabled.
+    pub(crate) fp8: Option<crate::gemm_fp8::Fp8Gemm>,
 }
 
 // SAFETY: the handle and descriptors are used from one thread at a time (&mut self).
@@ -174,7 +176,13 @@ impl LtGemm {
             tune: sw.gemm_tune,
             sm_target: gpu.sm_count,
             choices: Vec::new(),
+            fp8: None,
         })
+    }
+
+    /// The row count each shape's algorithm is chosen at.
+    pub(crate) fn reference_m(&self) -> usize {
+        self.reference_m
     }
 
     /// Column-major layouts: A = W as k x n (ld k, transposed by the op), B = X as k x m, D = Y as n x m.

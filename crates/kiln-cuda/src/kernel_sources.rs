@@ -164,6 +164,11 @@ pub const SOURCES: &[KernelSource] = &[
         builds: Builds::Bf16Only,
     },
     KernelSource {
+        name: "fp8",
+        body: include_str!("../kernels/fp8.cu"),
+        builds: Builds::Typed,
+    },
+    KernelSource {
         name: "chain_gemm",
         body: concat!(
             include_str!("../kernels/chain_copy.cuh"),
@@ -177,12 +182,17 @@ pub const SOURCES: &[KernelSource] = &[
 /// architecture-specific target `sm_90a`, and only for compute capability 9.0 devices.
 const SM90A_ONLY: &[&str] = &["flash_sm90", "skinny_wg"];
 
+/// Modules that convert to fp8 (E4M3), which compute capability 8.9 brought: not built before.
+const SM89_UP: &[&str] = &["fp8"];
+
 impl KernelSource {
     /// The NVRTC target for a device of compute capability `arch` (e.g. 90), or None when this
     /// module is not built for it.
     pub fn target(&self, arch: u32) -> Option<String> {
         if SM90A_ONLY.contains(&self.name) {
             (arch == 90).then(|| "sm_90a".to_string())
+        } else if SM89_UP.contains(&self.name) {
+            (arch >= 89).then(|| format!("sm_{arch}"))
         } else {
             Some(format!("sm_{arch}"))
         }
@@ -413,6 +423,10 @@ mod tests {
                         .flat_map(|c| ["1x64", "2x128"].map(|t| format!("skinny_wgs_{t}{c}"))),
                 )
                 .collect(),
+            ),
+            (
+                "fp8",
+                vec!["fp8_quantize_rows".into(), "fp8_apply_scales".into()],
             ),
             (
                 "chain_gemm",

@@ -10,6 +10,8 @@ pub mod device;
 pub mod draft_graphs;
 pub mod footprint;
 pub mod forward;
+pub mod fp8_rows;
+pub mod gemm_fp8;
 pub mod gemm_lt;
 pub mod graphs;
 pub mod graphs_pad;

@@ -254,12 +254,19 @@ pub fn load_matrix<W>(
 }
 
 /// What `load_weights` holds for `spec` from `src` with quantised weights `on`, as
-/// (device bytes of the weights apart from the RoPE tables, bytes of the prefill scratch).
-pub fn weight_bytes(spec: &ModelSpec, src: &dyn WeightSource, on: bool) -> (usize, usize) {
+/// (device bytes of the weights apart from the RoPE tables, bytes of the prefill scratch),
+/// the fp8 projections (`fp8`) counted as bf16: they are never kept in block formats.
+pub fn weight_bytes(
+    spec: &ModelSpec,
+    src: &dyn WeightSource,
+    on: bool,
+    fp8: bool,
+) -> (usize, usize) {
     weight_bytes_as(
         spec,
         src,
         on,
+        fp8,
         Records256::from_env(),
         embedding_on_host(spec),
         crate::switches::Switches::from_env().quant_ahead.is_some(),
@@ -271,6 +278,7 @@ fn weight_bytes_as(
     spec: &ModelSpec,
     src: &dyn WeightSource,
     on: bool,
+    fp8: bool,
     wide: Records256,
     embed_host: bool,
     ahead: bool,
@@ -288,7 +296,8 @@ fn weight_bytes_as(
         // The layer-ahead buffers (quant_prefill.rs): two of the widest layer's expansions.
         let mut layer_len = 0;
         for f in schema::layer_weights(l, layer, spec.hidden_size) {
-            bytes += match kept_formats_as(&f, src, on && quantizable_layer(f.weight), wide) {
+            let kept = on && quantizable_layer(f.weight) && !(fp8 && f.weight.fp8_projection());
+            bytes += match kept_formats_as(&f, src, kept, wide) {
                 Some(q) => {
                     scratch = scratch.max(f.len() * 2);
                     layer_len += crate::quant_prefill::room(f.len());
@@ -400,7 +409,9 @@ mod tests {
         let plain = DummySource::preset("tiny").unwrap();
         assert_eq!(kept_formats(f, &plain, true), None);
         // Quantised bytes are fewer than bf16, and the scratch holds the largest matrix.
-        let at = |on, ahead| weight_bytes_as(&spec, &src, on, Records256::default(), false, ahead);
+        let at = |on, ahead| {
+            weight_bytes_as(&spec, &src, on, false, Records256::default(), false, ahead)
+        };
         let (q, scratch) = at(true, false);
         let (b, none) = at(false, false);
         assert!(q < b / 3, "{q} vs {b}");
@@ -459,7 +470,7 @@ mod tests {
         assert!(q4k_blocks > 0 && q6k_blocks > 0);
         let gib = |b: usize| b as f64 / (1u64 << 30) as f64;
         for embed_host in [false, true] {
-            let at = |wide| weight_bytes_as(&spec, &src, true, wide, embed_host, false);
+            let at = |wide| weight_bytes_as(&spec, &src, true, false, wide, embed_host, false);
             let (records, scratch) = at(Records256::default());
             let q4k_only = Records256 {
                 q4_k: true,

@@ -64,6 +64,9 @@ pub struct Switches {
     /// KILN_GPU_QUANT=0 expands them to bf16 at load. On the H200 (2026-12-02) the Q4_K_M 8B
     /// file decodes at 343 tok/s kept (1.25x llama.cpp) against about 200 expanded.
     pub gpu_quant: bool,
+    /// KILN_FP8=1: `--quantize fp8` where the caller does not say (CudaOptions::fp8), so the
+    /// test suites and benchmarks run the fp8 GEMMs (gemm_fp8.rs) with one variable.
+    pub fp8: bool,
     /// KILN_QUANT_PREFILL=skinny: every row of a quantised matrix, prefill rows too, through
     /// the quantised skinny kernels (in launches of 64 rows) instead of prefill rows through a
     /// bf16 expansion and cuBLASLt (`expand`, the default). Row-invariant either way.
@@ -396,6 +399,7 @@ impl Env {
                 cuda_graphs: on("KILN_CUDA_GRAPHS"),
                 draft_graphs: on("KILN_DRAFT_GRAPHS"),
                 gpu_quant: on("KILN_GPU_QUANT"),
+                fp8: opt_in("KILN_FP8"),
                 quant_prefill_skinny: var("KILN_QUANT_PREFILL").as_deref() == Some("skinny"),
                 quant_ahead: match var("KILN_QUANT_AHEAD").as_deref() {
                     Some("0" | "off" | "false") => None,
@@ -550,7 +554,7 @@ impl Switches {
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} gemm_pin_m={pin_m} gemm_add={} gemm_tune={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} attn_early={} decode_lookahead={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} argmax_vec={} flash_wide={} decode_wide={} kv_ring={} chain_gemm={} chain_rows={} gemm_short={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} gemm_pin_m={pin_m} gemm_add={} gemm_tune={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} attn_early={} decode_lookahead={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} fp8={} fp8_scales={:?} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} argmax_vec={} flash_wide={} decode_wide={} kv_ring={} chain_gemm={} chain_rows={} gemm_short={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -582,6 +586,8 @@ impl Switches {
             self.cuda_graphs as u8,
             self.draft_graphs as u8,
             self.gpu_quant as u8,
+            self.fp8 as u8,
+            crate::gemm_fp8::Fp8Scales::from_env(),
             if self.quant_prefill_skinny {
                 "skinny"
             } else {

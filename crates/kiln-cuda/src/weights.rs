@@ -3,13 +3,15 @@
 //! matrix, gate/up another, so a layer runs four GEMMs). Dummy models are generated on the
 //! device by the same pure function the host uses, so an 8B dummy model loads in seconds.
 //! With bf16 storage and `KILN_GPU_QUANT=1`, projections, the embedding and the LM head stored
-//! in GGUF block formats stay in them (quant_weights.rs).
+//! in GGUF block formats stay in them (quant_weights.rs). With `--quantize fp8` each layer's
+//! four projections are quantised to fp8 rows once loaded (fp8_rows.rs).
 
 use anyhow::{bail, ensure, Context, Result};
 use kiln_model::schema::{self, Fused, GlobalWeight, LayerWeight};
 use kiln_model::{DummyFill, ModelSpec, TensorId, WeightSource};
 
 use crate::device::{DevBuf, Gpu};
+use crate::fp8_rows::Fp8Matrix;
 use crate::quant_order::{self, RowOrder};
 use crate::quant_prefill::AheadBuffers;
 use crate::quant_weights::{self, quantizable_global, quantizable_layer, QuantMatrix};
@@ -19,12 +21,13 @@ use crate::switches::Switches;
 /// f32 staging for file weights: uploaded in pieces of this many elements, converted on the device.
 const STAGING_ELEMS: usize = 1 << 24;
 
-/// A matrix as a launch reads it: rows in the storage type at an address, or block-quantised
-/// segments.
+/// A matrix as a launch reads it: rows in the storage type at an address, block-quantised
+/// segments, or fp8 rows.
 #[derive(Clone, Copy)]
 pub enum MatrixRef<'a> {
     Plain(u64),
     Quant(&'a QuantMatrix),
+    Fp8(&'a Fp8Matrix),
 }
 
 /// One layer's weights as the schema names them (`kiln_model::schema`), each in one buffer.
@@ -32,6 +35,8 @@ pub struct LayerWeights {
     bufs: [Option<StoreBuf>; LayerWeight::ALL.len()],
     /// Projections kept block-quantised (their `bufs` entry is None).
     quant: [Option<QuantMatrix>; LayerWeight::ALL.len()],
+    /// Projections in fp8 rows (their `bufs` entry is None).
+    fp8: [Option<Fp8Matrix>; LayerWeight::ALL.len()],
 }
 
 impl LayerWeights {
@@ -47,12 +52,18 @@ impl LayerWeights {
             .filter_map(|&w| self.quant[w.index()].as_ref().map(|q| (w, q)))
     }
 
-    /// A projection, quantised or in bf16.
+    /// A projection, quantised or in the storage type.
     pub fn matrix(&self, w: LayerWeight) -> MatrixRef<'_> {
-        match &self.quant[w.index()] {
-            Some(q) => MatrixRef::Quant(q),
-            None => MatrixRef::Plain(self.ptr(w)),
+        match (&self.quant[w.index()], &self.fp8[w.index()]) {
+            (Some(q), _) => MatrixRef::Quant(q),
+            (None, Some(f)) => MatrixRef::Fp8(f),
+            (None, None) => MatrixRef::Plain(self.ptr(w)),
         }
+    }
+
+    /// The layer's fp8 projections.
+    pub fn fp8(&self) -> impl Iterator<Item = &Fp8Matrix> {
+        self.fp8.iter().flatten()
     }
 }
 
@@ -254,13 +265,15 @@ impl Loader<'_> {
 
 /// Loads every weight of the schema of `spec` onto the device, and builds each RoPE table
 /// for `rope_positions`; `prefill_rows`: whether a step may hold rows the skinny kernels do
-/// not take, so quantised matrices need room for their bf16 expansion.
+/// not take, so quantised matrices need room for their bf16 expansion; `fp8`: the projections
+/// `LayerWeight::fp8_projection` names are kept in fp8 rows (block-quantised ones included).
 pub fn load_weights(
     gpu: &Gpu,
     src: &dyn WeightSource,
     spec: &ModelSpec,
     rope_positions: usize,
     prefill_rows: bool,
+    fp8: bool,
     progress: Option<&dyn Fn(usize, usize)>,
 ) -> Result<ModelWeights> {
     let h = spec.hidden_size;
@@ -360,9 +373,20 @@ pub fn load_weights(
         let mut w = LayerWeights {
             bufs: Default::default(),
             quant: Default::default(),
+            fp8: Default::default(),
         };
         for f in schema::layer_weights(l, layer, h) {
             let i = f.weight.index();
+            if fp8 && f.weight.fp8_projection() {
+                let stored = ld.fused(&f)?;
+                let cols = f.cols.context("a projection without columns")?;
+                let m = Fp8Matrix::from_store(gpu, &stored, f.rows(), cols)?;
+                // The stored copy goes once its rows are quantised (the stream is in order).
+                gpu.synchronize()?;
+                ld.bytes = ld.bytes - stored.bytes() + m.bytes();
+                w.fp8[i] = Some(m);
+                continue;
+            }
             match quant_weights::kept_formats(&f, src, quant_on && quantizable_layer(f.weight)) {
                 Some(formats) => {
                     scratch_len = scratch_len.max(f.len());

@@ -1,11 +1,13 @@
 //! Readers for the model files people have: GGUF (v2/v3) and Hugging Face folders
 //! (config.json, safetensors, sharded indexes). Everything here is parsing and bounds
-//! checking; the only arithmetic is dequantisation of GGUF block formats.
+//! checking; the only arithmetic is dequantisation of GGUF block formats and the fp8 rows
+//! `--quantize fp8` keeps (fp8.rs).
 
 pub mod dequant;
 pub mod dtype;
 pub mod error;
 mod file_bytes;
+pub mod fp8;
 pub mod gguf;
 pub mod safetensors;
 

@@ -56,6 +56,16 @@ impl LayerWeight {
     pub fn index(self) -> usize {
         self as usize
     }
+
+    /// The projections `--quantize fp8` keeps in fp8 (kiln_formats::fp8), with their input
+    /// rows rounded to it: a layer's four large GEMMs. The embedding, the LM head and Gemma
+    /// 4's per-layer projections stay in the backend's format.
+    pub fn fp8_projection(self) -> bool {
+        matches!(
+            self,
+            LayerWeight::Qkv | LayerWeight::O | LayerWeight::GateUp | LayerWeight::Down
+        )
+    }
 }
 
 /// A weight of the whole model.

@@ -211,6 +211,7 @@ fn main() -> Result<()> {
                     block_size: 16,
                     threads: None,
                     host_blocks: 0,
+                    fp8: false,
                 };
                 let mut b = kiln_cpu::CpuBackend::new(model.weights.as_ref(), opts, None)?;
                 let mut run = Run {

@@ -93,6 +93,19 @@ pub struct DeviceArgs {
     /// each other.
     #[arg(long, value_enum)]
     pub decode_gemm: Option<DecodeGemm>,
+    /// Quantise at load. `fp8`: each layer's four projections in fp8 E4M3 with a scale per
+    /// row, their input rows rounded to fp8 the same way, so the GPU multiplies them on its
+    /// fp8 tensor cores and holds half their bytes (bf16 GPUs only; the CPU computes the same
+    /// rounding in f32). Logits move by about fp8's precision; tokens can differ from bf16's.
+    #[arg(long, value_enum)]
+    pub quantize: Option<Quantize>,
+}
+
+/// `--quantize`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Quantize {
+    /// fp8 E4M3 projections with a scale per output row (kiln_formats::fp8).
+    Fp8,
 }
 
 /// `--decode-gemm`.
@@ -206,6 +219,7 @@ pub fn build_backend_with(
             // A draft model reads the KV cache whole: no ring beside one.
             kv_ring: assistant.map(|_| false),
             chain_gemm: device.decode_gemm.map(|d| d == DecodeGemm::PrefillOrder),
+            fp8: device.quantize.map(|q| q == Quantize::Fp8),
             ..kiln_cuda::CudaOptions::default()
         };
         check_gpu_fit(model, &opts, longest)?;
@@ -237,6 +251,7 @@ pub fn build_backend_with(
                     .sum();
                 host_bytes / (2 * 4 * BLOCK_SIZE * kv).max(1)
             },
+            fp8: device.quantize == Some(Quantize::Fp8),
         };
         let mut backend = kiln_cpu::CpuBackend::new(model.weights.as_ref(), opts, Some(&progress))
             .with_context(|| format!("cannot start the CPU backend for `{}`", model.name))?;

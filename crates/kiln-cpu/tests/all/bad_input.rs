@@ -108,6 +108,7 @@ fn bad_weights_and_options_are_errors() {
         block_size,
         threads,
         host_blocks: 0,
+        fp8: false,
     };
     for (o, expected) in [
         (opts(0, 16, None), "at least one block"),

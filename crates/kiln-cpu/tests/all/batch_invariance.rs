@@ -86,6 +86,7 @@ fn new_backend(src: &RandomSource, threads: Option<usize>) -> CpuBackend {
             block_size: BLOCK,
             threads,
             host_blocks: 0,
+            fp8: false,
         },
         None,
     )

@@ -11,6 +11,7 @@ mod bad_input;
 mod batch_invariance;
 mod chunked_prefill;
 mod forward_reference;
+mod fp8_projections;
 mod kernel_attention;
 mod kernel_geglu;
 mod kernel_matmul;

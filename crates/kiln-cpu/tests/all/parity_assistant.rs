@@ -26,6 +26,7 @@ fn backend(f: &AssistantFixture, assistant: &dyn WeightSource, seqs: usize) -> C
         block_size: BLOCK,
         threads: None,
         host_blocks: 0,
+        fp8: false,
     };
     let mut b = CpuBackend::new(&target, opts, None).unwrap();
     b.attach_draft_model(assistant, None).unwrap();

@@ -27,6 +27,7 @@ fn greedy_logits(source: &dyn WeightSource, f: &Fixture) -> Vec<Vec<f32>> {
         block_size: BLOCK,
         threads: None,
         host_blocks: 0,
+        fp8: false,
     };
     let mut backend = CpuBackend::new(source, opts, None).unwrap();
     let table: Vec<u32> = (0..blocks as u32).collect();
@@ -224,6 +225,7 @@ fn gemma4_chunked_prefill_equals_whole() {
                 block_size: BLOCK,
                 threads: None,
                 host_blocks: 0,
+                fp8: false,
             };
             let mut b = CpuBackend::new(&hf, opts, None).unwrap();
             let table: Vec<u32> = (0..8).rev().collect();

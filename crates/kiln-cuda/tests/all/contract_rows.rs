@@ -376,7 +376,7 @@ fn qkv_planted_bugs_fail() {
 
 /// Each of `bugs` (text, replacement) planted in `module` in turn: some check of `cases` on
 /// the planted kernels must fail.
-fn planted_bugs_fail(
+pub(crate) fn planted_bugs_fail(
     test: &str,
     module: &str,
     bugs: &[(&str, &str)],

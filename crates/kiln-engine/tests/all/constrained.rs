@@ -27,6 +27,7 @@ fn shipped() -> (EngineHandle, Tokenizer) {
             block_size: BLOCK_SIZE,
             threads: None,
             host_blocks: 0,
+            fp8: false,
         },
         None,
     )

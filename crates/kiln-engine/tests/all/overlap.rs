@@ -68,6 +68,7 @@ fn cpu(src: &dyn WeightSource, kv_blocks: usize) -> kiln_cpu::CpuBackend {
         block_size: BLOCK_SIZE,
         threads: None,
         host_blocks: 0,
+        fp8: false,
     };
     kiln_cpu::CpuBackend::new(src, opts, None).unwrap()
 }

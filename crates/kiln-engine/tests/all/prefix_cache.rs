@@ -115,6 +115,7 @@ fn resumed_equals_fresh_with_seeded_sampling_and_on_the_fixtures() {
                     block_size: BLOCK_SIZE,
                     threads: None,
                     host_blocks: 0,
+                    fp8: false,
                 },
                 None,
             )
@@ -244,6 +245,7 @@ fn blocks_evicted_to_the_host_tier_come_back_with_the_same_results() {
                 block_size: BLOCK_SIZE,
                 threads: None,
                 host_blocks,
+                fp8: false,
             },
             None,
         )

@@ -258,6 +258,7 @@ fn the_shipped_draft_model_gives_the_target_plain_output() {
                 block_size: BLOCK_SIZE,
                 threads: None,
                 host_blocks: 0,
+                fp8: false,
             },
             None,
         )

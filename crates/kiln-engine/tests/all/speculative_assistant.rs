@@ -152,6 +152,7 @@ impl Backend for Checked {
                 block_size: BLOCK_SIZE,
                 threads: None,
                 host_blocks: 0,
+                fp8: false,
             };
             let mut fresh = kiln_cpu::CpuBackend::new((self.target)().as_ref(), opts, None)?;
             fresh
@@ -303,6 +304,7 @@ fn kept_assistant_drafts_leave_the_right_hidden_row() {
         block_size: BLOCK_SIZE,
         threads: None,
         host_blocks: 0,
+        fp8: false,
     };
     let echo_backend = || kiln_cpu::CpuBackend::new(&Echo::target(), opts, None).unwrap();
     let mut inner = echo_backend();

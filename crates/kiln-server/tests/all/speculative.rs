@@ -17,6 +17,7 @@ fn app(drafting: bool) -> (axum::Router, Arc<kiln_server::AppState>) {
         block_size: 16,
         threads: Some(1),
         host_blocks: 0,
+        fp8: false,
     };
     let backend = kiln_cpu::CpuBackend::new(model.weights.as_ref(), opts, None).unwrap();
     let drafter = drafting.then(|| {

@@ -137,6 +137,7 @@ fn build_cpu(
         block_size: BLOCK_SIZE,
         threads: args.threads,
         host_blocks: plan.host_blocks(BLOCK_SIZE),
+        fp8: false,
     };
     kiln_cpu::CpuBackend::new(model.weights.as_ref(), opts, None)
         .with_context(|| format!("cannot start the CPU backend for `{}`", model.name))

@@ -220,6 +220,7 @@ fn tiny_cpu() -> (kiln_cpu::CpuBackend, usize) {
         block_size: 16,
         threads: Some(1),
         host_blocks: 0,
+        fp8: false,
     };
     let vocab = source.config().vocab_size;
     (
@@ -332,6 +333,7 @@ fn the_resumed_case_finds_the_history_cached_and_reports_both_ttfts() {
         block_size: 16,
         threads: Some(1),
         host_blocks: 8,
+        fp8: false,
     };
     let mut backend = kiln_cpu::CpuBackend::new(&source, opts, None).unwrap();
     let mut runner = Runner::new(&mut backend, vocab, 16);
@@ -416,6 +418,7 @@ fn a_kv_ring_backend_gets_ring_blocks_and_no_resumed_case() {
         block_size: 16,
         threads: Some(1),
         host_blocks: 0,
+        fp8: false,
     };
     let vocab = source.config().vocab_size;
     let mut backend = kiln_cpu::CpuBackend::new(&source, opts, None).unwrap();

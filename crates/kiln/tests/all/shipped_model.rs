@@ -49,6 +49,7 @@ fn backend(src: &dyn WeightSource) -> CpuBackend {
         block_size: BLOCK,
         threads: None,
         host_blocks: 0,
+        fp8: false,
     };
     CpuBackend::new(src, opts, None).unwrap()
 }

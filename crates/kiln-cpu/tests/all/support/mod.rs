@@ -22,6 +22,7 @@ pub fn backend(src: &dyn WeightSource, kv_blocks: usize, block_size: usize) -> C
         block_size,
         threads: None,
         host_blocks: 0,
+        fp8: false,
     };
     let mut b = CpuBackend::new(src, opts, None).unwrap();
     b.poison_kv_cache();

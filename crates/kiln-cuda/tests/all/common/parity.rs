@@ -32,7 +32,8 @@ pub fn logit_rtol(dtype: StoreType, fixture: bool) -> f64 {
     }
 }
 
-/// The CPU reference backend (f32, or emulating `rounding`).
+/// The CPU reference backend (f32, or emulating `rounding`), with fp8 projections when the
+/// GPU has them (KILN_FP8=1): the same rounding of weights and inputs, computed in f32.
 pub fn reference_cpu(src: &dyn WeightSource, rounding: Option<Rounding>) -> CpuBackend {
     let mut cpu = CpuBackend::new(
         src,
@@ -41,6 +42,7 @@ pub fn reference_cpu(src: &dyn WeightSource, rounding: Option<Rounding>) -> CpuB
             block_size: 16,
             threads: None,
             host_blocks: 0,
+            fp8: Switches::from_env().fp8,
         },
         None,
     )
@@ -164,6 +166,9 @@ pub fn compare(
     dtype: StoreType,
 ) -> Compared {
     let rtol = logit_rtol(dtype, strict);
+    // The fixtures' margins are made for bf16's rounding; fp8 rows move logits by more, so
+    // with KILN_FP8=1 a token may differ where the margin is within the measured error.
+    let strict = strict && !Switches::from_env().fp8;
     let (cl, ct) = greedy_run(&mut reference_cpu(src, None), prompt, None);
     let mut gpu = cuda_backend_in(src, 2048 + 40, dtype);
     let t = std::time::Instant::now();

@@ -20,6 +20,7 @@ pub fn backend(source: &DummySource, kv_blocks: usize) -> CpuBackend {
         block_size: BLOCK_SIZE,
         threads: None,
         host_blocks: 0,
+        fp8: false,
     };
     CpuBackend::new(source, opts, None).expect("CPU backend on dummy:tiny")
 }

@@ -79,6 +79,7 @@ pub fn start_engine_on(
         block_size: 16,
         threads: Some(1),
         host_blocks: 0,
+        fp8: false,
     };
     let backend = CpuBackend::new(model.weights.as_ref(), opts, None).expect("CPU backend starts");
     let handle = kiln_engine::start(Box::new(backend), model.tokenizer.clone(), cfg);

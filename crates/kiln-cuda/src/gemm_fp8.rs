@@ -1,0 +1,437 @@
+//! The fp8 GEMM of `--quantize fp8` (kiln_formats::fp8): Y[m, n] (f32) = (Xq[m, k] . Wq[n, k]^T)
+//! scaled by x's row scale and w's row scale, Xq and Wq E4M3, through cuBLASLt on the fp8 tensor
+//! cores (f32 accumulation, fast accumulation off). The scales are applied by cuBLASLt's
+//! outer-vector scaling (KILN_FP8_SCALES=outer, the default) or, with unit scales in the GEMM,
+//! by a kernel after it (=kernel). As for bf16 (gemm_lt.rs), one algorithm is pinned per shape
+//! once a device run shows its rows bit-identical at several m, so a row's result does not
+//! depend on the other rows of its step: every row of a step, decode or prompt, takes it.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+
+use anyhow::{anyhow, bail, Result};
+use cudarc::cublaslt::sys as lt;
+
+use crate::device::{DevBuf, Gpu};
+use crate::fp8_rows::Fp8Matrix;
+use crate::gemm_lt::LtGemm;
+
+pub(crate) const WORKSPACE_BYTES: usize = 32 << 20;
+
+/// Where an fp8 product's row scales are applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fp8Scales {
+    /// By cuBLASLt (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F on A and B).
+    Outer,
+    /// By `fp8_apply_scales` after a GEMM with unit scales.
+    Kernel,
+}
+
+impl Fp8Scales {
+    /// KILN_FP8_SCALES: `kernel`, else outer.
+    pub fn from_env() -> Fp8Scales {
+        match std::env::var("KILN_FP8_SCALES").as_deref() {
+            Ok("kernel") => Fp8Scales::Kernel,
+            _ => Fp8Scales::Outer,
+        }
+    }
+}
+
+fn check(status: lt::cublasStatus_t, what: &str) -> Result<()> {
+    if status == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+        Ok(())
+    } else {
+        Err(anyhow!("cuBLASLt fp8 {what} failed: {status:?}"))
+    }
+}
+
+/// Sets one attribute of a matmul descriptor from a value of its own size.
+fn set_attr<T>(
+    desc: lt::cublasLtMatmulDesc_t,
+    attr: lt::cublasLtMatmulDescAttributes_t,
+    v: &T,
+    what: &str,
+) -> Result<()> {
+    // SAFETY: v is a live value of the attribute's type, passed with its size.
+    check(
+        unsafe {
+            lt::cublasLtMatmulDescSetAttribute(
+                desc,
+                attr,
+                v as *const T as *const c_void,
+                std::mem::size_of::<T>(),
+            )
+        },
+        what,
+    )
+}
+
+pub struct Fp8Gemm {
+    handle: lt::cublasLtHandle_t,
+    desc: lt::cublasLtMatmulDesc_t,
+    workspace: DevBuf<u8>,
+    pinned: HashMap<(usize, usize), lt::cublasLtMatmulAlgo_t>,
+    scales: Fp8Scales,
+    reference_m: usize,
+    /// One line per pinned shape, for the start-up log.
+    pub choices: Vec<String>,
+}
+
+// SAFETY: the handle and descriptor are used from one thread at a time (&mut self).
+unsafe impl Send for Fp8Gemm {}
+
+impl Fp8Gemm {
+    pub fn new(gpu: &Gpu, reference_m: usize, scales: Fp8Scales) -> Result<Fp8Gemm> {
+        if gpu.arch < 89 {
+            bail!(
+                "fp8 projections need compute capability 8.9 or later; this GPU is {}.{}",
+                gpu.arch / 10,
+                gpu.arch % 10
+            );
+        }
+        gpu.bind()?;
+        let mut handle = std::ptr::null_mut();
+        // SAFETY: out-pointer to a handle.
+        check(unsafe { lt::cublasLtCreate(&mut handle) }, "create")?;
+        let mut desc = std::ptr::null_mut();
+        // SAFETY: out-pointer to a descriptor.
+        check(
+            unsafe {
+                lt::cublasLtMatmulDescCreate(
+                    &mut desc,
+                    lt::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                    lt::cudaDataType::CUDA_R_32F,
+                )
+            },
+            "matmul descriptor",
+        )?;
+        use lt::cublasLtMatmulDescAttributes_t as D;
+        // fp8 takes A transposed and B not ("TN"): both read along k.
+        set_attr(desc, D::CUBLASLT_MATMUL_DESC_TRANSA, &1i32, "transa")?;
+        set_attr(desc, D::CUBLASLT_MATMUL_DESC_TRANSB, &0i32, "transb")?;
+        if scales == Fp8Scales::Outer {
+            let outer =
+                lt::cublasLtMatmulMatrixScale_t::CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F as i32;
+            set_attr(
+                desc,
+                D::CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
+                &outer,
+                "A scale mode",
+            )?;
+            set_attr(
+                desc,
+                D::CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
+                &outer,
+                "B scale mode",
+            )?;
+        }
+        Ok(Fp8Gemm {
+            handle,
+            desc,
+            workspace: gpu.alloc(WORKSPACE_BYTES)?,
+            pinned: HashMap::new(),
+            scales,
+            reference_m: reference_m.max(64),
+            choices: Vec::new(),
+        })
+    }
+
+    /// Column-major layouts: A = W as k x n (ld k, transposed by the op), B = X as k x m,
+    /// D = Y as n x m.
+    fn layouts(n: usize, k: usize, m: usize) -> Result<[lt::cublasLtMatrixLayout_t; 3]> {
+        let mut out = [std::ptr::null_mut(); 3];
+        let e4m3 = lt::cudaDataType::CUDA_R_8F_E4M3;
+        let specs = [
+            (e4m3, k, n, k),
+            (e4m3, k, m, k),
+            (lt::cudaDataType::CUDA_R_32F, n, m, n),
+        ];
+        for (i, (ty, rows, cols, ld)) in specs.into_iter().enumerate() {
+            // SAFETY: out-pointer to a layout.
+            check(
+                unsafe {
+                    lt::cublasLtMatrixLayoutCreate(
+                        &mut out[i],
+                        ty,
+                        rows as u64,
+                        cols as u64,
+                        ld as i64,
+                    )
+                },
+                "matrix layout",
+            )?;
+        }
+        Ok(out)
+    }
+
+    fn destroy(layouts: [lt::cublasLtMatrixLayout_t; 3]) {
+        for l in layouts {
+            // SAFETY: created by layouts().
+            unsafe { lt::cublasLtMatrixLayoutDestroy(l) };
+        }
+    }
+
+    /// cuBLASLt's candidates for shape (n, k) at m rows, in its order of preference.
+    fn heuristic(
+        &self,
+        n: usize,
+        k: usize,
+        m: usize,
+    ) -> Result<Vec<lt::cublasLtMatmulHeuristicResult_t>> {
+        let ls = Self::layouts(n, k, m)?;
+        let ws = WORKSPACE_BYTES as u64;
+        let mut results =
+            vec![unsafe { std::mem::zeroed::<lt::cublasLtMatmulHeuristicResult_t>() }; 16];
+        let mut count = 0i32;
+        let mut pref = std::ptr::null_mut();
+        // SAFETY: valid handle, descriptor and layouts; results holds 16 entries.
+        let r = unsafe {
+            check(lt::cublasLtMatmulPreferenceCreate(&mut pref), "preference")?;
+            check(
+                lt::cublasLtMatmulPreferenceSetAttribute(
+                    pref,
+                    lt::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                    &ws as *const u64 as *const c_void,
+                    8,
+                ),
+                "workspace preference",
+            )?;
+            let st = lt::cublasLtMatmulAlgoGetHeuristic(
+                self.handle,
+                self.desc,
+                ls[0],
+                ls[1],
+                ls[2],
+                ls[2],
+                pref,
+                16,
+                results.as_mut_ptr(),
+                &mut count,
+            );
+            lt::cublasLtMatmulPreferenceDestroy(pref);
+            check(st, "algorithm heuristic")
+        };
+        Self::destroy(ls);
+        r?;
+        results.truncate(count.max(0) as usize);
+        Ok(results)
+    }
+
+    /// Whether `algo` runs shape (n, k) at every m a step may have (a few samples).
+    fn works_for_small_m(
+        &self,
+        algo: &lt::cublasLtMatmulAlgo_t,
+        n: usize,
+        k: usize,
+    ) -> Result<bool> {
+        for m in [1usize, 7, 64, 333] {
+            let ls = Self::layouts(n, k, m)?;
+            let mut res = unsafe { std::mem::zeroed::<lt::cublasLtMatmulHeuristicResult_t>() };
+            // SAFETY: valid handle, descriptor, layouts and algorithm.
+            let st = unsafe {
+                lt::cublasLtMatmulAlgoCheck(
+                    self.handle,
+                    self.desc,
+                    ls[0],
+                    ls[1],
+                    ls[2],
+                    ls[2],
+                    algo,
+                    &mut res,
+                )
+            };
+            Self::destroy(ls);
+            if st != lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+                || res.workspaceSize > WORKSPACE_BYTES
+            {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Chooses and records the algorithm for shape (n, k) if not done yet: the first candidate
+    /// usable at small m whose rows, run on the device, are bit-identical at m = 1, 37, 5 (at an
+    /// offset) and the reference m.
+    pub fn pin(&mut self, gpu: &Gpu, n: usize, k: usize) -> Result<()> {
+        if self.pinned.contains_key(&(n, k)) {
+            return Ok(());
+        }
+        let m = self.reference_m;
+        let mut usable = Vec::new();
+        for res in self.heuristic(n, k, m)? {
+            if res.state == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+                && self.works_for_small_m(&res.algo, n, k)?
+            {
+                usable.push(res.algo);
+            }
+        }
+        let Some(&first) = usable.first() else {
+            bail!(
+                "cuBLASLt offers no fp8 algorithm for a {n}x{k} GEMM usable at every row count \
+                 ({:?} scales; KILN_FP8_SCALES=kernel applies them after the GEMM)",
+                self.scales
+            );
+        };
+        let mut chosen = None;
+        for (rank, algo) in usable.iter().enumerate() {
+            if self.invariant_on_device(gpu, algo, n, k)? {
+                chosen = Some((
+                    *algo,
+                    format!("candidate {rank}, rows verified bit-identical across m"),
+                ));
+                break;
+            }
+        }
+        let (algo, note) = chosen.unwrap_or((
+            first,
+            "NOT batch invariant: no candidate passed the row check".into(),
+        ));
+        self.choices.push(format!(
+            "gemm fp8 n={n} k={k} ({:?} scales, chosen at m={m}; {note})",
+            self.scales
+        ));
+        self.pinned.insert((n, k), algo);
+        Ok(())
+    }
+
+    /// Runs `algo` on generated rows at the reference m and at a few small m (one at a row
+    /// offset) and compares the overlapping rows bit for bit.
+    fn invariant_on_device(
+        &self,
+        gpu: &Gpu,
+        algo: &lt::cublasLtMatmulAlgo_t,
+        n: usize,
+        k: usize,
+    ) -> Result<bool> {
+        let m = self.reference_m;
+        let (xs, ws) = (gpu.alloc_store(m * k)?, gpu.alloc_store(n * k)?);
+        gpu.dummy_fill(xs.ptr(), m * k, 0x5eed)?;
+        gpu.dummy_fill(ws.ptr(), n * k, 0xfeed)?;
+        let x = Fp8Matrix::from_store(gpu, &xs, m, k)?;
+        let w = Fp8Matrix::from_store(gpu, &ws, n, k)?;
+        let full = gpu.alloc::<f32>(m * n)?;
+        let part = gpu.alloc::<f32>(37 * n)?;
+        self.run(gpu, Some(algo), full.ptr(), x.q.ptr(), x.scale.ptr(), &w, m)?;
+        for (off, rows) in [(0, 1), (0, 37), (m - 5, 5)] {
+            let (xq, xs) = (x.q.at(off * k), x.scale.at(off));
+            self.run(gpu, Some(algo), part.ptr(), xq, xs, &w, rows)?;
+            let a = part.download(gpu, 0, rows * n)?;
+            let b = full.download(gpu, off * n, rows * n)?;
+            if a.iter().zip(&b).any(|(p, q)| p.to_bits() != q.to_bits()) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// y[m, n] = (xq . w.q^T) * x_scale[row] * w.scale[col], queued on the stream, with the
+    /// shape's pinned algorithm (pinned now if it was not).
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul(
+        &mut self,
+        gpu: &Gpu,
+        y: u64,
+        xq: u64,
+        x_scale: u64,
+        w: &Fp8Matrix,
+        m: usize,
+    ) -> Result<()> {
+        if m == 0 {
+            return Ok(());
+        }
+        self.pin(gpu, w.rows, w.cols)?;
+        let algo = self.pinned.get(&(w.rows, w.cols)).copied();
+        self.run(gpu, algo.as_ref(), y, xq, x_scale, w, m)
+    }
+
+    /// One cuBLASLt call, then the scales if the GEMM did not apply them.
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        gpu: &Gpu,
+        algo: Option<&lt::cublasLtMatmulAlgo_t>,
+        y: u64,
+        xq: u64,
+        x_scale: u64,
+        w: &Fp8Matrix,
+        m: usize,
+    ) -> Result<()> {
+        let (n, k) = (w.rows, w.cols);
+        if self.scales == Fp8Scales::Outer {
+            use lt::cublasLtMatmulDescAttributes_t as D;
+            // A is W: its outer dimension is n (w's rows); B is X: m (x's rows).
+            set_attr(
+                self.desc,
+                D::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                &w.scale.ptr(),
+                "A scale",
+            )?;
+            set_attr(
+                self.desc,
+                D::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                &x_scale,
+                "B scale",
+            )?;
+        }
+        let ls = Self::layouts(n, k, m)?;
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let algo_ptr = algo.map_or(std::ptr::null(), |a| a as *const _);
+        // SAFETY: device buffers sized by the caller for these shapes.
+        let st = unsafe {
+            lt::cublasLtMatmul(
+                self.handle,
+                self.desc,
+                &alpha as *const f32 as *const c_void,
+                w.q.ptr() as *const c_void,
+                ls[0],
+                xq as *const c_void,
+                ls[1],
+                &beta as *const f32 as *const c_void,
+                y as *const c_void,
+                ls[2],
+                y as *mut c_void,
+                ls[2],
+                algo_ptr,
+                self.workspace.ptr() as *mut c_void,
+                WORKSPACE_BYTES,
+                gpu.stream.cu_stream() as lt::cudaStream_t,
+            )
+        };
+        Self::destroy(ls);
+        if st != lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+            bail!("cuBLASLt fp8 matmul m={m} n={n} k={k} failed: {st:?}");
+        }
+        if self.scales == Fp8Scales::Kernel {
+            gpu.fp8_apply_scales(y, x_scale, w.scale.ptr(), m, n)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Fp8Gemm {
+    fn drop(&mut self) {
+        // SAFETY: created in new() and destroyed once.
+        unsafe {
+            lt::cublasLtMatmulDescDestroy(self.desc);
+            lt::cublasLtDestroy(self.handle);
+        }
+    }
+}
+
+impl LtGemm {
+    /// Starts the fp8 GEMMs (once; chosen for the same reference m as the bf16 ones).
+    pub fn enable_fp8(&mut self, gpu: &Gpu, scales: Fp8Scales) -> Result<()> {
+        if self.fp8.is_none() {
+            self.fp8 = Some(Fp8Gemm::new(gpu, self.reference_m(), scales)?);
+        }
+        Ok(())
+    }
+
+    /// The fp8 GEMMs, once enabled.
+    pub fn fp8(&mut self) -> Result<&mut Fp8Gemm> {
+        self.fp8
+            .as_mut()
+            .ok_or_else(|| anyhow!("an fp8 GEMM before the fp8 GEMMs were enabled"))
+    }
+}
