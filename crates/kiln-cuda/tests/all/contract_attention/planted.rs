@@ -1,6 +1,7 @@
 //! The attention contract's planted bugs: each planted in a kernel's text, the module built with
 //! it, and the contract run on a case where the bug shows; every one must be caught.
 
+use super::cases::verify;
 use super::*;
 use crate::common::planted::{planted_module, sources_with};
 use kiln_cuda::kernel_sources::KernelSource;
