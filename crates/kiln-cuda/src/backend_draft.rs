@@ -125,7 +125,7 @@ impl CudaBackend {
         // Algorithms chosen now, as the target's are: never while a graph is recorded.
         let d = spec.draft.context("the model is not a draft model")?;
         let (h, b) = (spec.hidden_size, d.backbone_hidden);
-        let mut shapes = super::gemm_shapes(&spec, self.gpu.store, self.switches.chain_gemm);
+        let mut shapes = super::open::gemm_shapes(&spec, self.gpu.store, self.switches.chain_gemm);
         shapes.extend([(h, 2 * b), (b, h)]);
         shapes.extend(d.ordered.map(|o| (o.centroids, h)));
         let chain = self.switches.chain_order(self.gpu.store);
