@@ -95,8 +95,9 @@ pub struct DeviceArgs {
     pub decode_gemm: Option<DecodeGemm>,
     /// Quantise at load. `fp8`: each layer's four projections in fp8 E4M3 with a scale per
     /// row, their input rows rounded to fp8 the same way, so the GPU multiplies them on its
-    /// fp8 tensor cores and holds half their bytes (bf16 GPUs only; the CPU computes the same
-    /// rounding in f32). Logits move by about fp8's precision; tokens can differ from bf16's.
+    /// fp8 tensor cores and holds half their bytes (compute capability 8.9 or later; the CPU
+    /// computes the same rounding in f32). Logits move by about fp8's precision; tokens can
+    /// differ from those without it.
     #[arg(long, value_enum)]
     pub quantize: Option<Quantize>,
 }

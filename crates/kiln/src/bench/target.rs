@@ -8,7 +8,7 @@ use anyhow::Context;
 use kiln_engine::Backend;
 use kiln_load::LoadedModel;
 
-use crate::backend_choice::{DeviceArgs, BLOCK_SIZE};
+use crate::backend_choice::{DecodeGemm, DeviceArgs, Quantize, BLOCK_SIZE};
 use crate::memory_fit::MemoryFit;
 
 use super::plan::Plan;
@@ -36,7 +36,7 @@ impl Target {
         let started = Instant::now();
         eprintln!("loading {} ...", model.name);
         let target = if use_cuda {
-            Target::Cuda(Box::new(build_cuda(model, plan, args.dtype.cuda_store())?))
+            Target::Cuda(Box::new(build_cuda(model, plan, args)?))
         } else {
             Target::Cpu {
                 backend: Box::new(build_cpu(model, args, plan)?),
@@ -137,7 +137,7 @@ fn build_cpu(
         block_size: BLOCK_SIZE,
         threads: args.threads,
         host_blocks: plan.host_blocks(BLOCK_SIZE),
-        fp8: false,
+        fp8: args.quantize == Some(Quantize::Fp8),
     };
     kiln_cpu::CpuBackend::new(model.weights.as_ref(), opts, None)
         .with_context(|| format!("cannot start the CPU backend for `{}`", model.name))
@@ -146,8 +146,9 @@ fn build_cpu(
 fn build_cuda(
     model: &LoadedModel,
     plan: &Plan,
-    dtype: kiln_cuda::StoreType,
+    args: &DeviceArgs,
 ) -> anyhow::Result<kiln_cuda::CudaBackend> {
+    let dtype = args.dtype.cuda_store();
     let cfg = &model.config;
     let blocks = plan.kv_blocks(BLOCK_SIZE);
     let block_bytes = kiln_cuda::kv_cache::KvCache::block_bytes(&cfg.spec(), BLOCK_SIZE, dtype);
@@ -159,6 +160,8 @@ fn build_cuda(
         prefill_chunk: plan.chunk,
         max_seqs: plan.max_concurrency(),
         max_context: Some(plan.longest_sequence().max(1)),
+        chain_gemm: args.decode_gemm.map(|d| d == DecodeGemm::PrefillOrder),
+        fp8: args.quantize.map(|q| q == Quantize::Fp8),
         ..kiln_cuda::CudaOptions::default()
     };
     check_memory(&MemoryFit::cuda(model, &opts)?, plan)

@@ -8,5 +8,6 @@ mod cli;
 mod cli_bench;
 mod cli_dtype;
 mod cli_header;
+mod cli_quantize;
 mod serve_cli;
 mod shipped_model;

@@ -1,0 +1,81 @@
+//! `--quantize fp8` as a user meets it: on the CPU `kiln generate` and `kiln bench` run the
+//! shipped model with fp8 projections (its tokens are not the unquantised run's: the flag reaches
+//! the backend), and without a GPU `--device cuda` says the GPU is what is missing.
+
+use std::process::{Command, Output};
+
+fn kiln(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(args)
+        .output()
+        .expect("run the kiln binary")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Greedy ids of `kiln generate` on the shipped model with `extra` arguments.
+fn generate(extra: &[&str]) -> Result<Vec<u64>, String> {
+    let mut args = vec![
+        "generate",
+        "--prompt",
+        "A file descriptor is",
+        "-n",
+        "24",
+        "--ignore-eos",
+        "--temperature",
+        "0",
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    let out = kiln(&args);
+    if !out.status.success() {
+        return Err(text(&out.stderr));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+    Ok(v["ids"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|x| x.as_u64()).collect())
+        .unwrap_or_default())
+}
+
+#[test]
+fn fp8_runs_on_the_cpu_and_changes_the_projections() {
+    let plain = generate(&["--device", "cpu"]).expect("the CPU runs the shipped model");
+    let fp8 = generate(&["--device", "cpu", "--quantize", "fp8"]).expect("the CPU runs fp8");
+    assert_eq!(fp8.len(), 24);
+    assert_eq!(
+        generate(&["--device", "cpu", "--quantize", "fp8"]).unwrap(),
+        fp8,
+        "fp8 is deterministic"
+    );
+    assert_ne!(fp8, plain, "fp8 projections give the unquantised tokens");
+}
+
+#[test]
+fn fp8_bench_runs_on_the_cpu() {
+    let out = kiln(&[
+        "bench",
+        "--device",
+        "cpu",
+        "--quantize",
+        "fp8",
+        "--prefill",
+        "64",
+        "--decode",
+        "8",
+        "--repeats",
+        "1",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+#[test]
+fn fp8_on_a_missing_gpu_says_so() {
+    if kiln_cuda::unavailable_reason().is_none() {
+        return;
+    }
+    let err = generate(&["--device", "cuda", "--quantize", "fp8"]).unwrap_err();
+    assert!(err.contains("CUDA backend not available"), "{err}");
+}
