@@ -60,7 +60,7 @@ impl Gpu {
             return Ok(());
         }
         ensure!(
-            cols.is_multiple_of(8) && x_stride >= cols,
+            cols.is_multiple_of(8) && x_stride.is_multiple_of(8) && x_stride >= cols,
             "fp8 rows of {cols} values at a stride of {x_stride}: the kernel reads 8 at a time"
         );
         self.launch(

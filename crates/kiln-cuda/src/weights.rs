@@ -378,8 +378,16 @@ pub fn load_weights(
         for f in schema::layer_weights(l, layer, h) {
             let i = f.weight.index();
             if fp8 && f.weight.fp8_projection() {
-                let stored = ld.fused(&f)?;
                 let cols = f.cols.context("a projection without columns")?;
+                // cuBLASLt's fp8 GEMM reads both sides in 16-byte steps.
+                ensure!(
+                    f.rows().is_multiple_of(16) && cols.is_multiple_of(16),
+                    "--quantize fp8 needs projections whose sides are multiples of 16; layer \
+                     {l}'s {:?} is {}x{cols}",
+                    f.weight,
+                    f.rows()
+                );
+                let stored = ld.fused(&f)?;
                 let m = Fp8Matrix::from_store(gpu, &stored, f.rows(), cols)?;
                 // The stored copy goes once its rows are quantised (the stream is in order).
                 gpu.synchronize()?;
