@@ -227,9 +227,23 @@ impl CudaBackend {
             self.layout.max_context,
             self.switches.describe()
         );
+        let fp8: usize = self
+            .weights
+            .layers
+            .iter()
+            .flat_map(|l| l.fp8())
+            .map(|m| m.bytes())
+            .sum();
+        if fp8 > 0 {
+            s.push_str(&format!(
+                "\nfp8 projections (--quantize fp8): {:.2} GiB of the weights",
+                gib(fp8)
+            ));
+        }
         s.push('\n');
         s.push_str(&self.graphs.describe());
-        for c in &self.lt.choices {
+        let fp8_choices = self.lt.fp8.iter().flat_map(|f| &f.choices);
+        for c in self.lt.choices.iter().chain(fp8_choices) {
             s.push('\n');
             s.push_str(c);
         }
