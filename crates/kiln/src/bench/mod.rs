@@ -289,11 +289,18 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             "new_turn": plan.new_turn,
             "threads": args.device.threads,
             "decode_sampling": describe_mode(mode),
+            "quantize": args.device.quantize.map(|q| format!("{q:?}").to_lowercase()),
         }),
         memory,
     };
     print!("{}", report::table(&header, &rows));
     let mut doc = report::to_json(&header, &rows);
+    // fp8 projections are the rows' weights whatever the file holds.
+    if args.device.quantize.is_some() {
+        for row in doc["rows"].as_array_mut().into_iter().flatten() {
+            row["weights"] = json!("fp8");
+        }
+    }
     if !args.vs.is_empty() {
         let lines = compare::compare(
             doc["rows"].as_array().map_or(&[], Vec::as_slice),

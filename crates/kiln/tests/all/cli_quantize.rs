@@ -54,9 +54,12 @@ fn fp8_runs_on_the_cpu_and_changes_the_projections() {
 }
 
 #[test]
-fn fp8_bench_runs_on_the_cpu() {
+fn fp8_bench_runs_on_the_cpu_and_labels_its_rows() {
+    let json = std::env::temp_dir().join(format!("kiln-fp8-bench-{}.json", std::process::id()));
     let out = kiln(&[
         "bench",
+        "--json",
+        json.to_str().unwrap(),
         "--device",
         "cpu",
         "--quantize",
@@ -69,6 +72,13 @@ fn fp8_bench_runs_on_the_cpu() {
         "1",
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("the bench JSON")).unwrap();
+    let _ = std::fs::remove_file(&json);
+    let rows = doc["rows"].as_array().expect("rows");
+    assert!(!rows.is_empty());
+    assert!(rows.iter().all(|r| r["weights"] == "fp8"), "{rows:?}");
+    assert_eq!(doc["settings"]["quantize"], "fp8");
 }
 
 #[test]
