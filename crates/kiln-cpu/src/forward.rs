@@ -11,7 +11,7 @@ use rayon::prelude::*;
 use crate::kernels::{
     apply_rope, geglu, gelu_tanh, matmul, paged_attention, paged_attention_rounding, rmsnorm,
     rmsnorm_heads_in_place, rmsnorm_heads_unweighted_in_place, rmsnorm_row_in_place, silu, swiglu,
-    AttentionShape, KvView, QueryRow, RopeTable, RoundProbs,
+    AttentionShape, KvView, PackedMatrix, QueryRow, RopeTable, RoundProbs,
 };
 use crate::kv_cache::{PagedKvCache, TokenRows};
 use crate::rounding::{Narrow, Rounding};
@@ -287,11 +287,11 @@ impl StepOps for CpuOps<'_> {
             LayerWeight::PerLayerProj => (&a.pl_act, &mut a.proj),
             other => anyhow::bail!("{other:?} is not a projection"),
         };
-        let mut x = rounded(&x[..n * w.cols()], narrow);
-        if self.weights.fp8 && weight.fp8_projection() {
-            kiln_formats::fp8::round_rows(x.to_mut(), w.cols());
+        let x = rounded(&x[..n * w.cols()], narrow);
+        match self.weights.layers[layer].fp8_scales(weight) {
+            None => matmul(&x, w, &mut y[..n * w.rows()]),
+            Some(w_scales) => fp8_matmul(x.into_owned(), w, w_scales, &mut y[..n * w.rows()]),
         }
-        matmul(&x, w, &mut y[..n * w.rows()]);
         match weight {
             LayerWeight::Qkv => self.qkv_stride = w.rows(),
             LayerWeight::O | LayerWeight::Down | LayerWeight::PerLayerProj => self.pending = true,
@@ -571,6 +571,22 @@ fn rounded(x: &[f32], narrow: Option<Narrow>) -> Cow<'_, [f32]> {
     match narrow {
         None => Cow::Borrowed(x),
         Some(f) => Cow::Owned(x.iter().map(|&v| f.round(v)).collect()),
+    }
+}
+
+/// y = x . w^T for an fp8 projection: `w` holds E4M3 values with a scale a row, and x's rows
+/// are quantised the same way first; the products of the values are summed, then each output
+/// is multiplied by its two scales (their product first), as the GPU's fp8 GEMM applies them.
+fn fp8_matmul(mut x: Vec<f32>, w: &PackedMatrix, w_scales: &[f32], y: &mut [f32]) {
+    let x_scales: Vec<f32> = x
+        .chunks_exact_mut(w.cols())
+        .map(kiln_formats::fp8::quantize_values)
+        .collect();
+    matmul(&x, w, y);
+    for (row, &sx) in y.chunks_exact_mut(w.rows()).zip(&x_scales) {
+        for (v, &sw) in row.iter_mut().zip(w_scales) {
+            *v *= sx * sw;
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! `kiln_model::schema`: norms and biases as plain vectors, every projection packed for the
 //! matmul (16 bits a value when that is exact; a GGUF's Q8_0, Q4_0, Q4_K and Q6_K blocks kept
 //! quantised and decoded inside the matmul). With `--quantize fp8` a layer's projections hold
-//! the values of their fp8 rows (kiln_formats::fp8) instead.
+//! their fp8 rows' E4M3 values (exact in 16 bits) and a scale per row (kiln_formats::fp8).
 
 use anyhow::Context;
 use kiln_model::schema::{self, Fused, GlobalWeight, LayerWeight};
@@ -15,6 +15,8 @@ use crate::kernels::{PackedMatrix, QuantFormat, RowBlock};
 pub(crate) struct LayerWeights {
     vectors: [Option<Vec<f32>>; LayerWeight::ALL.len()],
     matrices: [Option<PackedMatrix>; LayerWeight::ALL.len()],
+    /// The row scales of the fp8 projections (their matrices hold the E4M3 values).
+    fp8_scales: [Option<Vec<f32>>; LayerWeight::ALL.len()],
 }
 
 impl LayerWeights {
@@ -28,6 +30,11 @@ impl LayerWeights {
         self.matrices[w.index()]
             .as_ref()
             .unwrap_or_else(|| panic!("layer has no {w:?} matrix"))
+    }
+
+    /// An fp8 projection's row scales; None for a projection in plain values.
+    pub fn fp8_scales(&self, w: LayerWeight) -> Option<&[f32]> {
+        self.fp8_scales[w.index()].as_deref()
     }
 
     /// A vector weight the layer must have.
@@ -67,9 +74,6 @@ pub(crate) struct ModelWeights {
     pub lm_head: PackedMatrix,
     pub per_layer: Option<PerLayerWeights>,
     pub draft: Option<DraftWeights>,
-    /// The layers' projections hold fp8 rows ([`LayerWeight::fp8_projection`]), and their
-    /// input rows are rounded to fp8 the same way before each product.
-    pub fp8: bool,
 }
 
 impl ModelWeights {
@@ -147,12 +151,15 @@ impl ModelWeights {
             let mut w = LayerWeights {
                 vectors: Default::default(),
                 matrices: Default::default(),
+                fp8_scales: Default::default(),
             };
             for f in schema::layer_weights(l, layer, spec.hidden_size) {
                 let i = f.weight.index();
                 match f.cols {
                     Some(cols) if fp8 && f.weight.fp8_projection() => {
-                        w.matrices[i] = Some(loader.fp8_matrix(&f, cols)?)
+                        let (m, scales) = loader.fp8_matrix(&f, cols)?;
+                        w.matrices[i] = Some(m);
+                        w.fp8_scales[i] = Some(scales);
                     }
                     Some(_) => w.matrices[i] = Some(loader.matrix(&f)?),
                     None => w.vectors[i] = Some(loader.vector(&f)?),
@@ -167,7 +174,6 @@ impl ModelWeights {
             lm_head,
             per_layer,
             draft,
-            fp8,
         })
     }
 
@@ -311,17 +317,24 @@ impl Loader<'_> {
         Ok(m)
     }
 
-    /// A fused matrix of the schema with each row rounded to fp8 (its parts' rows are its
-    /// rows, so each part is rounded on its own): f32 values, whatever the file stores.
-    fn fp8_matrix<W>(&mut self, f: &Fused<W>, cols: usize) -> anyhow::Result<PackedMatrix> {
-        let mut parts = Vec::with_capacity(f.parts.len());
+    /// A fused matrix of the schema in fp8 rows (its parts' rows are its rows, so each part
+    /// is quantised on its own): the E4M3 values, packed (16 bits hold them exactly), and the
+    /// scale of each row, whatever the file stores.
+    fn fp8_matrix<W>(
+        &mut self,
+        f: &Fused<W>,
+        cols: usize,
+    ) -> anyhow::Result<(PackedMatrix, Vec<f32>)> {
+        let (mut parts, mut scales) = (Vec::with_capacity(f.parts.len()), Vec::new());
         for p in &f.parts {
             let mut v = self.fetch(p.id)?;
-            self.pool
-                .install(|| kiln_formats::fp8::round_rows_par(&mut v, cols));
+            scales.extend(
+                self.pool
+                    .install(|| kiln_formats::fp8::quantize_values_par(&mut v, cols)),
+            );
             parts.push(Fetched::F32(v));
         }
-        self.stack(cols, &parts)
+        Ok((self.stack(cols, &parts)?, scales))
     }
 
     /// A fused vector of the schema: its parts one after another, absent ones as the schema

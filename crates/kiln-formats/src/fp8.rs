@@ -61,34 +61,27 @@ pub fn quantize_row(row: &[f32], out: &mut [u8]) -> f32 {
     s
 }
 
-/// `row` replaced by the values its quantisation stands for (each E4M3 value times the row's
-/// scale, rounded once to f32): what a backend multiplying in fp8 reads.
-pub fn round_row(row: &mut [f32]) {
+/// `row` replaced by its E4M3 values (as f32, exact: each is also a bf16) and its scale
+/// returned: [`quantize_row`] without the bytes. A product of two such rows is the sum of their
+/// values' products times both scales.
+pub fn quantize_values(row: &mut [f32]) -> f32 {
     let s = row_scale(row_amax(row));
     for x in row.iter_mut() {
-        *x = e4m3_to_f32(e4m3_from_f32(*x / s)) * s;
+        *x = e4m3_to_f32(e4m3_from_f32(*x / s));
     }
+    s
 }
 
-/// [`round_row`] on each `cols`-wide row of `m`.
-pub fn round_rows(m: &mut [f32], cols: usize) {
-    check_rows(m, cols);
-    m.chunks_exact_mut(cols).for_each(round_row);
-}
-
-/// [`round_rows`] with the rows shared among the current rayon pool's threads.
-pub fn round_rows_par(m: &mut [f32], cols: usize) {
+/// [`quantize_values`] on each `cols`-wide row of `m`, the rows shared among the current rayon
+/// pool's threads; the scales in row order.
+pub fn quantize_values_par(m: &mut [f32], cols: usize) -> Vec<f32> {
     use rayon::prelude::*;
-    check_rows(m, cols);
-    m.par_chunks_exact_mut(cols).for_each(round_row);
-}
-
-fn check_rows(m: &[f32], cols: usize) {
     assert!(
         cols > 0 && m.len().is_multiple_of(cols),
         "a matrix of {} values in rows of {cols}",
         m.len()
     );
+    m.par_chunks_exact_mut(cols).map(quantize_values).collect()
 }
 
 #[cfg(test)]
@@ -192,11 +185,20 @@ mod tests {
         let s = quantize_row(&row, &mut q);
         let amax = row_amax(&row);
         assert_eq!(s, amax / 448.0);
-        let mut rounded = row.clone();
-        round_row(&mut rounded);
-        for ((&x, &b), &r) in row.iter().zip(&q).zip(&rounded) {
-            let v = e4m3_to_f32(b) * s;
-            assert_eq!(v, r, "round_row is quantize_row's values");
+        let mut values = row.clone();
+        assert_eq!(quantize_values(&mut values).to_bits(), s.to_bits());
+        for ((&x, &b), &r) in row.iter().zip(&q).zip(&values) {
+            assert_eq!(
+                e4m3_to_f32(b),
+                r,
+                "quantize_values gives quantize_row's values"
+            );
+            assert_eq!(
+                half::bf16::from_f32(r).to_f32(),
+                r,
+                "an E4M3 value is a bf16"
+            );
+            let v = r * s;
             // Three mantissa bits: within 1/16 relative, or half the subnormal step.
             let tol = (x.abs() / 16.0).max(s * 2f32.powi(-10));
             assert!((v - x).abs() <= tol * 1.0001, "x {x} -> {v}");

@@ -96,7 +96,7 @@ pub struct DeviceArgs {
     /// Quantise at load. `fp8`: each layer's four projections in fp8 E4M3 with a scale per
     /// row, their input rows rounded to fp8 the same way, so the GPU multiplies them on its
     /// fp8 tensor cores and holds half their bytes (compute capability 8.9 or later; the CPU
-    /// computes the same rounding in f32). Logits move by about fp8's precision; tokens can
+    /// computes the same quantisation in f32). Logits move by about fp8's precision; tokens can
     /// differ from those without it.
     #[arg(long, value_enum)]
     pub quantize: Option<Quantize>,
