@@ -1,6 +1,8 @@
 //! The switches read from the environment: each variable's values and defaults.
 
+use super::environment::Env;
 use super::*;
+use crate::chain_gemm::CHAIN_MAX_ROWS;
 
 fn read(vars: &[(&str, &str)]) -> Env {
     Env::read(|name| {
