@@ -19,6 +19,7 @@ pub mod host_tier;
 pub mod kernel_entries;
 pub mod kernel_sources;
 pub mod kernels;
+pub mod kernels_attn;
 pub mod kernels_draft;
 pub mod kernels_gemma;
 pub mod kv_cache;

@@ -1,0 +1,208 @@
+//! Typed launchers for the first attention kernels: prefill attention with mma.sync
+//! (kernels/flash_attn.cu), decode attention on CUDA cores (kernels/decode_attn.cu) and the
+//! reference attention (kernels/ref_attn.cu). The variants beside them and the choice of family
+//! are in attn_launch.rs. Pointers are device addresses; argument lists match the .cu signatures.
+
+use anyhow::{bail, Result};
+
+use crate::device::{i32_of, Arg, Gpu};
+use crate::kernels::{
+    flash_smem_bytes, AttnInputs, KvView, ATTN_HEAD_DIMS, DECODE_MAX_SPLITS, DECODE_MIN_SPAN,
+    FLASH_HEAD_DIMS,
+};
+
+/// Query heads one decode CTA serves (more GQA heads take more CTAs).
+const DECODE_MAX_GROUP: usize = 4;
+/// decode_attn_combine stages at most this many splits in shared memory.
+const DECODE_COMBINE_MAX_SPLITS: usize = 128;
+const _: () = assert!(DECODE_MAX_SPLITS <= DECODE_COMBINE_MAX_SPLITS);
+
+/// Query heads one flash-attention CTA serves: 2 for even GQA groups when allowed, else 1.
+fn flash_heads_per_cta(pairs: bool, n_q: usize, n_kv: usize) -> usize {
+    if pairs && n_kv > 0 && (n_q / n_kv).is_multiple_of(2) {
+        2
+    } else {
+        1
+    }
+}
+
+impl Gpu {
+    /// Prefill attention with mma.sync (flash_attn*) over `n_tiles` tiles (device array of
+    /// {tok0, n_rows, seq, pos0}): `pairs` lets two heads of a GQA group share a CTA (where
+    /// the group is even). Both variants give the same bits. [`Gpu::flash_attn`] picks the
+    /// family.
+    #[allow(clippy::too_many_arguments)]
+    pub fn flash_attn_with(
+        &self,
+        pairs: bool,
+        q: u64,
+        kv: KvView,
+        tiles: u64,
+        n_tiles: usize,
+        inp: &AttnInputs,
+        out: u64,
+        n_q: usize,
+        hd: usize,
+        window: usize,
+        scale: f32,
+    ) -> Result<()> {
+        if n_tiles == 0 {
+            return Ok(());
+        }
+        if crate::attn_wide::WIDE_HEAD_DIMS.contains(&hd) {
+            return self.flash_attn_wide(q, kv, tiles, n_tiles, inp, out, n_q, hd, window, scale);
+        }
+        if !FLASH_HEAD_DIMS.contains(&hd) {
+            bail!("flash attention supports head dims {ATTN_HEAD_DIMS:?}, not {hd}");
+        }
+        let args = [
+            Arg::Ptr(q),
+            Arg::Ptr(kv.k),
+            Arg::Ptr(kv.v),
+            Arg::Ptr(tiles),
+            Arg::Ptr(inp.bt_start),
+            Arg::Ptr(inp.block_tables),
+            Arg::Ptr(out),
+            Arg::I32(n_q as i32),
+            Arg::I32(kv.n_kv as i32),
+            Arg::I32(kv.block_size as i32),
+            Arg::I32(i32_of(window, "window")?),
+            Arg::F32(scale * std::f32::consts::LOG2_E),
+        ];
+        let heads = flash_heads_per_cta(pairs, n_q, kv.n_kv);
+        let name = if heads == 2 {
+            format!("flash_attn2_hd{hd}")
+        } else {
+            format!("flash_attn_hd{hd}")
+        };
+        self.launch(
+            &name,
+            (n_tiles as u32, (n_q / heads) as u32, 1),
+            128 * heads as u32,
+            flash_smem_bytes(hd, heads) as u32,
+            &args,
+        )
+    }
+
+    /// Decode attention on CUDA cores (decode_attn_hd*) for `rows` rows (flat tokens 0..rows:
+    /// decode rows, or any rows whose keys are in the cache, as a backend without flash
+    /// attention runs its prefill rows), split over the KV length, then merged.
+    /// `part_o`/`part_ml` hold rows * n_q * DECODE_MAX_SPLITS partials. [`Gpu::decode_attn`]
+    /// picks the family.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn decode_attn_simt(
+        &self,
+        q: u64,
+        kv: KvView,
+        inp: &AttnInputs,
+        part_o: u64,
+        part_ml: u64,
+        out: u64,
+        rows: usize,
+        n_q: usize,
+        hd: usize,
+        window: usize,
+        scale: f32,
+    ) -> Result<()> {
+        if rows == 0 {
+            return Ok(());
+        }
+        if crate::attn_wide::WIDE_HEAD_DIMS.contains(&hd) {
+            return self.decode_attn_wide(
+                q, kv, inp, part_o, part_ml, out, rows, n_q, hd, window, scale,
+            );
+        }
+        if !FLASH_HEAD_DIMS.contains(&hd) {
+            bail!("decode attention supports head dims {ATTN_HEAD_DIMS:?}, not {hd}");
+        }
+        let group = n_q / kv.n_kv;
+        let groups_per_kv = group.div_ceil(DECODE_MAX_GROUP);
+        let args = [
+            Arg::Ptr(q),
+            Arg::Ptr(kv.k),
+            Arg::Ptr(kv.v),
+            Arg::Ptr(inp.positions),
+            Arg::Ptr(inp.token_seq),
+            Arg::Ptr(inp.bt_start),
+            Arg::Ptr(inp.block_tables),
+            Arg::Ptr(part_o),
+            Arg::Ptr(part_ml),
+            Arg::I32(n_q as i32),
+            Arg::I32(kv.n_kv as i32),
+            Arg::I32(kv.block_size as i32),
+            Arg::I32(i32_of(window, "window")?),
+            Arg::F32(scale * std::f32::consts::LOG2_E),
+            Arg::I32(DECODE_MAX_SPLITS as i32),
+            Arg::I32(DECODE_MIN_SPAN as i32),
+        ];
+        // Fewer CTAs than split slots once the rows are many (a prefill chunk here can be
+        // thousands of rows): decode_mma's rule, same bits.
+        let sx = self.split_ctas(DECODE_MAX_SPLITS, kv.n_kv * groups_per_kv, rows);
+        let grid = (sx as u32, (kv.n_kv * groups_per_kv) as u32, rows as u32);
+        self.launch(&format!("decode_attn_hd{hd}"), grid, 128, 0, &args)?;
+        let args = [
+            Arg::Ptr(part_o),
+            Arg::Ptr(part_ml),
+            Arg::Ptr(inp.positions),
+            Arg::Ptr(out),
+            Arg::I32(n_q as i32),
+            Arg::I32(hd as i32),
+            Arg::I32(DECODE_MAX_SPLITS as i32),
+            Arg::I32(DECODE_MIN_SPAN as i32),
+        ];
+        self.launch(
+            "decode_attn_combine",
+            (n_q as u32, rows as u32, 1),
+            hd.clamp(32, 256) as u32,
+            0,
+            &args,
+        )
+    }
+
+    /// The reference attention for flat tokens 0..n_tokens.
+    #[allow(clippy::too_many_arguments)]
+    pub fn ref_attn(
+        &self,
+        q: u64,
+        kv: KvView,
+        inp: &AttnInputs,
+        out: u64,
+        n_tokens: usize,
+        n_q: usize,
+        hd: usize,
+        window: usize,
+        scale: f32,
+    ) -> Result<()> {
+        if n_tokens == 0 {
+            return Ok(());
+        }
+        if hd == 0 || hd > 512 || (hd > 32 && !hd.is_multiple_of(32)) {
+            bail!("reference attention supports head dims up to 32, or multiples of 32 up to 512, not {hd}");
+        }
+        let args = [
+            Arg::Ptr(q),
+            Arg::Ptr(kv.k),
+            Arg::Ptr(kv.v),
+            Arg::Ptr(inp.positions),
+            Arg::Ptr(inp.token_seq),
+            Arg::Ptr(inp.bt_start),
+            Arg::Ptr(inp.block_tables),
+            Arg::Ptr(out),
+            Arg::I32(n_tokens as i32),
+            Arg::I32(n_q as i32),
+            Arg::I32(kv.n_kv as i32),
+            Arg::I32(hd as i32),
+            Arg::I32(kv.block_size as i32),
+            Arg::I32(i32_of(window, "window")?),
+            Arg::F32(scale * std::f32::consts::LOG2_E),
+        ];
+        let warps = n_tokens * n_q;
+        self.launch(
+            "ref_attn",
+            ((warps.div_ceil(4)) as u32, 1, 1),
+            128,
+            0,
+            &args,
+        )
+    }
+}
