@@ -296,6 +296,12 @@ pub fn load_weights(
             layer.attn.head_dim
         );
     }
+    ensure!(
+        !fp8 || gpu.arch >= 89,
+        "--quantize fp8 needs a GPU of compute capability 8.9 or later; this one is {}.{}",
+        gpu.arch / 10,
+        gpu.arch % 10
+    );
     let mut ld = Loader {
         gpu,
         src,
