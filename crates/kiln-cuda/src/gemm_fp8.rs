@@ -261,6 +261,9 @@ impl Fp8Gemm {
             bail!("the fp8 GEMM needs both sides of a weight to be multiples of 16, not {n}x{k}");
         }
         let m = self.reference_m;
+        // The heuristic and the checks see scale pointers set, as every call has them (any
+        // device address: neither reads through it).
+        self.set_scales(self.workspace.ptr(), self.workspace.ptr())?;
         let mut usable = Vec::new();
         for res in self.heuristic(n, k, m)? {
             if res.state == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS
@@ -350,6 +353,27 @@ impl Fp8Gemm {
         self.run(gpu, algo.as_ref(), y, xq, x_scale, w, m)
     }
 
+    /// Points the descriptor at the row scales of W (A: its outer dimension is n, w's rows) and
+    /// of X (B: m, x's rows), when cuBLASLt applies them.
+    fn set_scales(&self, w_scale: u64, x_scale: u64) -> Result<()> {
+        if self.scales == Fp8Scales::Outer {
+            use lt::cublasLtMatmulDescAttributes_t as D;
+            set_attr(
+                self.desc,
+                D::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                &w_scale,
+                "A scale",
+            )?;
+            set_attr(
+                self.desc,
+                D::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                &x_scale,
+                "B scale",
+            )?;
+        }
+        Ok(())
+    }
+
     /// One cuBLASLt call, then the scales if the GEMM did not apply them.
     #[allow(clippy::too_many_arguments)]
     fn run(
@@ -363,22 +387,7 @@ impl Fp8Gemm {
         m: usize,
     ) -> Result<()> {
         let (n, k) = (w.rows, w.cols);
-        if self.scales == Fp8Scales::Outer {
-            use lt::cublasLtMatmulDescAttributes_t as D;
-            // A is W: its outer dimension is n (w's rows); B is X: m (x's rows).
-            set_attr(
-                self.desc,
-                D::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                &w.scale.ptr(),
-                "A scale",
-            )?;
-            set_attr(
-                self.desc,
-                D::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                &x_scale,
-                "B scale",
-            )?;
-        }
+        self.set_scales(w.scale.ptr(), x_scale)?;
         let ls = Self::layouts(n, k, m)?;
         let (alpha, beta) = (1.0f32, 0.0f32);
         let algo_ptr = algo.map_or(std::ptr::null(), |a| a as *const _);
