@@ -4,7 +4,8 @@
 //! outer-vector scaling (KILN_FP8_SCALES=outer, the default) or, with unit scales in the GEMM,
 //! by a kernel after it (=kernel). As for bf16 (gemm_lt.rs), one algorithm is pinned per shape
 //! once a device run shows its rows bit-identical at several m, so a row's result does not
-//! depend on the other rows of its step: every row of a step, decode or prompt, takes it.
+//! depend on the other rows of its step: every row of a step, decode or prompt, takes it (or,
+//! in steps of few rows, a faster algorithm seen to give its bits: gemm_fp8_short.rs).
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -14,7 +15,11 @@ use cudarc::cublaslt::sys as lt;
 
 use crate::device::{DevBuf, Gpu};
 use crate::fp8_rows::Fp8Matrix;
-use crate::gemm_lt::LtGemm;
+use crate::gemm_lt::{algo_config, LtGemm};
+
+// KILN_GEMM_SHORT: faster algorithms for steps of few rows, bit-identical to the pinned one.
+#[path = "gemm_fp8_short.rs"]
+mod short;
 
 pub(crate) const WORKSPACE_BYTES: usize = 32 << 20;
 
@@ -66,11 +71,22 @@ fn set_attr<T>(
     )
 }
 
+/// A shape's pinned algorithm.
+#[derive(Clone, Copy)]
+struct Pinned {
+    algo: lt::cublasLtMatmulAlgo_t,
+    /// No split-K: each element summed in one pass (the short tiers need it).
+    one_pass: bool,
+}
+
 pub struct Fp8Gemm {
     handle: lt::cublasLtHandle_t,
     desc: lt::cublasLtMatmulDesc_t,
     workspace: DevBuf<u8>,
-    pinned: HashMap<(usize, usize), lt::cublasLtMatmulAlgo_t>,
+    pinned: HashMap<(usize, usize), Pinned>,
+    /// Each shape's algorithm for steps of at most a tier's rows (gemm_fp8_short.rs).
+    short: HashMap<(usize, usize, usize), Option<lt::cublasLtMatmulAlgo_t>>,
+    short_on: bool,
     scales: Fp8Scales,
     reference_m: usize,
     /// One line per pinned shape, for the start-up log.
@@ -130,6 +146,8 @@ impl Fp8Gemm {
             desc,
             workspace: gpu.alloc(WORKSPACE_BYTES)?,
             pinned: HashMap::new(),
+            short: HashMap::new(),
+            short_on: crate::switches::Switches::from_env().gemm_short,
             scales,
             reference_m: reference_m.max(64),
             choices: Vec::new(),
@@ -272,6 +290,11 @@ impl Fp8Gemm {
                 usable.push(res.algo);
             }
         }
+        // Those that sum each element in one pass first, in the heuristic's order.
+        use lt::cublasLtMatmulAlgoConfigAttributes_t as C;
+        let split_k =
+            |a: &lt::cublasLtMatmulAlgo_t| algo_config(a, C::CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
+        usable.sort_by_key(|a| split_k(a) > 1);
         let Some(&first) = usable.first() else {
             bail!(
                 "cuBLASLt offers no fp8 algorithm for a {n}x{k} GEMM usable at every row count \
@@ -297,8 +320,9 @@ impl Fp8Gemm {
             "gemm fp8 n={n} k={k} ({:?} scales, chosen at m={m}; {note})",
             self.scales
         ));
-        self.pinned.insert((n, k), algo);
-        Ok(())
+        let one_pass = split_k(&algo) == 1;
+        self.pinned.insert((n, k), Pinned { algo, one_pass });
+        self.pin_short(gpu, n, k)
     }
 
     /// Runs `algo` on generated rows at the reference m and at a few small m (one at a row
@@ -349,7 +373,7 @@ impl Fp8Gemm {
             return Ok(());
         }
         self.pin(gpu, w.rows, w.cols)?;
-        let algo = self.pinned.get(&(w.rows, w.cols)).copied();
+        let algo = self.algo_for(w.rows, w.cols, m);
         self.run(gpu, algo.as_ref(), y, xq, x_scale, w, m)
     }
 

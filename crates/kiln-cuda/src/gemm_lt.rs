@@ -20,12 +20,12 @@ use crate::switches::Switches;
 
 // KILN_GEMM_TUNE: candidates timed, the choice kept beside the compiled kernels.
 #[path = "gemm_tune.rs"]
-mod tune;
+pub(crate) mod tune;
 // KILN_GEMM_SHORT: a second algorithm for steps of a few hundred rows, bit-identical.
 #[path = "gemm_chain_rows.rs"]
 mod chain_rows;
 #[path = "gemm_short.rs"]
-mod short;
+pub(crate) mod short;
 
 pub(crate) const WORKSPACE_BYTES: usize = 64 << 20;
 
@@ -56,7 +56,7 @@ struct Pinned {
 }
 
 /// Describes an algorithm (id, tile, split-K, reduction scheme, stages) for diagnostics.
-fn algo_config(
+pub(crate) fn algo_config(
     algo: &lt::cublasLtMatmulAlgo_t,
     attr: lt::cublasLtMatmulAlgoConfigAttributes_t,
 ) -> i64 {

@@ -16,7 +16,7 @@ use crate::device::Gpu;
 use crate::store::StoreBuf;
 
 /// Split-K-free candidates timed per shape (the heuristic offers up to 16).
-pub(super) const CANDIDATES: usize = 8;
+pub(crate) const CANDIDATES: usize = 8;
 
 /// Bytes of weight copies a timing cycles through: past the L2 (50 MB on the H200), so that each
 /// launch reads its weight from memory, as a step reads each layer's own. Timed on one copy, a
@@ -48,7 +48,7 @@ impl TimingWeights {
 }
 
 /// Seconds a launch: one warm-up, then one launch a copy (at least three), the mean.
-pub(super) fn mean_of_runs(
+pub(crate) fn mean_of_runs(
     gpu: &Gpu,
     copies: usize,
     mut run: impl FnMut(usize) -> Result<()>,
