@@ -23,6 +23,7 @@
 #   GGUF=/tmp/kiln-bench/llama3-8b-f16.gguf   PYTHON=python3   LLAMA_BUILD=/tmp/llamacpp-build
 #   MODEL_LABEL="Llama-3-8B shape, random F16 GGUF"   the model's name in the table
 #   KILN_DEVICE=cuda (cpu: to try the script on a machine without a GPU, with a small GGUF)
+#   KILN_ARGS             more arguments for every `kiln bench` run (e.g. "--quantize fp8")
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ -z "${KILN_COMMIT:-}" ] && [ -f .carry/commit.txt ] && export KILN_COMMIT="$(cat .carry/commit.txt)"
@@ -131,13 +132,15 @@ run_kiln() {
     # As llama.cpp runs them: prefill and batch-1 decode at every depth (llama-bench), then the
     # streams after a 512-token prompt each (llama-batched-bench). One run of every depth
     # with every stream count would not fit: 128 streams x 8k tokens of KV is more than the GPU.
-    "$bin" bench --model "$GGUF" --device "$KILN_DEVICE" --prefill "$PREFILL" --decode "$DECODE" --depth "$DEPTHS" \
+    # shellcheck disable=SC2086 # KILN_ARGS: words for kiln
+    "$bin" bench --model "$GGUF" --device "$KILN_DEVICE" ${KILN_ARGS:-} --prefill "$PREFILL" --decode "$DECODE" --depth "$DEPTHS" \
         --concurrency 1 --repeats "$REPEATS" --json "$RAW/kiln-b1.json" > "$RAW/kiln.txt" 2> "$RAW/kiln.log"
     local rc=$?
     local streams
     streams=$(echo "$STREAMS" | tr ',' '\n' | grep -vx 1 | paste -sd,)
     if [ $rc = 0 ] && [ -n "$streams" ]; then
-        "$bin" bench --model "$GGUF" --device "$KILN_DEVICE" --prefill none --decode "$DECODE" --depth 512 \
+        # shellcheck disable=SC2086
+        "$bin" bench --model "$GGUF" --device "$KILN_DEVICE" ${KILN_ARGS:-} --prefill none --decode "$DECODE" --depth 512 \
             --concurrency "$streams" --repeats "$REPEATS" --json "$RAW/kiln-streams.json" >> "$RAW/kiln.txt" 2>> "$RAW/kiln.log"
         rc=$?
     fi
