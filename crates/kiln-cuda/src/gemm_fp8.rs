@@ -16,6 +16,7 @@ use cudarc::cublaslt::sys as lt;
 use crate::device::{DevBuf, Gpu};
 use crate::fp8_rows::Fp8Matrix;
 use crate::gemm_lt::{algo_config, LtGemm};
+use crate::lt_calls::{self, check, Layouts};
 
 // KILN_GEMM_SHORT: faster algorithms for steps of few rows, bit-identical to the pinned one.
 #[path = "gemm_fp8_short.rs"]
@@ -39,14 +40,6 @@ impl Fp8Scales {
             Ok("kernel") => Fp8Scales::Kernel,
             _ => Fp8Scales::Outer,
         }
-    }
-}
-
-fn check(status: lt::cublasStatus_t, what: &str) -> Result<()> {
-    if status == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
-        Ok(())
-    } else {
-        Err(anyhow!("cuBLASLt fp8 {what} failed: {status:?}"))
     }
 }
 
@@ -154,114 +147,22 @@ impl Fp8Gemm {
         })
     }
 
-    /// Column-major layouts: A = W as k x n (ld k, transposed by the op), B = X as k x m,
-    /// D = Y as n x m.
-    fn layouts(n: usize, k: usize, m: usize) -> Result<[lt::cublasLtMatrixLayout_t; 3]> {
-        let mut out = [std::ptr::null_mut(); 3];
-        let e4m3 = lt::cudaDataType::CUDA_R_8F_E4M3;
-        let specs = [
-            (e4m3, k, n, k),
-            (e4m3, k, m, k),
-            (lt::cudaDataType::CUDA_R_32F, n, m, n),
-        ];
-        for (i, (ty, rows, cols, ld)) in specs.into_iter().enumerate() {
-            // SAFETY: out-pointer to a layout.
-            check(
-                unsafe {
-                    lt::cublasLtMatrixLayoutCreate(
-                        &mut out[i],
-                        ty,
-                        rows as u64,
-                        cols as u64,
-                        ld as i64,
-                    )
-                },
-                "matrix layout",
-            )?;
-        }
-        Ok(out)
-    }
-
-    fn destroy(layouts: [lt::cublasLtMatrixLayout_t; 3]) {
-        for l in layouts {
-            // SAFETY: created by layouts().
-            unsafe { lt::cublasLtMatrixLayoutDestroy(l) };
-        }
+    /// The layouts of an m-row fp8 product of shape (n, k) (lt_calls.rs).
+    fn layouts(n: usize, k: usize, m: usize) -> Result<Layouts> {
+        Layouts::new(lt::cudaDataType::CUDA_R_8F_E4M3, n, k, m)
     }
 
     /// cuBLASLt's candidates for shape (n, k) at m rows, in its order of preference.
-    fn heuristic(
-        &self,
-        n: usize,
-        k: usize,
-        m: usize,
-    ) -> Result<Vec<lt::cublasLtMatmulHeuristicResult_t>> {
+    fn heuristic(&self, n: usize, k: usize, m: usize) -> Result<Vec<lt_calls::Candidate>> {
         let ls = Self::layouts(n, k, m)?;
-        let ws = WORKSPACE_BYTES as u64;
-        let mut results =
-            vec![unsafe { std::mem::zeroed::<lt::cublasLtMatmulHeuristicResult_t>() }; 16];
-        let mut count = 0i32;
-        let mut pref = std::ptr::null_mut();
-        // SAFETY: valid handle, descriptor and layouts; results holds 16 entries.
-        let r = unsafe {
-            check(lt::cublasLtMatmulPreferenceCreate(&mut pref), "preference")?;
-            check(
-                lt::cublasLtMatmulPreferenceSetAttribute(
-                    pref,
-                    lt::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                    &ws as *const u64 as *const c_void,
-                    8,
-                ),
-                "workspace preference",
-            )?;
-            let st = lt::cublasLtMatmulAlgoGetHeuristic(
-                self.handle,
-                self.desc,
-                ls[0],
-                ls[1],
-                ls[2],
-                ls[2],
-                pref,
-                16,
-                results.as_mut_ptr(),
-                &mut count,
-            );
-            lt::cublasLtMatmulPreferenceDestroy(pref);
-            check(st, "algorithm heuristic")
-        };
-        Self::destroy(ls);
-        r?;
-        results.truncate(count.max(0) as usize);
-        Ok(results)
+        lt_calls::heuristic(self.handle, self.desc, &ls, WORKSPACE_BYTES)
     }
 
     /// Whether `algo` runs shape (n, k) at every m a step may have (a few samples).
-    fn works_for_small_m(
-        &self,
-        algo: &lt::cublasLtMatmulAlgo_t,
-        n: usize,
-        k: usize,
-    ) -> Result<bool> {
+    fn works_for_small_m(&self, algo: &lt_calls::Algo, n: usize, k: usize) -> Result<bool> {
         for m in [1usize, 7, 64, 333] {
             let ls = Self::layouts(n, k, m)?;
-            let mut res = unsafe { std::mem::zeroed::<lt::cublasLtMatmulHeuristicResult_t>() };
-            // SAFETY: valid handle, descriptor, layouts and algorithm.
-            let st = unsafe {
-                lt::cublasLtMatmulAlgoCheck(
-                    self.handle,
-                    self.desc,
-                    ls[0],
-                    ls[1],
-                    ls[2],
-                    ls[2],
-                    algo,
-                    &mut res,
-                )
-            };
-            Self::destroy(ls);
-            if st != lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS
-                || res.workspaceSize > WORKSPACE_BYTES
-            {
+            if !lt_calls::runs(self.handle, self.desc, &ls, algo, WORKSPACE_BYTES) {
                 return Ok(false);
             }
         }
@@ -413,30 +314,16 @@ impl Fp8Gemm {
         let (n, k) = (w.rows, w.cols);
         self.set_scales(w.scale.ptr(), x_scale)?;
         let ls = Self::layouts(n, k, m)?;
-        let (alpha, beta) = (1.0f32, 0.0f32);
-        let algo_ptr = algo.map_or(std::ptr::null(), |a| a as *const _);
-        // SAFETY: device buffers sized by the caller for these shapes.
-        let st = unsafe {
-            lt::cublasLtMatmul(
-                self.handle,
-                self.desc,
-                &alpha as *const f32 as *const c_void,
-                w.q.ptr() as *const c_void,
-                ls[0],
-                xq as *const c_void,
-                ls[1],
-                &beta as *const f32 as *const c_void,
-                y as *const c_void,
-                ls[2],
-                y as *mut c_void,
-                ls[2],
-                algo_ptr,
-                self.workspace.ptr() as *mut c_void,
-                WORKSPACE_BYTES,
-                gpu.stream.cu_stream() as lt::cudaStream_t,
-            )
-        };
-        Self::destroy(ls);
+        let st = lt_calls::matmul(
+            self.handle,
+            self.desc,
+            &ls,
+            (1.0, 0.0),
+            (w.q.ptr(), xq, y),
+            algo,
+            (self.workspace.ptr(), WORKSPACE_BYTES),
+            gpu.stream.cu_stream() as lt::cudaStream_t,
+        );
         if st != lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
             bail!("cuBLASLt fp8 matmul m={m} n={n} k={k} failed: {st:?}");
         }

@@ -11,10 +11,11 @@
 use std::collections::HashMap;
 use std::ffi::c_void;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{bail, Result};
 use cudarc::cublaslt::sys as lt;
 
 use crate::device::{DevBuf, Gpu};
+use crate::lt_calls::{self, check, Layouts};
 use crate::store::StoreType;
 use crate::switches::Switches;
 
@@ -28,14 +29,6 @@ mod chain_rows;
 pub(crate) mod short;
 
 pub(crate) const WORKSPACE_BYTES: usize = 64 << 20;
-
-fn check(status: lt::cublasStatus_t, what: &str) -> Result<()> {
-    if status == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
-        Ok(())
-    } else {
-        Err(anyhow!("cuBLASLt {what} failed: {status:?}"))
-    }
-}
 
 /// What a GEMM does with Y's rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,42 +178,14 @@ impl LtGemm {
         self.reference_m
     }
 
-    /// Column-major layouts: A = W as k x n (ld k, transposed by the op), B = X as k x m, D = Y as n x m.
-    fn layouts(&self, n: usize, k: usize, m: usize) -> Result<[lt::cublasLtMatrixLayout_t; 3]> {
-        let mut out = [std::ptr::null_mut(); 3];
+    /// The layouts of an m-row product of shape (n, k) in the storage type (lt_calls.rs).
+    fn layouts(&self, n: usize, k: usize, m: usize) -> Result<Layouts> {
         let input = match self.store {
             StoreType::Bf16 => lt::cudaDataType::CUDA_R_16BF,
             StoreType::F16 => lt::cudaDataType::CUDA_R_16F,
             StoreType::F32 => lt::cudaDataType::CUDA_R_32F,
         };
-        let specs = [
-            (input, k, n, k),
-            (input, k, m, k),
-            (lt::cudaDataType::CUDA_R_32F, n, m, n),
-        ];
-        for (i, (ty, rows, cols, ld)) in specs.into_iter().enumerate() {
-            // SAFETY: out-pointer to a layout.
-            check(
-                unsafe {
-                    lt::cublasLtMatrixLayoutCreate(
-                        &mut out[i],
-                        ty,
-                        rows as u64,
-                        cols as u64,
-                        ld as i64,
-                    )
-                },
-                "matrix layout",
-            )?;
-        }
-        Ok(out)
-    }
-
-    fn destroy(layouts: [lt::cublasLtMatrixLayout_t; 3]) {
-        for l in layouts {
-            // SAFETY: created by layouts().
-            unsafe { lt::cublasLtMatrixLayoutDestroy(l) };
-        }
+        Layouts::new(input, n, k, m)
     }
 
     /// Runs every GEMM on `sm_count - n` multiprocessors, leaving `n` to work on another
@@ -340,41 +305,7 @@ impl LtGemm {
         m: usize,
     ) -> Result<Vec<lt::cublasLtMatmulHeuristicResult_t>> {
         let ls = self.layouts(n, k, m)?;
-        let mut pref = std::ptr::null_mut();
-        let ws = WORKSPACE_BYTES as u64;
-        let mut results =
-            vec![unsafe { std::mem::zeroed::<lt::cublasLtMatmulHeuristicResult_t>() }; 16];
-        let mut count = 0i32;
-        let r = unsafe {
-            check(lt::cublasLtMatmulPreferenceCreate(&mut pref), "preference")?;
-            check(
-                lt::cublasLtMatmulPreferenceSetAttribute(
-                    pref,
-                    lt::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                    &ws as *const u64 as *const c_void,
-                    8,
-                ),
-                "workspace preference",
-            )?;
-            let st = lt::cublasLtMatmulAlgoGetHeuristic(
-                self.handle,
-                self.desc,
-                ls[0],
-                ls[1],
-                ls[2],
-                ls[2],
-                pref,
-                16,
-                results.as_mut_ptr(),
-                &mut count,
-            );
-            lt::cublasLtMatmulPreferenceDestroy(pref);
-            check(st, "algorithm heuristic")
-        };
-        Self::destroy(ls);
-        r?;
-        results.truncate(count.max(0) as usize);
-        Ok(results)
+        lt_calls::heuristic(self.handle, self.desc, &ls, WORKSPACE_BYTES)
     }
 
     /// Whether [`GemmOut::Add`] on shape (n, k) gives the bits of storing then adding: the
@@ -396,24 +327,7 @@ impl LtGemm {
     ) -> Result<bool> {
         for m in [1usize, 7, 64, 333] {
             let ls = self.layouts(n, k, m)?;
-            let mut res = unsafe { std::mem::zeroed::<lt::cublasLtMatmulHeuristicResult_t>() };
-            // SAFETY: valid handle, descriptors and algorithm.
-            let st = unsafe {
-                lt::cublasLtMatmulAlgoCheck(
-                    self.handle,
-                    self.desc,
-                    ls[0],
-                    ls[1],
-                    ls[2],
-                    ls[2],
-                    algo,
-                    &mut res,
-                )
-            };
-            Self::destroy(ls);
-            if st != lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS
-                || res.workspaceSize > WORKSPACE_BYTES
-            {
+            if !lt_calls::runs(self.handle, self.desc, &ls, algo, WORKSPACE_BYTES) {
                 return Ok(false);
             }
         }
@@ -531,34 +445,20 @@ impl LtGemm {
         k: usize,
     ) -> Result<()> {
         let ls = self.layouts(n, k, m)?;
-        let alpha = 1.0f32;
         let beta = match out {
             GemmOut::Store => 0.0f32,
             GemmOut::Add => 1.0,
         };
-        let algo_ptr = algo.map_or(std::ptr::null(), |a| a as *const _);
-        // SAFETY: pointers are device buffers sized by the caller for these shapes.
-        let st = unsafe {
-            lt::cublasLtMatmul(
-                self.handle,
-                self.desc,
-                &alpha as *const f32 as *const c_void,
-                w as *const c_void,
-                ls[0],
-                x as *const c_void,
-                ls[1],
-                &beta as *const f32 as *const c_void,
-                y as *const c_void,
-                ls[2],
-                y as *mut c_void,
-                ls[2],
-                algo_ptr,
-                self.workspace.ptr() as *mut c_void,
-                WORKSPACE_BYTES,
-                gpu.stream.cu_stream() as lt::cudaStream_t,
-            )
-        };
-        Self::destroy(ls);
+        let st = lt_calls::matmul(
+            self.handle,
+            self.desc,
+            &ls,
+            (1.0, beta),
+            (w, x, y),
+            algo,
+            (self.workspace.ptr(), WORKSPACE_BYTES),
+            gpu.stream.cu_stream() as lt::cudaStream_t,
+        );
         if st != lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
             bail!("cuBLASLt matmul m={m} n={n} k={k} failed: {st:?}");
         }

@@ -23,6 +23,7 @@ pub mod kernels_attn;
 pub mod kernels_draft;
 pub mod kernels_gemma;
 pub mod kv_cache;
+mod lt_calls;
 pub mod model_support;
 pub mod nvrtc_build;
 pub mod pipeline;

@@ -1,0 +1,170 @@
+//! The checked cuBLASLt calls both GEMM families make (gemm_lt.rs: bf16, f16 and f32 inputs;
+//! gemm_fp8.rs: fp8): a product's matrix layouts, the heuristic's candidates, whether an
+//! algorithm runs a shape, and the matmul. Column-major throughout: A = W as k x n (ld k,
+//! transposed by the op), B = X as k x m (ld k), C = D = Y as n x m (ld n, f32).
+
+use std::ffi::c_void;
+
+use anyhow::{anyhow, Result};
+use cudarc::cublaslt::sys as lt;
+
+pub(crate) type Algo = lt::cublasLtMatmulAlgo_t;
+pub(crate) type Candidate = lt::cublasLtMatmulHeuristicResult_t;
+
+/// Candidates asked of the heuristic.
+const CANDIDATES_ASKED: usize = 16;
+
+pub(crate) fn check(status: lt::cublasStatus_t, what: &str) -> Result<()> {
+    if status == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+        Ok(())
+    } else {
+        Err(anyhow!("cuBLASLt {what} failed: {status:?}"))
+    }
+}
+
+/// The three layouts of an m-row product of shape (n, k) with inputs of type `input`,
+/// destroyed when dropped.
+pub(crate) struct Layouts([lt::cublasLtMatrixLayout_t; 3]);
+
+impl Layouts {
+    pub fn new(input: lt::cudaDataType, n: usize, k: usize, m: usize) -> Result<Layouts> {
+        let mut out = Layouts([std::ptr::null_mut(); 3]);
+        let specs = [
+            (input, k, n, k),
+            (input, k, m, k),
+            (lt::cudaDataType::CUDA_R_32F, n, m, n),
+        ];
+        for (i, (ty, rows, cols, ld)) in specs.into_iter().enumerate() {
+            // SAFETY: out-pointer to a layout.
+            check(
+                unsafe {
+                    lt::cublasLtMatrixLayoutCreate(
+                        &mut out.0[i],
+                        ty,
+                        rows as u64,
+                        cols as u64,
+                        ld as i64,
+                    )
+                },
+                "matrix layout",
+            )?;
+        }
+        Ok(out)
+    }
+}
+
+impl Drop for Layouts {
+    fn drop(&mut self) {
+        for l in self.0.into_iter().filter(|l| !l.is_null()) {
+            // SAFETY: created by Layouts::new and destroyed once.
+            unsafe { lt::cublasLtMatrixLayoutDestroy(l) };
+        }
+    }
+}
+
+/// cuBLASLt's candidates for the product `ls` describes under `desc`, in its order of
+/// preference, each needing at most `workspace` bytes.
+pub(crate) fn heuristic(
+    handle: lt::cublasLtHandle_t,
+    desc: lt::cublasLtMatmulDesc_t,
+    ls: &Layouts,
+    workspace: usize,
+) -> Result<Vec<Candidate>> {
+    let ls = &ls.0;
+    let ws = workspace as u64;
+    let mut pref = std::ptr::null_mut();
+    // SAFETY: all-zero bytes are a valid (empty) result.
+    let mut results = vec![unsafe { std::mem::zeroed::<Candidate>() }; CANDIDATES_ASKED];
+    let mut count = 0i32;
+    // SAFETY: valid handle, descriptor and layouts; `results` holds CANDIDATES_ASKED entries.
+    unsafe {
+        check(lt::cublasLtMatmulPreferenceCreate(&mut pref), "preference")?;
+        let set = check(
+            lt::cublasLtMatmulPreferenceSetAttribute(
+                pref,
+                lt::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                &ws as *const u64 as *const c_void,
+                8,
+            ),
+            "workspace preference",
+        );
+        let st = match set {
+            Ok(()) => lt::cublasLtMatmulAlgoGetHeuristic(
+                handle,
+                desc,
+                ls[0],
+                ls[1],
+                ls[2],
+                ls[2],
+                pref,
+                CANDIDATES_ASKED as i32,
+                results.as_mut_ptr(),
+                &mut count,
+            ),
+            Err(e) => {
+                lt::cublasLtMatmulPreferenceDestroy(pref);
+                return Err(e);
+            }
+        };
+        lt::cublasLtMatmulPreferenceDestroy(pref);
+        check(st, "algorithm heuristic")?;
+    }
+    results.truncate(count.max(0) as usize);
+    Ok(results)
+}
+
+/// Whether `algo` runs the product `ls` describes within `workspace` bytes.
+pub(crate) fn runs(
+    handle: lt::cublasLtHandle_t,
+    desc: lt::cublasLtMatmulDesc_t,
+    ls: &Layouts,
+    algo: &Algo,
+    workspace: usize,
+) -> bool {
+    let ls = &ls.0;
+    // SAFETY: all-zero bytes are a valid result to write into.
+    let mut res = unsafe { std::mem::zeroed::<Candidate>() };
+    // SAFETY: valid handle, descriptor, layouts and algorithm.
+    let st = unsafe {
+        lt::cublasLtMatmulAlgoCheck(handle, desc, ls[0], ls[1], ls[2], ls[2], algo, &mut res)
+    };
+    st == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS && res.workspaceSize <= workspace
+}
+
+/// Y = alpha X . W^T + beta Y, queued on `stream`, with `algo` (None: cuBLASLt's own
+/// choice); `workspace` is the device buffer's address and size.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn matmul(
+    handle: lt::cublasLtHandle_t,
+    desc: lt::cublasLtMatmulDesc_t,
+    ls: &Layouts,
+    (alpha, beta): (f32, f32),
+    (w, x, y): (u64, u64, u64),
+    algo: Option<&Algo>,
+    workspace: (u64, usize),
+    stream: lt::cudaStream_t,
+) -> lt::cublasStatus_t {
+    let ls = &ls.0;
+    let algo_ptr = algo.map_or(std::ptr::null(), |a| a as *const _);
+    // SAFETY: the caller's device buffers are sized for the shapes the layouts give.
+    unsafe {
+        lt::cublasLtMatmul(
+            handle,
+            desc,
+            &alpha as *const f32 as *const c_void,
+            w as *const c_void,
+            ls[0],
+            x as *const c_void,
+            ls[1],
+            &beta as *const f32 as *const c_void,
+            y as *const c_void,
+            ls[2],
+            y as *mut c_void,
+            ls[2],
+            algo_ptr,
+            workspace.0 as *mut c_void,
+            workspace.1,
+            stream,
+        )
+    }
+}
