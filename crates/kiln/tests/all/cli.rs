@@ -1,15 +1,8 @@
 //! The `kiln` binary's commands, run as a user would, on dummy:tiny.
 
-use std::process::{Command, Output};
-
 use serde_json::Value;
 
-fn kiln(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(args)
-        .output()
-        .expect("run the kiln binary")
-}
+use crate::support::kiln;
 
 fn ok(args: &[&str]) -> (String, String) {
     let out = kiln(args);

@@ -4,24 +4,7 @@
 //! allocated (the free-memory figure injected through KILN_FREE_MEMORY_GB), `--dtype` is
 //! honest about what each backend computes in, and the shipped model's sampling defaults apply.
 
-use std::process::{Command, Output};
-
-fn kiln_env(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_kiln"));
-    c.args(args);
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.output().expect("run the kiln binary")
-}
-
-fn kiln(args: &[&str]) -> Output {
-    kiln_env(args, &[])
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use crate::support::{kiln, kiln_env, text};
 
 /// The (test, tokens, streams) of each row of a `--json` file.
 fn cases(path: &std::path::Path) -> Vec<(String, u64, u64)> {

@@ -3,18 +3,8 @@
 //! name, and without a GPU both say the GPU is what is missing.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
 
-fn kiln(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(args)
-        .output()
-        .expect("run the kiln binary")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use crate::support::generated_ids;
 
 fn fixture(name: &str) -> String {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -25,8 +15,7 @@ fn fixture(name: &str) -> String {
 
 /// `kiln generate` greedy on `model`; the generated ids, or the error text.
 fn generate(model: &str, device: &str, dtype: &str) -> Result<Vec<u64>, String> {
-    let out = kiln(&[
-        "generate",
+    generated_ids(&[
         "--model",
         model,
         "--device",
@@ -41,16 +30,7 @@ fn generate(model: &str, device: &str, dtype: &str) -> Result<Vec<u64>, String> 
         "--temperature",
         "0",
         "--ignore-generation-config",
-        "--json",
-    ]);
-    if !out.status.success() {
-        return Err(text(&out.stderr));
-    }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
-    Ok(v["ids"]
-        .as_array()
-        .map(|a| a.iter().filter_map(|x| x.as_u64()).collect())
-        .unwrap_or_default())
+    ])
 }
 
 #[test]

@@ -2,21 +2,11 @@
 //! GGUF of the test data (llama.cpp's own tokenizer cases as the expected ids), a Hugging Face
 //! folder without its safetensors, and architectures kiln does not run.
 
+use crate::support::{kiln, text};
 use crate::test_data;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn kiln(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(args)
-        .output()
-        .expect("run the kiln binary")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use std::process::Command;
 
 /// Every `ggml-vocab-*.gguf` of the test data, by name.
 fn vocabularies() -> Vec<(String, PathBuf)> {

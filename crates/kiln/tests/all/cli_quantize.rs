@@ -2,23 +2,11 @@
 //! shipped model with fp8 projections (its tokens are not the unquantised run's: the flag reaches
 //! the backend), and without a GPU `--device cuda` says the GPU is what is missing.
 
-use std::process::{Command, Output};
-
-fn kiln(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(args)
-        .output()
-        .expect("run the kiln binary")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use crate::support::{generated_ids, kiln, text};
 
 /// Greedy ids of `kiln generate` on the shipped model with `extra` arguments.
 fn generate(extra: &[&str]) -> Result<Vec<u64>, String> {
     let mut args = vec![
-        "generate",
         "--prompt",
         "A file descriptor is",
         "-n",
@@ -26,18 +14,9 @@ fn generate(extra: &[&str]) -> Result<Vec<u64>, String> {
         "--ignore-eos",
         "--temperature",
         "0",
-        "--json",
     ];
     args.extend_from_slice(extra);
-    let out = kiln(&args);
-    if !out.status.success() {
-        return Err(text(&out.stderr));
-    }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
-    Ok(v["ids"]
-        .as_array()
-        .map(|a| a.iter().filter_map(|x| x.as_u64()).collect())
-        .unwrap_or_default())
+    generated_ids(&args)
 }
 
 #[test]

@@ -11,3 +11,4 @@ mod cli_header;
 mod cli_quantize;
 mod serve_cli;
 mod shipped_model;
+mod support;
