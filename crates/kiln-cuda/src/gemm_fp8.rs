@@ -8,7 +8,6 @@
 //! in steps of few rows, a faster algorithm seen to give its bits: gemm_fp8_short.rs).
 
 use std::collections::HashMap;
-use std::ffi::c_void;
 
 use anyhow::{anyhow, bail, Result};
 use cudarc::cublaslt::sys as lt;
@@ -16,7 +15,7 @@ use cudarc::cublaslt::sys as lt;
 use crate::device::{DevBuf, Gpu};
 use crate::fp8_rows::Fp8Matrix;
 use crate::gemm_lt::{algo_config, LtGemm};
-use crate::lt_calls::{self, check, Layouts};
+use crate::lt_calls::{self, Layouts, Matmul};
 
 // KILN_GEMM_SHORT: faster algorithms for steps of few rows, bit-identical to the pinned one.
 #[path = "gemm_fp8_short.rs"]
@@ -43,27 +42,6 @@ impl Fp8Scales {
     }
 }
 
-/// Sets one attribute of a matmul descriptor from a value of its own size.
-fn set_attr<T>(
-    desc: lt::cublasLtMatmulDesc_t,
-    attr: lt::cublasLtMatmulDescAttributes_t,
-    v: &T,
-    what: &str,
-) -> Result<()> {
-    // SAFETY: v is a live value of the attribute's type, passed with its size.
-    check(
-        unsafe {
-            lt::cublasLtMatmulDescSetAttribute(
-                desc,
-                attr,
-                v as *const T as *const c_void,
-                std::mem::size_of::<T>(),
-            )
-        },
-        what,
-    )
-}
-
 /// A shape's pinned algorithm.
 #[derive(Clone, Copy)]
 struct Pinned {
@@ -73,8 +51,7 @@ struct Pinned {
 }
 
 pub struct Fp8Gemm {
-    handle: lt::cublasLtHandle_t,
-    desc: lt::cublasLtMatmulDesc_t,
+    mm: Matmul,
     workspace: DevBuf<u8>,
     pinned: HashMap<(usize, usize), Pinned>,
     /// Each shape's algorithm for steps of at most a tier's rows (gemm_fp8_short.rs).
@@ -86,9 +63,6 @@ pub struct Fp8Gemm {
     pub choices: Vec<String>,
 }
 
-// SAFETY: the handle and descriptor are used from one thread at a time (&mut self).
-unsafe impl Send for Fp8Gemm {}
-
 impl Fp8Gemm {
     pub fn new(gpu: &Gpu, reference_m: usize, scales: Fp8Scales) -> Result<Fp8Gemm> {
         if gpu.arch < 89 {
@@ -99,44 +73,16 @@ impl Fp8Gemm {
             );
         }
         gpu.bind()?;
-        let mut handle = std::ptr::null_mut();
-        // SAFETY: out-pointer to a handle.
-        check(unsafe { lt::cublasLtCreate(&mut handle) }, "create")?;
-        let mut desc = std::ptr::null_mut();
-        // SAFETY: out-pointer to a descriptor.
-        check(
-            unsafe {
-                lt::cublasLtMatmulDescCreate(
-                    &mut desc,
-                    lt::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                    lt::cudaDataType::CUDA_R_32F,
-                )
-            },
-            "matmul descriptor",
-        )?;
+        let mm = Matmul::new()?;
         use lt::cublasLtMatmulDescAttributes_t as D;
-        // fp8 takes A transposed and B not ("TN"): both read along k.
-        set_attr(desc, D::CUBLASLT_MATMUL_DESC_TRANSA, &1i32, "transa")?;
-        set_attr(desc, D::CUBLASLT_MATMUL_DESC_TRANSB, &0i32, "transb")?;
         if scales == Fp8Scales::Outer {
             let outer =
                 lt::cublasLtMatmulMatrixScale_t::CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F as i32;
-            set_attr(
-                desc,
-                D::CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
-                &outer,
-                "A scale mode",
-            )?;
-            set_attr(
-                desc,
-                D::CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
-                &outer,
-                "B scale mode",
-            )?;
+            mm.set(D::CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &outer, "A scale mode")?;
+            mm.set(D::CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &outer, "B scale mode")?;
         }
         Ok(Fp8Gemm {
-            handle,
-            desc,
+            mm,
             workspace: gpu.alloc(WORKSPACE_BYTES)?,
             pinned: HashMap::new(),
             short: HashMap::new(),
@@ -155,14 +101,14 @@ impl Fp8Gemm {
     /// cuBLASLt's candidates for shape (n, k) at m rows, in its order of preference.
     fn heuristic(&self, n: usize, k: usize, m: usize) -> Result<Vec<lt_calls::Candidate>> {
         let ls = Self::layouts(n, k, m)?;
-        lt_calls::heuristic(self.handle, self.desc, &ls, WORKSPACE_BYTES)
+        lt_calls::heuristic(&self.mm, &ls, WORKSPACE_BYTES)
     }
 
     /// Whether `algo` runs shape (n, k) at every m a step may have (a few samples).
     fn works_for_small_m(&self, algo: &lt_calls::Algo, n: usize, k: usize) -> Result<bool> {
         for m in [1usize, 7, 64, 333] {
             let ls = Self::layouts(n, k, m)?;
-            if !lt_calls::runs(self.handle, self.desc, &ls, algo, WORKSPACE_BYTES) {
+            if !lt_calls::runs(&self.mm, &ls, algo, WORKSPACE_BYTES) {
                 return Ok(false);
             }
         }
@@ -283,18 +229,10 @@ impl Fp8Gemm {
     fn set_scales(&self, w_scale: u64, x_scale: u64) -> Result<()> {
         if self.scales == Fp8Scales::Outer {
             use lt::cublasLtMatmulDescAttributes_t as D;
-            set_attr(
-                self.desc,
-                D::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                &w_scale,
-                "A scale",
-            )?;
-            set_attr(
-                self.desc,
-                D::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                &x_scale,
-                "B scale",
-            )?;
+            self.mm
+                .set(D::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, "A scale")?;
+            self.mm
+                .set(D::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale, "B scale")?;
         }
         Ok(())
     }
@@ -315,8 +253,7 @@ impl Fp8Gemm {
         self.set_scales(w.scale.ptr(), x_scale)?;
         let ls = Self::layouts(n, k, m)?;
         let st = lt_calls::matmul(
-            self.handle,
-            self.desc,
+            &self.mm,
             &ls,
             (1.0, 0.0),
             (w.q.ptr(), xq, y),
@@ -331,16 +268,6 @@ impl Fp8Gemm {
             gpu.fp8_apply_scales(y, x_scale, w.scale.ptr(), m, n)?;
         }
         Ok(())
-    }
-}
-
-impl Drop for Fp8Gemm {
-    fn drop(&mut self) {
-        // SAFETY: created in new() and destroyed once.
-        unsafe {
-            lt::cublasLtMatmulDescDestroy(self.desc);
-            lt::cublasLtDestroy(self.handle);
-        }
     }
 }
 

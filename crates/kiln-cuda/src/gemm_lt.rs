@@ -15,7 +15,7 @@ use anyhow::{bail, Result};
 use cudarc::cublaslt::sys as lt;
 
 use crate::device::{DevBuf, Gpu};
-use crate::lt_calls::{self, check, Layouts};
+use crate::lt_calls::{self, Layouts, Matmul};
 use crate::store::StoreType;
 use crate::switches::Switches;
 
@@ -83,8 +83,7 @@ pub(crate) fn algo_config(
 }
 
 pub struct LtGemm {
-    handle: lt::cublasLtHandle_t,
-    desc: lt::cublasLtMatmulDesc_t,
+    mm: Matmul,
     workspace: DevBuf<u8>,
     pinned: HashMap<(usize, usize), Pinned>,
     /// Each pinned shape's algorithm for steps of at most a tier's rows, when one is faster
@@ -110,53 +109,14 @@ pub struct LtGemm {
     pub(crate) fp8: Option<crate::gemm_fp8::Fp8Gemm>,
 }
 
-// SAFETY: the handle and descriptors are used from one thread at a time (&mut self).
-unsafe impl Send for LtGemm {}
-
 impl LtGemm {
     pub fn new(gpu: &Gpu, reference_m: usize) -> Result<LtGemm> {
         gpu.bind()?;
-        let mut handle = std::ptr::null_mut();
-        // SAFETY: out-pointer to a handle.
-        check(unsafe { lt::cublasLtCreate(&mut handle) }, "create")?;
-        let mut desc = std::ptr::null_mut();
-        check(
-            unsafe {
-                lt::cublasLtMatmulDescCreate(
-                    &mut desc,
-                    lt::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                    lt::cudaDataType::CUDA_R_32F,
-                )
-            },
-            "matmul descriptor",
-        )?;
-        let trans: i32 = 1; // CUBLAS_OP_T on A = W
-        let no: i32 = 0;
-        unsafe {
-            check(
-                lt::cublasLtMatmulDescSetAttribute(
-                    desc,
-                    lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA,
-                    &trans as *const i32 as *const c_void,
-                    4,
-                ),
-                "transa",
-            )?;
-            check(
-                lt::cublasLtMatmulDescSetAttribute(
-                    desc,
-                    lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSB,
-                    &no as *const i32 as *const c_void,
-                    4,
-                ),
-                "transb",
-            )?;
-        }
+        let mm = Matmul::new()?;
         let sw = Switches::from_env();
         let (pin, reference_m) = (sw.gemm_pin, sw.gemm_pin_m.unwrap_or(reference_m));
         Ok(LtGemm {
-            handle,
-            desc,
+            mm,
             workspace: gpu.alloc(WORKSPACE_BYTES)?,
             pinned: HashMap::new(),
             short: HashMap::new(),
@@ -196,16 +156,9 @@ impl LtGemm {
         }
         let target = gpu.sm_count.saturating_sub(n).max(1) as i32;
         self.sm_target = target as u32;
-        // SAFETY: the attribute is an i32, passed by pointer with its size.
-        check(
-            unsafe {
-                lt::cublasLtMatmulDescSetAttribute(
-                    self.desc,
-                    lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET,
-                    &target as *const i32 as *const c_void,
-                    4,
-                )
-            },
+        self.mm.set(
+            lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET,
+            &target,
             "SM count target",
         )?;
         self.choices
@@ -305,7 +258,7 @@ impl LtGemm {
         m: usize,
     ) -> Result<Vec<lt::cublasLtMatmulHeuristicResult_t>> {
         let ls = self.layouts(n, k, m)?;
-        lt_calls::heuristic(self.handle, self.desc, &ls, WORKSPACE_BYTES)
+        lt_calls::heuristic(&self.mm, &ls, WORKSPACE_BYTES)
     }
 
     /// Whether [`GemmOut::Add`] on shape (n, k) gives the bits of storing then adding: the
@@ -327,7 +280,7 @@ impl LtGemm {
     ) -> Result<bool> {
         for m in [1usize, 7, 64, 333] {
             let ls = self.layouts(n, k, m)?;
-            if !lt_calls::runs(self.handle, self.desc, &ls, algo, WORKSPACE_BYTES) {
+            if !lt_calls::runs(&self.mm, &ls, algo, WORKSPACE_BYTES) {
                 return Ok(false);
             }
         }
@@ -450,8 +403,7 @@ impl LtGemm {
             GemmOut::Add => 1.0,
         };
         let st = lt_calls::matmul(
-            self.handle,
-            self.desc,
+            &self.mm,
             &ls,
             (1.0, beta),
             (w, x, y),
@@ -463,15 +415,5 @@ impl LtGemm {
             bail!("cuBLASLt matmul m={m} n={n} k={k} failed: {st:?}");
         }
         Ok(())
-    }
-}
-
-impl Drop for LtGemm {
-    fn drop(&mut self) {
-        // SAFETY: created in new() and destroyed once.
-        unsafe {
-            lt::cublasLtMatmulDescDestroy(self.desc);
-            lt::cublasLtDestroy(self.handle);
-        }
     }
 }

@@ -22,6 +22,77 @@ pub(crate) fn check(status: lt::cublasStatus_t, what: &str) -> Result<()> {
     }
 }
 
+/// A cuBLASLt handle and a matmul descriptor computing in f32 with A = W transposed and B = X
+/// not (both read along k), destroyed when dropped.
+pub(crate) struct Matmul {
+    pub handle: lt::cublasLtHandle_t,
+    pub desc: lt::cublasLtMatmulDesc_t,
+}
+
+// SAFETY: the handle and descriptor are used from one thread at a time (their owners take
+// &mut self for every call that changes them).
+unsafe impl Send for Matmul {}
+
+impl Matmul {
+    pub fn new() -> Result<Matmul> {
+        let mut mm = Matmul {
+            handle: std::ptr::null_mut(),
+            desc: std::ptr::null_mut(),
+        };
+        // SAFETY: out-pointers to a handle and a descriptor.
+        check(unsafe { lt::cublasLtCreate(&mut mm.handle) }, "create")?;
+        check(
+            unsafe {
+                lt::cublasLtMatmulDescCreate(
+                    &mut mm.desc,
+                    lt::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                    lt::cudaDataType::CUDA_R_32F,
+                )
+            },
+            "matmul descriptor",
+        )?;
+        use lt::cublasLtMatmulDescAttributes_t as D;
+        mm.set(D::CUBLASLT_MATMUL_DESC_TRANSA, &1i32, "transa")?;
+        mm.set(D::CUBLASLT_MATMUL_DESC_TRANSB, &0i32, "transb")?;
+        Ok(mm)
+    }
+
+    /// Sets one attribute of the descriptor from a value of the attribute's own type.
+    pub fn set<T>(
+        &self,
+        attr: lt::cublasLtMatmulDescAttributes_t,
+        v: &T,
+        what: &str,
+    ) -> Result<()> {
+        // SAFETY: v is a live value of the attribute's type, passed with its size.
+        check(
+            unsafe {
+                lt::cublasLtMatmulDescSetAttribute(
+                    self.desc,
+                    attr,
+                    v as *const T as *const c_void,
+                    std::mem::size_of::<T>(),
+                )
+            },
+            what,
+        )
+    }
+}
+
+impl Drop for Matmul {
+    fn drop(&mut self) {
+        // SAFETY: created in new() and destroyed once.
+        unsafe {
+            if !self.desc.is_null() {
+                lt::cublasLtMatmulDescDestroy(self.desc);
+            }
+            if !self.handle.is_null() {
+                lt::cublasLtDestroy(self.handle);
+            }
+        }
+    }
+}
+
 /// The three layouts of an m-row product of shape (n, k) with inputs of type `input`,
 /// destroyed when dropped.
 pub(crate) struct Layouts([lt::cublasLtMatrixLayout_t; 3]);
@@ -64,12 +135,7 @@ impl Drop for Layouts {
 
 /// cuBLASLt's candidates for the product `ls` describes under `desc`, in its order of
 /// preference, each needing at most `workspace` bytes.
-pub(crate) fn heuristic(
-    handle: lt::cublasLtHandle_t,
-    desc: lt::cublasLtMatmulDesc_t,
-    ls: &Layouts,
-    workspace: usize,
-) -> Result<Vec<Candidate>> {
+pub(crate) fn heuristic(mm: &Matmul, ls: &Layouts, workspace: usize) -> Result<Vec<Candidate>> {
     let ls = &ls.0;
     let ws = workspace as u64;
     let mut pref = std::ptr::null_mut();
@@ -90,8 +156,8 @@ pub(crate) fn heuristic(
         );
         let st = match set {
             Ok(()) => lt::cublasLtMatmulAlgoGetHeuristic(
-                handle,
-                desc,
+                mm.handle,
+                mm.desc,
                 ls[0],
                 ls[1],
                 ls[2],
@@ -114,19 +180,15 @@ pub(crate) fn heuristic(
 }
 
 /// Whether `algo` runs the product `ls` describes within `workspace` bytes.
-pub(crate) fn runs(
-    handle: lt::cublasLtHandle_t,
-    desc: lt::cublasLtMatmulDesc_t,
-    ls: &Layouts,
-    algo: &Algo,
-    workspace: usize,
-) -> bool {
+pub(crate) fn runs(mm: &Matmul, ls: &Layouts, algo: &Algo, workspace: usize) -> bool {
     let ls = &ls.0;
     // SAFETY: all-zero bytes are a valid result to write into.
     let mut res = unsafe { std::mem::zeroed::<Candidate>() };
     // SAFETY: valid handle, descriptor, layouts and algorithm.
     let st = unsafe {
-        lt::cublasLtMatmulAlgoCheck(handle, desc, ls[0], ls[1], ls[2], ls[2], algo, &mut res)
+        lt::cublasLtMatmulAlgoCheck(
+            mm.handle, mm.desc, ls[0], ls[1], ls[2], ls[2], algo, &mut res,
+        )
     };
     st == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS && res.workspaceSize <= workspace
 }
@@ -135,8 +197,7 @@ pub(crate) fn runs(
 /// choice); `workspace` is the device buffer's address and size.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn matmul(
-    handle: lt::cublasLtHandle_t,
-    desc: lt::cublasLtMatmulDesc_t,
+    mm: &Matmul,
     ls: &Layouts,
     (alpha, beta): (f32, f32),
     (w, x, y): (u64, u64, u64),
@@ -149,8 +210,8 @@ pub(crate) fn matmul(
     // SAFETY: the caller's device buffers are sized for the shapes the layouts give.
     unsafe {
         lt::cublasLtMatmul(
-            handle,
-            desc,
+            mm.handle,
+            mm.desc,
             &alpha as *const f32 as *const c_void,
             w as *const c_void,
             ls[0],
