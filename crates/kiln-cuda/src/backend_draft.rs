@@ -125,7 +125,9 @@ impl CudaBackend {
         // Algorithms chosen now, as the target's are: never while a graph is recorded.
         let d = spec.draft.context("the model is not a draft model")?;
         let (h, b) = (spec.hidden_size, d.backbone_hidden);
-        let mut shapes = super::open::gemm_shapes(&spec, self.gpu.store, self.switches.chain_gemm);
+        // A draft model keeps its own format (no fp8 projections).
+        let mut shapes =
+            super::open::gemm_shapes(&spec, self.gpu.store, self.switches.chain_gemm, false);
         shapes.extend([(h, 2 * b), (b, h)]);
         shapes.extend(d.ordered.map(|o| (o.centroids, h)));
         let chain = self.switches.chain_order(self.gpu.store);

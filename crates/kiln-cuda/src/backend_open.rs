@@ -58,7 +58,7 @@ impl CudaBackend {
             switches.chain_gemm = on;
         }
         let chain = switches.chain_order(opts.dtype);
-        for (n, k) in gemm_shapes(&spec, opts.dtype, switches.chain_gemm) {
+        for (n, k) in gemm_shapes(&spec, opts.dtype, switches.chain_gemm, fp8) {
             lt.pin_shape(&gpu, n, k)
                 .with_context(|| format!("choosing the GEMM algorithm for {n}x{k}"))?;
             if chain {
@@ -67,7 +67,7 @@ impl CudaBackend {
             }
         }
         if fp8 {
-            lt.enable_fp8(&gpu, Fp8Scales::from_env())?;
+            lt.enable_fp8(&gpu, Fp8Scales::for_arch(gpu.arch))?;
             for l in &weights_dev.layers {
                 for m in l.fp8() {
                     lt.fp8()?.pin(&gpu, m.rows, m.cols).with_context(|| {
@@ -144,12 +144,14 @@ impl CudaBackend {
     }
 }
 
-/// The (n, k) of every projection of the model, each once: the shapes cuBLASLt pins; with a
-/// storage type other than bf16 also the LM head's (it has no skinny kernel then).
+/// The (n, k) of every projection of the model, each once: the shapes cuBLASLt pins (not the
+/// fp8 projections' with `fp8`: the fp8 GEMM pins those); with a storage type other than bf16
+/// also the LM head's (it has no skinny kernel then).
 pub(super) fn gemm_shapes(
     spec: &ModelSpec,
     store: StoreType,
     chain_gemm: bool,
+    fp8: bool,
 ) -> Vec<(usize, usize)> {
     let h = spec.hidden_size;
     let mut shapes = Vec::new();
@@ -159,12 +161,16 @@ pub(super) fn gemm_shapes(
     }
     for l in &spec.layers {
         let inter = l.ffn.intermediate();
-        let mut layer = vec![
-            (l.attn.qkv_rows(), h),
-            (h, l.attn.q_dim()),
-            (2 * inter, h),
-            (h, inter),
-        ];
+        // fp8 projections take the fp8 GEMM (gemm_fp8.rs), pinned on its own.
+        let mut layer = match fp8 {
+            true => Vec::new(),
+            false => vec![
+                (l.attn.qkv_rows(), h),
+                (h, l.attn.q_dim()),
+                (2 * inter, h),
+                (h, inter),
+            ],
+        };
         if l.per_layer_input.is_some() {
             layer.extend([(width, h), (h, width)]);
         }

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use cudarc::cublaslt::sys as lt;
 
 use crate::device::{DevBuf, Gpu};
@@ -33,12 +33,24 @@ pub enum Fp8Scales {
 }
 
 impl Fp8Scales {
-    /// KILN_FP8_SCALES: `kernel`, else outer.
-    pub fn from_env() -> Fp8Scales {
+    /// KILN_FP8_SCALES: `kernel` or `outer`; None when unset (or anything else): the GPU's
+    /// default ([`Fp8Scales::for_arch`]).
+    pub fn from_env() -> Option<Fp8Scales> {
         match std::env::var("KILN_FP8_SCALES").as_deref() {
-            Ok("kernel") => Fp8Scales::Kernel,
-            _ => Fp8Scales::Outer,
+            Ok("kernel") => Some(Fp8Scales::Kernel),
+            Ok("outer") => Some(Fp8Scales::Outer),
+            _ => None,
         }
+    }
+
+    /// The mode for a GPU of compute capability `arch` (e.g. 90), KILN_FP8_SCALES first:
+    /// cuBLASLt documents outer-vector scaling for compute capability 9.0, tensor-wide scales
+    /// (our unit ones) from 8.9.
+    pub fn for_arch(arch: u32) -> Fp8Scales {
+        Fp8Scales::from_env().unwrap_or(match arch {
+            90 => Fp8Scales::Outer,
+            _ => Fp8Scales::Kernel,
+        })
     }
 }
 
@@ -78,8 +90,10 @@ impl Fp8Gemm {
         if scales == Fp8Scales::Outer {
             let outer =
                 lt::cublasLtMatmulMatrixScale_t::CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F as i32;
-            mm.set(D::CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &outer, "A scale mode")?;
-            mm.set(D::CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &outer, "B scale mode")?;
+            let hint = "outer-vector scales (KILN_FP8_SCALES=kernel applies them after the GEMM)";
+            mm.set(D::CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &outer, "A scale mode")
+                .and_then(|_| mm.set(D::CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &outer, "B scale mode"))
+                .with_context(|| hint)?;
         }
         Ok(Fp8Gemm {
             mm,
@@ -190,11 +204,22 @@ impl Fp8Gemm {
         let w = Fp8Matrix::from_store(gpu, &ws, n, k)?;
         let full = gpu.alloc::<f32>(m * n)?;
         let part = gpu.alloc::<f32>(37.max(m - ((m - 5) & !3)) * n)?;
-        self.run(gpu, Some(algo), full.ptr(), x.q.ptr(), x.scale.ptr(), &w, m)?;
+        // A candidate that fails to run here is one that fails the check.
+        if self
+            .run(gpu, Some(algo), full.ptr(), x.q.ptr(), x.scale.ptr(), &w, m)
+            .is_err()
+        {
+            return Ok(false);
+        }
         let last = (m - 5) & !3;
         for (off, rows) in [(0, 1), (0, 37), (last, m - last)] {
             let (xq, xs) = (x.q.at(off * k), x.scale.at(off));
-            self.run(gpu, Some(algo), part.ptr(), xq, xs, &w, rows)?;
+            if self
+                .run(gpu, Some(algo), part.ptr(), xq, xs, &w, rows)
+                .is_err()
+            {
+                return Ok(false);
+            }
             let a = part.download(gpu, 0, rows * n)?;
             let b = full.download(gpu, off * n, rows * n)?;
             if a.iter().zip(&b).any(|(p, q)| p.to_bits() != q.to_bits()) {

@@ -59,16 +59,21 @@ impl Fp8Gemm {
             let mut cands: Vec<Algo> = vec![main];
             let order = std::iter::once(tier).chain((0..TIERS.len()).filter(|&t| t != tier));
             for t in order {
-                for a in offered[t].iter().take(CANDIDATES) {
+                let mut taken = 0;
+                for a in &offered[t] {
+                    if taken == CANDIDATES {
+                        break;
+                    }
                     if !cands.iter().any(|c| c.data == a.data) {
                         cands.push(*a);
+                        taken += 1;
                     }
                 }
             }
             let y = gpu.alloc::<f32>(m * n)?;
             let mut timed = Vec::with_capacity(cands.len());
-            for a in &cands {
-                let secs = mean_of_runs(gpu, w.len(), |i| {
+            for (c, a) in cands.iter().enumerate() {
+                let run = mean_of_runs(gpu, w.len(), |i| {
                     self.run(
                         gpu,
                         Some(a),
@@ -78,8 +83,13 @@ impl Fp8Gemm {
                         &w[i % w.len()],
                         m,
                     )
-                })?;
-                timed.push(secs);
+                });
+                // The pinned algorithm must run; a candidate that does not is left out.
+                timed.push(match run {
+                    Ok(secs) => secs,
+                    Err(e) if c == 0 => return Err(e),
+                    Err(_) => f64::INFINITY,
+                });
             }
             let main_secs = timed[0];
             let mut order: Vec<usize> =
@@ -158,7 +168,10 @@ impl Fp8Gemm {
         let (ya, yb) = (gpu.alloc::<f32>(m * n)?, gpu.alloc::<f32>(m * n)?);
         for (off, rows) in [(0, m), (4, 37)] {
             let (xq, xs) = (x.q.at(off * k), x.scale.at(off));
-            self.run(gpu, Some(a), ya.ptr(), xq, xs, w, rows)?;
+            // A candidate that fails to run here is one that fails the check.
+            if self.run(gpu, Some(a), ya.ptr(), xq, xs, w, rows).is_err() {
+                return Ok(false);
+            }
             self.run(gpu, Some(b), yb.ptr(), xq, xs, w, rows)?;
             let (pa, pb) = (
                 ya.download(gpu, 0, rows * n)?,

@@ -289,6 +289,19 @@ pub fn load_weights(
                 bail!("CUDA backend needs the {what} to be a multiple of 8, layer {l} has {v}");
             }
         }
+        // cuBLASLt's fp8 GEMM reads both sides of a weight in 16-byte steps.
+        let sides = [
+            ("hidden size", h),
+            ("intermediate size", layer.ffn.intermediate()),
+            ("q dim", layer.attn.q_dim()),
+            ("QKV rows", layer.attn.qkv_rows()),
+        ];
+        for (what, v) in sides {
+            ensure!(
+                !fp8 || v.is_multiple_of(16),
+                "--quantize fp8 needs projection sides that are multiples of 16: layer {l}'s {what} is {v}"
+            );
+        }
         let pairs = spec.rope(l).inv_freq.len();
         ensure!(
             2 * pairs == layer.attn.head_dim,
@@ -385,14 +398,6 @@ pub fn load_weights(
             let i = f.weight.index();
             if fp8 && f.weight.fp8_projection() {
                 let cols = f.cols.context("a projection without columns")?;
-                // cuBLASLt's fp8 GEMM reads both sides in 16-byte steps.
-                ensure!(
-                    f.rows().is_multiple_of(16) && cols.is_multiple_of(16),
-                    "--quantize fp8 needs projections whose sides are multiples of 16; layer \
-                     {l}'s {:?} is {}x{cols}",
-                    f.weight,
-                    f.rows()
-                );
                 let stored = ld.fused(&f)?;
                 let m = Fp8Matrix::from_store(gpu, &stored, f.rows(), cols)?;
                 // The stored copy goes once its rows are quantised (the stream is in order).

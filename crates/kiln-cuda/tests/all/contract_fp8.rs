@@ -159,13 +159,16 @@ fn gemm_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, scales: Fp8Scales) {
         let y = gpu.alloc::<f32>(m * n).unwrap();
         y.fill_bytes(0xff).unwrap();
         let fp8 = lt.fp8().unwrap();
+        // Pinned first, so that the time is the product's alone.
+        fp8.pin(gpu, n, k).unwrap();
         let secs = timed(gpu, || {
             fp8.matmul(gpu, y.ptr(), x.q.ptr(), x.scale.ptr(), &w, m)
         });
         let got = y.download(gpu, 0, m * n).unwrap();
         let (want, mag) = product_ref(&xq, &xs, &wq, &ws, m, n, k);
-        // f32 accumulation, promoted from the tensor cores' partial sums: well within 2^-12 of
-        // the terms' magnitude (a wrong scale or element is off by its whole size).
+        // Hopper's fp8 products keep partial sums of about 14 bits until cuBLASLt promotes them
+        // to f32 (fast accumulation off): within about 2^-13 of the terms' magnitude. 2^-10
+        // leaves room for that, and a wrong scale or element is off by its whole size.
         let worst = got
             .iter()
             .zip(&want)
@@ -179,7 +182,7 @@ fn gemm_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, scales: Fp8Scales) {
             })
             .fold(0f64, f64::max);
         c.check(
-            worst <= 1.0 / 4096.0,
+            worst <= 1.0 / 1024.0,
             format!("fp8 GEMM {scales:?} m={m} n={n} k={k}: worst error {worst:.2e} of the terms' magnitude ({:.3}ms)", secs * 1e3),
         );
         // Rows 4.. of the same product at m - 4 rows, from that offset (its scales 16-byte
