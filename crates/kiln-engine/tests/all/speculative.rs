@@ -245,6 +245,17 @@ fn rolled_back_slots_never_reach_a_later_request() {
 
 #[test]
 fn the_shipped_draft_model_gives_the_target_plain_output() {
+    shipped_draft_model_gives_the_plain_output(false);
+}
+
+/// The same with fp8 projections (`--quantize fp8`) in both models: a verify row is computed
+/// as the row alone would be, so the drafted output is still the plain fp8 output.
+#[test]
+fn with_fp8_projections_the_shipped_draft_model_gives_the_target_plain_output() {
+    shipped_draft_model_gives_the_plain_output(true);
+}
+
+fn shipped_draft_model_gives_the_plain_output(fp8: bool) {
     use kiln_model::{GgufSource, WeightSource};
     let models = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models");
     let target = GgufSource::open(&models.join("kiln-4m/kiln-4m-f16.gguf")).unwrap();
@@ -258,7 +269,7 @@ fn the_shipped_draft_model_gives_the_target_plain_output() {
                 block_size: BLOCK_SIZE,
                 threads: None,
                 host_blocks: 0,
-                fp8: false,
+                fp8,
             },
             None,
         )
@@ -295,7 +306,11 @@ fn the_shipped_draft_model_gives_the_target_plain_output() {
         Some((Box::new(drafter), DraftConfig::default())),
     );
     for (r, w) in reqs.iter().zip(&want) {
-        same(&run(&e, r.clone()), w, "kiln-4m drafted by kiln-4m-draft");
+        same(
+            &run(&e, r.clone()),
+            w,
+            &format!("kiln-4m drafted by kiln-4m-draft, fp8 {fp8}"),
+        );
     }
     let st = e.stats();
     assert!(
