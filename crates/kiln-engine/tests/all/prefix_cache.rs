@@ -102,37 +102,41 @@ fn resumed_equals_fresh_with_seeded_sampling_and_on_the_fixtures() {
     same_as(&warm, &cold, "seeded");
     same_as(&warm, &fresh(&source, &req), "seeded");
     e.shutdown();
-    // Every architecture's fixture, through its HF folder.
+    // Every architecture's fixture, through its HF folder, as it is and with fp8 projections
+    // (`--quantize fp8`).
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
     for name in ["llama", "mistral", "qwen2", "qwen3", "qwen2_window"] {
         let src = kiln_model::HfSource::open(&dir.join(name).join("hf")).unwrap();
         let tok = kiln_tokenizer::Tokenizer::byte_level(src.config().vocab_size);
-        let make = |cache: bool| {
-            let b = kiln_cpu::CpuBackend::new(
-                &src,
-                kiln_cpu::CpuOptions {
-                    kv_blocks: 64,
-                    block_size: BLOCK_SIZE,
-                    threads: None,
-                    host_blocks: 0,
-                    fp8: false,
-                },
-                None,
-            )
-            .unwrap();
-            kiln_engine::start(Box::new(b), tok.clone(), cfg(cache))
-        };
-        let p: Vec<u32> = (0..70).map(|i| (i * 13 + 5) % 500).collect();
-        let req = probed(p.clone(), 10);
-        let off = make(false);
-        let want = run(&off, req.clone());
-        off.shutdown();
-        let on = make(true);
-        run(&on, probed(p[..60].to_vec(), 2));
-        let got = run(&on, req);
-        assert_eq!(got.finish.cached_tokens, 48, "{name}");
-        same_as(&got, &want, name);
-        on.shutdown();
+        for fp8 in [false, true] {
+            let what = format!("{name}, fp8 {fp8}");
+            let make = |cache: bool| {
+                let b = kiln_cpu::CpuBackend::new(
+                    &src,
+                    kiln_cpu::CpuOptions {
+                        kv_blocks: 64,
+                        block_size: BLOCK_SIZE,
+                        threads: None,
+                        host_blocks: 0,
+                        fp8,
+                    },
+                    None,
+                )
+                .unwrap();
+                kiln_engine::start(Box::new(b), tok.clone(), cfg(cache))
+            };
+            let p: Vec<u32> = (0..70).map(|i| (i * 13 + 5) % 500).collect();
+            let req = probed(p.clone(), 10);
+            let off = make(false);
+            let want = run(&off, req.clone());
+            off.shutdown();
+            let on = make(true);
+            run(&on, probed(p[..60].to_vec(), 2));
+            let got = run(&on, req);
+            assert_eq!(got.finish.cached_tokens, 48, "{what}");
+            same_as(&got, &want, &what);
+            on.shutdown();
+        }
     }
 }
 
