@@ -9,7 +9,6 @@ use kiln_step::KvRing;
 use super::{kv_budget, kv_pool, CudaBackend, CudaOptions};
 use crate::device::{Gpu, PinnedBuf};
 use crate::forward::Activations;
-use crate::gemm_fp8::Fp8Scales;
 use crate::gemm_lt::LtGemm;
 use crate::graphs::{graphs_enabled_by_env, prefill_max_from_env, GraphCache};
 use crate::graphs_pad::GraphBuckets;
@@ -67,14 +66,13 @@ impl CudaBackend {
             }
         }
         if fp8 {
-            lt.enable_fp8(&gpu, Fp8Scales::for_arch(gpu.arch))?;
-            for l in &weights_dev.layers {
-                for m in l.fp8() {
-                    lt.fp8()?.pin(&gpu, m.rows, m.cols).with_context(|| {
-                        format!("choosing the fp8 GEMM for {}x{}", m.rows, m.cols)
-                    })?;
+            let mut shapes: Vec<(usize, usize)> = Vec::new();
+            for m in weights_dev.layers.iter().flat_map(|l| l.fp8()) {
+                if !shapes.contains(&(m.rows, m.cols)) {
+                    shapes.push((m.rows, m.cols));
                 }
             }
+            lt.enable_fp8_for(&gpu, &shapes)?;
         }
         let ring_on = opts.kv_ring.unwrap_or(switches.kv_ring);
         let (bs, seqs) = (opts.block_size, opts.max_seqs);

@@ -305,6 +305,37 @@ impl LtGemm {
         Ok(())
     }
 
+    /// Starts the fp8 GEMMs for the GPU and pins every shape of `shapes` ((n, k) of each fp8
+    /// weight). Where the GPU's default is outer-vector scales and cuBLASLt offers no algorithm
+    /// for a shape with them, every shape is pinned again with the scales applied by the kernel
+    /// (said in the choices); KILN_FP8_SCALES set asks for one mode and gets it or the error.
+    pub fn enable_fp8_for(&mut self, gpu: &Gpu, shapes: &[(usize, usize)]) -> Result<()> {
+        let scales = Fp8Scales::for_arch(gpu.arch);
+        self.enable_fp8(gpu, scales)?;
+        let pinned = shapes.iter().try_for_each(|&(n, k)| {
+            self.fp8()?
+                .pin(gpu, n, k)
+                .with_context(|| format!("choosing the fp8 GEMM for {n}x{k}"))
+        });
+        match pinned {
+            Err(e) if scales == Fp8Scales::Outer && Fp8Scales::from_env().is_none() => {
+                tracing::warn!("fp8 GEMMs with the kernel applying the scales: {e:#}");
+                self.fp8 = None;
+                self.enable_fp8(gpu, Fp8Scales::Kernel)?;
+                let fp8 = self.fp8()?;
+                fp8.choices.push(format!(
+                    "fp8 scales applied by the kernel: outer-vector scaling failed ({e:#})"
+                ));
+                for &(n, k) in shapes {
+                    fp8.pin(gpu, n, k)
+                        .with_context(|| format!("choosing the fp8 GEMM for {n}x{k}"))?;
+                }
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
     /// The fp8 GEMMs, once enabled.
     pub fn fp8(&mut self) -> Result<&mut Fp8Gemm> {
         self.fp8
