@@ -44,17 +44,21 @@ impl CudaBackend {
             .max_batch_tokens
             .unwrap_or(opts.prefill_chunk + opts.max_seqs);
         let gpu = Gpu::with_store(opts.device, opts.dtype)?;
-        let fp8 = opts.fp8.unwrap_or(Switches::from_env().fp8);
-        let weights_dev = load_weights(&gpu, weights, &spec, max_context, true, fp8, progress)?;
-        let mut lt = LtGemm::new(&gpu, opts.prefill_chunk)?;
-        // KILN_QUANT_AHEAD=N: N multiprocessors left to the expansion one layer ahead.
-        match (&weights_dev.ahead, Switches::from_env().quant_ahead) {
-            (Some(_), Some(n)) if n > 0 => lt.leave_sms(&gpu, n)?,
-            _ => {}
-        }
+        // The environment's switches, with what the options say instead where they say it.
         let mut switches = Switches::from_env();
         if let Some(on) = opts.chain_gemm {
             switches.chain_gemm = on;
+        }
+        if let Some(on) = opts.fp8 {
+            switches.fp8 = on;
+        }
+        let fp8 = switches.fp8;
+        let weights_dev = load_weights(&gpu, weights, &spec, max_context, true, fp8, progress)?;
+        let mut lt = LtGemm::new(&gpu, opts.prefill_chunk)?;
+        // KILN_QUANT_AHEAD=N: N multiprocessors left to the expansion one layer ahead.
+        match (&weights_dev.ahead, switches.quant_ahead) {
+            (Some(_), Some(n)) if n > 0 => lt.leave_sms(&gpu, n)?,
+            _ => {}
         }
         let chain = switches.chain_order(opts.dtype);
         for (n, k) in gemm_shapes(&spec, opts.dtype, switches.chain_gemm, fp8) {

@@ -23,6 +23,9 @@ mod short;
 
 pub(crate) const WORKSPACE_BYTES: usize = 32 << 20;
 
+/// X's and W's type.
+const E4M3: lt::cudaDataType = lt::cudaDataType::CUDA_R_8F_E4M3;
+
 /// Where an fp8 product's row scales are applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fp8Scales {
@@ -67,7 +70,7 @@ pub struct Fp8Gemm {
     workspace: DevBuf<u8>,
     pinned: HashMap<(usize, usize), Pinned>,
     /// Each shape's algorithm for steps of at most a tier's rows (gemm_fp8_short.rs).
-    short: HashMap<(usize, usize, usize), Option<lt::cublasLtMatmulAlgo_t>>,
+    short: crate::gemm_lt::short::TierChoices<lt::cublasLtMatmulAlgo_t>,
     short_on: bool,
     scales: Fp8Scales,
     reference_m: usize,
@@ -109,7 +112,7 @@ impl Fp8Gemm {
 
     /// The layouts of an m-row fp8 product of shape (n, k) (lt_calls.rs).
     fn layouts(n: usize, k: usize, m: usize) -> Result<Layouts> {
-        Layouts::new(lt::cudaDataType::CUDA_R_8F_E4M3, n, k, m)
+        Layouts::new(E4M3, n, k, m)
     }
 
     /// cuBLASLt's candidates for shape (n, k) at m rows, in its order of preference.
@@ -120,13 +123,7 @@ impl Fp8Gemm {
 
     /// Whether `algo` runs shape (n, k) at every m a step may have (a few samples).
     fn works_for_small_m(&self, algo: &lt_calls::Algo, n: usize, k: usize) -> Result<bool> {
-        for m in [1usize, 7, 64, 333] {
-            let ls = Self::layouts(n, k, m)?;
-            if !lt_calls::runs(&self.mm, &ls, algo, WORKSPACE_BYTES) {
-                return Ok(false);
-            }
-        }
-        Ok(true)
+        lt_calls::runs_at_small_m(&self.mm, E4M3, n, k, algo, WORKSPACE_BYTES)
     }
 
     /// Chooses and records the algorithm for shape (n, k) if not done yet: the first candidate
@@ -220,9 +217,7 @@ impl Fp8Gemm {
             {
                 return Ok(false);
             }
-            let a = part.download(gpu, 0, rows * n)?;
-            let b = full.download(gpu, off * n, rows * n)?;
-            if a.iter().zip(&b).any(|(p, q)| p.to_bits() != q.to_bits()) {
+            if !lt_calls::same_bits(gpu, (&part, 0), (&full, off * n), rows * n)? {
                 return Ok(false);
             }
         }

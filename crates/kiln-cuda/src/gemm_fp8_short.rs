@@ -13,8 +13,9 @@ use super::Fp8Gemm;
 use crate::device::Gpu;
 use crate::fp8_rows::Fp8Matrix;
 use crate::gemm_lt::algo_config;
-use crate::gemm_lt::short::TIERS;
-use crate::gemm_lt::tune::{mean_of_runs, CANDIDATES};
+use crate::gemm_lt::short::{tier_candidates, tier_choice, TIERS};
+use crate::gemm_lt::tune::mean_of_runs;
+use crate::lt_calls;
 
 /// Bytes of weight copies a timing cycles through, so that no run finds its weight in the L2.
 const TIMING_BYTES: usize = 256 << 20;
@@ -25,14 +26,7 @@ impl Fp8Gemm {
     /// The algorithm for an m-row product of shape (n, k): the first tier's that holds m and
     /// has one, else the pinned one.
     pub(super) fn algo_for(&self, n: usize, k: usize, m: usize) -> Option<Algo> {
-        for (tier, &(most, _)) in TIERS.iter().enumerate() {
-            if m <= most {
-                if let Some(Some(a)) = self.short.get(&(n, k, tier)) {
-                    return Some(*a);
-                }
-            }
-        }
-        self.pinned.get(&(n, k)).map(|p| p.algo)
+        tier_choice(&self.short, n, k, m).or_else(|| self.pinned.get(&(n, k)).map(|p| p.algo))
     }
 
     /// Chooses shape (n, k)'s tier algorithms once its pinned one is known (at start-up, never
@@ -55,21 +49,9 @@ impl Fp8Gemm {
         }
         let (x, w) = self.timing_rows(gpu, n, k)?;
         for (tier, &(most, m)) in TIERS.iter().enumerate() {
-            // The tier's own candidates first, then those offered at the other tiers' m.
+            // The pinned algorithm first: it is timed beside the candidates and wins ties.
             let mut cands: Vec<Algo> = vec![main];
-            let order = std::iter::once(tier).chain((0..TIERS.len()).filter(|&t| t != tier));
-            for t in order {
-                let mut taken = 0;
-                for a in &offered[t] {
-                    if taken == CANDIDATES {
-                        break;
-                    }
-                    if !cands.iter().any(|c| c.data == a.data) {
-                        cands.push(*a);
-                        taken += 1;
-                    }
-                }
-            }
+            cands.extend(tier_candidates(tier, &offered, |a| a));
             let y = gpu.alloc::<f32>(m * n)?;
             let mut timed = Vec::with_capacity(cands.len());
             for (c, a) in cands.iter().enumerate() {
@@ -173,11 +155,7 @@ impl Fp8Gemm {
                 return Ok(false);
             }
             self.run(gpu, Some(b), yb.ptr(), xq, xs, w, rows)?;
-            let (pa, pb) = (
-                ya.download(gpu, 0, rows * n)?,
-                yb.download(gpu, 0, rows * n)?,
-            );
-            if pa.iter().zip(&pb).any(|(p, q)| p.to_bits() != q.to_bits()) {
+            if !lt_calls::same_bits(gpu, (&ya, 0), (&yb, 0), rows * n)? {
                 return Ok(false);
             }
         }

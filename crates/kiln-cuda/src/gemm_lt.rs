@@ -88,7 +88,7 @@ pub struct LtGemm {
     pinned: HashMap<(usize, usize), Pinned>,
     /// Each pinned shape's algorithm for steps of at most a tier's rows, when one is faster
     /// and bit-identical (gemm_short.rs); KILN_GEMM_SHORT=0: none.
-    short: HashMap<(usize, usize, usize), Option<Pinned>>,
+    short: short::TierChoices<Pinned>,
     short_on: bool,
     /// With KILN_CHAIN_GEMM, the most rows of a decode-only step of each shape that take the
     /// chain kernel (gemm_chain_rows.rs); `chain_fixed`: KILN_CHAIN_ROWS=N for every shape.
@@ -138,14 +138,18 @@ impl LtGemm {
         self.reference_m
     }
 
-    /// The layouts of an m-row product of shape (n, k) in the storage type (lt_calls.rs).
-    fn layouts(&self, n: usize, k: usize, m: usize) -> Result<Layouts> {
-        let input = match self.store {
+    /// X's and W's type: the storage type.
+    fn input_type(&self) -> lt::cudaDataType {
+        match self.store {
             StoreType::Bf16 => lt::cudaDataType::CUDA_R_16BF,
             StoreType::F16 => lt::cudaDataType::CUDA_R_16F,
             StoreType::F32 => lt::cudaDataType::CUDA_R_32F,
-        };
-        Layouts::new(input, n, k, m)
+        }
+    }
+
+    /// The layouts of an m-row product of shape (n, k) in the storage type (lt_calls.rs).
+    fn layouts(&self, n: usize, k: usize, m: usize) -> Result<Layouts> {
+        Layouts::new(self.input_type(), n, k, m)
     }
 
     /// Runs every GEMM on `sm_count - n` multiprocessors, leaving `n` to work on another
@@ -278,13 +282,7 @@ impl LtGemm {
         n: usize,
         k: usize,
     ) -> Result<bool> {
-        for m in [1usize, 7, 64, 333] {
-            let ls = self.layouts(n, k, m)?;
-            if !lt_calls::runs(&self.mm, &ls, algo, WORKSPACE_BYTES) {
-                return Ok(false);
-            }
-        }
-        Ok(true)
+        lt_calls::runs_at_small_m(&self.mm, self.input_type(), n, k, algo, WORKSPACE_BYTES)
     }
 
     /// Runs `algo` on generated data at the reference m and at a few small m (one at a row
@@ -327,9 +325,7 @@ impl LtGemm {
                 n,
                 k,
             )?;
-            let a = part.download(gpu, 0, rows * n)?;
-            let b = full.download(gpu, off * n, rows * n)?;
-            if a.iter().zip(&b).any(|(p, q)| p.to_bits() != q.to_bits()) {
+            if !lt_calls::same_bits(gpu, (&part, 0), (&full, off * n), rows * n)? {
                 return Ok(false);
             }
         }

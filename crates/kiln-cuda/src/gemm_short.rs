@@ -11,8 +11,11 @@
 use anyhow::Result;
 use cudarc::cublaslt::sys as lt;
 
+use std::collections::HashMap;
+
 use super::{algo_config, GemmOut, LtGemm, Pinned};
 use crate::device::Gpu;
+use crate::lt_calls;
 
 /// The tiers: the most rows a step may have to take the tier's algorithm, and the m it is timed
 /// at (decode steps of one and of a few sequences in the prefill's order, where the pinned GEMM
@@ -20,18 +23,56 @@ use crate::device::Gpu;
 /// decode and prompt rows).
 pub const TIERS: [(usize, usize); 5] = [(4, 1), (16, 8), (64, 32), (256, 128), (1024, 512)];
 
+/// Each (n, k, tier)'s choice: Some(algorithm) where one faster than the pinned one gives its
+/// bits, None where the pinned one serves.
+pub(crate) type TierChoices<T> = HashMap<(usize, usize, usize), Option<T>>;
+
+/// The choice of the first tier that holds m and has one (None: the pinned algorithm serves).
+pub(crate) fn tier_choice<T: Copy>(
+    short: &TierChoices<T>,
+    n: usize,
+    k: usize,
+    m: usize,
+) -> Option<T> {
+    TIERS
+        .iter()
+        .enumerate()
+        .filter(|(_, &(most, _))| m <= most)
+        .find_map(|(tier, _)| short.get(&(n, k, tier)).copied().flatten())
+}
+
+/// The candidates tier `tier` times, from those `offered` at each tier's m (in TIERS' order):
+/// the heuristic's first ones at the tier's m, then those it offers at the other tiers' m,
+/// CANDIDATES new ones from each. One it ranks for many rows can be the fastest at few
+/// (Llama-3-8B's o on the H200, 2026-12-04 18:20Z: 13.8 us at 64 rows with the 32-row tier's
+/// algorithm, 28 at one row with the best of those offered for one).
+pub(crate) fn tier_candidates<T: Copy>(
+    tier: usize,
+    offered: &[Vec<T>],
+    algo: impl Fn(&T) -> &lt::cublasLtMatmulAlgo_t,
+) -> Vec<T> {
+    let mut cands: Vec<T> = Vec::new();
+    let order = std::iter::once(tier).chain((0..TIERS.len()).filter(|&t| t != tier));
+    for t in order {
+        let mut taken = 0;
+        for r in &offered[t] {
+            if taken == super::tune::CANDIDATES {
+                break;
+            }
+            if !cands.iter().any(|c| algo(c).data == algo(r).data) {
+                cands.push(*r);
+                taken += 1;
+            }
+        }
+    }
+    cands
+}
+
 impl LtGemm {
     /// The algorithm for an m-row product of shape (n, k): the first tier's that holds m and
     /// has one, else the pinned one (None when nothing is pinned).
     pub(super) fn algo_for(&self, n: usize, k: usize, m: usize) -> Option<Pinned> {
-        for (tier, &(most, _)) in TIERS.iter().enumerate() {
-            if m <= most {
-                if let Some(Some(s)) = self.short.get(&(n, k, tier)) {
-                    return Some(*s);
-                }
-            }
-        }
-        self.pinned.get(&(n, k)).copied()
+        tier_choice(&self.short, n, k, m).or_else(|| self.pinned.get(&(n, k)).copied())
     }
 
     /// Chooses shape (n, k)'s tier algorithms once its pinned one is known (pin_shape calls it,
@@ -97,24 +138,7 @@ impl LtGemm {
     ) -> Result<()> {
         use lt::cublasLtMatmulAlgoConfigAttributes_t as C;
         let (most, m) = TIERS[tier];
-        // The heuristic's first candidates at the tier's m, then those it offers at the other
-        // tiers' m: one it ranks for many rows can be the fastest at few (Llama-3-8B's o on the
-        // H200, 2026-12-04 18:20Z: 13.8 us at 64 rows with the 32-row tier's algorithm, 28 at
-        // one row with the best of those offered for one).
-        let mut cands: Vec<lt::cublasLtMatmulHeuristicResult_t> = Vec::new();
-        let order = std::iter::once(tier).chain((0..TIERS.len()).filter(|&t| t != tier));
-        for t in order {
-            let mut taken = 0;
-            for r in &offered[t] {
-                if taken == super::tune::CANDIDATES {
-                    break;
-                }
-                if !cands.iter().any(|c| c.algo.data == r.algo.data) {
-                    cands.push(*r);
-                    taken += 1;
-                }
-            }
-        }
+        let mut cands = tier_candidates(tier, offered, |r| &r.algo);
         let Some(&first) = cands.first() else {
             self.short.insert((n, k, tier), None);
             return Ok(());
@@ -194,11 +218,7 @@ impl LtGemm {
                 n,
                 k,
             )?;
-            let (pa, pb) = (
-                ya.download(gpu, 0, rows * n)?,
-                yb.download(gpu, 0, rows * n)?,
-            );
-            if pa.iter().zip(&pb).any(|(p, q)| p.to_bits() != q.to_bits()) {
+            if !lt_calls::same_bits(gpu, (&ya, 0), (&yb, 0), rows * n)? {
                 return Ok(false);
             }
         }

@@ -8,6 +8,8 @@ use std::ffi::c_void;
 use anyhow::{anyhow, Result};
 use cudarc::cublaslt::sys as lt;
 
+use crate::device::{DevBuf, Gpu};
+
 pub(crate) type Algo = lt::cublasLtMatmulAlgo_t;
 pub(crate) type Candidate = lt::cublasLtMatmulHeuristicResult_t;
 
@@ -191,6 +193,40 @@ pub(crate) fn runs(mm: &Matmul, ls: &Layouts, algo: &Algo, workspace: usize) -> 
         )
     };
     st == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS && res.workspaceSize <= workspace
+}
+
+/// Row counts an algorithm must run before it is pinned for every m: one row, a few, more
+/// than a tile, and an odd count past several tiles.
+const SMALL_M: [usize; 4] = [1, 7, 64, 333];
+
+/// Whether `algo` runs shape (n, k) with inputs of type `input` at every [`SMALL_M`] row count
+/// within `workspace` bytes.
+pub(crate) fn runs_at_small_m(
+    mm: &Matmul,
+    input: lt::cudaDataType,
+    n: usize,
+    k: usize,
+    algo: &Algo,
+    workspace: usize,
+) -> Result<bool> {
+    for m in SMALL_M {
+        if !runs(mm, &Layouts::new(input, n, k, m)?, algo, workspace) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Whether `len` values of `a` from `a_at` and of `b` from `b_at` are the same bits (the
+/// pinning checks' comparison of one product's rows against another's).
+pub(crate) fn same_bits(
+    gpu: &Gpu,
+    (a, a_at): (&DevBuf<f32>, usize),
+    (b, b_at): (&DevBuf<f32>, usize),
+    len: usize,
+) -> Result<bool> {
+    let (a, b) = (a.download(gpu, a_at, len)?, b.download(gpu, b_at, len)?);
+    Ok(a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()))
 }
 
 /// Y = alpha X . W^T + beta Y, queued on `stream`, with `algo` (None: cuBLASLt's own

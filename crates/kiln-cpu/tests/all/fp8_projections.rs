@@ -23,10 +23,30 @@ fn backend(src: &RandomSource, fp8: bool) -> CpuBackend {
 }
 
 fn run(fp8: bool, cfg: &kiln_model::ModelConfig, chunks: &[usize]) -> Vec<Vec<f32>> {
+    run_rounded(fp8, None, cfg, chunks)
+}
+
+/// [`run`] with the CPU emulating `rounding`.
+fn run_rounded(
+    fp8: bool,
+    rounding: Option<Rounding>,
+    cfg: &kiln_model::ModelConfig,
+    chunks: &[usize],
+) -> Vec<Vec<f32>> {
     let src = RandomSource::new(cfg.clone(), 5);
     let tokens = random_tokens(PROMPT + 4, cfg.vocab_size, 6);
     let table: Vec<u32> = (0..8).collect();
-    prefill_then_decode(&mut backend(&src, fp8), &tokens, &table, chunks)
+    let mut b = backend(&src, fp8);
+    b.set_rounding(rounding);
+    prefill_then_decode(&mut b, &tokens, &table, chunks)
+}
+
+/// The largest error of `got`'s logits against `want`'s, relative to each row's largest.
+fn max_rel(got: &[Vec<f32>], want: &[Vec<f32>]) -> f32 {
+    want.iter()
+        .zip(got)
+        .map(|(a, b)| rel(b, a))
+        .fold(0f32, f32::max)
 }
 
 fn rel(a: &[f32], b: &[f32]) -> f32 {
@@ -36,19 +56,9 @@ fn rel(a: &[f32], b: &[f32]) -> f32 {
 
 /// The largest logit error of the f32 reference with its projection inputs rounded to bf16.
 fn bf16_inputs_error(cfg: &kiln_model::ModelConfig, plain: &[Vec<f32>]) -> f32 {
-    let src = RandomSource::new(cfg.clone(), 5);
-    let tokens = random_tokens(PROMPT + 4, cfg.vocab_size, 6);
-    let table: Vec<u32> = (0..8).collect();
-    let mut b = backend(&src, false);
     let mut r = Rounding::none(Narrow::Bf16);
     r.gemm_inputs = true;
-    b.set_rounding(Some(r));
-    let bf = prefill_then_decode(&mut b, &tokens, &table, &[PROMPT]);
-    plain
-        .iter()
-        .zip(&bf)
-        .map(|(a, b)| rel(b, a))
-        .fold(0f32, f32::max)
+    max_rel(&run_rounded(false, Some(r), cfg, &[PROMPT]), plain)
 }
 
 #[test]
@@ -56,11 +66,7 @@ fn fp8_moves_the_logits_by_its_precision() {
     for (name, cfg) in configs::all_with_gemma4() {
         let plain = run(false, &cfg, &[PROMPT]);
         let fp8 = run(true, &cfg, &[PROMPT]);
-        let e = plain
-            .iter()
-            .zip(&fp8)
-            .map(|(a, b)| rel(b, a))
-            .fold(0f32, f32::max);
+        let e = max_rel(&fp8, &plain);
         // fp8 keeps 4 significant bits to bf16's 8, and rounds the weights as well as the
         // inputs: about 16 x sqrt(2) the error of bf16 inputs alone (16-28 on these models).
         let ratio = e / bf16_inputs_error(&cfg, &plain);
