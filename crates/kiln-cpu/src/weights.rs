@@ -79,7 +79,7 @@ pub(crate) struct ModelWeights {
 impl ModelWeights {
     /// Loads every weight of the schema once, reporting `(loaded, total)` after each tensor.
     /// Packing runs on `pool`; `progress` is called on this thread. `fp8`: the projections
-    /// [`LayerWeight::fp8_projection`] names are rounded to fp8 rows.
+    /// [`LayerWeight::fp8_projection`] names are kept as fp8 rows (E4M3 values and row scales).
     pub fn load(
         src: &dyn WeightSource,
         spec: &ModelSpec,

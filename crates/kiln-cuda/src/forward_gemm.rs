@@ -77,13 +77,14 @@ impl CudaOps<'_, '_> {
         k: usize,
     ) -> Result<bool> {
         let c = self.ctx;
-        let fp8 = matches!(c.w.layers[layer].matrix(weight), MatrixRef::Fp8(_));
+        let w = c.w.layers[layer].matrix(weight);
+        // The fp8 GEMM stores its rows (its shapes have no bf16 algorithm pinned to add with).
         let candidate = c.sw.gemm_add
-            && !fp8
+            && !matches!(w, MatrixRef::Fp8(_))
             && matches!(weight, LayerWeight::O | LayerWeight::Down)
             && !c.spec.layers[layer].post_norms
             && self.plan.n_decode == 0
-            && self.skinny_rows_of(&c.w.layers[layer].matrix(weight)) == 0;
+            && self.skinny_rows_of(&w) == 0;
         Ok(candidate && self.lt.adds_exactly(c.gpu, n, k)?)
     }
 
