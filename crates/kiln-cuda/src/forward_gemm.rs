@@ -102,7 +102,6 @@ impl CudaOps<'_, '_> {
 
     /// y = x . w^T for every row of the step through the fp8 GEMM: the rows of x quantised
     /// to fp8 rows (kiln_formats::fp8) into the step's fp8 buffer, then multiplied with w's.
-    #[allow(clippy::too_many_arguments)]
     fn fp8_gemm(
         &mut self,
         out: GemmOut,

@@ -226,7 +226,6 @@ impl Fp8Gemm {
 
     /// y[m, n] = (xq . w.q^T) * x_scale[row] * w.scale[col], queued on the stream, with the
     /// shape's pinned algorithm (pinned now if it was not).
-    #[allow(clippy::too_many_arguments)]
     pub fn matmul(
         &mut self,
         gpu: &Gpu,
