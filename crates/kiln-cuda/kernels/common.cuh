@@ -155,6 +155,13 @@ __device__ __forceinline__ float silu_mul(float g, float u) {
     return g / (1.f + expf(-g)) * u;
 }
 
+// transformers' gelu_pytorch_tanh, operation for operation as kiln-cpu's gelu_tanh (geglu,
+// Gemma's gate activation and fp8.cu's gated rows).
+__device__ __forceinline__ float gelu_tanh(float x) {
+    const float inner = 0.7978845608028654f * (x + 0.044715f * (x * x * x));
+    return 0.5f * x * (1.f + tanhf(inner));
+}
+
 // RoPE of the pair (x1, x2) by (c, s): (x1 c - x2 s, x2 c + x1 s), each with one product
 // rounded and the other fused, the roundings qkv_prepare has always had; every kernel that
 // rotates uses this.

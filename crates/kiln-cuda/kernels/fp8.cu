@@ -1,3 +1,4 @@
+#line 1 "fp8.cu"
 // fp8 rows (kiln_formats::fp8, `--quantize fp8`): each row's scale is its largest magnitude over
 // 448, E4M3's largest finite value (1 for a row of zeros), and each value is divided by the scale
 // (one IEEE division, as the host's quantize_row) and rounded once to E4M3, to nearest even and
@@ -11,14 +12,13 @@ __device__ __forceinline__ unsigned short e4m3x2(float lo, float hi) {
     return r;
 }
 
-// One block per row of `cols` values (a multiple of 8) at x + row * x_stride: the row's scale to
-// scale[row] and its bytes to q + row * cols. A NaN anywhere makes the scale NaN, as on the host.
-extern "C" __global__ void fp8_quantize_rows(const store_t* __restrict__ x, unsigned char* __restrict__ q,
-                                             float* __restrict__ scale, int cols, long long x_stride) {
-    pdl_enter();
+// The row of `cols` values (a multiple of 8) at xr, quantised by the whole block: its scale to
+// *scale and its bytes to qr. A NaN anywhere makes the scale NaN, as on the host. Every kernel
+// that quantises rows calls this, so their bits are the same whatever the block size (the
+// largest magnitude is exact in any order, and each value is converted alone).
+__device__ __forceinline__ void fp8_quantize_row(const store_t* __restrict__ xr, unsigned char* __restrict__ qr,
+                                                 float* __restrict__ scale, int cols) {
     __shared__ float red[32];
-    const store_t* xr = x + (long long)blockIdx.x * x_stride;
-    unsigned char* qr = q + (long long)blockIdx.x * cols;
     float m = 0.f;
     int nan = 0;
     for (int c = threadIdx.x * 8; c < cols; c += blockDim.x * 8) {
@@ -31,7 +31,6 @@ extern "C" __global__ void fp8_quantize_rows(const store_t* __restrict__ x, unsi
         }
     }
     nan = __syncthreads_or(nan);
-    // The largest magnitude, the same whichever thread saw it (max is exact in any order).
     m = warp_max(m);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (lane == 0) red[warp] = m;
@@ -44,7 +43,7 @@ extern "C" __global__ void fp8_quantize_rows(const store_t* __restrict__ x, unsi
     __syncthreads();
     const float amax = nan ? __int_as_float(0x7fc00000) : red[0];
     const float s = amax == 0.f ? 1.f : amax / 448.f;
-    if (threadIdx.x == 0) scale[blockIdx.x] = s;
+    if (threadIdx.x == 0) *scale = s;
     for (int c = threadIdx.x * 8; c < cols; c += blockDim.x * 8) {
         float v[8];
         from_store_vec<8>(xr + c, v);
@@ -53,6 +52,53 @@ extern "C" __global__ void fp8_quantize_rows(const store_t* __restrict__ x, unsi
         out.y = (u32)e4m3x2(v[4] / s, v[5] / s) | ((u32)e4m3x2(v[6] / s, v[7] / s) << 16);
         *reinterpret_cast<uint2*>(qr + c) = out;
     }
+}
+
+// One block per row of `cols` values at x + row * x_stride: the row's scale to scale[row] and its
+// bytes to q + row * cols.
+extern "C" __global__ void fp8_quantize_rows(const store_t* __restrict__ x, unsigned char* __restrict__ q,
+                                             float* __restrict__ scale, int cols, long long x_stride) {
+    pdl_enter();
+    const long long r = blockIdx.x;
+    fp8_quantize_row(x + r * x_stride, q + r * cols, scale + r, cols);
+}
+
+// The fused producers of an fp8 GEMM's input (KILN_FP8_FUSE): each writes its stored row as
+// the kernel it stands for would, then, after the block's barrier (its writes to global memory
+// are then seen by every thread of the block), quantises that row as fp8_quantize_rows would.
+// One launch where there were two, the same bits in both outputs.
+
+// rmsnorm_residual (norm_rows.cuh), then row t of out quantised to q and scale (hidden values a row).
+extern "C" __global__ void rmsnorm_residual_fp8(float* __restrict__ x, const float* __restrict__ delta,
+                                                const store_t* __restrict__ w, store_t* __restrict__ out,
+                                                unsigned char* __restrict__ q, float* __restrict__ scale,
+                                                int hidden, float eps) {
+    pdl_trigger();
+    rmsnorm_residual_row(x, delta, w, out, hidden, eps);
+    __syncthreads();
+    const long long t = blockIdx.x;
+    fp8_quantize_row(out + t * hidden, q + t * hidden, scale + t, hidden);
+}
+
+// gu[t] = [gate (inter) | up (inter)]; out[t, i] = store(act(gate) * up) as swiglu (act 0) or
+// geglu (act 1) compute it, then the row quantised to q and scale. One block per row; inter is
+// a multiple of 8 (an fp8 row's), so the row is read four values a load.
+extern "C" __global__ void gated_fp8(const float* __restrict__ gu, store_t* __restrict__ out,
+                                     unsigned char* __restrict__ q, float* __restrict__ scale, int inter,
+                                     int act) {
+    pdl_enter();
+    const long long t = blockIdx.x;
+    const float* g = gu + t * 2 * inter;
+    const float* u = g + inter;
+    store_t* o = out + t * inter;
+    auto f = [act](float gv, float uv) { return act == 1 ? gelu_tanh(gv) * uv : silu_mul(gv, uv); };
+    for (int i = threadIdx.x * 4; i < inter; i += blockDim.x * 4) {
+        const float4 gv = *reinterpret_cast<const float4*>(g + i);
+        const float4 uv = *reinterpret_cast<const float4*>(u + i);
+        to_store_x4(o + i, f(gv.x, uv.x), f(gv.y, uv.y), f(gv.z, uv.z), f(gv.w, uv.w));
+    }
+    __syncthreads();
+    fp8_quantize_row(o, q + t * inter, scale + t, inter);
 }
 
 // y[row, col] *= a[row] * w[col] for `rows` rows of `cols` f32 values: the two scales of an fp8

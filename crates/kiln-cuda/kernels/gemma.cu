@@ -6,12 +6,6 @@
 // other rows of the launch. Weights and projection inputs are store_t (common.cuh); the residual
 // stream, block outputs, per-layer inputs and logits are f32.
 
-// transformers' gelu_pytorch_tanh, operation for operation as kiln-cpu's gelu_tanh.
-__device__ __forceinline__ float gelu_tanh(float x) {
-    const float inner = 0.7978845608028654f * (x + 0.044715f * (x * x * x));
-    return 0.5f * x * (1.f + tanhf(inner));
-}
-
 __device__ __forceinline__ float silu(float x) { return x / (1.f + expf(-x)); }
 
 // act 0: SiLU, 1: GELU (tanh), as kiln_model::Activation.

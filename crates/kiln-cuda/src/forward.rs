@@ -25,6 +25,9 @@ use crate::weights::{MatrixRef, ModelWeights};
 #[path = "forward_fused.rs"]
 mod fused;
 use fused::Fusion;
+// fp8 input rows quantised by the launch that writes them.
+#[path = "forward_fp8.rs"]
+mod fp8;
 
 // A draft model's step: its input and output projections (Gemma 4's assistant).
 #[path = "forward_draft.rs"]
@@ -65,6 +68,7 @@ impl StepContext<'_> {
             plan,
             pending: false,
             post_norm: None,
+            fp8_rows: None,
             fused: Fusion::for_step(self.spec, &self.sw, self.gpu.store, plan),
             ahead: AheadStep::new(self.w.ahead.is_some() && self.gpu.capturing()?),
         };
@@ -93,6 +97,9 @@ struct CudaOps<'c, 'a> {
     /// A post-norm of `delta` not yet applied (KILN_GEMMA_FUSE): the op that consumes the
     /// block output applies it in the same launch.
     post_norm: Option<PostNorm>,
+    /// The store buffer whose rows the step's fp8 buffer holds quantised, by the launch that
+    /// wrote them (forward_fp8.rs): the next projection's input, taken by `linear`.
+    fp8_rows: Option<u64>,
     /// What this step's GEMMs take over from the kernels around them (forward_fused.rs).
     fused: Fusion,
     /// How far the expansion one layer ahead has gone (quant_prefill.rs).
@@ -292,6 +299,9 @@ impl StepOps for CudaOps<'_, '_> {
             return Ok(());
         }
         let delta = self.take_delta();
+        if self.norm_fp8(layer, weight, delta)? {
+            return Ok(());
+        }
         c.gpu.rmsnorm_residual(
             c.a.x.ptr(),
             delta,
@@ -304,6 +314,7 @@ impl StepOps for CudaOps<'_, '_> {
     }
 
     fn linear(&mut self, layer: usize, weight: LayerWeight) -> Result<()> {
+        let quantized = self.fp8_rows.take();
         if self.fused_linear(layer, weight)? {
             return Ok(());
         }
@@ -344,9 +355,12 @@ impl StepOps for CudaOps<'_, '_> {
         } else {
             self.flush_post_norm()?;
         }
-        let w = c.w.layers[layer].matrix(weight);
-        if !self.quant_ahead(layer, weight, out, y.ptr(), x.ptr())? {
-            self.gemm_to(out, y.dev_ptr(), x.dev_ptr(), w, n, k)?;
+        match c.w.layers[layer].matrix(weight) {
+            MatrixRef::Fp8(w) if quantized == Some(x.ptr()) => {
+                self.fp8_matmul(out, y.dev_ptr(), w, n, k)?
+            }
+            _ if self.quant_ahead(layer, weight, out, y.ptr(), x.ptr())? => {}
+            w => self.gemm_to(out, y.dev_ptr(), x.dev_ptr(), w, n, k)?,
         }
         self.pending |= out == GemmOut::Store
             && matches!(
@@ -448,7 +462,7 @@ impl StepOps for CudaOps<'_, '_> {
     }
 
     fn ffn_activation(&mut self, layer: usize) -> Result<()> {
-        if std::mem::take(&mut self.fused.activated) {
+        if std::mem::take(&mut self.fused.activated) || self.activation_fp8(layer)? {
             return Ok(());
         }
         let c = self.ctx;

@@ -75,7 +75,9 @@ impl Fusion {
 impl CudaOps<'_, '_> {
     /// add_norm when the next projection computes the norm: nothing to launch now.
     pub(super) fn defer_norm(&mut self, layer: usize, weight: LayerWeight) -> bool {
-        if !self.fused.on.norm || self.pending {
+        // An fp8 projection has no norm prologue: add_norm launches the norm (forward_fp8.rs).
+        let fp8 = super::fp8::normed_projection(weight).is_some_and(|p| self.is_fp8(layer, p));
+        if !self.fused.on.norm || self.pending || fp8 {
             return false;
         }
         let c = self.ctx;

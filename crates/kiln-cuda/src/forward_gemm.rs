@@ -111,6 +111,20 @@ impl CudaOps<'_, '_> {
         n: usize,
         k: usize,
     ) -> Result<()> {
+        let (g, a, t) = (self.ctx.gpu, self.ctx.a, self.plan.n_tokens);
+        g.fp8_quantize_rows(x.addr(), a.fp8_x.ptr(), a.fp8_scale.ptr(), t, k, k)?;
+        self.fp8_matmul(out, y, w, n, k)
+    }
+
+    /// y = x . w^T for every row of the step from x's rows as the step's fp8 buffer holds them.
+    pub(super) fn fp8_matmul(
+        &mut self,
+        out: GemmOut,
+        y: DevPtr<f32>,
+        w: &Fp8Matrix,
+        n: usize,
+        k: usize,
+    ) -> Result<()> {
         ensure!(out == GemmOut::Store, "an add in an fp8 GEMM's epilogue");
         ensure!(
             (w.rows, w.cols) == (n, k),
@@ -119,7 +133,6 @@ impl CudaOps<'_, '_> {
             w.cols
         );
         let (g, a, t) = (self.ctx.gpu, self.ctx.a, self.plan.n_tokens);
-        g.fp8_quantize_rows(x.addr(), a.fp8_x.ptr(), a.fp8_scale.ptr(), t, k, k)?;
         self.lt
             .fp8()?
             .matmul(g, y.addr(), a.fp8_x.ptr(), a.fp8_scale.ptr(), w, t)

@@ -34,7 +34,11 @@ pub const PRELUDE: &str = include_str!("../kernels/common.cuh");
 pub const SOURCES: &[KernelSource] = &[
     KernelSource {
         name: "elementwise",
-        body: include_str!("../kernels/elementwise.cu"),
+        // RMSNorm's row pieces first (norm_rows.cuh, shared with fp8.cu's fused norm).
+        body: concat!(
+            include_str!("../kernels/norm_rows.cuh"),
+            include_str!("../kernels/elementwise.cu")
+        ),
         builds: Builds::Typed,
     },
     KernelSource {
@@ -165,7 +169,11 @@ pub const SOURCES: &[KernelSource] = &[
     },
     KernelSource {
         name: "fp8",
-        body: include_str!("../kernels/fp8.cu"),
+        // RMSNorm's row pieces first (norm_rows.cuh): rmsnorm_residual_fp8 norms as elementwise.cu.
+        body: concat!(
+            include_str!("../kernels/norm_rows.cuh"),
+            include_str!("../kernels/fp8.cu")
+        ),
         builds: Builds::Typed,
     },
     KernelSource {
@@ -426,7 +434,12 @@ mod tests {
             ),
             (
                 "fp8",
-                vec!["fp8_quantize_rows".into(), "fp8_apply_scales".into()],
+                vec![
+                    "fp8_quantize_rows".into(),
+                    "rmsnorm_residual_fp8".into(),
+                    "gated_fp8".into(),
+                    "fp8_apply_scales".into(),
+                ],
             ),
             (
                 "chain_gemm",

@@ -62,6 +62,7 @@ impl Env {
                 draft_graphs: on("KILN_DRAFT_GRAPHS"),
                 gpu_quant: on("KILN_GPU_QUANT"),
                 fp8: opt_in("KILN_FP8"),
+                fp8_fuse: on("KILN_FP8_FUSE"),
                 quant_prefill_skinny: var("KILN_QUANT_PREFILL").as_deref() == Some("skinny"),
                 quant_ahead: match var("KILN_QUANT_AHEAD").as_deref() {
                     Some("0" | "off" | "false") => None,

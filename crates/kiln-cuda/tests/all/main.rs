@@ -12,6 +12,7 @@ mod contract_chain;
 mod contract_decode_fused;
 mod contract_draft;
 mod contract_fp8;
+mod contract_fp8_fused;
 mod contract_gemm;
 mod contract_gemma;
 mod contract_quant;

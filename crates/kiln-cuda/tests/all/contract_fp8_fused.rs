@@ -1,0 +1,238 @@
+//! Kernel contract for the fused producers of fp8 rows (KILN_FP8_FUSE, kernels/fp8.cu):
+//! `rmsnorm_residual_fp8` against `rmsnorm_residual` then `fp8_quantize_rows`, and `gated_fp8`
+//! against `swiglu` or `geglu` then `fp8_quantize_rows`, bit for bit in every output (the
+//! residual stream, the stored rows, the fp8 bytes and scales) on fresh random rows; and the
+//! fused launch's fp8 rows against the host's definition (kiln_formats::fp8::quantize_row) of
+//! the rows it stored. The two launches they replace have contracts of their own (contract_rows,
+//! contract_gemma, contract_fp8).
+
+use crate::common;
+use crate::contract_rows::planted_bugs_fail;
+
+use common::{all, from_bf16, gpu_or_skip, poisoned, timed, to_bf16, up, Checks, Rng};
+use kiln_cuda::device::{DevBuf, Gpu};
+use kiln_cuda::fp8_rows::Fp8Rows;
+use kiln_formats::fp8::quantize_row;
+use kiln_model::Activation;
+
+/// Poisoned room for `rows` fp8 rows of `cols`.
+fn fp8_room(gpu: &Gpu, rows: usize, cols: usize) -> (DevBuf<u8>, DevBuf<f32>) {
+    (poisoned(gpu, rows * cols), poisoned(gpu, rows))
+}
+
+fn to(q: &DevBuf<u8>, s: &DevBuf<f32>) -> Fp8Rows {
+    Fp8Rows {
+        q: q.ptr(),
+        scale: s.ptr(),
+    }
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// The fused launch's outputs against the pair's, and its fp8 rows against the host's
+/// quantisation of the rows it stored.
+#[allow(clippy::too_many_arguments)]
+fn same_rows(
+    gpu: &Gpu,
+    c: &mut Checks,
+    case: &str,
+    cols: usize,
+    (out_pair, q_pair, s_pair): (&DevBuf<u16>, &DevBuf<u8>, &DevBuf<f32>),
+    (out, q, s): (&DevBuf<u16>, &DevBuf<u8>, &DevBuf<f32>),
+) {
+    let stored = all(gpu, out);
+    c.identical(
+        &format!("{case}: stored rows"),
+        &stored,
+        &all(gpu, out_pair),
+    );
+    let (q, s) = (all(gpu, q), all(gpu, s));
+    c.identical(&format!("{case}: fp8 bytes"), &q, &all(gpu, q_pair));
+    c.identical(
+        &format!("{case}: scales"),
+        &bits(&s),
+        &bits(&all(gpu, s_pair)),
+    );
+    let seen = from_bf16(&stored);
+    let mut want_q = vec![0u8; seen.len()];
+    let want_s: Vec<f32> = seen
+        .chunks_exact(cols)
+        .zip(want_q.chunks_exact_mut(cols))
+        .map(|(row, out)| quantize_row(row, out))
+        .collect();
+    c.check(
+        q == want_q && bits(&s) == bits(&want_s),
+        format!("{case}: fp8 rows as the host quantises the stored rows"),
+    );
+}
+
+/// RMSNorm with the residual add (and without: delta 0) fused with the quantisation.
+fn norm_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
+    // (rows, hidden, amplitude): the 8B's width at batch 1, odd widths and row counts.
+    for (rows, hidden, amp) in [
+        (1, 4096, 1.0f32),
+        (3, 1000, 20.0),
+        (17, 5120, 0.01),
+        (2, 2056, 3.0),
+        (40, 2048, 1.0),
+    ] {
+        for with_delta in [true, false] {
+            let x = rng.vec(rows * hidden, amp);
+            let delta = rng.vec(rows * hidden, amp);
+            let w = to_bf16(&rng.vec(hidden, 1.5));
+            let (x_pair, x_fused) = (up(gpu, &x), up(gpu, &x));
+            let (dd, dw) = (up(gpu, &delta), up(gpu, &w));
+            let dptr = if with_delta { dd.ptr() } else { 0 };
+            let (out_pair, out) = (
+                poisoned::<u16>(gpu, rows * hidden),
+                poisoned::<u16>(gpu, rows * hidden),
+            );
+            let ((q_pair, s_pair), (q, s)) =
+                (fp8_room(gpu, rows, hidden), fp8_room(gpu, rows, hidden));
+            let eps = 1e-5;
+            gpu.rmsnorm_residual(
+                x_pair.ptr(),
+                dptr,
+                dw.ptr(),
+                out_pair.ptr(),
+                rows,
+                hidden,
+                eps,
+            )
+            .unwrap();
+            gpu.fp8_quantize_rows(
+                out_pair.ptr(),
+                q_pair.ptr(),
+                s_pair.ptr(),
+                rows,
+                hidden,
+                hidden,
+            )
+            .unwrap();
+            let secs = timed(gpu, || {
+                let to = to(&q, &s);
+                gpu.rmsnorm_residual_fp8(
+                    x_fused.ptr(),
+                    dptr,
+                    dw.ptr(),
+                    out.ptr(),
+                    to,
+                    rows,
+                    hidden,
+                    eps,
+                )
+            });
+            let case = format!(
+                "rmsnorm_residual_fp8 {rows} x {hidden} (amplitude {amp:e}, delta {with_delta}, {:.3}ms)",
+                secs * 1e3
+            );
+            c.identical(
+                &format!("{case}: residual stream"),
+                &bits(&all(gpu, &x_fused)),
+                &bits(&all(gpu, &x_pair)),
+            );
+            same_rows(
+                gpu,
+                c,
+                &case,
+                hidden,
+                (&out_pair, &q_pair, &s_pair),
+                (&out, &q, &s),
+            );
+        }
+    }
+}
+
+/// SwiGLU and GeGLU fused with the quantisation.
+fn gated_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
+    // (rows, inter): the 8B's width at batch 1, a width of 8 more than a multiple of 32, a chunk.
+    for (rows, inter) in [(1, 14_336), (5, 1000), (3, 8200), (64, 512)] {
+        for act in [Activation::Silu, Activation::GeluTanh] {
+            // Gates wide enough to reach both tails of the activations.
+            let gu = up(gpu, &rng.vec(rows * 2 * inter, 8.0));
+            let (out_pair, out) = (
+                poisoned::<u16>(gpu, rows * inter),
+                poisoned::<u16>(gpu, rows * inter),
+            );
+            let ((q_pair, s_pair), (q, s)) =
+                (fp8_room(gpu, rows, inter), fp8_room(gpu, rows, inter));
+            match act {
+                Activation::Silu => gpu.swiglu(gu.ptr(), out_pair.ptr(), inter, rows),
+                Activation::GeluTanh => gpu.geglu(gu.ptr(), out_pair.ptr(), inter, rows),
+            }
+            .unwrap();
+            gpu.fp8_quantize_rows(
+                out_pair.ptr(),
+                q_pair.ptr(),
+                s_pair.ptr(),
+                rows,
+                inter,
+                inter,
+            )
+            .unwrap();
+            let secs = timed(gpu, || {
+                gpu.gated_fp8(gu.ptr(), out.ptr(), to(&q, &s), inter, rows, act)
+            });
+            let case = format!("gated_fp8 {act:?} {rows} x {inter} ({:.3}ms)", secs * 1e3);
+            same_rows(
+                gpu,
+                c,
+                &case,
+                inter,
+                (&out_pair, &q_pair, &s_pair),
+                (&out, &q, &s),
+            );
+        }
+    }
+}
+
+fn fused_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
+    norm_cases(gpu, rng, c);
+    gated_cases(gpu, rng, c);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn fp8_fused_contract() {
+    let Some(gpu) = gpu_or_skip("fp8_fused_contract") else {
+        return;
+    };
+    let mut rng = Rng::new("fp8_fused_contract");
+    let mut c = Checks::new("fp8 fused");
+    fused_cases(&gpu, &mut rng, &mut c);
+    c.finish();
+}
+
+/// fp8.cu's fused kernels with one planted bug each: the norm's last eight values of a row
+/// left out of its quantisation, the gated activation's fourth value of a load from its third
+/// gate.
+const PLANTED_FUSED: &[(&str, &str)] = &[
+    (
+        "fp8_quantize_row(out + t * hidden, q + t * hidden, scale + t, hidden);",
+        "fp8_quantize_row(out + t * hidden, q + t * hidden, scale + t, hidden - 8);",
+    ),
+    ("f(gv.w, uv.w)", "f(gv.z, uv.w)"),
+];
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn fp8_fused_planted_bugs_fail() {
+    planted_bugs_fail(
+        "fp8_fused_planted_bugs_fail",
+        "fp8",
+        PLANTED_FUSED,
+        fused_cases,
+    );
+}
+
+/// The planted bugs' texts are in the module once and change its machine code (where NVRTC is
+/// present), so that `fp8_fused_planted_bugs_fail` tests what it says.
+#[test]
+fn fp8_fused_planted_bugs_compile() {
+    for &(from, to) in PLANTED_FUSED {
+        let planted = common::planted::planted_module("fp8", from, to);
+        common::planted::assert_planted_compiles(&planted, kiln_cuda::StoreType::Bf16, to);
+    }
+}
