@@ -15,15 +15,39 @@ use kiln_cuda::fp8_rows::Fp8Rows;
 use kiln_formats::fp8::quantize_row;
 use kiln_model::Activation;
 
-/// Poisoned room for `rows` fp8 rows of `cols`.
-fn fp8_room(gpu: &Gpu, rows: usize, cols: usize) -> (DevBuf<u8>, DevBuf<f32>) {
-    (poisoned(gpu, rows * cols), poisoned(gpu, rows))
+/// One launch's outputs on the device: stored rows and their fp8 bytes and scales, poisoned
+/// first (what a kernel leaves unwritten shows).
+struct Rows {
+    out: DevBuf<u16>,
+    q: DevBuf<u8>,
+    s: DevBuf<f32>,
+    rows: usize,
+    cols: usize,
 }
 
-fn to(q: &DevBuf<u8>, s: &DevBuf<f32>) -> Fp8Rows {
-    Fp8Rows {
-        q: q.ptr(),
-        scale: s.ptr(),
+impl Rows {
+    fn poisoned(gpu: &Gpu, rows: usize, cols: usize) -> Rows {
+        Rows {
+            out: poisoned(gpu, rows * cols),
+            q: poisoned(gpu, rows * cols),
+            s: poisoned(gpu, rows),
+            rows,
+            cols,
+        }
+    }
+
+    fn to(&self) -> Fp8Rows {
+        Fp8Rows {
+            q: self.q.ptr(),
+            scale: self.s.ptr(),
+        }
+    }
+
+    /// The second launch of a pair: the stored rows quantised by fp8_quantize_rows.
+    fn quantize(&self, gpu: &Gpu) {
+        let (r, c) = (self.rows, self.cols);
+        gpu.fp8_quantize_rows(self.out.ptr(), self.q.ptr(), self.s.ptr(), r, c, c)
+            .unwrap();
     }
 }
 
@@ -33,33 +57,25 @@ fn bits(v: &[f32]) -> Vec<u32> {
 
 /// The fused launch's outputs against the pair's, and its fp8 rows against the host's
 /// quantisation of the rows it stored.
-#[allow(clippy::too_many_arguments)]
-fn same_rows(
-    gpu: &Gpu,
-    c: &mut Checks,
-    case: &str,
-    cols: usize,
-    (out_pair, q_pair, s_pair): (&DevBuf<u16>, &DevBuf<u8>, &DevBuf<f32>),
-    (out, q, s): (&DevBuf<u16>, &DevBuf<u8>, &DevBuf<f32>),
-) {
-    let stored = all(gpu, out);
+fn same_rows(gpu: &Gpu, c: &mut Checks, case: &str, pair: &Rows, fused: &Rows) {
+    let stored = all(gpu, &fused.out);
     c.identical(
         &format!("{case}: stored rows"),
         &stored,
-        &all(gpu, out_pair),
+        &all(gpu, &pair.out),
     );
-    let (q, s) = (all(gpu, q), all(gpu, s));
-    c.identical(&format!("{case}: fp8 bytes"), &q, &all(gpu, q_pair));
+    let (q, s) = (all(gpu, &fused.q), all(gpu, &fused.s));
+    c.identical(&format!("{case}: fp8 bytes"), &q, &all(gpu, &pair.q));
     c.identical(
         &format!("{case}: scales"),
         &bits(&s),
-        &bits(&all(gpu, s_pair)),
+        &bits(&all(gpu, &pair.s)),
     );
     let seen = from_bf16(&stored);
     let mut want_q = vec![0u8; seen.len()];
     let want_s: Vec<f32> = seen
-        .chunks_exact(cols)
-        .zip(want_q.chunks_exact_mut(cols))
+        .chunks_exact(fused.cols)
+        .zip(want_q.chunks_exact_mut(fused.cols))
         .map(|(row, out)| quantize_row(row, out))
         .collect();
     c.check(
@@ -85,44 +101,17 @@ fn norm_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
             let (x_pair, x_fused) = (up(gpu, &x), up(gpu, &x));
             let (dd, dw) = (up(gpu, &delta), up(gpu, &w));
             let dptr = if with_delta { dd.ptr() } else { 0 };
-            let (out_pair, out) = (
-                poisoned::<u16>(gpu, rows * hidden),
-                poisoned::<u16>(gpu, rows * hidden),
+            let (pair, fused) = (
+                Rows::poisoned(gpu, rows, hidden),
+                Rows::poisoned(gpu, rows, hidden),
             );
-            let ((q_pair, s_pair), (q, s)) =
-                (fp8_room(gpu, rows, hidden), fp8_room(gpu, rows, hidden));
-            let eps = 1e-5;
-            gpu.rmsnorm_residual(
-                x_pair.ptr(),
-                dptr,
-                dw.ptr(),
-                out_pair.ptr(),
-                rows,
-                hidden,
-                eps,
-            )
-            .unwrap();
-            gpu.fp8_quantize_rows(
-                out_pair.ptr(),
-                q_pair.ptr(),
-                s_pair.ptr(),
-                rows,
-                hidden,
-                hidden,
-            )
-            .unwrap();
+            let (w, eps) = (dw.ptr(), 1e-5);
+            gpu.rmsnorm_residual(x_pair.ptr(), dptr, w, pair.out.ptr(), rows, hidden, eps)
+                .unwrap();
+            pair.quantize(gpu);
+            let (x, out, to) = (x_fused.ptr(), fused.out.ptr(), fused.to());
             let secs = timed(gpu, || {
-                let to = to(&q, &s);
-                gpu.rmsnorm_residual_fp8(
-                    x_fused.ptr(),
-                    dptr,
-                    dw.ptr(),
-                    out.ptr(),
-                    to,
-                    rows,
-                    hidden,
-                    eps,
-                )
+                gpu.rmsnorm_residual_fp8(x, dptr, w, out, to, rows, hidden, eps)
             });
             let case = format!(
                 "rmsnorm_residual_fp8 {rows} x {hidden} (amplitude {amp:e}, delta {with_delta}, {:.3}ms)",
@@ -133,14 +122,7 @@ fn norm_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
                 &bits(&all(gpu, &x_fused)),
                 &bits(&all(gpu, &x_pair)),
             );
-            same_rows(
-                gpu,
-                c,
-                &case,
-                hidden,
-                (&out_pair, &q_pair, &s_pair),
-                (&out, &q, &s),
-            );
+            same_rows(gpu, c, &case, &pair, &fused);
         }
     }
 }
@@ -152,38 +134,21 @@ fn gated_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
         for act in [Activation::Silu, Activation::GeluTanh] {
             // Gates wide enough to reach both tails of the activations.
             let gu = up(gpu, &rng.vec(rows * 2 * inter, 8.0));
-            let (out_pair, out) = (
-                poisoned::<u16>(gpu, rows * inter),
-                poisoned::<u16>(gpu, rows * inter),
+            let (pair, fused) = (
+                Rows::poisoned(gpu, rows, inter),
+                Rows::poisoned(gpu, rows, inter),
             );
-            let ((q_pair, s_pair), (q, s)) =
-                (fp8_room(gpu, rows, inter), fp8_room(gpu, rows, inter));
             match act {
-                Activation::Silu => gpu.swiglu(gu.ptr(), out_pair.ptr(), inter, rows),
-                Activation::GeluTanh => gpu.geglu(gu.ptr(), out_pair.ptr(), inter, rows),
+                Activation::Silu => gpu.swiglu(gu.ptr(), pair.out.ptr(), inter, rows),
+                Activation::GeluTanh => gpu.geglu(gu.ptr(), pair.out.ptr(), inter, rows),
             }
             .unwrap();
-            gpu.fp8_quantize_rows(
-                out_pair.ptr(),
-                q_pair.ptr(),
-                s_pair.ptr(),
-                rows,
-                inter,
-                inter,
-            )
-            .unwrap();
+            pair.quantize(gpu);
             let secs = timed(gpu, || {
-                gpu.gated_fp8(gu.ptr(), out.ptr(), to(&q, &s), inter, rows, act)
+                gpu.gated_fp8(gu.ptr(), fused.out.ptr(), fused.to(), inter, rows, act)
             });
             let case = format!("gated_fp8 {act:?} {rows} x {inter} ({:.3}ms)", secs * 1e3);
-            same_rows(
-                gpu,
-                c,
-                &case,
-                inter,
-                (&out_pair, &q_pair, &s_pair),
-                (&out, &q, &s),
-            );
+            same_rows(gpu, c, &case, &pair, &fused);
         }
     }
 }
