@@ -8,11 +8,9 @@ use crate::common;
 
 use std::sync::Arc;
 
-use common::planted::planted_sources;
 use common::{gpu_or_skip, Checks, Rng};
 use kiln_cuda::device::Gpu;
 use kiln_cuda::sampling::AdjustPack;
-use kiln_cuda::StoreType;
 use kiln_step::{adjust_row, Penalty, RowAdjust, TokenSet};
 
 fn row_of(rng: &mut Rng, vocab: usize) -> Vec<f32> {
@@ -195,20 +193,10 @@ const PLANTED: &[(&str, &str)] = &[
 #[test]
 #[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn planted_adjust_bugs_fail() {
-    if gpu_or_skip("planted_adjust_bugs_fail").is_none() {
-        return;
-    }
-    let mut rng = Rng::new("planted_adjust_bugs_fail");
-    let mut c = Checks::new("adjust_rows planted bugs");
-    for &(from, to) in PLANTED {
-        let sources = planted_sources("sample", from, to);
-        let bad = Gpu::with_sources(0, StoreType::Bf16, &sources).expect("the planted module");
-        let mut planted = Checks::quiet("planted");
-        contract(&bad, &mut rng, &mut planted, &[(1000, 150), (32000, 48)]);
-        c.check(
-            planted.failed() > 0,
-            format!("adjust_rows with `{to}`: {} checks fail", planted.failed()),
-        );
-    }
-    c.finish();
+    common::planted::planted_bugs_fail(
+        "adjust_rows planted bugs",
+        "sample",
+        PLANTED,
+        |bad, rng, c| contract(bad, rng, c, &[(1000, 150), (32000, 48)]),
+    );
 }

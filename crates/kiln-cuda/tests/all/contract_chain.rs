@@ -8,7 +8,7 @@
 use crate::common;
 use crate::contract_gemm::{rows_of, Problem};
 
-use common::planted::{planted_module, planted_sources};
+use common::planted::{each_planted_bug_fails, planted_module};
 use common::{all, gpu_or_skip, poisoned, timed, Checks, Rng};
 use kiln_cuda::chain_gemm::entries;
 use kiln_cuda::device::Gpu;
@@ -151,48 +151,37 @@ const PLANTED_CHAIN: &[(&str, &str, &str)] = &[
 #[test]
 #[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn planted_chain_bugs_fail() {
-    if gpu_or_skip("planted_chain_bugs_fail").is_none() {
-        return;
-    }
-    let mut rng = Rng::new("planted_chain_bugs_fail");
-    let mut c = Checks::new("chain_gemm planted bugs");
-    for &(module, from, to) in PLANTED_CHAIN {
-        let sources = planted_sources(module, from, to);
-        let bad = Gpu::with_sources(0, kiln_cuda::StoreType::Bf16, &sources)
-            .expect("loading the planted module");
-        let mut lt = LtGemm::new(&bad, 2048).unwrap();
-        let mut planted = Checks::quiet("planted");
-        for (m, n, k) in [(1, 4096, 4096), (13, 512, 1024), (32, 1000, 4104)] {
-            let p = Problem::new(&bad, &mut rng, m, n, k);
-            let want = pinned_product(&bad, &mut lt, &p, m);
-            let first: Vec<usize> = (0..m).collect();
-            for e in entries() {
-                let rows = m.min(e.max_rows());
-                let y = poisoned::<f32>(&bad, rows * n);
-                bad.chain_entry_launch(e, true, y.ptr(), p.dx.ptr(), p.dw.ptr(), rows, n, k)
-                    .unwrap();
-                let got = all(&bad, &y);
-                let case = format!("m={m} n={n} k={k} {}", e.name);
-                planted.close(
-                    &case,
-                    &got,
-                    &p.reference(&first[..rows]),
-                    p.atol(),
-                    1e-5,
-                    0.0,
-                );
-                planted.identical(&case, &got, &want[..rows * n]);
+    let store = kiln_cuda::StoreType::Bf16;
+    each_planted_bug_fails(
+        "chain_gemm planted bugs",
+        store,
+        PLANTED_CHAIN,
+        |bad, _, rng, c| {
+            let mut lt = LtGemm::new(bad, 2048).unwrap();
+            for (m, n, k) in [(1, 4096, 4096), (13, 512, 1024), (32, 1000, 4104)] {
+                let p = Problem::new(bad, rng, m, n, k);
+                let want = pinned_product(bad, &mut lt, &p, m);
+                let first: Vec<usize> = (0..m).collect();
+                for e in entries() {
+                    let rows = m.min(e.max_rows());
+                    let y = poisoned::<f32>(bad, rows * n);
+                    bad.chain_entry_launch(e, true, y.ptr(), p.dx.ptr(), p.dw.ptr(), rows, n, k)
+                        .unwrap();
+                    let got = all(bad, &y);
+                    let case = format!("m={m} n={n} k={k} {}", e.name);
+                    c.close(
+                        &case,
+                        &got,
+                        &p.reference(&first[..rows]),
+                        p.atol(),
+                        1e-5,
+                        0.0,
+                    );
+                    c.identical(&case, &got, &want[..rows * n]);
+                }
             }
-        }
-        c.check(
-            planted.failed() > 0,
-            format!(
-                "{module}.cu with `{to}` for `{from}`: {} checks fail",
-                planted.failed()
-            ),
-        );
-    }
-    c.finish();
+        },
+    );
 }
 
 /// Every planted bug's text is in its module once, and the planted module compiles into other

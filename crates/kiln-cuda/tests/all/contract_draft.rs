@@ -9,7 +9,6 @@
 
 use crate::common;
 
-use common::planted::planted_sources;
 use common::{bf16_bits, gpu_or_skip, timed, to_bf16, Checks, Rng};
 use kiln_cuda::device::Gpu;
 use kiln_cuda::StoreType;
@@ -197,20 +196,5 @@ fn planted_draft_modules_compile() {
 #[test]
 #[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn planted_draft_bugs_fail() {
-    if gpu_or_skip("planted_draft_bugs_fail").is_none() {
-        return;
-    }
-    let mut rng = Rng::new("planted_draft_bugs_fail");
-    let mut c = Checks::new("draft planted bugs");
-    for &(from, to) in PLANTED {
-        let bad = Gpu::with_sources(0, StoreType::Bf16, &planted_sources("draft", from, to))
-            .expect("the planted module");
-        let mut planted = Checks::quiet("planted");
-        contract(&bad, &mut rng, &mut planted);
-        c.check(
-            planted.failed() > 0,
-            format!("draft.cu with `{to}`: {} checks fail", planted.failed()),
-        );
-    }
-    c.finish();
+    common::planted::planted_bugs_fail("draft planted bugs", "draft", PLANTED, contract);
 }

@@ -5,7 +5,7 @@
 //! rows bit-identical whatever the row count and offset.
 
 use crate::common;
-use crate::contract_rows::planted_bugs_fail;
+use common::planted::planted_bugs_fail;
 
 use common::{from_bf16, gpu_or_skip, timed, to_bf16, Checks, Rng};
 use kiln_cuda::device::Gpu;

@@ -7,7 +7,7 @@
 //! contract_gemma, contract_fp8).
 
 use crate::common;
-use crate::contract_rows::planted_bugs_fail;
+use common::planted::planted_bugs_fail;
 
 use common::{all, from_bf16, gpu_or_skip, poisoned, timed, to_bf16, up, Checks, Rng};
 use kiln_cuda::device::{DevBuf, Gpu};

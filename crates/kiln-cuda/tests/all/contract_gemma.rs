@@ -8,7 +8,6 @@
 
 use crate::common;
 
-use common::planted::planted_sources;
 use common::{from_bf16, gpu_or_skip, round_bf16, timed, to_bf16, Checks, Rng};
 use kiln_cuda::device::{DevBuf, Gpu};
 use kiln_model::{Activation, PerLayerInputSpec};
@@ -90,26 +89,7 @@ const PLANTED: &[(&str, &str)] = &[
 #[test]
 #[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn planted_bugs_fail() {
-    if gpu_or_skip("planted_bugs_fail").is_none() {
-        return;
-    }
-    let mut rng = Rng::new("planted_bugs_fail");
-    let mut c = Checks::new("gemma planted bugs");
-    for &(from, to) in PLANTED {
-        let sources = planted_sources("gemma", from, to);
-        let bad = Gpu::with_sources(0, kiln_cuda::StoreType::Bf16, &sources)
-            .expect("loading the planted module");
-        let mut planted = Checks::quiet("planted");
-        contract(&bad, &mut rng, &mut planted);
-        c.check(
-            planted.failed() > 0,
-            format!(
-                "gemma.cu with `{to}` for `{from}`: {} checks fail",
-                planted.failed()
-            ),
-        );
-    }
-    c.finish();
+    common::planted::planted_bugs_fail("gemma planted bugs", "gemma", PLANTED, contract);
 }
 
 /// Every check of the contract on `g`'s kernels.

@@ -11,11 +11,10 @@
 
 use crate::common;
 
-use common::planted::{planted_module, sources_with};
+use common::planted::planted_module;
 use common::rope_case::RopeCase;
 use common::{all, gpu_or_skip, poisoned, to_bf16, up, Checks, Rng};
 use kiln_cuda::device::{DevBuf, Gpu, Lane};
-use kiln_cuda::kernel_sources::KernelSource;
 use kiln_cuda::quant_gemm::{quant_skinny_all, quant_skinny_fused};
 use kiln_cuda::quant_layout::{repack, GpuQuant};
 use kiln_cuda::quant_order::RowOrder;
@@ -281,25 +280,10 @@ fn fused_planted_bugs_are_in_the_source() {
 #[test]
 #[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn fused_planted_bugs_fail() {
-    let Some(gpu) = gpu_or_skip("fused_planted_bugs_fail") else {
-        return;
-    };
-    let mut rng = Rng::new("fused_planted_bugs_fail");
-    let mut c = Checks::new("quant fused planted bugs");
-    let modules: Vec<KernelSource> = PLANTED
-        .iter()
-        .map(|&(from, to)| planted_module("quant_gemm", from, to))
-        .collect();
-    common::planted::prebuild(&modules, gpu.arch);
-    for (&(from, to), module) in PLANTED.iter().zip(modules) {
-        let bad = Gpu::with_sources(0, StoreType::Bf16, &sources_with(module))
-            .expect("loading the planted module");
-        let mut planted = Checks::quiet("planted");
-        fused_checks(&bad, &mut rng, &mut planted, &[1, 13], true);
-        c.check(
-            planted.failed() > 0,
-            format!("`{to}` for `{from}`: {} checks fail", planted.failed()),
-        );
-    }
-    c.finish();
+    common::planted::planted_bugs_fail(
+        "quant fused planted bugs",
+        "quant_gemm",
+        PLANTED,
+        |bad, rng, c| fused_checks(bad, rng, c, &[1, 13], true),
+    );
 }

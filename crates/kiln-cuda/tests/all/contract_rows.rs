@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use common::planted::planted_sources;
+use common::planted::planted_bugs_fail;
 use common::{bf16_bits, from_bf16, gpu_or_skip, round_bf16, timed, to_bf16, Checks, Rng};
 use kiln_cuda::device::Gpu;
 use kiln_cuda::kernels::{KvView, QkvKind};
@@ -372,36 +372,6 @@ const PLANTED_QKV: &[(&str, &str)] = &[
 #[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn qkv_planted_bugs_fail() {
     planted_bugs_fail("qkv_planted_bugs_fail", "rope_kv", PLANTED_QKV, qkv_cases);
-}
-
-/// Each of `bugs` (text, replacement) planted in `module` in turn: some check of `cases` on
-/// the planted kernels must fail.
-pub(crate) fn planted_bugs_fail(
-    test: &str,
-    module: &str,
-    bugs: &[(&str, &str)],
-    cases: fn(&Gpu, &mut Rng, &mut Checks),
-) {
-    if gpu_or_skip(test).is_none() {
-        return;
-    }
-    let mut rng = Rng::new(test);
-    let mut c = Checks::new(test);
-    for &(from, to) in bugs {
-        let sources = planted_sources(module, from, to);
-        let bad = Gpu::with_sources(0, kiln_cuda::StoreType::Bf16, &sources)
-            .expect("loading the planted module");
-        let mut planted = Checks::quiet("planted");
-        cases(&bad, &mut rng, &mut planted);
-        c.check(
-            planted.failed() > 0,
-            format!(
-                "{module}.cu with `{to}` for `{from}`: {} checks fail",
-                planted.failed()
-            ),
-        );
-    }
-    c.finish();
 }
 
 /// Every qkv_prepare case on `gpu`'s kernels (and the RoPE table it reads).

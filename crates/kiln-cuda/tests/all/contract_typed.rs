@@ -14,7 +14,7 @@ mod attention;
 mod gemm;
 mod rows;
 
-use common::planted::{assert_planted_compiles, planted_module, planted_sources};
+use common::planted::{assert_planted_compiles, each_planted_bug_fails, planted_module, Bug};
 use common::{gpu_with_store_or_skip, Checks, Rng};
 use kiln_cuda::device::Gpu;
 use kiln_cuda::StoreType;
@@ -127,26 +127,16 @@ const PLANTED: &[(&str, &str, &str, Part)] = &[
 #[test]
 #[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn typed_planted_bugs_fail() {
-    if gpu_with_store_or_skip("typed_planted_bugs_fail", StoreType::F32).is_none() {
-        return;
-    }
-    let mut rng = Rng::new("typed_planted_bugs_fail");
-    let mut c = Checks::new("typed planted bugs");
-    for &(module, from, to, part) in PLANTED {
-        let sources = planted_sources(module, from, to);
-        let bad =
-            Gpu::with_sources(0, StoreType::F32, &sources).expect("loading the planted module");
-        let mut planted = Checks::quiet("planted");
-        part(&bad, &mut rng, &mut planted);
-        c.check(
-            planted.failed() > 0,
-            format!(
-                "{module}.cu (f32) with `{to}` for `{from}`: {} checks fail",
-                planted.failed()
-            ),
-        );
-    }
-    c.finish();
+    let bugs: Vec<Bug> = PLANTED
+        .iter()
+        .map(|&(m, from, to, _)| (m, from, to))
+        .collect();
+    each_planted_bug_fails(
+        "typed planted bugs",
+        StoreType::F32,
+        &bugs,
+        |bad, i, rng, c| (PLANTED[i].3)(bad, rng, c),
+    );
 }
 
 /// Every planted bug's text is in its module once, and the planted module compiles into other

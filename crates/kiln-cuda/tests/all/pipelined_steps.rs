@@ -7,10 +7,10 @@
 use crate::common;
 use crate::common::models;
 
-use common::planted::planted_sources;
+use common::planted::planted_bugs_fail;
 use common::{gpu_or_skip, Checks, Rng};
 use kiln_cuda::device::Gpu;
-use kiln_cuda::{CudaBackend, StoreType};
+use kiln_cuda::CudaBackend;
 use kiln_model::dummy::DummySource;
 use kiln_model::WeightSource;
 use kiln_step::sampling::uniform;
@@ -33,29 +33,17 @@ fn feed_tokens_writes_the_picks_it_names() {
 #[test]
 #[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn planted_feed_bugs_fail() {
-    if gpu_or_skip("planted_feed_bugs_fail").is_none() {
-        return;
-    }
-    let mut rng = Rng::new("planted_feed_bugs_fail");
-    let mut c = Checks::new("feed_tokens planted bugs");
     let good = "tokens[pairs[2 * i]] = picks[(long long)pairs[2 * i + 1] * stride];";
     let plants = [
         // The stride left out: row r's pick read at word r.
-        "tokens[pairs[2 * i]] = picks[pairs[2 * i + 1]];",
+        (good, "tokens[pairs[2 * i]] = picks[pairs[2 * i + 1]];"),
         // The last pair never written.
-        "if (i + 1 < n) tokens[pairs[2 * i]] = picks[(long long)pairs[2 * i + 1] * stride];",
+        (
+            good,
+            "if (i + 1 < n) tokens[pairs[2 * i]] = picks[(long long)pairs[2 * i + 1] * stride];",
+        ),
     ];
-    for to in plants {
-        let sources = planted_sources("sample", good, to);
-        let bad = Gpu::with_sources(0, StoreType::Bf16, &sources).expect("the planted module");
-        let mut planted = Checks::quiet("planted");
-        feed_contract(&bad, &mut rng, &mut planted);
-        c.check(
-            planted.failed() > 0,
-            format!("feed_tokens with `{to}`: {} checks fail", planted.failed()),
-        );
-    }
-    c.finish();
+    planted_bugs_fail("feed_tokens planted bugs", "sample", &plants, feed_contract);
 }
 
 fn feed_contract(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {

@@ -1,11 +1,14 @@
-//! The GPU-free check of a planted bug: the planted module compiles with NVRTC for sm_90, and
-//! its machine code differs from the unplanted module's, so the bug reaches a kernel that the
-//! GPU test runs. Both builds use `--Ofast-compile=max` (about a third of a full build's time;
-//! the GPU test builds the planted module with the real options and fails if it does not load).
+//! Planted bugs: a kernel module with one text replaced. The GPU-free check: the planted module
+//! compiles with NVRTC for sm_90, and its machine code differs from the unplanted module's, so
+//! the bug reaches a kernel that the GPU test runs. Both builds use `--Ofast-compile=max` (about
+//! a third of a full build's time; the GPU test builds the planted module with the real options
+//! and fails if it does not load). The GPU test: [`each_planted_bug_fails`], a contract's cases
+//! run on each planted backend in turn must fail some check.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use kiln_cuda::device::Gpu;
 use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
 use kiln_cuda::nvrtc_build::{compile_cached, compile_cubin_with_log};
 use kiln_cuda::StoreType;
@@ -59,11 +62,64 @@ pub fn planted_sources(module: &str, from: &str, to: &str) -> Vec<KernelSource> 
     sources_with(planted_module(module, from, to))
 }
 
+/// One planted bug: the module, the text it holds once, and what replaces it.
+pub type Bug<'a> = (&'a str, &'a str, &'a str);
+
+/// Each of `bugs` in turn, on a backend of `store` loaded from the sources with that bug
+/// planted (all of them built first, on every core): some check of `cases(gpu, i, ..)`, `i` the
+/// bug's index, must fail. Skips without a GPU, as every GPU test does.
+pub fn each_planted_bug_fails(
+    test: &str,
+    store: StoreType,
+    bugs: &[Bug],
+    mut cases: impl FnMut(&Gpu, usize, &mut super::Rng, &mut super::Checks),
+) {
+    let Some(gpu) = super::gpu_with_store_or_skip(test, store) else {
+        return;
+    };
+    let modules: Vec<KernelSource> = bugs
+        .iter()
+        .map(|&(module, from, to)| planted_module(module, from, to))
+        .collect();
+    prebuild(&modules, gpu.arch, store);
+    drop(gpu);
+    let mut rng = super::Rng::new(test);
+    let mut c = super::Checks::new(test);
+    for (i, (&(module, from, to), src)) in bugs.iter().zip(modules).enumerate() {
+        let bad =
+            Gpu::with_sources(0, store, &sources_with(src)).expect("loading the planted module");
+        let mut planted = super::Checks::quiet("planted");
+        cases(&bad, i, &mut rng, &mut planted);
+        c.check(
+            planted.failed() > 0,
+            format!(
+                "{module}.cu ({store}) with `{to}` for `{from}`: {} checks fail",
+                planted.failed()
+            ),
+        );
+    }
+    c.finish();
+}
+
+/// [`each_planted_bug_fails`] for bugs (text, replacement) of one bf16 module, each against
+/// the same cases.
+pub fn planted_bugs_fail(
+    test: &str,
+    module: &str,
+    bugs: &[(&str, &str)],
+    mut cases: impl FnMut(&Gpu, &mut super::Rng, &mut super::Checks),
+) {
+    let bugs: Vec<Bug> = bugs.iter().map(|&(from, to)| (module, from, to)).collect();
+    each_planted_bug_fails(test, StoreType::Bf16, &bugs, |gpu, _, rng, c| {
+        cases(gpu, rng, c)
+    });
+}
+
 /// On a GPU machine: builds each of `planted` (modules of [`SOURCES`], each with one bug planted)
 /// for `arch` into the kernel cache, on every core at once, so that the planted backends then
 /// loaded one after another read their cubins instead of each building its module in turn (a
 /// whole-module build is 5-15 s). An error of a build is left for the load to report.
-pub fn prebuild(planted: &[KernelSource], arch: u32) {
+pub fn prebuild(planted: &[KernelSource], arch: u32, store: StoreType) {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let next = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|s| {
@@ -71,7 +127,7 @@ pub fn prebuild(planted: &[KernelSource], arch: u32) {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some(src) = planted.get(i) else { break };
-                let _ = compile_cached(src, arch, StoreType::Bf16);
+                let _ = compile_cached(src, arch, store);
             });
         }
     });

@@ -175,7 +175,7 @@ fn planted_bugs_fail() {
         .filter(|(module, _, _)| wanted(module))
         .map(|&(module, from, to)| planted(module, from, to))
         .collect();
-    crate::common::planted::prebuild(&modules, gpu.arch);
+    crate::common::planted::prebuild(&modules, gpu.arch, kiln_cuda::StoreType::Bf16);
     for &(module, from, to) in PLANTED {
         let case = case_for(module, to);
         if !head_dim_wanted(case.hd) {

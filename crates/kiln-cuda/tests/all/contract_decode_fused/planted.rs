@@ -77,43 +77,33 @@ fn planted_modules_compile() {
 #[test]
 #[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn planted_bugs_fail() {
-    let Some(_gpu) = gpu_or_skip("planted_bugs_fail") else {
-        return;
-    };
-    let mut rng = Rng::new("planted_bugs_fail");
-    let mut c = Checks::new("planted_bugs_fail");
-    for &(module, from, to) in PLANTED {
-        let sources = common::planted::planted_sources(module, from, to);
-        let bad = Gpu::with_sources(0, kiln_cuda::StoreType::Bf16, &sources)
-            .expect("loading the planted module");
-        let mut q = Checks::quiet("planted");
-        // The GEMM's own bugs show against the skinny kernel, the epilogues' against the
-        // unfused launches.
-        if module == "skinny_wg" {
-            wgmma::wg_matches_skinny(&bad, &mut rng, &mut q, true);
-        } else if [
-            "acc[",
-            "chunk(",
-            "const int piece",
-            "a = __fadd_rn",
-            "if (mv < M",
-            "make_uint4(a.x",
-            "8 * (ni & 1)",
-        ]
-        .iter()
-        .any(|p| from.starts_with(p))
-        {
-            tc_matches_skinny(&bad, &mut rng, &mut q, true);
-        } else {
-            fused_matches(&bad, &mut rng, &mut q, true);
-        }
-        c.check(
-            q.failed() > 0,
-            format!(
-                "{module}.cu with `{to}` for `{from}`: {} checks fail",
-                q.failed()
-            ),
-        );
-    }
-    c.finish();
+    let store = kiln_cuda::StoreType::Bf16;
+    common::planted::each_planted_bug_fails(
+        "planted_bugs_fail",
+        store,
+        PLANTED,
+        |bad, i, rng, q| {
+            let (module, from, _) = PLANTED[i];
+            // The GEMM's own bugs show against the skinny kernel, the epilogues' against the
+            // unfused launches.
+            if module == "skinny_wg" {
+                wgmma::wg_matches_skinny(bad, rng, q, true);
+            } else if [
+                "acc[",
+                "chunk(",
+                "const int piece",
+                "a = __fadd_rn",
+                "if (mv < M",
+                "make_uint4(a.x",
+                "8 * (ni & 1)",
+            ]
+            .iter()
+            .any(|p| from.starts_with(p))
+            {
+                tc_matches_skinny(bad, rng, q, true);
+            } else {
+                fused_matches(bad, rng, q, true);
+            }
+        },
+    );
 }

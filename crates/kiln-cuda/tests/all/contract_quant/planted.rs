@@ -2,8 +2,8 @@
 //! built with it, and the skinny and row contracts run on it; every one must be caught.
 
 use super::*;
-use crate::common::planted::{planted_module, sources_with};
-use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
+use crate::common::planted::planted_module;
+use kiln_cuda::kernel_sources::SOURCES;
 use kiln_cuda::StoreType;
 
 /// quant_gemm.cu with one planted bug each: (text, replacement).
@@ -123,11 +123,6 @@ fn quant_planted_bugs_are_in_the_source() {
 #[test]
 #[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn planted_bugs_fail() {
-    let Some(gpu) = gpu_or_skip("planted_bugs_fail") else {
-        return;
-    };
-    let mut rng = Rng::new("planted_bugs_fail");
-    let mut c = Checks::new("quant planted bugs");
     let small = |q: GpuQuant| {
         let mut s = vec![(37, 256), (16, 512)];
         if q.dtype().block_elems() == 32 {
@@ -146,7 +141,7 @@ fn planted_bugs_fail() {
     let only: Vec<String> = std::env::var("KILN_PLANTED")
         .map(|v| v.split('|').map(str::to_string).collect())
         .unwrap_or_default();
-    let planted: Vec<(&str, &str, KernelSource)> = PLANTED
+    let bugs: Vec<(&str, &str)> = PLANTED
         .iter()
         .filter(|(from, _)| {
             let kept = only.is_empty() || only.iter().any(|o| from.contains(o.as_str()));
@@ -155,23 +150,15 @@ fn planted_bugs_fail() {
             }
             kept
         })
-        .map(|&(from, to)| (from, to, planted_module("quant_gemm", from, to)))
+        .copied()
         .collect();
-    let modules: Vec<KernelSource> = planted.iter().map(|(_, _, src)| *src).collect();
-    crate::common::planted::prebuild(&modules, gpu.arch);
-    for (from, to, module) in planted {
-        let bad = Gpu::with_sources(0, StoreType::Bf16, &sources_with(module))
-            .expect("loading the planted module");
-        let mut planted = Checks::quiet("planted");
-        skinny_contract(&bad, &mut rng, &mut planted, &small, &[1, 13, 40], false);
-        rows_contract(&bad, &mut rng, &mut planted, &small);
-        c.check(
-            planted.failed() > 0,
-            format!(
-                "quant_gemm.cu with `{to}` for `{from}`: {} checks fail",
-                planted.failed()
-            ),
-        );
-    }
-    c.finish();
+    crate::common::planted::planted_bugs_fail(
+        "quant planted bugs",
+        "quant_gemm",
+        &bugs,
+        |bad, rng, c| {
+            skinny_contract(bad, rng, c, &small, &[1, 13, 40], false);
+            rows_contract(bad, rng, c, &small);
+        },
+    );
 }
