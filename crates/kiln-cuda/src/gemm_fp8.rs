@@ -1,8 +1,9 @@
 //! The fp8 GEMM of `--quantize fp8` (kiln_formats::fp8): Y[m, n] (f32) = (Xq[m, k] . Wq[n, k]^T)
 //! scaled by x's row scale and w's row scale, Xq and Wq E4M3, through cuBLASLt on the fp8 tensor
 //! cores (f32 accumulation, fast accumulation off). The scales are applied by cuBLASLt's
-//! outer-vector scaling (KILN_FP8_SCALES=outer, the default) or, with unit scales in the GEMM,
-//! by a kernel after it (=kernel). As for bf16 (gemm_lt.rs), one algorithm is pinned per shape
+//! outer-vector scaling (KILN_FP8_SCALES=outer, the default on compute capability 9.0, where
+//! cuBLASLt documents it) or, with unit scales in the GEMM, by a kernel after it (=kernel, the
+//! default elsewhere and the fallback where outer finds no algorithm). As for bf16 (gemm_lt.rs), one algorithm is pinned per shape
 //! once a device run shows its rows bit-identical at several m, so a row's result does not
 //! depend on the other rows of its step: every row of a step, decode or prompt, takes it (or,
 //! in steps of few rows, a faster algorithm seen to give its bits: gemm_fp8_short.rs).
@@ -305,29 +306,32 @@ impl LtGemm {
     /// (said in the choices); KILN_FP8_SCALES set asks for one mode and gets it or the error.
     pub fn enable_fp8_for(&mut self, gpu: &Gpu, shapes: &[(usize, usize)]) -> Result<()> {
         let scales = Fp8Scales::for_arch(gpu.arch);
-        self.enable_fp8(gpu, scales)?;
-        let pinned = shapes.iter().try_for_each(|&(n, k)| {
-            self.fp8()?
-                .pin(gpu, n, k)
-                .with_context(|| format!("choosing the fp8 GEMM for {n}x{k}"))
-        });
-        match pinned {
+        // A cuBLASLt that refuses the outer-vector scale mode itself fails here, before any pin.
+        let first = match self.enable_fp8(gpu, scales) {
+            Ok(()) => self.pin_fp8(gpu, shapes),
+            Err(e) => Err(e),
+        };
+        match first {
             Err(e) if scales == Fp8Scales::Outer && Fp8Scales::from_env().is_none() => {
                 tracing::warn!("fp8 GEMMs with the kernel applying the scales: {e:#}");
                 self.fp8 = None;
                 self.enable_fp8(gpu, Fp8Scales::Kernel)?;
-                let fp8 = self.fp8()?;
-                fp8.choices.push(format!(
+                self.fp8()?.choices.push(format!(
                     "fp8 scales applied by the kernel: outer-vector scaling failed ({e:#})"
                 ));
-                for &(n, k) in shapes {
-                    fp8.pin(gpu, n, k)
-                        .with_context(|| format!("choosing the fp8 GEMM for {n}x{k}"))?;
-                }
-                Ok(())
+                self.pin_fp8(gpu, shapes)
             }
             other => other,
         }
+    }
+
+    /// Pins the fp8 GEMM of every shape of `shapes`.
+    fn pin_fp8(&mut self, gpu: &Gpu, shapes: &[(usize, usize)]) -> Result<()> {
+        let fp8 = self.fp8()?;
+        shapes.iter().try_for_each(|&(n, k)| {
+            fp8.pin(gpu, n, k)
+                .with_context(|| format!("choosing the fp8 GEMM for {n}x{k}"))
+        })
     }
 
     /// The fp8 GEMMs, once enabled.

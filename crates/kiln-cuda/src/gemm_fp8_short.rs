@@ -150,11 +150,14 @@ impl Fp8Gemm {
         let (ya, yb) = (gpu.alloc::<f32>(m * n)?, gpu.alloc::<f32>(m * n)?);
         for (off, rows) in [(0, m), (4, 37)] {
             let (xq, xs) = (x.q.at(off * k), x.scale.at(off));
-            // A candidate that fails to run here is one that fails the check.
-            if self.run(gpu, Some(a), ya.ptr(), xq, xs, w, rows).is_err() {
+            // A candidate that fails to run here is one that fails the check; so is one whose
+            // pinned algorithm does not run at this offset (an alignment it asks for): the
+            // tier then keeps the pinned one.
+            if self.run(gpu, Some(a), ya.ptr(), xq, xs, w, rows).is_err()
+                || self.run(gpu, Some(b), yb.ptr(), xq, xs, w, rows).is_err()
+            {
                 return Ok(false);
             }
-            self.run(gpu, Some(b), yb.ptr(), xq, xs, w, rows)?;
             if !lt_calls::same_bits(gpu, (&ya, 0), (&yb, 0), rows * n)? {
                 return Ok(false);
             }
