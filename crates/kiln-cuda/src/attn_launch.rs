@@ -6,6 +6,7 @@
 
 use anyhow::{bail, Result};
 
+use crate::attn_args::{attn_shape, combine_args, decode_ptrs, flash_ptrs};
 use crate::device::{i32_of, Arg, Gpu};
 use crate::kernels::{
     AttnInputs, KvView, DECODE_MAX_SPLITS, DECODE_MIN_SPAN, DECODE_MMA_MAX_SPLITS,
@@ -295,21 +296,9 @@ impl Gpu {
                 kv.n_kv
             ),
         };
-        let args = [
-            Arg::Ptr(q),
-            Arg::Ptr(kv.k),
-            Arg::Ptr(kv.v),
-            Arg::Ptr(tiles),
-            Arg::Ptr(inp.bt_start),
-            Arg::Ptr(inp.block_tables),
-            Arg::Ptr(out),
-            Arg::I32(n_q as i32),
-            Arg::I32(kv.n_kv as i32),
-            Arg::I32(kv.block_size as i32),
-            Arg::I32(i32_of(window, "window")?),
-            Arg::F32(scale * std::f32::consts::LOG2_E),
-            Arg::I32(i32_of(group, "flash_sm90 group")?),
-        ];
+        let mut args = flash_ptrs(q, &kv, tiles, inp, out).to_vec();
+        args.extend(attn_shape(n_q, &kv, window, scale)?);
+        args.push(Arg::I32(i32_of(group, "flash_sm90 group")?));
         let name = if pingpong {
             format!("flash_sm90p_hd{hd}")
         } else if overlap {
@@ -480,26 +469,12 @@ impl Gpu {
             true => crate::attn_wide::decode_mma_wide_smem_bytes(hd),
             false => decode_mma_smem_bytes(hd, ahead),
         };
-        let mut args = vec![
-            Arg::Ptr(q),
-            Arg::Ptr(kv.k),
-            Arg::Ptr(kv.v),
-            Arg::Ptr(inp.positions),
-            Arg::Ptr(inp.token_seq),
-            Arg::Ptr(inp.bt_start),
-            Arg::Ptr(inp.block_tables),
-            Arg::Ptr(part_o),
-            Arg::Ptr(part_ml),
-        ];
+        let mut args = decode_ptrs(q, &kv, inp, part_o, part_ml).to_vec();
         if !wide {
             args.push(Arg::Ptr(out));
         }
+        args.extend(attn_shape(n_q, &kv, window, scale)?);
         args.extend([
-            Arg::I32(n_q as i32),
-            Arg::I32(kv.n_kv as i32),
-            Arg::I32(kv.block_size as i32),
-            Arg::I32(i32_of(window, "window")?),
-            Arg::F32(scale * std::f32::consts::LOG2_E),
             Arg::I32(max_splits as i32),
             Arg::I32(min_span as i32),
             Arg::I32(span_round),
@@ -524,17 +499,8 @@ impl Gpu {
         if fold {
             return Ok(());
         }
-        let args = [
-            Arg::Ptr(part_o),
-            Arg::Ptr(part_ml),
-            Arg::Ptr(inp.positions),
-            Arg::Ptr(out),
-            Arg::I32(n_q as i32),
-            Arg::I32(hd as i32),
-            Arg::I32(max_splits as i32),
-            Arg::I32(min_span as i32),
-            Arg::I32(span_round),
-        ];
+        let mut args = combine_args((part_o, part_ml), inp, out, n_q, hd, (max_splits, min_span));
+        args.push(Arg::I32(span_round));
         self.launch(
             "decode_mma_combine",
             (n_q as u32, rows as u32, 1),

@@ -5,6 +5,7 @@
 
 use anyhow::{bail, Result};
 
+use crate::attn_args::{attn_shape, combine_args, decode_ptrs, flash_ptrs};
 use crate::device::{i32_of, Arg, Gpu};
 use crate::kernels::{
     flash_smem_bytes, AttnInputs, KvView, ATTN_HEAD_DIMS, DECODE_MAX_SPLITS, DECODE_MIN_SPAN,
@@ -55,20 +56,8 @@ impl Gpu {
         if !FLASH_HEAD_DIMS.contains(&hd) {
             bail!("flash attention supports head dims {ATTN_HEAD_DIMS:?}, not {hd}");
         }
-        let args = [
-            Arg::Ptr(q),
-            Arg::Ptr(kv.k),
-            Arg::Ptr(kv.v),
-            Arg::Ptr(tiles),
-            Arg::Ptr(inp.bt_start),
-            Arg::Ptr(inp.block_tables),
-            Arg::Ptr(out),
-            Arg::I32(n_q as i32),
-            Arg::I32(kv.n_kv as i32),
-            Arg::I32(kv.block_size as i32),
-            Arg::I32(i32_of(window, "window")?),
-            Arg::F32(scale * std::f32::consts::LOG2_E),
-        ];
+        let mut args = flash_ptrs(q, &kv, tiles, inp, out).to_vec();
+        args.extend(attn_shape(n_q, &kv, window, scale)?);
         let heads = flash_heads_per_cta(pairs, n_q, kv.n_kv);
         let name = if heads == 2 {
             format!("flash_attn2_hd{hd}")
@@ -117,39 +106,19 @@ impl Gpu {
         }
         let group = n_q / kv.n_kv;
         let groups_per_kv = group.div_ceil(DECODE_MAX_GROUP);
-        let args = [
-            Arg::Ptr(q),
-            Arg::Ptr(kv.k),
-            Arg::Ptr(kv.v),
-            Arg::Ptr(inp.positions),
-            Arg::Ptr(inp.token_seq),
-            Arg::Ptr(inp.bt_start),
-            Arg::Ptr(inp.block_tables),
-            Arg::Ptr(part_o),
-            Arg::Ptr(part_ml),
-            Arg::I32(n_q as i32),
-            Arg::I32(kv.n_kv as i32),
-            Arg::I32(kv.block_size as i32),
-            Arg::I32(i32_of(window, "window")?),
-            Arg::F32(scale * std::f32::consts::LOG2_E),
+        let mut args = decode_ptrs(q, &kv, inp, part_o, part_ml).to_vec();
+        args.extend(attn_shape(n_q, &kv, window, scale)?);
+        args.extend([
             Arg::I32(DECODE_MAX_SPLITS as i32),
             Arg::I32(DECODE_MIN_SPAN as i32),
-        ];
+        ]);
         // Fewer CTAs than split slots once the rows are many (a prefill chunk here can be
         // thousands of rows): decode_mma's rule, same bits.
         let sx = self.split_ctas(DECODE_MAX_SPLITS, kv.n_kv * groups_per_kv, rows);
         let grid = (sx as u32, (kv.n_kv * groups_per_kv) as u32, rows as u32);
         self.launch(&format!("decode_attn_hd{hd}"), grid, 128, 0, &args)?;
-        let args = [
-            Arg::Ptr(part_o),
-            Arg::Ptr(part_ml),
-            Arg::Ptr(inp.positions),
-            Arg::Ptr(out),
-            Arg::I32(n_q as i32),
-            Arg::I32(hd as i32),
-            Arg::I32(DECODE_MAX_SPLITS as i32),
-            Arg::I32(DECODE_MIN_SPAN as i32),
-        ];
+        let splits = (DECODE_MAX_SPLITS, DECODE_MIN_SPAN);
+        let args = combine_args((part_o, part_ml), inp, out, n_q, hd, splits);
         self.launch(
             "decode_attn_combine",
             (n_q as u32, rows as u32, 1),

@@ -2,6 +2,7 @@
 //! GEMMs, its own skinny GEMM for decode rows, paged KV, one host synchronisation per step.
 //! See docs/CUDA.md for the design, the kernel list and how to test on a GPU machine.
 
+mod attn_args;
 pub mod attn_launch;
 pub mod attn_wide;
 pub mod backend;
