@@ -6,9 +6,10 @@
 
 use anyhow::{bail, Result};
 
-use crate::attn_args::{attn_shape, combine_args, decode_ptrs, flash_ptrs};
-use crate::device::{Arg, Gpu};
-use crate::kernels::{AttnInputs, KvView, DECODE_MAX_SPLITS, DECODE_MIN_SPAN, FLASH_TILE_ROWS};
+use crate::attn_args::{attn_shape, flash_ptrs};
+use crate::device::Gpu;
+use crate::kernels::{AttnInputs, KvView, FLASH_TILE_ROWS};
+use crate::kernels_attn::SimtDecode;
 use crate::switches::Switches;
 
 /// Head dims of the wide kernels.
@@ -16,8 +17,14 @@ pub const WIDE_HEAD_DIMS: [usize; 1] = [512];
 /// Output columns one flash CTA accumulates (its share of the head), and keys per K/V tile.
 const FLASH_WIDE_COLS: usize = 256;
 const FLASH_WIDE_BN: usize = 32;
-/// Query heads one decode CTA serves (decode_wide.cu's DW_GROUP).
-const DECODE_WIDE_GROUP: usize = 2;
+/// decode_wide.cu's family: [`Gpu::decode_attn_simt`] for a wide head, the same splits, then
+/// their merge (a CTA serves DW_GROUP = 2 query heads).
+pub(crate) const DECODE_WIDE: SimtDecode = SimtDecode {
+    kernel: "decode_attn_wide",
+    combine: "decode_attn_wide_combine",
+    group: 2,
+    combine_threads: 1024,
+};
 /// decode_mma_wide.cu: keys per K/V tile, ring stages, warps (each a quarter of the head).
 const DECODE_MMA_WIDE_TILE: usize = 32;
 const DECODE_MMA_WIDE_STAGES: usize = 3;
@@ -127,47 +134,6 @@ impl Gpu {
             grid,
             128,
             flash_wide_smem_bytes(hd) as u32,
-            &args,
-        )
-    }
-
-    /// [`Gpu::decode_attn`] for a wide head: the same splits, then their merge.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn decode_attn_wide(
-        &self,
-        q: u64,
-        kv: KvView,
-        inp: &AttnInputs,
-        part_o: u64,
-        part_ml: u64,
-        out: u64,
-        rows: usize,
-        n_q: usize,
-        hd: usize,
-        window: usize,
-        scale: f32,
-    ) -> Result<()> {
-        if !WIDE_HEAD_DIMS.contains(&hd) {
-            bail!("wide decode attention supports head dims {WIDE_HEAD_DIMS:?}, not {hd}");
-        }
-        let groups_per_kv = (n_q / kv.n_kv).div_ceil(DECODE_WIDE_GROUP);
-        let mut args = decode_ptrs(q, &kv, inp, part_o, part_ml).to_vec();
-        args.extend(attn_shape(n_q, &kv, window, scale)?);
-        args.extend([
-            Arg::I32(DECODE_MAX_SPLITS as i32),
-            Arg::I32(DECODE_MIN_SPAN as i32),
-        ]);
-        // Fewer CTAs than split slots once the rows are many (decode_mma's rule; same bits).
-        let sx = self.split_ctas(DECODE_MAX_SPLITS, kv.n_kv * groups_per_kv, rows);
-        let grid = (sx as u32, (kv.n_kv * groups_per_kv) as u32, rows as u32);
-        self.launch(&format!("decode_attn_wide_hd{hd}"), grid, 128, 0, &args)?;
-        let splits = (DECODE_MAX_SPLITS, DECODE_MIN_SPAN);
-        let args = combine_args((part_o, part_ml), inp, out, n_q, hd, splits);
-        self.launch(
-            "decode_attn_wide_combine",
-            (n_q as u32, rows as u32, 1),
-            hd.clamp(32, 1024) as u32,
-            0,
             &args,
         )
     }

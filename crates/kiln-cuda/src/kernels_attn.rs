@@ -14,6 +14,23 @@ use crate::kernels::{
 
 /// Query heads one decode CTA serves (more GQA heads take more CTAs).
 const DECODE_MAX_GROUP: usize = 4;
+
+/// A CUDA-core split-KV decode family: its kernel (named before its head dim), its combine
+/// kernel, the query heads of a GQA group a CTA serves and the most threads of a combine block.
+pub(crate) struct SimtDecode {
+    pub kernel: &'static str,
+    pub combine: &'static str,
+    pub group: usize,
+    pub combine_threads: usize,
+}
+
+/// decode_attn.cu's family, for the flash head dims.
+const DECODE_SIMT: SimtDecode = SimtDecode {
+    kernel: "decode_attn",
+    combine: "decode_attn_combine",
+    group: DECODE_MAX_GROUP,
+    combine_threads: 256,
+};
 /// decode_attn_combine stages at most this many splits in shared memory.
 const DECODE_COMBINE_MAX_SPLITS: usize = 128;
 const _: () = assert!(DECODE_MAX_SPLITS <= DECODE_COMBINE_MAX_SPLITS);
@@ -96,16 +113,14 @@ impl Gpu {
         if rows == 0 {
             return Ok(());
         }
-        if crate::attn_wide::WIDE_HEAD_DIMS.contains(&hd) {
-            return self.decode_attn_wide(
-                q, kv, inp, part_o, part_ml, out, rows, n_q, hd, window, scale,
-            );
-        }
-        if !FLASH_HEAD_DIMS.contains(&hd) {
+        let family = if crate::attn_wide::WIDE_HEAD_DIMS.contains(&hd) {
+            crate::attn_wide::DECODE_WIDE
+        } else if FLASH_HEAD_DIMS.contains(&hd) {
+            DECODE_SIMT
+        } else {
             bail!("decode attention supports head dims {ATTN_HEAD_DIMS:?}, not {hd}");
-        }
-        let group = n_q / kv.n_kv;
-        let groups_per_kv = group.div_ceil(DECODE_MAX_GROUP);
+        };
+        let groups_per_kv = (n_q / kv.n_kv).div_ceil(family.group);
         let mut args = decode_ptrs(q, &kv, inp, part_o, part_ml).to_vec();
         args.extend(attn_shape(n_q, &kv, window, scale)?);
         args.extend([
@@ -116,13 +131,13 @@ impl Gpu {
         // thousands of rows): decode_mma's rule, same bits.
         let sx = self.split_ctas(DECODE_MAX_SPLITS, kv.n_kv * groups_per_kv, rows);
         let grid = (sx as u32, (kv.n_kv * groups_per_kv) as u32, rows as u32);
-        self.launch(&format!("decode_attn_hd{hd}"), grid, 128, 0, &args)?;
+        self.launch(&format!("{}_hd{hd}", family.kernel), grid, 128, 0, &args)?;
         let splits = (DECODE_MAX_SPLITS, DECODE_MIN_SPAN);
         let args = combine_args((part_o, part_ml), inp, out, n_q, hd, splits);
         self.launch(
-            "decode_attn_combine",
+            family.combine,
             (n_q as u32, rows as u32, 1),
-            hd.clamp(32, 256) as u32,
+            hd.clamp(32, family.combine_threads) as u32,
             0,
             &args,
         )
