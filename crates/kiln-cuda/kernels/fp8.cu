@@ -114,3 +114,98 @@ extern "C" __global__ void fp8_apply_scales(float* __restrict__ y, const float* 
         y[i] = y[i] * (a[r] * w[c]);
     }
 }
+
+// Decode rows of an fp8 product (KILN_FP8_SKINNY): Y[m, n] (f32) = (sum_k Xq[m, k] Wq[n, k]) *
+// (xs[m] * ws[n]) for M rows (at most 8 NT), Xq and Wq E4M3 rows of K bytes (K % 16 == 0), their
+// scales f32 — the fp8 GEMM's product, as skinny_gemm.cu's decode kernel is bf16's: a block of 8
+// warps owns 16 weight rows and splits K between its warps in fixed 64-wide chunks; each lane
+// streams 16 bytes of W straight into the fragments of two m16n8k32 MMAs (E4M3, f32 accumulate),
+// the k order inside a chunk the same for W and X. A row's sums run in an order fixed by K
+// alone (chunks in order within a warp, the warps in index order), so its bits do not depend on M
+// or on the other rows: a decode row alone, in a batch or as a verify row gives the same bits.
+#define SKF_WARPS 8
+
+// D += A B on the fp8 tensor cores: A 16x32 (row), B 32x8 (col), E4M3 in, f32 accumulate.
+__device__ __forceinline__ void mma_e4m3_16832(float* d, const u32* a, const u32* b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+template <int NT, int U>
+__device__ __forceinline__ void skinny_fp8_body(float* __restrict__ y, const unsigned char* __restrict__ x,
+                                                const float* __restrict__ xs, const unsigned char* __restrict__ w,
+                                                const float* __restrict__ ws, int M, int N, int K) {
+    __shared__ float red[SKF_WARPS][NT][4][32];
+    pdl_enter();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int row0 = blockIdx.x * 16;
+    const int ra = row0 + g, rb = row0 + g + 8;
+    const bool ra_ok = ra < N, rb_ok = rb < N;
+    const unsigned char* wa = w + (u64)(ra_ok ? ra : 0) * K;
+    const unsigned char* wb = w + (u64)(rb_ok ? rb : 0) * K;
+    float acc[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+    const int chunks = (K + 63) / 64;
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    for (int c0 = warp * U; c0 < chunks; c0 += SKF_WARPS * U) {
+        uint4 va[U], vb[U], vx[U][NT];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int k = (c0 + u) * 64 + t * 16;
+            const bool kin = (c0 + u) < chunks && k < K;
+            va[u] = (kin && ra_ok) ? ld_stream_16(wa + k) : zero;
+            vb[u] = (kin && rb_ok) ? ld_stream_16(wb + k) : zero;
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                const int m = j * 8 + g;
+                vx[u][j] = (kin && m < M) ? ld_16(x + (u64)m * K + k) : zero;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const u32 a0[4] = {va[u].x, vb[u].x, va[u].y, vb[u].y};
+            const u32 a1[4] = {va[u].z, vb[u].z, va[u].w, vb[u].w};
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                const u32 b0[2] = {vx[u][j].x, vx[u][j].y};
+                const u32 b1[2] = {vx[u][j].z, vx[u][j].w};
+                mma_e4m3_16832(acc[j], a0, b0);
+                mma_e4m3_16832(acc[j], a1, b1);
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) red[warp][j][q][lane] = acc[j][q];
+    __syncthreads();
+    // Warps are summed in index order; thread i of the block finishes fragment element i, and
+    // applies the two scales as the fp8 GEMM does (the sum times their product).
+    for (int e = threadIdx.x; e < NT * 4 * 32; e += blockDim.x) {
+        const int j = e / 128, q = (e / 32) % 4, l = e % 32;
+        float s = 0.f;
+#pragma unroll
+        for (int wi = 0; wi < SKF_WARPS; ++wi) s += red[wi][j][q][l];
+        const int n = row0 + (l >> 2) + ((q & 2) ? 8 : 0);
+        const int m = j * 8 + (l & 3) * 2 + (q & 1);
+        if (n < N && m < M) y[(u64)m * N + n] = s * (xs[m] * ws[n]);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) skinny_fp8_8(float* y, const unsigned char* x, const float* xs, const unsigned char* w, const float* ws, int M, int N, int K) {
+    skinny_fp8_body<1, 8>(y, x, xs, w, ws, M, N, K);
+}
+extern "C" __global__ void __launch_bounds__(256) skinny_fp8_16(float* y, const unsigned char* x, const float* xs, const unsigned char* w, const float* ws, int M, int N, int K) {
+    skinny_fp8_body<2, 8>(y, x, xs, w, ws, M, N, K);
+}
+extern "C" __global__ void __launch_bounds__(256) skinny_fp8_32(float* y, const unsigned char* x, const float* xs, const unsigned char* w, const float* ws, int M, int N, int K) {
+    skinny_fp8_body<4, 4>(y, x, xs, w, ws, M, N, K);
+}
+extern "C" __global__ void __launch_bounds__(256) skinny_fp8_64(float* y, const unsigned char* x, const float* xs, const unsigned char* w, const float* ws, int M, int N, int K) {
+    skinny_fp8_body<8, 4>(y, x, xs, w, ws, M, N, K);
+}

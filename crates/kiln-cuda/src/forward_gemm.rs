@@ -9,7 +9,7 @@ use kiln_model::LayerWeight;
 
 use super::CudaOps;
 use crate::device::DevPtr;
-use crate::fp8_rows::Fp8Matrix;
+use crate::fp8_rows::{Fp8Matrix, Fp8Rows};
 use crate::gemm_lt::GemmOut;
 use crate::quant_gemm::quant_skinny_all;
 use crate::quant_prefill::{prefill_rows, Bf16Of};
@@ -90,11 +90,14 @@ impl CudaOps<'_, '_> {
 
     /// Rows 0..d of the step that take the skinny kernels for `w`: [`CudaOps::skinny_rows`],
     /// or every row of a quantised weight with KILN_QUANT_PREFILL=skinny, or none of a bf16
-    /// weight in the prefill's order or of an fp8 one.
+    /// weight in the prefill's order; of an fp8 one, its decode rows with KILN_FP8_SKINNY.
     fn skinny_rows_of(&self, w: &MatrixRef) -> usize {
         match w {
             MatrixRef::Quant(_) if self.ctx.sw.quant_prefill_skinny => self.plan.n_tokens,
             MatrixRef::Plain(_) if self.chain_order() => 0,
+            MatrixRef::Fp8(_) if self.ctx.sw.fp8_skinny && !self.chain_order() => {
+                self.plan.n_decode
+            }
             MatrixRef::Fp8(_) => 0,
             _ => self.skinny_rows(),
         }
@@ -133,9 +136,24 @@ impl CudaOps<'_, '_> {
             w.cols
         );
         let (g, a, t) = (self.ctx.gpu, self.ctx.a, self.plan.n_tokens);
-        self.lt
-            .fp8()?
-            .matmul(g, y.addr(), a.fp8_x.ptr(), a.fp8_scale.ptr(), w, t)
+        let x = Fp8Rows {
+            q: a.fp8_x.ptr(),
+            scale: a.fp8_scale.ptr(),
+        };
+        let d = self.skinny_rows_of(&MatrixRef::Fp8(w));
+        if t > d {
+            // The fp8 GEMM from a row whose scale starts 16-byte aligned (a multiple of 4, as
+            // the pinning checks ran it): the decode rows it also computes are written over by
+            // the skinny kernel next, in the same queue.
+            let d4 = d - d % 4;
+            let (y, xq, xs) = (
+                y.row(d4, n),
+                x.q + (d4 * k) as u64,
+                x.scale + (d4 * 4) as u64,
+            );
+            self.lt.fp8()?.matmul(g, y.addr(), xq, xs, w, t - d4)?;
+        }
+        g.fp8_skinny(y.addr(), x, w, d)
     }
 
     /// Whether this step's bf16 weights give every row the prefill GEMM's order

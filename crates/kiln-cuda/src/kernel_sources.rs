@@ -439,6 +439,10 @@ mod tests {
                     "rmsnorm_residual_fp8".into(),
                     "gated_fp8".into(),
                     "fp8_apply_scales".into(),
+                    "skinny_fp8_8".into(),
+                    "skinny_fp8_16".into(),
+                    "skinny_fp8_32".into(),
+                    "skinny_fp8_64".into(),
                 ],
             ),
             (

@@ -12,6 +12,7 @@ pub mod draft_graphs;
 pub mod footprint;
 pub mod forward;
 pub mod fp8_rows;
+pub mod fp8_skinny;
 pub mod gemm_fp8;
 pub mod gemm_lt;
 pub mod graphs;

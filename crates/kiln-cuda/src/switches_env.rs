@@ -63,6 +63,7 @@ impl Env {
                 gpu_quant: on("KILN_GPU_QUANT"),
                 fp8: opt_in("KILN_FP8"),
                 fp8_fuse: on("KILN_FP8_FUSE"),
+                fp8_skinny: opt_in("KILN_FP8_SKINNY"),
                 quant_prefill_skinny: var("KILN_QUANT_PREFILL").as_deref() == Some("skinny"),
                 quant_ahead: match var("KILN_QUANT_AHEAD").as_deref() {
                     Some("0" | "off" | "false") => None,

@@ -15,7 +15,7 @@ use kiln_cuda::gemm_lt::LtGemm;
 use kiln_formats::fp8::{e4m3_to_f32, quantize_row};
 
 /// A row-major matrix quantised on the host: bytes and one scale a row.
-fn host_rows(x: &[f32], cols: usize) -> (Vec<u8>, Vec<f32>) {
+pub(crate) fn host_rows(x: &[f32], cols: usize) -> (Vec<u8>, Vec<f32>) {
     let mut q = vec![0u8; x.len()];
     let scales = x
         .chunks_exact(cols)
@@ -26,7 +26,7 @@ fn host_rows(x: &[f32], cols: usize) -> (Vec<u8>, Vec<f32>) {
 }
 
 /// An fp8 matrix on the device from host bytes and scales.
-fn upload(gpu: &Gpu, q: &[u8], scale: &[f32], rows: usize, cols: usize) -> Fp8Matrix {
+pub(crate) fn upload(gpu: &Gpu, q: &[u8], scale: &[f32], rows: usize, cols: usize) -> Fp8Matrix {
     let m = Fp8Matrix {
         q: gpu.alloc(rows * cols).unwrap(),
         scale: gpu.alloc(rows).unwrap(),
@@ -112,7 +112,7 @@ fn quantize_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
 }
 
 /// The float64 product of fp8 rows and its error scale: sum |terms| of each element.
-fn product_ref(
+pub(crate) fn product_ref(
     xq: &[u8],
     xs: &[f32],
     wq: &[u8],

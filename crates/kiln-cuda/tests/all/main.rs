@@ -13,6 +13,7 @@ mod contract_decode_fused;
 mod contract_draft;
 mod contract_fp8;
 mod contract_fp8_fused;
+mod contract_fp8_skinny;
 mod contract_gemm;
 mod contract_gemma;
 mod contract_quant;

@@ -1,0 +1,127 @@
+//! Kernel contract for the fp8 skinny kernels (fp8_skinny.rs, kernels/fp8.cu's skinny_fp8_*;
+//! KILN_FP8_SKINNY): the decode rows' product against float64 of the same fp8 values within
+//! 2^-10 of the terms' magnitude, as the fp8 GEMM's contract holds it (contract_fp8.rs), and each
+//! row's bits the same alone, among the others, and from another row offset, whatever the count
+//! of rows (launches of up to 64 rows, four entries by row count).
+
+use crate::common;
+use crate::contract_fp8::{host_rows, product_ref, upload};
+use common::planted::planted_bugs_fail;
+
+use common::{all, from_bf16, gpu_or_skip, poisoned, timed, to_bf16, Checks, Rng};
+use kiln_cuda::device::Gpu;
+use kiln_cuda::fp8_rows::{Fp8Matrix, Fp8Rows};
+
+fn rows_of(x: &Fp8Matrix, from: usize) -> Fp8Rows {
+    Fp8Rows {
+        q: x.q.at(from * x.cols),
+        scale: x.scale.at(from),
+    }
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+fn skinny_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
+    // (m, n, k): one row (the 8B's o and QKV), a few, every entry's row count, more than one
+    // launch, the 8B's down (k 14,336), a width that is no multiple of 16 rows of the weight.
+    for (m, n, k) in [
+        (1, 4096, 4096),
+        (3, 6144, 4096),
+        (8, 1040, 1024),
+        (13, 512, 14_336),
+        (29, 640, 2048),
+        (64, 256, 4096),
+        (100, 96, 208),
+        (5, 2056, 14_336),
+    ] {
+        let (xq, xs) = host_rows(&from_bf16(&to_bf16(&rng.vec(m * k, 3.0))), k);
+        let (wq, ws) = host_rows(&from_bf16(&to_bf16(&rng.vec(n * k, 0.05))), k);
+        let (x, w) = (upload(gpu, &xq, &xs, m, k), upload(gpu, &wq, &ws, n, k));
+        let y = poisoned::<f32>(gpu, m * n);
+        let secs = timed(gpu, || gpu.fp8_skinny(y.ptr(), rows_of(&x, 0), &w, m));
+        let got = all(gpu, &y);
+        let (want, mag) = product_ref(&xq, &xs, &wq, &ws, m, n, k);
+        let worst = got
+            .iter()
+            .zip(&want)
+            .zip(&mag)
+            .map(|((&g, &w), &a)| match g.is_finite() {
+                true => (g as f64 - w).abs() / a.max(1e-30),
+                false => f64::INFINITY,
+            })
+            .fold(0f64, f64::max);
+        let case = format!("fp8 skinny m={m} n={n} k={k}");
+        c.check(
+            worst <= 1.0 / 1024.0,
+            format!(
+                "{case}: worst error {worst:.2e} of the terms' magnitude ({:.3}ms)",
+                secs * 1e3
+            ),
+        );
+        // Each of a few rows alone (a one-row launch from its offset), and rows 3.. together.
+        for r in [0, m / 2, m - 1] {
+            let alone = poisoned::<f32>(gpu, n);
+            gpu.fp8_skinny(alone.ptr(), rows_of(&x, r), &w, 1).unwrap();
+            c.identical(
+                &format!("{case}: row {r} alone"),
+                &bits(&all(gpu, &alone)),
+                &bits(&got[r * n..(r + 1) * n]),
+            );
+        }
+        if m > 3 {
+            let part = poisoned::<f32>(gpu, (m - 3) * n);
+            gpu.fp8_skinny(part.ptr(), rows_of(&x, 3), &w, m - 3)
+                .unwrap();
+            c.identical(
+                &format!("{case}: rows 3.. together"),
+                &bits(&all(gpu, &part)),
+                &bits(&got[3 * n..]),
+            );
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn fp8_skinny_contract() {
+    let Some(gpu) = gpu_or_skip("fp8_skinny_contract") else {
+        return;
+    };
+    let mut rng = Rng::new("fp8_skinny_contract");
+    let mut c = Checks::new("fp8 skinny");
+    skinny_cases(&gpu, &mut rng, &mut c);
+    c.finish();
+}
+
+/// fp8.cu's skinny kernels with one planted bug each: the second MMA's x fragment with its two
+/// words swapped (its k slots no longer W's), the weight's scale left out.
+const PLANTED_SKINNY: &[(&str, &str)] = &[
+    (
+        "const u32 b1[2] = {vx[u][j].z, vx[u][j].w};",
+        "const u32 b1[2] = {vx[u][j].w, vx[u][j].z};",
+    ),
+    ("s * (xs[m] * ws[n])", "s * xs[m]"),
+];
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn fp8_skinny_planted_bugs_fail() {
+    planted_bugs_fail(
+        "fp8_skinny_planted_bugs_fail",
+        "fp8",
+        PLANTED_SKINNY,
+        skinny_cases,
+    );
+}
+
+/// The planted bugs' texts are in the module once and change its machine code (where NVRTC is
+/// present), so that `fp8_skinny_planted_bugs_fail` tests what it says.
+#[test]
+fn fp8_skinny_planted_bugs_compile() {
+    for &(from, to) in PLANTED_SKINNY {
+        let planted = common::planted::planted_module("fp8", from, to);
+        common::planted::assert_planted_compiles(&planted, kiln_cuda::StoreType::Bf16, to);
+    }
+}
