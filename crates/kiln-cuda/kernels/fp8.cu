@@ -134,12 +134,22 @@ __device__ __forceinline__ void mma_e4m3_16832(float* d, const u32* a, const u32
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// 16 bytes of a weight, loaded where the load stands: a volatile coherent load stays before
+// pdl_wait (the compiler puts griddepcontrol.wait ahead of .nc loads; norm_rows.cuh), and
+// L1::no_allocate keeps the stream out of L1 as ld_stream_16 does.
+__device__ __forceinline__ uint4 ld_weight_16_here(const void* p) {
+    uint4 r;
+    asm volatile("ld.global.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+    return r;
+}
+
 template <int NT, int U>
 __device__ __forceinline__ void skinny_fp8_body(float* __restrict__ y, const unsigned char* __restrict__ x,
                                                 const float* __restrict__ xs, const unsigned char* __restrict__ w,
                                                 const float* __restrict__ ws, int M, int N, int K) {
     __shared__ float red[SKF_WARPS][NT][4][32];
-    pdl_enter();
+    pdl_trigger();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     const int row0 = blockIdx.x * 16;
@@ -152,14 +162,27 @@ __device__ __forceinline__ void skinny_fp8_body(float* __restrict__ y, const uns
     for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
     const int chunks = (K + 63) / 64;
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-    for (int c0 = warp * U; c0 < chunks; c0 += SKF_WARPS * U) {
-        uint4 va[U], vb[U], vx[U][NT];
+    uint4 va[U], vb[U];
+    auto load_w = [&](int c0) {
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const int k = (c0 + u) * 64 + t * 16;
             const bool kin = (c0 + u) < chunks && k < K;
-            va[u] = (kin && ra_ok) ? ld_stream_16(wa + k) : zero;
-            vb[u] = (kin && rb_ok) ? ld_stream_16(wb + k) : zero;
+            va[u] = (kin && ra_ok) ? ld_weight_16_here(wa + k) : zero;
+            vb[u] = (kin && rb_ok) ? ld_weight_16_here(wb + k) : zero;
+        }
+    };
+    // The weights are never written: a warp's first chunks (all of them where K <= 4096) stream
+    // in while the kernel before ends; x and y belong to it until pdl_wait.
+    load_w(warp * U);
+    pdl_wait();
+    for (int c0 = warp * U; c0 < chunks; c0 += SKF_WARPS * U) {
+        if (c0 != warp * U) load_w(c0);
+        uint4 vx[U][NT];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int k = (c0 + u) * 64 + t * 16;
+            const bool kin = (c0 + u) < chunks && k < K;
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
                 const int m = j * 8 + g;
@@ -207,5 +230,5 @@ extern "C" __global__ void __launch_bounds__(256) skinny_fp8_32(float* y, const 
     skinny_fp8_body<4, 4>(y, x, xs, w, ws, M, N, K);
 }
 extern "C" __global__ void __launch_bounds__(256) skinny_fp8_64(float* y, const unsigned char* x, const float* xs, const unsigned char* w, const float* ws, int M, int N, int K) {
-    skinny_fp8_body<8, 4>(y, x, xs, w, ws, M, N, K);
+    skinny_fp8_body<8, 2>(y, x, xs, w, ws, M, N, K);
 }
