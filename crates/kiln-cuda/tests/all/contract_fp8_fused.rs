@@ -86,9 +86,11 @@ fn same_rows(gpu: &Gpu, c: &mut Checks, case: &str, pair: &Rows, fused: &Rows) {
 
 /// RMSNorm with the residual add (and without: delta 0) fused with the quantisation.
 fn norm_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
-    // (rows, hidden, amplitude): the 8B's width at batch 1, odd widths and row counts.
+    // (rows, hidden, amplitude): the 8B's width at batch 1, odd widths and row counts, and a
+    // width past 8 values a thread of the widest block (the norm's second loop).
     for (rows, hidden, amp) in [
         (1, 4096, 1.0f32),
+        (2, 12_288, 2.0),
         (3, 1000, 20.0),
         (17, 5120, 0.01),
         (2, 2056, 3.0),
