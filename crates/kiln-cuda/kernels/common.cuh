@@ -309,3 +309,27 @@ __device__ __forceinline__ void pdl_enter() {
     pdl_trigger();
     pdl_wait();
 }
+
+// The end of a skinny kernel's plain form (skinny_gemm.cu, fp8.cu): each warp's m16n8 MMA
+// fragments for NT groups of 8 rows of x to shared memory, then summed over the WARPS warps in
+// index order, thread i of the block finishing fragment element i: weight row n = row0 + ..,
+// x row m, y[m, n] = out(sum, m, n) where n < N and m < M.
+template <int NT, int WARPS, typename Out>
+__device__ __forceinline__ void skinny_warp_sums(float (&red)[WARPS][NT][4][32], const float (&acc)[NT][4],
+                                                 float* __restrict__ y, int row0, int M, int N, Out out) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) red[warp][j][q][lane] = acc[j][q];
+    __syncthreads();
+    for (int e = threadIdx.x; e < NT * 4 * 32; e += blockDim.x) {
+        const int j = e / 128, q = (e / 32) % 4, l = e % 32;
+        float s = 0.f;
+#pragma unroll
+        for (int wi = 0; wi < WARPS; ++wi) s += red[wi][j][q][l];
+        const int n = row0 + (l >> 2) + ((q & 2) ? 8 : 0);
+        const int m = j * 8 + (l & 3) * 2 + (q & 1);
+        if (n < N && m < M) y[(u64)m * N + n] = out(s, m, n);
+    }
+}

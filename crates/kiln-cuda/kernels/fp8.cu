@@ -202,22 +202,10 @@ __device__ __forceinline__ void skinny_fp8_body(float* __restrict__ y, const uns
             }
         }
     }
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int q = 0; q < 4; ++q) red[warp][j][q][lane] = acc[j][q];
-    __syncthreads();
-    // Warps are summed in index order; thread i of the block finishes fragment element i, and
-    // applies the two scales as the fp8 GEMM does (the sum times their product).
-    for (int e = threadIdx.x; e < NT * 4 * 32; e += blockDim.x) {
-        const int j = e / 128, q = (e / 32) % 4, l = e % 32;
-        float s = 0.f;
-#pragma unroll
-        for (int wi = 0; wi < SKF_WARPS; ++wi) s += red[wi][j][q][l];
-        const int n = row0 + (l >> 2) + ((q & 2) ? 8 : 0);
-        const int m = j * 8 + (l & 3) * 2 + (q & 1);
-        if (n < N && m < M) y[(u64)m * N + n] = s * (xs[m] * ws[n]);
-    }
+    // Warps are summed in index order (common.cuh), then the two scales applied as the fp8 GEMM
+    // applies them (the sum times their product).
+    skinny_warp_sums<NT, SKF_WARPS>(red, acc, y, row0, M, N,
+                                    [&](float s, int m, int n) { return s * (xs[m] * ws[n]); });
 }
 
 extern "C" __global__ void __launch_bounds__(256) skinny_fp8_8(float* y, const unsigned char* x, const float* xs, const unsigned char* w, const float* ws, int M, int N, int K) {

@@ -57,21 +57,8 @@ __device__ __forceinline__ void skinny_body(float* __restrict__ y, const bf16_t*
             }
         }
     }
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int q = 0; q < 4; ++q) red[warp][j][q][lane] = acc[j][q];
-    __syncthreads();
-    // Warps are summed in index order; thread i of the block finishes fragment element i.
-    for (int e = threadIdx.x; e < NT * 4 * 32; e += blockDim.x) {
-        const int j = e / 128, q = (e / 32) % 4, l = e % 32;
-        float s = 0.f;
-#pragma unroll
-        for (int wi = 0; wi < SK_WARPS; ++wi) s += red[wi][j][q][l];
-        const int n = row0 + (l >> 2) + ((q & 2) ? 8 : 0);
-        const int m = j * 8 + (l & 3) * 2 + (q & 1);
-        if (n < N && m < M) y[(u64)m * N + n] = s;
-    }
+    // Warps are summed in index order (common.cuh).
+    skinny_warp_sums<NT, SK_WARPS>(red, acc, y, row0, M, N, [](float s, int, int) { return s; });
 }
 
 extern "C" __global__ void __launch_bounds__(256) skinny_gemm_8(float* y, const bf16_t* x, const bf16_t* w, int M, int N, int K) {
