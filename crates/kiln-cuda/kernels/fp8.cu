@@ -120,10 +120,13 @@ extern "C" __global__ void fp8_apply_scales(float* __restrict__ y, const float* 
 // scales f32 — the fp8 GEMM's product, as skinny_gemm.cu's decode kernel is bf16's: a block of 8
 // warps owns 16 weight rows and splits K between its warps in fixed 64-wide chunks; each lane
 // streams 16 bytes of W straight into the fragments of two m16n8k32 MMAs (E4M3, f32 accumulate),
-// the k order inside a chunk the same for W and X. A row's sums run in an order fixed by K
-// alone (chunks in order within a warp, the warps in index order), so its bits do not depend on M
-// or on the other rows: a decode row alone, in a batch or as a verify row gives the same bits.
+// the k order inside a chunk the same for W and X. Warp w owns chunks w * SKF_SPAN .. + SKF_SPAN
+// - 1 of every pass of SKF_WARPS * SKF_SPAN, whatever an entry's U (the chunks it loads at once),
+// so a row's sums run in an order fixed by K alone (a warp's chunks in order, the warps in index
+// order): its bits do not depend on M or on the other rows, and a decode row alone, in a batch
+// or as a verify row gives the same bits.
 #define SKF_WARPS 8
+#define SKF_SPAN 8
 
 // D += A B on the fp8 tensor cores: A 16x32 (row), B 32x8 (col), E4M3 in, f32 accumulate.
 __device__ __forceinline__ void mma_e4m3_16832(float* d, const u32* a, const u32* b) {
@@ -162,6 +165,7 @@ __device__ __forceinline__ void skinny_fp8_body(float* __restrict__ y, const uns
     for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
     const int chunks = (K + 63) / 64;
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    static_assert(SKF_SPAN % U == 0, "a warp's chunks of a pass in whole loads");
     uint4 va[U], vb[U];
     auto load_w = [&](int c0) {
 #pragma unroll
@@ -172,33 +176,38 @@ __device__ __forceinline__ void skinny_fp8_body(float* __restrict__ y, const uns
             vb[u] = (kin && rb_ok) ? ld_weight_16_here(wb + k) : zero;
         }
     };
-    // The weights are never written: a warp's first chunks (all of them where K <= 4096) stream
-    // in while the kernel before ends; x and y belong to it until pdl_wait.
-    load_w(warp * U);
+    // The weights are never written: a warp's first chunks (all of its first pass's for U = 8,
+    // the whole weight where K <= 4096) stream in while the kernel before ends; x and y belong
+    // to it until pdl_wait.
+    const int mine = warp * SKF_SPAN;
+    load_w(mine);
     pdl_wait();
-    for (int c0 = warp * U; c0 < chunks; c0 += SKF_WARPS * U) {
-        if (c0 != warp * U) load_w(c0);
-        uint4 vx[U][NT];
+    for (int pass = mine; pass < chunks; pass += SKF_WARPS * SKF_SPAN) {
+        // The pass's chunks U at a time, in order.
+        for (int c0 = pass; c0 < pass + SKF_SPAN && c0 < chunks; c0 += U) {
+            if (c0 != mine) load_w(c0);
+            uint4 vx[U][NT];
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int k = (c0 + u) * 64 + t * 16;
-            const bool kin = (c0 + u) < chunks && k < K;
+            for (int u = 0; u < U; ++u) {
+                const int k = (c0 + u) * 64 + t * 16;
+                const bool kin = (c0 + u) < chunks && k < K;
 #pragma unroll
-            for (int j = 0; j < NT; ++j) {
-                const int m = j * 8 + g;
-                vx[u][j] = (kin && m < M) ? ld_16(x + (u64)m * K + k) : zero;
+                for (int j = 0; j < NT; ++j) {
+                    const int m = j * 8 + g;
+                    vx[u][j] = (kin && m < M) ? ld_16(x + (u64)m * K + k) : zero;
+                }
             }
-        }
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const u32 a0[4] = {va[u].x, vb[u].x, va[u].y, vb[u].y};
-            const u32 a1[4] = {va[u].z, vb[u].z, va[u].w, vb[u].w};
+            for (int u = 0; u < U; ++u) {
+                const u32 a0[4] = {va[u].x, vb[u].x, va[u].y, vb[u].y};
+                const u32 a1[4] = {va[u].z, vb[u].z, va[u].w, vb[u].w};
 #pragma unroll
-            for (int j = 0; j < NT; ++j) {
-                const u32 b0[2] = {vx[u][j].x, vx[u][j].y};
-                const u32 b1[2] = {vx[u][j].z, vx[u][j].w};
-                mma_e4m3_16832(acc[j], a0, b0);
-                mma_e4m3_16832(acc[j], a1, b1);
+                for (int j = 0; j < NT; ++j) {
+                    const u32 b0[2] = {vx[u][j].x, vx[u][j].y};
+                    const u32 b1[2] = {vx[u][j].z, vx[u][j].w};
+                    mma_e4m3_16832(acc[j], a0, b0);
+                    mma_e4m3_16832(acc[j], a1, b1);
+                }
             }
         }
     }

@@ -2,7 +2,8 @@
 //! block-quantised matrix, through its bf16 expansion (quant_prefill.rs), made just before the
 //! GEMM or, by default, by the side stream while the layer before ran (KILN_QUANT_AHEAD). With
 //! KILN_CHAIN_GEMM every row of a bf16 weight takes the prefill's order (chain_or_lt). Every row
-//! of an fp8 projection takes the fp8 GEMM, its input rows quantised first (fp8_gemm).
+//! of an fp8 projection takes the fp8 GEMM, its input rows quantised first (fp8_gemm), but with
+//! KILN_FP8_SKINNY its decode rows, which take the fp8 skinny kernels (fp8_skinny.rs).
 
 use anyhow::{ensure, Result};
 use kiln_model::LayerWeight;
