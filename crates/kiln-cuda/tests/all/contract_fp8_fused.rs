@@ -3,22 +3,25 @@
 //! against `swiglu` or `geglu` then `fp8_quantize_rows`, bit for bit in every output (the
 //! residual stream, the stored rows, the fp8 bytes and scales) on fresh random rows; and the
 //! fused launch's fp8 rows against the host's definition (kiln_formats::fp8::quantize_row) of
-//! the rows it stored. The two launches they replace have contracts of their own (contract_rows,
-//! contract_gemma, contract_fp8).
+//! the rows it stored, in every storage type the module is built for (bf16, f16, f32). The two
+//! launches they replace have contracts of their own (contract_rows, contract_gemma,
+//! contract_fp8).
 
 use crate::common;
 use common::planted::planted_bugs_fail;
 
-use common::{all, from_bf16, gpu_or_skip, poisoned, timed, to_bf16, up, Checks, Rng};
+use common::{all, gpu_with_store_or_skip, poisoned, timed, up, Checks, Rng};
 use kiln_cuda::device::{DevBuf, Gpu};
 use kiln_cuda::fp8_rows::Fp8Rows;
+use kiln_cuda::store::StoreBuf;
+use kiln_cuda::StoreType;
 use kiln_formats::fp8::quantize_row;
 use kiln_model::Activation;
 
 /// One launch's outputs on the device: stored rows and their fp8 bytes and scales, poisoned
 /// first (what a kernel leaves unwritten shows).
 struct Rows {
-    out: DevBuf<u16>,
+    out: StoreBuf,
     q: DevBuf<u8>,
     s: DevBuf<f32>,
     rows: usize,
@@ -27,8 +30,10 @@ struct Rows {
 
 impl Rows {
     fn poisoned(gpu: &Gpu, rows: usize, cols: usize) -> Rows {
+        let out = gpu.alloc_store(rows * cols).unwrap();
+        out.fill_bytes(0xff).unwrap();
         Rows {
-            out: poisoned(gpu, rows * cols),
+            out,
             q: poisoned(gpu, rows * cols),
             s: poisoned(gpu, rows),
             rows,
@@ -58,11 +63,12 @@ fn bits(v: &[f32]) -> Vec<u32> {
 /// The fused launch's outputs against the pair's, and its fp8 rows against the host's
 /// quantisation of the rows it stored.
 fn same_rows(gpu: &Gpu, c: &mut Checks, case: &str, pair: &Rows, fused: &Rows) {
-    let stored = all(gpu, &fused.out);
+    let stored_of = |r: &Rows| r.out.download_f32(gpu, 0, r.rows * r.cols).unwrap();
+    let seen = stored_of(fused);
     c.identical(
         &format!("{case}: stored rows"),
-        &stored,
-        &all(gpu, &pair.out),
+        &bits(&seen),
+        &bits(&stored_of(pair)),
     );
     let (q, s) = (all(gpu, &fused.q), all(gpu, &fused.s));
     c.identical(&format!("{case}: fp8 bytes"), &q, &all(gpu, &pair.q));
@@ -71,7 +77,6 @@ fn same_rows(gpu: &Gpu, c: &mut Checks, case: &str, pair: &Rows, fused: &Rows) {
         &bits(&s),
         &bits(&all(gpu, &pair.s)),
     );
-    let seen = from_bf16(&stored);
     let mut want_q = vec![0u8; seen.len()];
     let want_s: Vec<f32> = seen
         .chunks_exact(fused.cols)
@@ -99,9 +104,10 @@ fn norm_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
         for with_delta in [true, false] {
             let x = rng.vec(rows * hidden, amp);
             let delta = rng.vec(rows * hidden, amp);
-            let w = to_bf16(&rng.vec(hidden, 1.5));
             let (x_pair, x_fused) = (up(gpu, &x), up(gpu, &x));
-            let (dd, dw) = (up(gpu, &delta), up(gpu, &w));
+            let dd = up(gpu, &delta);
+            let dw = gpu.alloc_store(hidden).unwrap();
+            dw.upload_f32(0, &rng.vec(hidden, 1.5)).unwrap();
             let dptr = if with_delta { dd.ptr() } else { 0 };
             let (pair, fused) = (
                 Rows::poisoned(gpu, rows, hidden),
@@ -163,13 +169,16 @@ fn fused_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
 #[test]
 #[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn fp8_fused_contract() {
-    let Some(gpu) = gpu_or_skip("fp8_fused_contract") else {
-        return;
-    };
-    let mut rng = Rng::new("fp8_fused_contract");
-    let mut c = Checks::new("fp8 fused");
-    fused_cases(&gpu, &mut rng, &mut c);
-    c.finish();
+    for store in [StoreType::Bf16, StoreType::F16, StoreType::F32] {
+        let test = format!("fp8_fused_contract ({store})");
+        let Some(gpu) = gpu_with_store_or_skip(&test, store) else {
+            return;
+        };
+        let mut rng = Rng::new(&test);
+        let mut c = Checks::new(&test);
+        fused_cases(&gpu, &mut rng, &mut c);
+        c.finish();
+    }
 }
 
 /// fp8.cu's fused kernels with one planted bug each: the norm's last eight values of a row
