@@ -5,7 +5,8 @@
 #
 # Tests build in the release profile, the one the README's run command builds, so the dependencies
 # are compiled once for both. What it fetches the first time (all under ~/.cache unless said):
-#   - NVRTC 13.0 from PyPI (scripts/ci-nvrtc.sh), so every kernel is compiled even without a GPU;
+#   - NVRTC 13.0 from PyPI (scripts/ci-nvrtc.sh), so every kernel is compiled even without a GPU,
+#     and nvdisasm (scripts/ci-nvdisasm.sh), so the SASS order checks run too;
 #   - the vocabularies, tokenizer cases and chat templates of the llama-cpp-python sdist from PyPI
 #     (scripts/fetch-test-data.py), unless ../shared sits beside the checkout or $KILN_TEST_DATA
 #     points at a copy;
@@ -18,6 +19,10 @@ cd "$(dirname "$0")/.."
 # NVRTC from PyPI so that every kernel is compiled in CI even without a GPU.
 if [ -x scripts/ci-nvrtc.sh ]; then
   eval "$(bash scripts/ci-nvrtc.sh)"
+fi
+# nvdisasm from PyPI, so that the SASS order a kernel's speed depends on is checked too.
+if [ -x scripts/ci-nvdisasm.sh ]; then
+  eval "$(bash scripts/ci-nvdisasm.sh)"
 fi
 
 if [ -z "${KILN_TEST_DATA:-}" ] && [ ! -d ../shared/vocab ]; then

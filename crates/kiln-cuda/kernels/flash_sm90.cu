@@ -506,6 +506,14 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
             reg_fence(s);
             release(base + L::empty_k(st));
             fs_softmax<BN>(s, m_a, m_b, l_a, l_b, al_a, al_b, masked(kt), kt, qa, qb, window, scale_log2, t);
+#ifndef KILN_FLASH_NO_SCHED_FENCE
+            // A block boundary ptxas keeps: without it, it put the wait for P V of tile i - 1
+            // ahead of this softmax, so the softmax never ran beside its own P V (the SASS of
+            // flash_sm90o/p, NVRTC 13.0: no MUFU.EX2 between the loop's two wgmma waits; 66
+            // with it). The branch is never taken (a tile has rows); its store keeps it from
+            // being folded away. KILN_FLASH_FENCE=0 builds the module without it.
+            if (tile.n_rows < 0) out[tid] = bf16_t{};
+#endif
             wgmma_wait<0>();
             reg_fence(o);
             reg_fence(p);

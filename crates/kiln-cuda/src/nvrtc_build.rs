@@ -44,6 +44,9 @@ fn options(src: &KernelSource, arch: u32, store: StoreType) -> Result<Vec<String
         "-lineinfo".into(),
     ];
     opts.extend(src.build_store(store).nvrtc_define().map(String::from));
+    if src.name == "flash_sm90" && !crate::switches::Switches::from_env().flash_fence {
+        opts.push("-DKILN_FLASH_NO_SCHED_FENCE".into());
+    }
     Ok(opts)
 }
 

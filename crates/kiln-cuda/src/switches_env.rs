@@ -64,6 +64,7 @@ impl Env {
                 fp8: opt_in("KILN_FP8"),
                 fp8_fuse: on("KILN_FP8_FUSE"),
                 fp8_skinny: opt_in("KILN_FP8_SKINNY"),
+                flash_fence: on("KILN_FLASH_FENCE"),
                 quant_prefill_skinny: var("KILN_QUANT_PREFILL").as_deref() == Some("skinny"),
                 quant_ahead: match var("KILN_QUANT_AHEAD").as_deref() {
                     Some("0" | "off" | "false") => None,

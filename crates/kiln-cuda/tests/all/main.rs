@@ -33,4 +33,5 @@ mod precision_budget;
 mod prefix_reuse;
 mod quant_layout;
 mod quant_parity;
+mod sass_order;
 mod verify_rows;

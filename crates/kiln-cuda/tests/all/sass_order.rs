@@ -1,0 +1,119 @@
+//! Where ptxas put the instructions a kernel's speed depends on, read from its SASS without a
+//! GPU (NVRTC for sm_90, then nvdisasm from scripts/ci-nvdisasm.sh; skipped with a printed reason
+//! when either is missing, unless KILN_REQUIRE_NVRTC=1, as CI sets it):
+//! - flash_sm90's overlapped loops (flash_sm90o_*, flash_sm90p_*): tile i's softmax lies between
+//!   the loop's two waits for the tensor cores (wgmma.wait_group 1, then 0), so it runs beside
+//!   tile i - 1's P V; without the block boundary of flash_sm90.cu, ptxas put the second wait
+//!   first (the same source with the boundary taken out is seen to fail).
+
+use std::process::Command;
+
+use crate::common::planted::planted_module;
+use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
+use kiln_cuda::nvrtc_build::{compile_cubin_with_log, nvrtc_present};
+use kiln_cuda::StoreType;
+
+/// The boundary that keeps the softmax between the waits (flash_sm90.cu).
+const FLASH_BOUNDARY: &str = "if (tile.n_rows < 0) out[tid] = bf16_t{};";
+
+/// nvdisasm's path, or None (and why) where it or NVRTC is missing.
+fn tools() -> Option<String> {
+    let why = match (nvrtc_present(), std::env::var("KILN_NVDISASM")) {
+        (true, Ok(path)) if std::path::Path::new(&path).exists() => return Some(path),
+        (false, _) => "libnvrtc not found: run scripts/ci-nvrtc.sh and export what it prints",
+        _ => "nvdisasm not found: run scripts/ci-nvdisasm.sh and export what it prints",
+    };
+    if std::env::var("KILN_REQUIRE_NVRTC").as_deref() == Ok("1") {
+        panic!("{why}");
+    }
+    eprintln!("SKIP sass_order: {why}");
+    None
+}
+
+/// The SASS of `src` built for bf16 on sm_90 with the options the GPU uses, entry by entry:
+/// (entry name, its instruction lines).
+fn sass(nvdisasm: &str, src: &KernelSource) -> Vec<(String, Vec<String>)> {
+    let (cubin, _) = compile_cubin_with_log(src, 90, StoreType::Bf16, &[])
+        .unwrap_or_else(|e| panic!("{}.cu: {e:#}", src.name));
+    let dir = std::env::temp_dir().join(format!("kiln-sass-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{}-{:x}.cubin", src.name, src.body.len()));
+    std::fs::write(&path, &cubin).unwrap();
+    let out = Command::new(nvdisasm)
+        .arg("-c")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert!(out.status.success(), "nvdisasm failed on {}.cu", src.name);
+    let mut entries: Vec<(String, Vec<String>)> = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        if let Some(name) = line
+            .strip_prefix(".text.")
+            .and_then(|r| r.strip_suffix(':'))
+        {
+            entries.push((name.to_string(), Vec::new()));
+        } else if let Some((_, lines)) = entries.last_mut() {
+            if line.contains("/*") && line.contains("*/") {
+                lines.push(line.trim().to_string());
+            }
+        }
+    }
+    entries
+}
+
+/// For each stretch from a `wait_group 1` to the next `wait_group 0`, the exponentials in it.
+fn exps_between_waits(lines: &[String]) -> Vec<usize> {
+    let (mut open, mut found) = (None, Vec::new());
+    for l in lines {
+        if l.contains("WARPGROUP.DEPBAR.LE gsb0, 0x1") {
+            open = Some(0);
+        } else if l.contains("WARPGROUP.DEPBAR.LE gsb0, 0x0") {
+            found.extend(open.take());
+        } else if l.contains("MUFU.EX2") {
+            if let Some(n) = open.as_mut() {
+                *n += 1;
+            }
+        }
+    }
+    found
+}
+
+/// Each overlapped entry's stretches between its two waits, by entry.
+fn overlapped_loops(nvdisasm: &str, src: &KernelSource) -> Vec<(String, Vec<usize>)> {
+    let overlapped = |n: &str| n.starts_with("flash_sm90o_") || n.starts_with("flash_sm90p_");
+    sass(nvdisasm, src)
+        .into_iter()
+        .filter(|(name, _)| overlapped(name))
+        .map(|(name, lines)| (name, exps_between_waits(&lines)))
+        .collect()
+}
+
+#[test]
+fn flash_softmax_runs_beside_the_previous_p_v() {
+    let Some(nvdisasm) = tools() else {
+        return;
+    };
+    let src = SOURCES.iter().find(|s| s.name == "flash_sm90").unwrap();
+    let loops = overlapped_loops(&nvdisasm, src);
+    assert_eq!(
+        loops.len(),
+        6,
+        "flash_sm90o/p at three head dims: {loops:?}"
+    );
+    for (name, stretches) in &loops {
+        // A tile's softmax takes one exponential a score of each of the lane's rows: 32 or more.
+        assert!(
+            !stretches.is_empty() && stretches.iter().all(|&n| n >= 16),
+            "{name}: exponentials between the loop's wgmma waits {stretches:?}: the wait for \
+             P V moved ahead of the softmax"
+        );
+    }
+    // Without the boundary the wait goes first: what the check above is for.
+    let bare = planted_module("flash_sm90", FLASH_BOUNDARY, "");
+    let without = overlapped_loops(&nvdisasm, &bare);
+    assert!(
+        without.iter().all(|(_, s)| s.iter().all(|&n| n == 0)),
+        "the boundary taken out, the waits still hold the softmax between them: {without:?}"
+    );
+}
