@@ -198,6 +198,12 @@ __device__ __forceinline__ void skinny2_body(const Epi& ep, const RowOrder order
                 for (int j = 0; j < NT; ++j)
     #pragma unroll
                     for (int grp = 0; grp < NG; ++grp) load_x(j, grp, bxa[j][grp]);
+#ifndef KILN_QUANT_NO_HOIST_FENCE
+                // A block boundary ptxas keeps: without it, it put the wait below ahead of
+                // these loads (the SASS of skinny2_q8_0_1, q4_0, q6_k, q6_k2, NVRTC 13.0), so
+                // x came in only after the record had. Never taken (M >= 1).
+                if (M < 0) sq_smem[0] = 0;
+#endif
             }
             cp_async_wait<S - 2>();  // this lane's copies of record i have landed
             __syncwarp();            // ... and every other lane's

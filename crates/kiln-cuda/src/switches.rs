@@ -81,6 +81,10 @@ pub struct Switches {
     /// boundary ptxas keeps between them (flash_sm90.cu). KILN_FLASH_FENCE=0 builds the module
     /// without it (the wait for P V then lands before the softmax). Same bits either way.
     pub flash_fence: bool,
+    /// The second quantised decode family's x loads (skinny2_*, quant_decode.cu) stay ahead of
+    /// the wait for their weight record: a block boundary ptxas keeps. KILN_QUANT_FENCE=0 builds
+    /// the module without it (the loads then follow the wait). Same bits either way.
+    pub quant_fence: bool,
     /// KILN_QUANT_PREFILL=skinny: every row of a quantised matrix, prefill rows too, through
     /// the quantised skinny kernels (in launches of 64 rows) instead of prefill rows through a
     /// bf16 expansion and cuBLASLt (`expand`, the default). Row-invariant either way.
@@ -403,7 +407,7 @@ impl Switches {
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} gemm_pin_m={pin_m} gemm_add={} gemm_tune={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} attn_early={} decode_lookahead={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} fp8={} fp8_scales={} fp8_fuse={} fp8_skinny={} flash_fence={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} argmax_vec={} flash_wide={} decode_wide={} kv_ring={} chain_gemm={} chain_rows={} gemm_short={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} gemm_pin_m={pin_m} gemm_add={} gemm_tune={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} attn_early={} decode_lookahead={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} fp8={} fp8_scales={} fp8_fuse={} fp8_skinny={} flash_fence={} quant_fence={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} argmax_vec={} flash_wide={} decode_wide={} kv_ring={} chain_gemm={} chain_rows={} gemm_short={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -440,6 +444,7 @@ impl Switches {
             self.fp8_fuse as u8,
             self.fp8_skinny as u8,
             self.flash_fence as u8,
+            self.quant_fence as u8,
             if self.quant_prefill_skinny {
                 "skinny"
             } else {

@@ -4,7 +4,10 @@
 //! - flash_sm90's overlapped loops (flash_sm90o_*, flash_sm90p_*): tile i's softmax lies between
 //!   the loop's two waits for the tensor cores (wgmma.wait_group 1, then 0), so it runs beside
 //!   tile i - 1's P V; without the block boundary of flash_sm90.cu, ptxas put the second wait
-//!   first (the same source with the boundary taken out is seen to fail).
+//!   first (the same source with the boundary taken out is seen to fail);
+//! - the second quantised decode family's one-row-group entries (skinny2_*_1 and _8, those that
+//!   load x ahead: quant_decode.cu's HOIST): no x load between the wait for a weight record and
+//!   the MMAs that use it, as without its block boundary there were.
 
 use std::process::Command;
 
@@ -115,5 +118,68 @@ fn flash_softmax_runs_beside_the_previous_p_v() {
     assert!(
         without.iter().all(|(_, s)| s.iter().all(|&n| n == 0)),
         "the boundary taken out, the waits still hold the softmax between them: {without:?}"
+    );
+}
+
+/// The boundary that keeps skinny2's x loads ahead of the record's wait (quant_decode.cu).
+const QUANT_BOUNDARY: &str = "if (M < 0) sq_smem[0] = 0;";
+
+/// skinny2 entries that load x ahead of the wait: one group of 8 rows, but the Q4_K formats'
+/// 8-row entries (their odd layout loads x after it by design).
+fn hoists(name: &str) -> bool {
+    let one_group = name.ends_with("_1") || name.ends_with("_8");
+    let odd = name == "skinny2_q4_k_8" || name == "skinny2_q4_k2_8";
+    name.starts_with("skinny2_") && one_group && !odd
+}
+
+/// For each wait for a cp.async record (DEPBAR.LE SB0), the global loads between it and the
+/// next MMA.
+fn loads_after_record_waits(lines: &[String]) -> Vec<usize> {
+    let mut found = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        if !l.contains("DEPBAR.LE SB0") {
+            continue;
+        }
+        let after = lines[i + 1..]
+            .iter()
+            .take_while(|l| !l.contains("HMMA"))
+            .filter(|l| l.contains("LDG") && !l.contains("LDGSTS") && !l.contains("LDGDEPBAR"))
+            .count();
+        found.push(after);
+    }
+    found
+}
+
+fn quant_hoists(nvdisasm: &str, src: &KernelSource) -> Vec<(String, Vec<usize>)> {
+    sass(nvdisasm, src)
+        .into_iter()
+        .filter(|(name, _)| hoists(name))
+        .map(|(name, lines)| (name, loads_after_record_waits(&lines)))
+        .collect()
+}
+
+#[test]
+fn quant_decode_x_loads_come_before_the_record_wait() {
+    let Some(nvdisasm) = tools() else {
+        return;
+    };
+    let src = SOURCES.iter().find(|s| s.name == "quant_gemm").unwrap();
+    let entries = quant_hoists(&nvdisasm, src);
+    assert_eq!(
+        entries.len(),
+        10,
+        "skinny2's entries that load x ahead: {entries:?}"
+    );
+    for (name, waits) in &entries {
+        assert!(
+            !waits.is_empty() && waits.iter().all(|&n| n == 0),
+            "{name}: x loads after the record waits {waits:?}: the wait moved ahead of them"
+        );
+    }
+    let bare = planted_module("quant_gemm", QUANT_BOUNDARY, "");
+    let without = quant_hoists(&nvdisasm, &bare);
+    assert!(
+        without.iter().any(|(_, w)| w.iter().any(|&n| n > 0)),
+        "the boundary taken out, no x load follows a record wait: {without:?}"
     );
 }
