@@ -16,3 +16,4 @@ if [ ! -x "$nvd" ]; then
 fi
 [ -x "$nvd" ] || { echo "ci-nvdisasm: nvdisasm missing under $dir" >&2; exit 1; }
 echo "export KILN_NVDISASM=$nvd"
+echo "export KILN_REQUIRE_NVDISASM=1"
