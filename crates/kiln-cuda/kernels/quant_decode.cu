@@ -198,10 +198,11 @@ __device__ __forceinline__ void skinny2_body(const Epi& ep, const RowOrder order
                 for (int j = 0; j < NT; ++j)
     #pragma unroll
                     for (int grp = 0; grp < NG; ++grp) load_x(j, grp, bxa[j][grp]);
-#ifndef KILN_QUANT_NO_HOIST_FENCE
+#ifdef KILN_QUANT_HOIST_FENCE
                 // A block boundary ptxas keeps: without it, it put the wait below ahead of
                 // these loads (the SASS of skinny2_q8_0_1, q4_0, q6_k, q6_k2, NVRTC 13.0), so
-                // x came in only after the record had. Never taken (M >= 1).
+                // x came in only after the record had. Never taken (M >= 1). Opt-in
+                // (KILN_QUANT_FENCE=1) until measured: it also adds a few spills.
                 if (M < 0) sq_smem[0] = 0;
 #endif
             }

@@ -49,7 +49,7 @@ fn options(src: &KernelSource, arch: u32, store: StoreType) -> Result<Vec<String
     let sw = crate::switches::Switches::from_env();
     let off = match src.name {
         "flash_sm90" => (!sw.flash_fence).then_some("-DKILN_FLASH_NO_SCHED_FENCE"),
-        "quant_gemm" => (!sw.quant_fence).then_some("-DKILN_QUANT_NO_HOIST_FENCE"),
+        "quant_gemm" => sw.quant_fence.then_some("-DKILN_QUANT_HOIST_FENCE"),
         _ => None,
     };
     opts.extend(off.map(String::from));

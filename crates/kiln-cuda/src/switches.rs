@@ -81,9 +81,10 @@ pub struct Switches {
     /// boundary ptxas keeps between them (flash_sm90.cu). KILN_FLASH_FENCE=0 builds the module
     /// without it (the wait for P V then lands before the softmax). Same bits either way.
     pub flash_fence: bool,
-    /// The second quantised decode family's x loads (skinny2_*, quant_decode.cu) stay ahead of
-    /// the wait for their weight record: a block boundary ptxas keeps. KILN_QUANT_FENCE=0 builds
-    /// the module without it (the loads then follow the wait). Same bits either way.
+    /// KILN_QUANT_FENCE=1: the second quantised decode family's x loads (skinny2_*,
+    /// quant_decode.cu) stay ahead of the wait for their weight record (a block boundary ptxas
+    /// keeps; without it the loads follow the wait, as measured so far). Opt-in until measured:
+    /// it adds a few spills. Same bits either way.
     pub quant_fence: bool,
     /// KILN_QUANT_PREFILL=skinny: every row of a quantised matrix, prefill rows too, through
     /// the quantised skinny kernels (in launches of 64 rows) instead of prefill rows through a

@@ -65,7 +65,7 @@ impl Env {
                 fp8_fuse: on("KILN_FP8_FUSE"),
                 fp8_skinny: opt_in("KILN_FP8_SKINNY"),
                 flash_fence: on("KILN_FLASH_FENCE"),
-                quant_fence: on("KILN_QUANT_FENCE"),
+                quant_fence: opt_in("KILN_QUANT_FENCE"),
                 quant_prefill_skinny: var("KILN_QUANT_PREFILL").as_deref() == Some("skinny"),
                 quant_ahead: match var("KILN_QUANT_AHEAD").as_deref() {
                     Some("0" | "off" | "false") => None,
