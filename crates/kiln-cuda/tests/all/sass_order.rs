@@ -7,7 +7,9 @@
 //!   first (the same source with the boundary taken out is seen to fail);
 //! - the second quantised decode family's one-row-group entries (skinny2_*_1 and _8, those that
 //!   load x ahead: quant_decode.cu's HOIST), built with KILN_QUANT_FENCE's boundary: no x load
-//!   between the wait for a weight record and the MMAs that use it, as without it there are.
+//!   between the wait for a weight record and the MMAs that use it, as without it there are;
+//! - the weights some kernels prefetch before waiting for the kernel ahead (the RMSNorm weight,
+//!   the fp8 skinny kernels' first chunks) load before griddepcontrol.wait in the SASS.
 
 use std::process::Command;
 
@@ -186,5 +188,64 @@ fn quant_decode_x_loads_come_before_the_record_wait() {
     assert!(
         without.iter().any(|(_, w)| w.iter().any(|&n| n > 0)),
         "without the boundary, no x load follows a record wait: {without:?}"
+    );
+}
+
+/// Global loads before the first wait for the kernel ahead (ACQBULK: griddepcontrol.wait).
+fn loads_before_the_wait(lines: &[String]) -> usize {
+    lines
+        .iter()
+        .take_while(|l| !l.contains("ACQBULK"))
+        .filter(|l| l.contains("LDG") && !l.contains("LDGDEPBAR"))
+        .count()
+}
+
+#[test]
+fn prefetched_weights_load_before_the_wait() {
+    let Some(nvdisasm) = tools() else {
+        return;
+    };
+    // (module, entry, loads its source puts before pdl_wait): the norm weight's eight values a
+    // thread (norm_rows.cuh), the fp8 skinny kernels' first weight chunks (two rows of U
+    // chunks a lane: fp8.cu), as volatile coherent loads the compiler keeps there.
+    let cases = [
+        ("elementwise", "rmsnorm_residual", 8),
+        ("fp8", "rmsnorm_residual_fp8", 8),
+        ("fp8", "skinny_fp8_8", 16),
+        ("fp8", "skinny_fp8_16", 16),
+        ("fp8", "skinny_fp8_32", 8),
+        ("fp8", "skinny_fp8_64", 4),
+    ];
+    for module in ["elementwise", "fp8"] {
+        let src = SOURCES.iter().find(|s| s.name == module).unwrap();
+        let entries = sass(&nvdisasm, src, &[]);
+        for &(_, entry, want) in cases.iter().filter(|c| c.0 == module) {
+            let (_, lines) = entries
+                .iter()
+                .find(|(name, _)| name == entry)
+                .unwrap_or_else(|| panic!("{module}.cu has no {entry}"));
+            let got = loads_before_the_wait(lines);
+            assert!(
+                got >= want,
+                "{entry}: {got} loads before griddepcontrol.wait, {want} expected: the prefetch \
+                 moved after it"
+            );
+        }
+    }
+    // With a plain load of the weight, the compiler puts the wait first.
+    let plain = planted_module(
+        "elementwise",
+        "wv[j] = i < hidden ? ld_store_here(w + i) : (store_t)0;",
+        "wv[j] = i < hidden ? w[i] : (store_t)0;",
+    );
+    let entries = sass(&nvdisasm, &plain, &[]);
+    let (_, lines) = entries
+        .iter()
+        .find(|(name, _)| name == "rmsnorm_residual")
+        .unwrap();
+    assert_eq!(
+        loads_before_the_wait(lines),
+        0,
+        "plain loads of the norm weight stayed before the wait: the volatile load is not what keeps them there"
     );
 }
