@@ -16,7 +16,7 @@
 use crate::common;
 
 use common::rope_case::RopeCase;
-use common::{gpu_or_skip, timed, to_bf16, Checks, Rng};
+use common::{f32_bits, gpu_or_skip, timed, to_bf16, Checks, Rng};
 use kiln_cuda::device::{DevBuf, Gpu};
 use kiln_cuda::skinny::SkinnyKind;
 use kiln_cuda::skinny_fused::{Epilogue, NormPrologue};
@@ -43,10 +43,6 @@ fn poisoned<T: Copy + Default>(gpu: &Gpu, len: usize) -> DevBuf<T> {
     let d = gpu.alloc::<T>(len).unwrap();
     d.fill_bytes(0xff).unwrap();
     d
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
 }
 
 fn all<T: Copy + Default>(gpu: &Gpu, d: &DevBuf<T>) -> Vec<T> {
@@ -220,7 +216,7 @@ fn paths_match_skinny(
     };
     for &(m, n, k) in cases {
         let g = Gemm::new(gpu, rng, m, n, k);
-        let want = bits(&all(gpu, &g.skinny(gpu, g.dx.ptr(), m)));
+        let want = f32_bits(&all(gpu, &g.skinny(gpu, g.dx.ptr(), m)));
         let rows: Vec<usize> = if m * n * k <= 1 << 27 {
             (0..m).collect()
         } else {
@@ -236,7 +232,11 @@ fn paths_match_skinny(
                 Ok(())
             });
             let got = all(gpu, &y);
-            c.identical(&format!("{v}: == skinny_wide"), &bits(&got[..m * n]), &want);
+            c.identical(
+                &format!("{v}: == skinny_wide"),
+                &f32_bits(&got[..m * n]),
+                &want,
+            );
             let sel: Vec<f32> = rows
                 .iter()
                 .flat_map(|&r| got[r * n..(r + 1) * n].to_vec())
@@ -272,7 +272,7 @@ fn tc_matches_skinny(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, quick: bool) {
             let epi = Epilogue::Store { y: y.ptr() };
             gpu.skinny_tc(&epi, true, g.dx.at(r0 * k), g.dw.ptr(), 3, n, k)
                 .unwrap();
-            let got = bits(&all(gpu, &y));
+            let got = f32_bits(&all(gpu, &y));
             c.identical(
                 &format!("m={m} n={n} k={k}: rows {r0}.. alone"),
                 &got,
@@ -322,8 +322,8 @@ fn auto_matches_skinny(gpu: &Gpu, c: &mut Checks) {
             let got = all(gpu, &got);
             c.identical(
                 &format!("{v}: == skinny_wide"),
-                &bits(&got[..m * n]),
-                &bits(&all(gpu, &want)),
+                &f32_bits(&got[..m * n]),
+                &f32_bits(&all(gpu, &want)),
             );
             let untouched = got[m * n..].iter().all(|v| v.to_bits() == u32::MAX);
             c.check(
@@ -348,11 +348,15 @@ fn add_matches(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, paths: &[Path], row_cou
         );
         gpu.rmsnorm_residual(xr.ptr(), delta.ptr(), nw.ptr(), normed.ptr(), m, n, 1e-5)
             .unwrap();
-        let want = bits(&all(gpu, &xr));
+        let want = f32_bits(&all(gpu, &xr));
         for &p in paths {
             let xf = up_f32(gpu, &x0);
             p.run(gpu, &Epilogue::Add { y: xf.ptr() }, None, g.dx.ptr(), &g, m);
-            c.identical(&format!("add {p:?} m={m}"), &bits(&all(gpu, &xf)), &want);
+            c.identical(
+                &format!("add {p:?} m={m}"),
+                &f32_bits(&all(gpu, &xf)),
+                &want,
+            );
         }
     }
 }
@@ -453,7 +457,7 @@ fn norm_matches(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, row_counts: &[usize]) 
                         &g,
                         m,
                     );
-                    c.identical(&v, &bits(&all(gpu, &got)), &bits(&all(gpu, &y)));
+                    c.identical(&v, &f32_bits(&all(gpu, &got)), &f32_bits(&all(gpu, &y)));
                 }
             }
         }

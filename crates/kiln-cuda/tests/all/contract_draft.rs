@@ -9,7 +9,7 @@
 
 use crate::common;
 
-use common::{bf16_bits, gpu_or_skip, timed, to_bf16, Checks, Rng};
+use common::{bf16_bits, f32_bits, gpu_or_skip, timed, to_bf16, Checks, Rng};
 use kiln_cuda::device::Gpu;
 use kiln_cuda::StoreType;
 
@@ -119,15 +119,14 @@ fn mask_case(
     {
         keep_best_ref(row, s, &ordering, top_k);
     }
-    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     let got = dl.download(gpu, 0, logits.len()).unwrap();
     c.identical(
         &format!(
             "keep_best_centroids rows={rows} vocab={vocab} centroids={centroids} top_k={top_k} shift={shift} ({:.3}ms)",
             secs * 1e3
         ),
-        &bits(&got),
-        &bits(&want),
+        &f32_bits(&got),
+        &f32_bits(&want),
     );
 }
 

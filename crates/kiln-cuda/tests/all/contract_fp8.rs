@@ -7,7 +7,7 @@
 use crate::common;
 use common::planted::planted_bugs_fail;
 
-use common::{from_bf16, gpu_or_skip, timed, to_bf16, Checks, Rng};
+use common::{f32_bits, from_bf16, gpu_or_skip, timed, to_bf16, Checks, Rng};
 use kiln_cuda::device::Gpu;
 use kiln_cuda::fp8_rows::Fp8Matrix;
 use kiln_cuda::gemm_fp8::Fp8Scales;
@@ -15,7 +15,7 @@ use kiln_cuda::gemm_lt::LtGemm;
 use kiln_formats::fp8::{e4m3_to_f32, quantize_row};
 
 /// A row-major matrix quantised on the host: bytes and one scale a row.
-pub(crate) fn host_rows(x: &[f32], cols: usize) -> (Vec<u8>, Vec<f32>) {
+fn host_rows(x: &[f32], cols: usize) -> (Vec<u8>, Vec<f32>) {
     let mut q = vec![0u8; x.len()];
     let scales = x
         .chunks_exact(cols)
@@ -26,7 +26,7 @@ pub(crate) fn host_rows(x: &[f32], cols: usize) -> (Vec<u8>, Vec<f32>) {
 }
 
 /// An fp8 matrix on the device from host bytes and scales.
-pub(crate) fn upload(gpu: &Gpu, q: &[u8], scale: &[f32], rows: usize, cols: usize) -> Fp8Matrix {
+fn upload(gpu: &Gpu, q: &[u8], scale: &[f32], rows: usize, cols: usize) -> Fp8Matrix {
     let m = Fp8Matrix {
         q: gpu.alloc(rows * cols).unwrap(),
         scale: gpu.alloc(rows).unwrap(),
@@ -82,11 +82,10 @@ fn quantize_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
             &dq.download(gpu, 0, rows * cols).unwrap(),
             &want_q,
         );
-        let bits = |v: &[f32]| v.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
         c.identical(
             &format!("{case}: scales"),
-            &bits(&ds.download(gpu, 0, rows).unwrap()),
-            &bits(&want_s),
+            &f32_bits(&ds.download(gpu, 0, rows).unwrap()),
+            &f32_bits(&want_s),
         );
     }
     // A NaN makes its row's scale NaN, as on the host; the other rows are untouched by it.
@@ -112,7 +111,7 @@ fn quantize_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
 }
 
 /// The float64 product of fp8 rows and its error scale: sum |terms| of each element.
-pub(crate) fn product_ref(
+fn product_ref(
     xq: &[u8],
     xs: &[f32],
     wq: &[u8],
@@ -141,6 +140,56 @@ pub(crate) fn product_ref(
     (y, mag)
 }
 
+/// A random fp8 product's operands, quantised on the host (x rows of amplitude 3, w rows of
+/// 0.05, each first rounded to bf16 as a step's would be) and uploaded.
+pub(crate) struct Product {
+    pub xq: Vec<u8>,
+    pub xs: Vec<f32>,
+    pub wq: Vec<u8>,
+    pub ws: Vec<f32>,
+    pub x: Fp8Matrix,
+    pub w: Fp8Matrix,
+    pub m: usize,
+}
+
+impl Product {
+    pub fn random(gpu: &Gpu, rng: &mut Rng, m: usize, n: usize, k: usize) -> Product {
+        let (xq, xs) = host_rows(&from_bf16(&to_bf16(&rng.vec(m * k, 3.0))), k);
+        let (wq, ws) = host_rows(&from_bf16(&to_bf16(&rng.vec(n * k, 0.05))), k);
+        let (x, w) = (upload(gpu, &xq, &xs, m, k), upload(gpu, &wq, &ws, n, k));
+        Product {
+            xq,
+            xs,
+            wq,
+            ws,
+            x,
+            w,
+            m,
+        }
+    }
+
+    /// The worst error of `got` (m x n) against the float64 product, as a fraction of the
+    /// terms' magnitude (infinite for a value that is not finite).
+    pub fn worst_error(&self, got: &[f32]) -> f64 {
+        let (n, k) = (self.w.rows, self.w.cols);
+        let (want, mag) = product_ref(&self.xq, &self.xs, &self.wq, &self.ws, self.m, n, k);
+        got.iter()
+            .zip(&want)
+            .zip(&mag)
+            .map(|((&g, &w), &a)| match g.is_finite() {
+                true => (g as f64 - w).abs() / a.max(1e-30),
+                false => f64::INFINITY,
+            })
+            .fold(0f64, f64::max)
+    }
+}
+
+/// Hopper's fp8 products keep partial sums of about 14 bits until they are promoted to f32
+/// (cuBLASLt with fast accumulation off; mma.sync's E4M3 as f16 MMAs): within about 2^-13 of
+/// the terms' magnitude. 2^-10 leaves room for that, and a wrong scale or element is off by its
+/// whole size.
+pub(crate) const FP8_PRODUCT_TOLERANCE: f64 = 1.0 / 1024.0;
+
 /// Every fp8 GEMM case, with the scales applied as `scales` says.
 fn gemm_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, scales: Fp8Scales) {
     let mut lt = LtGemm::new(gpu, 256).unwrap();
@@ -153,36 +202,20 @@ fn gemm_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, scales: Fp8Scales) {
         (37, 6144, 4096),
         (65, 96, 208),
     ] {
-        let (xq, xs) = host_rows(&from_bf16(&to_bf16(&rng.vec(m * k, 3.0))), k);
-        let (wq, ws) = host_rows(&from_bf16(&to_bf16(&rng.vec(n * k, 0.05))), k);
-        let (x, w) = (upload(gpu, &xq, &xs, m, k), upload(gpu, &wq, &ws, n, k));
+        let p = Product::random(gpu, rng, m, n, k);
+        let (x, w) = (&p.x, &p.w);
         let y = gpu.alloc::<f32>(m * n).unwrap();
         y.fill_bytes(0xff).unwrap();
         let fp8 = lt.fp8().unwrap();
         // Pinned first, so that the time is the product's alone.
         fp8.pin(gpu, n, k).unwrap();
         let secs = timed(gpu, || {
-            fp8.matmul(gpu, y.ptr(), x.q.ptr(), x.scale.ptr(), &w, m)
+            fp8.matmul(gpu, y.ptr(), x.q.ptr(), x.scale.ptr(), w, m)
         });
         let got = y.download(gpu, 0, m * n).unwrap();
-        let (want, mag) = product_ref(&xq, &xs, &wq, &ws, m, n, k);
-        // Hopper's fp8 products keep partial sums of about 14 bits until cuBLASLt promotes them
-        // to f32 (fast accumulation off): within about 2^-13 of the terms' magnitude. 2^-10
-        // leaves room for that, and a wrong scale or element is off by its whole size.
-        let worst = got
-            .iter()
-            .zip(&want)
-            .zip(&mag)
-            .map(|((&g, &w), &a)| {
-                if g.is_finite() {
-                    (g as f64 - w).abs() / a.max(1e-30)
-                } else {
-                    f64::INFINITY
-                }
-            })
-            .fold(0f64, f64::max);
+        let worst = p.worst_error(&got);
         c.check(
-            worst <= 1.0 / 1024.0,
+            worst <= FP8_PRODUCT_TOLERANCE,
             format!("fp8 GEMM {scales:?} m={m} n={n} k={k}: worst error {worst:.2e} of the terms' magnitude ({:.3}ms)", secs * 1e3),
         );
         // Rows 4.. of the same product at m - 4 rows, from that offset (its scales 16-byte
@@ -190,14 +223,13 @@ fn gemm_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, scales: Fp8Scales) {
         if m > 4 {
             let part = gpu.alloc::<f32>((m - 4) * n).unwrap();
             part.fill_bytes(0xff).unwrap();
-            fp8.matmul(gpu, part.ptr(), x.q.at(4 * k), x.scale.at(4), &w, m - 4)
+            fp8.matmul(gpu, part.ptr(), x.q.at(4 * k), x.scale.at(4), w, m - 4)
                 .unwrap();
             let a = part.download(gpu, 0, (m - 4) * n).unwrap();
-            let bits = |v: &[f32]| v.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
             c.identical(
                 &format!("fp8 GEMM {scales:?} m={m} n={n} k={k}: rows 4.. alone"),
-                &bits(&a),
-                &bits(&got[4 * n..]),
+                &f32_bits(&a),
+                &f32_bits(&got[4 * n..]),
             );
         }
     }

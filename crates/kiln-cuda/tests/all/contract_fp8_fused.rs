@@ -10,7 +10,7 @@
 use crate::common;
 use common::planted::planted_bugs_fail;
 
-use common::{all, gpu_with_store_or_skip, poisoned, timed, up, Checks, Rng};
+use common::{all, f32_bits, gpu_with_store_or_skip, poisoned, timed, up, Checks, Rng};
 use kiln_cuda::device::{DevBuf, Gpu};
 use kiln_cuda::fp8_rows::Fp8Rows;
 use kiln_cuda::store::StoreBuf;
@@ -56,10 +56,6 @@ impl Rows {
     }
 }
 
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
-}
-
 /// The fused launch's outputs against the pair's, and its fp8 rows against the host's
 /// quantisation of the rows it stored.
 fn same_rows(gpu: &Gpu, c: &mut Checks, case: &str, pair: &Rows, fused: &Rows) {
@@ -67,15 +63,15 @@ fn same_rows(gpu: &Gpu, c: &mut Checks, case: &str, pair: &Rows, fused: &Rows) {
     let seen = stored_of(fused);
     c.identical(
         &format!("{case}: stored rows"),
-        &bits(&seen),
-        &bits(&stored_of(pair)),
+        &f32_bits(&seen),
+        &f32_bits(&stored_of(pair)),
     );
     let (q, s) = (all(gpu, &fused.q), all(gpu, &fused.s));
     c.identical(&format!("{case}: fp8 bytes"), &q, &all(gpu, &pair.q));
     c.identical(
         &format!("{case}: scales"),
-        &bits(&s),
-        &bits(&all(gpu, &pair.s)),
+        &f32_bits(&s),
+        &f32_bits(&all(gpu, &pair.s)),
     );
     let mut want_q = vec![0u8; seen.len()];
     let want_s: Vec<f32> = seen
@@ -84,7 +80,7 @@ fn same_rows(gpu: &Gpu, c: &mut Checks, case: &str, pair: &Rows, fused: &Rows) {
         .map(|(row, out)| quantize_row(row, out))
         .collect();
     c.check(
-        q == want_q && bits(&s) == bits(&want_s),
+        q == want_q && f32_bits(&s) == f32_bits(&want_s),
         format!("{case}: fp8 rows as the host quantises the stored rows"),
     );
 }
@@ -127,8 +123,8 @@ fn norm_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
             );
             c.identical(
                 &format!("{case}: residual stream"),
-                &bits(&all(gpu, &x_fused)),
-                &bits(&all(gpu, &x_pair)),
+                &f32_bits(&all(gpu, &x_fused)),
+                &f32_bits(&all(gpu, &x_pair)),
             );
             same_rows(gpu, c, &case, &pair, &fused);
         }

@@ -5,10 +5,10 @@
 //! of rows (launches of up to 64 rows, four entries by row count).
 
 use crate::common;
-use crate::contract_fp8::{host_rows, product_ref, upload};
+use crate::contract_fp8::{Product, FP8_PRODUCT_TOLERANCE};
 use common::planted::planted_bugs_fail;
 
-use common::{all, from_bf16, gpu_or_skip, poisoned, timed, to_bf16, Checks, Rng};
+use common::{all, f32_bits, gpu_or_skip, poisoned, timed, Checks, Rng};
 use kiln_cuda::device::Gpu;
 use kiln_cuda::fp8_rows::{Fp8Matrix, Fp8Rows};
 
@@ -17,10 +17,6 @@ fn rows_of(x: &Fp8Matrix, from: usize) -> Fp8Rows {
         q: x.q.at(from * x.cols),
         scale: x.scale.at(from),
     }
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
 }
 
 fn skinny_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
@@ -36,25 +32,15 @@ fn skinny_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
         (100, 96, 208),
         (5, 2056, 14_336),
     ] {
-        let (xq, xs) = host_rows(&from_bf16(&to_bf16(&rng.vec(m * k, 3.0))), k);
-        let (wq, ws) = host_rows(&from_bf16(&to_bf16(&rng.vec(n * k, 0.05))), k);
-        let (x, w) = (upload(gpu, &xq, &xs, m, k), upload(gpu, &wq, &ws, n, k));
+        let p = Product::random(gpu, rng, m, n, k);
+        let (x, w) = (&p.x, &p.w);
         let y = poisoned::<f32>(gpu, m * n);
-        let secs = timed(gpu, || gpu.fp8_skinny(y.ptr(), rows_of(&x, 0), &w, m));
+        let secs = timed(gpu, || gpu.fp8_skinny(y.ptr(), rows_of(x, 0), w, m));
         let got = all(gpu, &y);
-        let (want, mag) = product_ref(&xq, &xs, &wq, &ws, m, n, k);
-        let worst = got
-            .iter()
-            .zip(&want)
-            .zip(&mag)
-            .map(|((&g, &w), &a)| match g.is_finite() {
-                true => (g as f64 - w).abs() / a.max(1e-30),
-                false => f64::INFINITY,
-            })
-            .fold(0f64, f64::max);
+        let worst = p.worst_error(&got);
         let case = format!("fp8 skinny m={m} n={n} k={k}");
         c.check(
-            worst <= 1.0 / 1024.0,
+            worst <= FP8_PRODUCT_TOLERANCE,
             format!(
                 "{case}: worst error {worst:.2e} of the terms' magnitude ({:.3}ms)",
                 secs * 1e3
@@ -63,21 +49,20 @@ fn skinny_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
         // Each of a few rows alone (a one-row launch from its offset), and rows 3.. together.
         for r in [0, m / 2, m - 1] {
             let alone = poisoned::<f32>(gpu, n);
-            gpu.fp8_skinny(alone.ptr(), rows_of(&x, r), &w, 1).unwrap();
+            gpu.fp8_skinny(alone.ptr(), rows_of(x, r), w, 1).unwrap();
             c.identical(
                 &format!("{case}: row {r} alone"),
-                &bits(&all(gpu, &alone)),
-                &bits(&got[r * n..(r + 1) * n]),
+                &f32_bits(&all(gpu, &alone)),
+                &f32_bits(&got[r * n..(r + 1) * n]),
             );
         }
         if m > 3 {
             let part = poisoned::<f32>(gpu, (m - 3) * n);
-            gpu.fp8_skinny(part.ptr(), rows_of(&x, 3), &w, m - 3)
-                .unwrap();
+            gpu.fp8_skinny(part.ptr(), rows_of(x, 3), w, m - 3).unwrap();
             c.identical(
                 &format!("{case}: rows 3.. together"),
-                &bits(&all(gpu, &part)),
-                &bits(&got[3 * n..]),
+                &f32_bits(&all(gpu, &part)),
+                &f32_bits(&got[3 * n..]),
             );
         }
     }

@@ -8,7 +8,7 @@
 
 use crate::common;
 
-use common::{from_bf16, gpu_or_skip, round_bf16, timed, to_bf16, Checks, Rng};
+use common::{f32_bits, from_bf16, gpu_or_skip, round_bf16, timed, to_bf16, Checks, Rng};
 use kiln_cuda::device::{DevBuf, Gpu};
 use kiln_model::{Activation, PerLayerInputSpec};
 
@@ -285,11 +285,10 @@ fn fused_post_norm_cases(g: &Gpu, rng: &mut Rng, c: &mut Checks) {
                 _ => sum.clone(),
             };
             c.close(&format!("{case} x"), &got_x, &want_x, 1e-5, 1e-5, secs);
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             c.identical(
                 &format!("{case} x == two launches"),
-                &bits(&got_x),
-                &bits(&two_x),
+                &f32_bits(&got_x),
+                &f32_bits(&two_x),
             );
             if mode == "scale" {
                 continue;

@@ -13,7 +13,7 @@ use crate::common;
 
 use common::planted::planted_module;
 use common::rope_case::RopeCase;
-use common::{all, gpu_or_skip, poisoned, to_bf16, up, Checks, Rng};
+use common::{all, f32_bits, gpu_or_skip, poisoned, to_bf16, up, Checks, Rng};
 use kiln_cuda::device::{DevBuf, Gpu, Lane};
 use kiln_cuda::quant_gemm::{quant_skinny_all, quant_skinny_fused};
 use kiln_cuda::quant_layout::{repack, GpuQuant};
@@ -30,10 +30,6 @@ fn formats(quick: bool) -> Vec<GpuQuant> {
     } else {
         GpuQuant::ALL.to_vec()
     }
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
 }
 
 /// A matrix of `parts` (format, rows) segments of k columns, random blocks, each segment stored
@@ -135,8 +131,8 @@ fn orders_match(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, row_counts: &[usize], 
             c.identical(&format!("{v} expansion (words)"), &b[1], &a[1]);
             for &m in row_counts {
                 let x = x_rows(gpu, rng, m, k);
-                let want = bits(&all(gpu, &plain(gpu, &nat, &x, m)));
-                let got = bits(&all(gpu, &plain(gpu, &ord, &x, m)));
+                let want = f32_bits(&all(gpu, &plain(gpu, &nat, &x, m)));
+                let got = f32_bits(&all(gpu, &plain(gpu, &ord, &x, m)));
                 c.identical(&format!("{v} m={m}"), &got, &want);
             }
         }
@@ -163,8 +159,8 @@ fn add_matches(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, row_counts: &[usize], q
             quant_skinny_fused(gpu, &w, &Epilogue::Add { y: got.ptr() }, x.ptr(), m).unwrap();
             c.identical(
                 &format!("add {q:?} m={m}"),
-                &bits(&all(gpu, &got)),
-                &bits(&all(gpu, &resid)),
+                &f32_bits(&all(gpu, &got)),
+                &f32_bits(&all(gpu, &resid)),
             );
         }
     }

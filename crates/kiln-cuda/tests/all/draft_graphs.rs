@@ -11,7 +11,7 @@ use crate::common;
 use crate::common::assistant;
 use crate::common::models;
 
-use common::{gpu_or_skip, Checks};
+use common::{f32_bits, gpu_or_skip, Checks};
 use kiln_cuda::CudaBackend;
 use kiln_model::dummy::DummySource;
 use kiln_model::WeightSource;
@@ -101,8 +101,8 @@ fn check_model(
             for s in 0..k {
                 c.identical(
                     &format!("{case}: {what} step {s} logits"),
-                    &bits(&d.logits[s]),
-                    &bits(&eager.logits[s]),
+                    &f32_bits(&d.logits[s]),
+                    &f32_bits(&eager.logits[s]),
                 );
             }
         }
@@ -129,10 +129,6 @@ fn check_model(
 
 fn flat(t: &[Vec<u32>]) -> Vec<u32> {
     t.concat()
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
 }
 
 #[test]

@@ -235,6 +235,11 @@ pub fn timed(gpu: &Gpu, f: impl FnOnce() -> anyhow::Result<()>) -> f64 {
     t.elapsed().as_secs_f64()
 }
 
+/// The bits of f32 values, for comparisons that must be exact (NaN included).
+pub fn f32_bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
 /// `v` on the device.
 pub fn up<T: Copy + Default>(gpu: &Gpu, v: &[T]) -> DevBuf<T> {
     let d = gpu.alloc::<T>(v.len()).unwrap();

@@ -9,7 +9,7 @@ use kiln_cuda::step_plan::{pack_step, StepLayout};
 use kiln_cuda::StoreType;
 use kiln_step::ChunkInput;
 
-use super::common::{timed, Checks, Rng};
+use super::common::{f32_bits, timed, Checks, Rng};
 use super::reference::{attn_ref, PagedKv};
 use super::stored_vec;
 
@@ -171,11 +171,10 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case) {
     });
     let split = outs[0].download_f32(gpu, 0, q.len()).unwrap();
     let whole = outs[1].download_f32(gpu, 0, q.len()).unwrap();
-    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     c.identical(
         &format!("decode_attn {name}: rows in windows of 5 == all rows in one launch"),
-        &bits(&split),
-        &bits(&whole),
+        &f32_bits(&split),
+        &f32_bits(&whole),
     );
     let slow = outs[2].download_f32(gpu, 0, q.len()).unwrap();
     let (atol, rtol) = match store {

@@ -6,7 +6,7 @@ use kiln_cuda::device::Gpu;
 use kiln_cuda::gemm_lt::LtGemm;
 use kiln_cuda::StoreType;
 
-use super::common::{timed, Checks, Rng};
+use super::common::{f32_bits, timed, Checks, Rng};
 use super::stored_vec;
 
 fn reference(x: &[f32], w: &[f32], rows: &[usize], n: usize, k: usize) -> Vec<f64> {
@@ -86,14 +86,13 @@ pub fn lt_gemm(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
             lt.matmul(gpu, ys.ptr(), dx.at(from * k), dw.ptr(), sub, n, k)
                 .unwrap();
             let part = ys.download(gpu, 0, sub * n).unwrap();
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             c.identical(
                 &format!(
                     "{store} m={m} n={n} k={k}: rows {from}..{} alone vs in the batch",
                     from + sub
                 ),
-                &bits(&part),
-                &bits(&got[from * n..(from + sub) * n]),
+                &f32_bits(&part),
+                &f32_bits(&got[from * n..(from + sub) * n]),
             );
         }
     }

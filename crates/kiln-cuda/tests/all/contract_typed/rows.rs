@@ -4,7 +4,7 @@ use kiln_cuda::device::Gpu;
 use kiln_cuda::kernels::{KvView, QkvKind};
 use kiln_cuda::store::StoreBuf;
 
-use super::common::{timed, Checks, Rng};
+use super::common::{f32_bits, timed, Checks, Rng};
 use super::reference::{qkv_ref, rmsnorm_ref, silu_mul_ref, QkvShape};
 use super::{rounded, stored_vec};
 
@@ -18,10 +18,6 @@ fn poisoned(gpu: &Gpu, len: usize) -> StoreBuf {
     let d = gpu.alloc_store(len).unwrap();
     d.fill_bytes(0xff).unwrap();
     d
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
 }
 
 pub fn row_kernels(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
@@ -156,12 +152,12 @@ pub fn row_kernels(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
     gpu.f32_to_store(dst.ptr(), src.ptr(), v.len()).unwrap();
     let got = dst.download_f32(gpu, 0, v.len()).unwrap();
     let want: Vec<f32> = v.iter().map(|&x| store.round(x)).collect();
-    c.identical("f32_to_store_copy", &bits(&got), &bits(&want));
+    c.identical("f32_to_store_copy", &f32_bits(&got), &f32_bits(&want));
     let back = gpu.alloc::<f32>(v.len()).unwrap();
     back.fill_bytes(0xff).unwrap();
     gpu.store_to_f32(back.ptr(), dst.ptr(), v.len()).unwrap();
     let back = back.download(gpu, 0, v.len()).unwrap();
-    c.identical("store_to_f32_copy", &bits(&back), &bits(&want));
+    c.identical("store_to_f32_copy", &f32_bits(&back), &f32_bits(&want));
 
     // Dummy weights: the host's function rounded to the format, bit for bit; fills exact.
     let n = 1_000_003;
@@ -175,8 +171,8 @@ pub fn row_kernels(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
         .collect();
     c.identical(
         &format!("dummy_fill n={n} ({:.3}ms)", secs * 1e3),
-        &bits(&got),
-        &bits(&want),
+        &f32_bits(&got),
+        &f32_bits(&want),
     );
     gpu.fill_store(d.ptr(), 1001, 1.0).unwrap();
     let got = d.download_f32(gpu, 0, 1002).unwrap();
