@@ -246,6 +246,29 @@ __device__ __forceinline__ uint4 ld_16(const void* p) {
     return *reinterpret_cast<const uint4*>(p);
 }
 
+// Loads of memory no kernel writes (weights), issued where they stand in the code, before
+// pdl_wait, so that they come in while the kernel ahead ends: volatile and coherent. The
+// compiler put griddepcontrol.wait ahead of plain loads of read-only data, and ahead of volatile
+// ld.global.nc ones too (sm_90 SASS, NVRTC 13.0, 2026-12-04; the test sass_order checks it).
+// One stored value:
+__device__ __forceinline__ store_t ld_store_here(const store_t* p) {
+#if defined(KILN_STORE_F32)
+    float v;
+    asm volatile("ld.global.f32 %0, [%1];" : "=f"(v) : "l"(p));
+#else
+    unsigned short v;
+    asm volatile("ld.global.u16 %0, [%1];" : "=h"(v) : "l"(p));
+#endif
+    return (store_t)v;
+}
+// 16 bytes of a streamed weight, kept out of L1 as ld_stream_16 does:
+__device__ __forceinline__ uint4 ld_weight_16_here(const void* p) {
+    uint4 r;
+    asm volatile("ld.global.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+    return r;
+}
+
 // One 16-byte store, whatever registers hold v: nvcc may split a uint4 store into four 4-byte
 // stores when v's words are not in four consecutive registers (it did in quant_to_bf16_q8_0,
 // whose expansion then wrote at three quarters of Q4_K's rate).

@@ -137,16 +137,6 @@ __device__ __forceinline__ void mma_e4m3_16832(float* d, const u32* a, const u32
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// 16 bytes of a weight, loaded where the load stands: a volatile coherent load stays before
-// pdl_wait (the compiler puts griddepcontrol.wait ahead of .nc loads; norm_rows.cuh), and
-// L1::no_allocate keeps the stream out of L1 as ld_stream_16 does.
-__device__ __forceinline__ uint4 ld_weight_16_here(const void* p) {
-    uint4 r;
-    asm volatile("ld.global.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
-    return r;
-}
-
 template <int NT, int U>
 __device__ __forceinline__ void skinny_fp8_body(float* __restrict__ y, const unsigned char* __restrict__ x,
                                                 const float* __restrict__ xs, const unsigned char* __restrict__ w,

@@ -4,23 +4,9 @@
 
 // The norm weight's first NORM_WPRE elements per thread (all of them for hidden <= 8 x block, the
 // launch's rule): loaded before pdl_wait, so when started as a dependent launch the weight comes
-// in while the previous kernel ends (it never changes); the rest are read when used.
+// in while the previous kernel ends (it never changes; ld_store_here, common.cuh); the rest are
+// read when used.
 #define NORM_WPRE 8
-
-// A stored value of memory no kernel writes, loaded where it stands in the code: a volatile,
-// coherent load stays before pdl_wait. The compiler put griddepcontrol.wait ahead of the plain
-// loads of the read-only weight, and ahead of volatile ld.global.nc ones too (sm_90 SASS,
-// NVRTC 13.0, 2026-12-04), so the weight came in only after the previous kernel had ended.
-__device__ __forceinline__ store_t ld_store_here(const store_t* p) {
-#if defined(KILN_STORE_F32)
-    float v;
-    asm volatile("ld.global.f32 %0, [%1];" : "=f"(v) : "l"(p));
-#else
-    unsigned short v;
-    asm volatile("ld.global.u16 %0, [%1];" : "=h"(v) : "l"(p));
-#endif
-    return (store_t)v;
-}
 
 __device__ __forceinline__ void norm_weight_prefetch(const store_t* __restrict__ w, int hidden,
                                                      store_t (&wv)[NORM_WPRE]) {

@@ -46,10 +46,10 @@ fn options(src: &KernelSource, arch: u32, store: StoreType) -> Result<Vec<String
     opts.extend(src.build_store(store).nvrtc_define().map(String::from));
     // The block boundaries that keep ptxas's order where the source has it, each with its off
     // switch (a build without it, for A/B runs).
-    let sw = crate::switches::Switches::from_env();
+    let sw = || crate::switches::Switches::from_env();
     let off = match src.name {
-        "flash_sm90" => (!sw.flash_fence).then_some("-DKILN_FLASH_NO_SCHED_FENCE"),
-        "quant_gemm" => sw.quant_fence.then_some("-DKILN_QUANT_HOIST_FENCE"),
+        "flash_sm90" => (!sw().flash_fence).then_some("-DKILN_FLASH_NO_SCHED_FENCE"),
+        "quant_gemm" => sw().quant_fence.then_some("-DKILN_QUANT_HOIST_FENCE"),
         _ => None,
     };
     opts.extend(off.map(String::from));
