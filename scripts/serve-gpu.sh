@@ -19,7 +19,8 @@
 #   SWEEP_CLIENTS=128; "" for none), PROMPT_WORDS (400), MAX_TOKENS (128), BENCH (1; 0 skips it),
 #   BUDGET_S (330: sweep servers that would start later are skipped), SEQS (--max-num-seqs values
 #   also run at SWEEP_CLIENTS; "" by default), OVERLAP_OFF (1; 0 runs the levels with overlap on only),
-#   SERVE_ARGS (arguments every server gets, e.g. "--decode-gemm prefill-order"; none by default).
+#   SERVE_ARGS (arguments every server gets, e.g. "--decode-gemm prefill-order"; none by default),
+#   BENCH_ARGS (what `kiln bench` gets; SERVE_ARGS by default, so the ratios compare one mode).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OUT="${OUT:-$PWD/serve-gpu-out}"

@@ -41,6 +41,9 @@ BENCH = os.environ.get("BENCH", "1") != "0"
 BUDGET_S = float(os.environ.get("BUDGET_S", "330"))
 # Arguments every server of the run gets (e.g. "--decode-gemm prefill-order").
 SERVE_ARGS = os.environ.get("SERVE_ARGS", "").split()
+# The bench's figures are the ratios' base, so it runs the model as the servers do
+# (--quantize, --decode-gemm); BENCH_ARGS replaces them where SERVE_ARGS holds a serve-only flag.
+BENCH_ARGS = os.environ.get("BENCH_ARGS", os.environ.get("SERVE_ARGS", "")).split()
 URL = f"http://127.0.0.1:{PORT}"
 PHASES = ["admit", "schedule", "launch", "wait", "sample", "output", "device_busy", "device_idle"]
 HOST = ["admit", "schedule", "launch", "sample", "output"]
@@ -210,7 +213,7 @@ def same(a, b, tol=2e-5):
 def bench():
     path = os.path.join(OUT, "bench.json")
     cmd = [BIN, "bench", "--model", MODEL, "--device", DEVICE, "--prefill", "none", "--decode", str(MAX_TOKENS),
-           "--depth", "0", "--concurrency", "1,128", "--repeats", "2", "--json", path]
+           "--depth", "0", "--concurrency", "1,128", "--repeats", "2", "--json", path, *BENCH_ARGS]
     log("bench: " + " ".join(cmd))
     with open(os.path.join(OUT, "bench.log"), "w") as f:
         r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=300)
