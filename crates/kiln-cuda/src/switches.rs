@@ -134,11 +134,10 @@ pub struct Switches {
     /// row run and head group, no combine launch) or write them for decode_mma_combine; the
     /// same bits either way.
     pub decode_fold: DecodeFold,
-    /// KILN_ATTN_EARLY=1: decode_mma issues its first K/V steps of keys written before the
-    /// step ahead of griddepcontrol.wait, so they stream in while the QKV GEMM before it ends
-    /// (same bits). Opt-in: on the H200 (2026-12-04) +0.4% at batch 1 and depth 8k, and its
-    /// decode_mma contract has not yet been seen to finish (its last case, 128k keys, ran
-    /// past two calls' time limits after 1,598 checks had passed).
+    /// KILN_ATTN_EARLY (on; `0` off): decode_mma issues its first K/V steps of keys written
+    /// before the step ahead of griddepcontrol.wait, so they stream in while the QKV GEMM
+    /// before it ends (same bits: its whole contract, 1,965 checks, on the H200 2026-12-05).
+    /// H200, 2026-12-04: +0.1% at batch 1, +0.4% at depth 8k, +0.8% at 32 streams and 8k.
     pub attn_early: bool,
     /// KILN_DECODE_LOOKAHEAD=1: decode_mma computes each step's scores one step ahead, beside
     /// the previous step's softmax and P V (`decode_mma_la_*`, head dims up to 128, launches

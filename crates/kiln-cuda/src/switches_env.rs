@@ -89,7 +89,7 @@ impl Env {
                     Some("1") => DecodeFold::Always,
                     _ => DecodeFold::Auto,
                 },
-                attn_early: opt_in("KILN_ATTN_EARLY"),
+                attn_early: on("KILN_ATTN_EARLY"),
                 decode_lookahead: opt_in("KILN_DECODE_LOOKAHEAD"),
                 decode_split_ctas: SplitCtas::parse(var("KILN_DECODE_SPLIT_CTAS").as_deref()),
                 tc_split_from: match var("KILN_SKINNY_TC_SPLIT").as_deref() {

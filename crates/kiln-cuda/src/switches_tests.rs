@@ -81,7 +81,7 @@ fn each_variable_turns_off_its_own_switch() {
     assert!(!sw(&[]).fp8_skinny && sw(&[("KILN_FP8_SKINNY", "1")]).fp8_skinny);
     assert!(sw(&[]).flash_fence && !sw(&[("KILN_FLASH_FENCE", "0")]).flash_fence);
     assert!(!sw(&[]).quant_fence && sw(&[("KILN_QUANT_FENCE", "1")]).quant_fence);
-    assert!(!sw(&[]).attn_early && sw(&[("KILN_ATTN_EARLY", "1")]).attn_early);
+    assert!(sw(&[]).attn_early && !sw(&[("KILN_ATTN_EARLY", "0")]).attn_early);
     let la = |vars: &[(&str, &str)]| sw(vars).decode_lookahead;
     assert!(!la(&[]) && la(&[("KILN_DECODE_LOOKAHEAD", "on")]));
     let wide = |v| read(&[("KILN_FLASH_WIDE", v)]).switches.flash_wide_split;
