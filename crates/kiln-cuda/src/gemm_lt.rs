@@ -286,7 +286,7 @@ impl LtGemm {
     }
 
     /// Runs `algo` on generated data at the reference m and at a few small m (one at a row
-    /// offset) and compares the overlapping rows bit for bit.
+    /// offset) and compares the overlapping rows bit for bit (lt_calls::rows_invariant).
     fn invariant_on_device(
         &self,
         gpu: &Gpu,
@@ -299,37 +299,10 @@ impl LtGemm {
         let w = gpu.alloc_store(n * k)?;
         gpu.dummy_fill(x.ptr(), m * k, 0x5eed)?;
         gpu.dummy_fill(w.ptr(), n * k, 0xfeed)?;
-        let full = gpu.alloc::<f32>(m * n)?;
-        let part = gpu.alloc::<f32>(37 * n)?;
-        let store = GemmOut::Store;
-        self.run(
-            gpu,
-            Some(algo),
-            store,
-            full.ptr(),
-            x.ptr(),
-            w.ptr(),
-            m,
-            n,
-            k,
-        )?;
-        for (off, rows) in [(0, 1), (0, 37), (m - 5, 5)] {
-            self.run(
-                gpu,
-                Some(algo),
-                store,
-                part.ptr(),
-                x.at(off * k),
-                w.ptr(),
-                rows,
-                n,
-                k,
-            )?;
-            if !lt_calls::same_bits(gpu, (&part, 0), (&full, off * n), rows * n)? {
-                return Ok(false);
-            }
-        }
-        Ok(true)
+        lt_calls::rows_invariant(gpu, m, n, m - 5, |y, first, rows| {
+            let x = x.at(first * k);
+            self.run(gpu, Some(algo), GemmOut::Store, y, x, w.ptr(), rows, n, k)
+        })
     }
 
     /// y[m, n] = x[m, k] . w[n, k]^T, queued on the stream.

@@ -229,6 +229,32 @@ pub(crate) fn same_bits(
     Ok(a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()))
 }
 
+/// Whether an algorithm's rows do not depend on the rows beside them: `run(y, first, rows)`
+/// computes rows `first..first + rows` of a generated product into `y`; rows 1 and 37 from
+/// the first and the last `m - tail` from `tail` must each be bit for bit what the whole m-row
+/// run gives. A run that fails is a failed check (a candidate that cannot run every step).
+pub(crate) fn rows_invariant(
+    gpu: &Gpu,
+    m: usize,
+    n: usize,
+    tail: usize,
+    run: impl Fn(u64, usize, usize) -> Result<()>,
+) -> Result<bool> {
+    let full = gpu.alloc::<f32>(m * n)?;
+    let part = gpu.alloc::<f32>(37.max(m - tail) * n)?;
+    if run(full.ptr(), 0, m).is_err() {
+        return Ok(false);
+    }
+    for (first, rows) in [(0, 1), (0, 37), (tail, m - tail)] {
+        if run(part.ptr(), first, rows).is_err()
+            || !same_bits(gpu, (&part, 0), (&full, first * n), rows * n)?
+        {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// Y = alpha X . W^T + beta Y, queued on `stream`, with `algo` (None: cuBLASLt's own
 /// choice); `workspace` is the device buffer's address and size.
 #[allow(clippy::too_many_arguments)]
