@@ -206,7 +206,19 @@ fn assistant_drafts_are_what_a_fresh_target_drafts() {
     };
     let reqs = assistant_requests();
     let want = plain_outcomes_of(&reqs);
-    // No prefix cache: a sequence's first block is its own (the tracking's key).
+    drafted_through(checked, &reqs, &want, "checked drafts");
+    assert!(*calls.lock().unwrap() > 20);
+}
+
+/// Runs `reqs` together through an engine drafting with `checked`'s own draft model (four tokens
+/// a draft), checks each output against `want` and returns the engine's counters. No prefix
+/// cache: a sequence's first block is its own (the checks' key).
+fn drafted_through(
+    checked: Checked,
+    reqs: &[GenerateRequest],
+    want: &[Outcome],
+    what: &str,
+) -> kiln_engine::EngineStats {
     let mut cfg = config();
     cfg.prefix_cache = false;
     let tok = tokenizer(&DummySource::preset("gemma4-tiny").unwrap());
@@ -221,11 +233,12 @@ fn assistant_drafts_are_what_a_fresh_target_drafts() {
         Some((Box::new(BackendDrafter), draft_cfg)),
     );
     let streams: Vec<_> = reqs.iter().map(|r| e.submit(r.clone()).unwrap()).collect();
-    for (s, w) in streams.into_iter().zip(&want) {
-        same(&collect(s), w, "checked drafts");
+    for (s, w) in streams.into_iter().zip(want) {
+        same(&collect(s), w, what);
     }
+    let st = e.stats();
     e.shutdown();
-    assert!(*calls.lock().unwrap() > 20);
+    st
 }
 
 /// Dummy weights that make a model repeat its last token (an echo): the blocks add almost
@@ -322,25 +335,7 @@ fn kept_assistant_drafts_leave_the_right_hidden_row() {
     let plain = kiln_engine::start(Box::new(echo_backend()), tokenizer_of(&source), config());
     let want: Vec<Outcome> = reqs.iter().map(|r| run(&plain, r.clone())).collect();
     plain.shutdown();
-    let mut cfg = config();
-    cfg.prefix_cache = false;
-    let tok = tokenizer(&DummySource::preset("gemma4-tiny").unwrap());
-    let draft_cfg = DraftConfig {
-        max_tokens: 4,
-        max_batch: 64,
-    };
-    let e = kiln_engine::start_with_drafter(
-        Box::new(checked),
-        tok,
-        cfg,
-        Some((Box::new(BackendDrafter), draft_cfg)),
-    );
-    let streams: Vec<_> = reqs.iter().map(|r| e.submit(r.clone()).unwrap()).collect();
-    for (s, w) in streams.into_iter().zip(&want) {
-        same(&collect(s), w, "echo drafts");
-    }
-    let st = e.stats();
-    e.shutdown();
+    let st = drafted_through(checked, &reqs, &want, "echo drafts");
     // Most drafts are kept, and the drafts after them were checked.
     assert!(st.draft_accepted * 2 > st.draft_proposed, "{st:?}");
     assert!(*calls.lock().unwrap() > 20);
