@@ -12,25 +12,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/attn-gpu-out}"
 mkdir -p "$OUT"
-export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export KILN_REQUIRE_GPU=1
-export KILN_KERNEL_CACHE="${KILN_KERNEL_CACHE:-/tmp/kiln-kernel-cache}"
-export RUST_BACKTRACE=0
-manifest=.carry/manifest.txt
-summary="$OUT/summary.txt"
-: > "$summary"
-say() { echo "$*" | tee -a "$summary"; }
-[ -f "$manifest" ] || { echo "FAIL: $manifest missing (run scripts/build-gpu-carry.sh first)"; exit 1; }
-for f in .carry/bin/*.xz; do [ -f "$f" ] && xz -df "$f"; done
-exe() { awk -v k="$1" -v n="$2" '$1==k && $2==n {print ".carry/"$3}' "$manifest"; }
-start=$(date +%s)
-TOTAL_S=${TOTAL_S:-175}
-left() { echo $(( TOTAL_S - ($(date +%s) - start) )); }
-# Runs "$@" for at most min($1, time left) seconds.
-budget() { local t=$1; shift; local l; l=$(left); [ "$l" -lt "$t" ] && t=$l; [ "$t" -lt 5 ] && return 124; timeout "$t" "$@"; }
-checks() { echo "$(grep -c '\] PASS ' "$1") pass, $(grep -c '\] FAIL \|panicked' "$1") fail"; }
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader 2>&1 | head -1 | tee -a "$summary"
-bench=$(exe bench cuda_bench)
+source scripts/carry-run-env.sh
 
 # 1. The contract, each family in a process of its own (a kernel that faults takes its
 # process's CUDA context with it; a hang costs only its own time). The first run compiles the
