@@ -14,7 +14,7 @@
 use std::process::Command;
 
 use crate::common::planted::planted_module;
-use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
+use kiln_cuda::kernel_sources::{source, KernelSource};
 use kiln_cuda::nvrtc_build::{compile_cubin_with_log, nvrtc_present};
 use kiln_cuda::StoreType;
 
@@ -91,14 +91,25 @@ fn exps_between_waits(lines: &[String]) -> Vec<usize> {
     found
 }
 
+/// `count` over the SASS of each entry of `src` (built with `extra`) that `keep` names.
+fn per_entry(
+    nvdisasm: &str,
+    src: &KernelSource,
+    extra: &[&str],
+    keep: impl Fn(&str) -> bool,
+    count: impl Fn(&[String]) -> Vec<usize>,
+) -> Vec<(String, Vec<usize>)> {
+    sass(nvdisasm, src, extra)
+        .into_iter()
+        .filter(|(name, _)| keep(name))
+        .map(|(name, lines)| (name, count(&lines)))
+        .collect()
+}
+
 /// Each overlapped entry's stretches between its two waits, by entry.
 fn overlapped_loops(nvdisasm: &str, src: &KernelSource) -> Vec<(String, Vec<usize>)> {
     let overlapped = |n: &str| n.starts_with("flash_sm90o_") || n.starts_with("flash_sm90p_");
-    sass(nvdisasm, src, &[])
-        .into_iter()
-        .filter(|(name, _)| overlapped(name))
-        .map(|(name, lines)| (name, exps_between_waits(&lines)))
-        .collect()
+    per_entry(nvdisasm, src, &[], overlapped, exps_between_waits)
 }
 
 #[test]
@@ -106,7 +117,7 @@ fn flash_softmax_runs_beside_the_previous_p_v() {
     let Some(nvdisasm) = tools() else {
         return;
     };
-    let src = SOURCES.iter().find(|s| s.name == "flash_sm90").unwrap();
+    let src = source("flash_sm90").unwrap();
     let loops = overlapped_loops(&nvdisasm, src);
     assert_eq!(
         loops.len(),
@@ -157,12 +168,8 @@ fn loads_after_record_waits(lines: &[String]) -> Vec<usize> {
 }
 
 fn quant_hoists(nvdisasm: &str, extra: &[&str]) -> Vec<(String, Vec<usize>)> {
-    let src = SOURCES.iter().find(|s| s.name == "quant_gemm").unwrap();
-    sass(nvdisasm, src, extra)
-        .into_iter()
-        .filter(|(name, _)| hoists(name))
-        .map(|(name, lines)| (name, loads_after_record_waits(&lines)))
-        .collect()
+    let src = source("quant_gemm").unwrap();
+    per_entry(nvdisasm, src, extra, hoists, loads_after_record_waits)
 }
 
 #[test]
@@ -217,7 +224,7 @@ fn prefetched_weights_load_before_the_wait() {
         ("fp8", "skinny_fp8_64", 4),
     ];
     for module in ["elementwise", "fp8"] {
-        let src = SOURCES.iter().find(|s| s.name == module).unwrap();
+        let src = source(module).unwrap();
         let entries = sass(&nvdisasm, src, &[]);
         for &(_, entry, want) in cases.iter().filter(|c| c.0 == module) {
             let (_, lines) = entries

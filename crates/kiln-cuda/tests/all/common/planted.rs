@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use kiln_cuda::device::Gpu;
-use kiln_cuda::kernel_sources::{KernelSource, SOURCES};
+use kiln_cuda::kernel_sources::{source, KernelSource, SOURCES};
 use kiln_cuda::nvrtc_build::{compile_cached, compile_cubin_with_log};
 use kiln_cuda::StoreType;
 
@@ -40,7 +40,7 @@ fn moves_machine_code(edited: &KernelSource, store: StoreType) -> anyhow::Result
 
 /// `module` of [`SOURCES`] with `from`, which it must hold once, replaced by `to`.
 pub fn planted_module(module: &str, from: &str, to: &str) -> KernelSource {
-    let mut src = *SOURCES.iter().find(|s| s.name == module).unwrap();
+    let mut src = *source(module).unwrap();
     assert_eq!(
         src.body.matches(from).count(),
         1,
@@ -139,7 +139,7 @@ fn an_edit_that_moves_no_code_is_seen_as_none() {
     if !kiln_cuda::nvrtc_build::nvrtc_present() {
         return;
     }
-    let src = SOURCES.iter().find(|s| s.name == "draft").unwrap();
+    let src = source("draft").unwrap();
     let body = format!("// a comment\n{}", src.body.replace('\n', "\n\n"));
     let edited = KernelSource {
         body: Box::leak(body.into_boxed_str()),
@@ -161,7 +161,7 @@ fn unplanted(name: &'static str, store: StoreType) -> Arc<Vec<u8>> {
         .or_default()
         .clone();
     cell.get_or_init(|| {
-        let src = SOURCES.iter().find(|s| s.name == name).unwrap();
+        let src = source(name).unwrap();
         let (cubin, _) = compile_cubin_with_log(src, 90, store, FAST)
             .unwrap_or_else(|e| panic!("{name}.cu ({store}): {e:#}"));
         Arc::new(cubin)
