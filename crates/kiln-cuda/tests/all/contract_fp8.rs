@@ -149,7 +149,6 @@ pub(crate) struct Product {
     pub ws: Vec<f32>,
     pub x: Fp8Matrix,
     pub w: Fp8Matrix,
-    pub m: usize,
 }
 
 impl Product {
@@ -164,15 +163,14 @@ impl Product {
             ws,
             x,
             w,
-            m,
         }
     }
 
     /// The worst error of `got` (m x n) against the float64 product, as a fraction of the
     /// terms' magnitude (infinite for a value that is not finite).
     pub fn worst_error(&self, got: &[f32]) -> f64 {
-        let (n, k) = (self.w.rows, self.w.cols);
-        let (want, mag) = product_ref(&self.xq, &self.xs, &self.wq, &self.ws, self.m, n, k);
+        let (m, n, k) = (self.x.rows, self.w.rows, self.w.cols);
+        let (want, mag) = product_ref(&self.xq, &self.xs, &self.wq, &self.ws, m, n, k);
         got.iter()
             .zip(&want)
             .zip(&mag)
