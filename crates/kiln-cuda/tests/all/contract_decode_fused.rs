@@ -16,7 +16,7 @@
 use crate::common;
 
 use common::rope_case::RopeCase;
-use common::{f32_bits, gpu_or_skip, timed, to_bf16, Checks, Rng};
+use common::{all, f32_bits, gpu_or_skip, poisoned, timed, to_bf16, up, Checks, Rng};
 use kiln_cuda::device::{DevBuf, Gpu};
 use kiln_cuda::skinny::SkinnyKind;
 use kiln_cuda::skinny_fused::{Epilogue, NormPrologue};
@@ -26,28 +26,6 @@ use kiln_cuda::switches::{KernelChoice, SkinnyTc};
 
 mod planted;
 mod wgmma;
-
-fn up_f32(gpu: &Gpu, v: &[f32]) -> DevBuf<f32> {
-    let d = gpu.alloc::<f32>(v.len()).unwrap();
-    d.upload(0, v).unwrap();
-    d
-}
-
-fn up_u16(gpu: &Gpu, v: &[u16]) -> DevBuf<u16> {
-    let d = gpu.alloc::<u16>(v.len()).unwrap();
-    d.upload(0, v).unwrap();
-    d
-}
-
-fn poisoned<T: Copy + Default>(gpu: &Gpu, len: usize) -> DevBuf<T> {
-    let d = gpu.alloc::<T>(len).unwrap();
-    d.fill_bytes(0xff).unwrap();
-    d
-}
-
-fn all<T: Copy + Default>(gpu: &Gpu, d: &DevBuf<T>) -> Vec<T> {
-    d.download(gpu, 0, d.len()).unwrap()
-}
 
 /// x [m, k] and w [n, k] in bf16, on the host and the device.
 struct Gemm {
@@ -63,7 +41,7 @@ impl Gemm {
     fn new(gpu: &Gpu, rng: &mut Rng, m: usize, n: usize, k: usize) -> Gemm {
         let x = to_bf16(&rng.vec(m * k, 1.0));
         let w = to_bf16(&rng.vec(n * k, 1.0));
-        let (dx, dw) = (up_u16(gpu, &x), up_u16(gpu, &w));
+        let (dx, dw) = (up(gpu, &x), up(gpu, &w));
         Gemm { n, k, x, w, dx, dw }
     }
 
@@ -341,16 +319,16 @@ fn add_matches(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, paths: &[Path], row_cou
         let g = Gemm::new(gpu, rng, m, n, k);
         let x0 = rng.vec(m * n, 4.0);
         let delta = g.skinny(gpu, g.dx.ptr(), m);
-        let xr = up_f32(gpu, &x0);
+        let xr = up(gpu, &x0);
         let (nw, normed) = (
-            up_u16(gpu, &to_bf16(&vec![1.0; n])),
+            up(gpu, &to_bf16(&vec![1.0; n])),
             gpu.alloc::<u16>(m * n).unwrap(),
         );
         gpu.rmsnorm_residual(xr.ptr(), delta.ptr(), nw.ptr(), normed.ptr(), m, n, 1e-5)
             .unwrap();
         let want = f32_bits(&all(gpu, &xr));
         for &p in paths {
-            let xf = up_f32(gpu, &x0);
+            let xf = up(gpu, &x0);
             p.run(gpu, &Epilogue::Add { y: xf.ptr() }, None, g.dx.ptr(), &g, m);
             c.identical(
                 &format!("add {p:?} m={m}"),
@@ -415,9 +393,9 @@ fn norm_matches(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, row_counts: &[usize]) 
         for &m in row_counts.iter().filter(|&&m| m <= 8) {
             let x = rng.vec(m * kh, 3.0);
             let nw: Vec<f32> = (0..kh).map(|_| rng.uniform(0.5, 1.5)).collect();
-            let nw = up_u16(gpu, &to_bf16(&nw));
+            let nw = up(gpu, &to_bf16(&nw));
             let normed = poisoned::<u16>(gpu, m * kh);
-            let xr = up_f32(gpu, &x);
+            let xr = up(gpu, &x);
             gpu.rmsnorm_residual(xr.ptr(), 0, nw.ptr(), normed.ptr(), m, kh, 1e-5)
                 .unwrap();
             let pro = Some(NormPrologue {

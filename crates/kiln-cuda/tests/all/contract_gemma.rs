@@ -8,7 +8,7 @@
 
 use crate::common;
 
-use common::{f32_bits, from_bf16, gpu_or_skip, round_bf16, timed, to_bf16, Checks, Rng};
+use common::{f32_bits, from_bf16, gpu_or_skip, poisoned, round_bf16, timed, to_bf16, Checks, Rng};
 use kiln_cuda::device::{DevBuf, Gpu};
 use kiln_model::{Activation, PerLayerInputSpec};
 
@@ -36,12 +36,6 @@ fn up_f32(gpu: &Gpu, v: &[f32]) -> DevBuf<f32> {
 fn up_bf16(gpu: &Gpu, v: &[f32]) -> DevBuf<u16> {
     let d = gpu.alloc::<u16>(v.len()).unwrap();
     d.upload(0, &to_bf16(v)).unwrap();
-    d
-}
-
-fn poisoned<T: Copy + Default>(gpu: &Gpu, n: usize) -> DevBuf<T> {
-    let d = gpu.alloc::<T>(n).unwrap();
-    d.fill_bytes(0xff).unwrap();
     d
 }
 

@@ -2,7 +2,8 @@
 //! chains, gives the 16-warp skinny kernel's bits at every row count, agrees with float64 and
 //! writes nothing past its rows.
 
-use super::{paths_match_skinny, poisoned, Path};
+use super::{paths_match_skinny, Path};
+use crate::common::poisoned;
 use crate::common::{gpu_or_skip, Checks, Rng};
 use kiln_cuda::device::Gpu;
 use kiln_cuda::skinny_fused::Epilogue;
