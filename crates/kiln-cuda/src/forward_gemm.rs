@@ -154,7 +154,10 @@ impl CudaOps<'_, '_> {
             );
             self.lt.fp8()?.matmul(g, y.addr(), xq, xs, w, t - d4)?;
         }
-        g.fp8_skinny(y.addr(), x, w, d)
+        match self.ctx.sw.fp8_wide_from {
+            Some(from) if d >= from => g.fp8_wide(y.addr(), x, w, d),
+            _ => g.fp8_skinny(y.addr(), x, w, d),
+        }
     }
 
     /// Whether this step's bf16 weights give every row the prefill GEMM's order

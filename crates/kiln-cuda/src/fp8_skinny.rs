@@ -7,11 +7,85 @@
 //! then both scales applied), summed in another order. On sm_90 the E4M3 MMA of mma.sync runs as
 //! f16 MMAs after an exact unpacking of each E4M3 pair (F2FP.F16.E4M3 in the SASS; Hopper's fp8
 //! tensor cores are wgmma's), a few instructions a 16-byte load, under the bandwidth's budget.
+//!
+//! From `KILN_FP8_WIDE` rows on, a launch takes kernels/fp8_wide.cu instead: the same
+//! instructions in the same order (so the same bits for every row), with x staged once per CTA of
+//! 64 to 256 weight rows, where the skinny kernels read all of x again for every 16.
+
+use std::sync::OnceLock;
 
 use anyhow::{ensure, Result};
 
 use crate::device::{i32_of, Arg, Gpu};
 use crate::fp8_rows::{Fp8Matrix, Fp8Rows};
+use crate::kernel_entries::EntryPoint;
+use crate::kernel_sources::macro_entries;
+
+/// Tokens of one CTA of the wide kernels (FW_TOKENS).
+const WIDE_TOKENS: usize = 64;
+/// Stages of their copy ring (FW_STAGES).
+const WIDE_STAGES: usize = 4;
+
+/// One `FP8_WIDE_ENTRY(NAME, WARPS, TILES)` of fp8_wide.cu.
+#[derive(Debug, Clone)]
+pub struct WideEntry {
+    pub name: String,
+    pub warps: usize,
+    /// 16-row weight tiles a warp.
+    pub tiles: usize,
+}
+
+impl WideEntry {
+    fn from_source(p: &EntryPoint) -> Result<WideEntry> {
+        Ok(WideEntry {
+            name: p.name.clone(),
+            warps: p.num("WARPS")?,
+            tiles: p.num("TILES")?,
+        })
+    }
+
+    /// Weight rows of one CTA.
+    pub fn rows(&self) -> usize {
+        self.warps * self.tiles * 16
+    }
+
+    /// The ring (each stage a chunk of 64 bytes for every weight row and token), then x's
+    /// chunk as f16 pairs (128 bytes a token).
+    pub fn smem_bytes(&self) -> usize {
+        WIDE_STAGES * 64 * (self.rows() + WIDE_TOKENS) + WIDE_TOKENS * 128
+    }
+
+    fn ctas(&self, n: usize, m: usize) -> usize {
+        n.div_ceil(self.rows()) * m.div_ceil(WIDE_TOKENS)
+    }
+}
+
+/// The wide entries, most weight rows a CTA first.
+pub fn wide_entries() -> &'static [WideEntry] {
+    static ENTRIES: OnceLock<Vec<WideEntry>> = OnceLock::new();
+    ENTRIES.get_or_init(|| {
+        let mut v = macro_entries("fp8", WideEntry::from_source);
+        v.sort_by_key(|e| std::cmp::Reverse(e.rows()));
+        v
+    })
+}
+
+/// What the wide entries ask of shared memory (kernels.rs allows it at start).
+pub fn smem_needs() -> impl Iterator<Item = (String, usize)> {
+    wide_entries()
+        .iter()
+        .map(|e| (e.name.clone(), e.smem_bytes()))
+}
+
+/// The wide entry for `m` rows of an `n`-row weight on `sms` multiprocessors: the one with the
+/// most weight rows a CTA (x read the fewest times) that still gives every multiprocessor a
+/// CTA, else the one with the fewest.
+pub fn wide_entry(n: usize, m: usize, sms: usize) -> &'static WideEntry {
+    let all = wide_entries();
+    all.iter()
+        .find(|e| e.ctas(n, m) >= sms)
+        .unwrap_or_else(|| all.last().expect("fp8_wide.cu's entries"))
+}
 
 /// Rows of one launch: the widest entry's.
 pub const FP8_SKINNY_MAX_ROWS: usize = 64;
@@ -32,10 +106,7 @@ impl Gpu {
     /// [`FP8_SKINNY_MAX_ROWS`] rows.
     pub fn fp8_skinny(&self, y: u64, x: Fp8Rows, w: &Fp8Matrix, rows: usize) -> Result<()> {
         let (n, k) = (w.rows, w.cols);
-        ensure!(
-            k.is_multiple_of(16),
-            "fp8 rows of {k} bytes: the skinny kernel reads 16 at a time"
-        );
+        self.fp8_rows_ok(w)?;
         for r0 in (0..rows).step_by(FP8_SKINNY_MAX_ROWS) {
             let m = (rows - r0).min(FP8_SKINNY_MAX_ROWS);
             self.launch(
@@ -57,11 +128,71 @@ impl Gpu {
         }
         Ok(())
     }
+
+    /// [`Gpu::fp8_skinny`]'s product and bits for any number of rows in one launch of the wide
+    /// kernels (fp8_wide.cu).
+    pub fn fp8_wide(&self, y: u64, x: Fp8Rows, w: &Fp8Matrix, rows: usize) -> Result<()> {
+        let (n, k) = (w.rows, w.cols);
+        self.fp8_rows_ok(w)?;
+        if rows == 0 {
+            return Ok(());
+        }
+        let e = wide_entry(n, rows, self.sm_count as usize);
+        let (mb, nb) = (rows.div_ceil(WIDE_TOKENS), n.div_ceil(e.rows()));
+        ensure!(nb <= 65_535, "an fp8 weight of {n} rows: too many CTAs");
+        self.launch(
+            &e.name,
+            (mb as u32, nb as u32, 1),
+            (e.warps * 32) as u32,
+            e.smem_bytes() as u32,
+            &[
+                Arg::Ptr(y),
+                Arg::Ptr(x.q),
+                Arg::Ptr(x.scale),
+                Arg::Ptr(w.q.ptr()),
+                Arg::Ptr(w.scale.ptr()),
+                Arg::I32(i32_of(rows, "rows of x")?),
+                Arg::I32(i32_of(n, "rows of the weight")?),
+                Arg::I32(i32_of(k, "columns of the weight")?),
+            ],
+        )
+    }
+
+    fn fp8_rows_ok(&self, w: &Fp8Matrix) -> Result<()> {
+        let k = w.cols;
+        ensure!(
+            k.is_multiple_of(16),
+            "fp8 rows of {k} bytes: the skinny kernel reads 16 at a time"
+        );
+        Ok(())
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::entry;
+    use super::{entry, wide_entries, wide_entry};
+
+    #[test]
+    fn the_wide_entries_are_read_from_their_source() {
+        let shapes: Vec<(usize, usize, usize)> = wide_entries()
+            .iter()
+            .map(|e| (e.rows(), e.warps, e.smem_bytes()))
+            .collect();
+        assert_eq!(
+            shapes,
+            [(256, 8, 90_112), (128, 8, 57_344), (64, 4, 40_960)],
+            "fp8_wide.cu's FP8_WIDE_ENTRY lines"
+        );
+    }
+
+    #[test]
+    fn a_wide_launch_takes_the_most_weight_rows_that_fill_the_multiprocessors() {
+        // Llama-3-8B's gate/up (28,672 rows) and o (4,096) at 128 rows on an H200's 132.
+        assert_eq!(wide_entry(28_672, 128, 132).rows(), 256);
+        assert_eq!(wide_entry(6_144, 128, 132).rows(), 64);
+        assert_eq!(wide_entry(4_096, 128, 132).rows(), 64);
+        assert_eq!(wide_entry(4_096, 512, 132).rows(), 128);
+    }
 
     #[test]
     fn a_launch_takes_the_fewest_row_groups_that_hold_its_rows() {

@@ -172,7 +172,8 @@ pub const SOURCES: &[KernelSource] = &[
         // RMSNorm's row pieces first (norm_rows.cuh): rmsnorm_residual_fp8 norms as elementwise.cu.
         body: concat!(
             include_str!("../kernels/norm_rows.cuh"),
-            include_str!("../kernels/fp8.cu")
+            include_str!("../kernels/fp8.cu"),
+            include_str!("../kernels/fp8_wide.cu")
         ),
         builds: Builds::Typed,
     },
@@ -443,6 +444,9 @@ mod tests {
                     "skinny_fp8_16".into(),
                     "skinny_fp8_32".into(),
                     "skinny_fp8_64".into(),
+                    "skinny_fp8_wide_8x2".into(),
+                    "skinny_fp8_wide_8x1".into(),
+                    "skinny_fp8_wide_4x1".into(),
                 ],
             ),
             (

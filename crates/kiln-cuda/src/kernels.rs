@@ -65,6 +65,7 @@ pub fn large_smem_kernels() -> Vec<(String, usize)> {
         .chain(crate::attn_launch::smem_needs())
         .chain(crate::attn_wide::smem_needs())
         .chain(crate::quant_gemm::smem_needs())
+        .chain(crate::fp8_skinny::smem_needs())
         .filter(|&(_, bytes)| bytes > DEFAULT_SMEM_BYTES)
         .collect()
 }

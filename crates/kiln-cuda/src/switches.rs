@@ -15,6 +15,9 @@ pub use environment::{kernel_cache, KernelCache};
 /// (Llama-3-8B, 2026-12-02) decode at 128 streams 7,640 -> 8,499-8,547 tok/s with it from 64
 /// rows, but 64 streams 6,318 -> 5,543 and 32 streams 4,356 -> 3,456 with it from 32.
 pub const TC_SPLIT_FROM: usize = 128;
+/// KILN_FP8_WIDE's default: the skinny kernels' 32-row entry and below stay; their 64-row one,
+/// bound by x's reads through L2 (5,814 tok/s at 128 streams on the H200), gives way.
+pub const FP8_WIDE_FROM: usize = 33;
 
 /// Which fast paths are on. All default to on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +80,11 @@ pub struct Switches {
     /// kernels (fp8_skinny.rs) instead of cuBLASLt's fp8 GEMM, as bf16's decode rows take the
     /// bf16 skinny kernels; prompt rows keep the fp8 GEMM. Opt-in until measured.
     pub fp8_skinny: bool,
+    /// With KILN_FP8_SKINNY, the decode launches of at least this many rows take the wide fp8
+    /// kernels (fp8_wide.cu: the skinny kernels' bits, x read once per CTA of 64-256 weight
+    /// rows instead of once per 16). KILN_FP8_WIDE=N sets the rows, 0 none; default
+    /// [`FP8_WIDE_FROM`].
+    pub fp8_wide_from: Option<usize>,
     /// flash_sm90's overlapped loops keep tile i's softmax beside tile i - 1's P V: a block
     /// boundary ptxas keeps between them (flash_sm90.cu). KILN_FLASH_FENCE=0 builds the module
     /// without it (the wait for P V then lands before the softmax). Same bits either way.
@@ -407,7 +415,7 @@ impl Switches {
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} gemm_pin_m={pin_m} gemm_add={} gemm_tune={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} attn_early={} decode_lookahead={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} fp8={} fp8_scales={} fp8_fuse={} fp8_skinny={} flash_fence={} quant_fence={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} argmax_vec={} flash_wide={} decode_wide={} kv_ring={} chain_gemm={} chain_rows={} gemm_short={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} gemm_pin_m={pin_m} gemm_add={} gemm_tune={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} attn_early={} decode_lookahead={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} fp8={} fp8_scales={} fp8_fuse={} fp8_skinny={} fp8_wide={} flash_fence={} quant_fence={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} argmax_vec={} flash_wide={} decode_wide={} kv_ring={} chain_gemm={} chain_rows={} gemm_short={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -443,6 +451,7 @@ impl Switches {
             crate::gemm_fp8::Fp8Scales::from_env().map_or("auto".to_string(), |s| format!("{s:?}")),
             self.fp8_fuse as u8,
             self.fp8_skinny as u8,
+            self.fp8_wide_from.map_or("0".to_string(), |n| n.to_string()),
             self.flash_fence as u8,
             self.quant_fence as u8,
             if self.quant_prefill_skinny {

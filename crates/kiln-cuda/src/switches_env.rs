@@ -7,8 +7,8 @@ use std::sync::OnceLock;
 
 use super::{
     DecodeFold, DecodeFuse, KernelChoice, SkinnyTc, SplitCtas, Switches, WgCluster, WgMode,
-    DECODE_MMA_DEFAULT, FLASH_SM90_DEFAULT, SKINNY_TC_DEFAULT, SKINNY_TC_DEFAULT_ROWS,
-    TC_SPLIT_FROM,
+    DECODE_MMA_DEFAULT, FLASH_SM90_DEFAULT, FP8_WIDE_FROM, SKINNY_TC_DEFAULT,
+    SKINNY_TC_DEFAULT_ROWS, TC_SPLIT_FROM,
 };
 use crate::chain_gemm::CHAIN_MAX_ROWS;
 
@@ -64,6 +64,10 @@ impl Env {
                 fp8: opt_in("KILN_FP8"),
                 fp8_fuse: on("KILN_FP8_FUSE"),
                 fp8_skinny: opt_in("KILN_FP8_SKINNY"),
+                fp8_wide_from: match var("KILN_FP8_WIDE").as_deref() {
+                    None | Some("" | "on" | "auto") => Some(FP8_WIDE_FROM),
+                    Some(v) => v.parse::<usize>().ok().filter(|&n| n > 0),
+                },
                 flash_fence: on("KILN_FLASH_FENCE"),
                 quant_fence: opt_in("KILN_QUANT_FENCE"),
                 quant_prefill_skinny: var("KILN_QUANT_PREFILL").as_deref() == Some("skinny"),

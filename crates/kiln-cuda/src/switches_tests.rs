@@ -79,6 +79,9 @@ fn each_variable_turns_off_its_own_switch() {
     assert!(sw(&[]).argmax_vec && !sw(&[("KILN_ARGMAX_VEC", "0")]).argmax_vec);
     assert!(sw(&[]).fp8_fuse && !sw(&[("KILN_FP8_FUSE", "0")]).fp8_fuse);
     assert!(!sw(&[]).fp8_skinny && sw(&[("KILN_FP8_SKINNY", "1")]).fp8_skinny);
+    assert_eq!(sw(&[]).fp8_wide_from, Some(FP8_WIDE_FROM));
+    assert_eq!(sw(&[("KILN_FP8_WIDE", "65")]).fp8_wide_from, Some(65));
+    assert_eq!(sw(&[("KILN_FP8_WIDE", "0")]).fp8_wide_from, None);
     assert!(sw(&[]).flash_fence && !sw(&[("KILN_FLASH_FENCE", "0")]).flash_fence);
     assert!(!sw(&[]).quant_fence && sw(&[("KILN_QUANT_FENCE", "1")]).quant_fence);
     assert!(sw(&[]).attn_early && !sw(&[("KILN_ATTN_EARLY", "0")]).attn_early);

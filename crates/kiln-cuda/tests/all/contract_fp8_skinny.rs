@@ -2,7 +2,9 @@
 //! KILN_FP8_SKINNY): the decode rows' product against float64 of the same fp8 values within
 //! 2^-10 of the terms' magnitude, as the fp8 GEMM's contract holds it (contract_fp8.rs), and each
 //! row's bits the same alone, among the others, and from another row offset, whatever the count
-//! of rows (launches of up to 64 rows, four entries by row count).
+//! of rows (launches of up to 64 rows, four entries by row count). The wide kernels
+//! (kernels/fp8_wide.cu, KILN_FP8_WIDE) give every row the skinny kernels' bits, in one launch
+//! of any count of rows, each of their entries.
 
 use crate::common;
 use crate::contract_fp8::{Product, FP8_PRODUCT_TOLERANCE};
@@ -11,6 +13,7 @@ use common::planted::planted_bugs_fail;
 use common::{all, f32_bits, gpu_or_skip, poisoned, timed, Checks, Rng};
 use kiln_cuda::device::Gpu;
 use kiln_cuda::fp8_rows::{Fp8Matrix, Fp8Rows};
+use kiln_cuda::fp8_skinny::wide_entry;
 
 fn rows_of(x: &Fp8Matrix, from: usize) -> Fp8Rows {
     Fp8Rows {
@@ -31,6 +34,11 @@ fn skinny_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
         (64, 256, 4096),
         (100, 96, 208),
         (5, 2056, 14_336),
+        // The wide kernels' entries on 132 multiprocessors (the H200's): 8x2, 8x1 (k past a
+        // pass of 4,096 and no multiple of 64), 4x1; three CTAs of tokens, then one.
+        (130, 16_640, 1040),
+        (130, 6144, 4160),
+        (33, 1040, 1040),
     ] {
         let p = Product::random(gpu, rng, m, n, k);
         let (x, w) = (&p.x, &p.w);
@@ -65,6 +73,28 @@ fn skinny_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
                 &f32_bits(&got[3 * n..]),
             );
         }
+        wide_cases(gpu, c, &p, &got, &case);
+    }
+}
+
+/// The wide kernels over the same rows: all of them in one launch, then rows 3.. and one row,
+/// each the skinny kernels' bits (`skinny`, all of p's rows).
+fn wide_cases(gpu: &Gpu, c: &mut Checks, p: &Product, skinny: &[f32], case: &str) {
+    let (x, w) = (&p.x, &p.w);
+    let (m, n) = (x.rows, w.rows);
+    for from in [0, 3.min(m - 1), m - 1] {
+        let rows = m - from;
+        let e = &wide_entry(n, rows, gpu.sm_count as usize).name;
+        let y = poisoned::<f32>(gpu, rows * n);
+        let secs = timed(gpu, || gpu.fp8_wide(y.ptr(), rows_of(x, from), w, rows));
+        c.identical(
+            &format!(
+                "{case}: rows {from}.. in {e} as the skinny kernels ({:.3}ms)",
+                secs * 1e3
+            ),
+            &f32_bits(&all(gpu, &y)),
+            &f32_bits(&skinny[from * n..]),
+        );
     }
 }
 
@@ -88,6 +118,12 @@ const PLANTED_SKINNY: &[(&str, &str)] = &[
         "const u32 b1[2] = {vx[u][j].w, vx[u][j].z};",
     ),
     ("s * (xs[m] * ws[n])", "s * xs[m]"),
+    // The wide kernels' products summed straight into the running sum, not chain by chain:
+    // the same terms within the tolerance, other bits.
+    (
+        "chain[i][j][q] = chain[i][j][q] + p[q];",
+        "out[i][j][q] = out[i][j][q] + p[q];",
+    ),
 ];
 
 #[test]
