@@ -17,13 +17,16 @@
 // CTA: WARPS warps; warp w owns TILES 16-row tiles of the weight and walks every chain, one
 // after another (the chain's sum and the running sum in registers); FW_TOKENS tokens a CTA
 // (blockIdx.x: a weight's CTAs for all tokens run side by side and share its reads through L2),
-// the weight's rows along blockIdx.y. Each step takes one chunk of the chain-major sequence: its
-// weight rows and x's 64 bytes a token come through an FW_STAGES-stage cp.async ring; x's bytes
-// are then rewritten into xh as f16 pairs, each lane's 16 bytes as the 8 words of its four
-// products' B fragments, the two 16-byte halves of a token's odd rows swapped (no bank conflict
-// between the two tokens a quarter-warp reads).
+// the weight's rows along blockIdx.y. Each step takes U consecutive chunks of the chain-major
+// sequence (a chunk's products start from zero, so those of U chunks are independent work for
+// the tensor cores; only the adds into the chain's sum keep their order): their weight rows and
+// x's 64 bytes a token come through an S-stage cp.async ring; x's bytes are then rewritten into
+// xh as f16 pairs, each lane's 16 bytes as the 8 words of its four products' B fragments, the
+// two 16-byte halves of a token's odd rows swapped (no bank conflict between the two tokens a
+// quarter-warp reads). One step of one chunk spent most of its time waiting (two barriers and
+// the ring's latency for 32-64 MMAs a warp): 1.2x the skinny kernels at 128 rows, 0.5x at 32
+// (H200, 2026-12-05).
 #define FW_TOKENS 64
-#define FW_STAGES 4
 #define FW_CHAINS 8
 
 // D += A B: A 16x16 (row), B 16x8 (col), f16 in, f32 accumulate.
@@ -55,56 +58,60 @@ __device__ __forceinline__ int fw_next(int c, int chunks) {
 
 __device__ __forceinline__ int fw_chain(int c) { return (c >> 3) & 7; }
 
-template <int WARPS, int TILES>
+template <int WARPS, int TILES, int U, int S>
 __device__ __forceinline__ void fp8_wide_body(float* __restrict__ y, const unsigned char* __restrict__ x,
                                               const float* __restrict__ xs, const unsigned char* __restrict__ w,
                                               const float* __restrict__ ws, int M, int N, int K) {
     constexpr int THREADS = WARPS * 32, ROWS = WARPS * TILES * 16, NT = FW_TOKENS / 8;
-    constexpr int WB = ROWS * 64, XB = FW_TOKENS * 64, STAGE = WB + XB;  // a stage: W, then x
+    constexpr int WB = ROWS * 64, XB = FW_TOKENS * 64, SLOT = WB + XB;  // a chunk: W, then x
+    constexpr int STAGE = U * SLOT;
     constexpr int PW = ROWS * 4 / THREADS, PX = FW_TOKENS * 4 / THREADS;   // 16-byte pieces a thread
     static_assert(ROWS * 4 % THREADS == 0 && FW_TOKENS * 4 % THREADS == 0, "pieces split evenly");
+    static_assert(S >= 2, "a stage in flight while one is read");
     extern __shared__ __align__(16) unsigned char fw_smem[];
-    unsigned char* xh = fw_smem + FW_STAGES * STAGE;  // FW_TOKENS rows of 128 bytes
+    unsigned char* xh = fw_smem + S * STAGE;  // U chunks of FW_TOKENS rows of 128 bytes
     pdl_trigger();
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
     const int m0 = blockIdx.x * FW_TOKENS, n0 = blockIdx.y * ROWS;
     const int chunks = (K + 63) / 64;
 
-    auto issue_w = [&](int c, int stage) {
+    auto issue_w = [&](int c, unsigned char* slot) {
         if (c < 0) return;
-        unsigned char* st = fw_smem + stage * STAGE;
 #pragma unroll
         for (int i = 0; i < PW; ++i) {
             const int p = tid + i * THREADS, r = p >> 2, k = c * 64 + (p & 3) * 16;
             const bool ok = n0 + r < N && k < K;
-            cp_async_16(st + r * 64 + (p & 3) * 16, w + (ok ? (u64)(n0 + r) * K + k : 0), ok ? 16 : 0);
+            cp_async_16(slot + r * 64 + (p & 3) * 16, w + (ok ? (u64)(n0 + r) * K + k : 0), ok ? 16 : 0);
         }
     };
-    auto issue_x = [&](int c, int stage) {
+    auto issue_x = [&](int c, unsigned char* slot) {
         if (c < 0) return;
-        unsigned char* st = fw_smem + stage * STAGE + WB;
 #pragma unroll
         for (int i = 0; i < PX; ++i) {
             const int p = tid + i * THREADS, r = p >> 2, k = c * 64 + (p & 3) * 16;
             const bool ok = m0 + r < M && k < K;
-            cp_async_16(st + r * 64 + (p & 3) * 16, x + (ok ? (u64)(m0 + r) * K + k : 0), ok ? 16 : 0);
+            cp_async_16(slot + WB + r * 64 + (p & 3) * 16, x + (ok ? (u64)(m0 + r) * K + k : 0),
+                        ok ? 16 : 0);
         }
     };
+    auto next = [&](int c) { return c < 0 ? -1 : fw_next(c, chunks); };
 
     // The weights are never written: the first stages' rows come in while the kernel ahead
     // ends; x belongs to it until pdl_wait. One commit group a stage (the first holds the
     // weights of all of them).
     {
         int c = 0;
-        for (int s = 0; s < FW_STAGES - 1; ++s, c = c < 0 ? -1 : fw_next(c, chunks)) issue_w(c, s);
+        for (int s = 0; s < S - 1; ++s)
+#pragma unroll
+            for (int u = 0; u < U; ++u, c = next(c)) issue_w(c, fw_smem + s * STAGE + u * SLOT);
     }
     pdl_wait();
     int pc = 0;  // the next chunk to copy
-    for (int s = 0; s < FW_STAGES - 1; ++s) {
-        issue_x(pc, s);
+    for (int s = 0; s < S - 1; ++s) {
+#pragma unroll
+        for (int u = 0; u < U; ++u, pc = next(pc)) issue_x(pc, fw_smem + s * STAGE + u * SLOT);
         cp_async_commit();
-        pc = pc < 0 ? -1 : fw_next(pc, chunks);
     }
 
     float chain[TILES][NT][4], out[TILES][NT][4];
@@ -115,87 +122,95 @@ __device__ __forceinline__ void fp8_wide_body(float* __restrict__ y, const unsig
 #pragma unroll
             for (int q = 0; q < 4; ++q) chain[i][j][q] = out[i][j][q] = 0.f;
 
-    for (int c = 0, stage = 0;;) {
-        cp_async_wait<FW_STAGES - 2>();  // this step's group has landed (this thread's copies)
-        __syncthreads();                 // everyone's; and the step before is done with its stage and xh
-        const int refill = (stage + FW_STAGES - 1) % FW_STAGES;
-        issue_w(pc, refill);
-        issue_x(pc, refill);
-        cp_async_commit();
-        pc = pc < 0 ? -1 : fw_next(pc, chunks);
+    for (int c = 0, stage = 0; c >= 0;) {
+        cp_async_wait<S - 2>();  // this step's group has landed (this thread's copies)
+        __syncthreads();         // everyone's; and the step before is done with its stage and xh
+        {
+            unsigned char* refill = fw_smem + ((stage + S - 1) % S) * STAGE;
+#pragma unroll
+            for (int u = 0; u < U; ++u, pc = next(pc)) {
+                issue_w(pc, refill + u * SLOT);
+                issue_x(pc, refill + u * SLOT);
+            }
+            cp_async_commit();
+        }
 
-        // x's bytes of this chunk as the f16 words of the B fragments.
-        const unsigned char* xst = fw_smem + stage * STAGE + WB;
-        for (int u = tid; u < FW_TOKENS * 4; u += THREADS) {
-            const int tok = u >> 2, tq = u & 3;
-            const uint4 v = *reinterpret_cast<const uint4*>(xst + tok * 64 + tq * 16);
+        // x's bytes of this step's chunks as the f16 words of the B fragments.
+        const unsigned char* st = fw_smem + stage * STAGE;
+        for (int e = tid; e < U * FW_TOKENS * 4; e += THREADS) {
+            const int u = e / (FW_TOKENS * 4), tok = (e >> 2) % FW_TOKENS, tq = e & 3;
+            const uint4 v = *reinterpret_cast<const uint4*>(st + u * SLOT + WB + tok * 64 + tq * 16);
             const uint4 h0 = make_uint4(f16x2_of_e4m3(v.x, 0), f16x2_of_e4m3(v.y, 0), f16x2_of_e4m3(v.x, 1),
                                         f16x2_of_e4m3(v.y, 1));
             const uint4 h1 = make_uint4(f16x2_of_e4m3(v.z, 0), f16x2_of_e4m3(v.w, 0), f16x2_of_e4m3(v.z, 1),
                                         f16x2_of_e4m3(v.w, 1));
-            unsigned char* d = xh + tok * 128 + tq * 32;
+            unsigned char* d = xh + (u * FW_TOKENS + tok) * 128 + tq * 32;
             const int sw = (tok & 1) * 16;
             *reinterpret_cast<uint4*>(d + sw) = h0;
             *reinterpret_cast<uint4*>(d + (16 ^ sw)) = h1;
         }
         __syncthreads();
 
-        // The warp's weight rows as A fragments: per tile, the first product's low and high
-        // byte pairs, then the second's (skinny_fp8's a0 = {va.x, vb.x, va.y, vb.y}, a1 from .z, .w).
-        const unsigned char* wst = fw_smem + stage * STAGE;
-        u32 a[TILES][4][4];
 #pragma unroll
-        for (int i = 0; i < TILES; ++i) {
-            const int r = (warp * TILES + i) * 16 + g;
-            const uint4 va = *reinterpret_cast<const uint4*>(wst + r * 64 + t * 16);
-            const uint4 vb = *reinterpret_cast<const uint4*>(wst + (r + 8) * 64 + t * 16);
+        for (int u = 0; u < U; ++u) {
+            if (c < 0) break;
+            // The warp's weight rows as A fragments: per tile, the first product's low and high
+            // byte pairs, then the second's (skinny_fp8's a0 = {va.x, vb.x, va.y, vb.y}, a1
+            // from .z, .w).
+            const unsigned char* wst = st + u * SLOT;
+            u32 a[TILES][4][4];
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                a[i][h][0] = f16x2_of_e4m3(va.x, h);
-                a[i][h][1] = f16x2_of_e4m3(vb.x, h);
-                a[i][h][2] = f16x2_of_e4m3(va.y, h);
-                a[i][h][3] = f16x2_of_e4m3(vb.y, h);
-                a[i][2 + h][0] = f16x2_of_e4m3(va.z, h);
-                a[i][2 + h][1] = f16x2_of_e4m3(vb.z, h);
-                a[i][2 + h][2] = f16x2_of_e4m3(va.w, h);
-                a[i][2 + h][3] = f16x2_of_e4m3(vb.w, h);
-            }
-        }
+            for (int i = 0; i < TILES; ++i) {
+                const int r = (warp * TILES + i) * 16 + g;
+                const uint4 va = *reinterpret_cast<const uint4*>(wst + r * 64 + t * 16);
+                const uint4 vb = *reinterpret_cast<const uint4*>(wst + (r + 8) * 64 + t * 16);
 #pragma unroll
-        for (int j = 0; j < NT; ++j) {
-            const unsigned char* s = xh + (j * 8 + g) * 128 + t * 32;
-            const int sw = (g & 1) * 16;
-            const uint4 h0 = *reinterpret_cast<const uint4*>(s + sw);
-            const uint4 h1 = *reinterpret_cast<const uint4*>(s + (16 ^ sw));
-            const u32 b[4][2] = {{h0.x, h0.y}, {h0.z, h0.w}, {h1.x, h1.y}, {h1.z, h1.w}};
-#pragma unroll
-            for (int i = 0; i < TILES; ++i)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    // One E4M3 m16n8k32 as ptxas builds it: low pairs from zero, high pairs on top.
-                    float p[4] = {0.f, 0.f, 0.f, 0.f};
-                    mma_f16_16816(p, a[i][2 * e], b[2 * e]);
-                    mma_f16_16816(p, a[i][2 * e + 1], b[2 * e + 1]);
-#pragma unroll
-                    for (int q = 0; q < 4; ++q) chain[i][j][q] = chain[i][j][q] + p[q];
+                for (int h = 0; h < 2; ++h) {
+                    a[i][h][0] = f16x2_of_e4m3(va.x, h);
+                    a[i][h][1] = f16x2_of_e4m3(vb.x, h);
+                    a[i][h][2] = f16x2_of_e4m3(va.y, h);
+                    a[i][h][3] = f16x2_of_e4m3(vb.y, h);
+                    a[i][2 + h][0] = f16x2_of_e4m3(va.z, h);
+                    a[i][2 + h][1] = f16x2_of_e4m3(vb.z, h);
+                    a[i][2 + h][2] = f16x2_of_e4m3(va.w, h);
+                    a[i][2 + h][3] = f16x2_of_e4m3(vb.w, h);
                 }
-        }
-
-        const int next = fw_next(c, chunks);
-        if (next < 0 || fw_chain(next) != fw_chain(c)) {
+            }
 #pragma unroll
-            for (int i = 0; i < TILES; ++i)
+            for (int j = 0; j < NT; ++j) {
+                const unsigned char* s = xh + (u * FW_TOKENS + j * 8 + g) * 128 + t * 32;
+                const int sw = (g & 1) * 16;
+                const uint4 h0 = *reinterpret_cast<const uint4*>(s + sw);
+                const uint4 h1 = *reinterpret_cast<const uint4*>(s + (16 ^ sw));
+                const u32 b[4][2] = {{h0.x, h0.y}, {h0.z, h0.w}, {h1.x, h1.y}, {h1.z, h1.w}};
 #pragma unroll
-                for (int j = 0; j < NT; ++j)
+                for (int i = 0; i < TILES; ++i)
 #pragma unroll
-                    for (int q = 0; q < 4; ++q) {
-                        out[i][j][q] = out[i][j][q] + chain[i][j][q];
-                        chain[i][j][q] = 0.f;
+                    for (int e = 0; e < 2; ++e) {
+                        // One E4M3 m16n8k32 as ptxas builds it: low pairs from zero, high pairs on top.
+                        float p[4] = {0.f, 0.f, 0.f, 0.f};
+                        mma_f16_16816(p, a[i][2 * e], b[2 * e]);
+                        mma_f16_16816(p, a[i][2 * e + 1], b[2 * e + 1]);
+#pragma unroll
+                        for (int q = 0; q < 4; ++q) chain[i][j][q] = chain[i][j][q] + p[q];
                     }
+            }
+
+            const int nc = fw_next(c, chunks);
+            if (nc < 0 || fw_chain(nc) != fw_chain(c)) {
+#pragma unroll
+                for (int i = 0; i < TILES; ++i)
+#pragma unroll
+                    for (int j = 0; j < NT; ++j)
+#pragma unroll
+                        for (int q = 0; q < 4; ++q) {
+                            out[i][j][q] = out[i][j][q] + chain[i][j][q];
+                            chain[i][j][q] = 0.f;
+                        }
+            }
+            c = nc;
         }
-        if (next < 0) break;
-        c = next;
-        stage = (stage + 1) % FW_STAGES;
+        stage = (stage + 1) % S;
     }
     cp_async_wait<0>();
 
@@ -212,13 +227,19 @@ __device__ __forceinline__ void fp8_wide_body(float* __restrict__ y, const unsig
             }
 }
 
-// FP8_WIDE_ENTRY(NAME, WARPS, TILES): the launcher (fp8_skinny.rs) reads the shapes from here.
-#define FP8_WIDE_ENTRY(NAME, WARPS, TILES)                                                                  \
+// FP8_WIDE_ENTRY(NAME, WARPS, TILES, U, S): the launcher (fp8_skinny.rs) reads the shapes from
+// here; the name says WARPS x TILES, then U chunks a step.
+#define FP8_WIDE_ENTRY(NAME, WARPS, TILES, U, S)                                                           \
     extern "C" __global__ void __launch_bounds__(WARPS * 32, 1)                                            \
         NAME(float* y, const unsigned char* x, const float* xs, const unsigned char* w, const float* ws,    \
              int M, int N, int K) {                                                                         \
-        fp8_wide_body<WARPS, TILES>(y, x, xs, w, ws, M, N, K);                                              \
+        fp8_wide_body<WARPS, TILES, U, S>(y, x, xs, w, ws, M, N, K);                                        \
     }
-FP8_WIDE_ENTRY(skinny_fp8_wide_8x2, 8, 2)
-FP8_WIDE_ENTRY(skinny_fp8_wide_8x1, 8, 1)
-FP8_WIDE_ENTRY(skinny_fp8_wide_4x1, 4, 1)
+FP8_WIDE_ENTRY(skinny_fp8_wide_8x2, 8, 2, 1, 4)
+FP8_WIDE_ENTRY(skinny_fp8_wide_8x1, 8, 1, 1, 4)
+FP8_WIDE_ENTRY(skinny_fp8_wide_4x1, 4, 1, 1, 4)
+FP8_WIDE_ENTRY(skinny_fp8_wide_8x2_u2, 8, 2, 2, 3)
+FP8_WIDE_ENTRY(skinny_fp8_wide_8x1_u4, 8, 1, 4, 3)
+FP8_WIDE_ENTRY(skinny_fp8_wide_4x1_u4, 4, 1, 4, 3)
+FP8_WIDE_ENTRY(skinny_fp8_wide_4x1_u8, 4, 1, 8, 2)
+FP8_WIDE_ENTRY(skinny_fp8_wide_2x1_u8, 2, 1, 8, 2)

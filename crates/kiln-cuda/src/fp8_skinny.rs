@@ -23,16 +23,18 @@ use crate::kernel_sources::macro_entries;
 
 /// Tokens of one CTA of the wide kernels (FW_TOKENS).
 const WIDE_TOKENS: usize = 64;
-/// Stages of their copy ring (FW_STAGES).
-const WIDE_STAGES: usize = 4;
 
-/// One `FP8_WIDE_ENTRY(NAME, WARPS, TILES)` of fp8_wide.cu.
+/// One `FP8_WIDE_ENTRY(NAME, WARPS, TILES, U, S)` of fp8_wide.cu.
 #[derive(Debug, Clone)]
 pub struct WideEntry {
     pub name: String,
     pub warps: usize,
     /// 16-row weight tiles a warp.
     pub tiles: usize,
+    /// Chunks (64 k) a step.
+    pub u: usize,
+    /// Steps in the copy ring.
+    pub stages: usize,
 }
 
 impl WideEntry {
@@ -41,6 +43,8 @@ impl WideEntry {
             name: p.name.clone(),
             warps: p.num("WARPS")?,
             tiles: p.num("TILES")?,
+            u: p.num("U")?,
+            stages: p.num("S")?,
         })
     }
 
@@ -49,10 +53,10 @@ impl WideEntry {
         self.warps * self.tiles * 16
     }
 
-    /// The ring (each stage a chunk of 64 bytes for every weight row and token), then x's
-    /// chunk as f16 pairs (128 bytes a token).
+    /// The ring (each stage U chunks of 64 bytes for every weight row and token), then x's U
+    /// chunks as f16 pairs (128 bytes a token).
     pub fn smem_bytes(&self) -> usize {
-        WIDE_STAGES * 64 * (self.rows() + WIDE_TOKENS) + WIDE_TOKENS * 128
+        self.u * (self.stages * 64 * (self.rows() + WIDE_TOKENS) + WIDE_TOKENS * 128)
     }
 
     fn ctas(&self, n: usize, m: usize) -> usize {
@@ -60,31 +64,51 @@ impl WideEntry {
     }
 }
 
-/// The wide entries, most weight rows a CTA first.
+/// The wide entries, in the source's order.
 pub fn wide_entries() -> &'static [WideEntry] {
     static ENTRIES: OnceLock<Vec<WideEntry>> = OnceLock::new();
-    ENTRIES.get_or_init(|| {
-        let mut v = macro_entries("fp8", WideEntry::from_source);
-        v.sort_by_key(|e| std::cmp::Reverse(e.rows()));
-        v
-    })
+    ENTRIES.get_or_init(|| macro_entries("fp8", WideEntry::from_source))
 }
 
-/// What the wide entries ask of shared memory (kernels.rs allows it at start).
+/// Whether kernel `name` is one of the wide entries.
+pub fn is_wide(name: &str) -> bool {
+    wide_entries().iter().any(|e| e.name == name)
+}
+
+/// What the wide entries ask of shared memory (kernels.rs allows it at start where the device
+/// has it).
 pub fn smem_needs() -> impl Iterator<Item = (String, usize)> {
     wide_entries()
         .iter()
         .map(|e| (e.name.clone(), e.smem_bytes()))
 }
 
-/// The wide entry for `m` rows of an `n`-row weight on `sms` multiprocessors: the one with the
-/// most weight rows a CTA (x read the fewest times) that still gives every multiprocessor a
-/// CTA, else the one with the fewest.
-pub fn wide_entry(n: usize, m: usize, sms: usize) -> &'static WideEntry {
-    let all = wide_entries();
-    all.iter()
-        .find(|e| e.ctas(n, m) >= sms)
-        .unwrap_or_else(|| all.last().expect("fp8_wide.cu's entries"))
+/// `KILN_FP8_WIDE_TILE=WxT[_uU]` (e.g. `4x1_u8`): the entry every wide launch takes, for A/B
+/// runs; None when unset or naming no entry.
+fn forced_entry() -> Option<&'static WideEntry> {
+    static FORCED: OnceLock<Option<&'static WideEntry>> = OnceLock::new();
+    *FORCED.get_or_init(|| {
+        let v = std::env::var("KILN_FP8_WIDE_TILE").ok()?;
+        let name = format!("skinny_fp8_wide_{v}");
+        wide_entries().iter().find(|e| e.name == name)
+    })
+}
+
+/// The wide entry for `m` rows of an `n`-row weight on a device of `sms` multiprocessors and
+/// `smem` bytes of shared memory a CTA (unless KILN_FP8_WIDE_TILE forces one): of those that
+/// fit, the one with the most weight rows a CTA (x read the fewest times) that still gives
+/// every multiprocessor a CTA, else the one with the most CTAs; among equals, the most chunks
+/// a step.
+pub fn wide_entry(n: usize, m: usize, sms: usize, smem: usize) -> &'static WideEntry {
+    if let Some(e) = forced_entry().filter(|e| e.smem_bytes() <= smem) {
+        return e;
+    }
+    let fit = || wide_entries().iter().filter(|e| e.smem_bytes() <= smem);
+    fit()
+        .filter(|e| e.ctas(n, m) >= sms)
+        .max_by_key(|e| (e.rows(), e.u))
+        .or_else(|| fit().max_by_key(|e| (e.ctas(n, m), e.u)))
+        .expect("a wide entry within 48 KB (4x1)")
 }
 
 /// Rows of one launch: the widest entry's.
@@ -130,14 +154,33 @@ impl Gpu {
     }
 
     /// [`Gpu::fp8_skinny`]'s product and bits for any number of rows in one launch of the wide
-    /// kernels (fp8_wide.cu).
+    /// kernels (fp8_wide.cu), in the entry [`wide_entry`] chooses.
     pub fn fp8_wide(&self, y: u64, x: Fp8Rows, w: &Fp8Matrix, rows: usize) -> Result<()> {
+        let e = wide_entry(w.rows, rows, self.sm_count as usize, self.smem_optin);
+        self.fp8_wide_in(e, y, x, w, rows)
+    }
+
+    /// [`Gpu::fp8_wide`] in entry `e`.
+    pub fn fp8_wide_in(
+        &self,
+        e: &WideEntry,
+        y: u64,
+        x: Fp8Rows,
+        w: &Fp8Matrix,
+        rows: usize,
+    ) -> Result<()> {
         let (n, k) = (w.rows, w.cols);
         self.fp8_rows_ok(w)?;
+        ensure!(
+            e.smem_bytes() <= self.smem_optin,
+            "{} needs {} bytes of shared memory; this device gives a CTA {}",
+            e.name,
+            e.smem_bytes(),
+            self.smem_optin
+        );
         if rows == 0 {
             return Ok(());
         }
-        let e = wide_entry(n, rows, self.sm_count as usize);
         let (mb, nb) = (rows.div_ceil(WIDE_TOKENS), n.div_ceil(e.rows()));
         ensure!(nb <= 65_535, "an fp8 weight of {n} rows: too many CTAs");
         self.launch(
@@ -176,22 +219,37 @@ mod tests {
     fn the_wide_entries_are_read_from_their_source() {
         let shapes: Vec<(usize, usize, usize)> = wide_entries()
             .iter()
-            .map(|e| (e.rows(), e.warps, e.smem_bytes()))
+            .map(|e| (e.rows(), e.u, e.smem_bytes()))
             .collect();
         assert_eq!(
             shapes,
-            [(256, 8, 90_112), (128, 8, 57_344), (64, 4, 40_960)],
+            [
+                (256, 1, 90_112),
+                (128, 1, 57_344),
+                (64, 1, 40_960),
+                (256, 2, 139_264),
+                (128, 4, 180_224),
+                (64, 4, 131_072),
+                (64, 8, 196_608),
+                (32, 8, 163_840),
+            ],
             "fp8_wide.cu's FP8_WIDE_ENTRY lines"
         );
     }
 
     #[test]
     fn a_wide_launch_takes_the_most_weight_rows_that_fill_the_multiprocessors() {
-        // Llama-3-8B's gate/up (28,672 rows) and o (4,096) at 128 rows on an H200's 132.
-        assert_eq!(wide_entry(28_672, 128, 132).rows(), 256);
-        assert_eq!(wide_entry(6_144, 128, 132).rows(), 64);
-        assert_eq!(wide_entry(4_096, 128, 132).rows(), 64);
-        assert_eq!(wide_entry(4_096, 512, 132).rows(), 128);
+        // Llama-3-8B's gate/up (28,672 rows), QKV (6,144) and o (4,096) on an H200 (132
+        // multiprocessors, 227 KB).
+        let h200 = |n, m| wide_entry(n, m, 132, 232_448).name.as_str();
+        assert_eq!(h200(28_672, 128), "skinny_fp8_wide_8x2_u2");
+        assert_eq!(h200(6_144, 128), "skinny_fp8_wide_4x1_u8");
+        assert_eq!(h200(4_096, 128), "skinny_fp8_wide_2x1_u8");
+        assert_eq!(h200(4_096, 32), "skinny_fp8_wide_2x1_u8");
+        // sm_89's 99 KB: only the one-chunk steps fit.
+        let ada = |n, m| wide_entry(n, m, 128, 101_376).name.as_str();
+        assert_eq!(ada(28_672, 128), "skinny_fp8_wide_8x2");
+        assert_eq!(ada(4_096, 32), "skinny_fp8_wide_4x1");
     }
 
     #[test]

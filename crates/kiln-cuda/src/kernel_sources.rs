@@ -447,6 +447,11 @@ mod tests {
                     "skinny_fp8_wide_8x2".into(),
                     "skinny_fp8_wide_8x1".into(),
                     "skinny_fp8_wide_4x1".into(),
+                    "skinny_fp8_wide_8x2_u2".into(),
+                    "skinny_fp8_wide_8x1_u4".into(),
+                    "skinny_fp8_wide_4x1_u4".into(),
+                    "skinny_fp8_wide_4x1_u8".into(),
+                    "skinny_fp8_wide_2x1_u8".into(),
                 ],
             ),
             (

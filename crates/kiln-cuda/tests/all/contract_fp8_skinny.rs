@@ -13,7 +13,7 @@ use common::planted::planted_bugs_fail;
 use common::{all, f32_bits, gpu_or_skip, poisoned, timed, Checks, Rng};
 use kiln_cuda::device::Gpu;
 use kiln_cuda::fp8_rows::{Fp8Matrix, Fp8Rows};
-use kiln_cuda::fp8_skinny::wide_entry;
+use kiln_cuda::fp8_skinny::{wide_entries, wide_entry};
 
 fn rows_of(x: &Fp8Matrix, from: usize) -> Fp8Rows {
     Fp8Rows {
@@ -77,24 +77,33 @@ fn skinny_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
     }
 }
 
-/// The wide kernels over the same rows: all of them in one launch, then rows 3.. and one row,
-/// each the skinny kernels' bits (`skinny`, all of p's rows).
+/// The wide kernels over the same rows, each entry the device has room for (the one the
+/// launcher would choose first): all rows in one launch, then rows 3.. and the last row, each
+/// the skinny kernels' bits (`skinny`, all of p's rows).
 fn wide_cases(gpu: &Gpu, c: &mut Checks, p: &Product, skinny: &[f32], case: &str) {
     let (x, w) = (&p.x, &p.w);
     let (m, n) = (x.rows, w.rows);
-    for from in [0, 3.min(m - 1), m - 1] {
-        let rows = m - from;
-        let e = &wide_entry(n, rows, gpu.sm_count as usize).name;
-        let y = poisoned::<f32>(gpu, rows * n);
-        let secs = timed(gpu, || gpu.fp8_wide(y.ptr(), rows_of(x, from), w, rows));
-        c.identical(
-            &format!(
-                "{case}: rows {from}.. in {e} as the skinny kernels ({:.3}ms)",
-                secs * 1e3
-            ),
-            &f32_bits(&all(gpu, &y)),
-            &f32_bits(&skinny[from * n..]),
-        );
+    let chosen = wide_entry(n, m, gpu.sm_count as usize, gpu.smem_optin);
+    let others = wide_entries()
+        .iter()
+        .filter(|e| e.name != chosen.name && e.smem_bytes() <= gpu.smem_optin);
+    for e in std::iter::once(chosen).chain(others) {
+        for from in [0, 3.min(m - 1), m - 1] {
+            let rows = m - from;
+            let y = poisoned::<f32>(gpu, rows * n);
+            let secs = timed(gpu, || {
+                gpu.fp8_wide_in(e, y.ptr(), rows_of(x, from), w, rows)
+            });
+            c.identical(
+                &format!(
+                    "{case}: rows {from}.. in {} as the skinny kernels ({:.3}ms)",
+                    e.name,
+                    secs * 1e3
+                ),
+                &f32_bits(&all(gpu, &y)),
+                &f32_bits(&skinny[from * n..]),
+            );
+        }
     }
 }
 
