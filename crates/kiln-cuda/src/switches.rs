@@ -15,9 +15,10 @@ pub use environment::{kernel_cache, KernelCache};
 /// (Llama-3-8B, 2026-12-02) decode at 128 streams 7,640 -> 8,499-8,547 tok/s with it from 64
 /// rows, but 64 streams 6,318 -> 5,543 and 32 streams 4,356 -> 3,456 with it from 32.
 pub const TC_SPLIT_FROM: usize = 128;
-/// KILN_FP8_WIDE's default: the skinny kernels' 32-row entry and below stay; their 64-row one,
-/// bound by x's reads through L2 (5,814 tok/s at 128 streams on the H200), gives way.
-pub const FP8_WIDE_FROM: usize = 33;
+/// KILN_FP8_WIDE's default: past the skinny kernels' widest launch (64 rows), where a second
+/// launch reads every weight again. On the H200 (2026-12-05) the wide kernels gave 128 streams
+/// +22% and 32 streams -51%; between the two is not measured yet.
+pub const FP8_WIDE_FROM: usize = 65;
 
 /// Which fast paths are on. All default to on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
