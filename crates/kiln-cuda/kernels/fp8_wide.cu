@@ -15,7 +15,7 @@
 // in registers. contract_fp8_skinny checks every row against the skinny kernels bit for bit.
 //
 // CTA: WARPS warps; warp w owns TILES 16-row tiles of the weight and walks every chain, one
-// after another (the chain's sum and the running sum in registers); FW_TOKENS tokens a CTA
+// after another (the chain's sum and the running sum in registers); TOK tokens a CTA
 // (blockIdx.x: a weight's CTAs for all tokens run side by side and share its reads through L2),
 // the weight's rows along blockIdx.y. Each step takes U consecutive chunks of the chain-major
 // sequence (a chunk's products start from zero, so those of U chunks are independent work for
@@ -26,7 +26,6 @@
 // quarter-warp reads). One step of one chunk spent most of its time waiting (two barriers and
 // the ring's latency for 32-64 MMAs a warp): 1.2x the skinny kernels at 128 rows, 0.5x at 32
 // (H200, 2026-12-05).
-#define FW_TOKENS 64
 #define FW_CHAINS 8
 
 // D += A B: A 16x16 (row), B 16x8 (col), f16 in, f32 accumulate.
@@ -58,22 +57,24 @@ __device__ __forceinline__ int fw_next(int c, int chunks) {
 
 __device__ __forceinline__ int fw_chain(int c) { return (c >> 3) & 7; }
 
-template <int WARPS, int TILES, int U, int S>
+template <int WARPS, int TILES, int U, int S, int TOK>
 __device__ __forceinline__ void fp8_wide_body(float* __restrict__ y, const unsigned char* __restrict__ x,
                                               const float* __restrict__ xs, const unsigned char* __restrict__ w,
                                               const float* __restrict__ ws, int M, int N, int K) {
-    constexpr int THREADS = WARPS * 32, ROWS = WARPS * TILES * 16, NT = FW_TOKENS / 8;
-    constexpr int WB = ROWS * 64, XB = FW_TOKENS * 64, SLOT = WB + XB;  // a chunk: W, then x
+    constexpr int THREADS = WARPS * 32, ROWS = WARPS * TILES * 16, NT = TOK / 8;
+    constexpr int WB = ROWS * 64, XB = TOK * 64, SLOT = WB + XB;  // a chunk: W, then x
     constexpr int STAGE = U * SLOT;
-    constexpr int PW = ROWS * 4 / THREADS, PX = FW_TOKENS * 4 / THREADS;   // 16-byte pieces a thread
-    static_assert(ROWS * 4 % THREADS == 0 && FW_TOKENS * 4 % THREADS == 0, "pieces split evenly");
+    // 16-byte pieces a thread: W's split evenly, x's in rounds (fewer pieces than threads at 32
+    // tokens and 8 warps).
+    constexpr int PW = ROWS * 4 / THREADS, PX = (TOK * 4 + THREADS - 1) / THREADS;
+    static_assert(ROWS * 4 % THREADS == 0 && TOK % 8 == 0, "pieces split evenly; whole 8-token groups");
     static_assert(S >= 2, "a stage in flight while one is read");
     extern __shared__ __align__(16) unsigned char fw_smem[];
-    unsigned char* xh = fw_smem + S * STAGE;  // U chunks of FW_TOKENS rows of 128 bytes
+    unsigned char* xh = fw_smem + S * STAGE;  // U chunks of TOK rows of 128 bytes
     pdl_trigger();
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
-    const int m0 = blockIdx.x * FW_TOKENS, n0 = blockIdx.y * ROWS;
+    const int m0 = blockIdx.x * TOK, n0 = blockIdx.y * ROWS;
     const int chunks = (K + 63) / 64;
 
     auto issue_w = [&](int c, unsigned char* slot) {
@@ -90,6 +91,7 @@ __device__ __forceinline__ void fp8_wide_body(float* __restrict__ y, const unsig
 #pragma unroll
         for (int i = 0; i < PX; ++i) {
             const int p = tid + i * THREADS, r = p >> 2, k = c * 64 + (p & 3) * 16;
+            if (p >= TOK * 4) break;
             const bool ok = m0 + r < M && k < K;
             cp_async_16(slot + WB + r * 64 + (p & 3) * 16, x + (ok ? (u64)(m0 + r) * K + k : 0),
                         ok ? 16 : 0);
@@ -137,14 +139,14 @@ __device__ __forceinline__ void fp8_wide_body(float* __restrict__ y, const unsig
 
         // x's bytes of this step's chunks as the f16 words of the B fragments.
         const unsigned char* st = fw_smem + stage * STAGE;
-        for (int e = tid; e < U * FW_TOKENS * 4; e += THREADS) {
-            const int u = e / (FW_TOKENS * 4), tok = (e >> 2) % FW_TOKENS, tq = e & 3;
+        for (int e = tid; e < U * TOK * 4; e += THREADS) {
+            const int u = e / (TOK * 4), tok = (e >> 2) % TOK, tq = e & 3;
             const uint4 v = *reinterpret_cast<const uint4*>(st + u * SLOT + WB + tok * 64 + tq * 16);
             const uint4 h0 = make_uint4(f16x2_of_e4m3(v.x, 0), f16x2_of_e4m3(v.y, 0), f16x2_of_e4m3(v.x, 1),
                                         f16x2_of_e4m3(v.y, 1));
             const uint4 h1 = make_uint4(f16x2_of_e4m3(v.z, 0), f16x2_of_e4m3(v.w, 0), f16x2_of_e4m3(v.z, 1),
                                         f16x2_of_e4m3(v.w, 1));
-            unsigned char* d = xh + (u * FW_TOKENS + tok) * 128 + tq * 32;
+            unsigned char* d = xh + (u * TOK + tok) * 128 + tq * 32;
             const int sw = (tok & 1) * 16;
             *reinterpret_cast<uint4*>(d + sw) = h0;
             *reinterpret_cast<uint4*>(d + (16 ^ sw)) = h1;
@@ -178,7 +180,7 @@ __device__ __forceinline__ void fp8_wide_body(float* __restrict__ y, const unsig
             }
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
-                const unsigned char* s = xh + (u * FW_TOKENS + j * 8 + g) * 128 + t * 32;
+                const unsigned char* s = xh + (u * TOK + j * 8 + g) * 128 + t * 32;
                 const int sw = (g & 1) * 16;
                 const uint4 h0 = *reinterpret_cast<const uint4*>(s + sw);
                 const uint4 h1 = *reinterpret_cast<const uint4*>(s + (16 ^ sw));
@@ -227,19 +229,21 @@ __device__ __forceinline__ void fp8_wide_body(float* __restrict__ y, const unsig
             }
 }
 
-// FP8_WIDE_ENTRY(NAME, WARPS, TILES, U, S): the launcher (fp8_skinny.rs) reads the shapes from
-// here; the name says WARPS x TILES, then U chunks a step.
-#define FP8_WIDE_ENTRY(NAME, WARPS, TILES, U, S)                                                           \
+// FP8_WIDE_ENTRY(NAME, WARPS, TILES, U, S, TOK): the launcher (fp8_skinny.rs) reads the shapes
+// from here; the name says WARPS x TILES, then U chunks a step, then TOK tokens where not 64.
+#define FP8_WIDE_ENTRY(NAME, WARPS, TILES, U, S, TOK)                                                      \
     extern "C" __global__ void __launch_bounds__(WARPS * 32, 1)                                            \
         NAME(float* y, const unsigned char* x, const float* xs, const unsigned char* w, const float* ws,    \
              int M, int N, int K) {                                                                         \
-        fp8_wide_body<WARPS, TILES, U, S>(y, x, xs, w, ws, M, N, K);                                        \
+        fp8_wide_body<WARPS, TILES, U, S, TOK>(y, x, xs, w, ws, M, N, K);                                   \
     }
-FP8_WIDE_ENTRY(skinny_fp8_wide_8x2, 8, 2, 1, 4)
-FP8_WIDE_ENTRY(skinny_fp8_wide_8x1, 8, 1, 1, 4)
-FP8_WIDE_ENTRY(skinny_fp8_wide_4x1, 4, 1, 1, 4)
-FP8_WIDE_ENTRY(skinny_fp8_wide_8x2_u2, 8, 2, 2, 3)
-FP8_WIDE_ENTRY(skinny_fp8_wide_8x1_u4, 8, 1, 4, 3)
-FP8_WIDE_ENTRY(skinny_fp8_wide_4x1_u4, 4, 1, 4, 3)
-FP8_WIDE_ENTRY(skinny_fp8_wide_4x1_u8, 4, 1, 8, 2)
-FP8_WIDE_ENTRY(skinny_fp8_wide_2x1_u8, 2, 1, 8, 2)
+FP8_WIDE_ENTRY(skinny_fp8_wide_8x2, 8, 2, 1, 4, 64)
+FP8_WIDE_ENTRY(skinny_fp8_wide_8x1, 8, 1, 1, 4, 64)
+FP8_WIDE_ENTRY(skinny_fp8_wide_4x1, 4, 1, 1, 4, 64)
+FP8_WIDE_ENTRY(skinny_fp8_wide_8x2_u2, 8, 2, 2, 3, 64)
+FP8_WIDE_ENTRY(skinny_fp8_wide_8x1_u4, 8, 1, 4, 3, 64)
+FP8_WIDE_ENTRY(skinny_fp8_wide_4x1_u4, 4, 1, 4, 3, 64)
+FP8_WIDE_ENTRY(skinny_fp8_wide_4x1_u8, 4, 1, 8, 2, 64)
+FP8_WIDE_ENTRY(skinny_fp8_wide_2x1_u8, 2, 1, 8, 2, 64)
+FP8_WIDE_ENTRY(skinny_fp8_wide_4x1_u8_t32, 4, 1, 8, 2, 32)
+FP8_WIDE_ENTRY(skinny_fp8_wide_2x1_u8_t32, 2, 1, 8, 3, 32)

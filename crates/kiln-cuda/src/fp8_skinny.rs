@@ -21,10 +21,7 @@ use crate::fp8_rows::{Fp8Matrix, Fp8Rows};
 use crate::kernel_entries::EntryPoint;
 use crate::kernel_sources::macro_entries;
 
-/// Tokens of one CTA of the wide kernels (FW_TOKENS).
-const WIDE_TOKENS: usize = 64;
-
-/// One `FP8_WIDE_ENTRY(NAME, WARPS, TILES, U, S)` of fp8_wide.cu.
+/// One `FP8_WIDE_ENTRY(NAME, WARPS, TILES, U, S, TOK)` of fp8_wide.cu.
 #[derive(Debug, Clone)]
 pub struct WideEntry {
     pub name: String,
@@ -35,6 +32,8 @@ pub struct WideEntry {
     pub u: usize,
     /// Steps in the copy ring.
     pub stages: usize,
+    /// Tokens (rows of x) a CTA.
+    pub tokens: usize,
 }
 
 impl WideEntry {
@@ -45,6 +44,7 @@ impl WideEntry {
             tiles: p.num("TILES")?,
             u: p.num("U")?,
             stages: p.num("S")?,
+            tokens: p.num("TOK")?,
         })
     }
 
@@ -56,11 +56,11 @@ impl WideEntry {
     /// The ring (each stage U chunks of 64 bytes for every weight row and token), then x's U
     /// chunks as f16 pairs (128 bytes a token).
     pub fn smem_bytes(&self) -> usize {
-        self.u * (self.stages * 64 * (self.rows() + WIDE_TOKENS) + WIDE_TOKENS * 128)
+        self.u * (self.stages * 64 * (self.rows() + self.tokens) + self.tokens * 128)
     }
 
     fn ctas(&self, n: usize, m: usize) -> usize {
-        n.div_ceil(self.rows()) * m.div_ceil(WIDE_TOKENS)
+        n.div_ceil(self.rows()) * m.div_ceil(self.tokens)
     }
 }
 
@@ -83,7 +83,7 @@ pub fn smem_needs() -> impl Iterator<Item = (String, usize)> {
         .map(|e| (e.name.clone(), e.smem_bytes()))
 }
 
-/// `KILN_FP8_WIDE_TILE=WxT[_uU]` (e.g. `4x1_u8`): the entry every wide launch takes, for A/B
+/// `KILN_FP8_WIDE_TILE=WxT[_uU][_tTOK]` (e.g. `4x1_u8`): the entry every wide launch takes, for A/B
 /// runs; None when unset or naming no entry.
 fn forced_entry() -> Option<&'static WideEntry> {
     static FORCED: OnceLock<Option<&'static WideEntry>> = OnceLock::new();
@@ -190,7 +190,7 @@ impl Gpu {
         if rows == 0 {
             return Ok(());
         }
-        let (mb, nb) = (rows.div_ceil(WIDE_TOKENS), n.div_ceil(e.rows()));
+        let (mb, nb) = (rows.div_ceil(e.tokens), n.div_ceil(e.rows()));
         ensure!(nb <= 65_535, "an fp8 weight of {n} rows: too many CTAs");
         self.launch(
             &e.name,
@@ -241,6 +241,8 @@ mod tests {
                 (64, 4, 131_072),
                 (64, 8, 196_608),
                 (32, 8, 163_840),
+                (64, 8, 131_072),
+                (32, 8, 131_072),
             ],
             "fp8_wide.cu's FP8_WIDE_ENTRY lines"
         );

@@ -452,6 +452,8 @@ mod tests {
                     "skinny_fp8_wide_4x1_u4".into(),
                     "skinny_fp8_wide_4x1_u8".into(),
                     "skinny_fp8_wide_2x1_u8".into(),
+                    "skinny_fp8_wide_4x1_u8_t32".into(),
+                    "skinny_fp8_wide_2x1_u8_t32".into(),
                 ],
             ),
             (
