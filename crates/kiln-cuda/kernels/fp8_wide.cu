@@ -77,24 +77,26 @@ __device__ __forceinline__ void fp8_wide_body(float* __restrict__ y, const unsig
     const int m0 = blockIdx.x * TOK, n0 = blockIdx.y * ROWS;
     const int chunks = (K + 63) / 64;
 
-    auto issue_w = [&](int c, unsigned char* slot) {
+    // Chunk c's weight rows and x rows into the slot at byte `slot` of the ring.
+    auto issue_w = [&](int c, int slot) {
         if (c < 0) return;
+        unsigned char* st = fw_smem + slot;
 #pragma unroll
         for (int i = 0; i < PW; ++i) {
             const int p = tid + i * THREADS, r = p >> 2, k = c * 64 + (p & 3) * 16;
             const bool ok = n0 + r < N && k < K;
-            cp_async_16(slot + r * 64 + (p & 3) * 16, w + (ok ? (u64)(n0 + r) * K + k : 0), ok ? 16 : 0);
+            cp_async_16(st + r * 64 + (p & 3) * 16, w + (ok ? (u64)(n0 + r) * K + k : 0), ok ? 16 : 0);
         }
     };
-    auto issue_x = [&](int c, unsigned char* slot) {
+    auto issue_x = [&](int c, int slot) {
         if (c < 0) return;
+        unsigned char* st = fw_smem + slot + WB;
 #pragma unroll
         for (int i = 0; i < PX; ++i) {
             const int p = tid + i * THREADS, r = p >> 2, k = c * 64 + (p & 3) * 16;
             if (p >= TOK * 4) break;
             const bool ok = m0 + r < M && k < K;
-            cp_async_16(slot + WB + r * 64 + (p & 3) * 16, x + (ok ? (u64)(m0 + r) * K + k : 0),
-                        ok ? 16 : 0);
+            cp_async_16(st + r * 64 + (p & 3) * 16, x + (ok ? (u64)(m0 + r) * K + k : 0), ok ? 16 : 0);
         }
     };
     auto next = [&](int c) { return c < 0 ? -1 : fw_next(c, chunks); };
@@ -106,13 +108,13 @@ __device__ __forceinline__ void fp8_wide_body(float* __restrict__ y, const unsig
         int c = 0;
         for (int s = 0; s < S - 1; ++s)
 #pragma unroll
-            for (int u = 0; u < U; ++u, c = next(c)) issue_w(c, fw_smem + s * STAGE + u * SLOT);
+            for (int u = 0; u < U; ++u, c = next(c)) issue_w(c, s * STAGE + u * SLOT);
     }
     pdl_wait();
     int pc = 0;  // the next chunk to copy
     for (int s = 0; s < S - 1; ++s) {
 #pragma unroll
-        for (int u = 0; u < U; ++u, pc = next(pc)) issue_x(pc, fw_smem + s * STAGE + u * SLOT);
+        for (int u = 0; u < U; ++u, pc = next(pc)) issue_x(pc, s * STAGE + u * SLOT);
         cp_async_commit();
     }
 
@@ -128,7 +130,7 @@ __device__ __forceinline__ void fp8_wide_body(float* __restrict__ y, const unsig
         cp_async_wait<S - 2>();  // this step's group has landed (this thread's copies)
         __syncthreads();         // everyone's; and the step before is done with its stage and xh
         {
-            unsigned char* refill = fw_smem + ((stage + S - 1) % S) * STAGE;
+            const int refill = ((stage + S - 1) % S) * STAGE;
 #pragma unroll
             for (int u = 0; u < U; ++u, pc = next(pc)) {
                 issue_w(pc, refill + u * SLOT);
@@ -139,7 +141,10 @@ __device__ __forceinline__ void fp8_wide_body(float* __restrict__ y, const unsig
 
         // x's bytes of this step's chunks as the f16 words of the B fragments.
         const unsigned char* st = fw_smem + stage * STAGE;
-        for (int e = tid; e < U * TOK * 4; e += THREADS) {
+#pragma unroll 4
+        for (int e0 = 0; e0 < U * TOK * 4; e0 += THREADS) {
+            const int e = e0 + tid;
+            if ((U * TOK * 4) % THREADS != 0 && e >= U * TOK * 4) break;
             const int u = e / (TOK * 4), tok = (e >> 2) % TOK, tq = e & 3;
             const uint4 v = *reinterpret_cast<const uint4*>(st + u * SLOT + WB + tok * 64 + tq * 16);
             const uint4 h0 = make_uint4(f16x2_of_e4m3(v.x, 0), f16x2_of_e4m3(v.y, 0), f16x2_of_e4m3(v.x, 1),
