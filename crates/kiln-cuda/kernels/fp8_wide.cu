@@ -7,12 +7,14 @@
 // The order is the skinny kernels': chunk c (64 k) belongs to chain (c / 8) % 8 (warp w's chunks
 // there), a chain sums its chunks in order from zero, each chunk as two products of 32 k (a
 // lane's 16 bytes: bytes 0-7, then 8-15), and the eight chain sums are added in chain order from
-// zero, then scaled by (xs[m] * ws[n]). On sm_89 and sm_90 ptxas builds mma.sync's E4M3 m16n8k32
-// as two f16 m16n8k16 from zero, the low byte pair of each word first and the high pair on top
+// zero, then scaled by (xs[m] * ws[n]). On sm_90 ptxas builds mma.sync's E4M3 m16n8k32 as two
+// f16 m16n8k16 from zero, the low byte pair of each word first and the high pair on top
 // (F2FP.F16.E4M3.UNPACK_B, then .H1), whose sum is then added to the accumulator (FADD): this
-// kernel writes exactly those instructions with the same values in the same slots, x's values
+// kernel writes those MMAs and adds itself, with the same values in the same slots, x's values
 // converted to f16 (exactly) once per CTA into shared memory instead of once per 16 weight rows
 // in registers. contract_fp8_skinny checks every row against the skinny kernels bit for bit.
+// sm_89 has E4M3 MMAs of its own (QMMA), other bits: there the launcher runs the skinny kernels
+// (fp8_skinny.rs's wide_matches_skinny; sass_order checks both lowerings).
 //
 // CTA: WARPS warps; warp w owns TILES 16-row tiles of the weight and walks every chain, one
 // after another (the chain's sum and the running sum in registers); TOK tokens a CTA

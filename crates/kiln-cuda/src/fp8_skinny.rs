@@ -94,6 +94,14 @@ fn forced_entry() -> Option<&'static WideEntry> {
     })
 }
 
+/// Whether the wide kernels give the skinny kernels' bits on a device of compute capability
+/// `arch`. On sm_90 ptxas builds the skinny kernels' E4M3 MMA from the f16 MMAs the wide
+/// kernels write themselves; sm_89 has E4M3 MMAs of its own (QMMA), with other bits
+/// (sass_order checks both). Elsewhere [`Gpu::fp8_wide`] runs the skinny kernels.
+pub fn wide_matches_skinny(arch: u32) -> bool {
+    arch == 90
+}
+
 /// Chunks a step of the entries the launcher chooses from: the one-chunk steps, whose contract
 /// and speed the H200 has run (2026-12-05 05:49Z); the others wait for theirs
 /// (scripts/gpu-plans/2026-12-23-fp8-wide-steps*.txt) and run only when forced.
@@ -163,13 +171,18 @@ impl Gpu {
     }
 
     /// [`Gpu::fp8_skinny`]'s product and bits for any number of rows in one launch of the wide
-    /// kernels (fp8_wide.cu), in the entry [`wide_entry`] chooses.
+    /// kernels (fp8_wide.cu), in the entry [`wide_entry`] chooses; the skinny kernels where
+    /// the two would differ ([`wide_matches_skinny`]).
     pub fn fp8_wide(&self, y: u64, x: Fp8Rows, w: &Fp8Matrix, rows: usize) -> Result<()> {
+        if !wide_matches_skinny(self.arch) {
+            return self.fp8_skinny(y, x, w, rows);
+        }
         let e = wide_entry(w.rows, rows, self.sm_count as usize, self.smem_optin);
         self.fp8_wide_in(e, y, x, w, rows)
     }
 
-    /// [`Gpu::fp8_wide`] in entry `e`.
+    /// [`Gpu::fp8_wide`] in entry `e`, on any device (their bits are the skinny kernels' only
+    /// where [`wide_matches_skinny`]).
     pub fn fp8_wide_in(
         &self,
         e: &WideEntry,

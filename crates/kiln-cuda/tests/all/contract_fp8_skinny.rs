@@ -4,7 +4,7 @@
 //! row's bits the same alone, among the others, and from another row offset, whatever the count
 //! of rows (launches of up to 64 rows, four entries by row count). The wide kernels
 //! (kernels/fp8_wide.cu, KILN_FP8_WIDE) give every row the skinny kernels' bits, in one launch
-//! of any count of rows, each of their entries.
+//! of any count of rows, each of their entries (on sm_90, where they run).
 
 use crate::common;
 use crate::contract_fp8::{Product, FP8_PRODUCT_TOLERANCE};
@@ -13,7 +13,7 @@ use common::planted::planted_bugs_fail;
 use common::{all, f32_bits, gpu_or_skip, poisoned, timed, Checks, Rng};
 use kiln_cuda::device::Gpu;
 use kiln_cuda::fp8_rows::{Fp8Matrix, Fp8Rows};
-use kiln_cuda::fp8_skinny::{wide_entries, wide_entry};
+use kiln_cuda::fp8_skinny::{wide_entries, wide_entry, wide_matches_skinny};
 
 fn rows_of(x: &Fp8Matrix, from: usize) -> Fp8Rows {
     Fp8Rows {
@@ -81,6 +81,9 @@ fn skinny_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
 /// launcher would choose first): all rows in one launch, then rows 3.. and the last row, each
 /// the skinny kernels' bits (`skinny`, all of p's rows).
 fn wide_cases(gpu: &Gpu, c: &mut Checks, p: &Product, skinny: &[f32], case: &str) {
+    if !wide_matches_skinny(gpu.arch) {
+        return;
+    }
     let (x, w) = (&p.x, &p.w);
     let (m, n) = (x.rows, w.rows);
     let chosen = wide_entry(n, m, gpu.sm_count as usize, gpu.smem_optin);

@@ -9,7 +9,10 @@
 //!   load x ahead: quant_decode.cu's HOIST), built with KILN_QUANT_FENCE's boundary: no x load
 //!   between the wait for a weight record and the MMAs that use it, as without it there are;
 //! - the weights some kernels prefetch before waiting for the kernel ahead (the RMSNorm weight,
-//!   the fp8 skinny kernels' first chunks) load before griddepcontrol.wait in the SASS.
+//!   the fp8 skinny kernels' first chunks) load before griddepcontrol.wait in the SASS;
+//! - on sm_90 the fp8 skinny kernels' E4M3 MMAs are f16 MMAs after an unpacking, the
+//!   instructions the wide fp8 kernels write themselves to give the same bits (on sm_89 they are
+//!   E4M3 MMAs of the hardware's own, which the wide kernels do not match, and so do not run).
 
 use std::process::Command;
 
@@ -45,7 +48,17 @@ fn tools() -> Option<String> {
 /// The SASS of `src` built for bf16 on sm_90 with the options the GPU uses (and `extra`), entry by entry:
 /// (entry name, its instruction lines).
 fn sass(nvdisasm: &str, src: &KernelSource, extra: &[&str]) -> Vec<(String, Vec<String>)> {
-    let (cubin, _) = compile_cubin_with_log(src, 90, StoreType::Bf16, extra)
+    sass_at(nvdisasm, src, extra, 90)
+}
+
+/// [`sass`] for compute capability `arch`.
+fn sass_at(
+    nvdisasm: &str,
+    src: &KernelSource,
+    extra: &[&str],
+    arch: u32,
+) -> Vec<(String, Vec<String>)> {
+    let (cubin, _) = compile_cubin_with_log(src, arch, StoreType::Bf16, extra)
         .unwrap_or_else(|e| panic!("{}.cu: {e:#}", src.name));
     let dir = std::env::temp_dir().join(format!("kiln-sass-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -255,4 +268,44 @@ fn prefetched_weights_load_before_the_wait() {
         0,
         "plain loads of the norm weight stayed before the wait: the volatile load is not what keeps them there"
     );
+}
+
+/// The MMA instructions of one entry's SASS: (E4M3 ones, f16 ones, E4M3 unpackings).
+fn mma_kinds(lines: &[String]) -> (usize, usize, usize) {
+    let count = |op: &str| lines.iter().filter(|l| l.contains(op)).count();
+    (
+        count("QMMA."),
+        count("HMMA.16816.F32 "),
+        count("F2FP.F16.E4M3.UNPACK_B"),
+    )
+}
+
+#[test]
+fn fp8_skinny_mmas_are_the_wide_kernels_f16_pairs_on_sm_90_only() {
+    let Some(nvdisasm) = tools() else {
+        return;
+    };
+    let src = source("fp8").unwrap();
+    let skinny = |name: &str| name.starts_with("skinny_fp8_") && !name.contains("wide");
+    for (arch, f16_pairs) in [(90, true), (89, false)] {
+        let entries = sass_at(&nvdisasm, src, &[], arch);
+        let found: Vec<_> = entries.iter().filter(|(n, _)| skinny(n)).collect();
+        assert_eq!(found.len(), 4, "sm_{arch}: the four skinny entries");
+        for (name, lines) in found {
+            let (e4m3, f16, unpack) = mma_kinds(lines);
+            if f16_pairs {
+                assert!(
+                    e4m3 == 0 && f16 > 0 && unpack > 0,
+                    "sm_{arch} {name}: {e4m3} E4M3 MMAs, {f16} f16 MMAs, {unpack} unpackings; \
+                     the wide fp8 kernels' bits rest on the f16 pairs"
+                );
+            } else {
+                assert!(
+                    e4m3 > 0 && f16 == 0,
+                    "sm_{arch} {name}: {e4m3} E4M3 MMAs, {f16} f16 MMAs; fp8_skinny.rs's \
+                     wide_matches_skinny assumes E4M3 MMAs of the hardware's own here"
+                );
+            }
+        }
+    }
 }
