@@ -139,14 +139,18 @@ __device__ __forceinline__ void gated_rows(const float* __restrict__ gu, store_t
     }
 }
 
-// D = A * B + D on the tensor cores: A 16x16 (row), B 16x8 (col), bf16 in, f32 accumulate.
-__device__ __forceinline__ void mma_bf16_16816(float* d, const u32* a, const u32* b) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
+// D = A * B + D on the tensor cores: A 16x16 (row), B 16x8 (col), TYPE in (bf16 or f16), f32
+// accumulate.
+#define MMA_16816(NAME, TYPE)                                                                   \
+    __device__ __forceinline__ void NAME(float* d, const u32* a, const u32* b) {                \
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TYPE "." TYPE ".f32 "              \
+                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                  \
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                           \
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));       \
+    }
+MMA_16816(mma_bf16_16816, "bf16")
+// f16 (fp8_wide.cu: the f16 MMAs ptxas builds an E4M3 MMA from on sm_90).
+MMA_16816(mma_f16_16816, "f16")
 
 // SwiGLU's product silu(g) * u, written once for every kernel that computes it (swiglu and the
 // fused GEMM epilogue), so both are the same expression and compile to the same operations (the

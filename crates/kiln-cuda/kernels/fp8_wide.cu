@@ -30,15 +30,6 @@
 // (H200, 2026-12-05).
 #define FW_CHAINS 8
 
-// D += A B: A 16x16 (row), B 16x8 (col), f16 in, f32 accumulate.
-__device__ __forceinline__ void mma_f16_16816(float* d, const u32* a, const u32* b) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 // Bytes 2 h and 2 h + 1 of w as f16 (the lower byte in the lower half), exact.
 __device__ __forceinline__ u32 f16x2_of_e4m3(u32 w, int h) {
     u32 r;
