@@ -13,8 +13,9 @@
 // kernel writes those MMAs and adds itself, with the same values in the same slots, x's values
 // converted to f16 (exactly) once per CTA into shared memory instead of once per 16 weight rows
 // in registers. contract_fp8_skinny checks every row against the skinny kernels bit for bit.
-// sm_89 has E4M3 MMAs of its own (QMMA), other bits: there the launcher runs the skinny kernels
-// (fp8_skinny.rs's wide_matches_skinny; sass_order checks both lowerings).
+// sm_89 has E4M3 MMAs of its own (QMMA), other bits: this module is built for sm_90 alone and
+// elsewhere the launcher runs the skinny kernels (fp8_skinny.rs's wide_matches_skinny;
+// sass_order checks both lowerings).
 //
 // CTA: WARPS warps; warp w owns TILES 16-row tiles of the weight and walks every chain, one
 // after another (the chain's sum and the running sum in registers); TOK tokens a CTA

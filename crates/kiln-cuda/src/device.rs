@@ -92,8 +92,6 @@ pub struct Gpu {
     /// Compute capability as major * 10 + minor (90 on H100/H200).
     pub arch: u32,
     pub sm_count: u32,
-    /// The most dynamic shared memory a CTA may ask for (227 KB on sm_90, 99 KB on sm_89).
-    pub smem_optin: usize,
     /// Bytes of L2 cache.
     pub l2_bytes: usize,
     pub name: String,
@@ -149,9 +147,6 @@ impl Gpu {
         }
         let arch = (major * 10 + minor) as u32;
         let sm_count = ctx.attribute(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
-        let smem_optin = ctx
-            .attribute(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?
-            .max(0) as usize;
         let l2_bytes = ctx
             .attribute(Attr::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)?
             .max(0) as usize;
@@ -178,7 +173,6 @@ impl Gpu {
             stream,
             arch,
             sm_count,
-            smem_optin,
             l2_bytes,
             name,
             store,

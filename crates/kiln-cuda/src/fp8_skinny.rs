@@ -67,16 +67,10 @@ impl WideEntry {
 /// The wide entries, in the source's order.
 pub fn wide_entries() -> &'static [WideEntry] {
     static ENTRIES: OnceLock<Vec<WideEntry>> = OnceLock::new();
-    ENTRIES.get_or_init(|| macro_entries("fp8", WideEntry::from_source))
+    ENTRIES.get_or_init(|| macro_entries("fp8_wide", WideEntry::from_source))
 }
 
-/// Whether kernel `name` is one of the wide entries.
-pub fn is_wide(name: &str) -> bool {
-    wide_entries().iter().any(|e| e.name == name)
-}
-
-/// What the wide entries ask of shared memory (kernels.rs allows it at start where the device
-/// has it).
+/// What the wide entries ask of shared memory (kernels.rs allows it at start).
 pub fn smem_needs() -> impl Iterator<Item = (String, usize)> {
     wide_entries()
         .iter()
@@ -97,7 +91,8 @@ fn forced_entry() -> Option<&'static WideEntry> {
 /// Whether the wide kernels give the skinny kernels' bits on a device of compute capability
 /// `arch`. On sm_90 ptxas builds the skinny kernels' E4M3 MMA from the f16 MMAs the wide
 /// kernels write themselves; sm_89 has E4M3 MMAs of its own (QMMA), with other bits
-/// (sass_order checks both). Elsewhere [`Gpu::fp8_wide`] runs the skinny kernels.
+/// (sass_order checks both). The fp8_wide module is built for sm_90 alone (kernel_sources.rs);
+/// elsewhere [`Gpu::fp8_wide`] runs the skinny kernels.
 pub fn wide_matches_skinny(arch: u32) -> bool {
     arch == 90
 }
@@ -107,25 +102,24 @@ pub fn wide_matches_skinny(arch: u32) -> bool {
 /// (scripts/gpu-plans/2026-12-23-fp8-wide-steps*.txt) and run only when forced.
 const CHOSEN_STEPS: &[usize] = &[1];
 
-/// The wide entry for `m` rows of an `n`-row weight on a device of `sms` multiprocessors and
-/// `smem` bytes of shared memory a CTA (unless KILN_FP8_WIDE_TILE forces one): of those that
-/// fit, the one with the most weight rows a CTA (x read the fewest times) that still gives
-/// every multiprocessor a CTA, else the one with the most CTAs; among equals, the most chunks
-/// a step.
-pub fn wide_entry(n: usize, m: usize, sms: usize, smem: usize) -> &'static WideEntry {
-    if let Some(e) = forced_entry().filter(|e| e.smem_bytes() <= smem) {
+/// The wide entry for `m` rows of an `n`-row weight on `sms` multiprocessors (unless
+/// KILN_FP8_WIDE_TILE forces one): of those chosen from, the one with the most weight rows a
+/// CTA (x read the fewest times) that still gives every multiprocessor a CTA, else the one with
+/// the most CTAs; among equals, the most chunks a step.
+pub fn wide_entry(n: usize, m: usize, sms: usize) -> &'static WideEntry {
+    if let Some(e) = forced_entry() {
         return e;
     }
-    let fit = || {
+    let chosen = || {
         wide_entries()
             .iter()
-            .filter(|e| e.smem_bytes() <= smem && CHOSEN_STEPS.contains(&e.u))
+            .filter(|e| CHOSEN_STEPS.contains(&e.u))
     };
-    fit()
+    chosen()
         .filter(|e| e.ctas(n, m) >= sms)
         .max_by_key(|e| (e.rows(), e.u))
-        .or_else(|| fit().max_by_key(|e| (e.ctas(n, m), e.u)))
-        .expect("a wide entry within 48 KB (4x1)")
+        .or_else(|| chosen().max_by_key(|e| (e.ctas(n, m), e.u)))
+        .expect("a one-chunk wide entry")
 }
 
 /// Rows of one launch: the widest entry's.
@@ -177,12 +171,11 @@ impl Gpu {
         if !wide_matches_skinny(self.arch) {
             return self.fp8_skinny(y, x, w, rows);
         }
-        let e = wide_entry(w.rows, rows, self.sm_count as usize, self.smem_optin);
+        let e = wide_entry(w.rows, rows, self.sm_count as usize);
         self.fp8_wide_in(e, y, x, w, rows)
     }
 
-    /// [`Gpu::fp8_wide`] in entry `e`, on any device (their bits are the skinny kernels' only
-    /// where [`wide_matches_skinny`]).
+    /// [`Gpu::fp8_wide`] in entry `e` (an sm_90 device's: the module is built for no other).
     pub fn fp8_wide_in(
         &self,
         e: &WideEntry,
@@ -193,13 +186,6 @@ impl Gpu {
     ) -> Result<()> {
         let (n, k) = (w.rows, w.cols);
         self.fp8_rows_ok(w)?;
-        ensure!(
-            e.smem_bytes() <= self.smem_optin,
-            "{} needs {} bytes of shared memory; this device gives a CTA {}",
-            e.name,
-            e.smem_bytes(),
-            self.smem_optin
-        );
         if rows == 0 {
             return Ok(());
         }
@@ -264,14 +250,12 @@ mod tests {
     #[test]
     fn a_wide_launch_takes_the_most_weight_rows_that_fill_the_multiprocessors() {
         // Llama-3-8B's gate/up (28,672 rows), QKV (6,144) and o (4,096) on an H200 (132
-        // multiprocessors, 227 KB), then on sm_89's 99 KB, where the same ones fit.
-        for smem in [232_448, 101_376] {
-            let pick = |n, m| wide_entry(n, m, 132, smem).name.as_str();
-            assert_eq!(pick(28_672, 128), "skinny_fp8_wide_8x2");
-            assert_eq!(pick(6_144, 128), "skinny_fp8_wide_4x1");
-            assert_eq!(pick(4_096, 512), "skinny_fp8_wide_8x1");
-            assert_eq!(pick(4_096, 32), "skinny_fp8_wide_4x1");
-        }
+        // multiprocessors).
+        let pick = |n, m| wide_entry(n, m, 132).name.as_str();
+        assert_eq!(pick(28_672, 128), "skinny_fp8_wide_8x2");
+        assert_eq!(pick(6_144, 128), "skinny_fp8_wide_4x1");
+        assert_eq!(pick(4_096, 512), "skinny_fp8_wide_8x1");
+        assert_eq!(pick(4_096, 32), "skinny_fp8_wide_4x1");
         // Only the one-chunk steps are chosen until the others have run on a GPU.
         assert!(wide_entries().iter().any(|e| e.u > 1));
         assert!(!CHOSEN_STEPS.iter().any(|&u| u > 1));

@@ -172,10 +172,14 @@ pub const SOURCES: &[KernelSource] = &[
         // RMSNorm's row pieces first (norm_rows.cuh): rmsnorm_residual_fp8 norms as elementwise.cu.
         body: concat!(
             include_str!("../kernels/norm_rows.cuh"),
-            include_str!("../kernels/fp8.cu"),
-            include_str!("../kernels/fp8_wide.cu")
+            include_str!("../kernels/fp8.cu")
         ),
         builds: Builds::Typed,
+    },
+    KernelSource {
+        name: "fp8_wide",
+        body: include_str!("../kernels/fp8_wide.cu"),
+        builds: Builds::Untyped,
     },
     KernelSource {
         name: "chain_gemm",
@@ -187,9 +191,10 @@ pub const SOURCES: &[KernelSource] = &[
     },
 ];
 
-/// Modules written for one architecture only (wgmma, setmaxnreg): NVRTC builds them for the
-/// architecture-specific target `sm_90a`, and only for compute capability 9.0 devices.
-const SM90A_ONLY: &[&str] = &["flash_sm90", "skinny_wg"];
+/// Modules written for one architecture only (wgmma, setmaxnreg; fp8_wide, whose bits are the
+/// fp8 skinny kernels' only there: fp8_skinny.rs's wide_matches_skinny): NVRTC builds them for
+/// the architecture-specific target `sm_90a`, and only for compute capability 9.0 devices.
+const SM90A_ONLY: &[&str] = &["flash_sm90", "skinny_wg", "fp8_wide"];
 
 /// Modules that convert to fp8 (E4M3), which compute capability 8.9 brought: not built before.
 const SM89_UP: &[&str] = &["fp8"];
@@ -444,6 +449,11 @@ mod tests {
                     "skinny_fp8_16".into(),
                     "skinny_fp8_32".into(),
                     "skinny_fp8_64".into(),
+                ],
+            ),
+            (
+                "fp8_wide",
+                vec![
                     "skinny_fp8_wide_8x2".into(),
                     "skinny_fp8_wide_8x1".into(),
                     "skinny_fp8_wide_4x1".into(),

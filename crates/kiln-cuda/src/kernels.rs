@@ -183,10 +183,7 @@ impl Gpu {
     ) -> Result<Gpu> {
         let gpu = Gpu::open_sources(ordinal, KernelChoice::from_env().pdl, store, sources)?;
         for (name, bytes) in large_smem_kernels() {
-            // A wide fp8 entry asking for more than the device has is never chosen there (on
-            // sm_89); any other kernel must get what it asks for.
-            let never_chosen = bytes > gpu.smem_optin && crate::fp8_skinny::is_wide(&name);
-            if gpu.has_func(&name) && !never_chosen {
+            if gpu.has_func(&name) {
                 gpu.allow_smem(&name, bytes)?;
             }
         }

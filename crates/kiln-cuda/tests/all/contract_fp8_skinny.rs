@@ -8,7 +8,7 @@
 
 use crate::common;
 use crate::contract_fp8::{Product, FP8_PRODUCT_TOLERANCE};
-use common::planted::planted_bugs_fail;
+use common::planted::{each_planted_bug_fails, Bug};
 
 use common::{all, f32_bits, gpu_or_skip, poisoned, timed, Checks, Rng};
 use kiln_cuda::device::Gpu;
@@ -77,8 +77,7 @@ fn skinny_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
     }
 }
 
-/// The wide kernels over the same rows, each entry the device has room for (the one the
-/// launcher would choose first): all rows in one launch, then rows 3.. and the last row, each
+/// The wide kernels over the same rows, each entry (the one the launcher would choose first): all rows in one launch, then rows 3.. and the last row, each
 /// the skinny kernels' bits (`skinny`, all of p's rows).
 fn wide_cases(gpu: &Gpu, c: &mut Checks, p: &Product, skinny: &[f32], case: &str) {
     if !wide_matches_skinny(gpu.arch) {
@@ -86,10 +85,8 @@ fn wide_cases(gpu: &Gpu, c: &mut Checks, p: &Product, skinny: &[f32], case: &str
     }
     let (x, w) = (&p.x, &p.w);
     let (m, n) = (x.rows, w.rows);
-    let chosen = wide_entry(n, m, gpu.sm_count as usize, gpu.smem_optin);
-    let others = wide_entries()
-        .iter()
-        .filter(|e| e.name != chosen.name && e.smem_bytes() <= gpu.smem_optin);
+    let chosen = wide_entry(n, m, gpu.sm_count as usize);
+    let others = wide_entries().iter().filter(|e| e.name != chosen.name);
     for e in std::iter::once(chosen).chain(others) {
         for from in [0, 3.min(m - 1), m - 1] {
             let rows = m - from;
@@ -123,16 +120,18 @@ fn fp8_skinny_contract() {
 }
 
 /// fp8.cu's skinny kernels with one planted bug each: the second MMA's x fragment with its two
-/// words swapped (its k slots no longer W's), the weight's scale left out.
-const PLANTED_SKINNY: &[(&str, &str)] = &[
+/// words swapped (its k slots no longer W's), the weight's scale left out; then fp8_wide.cu's
+/// products summed straight into the running sum, not chain by chain (the same terms within the
+/// tolerance, other bits).
+const PLANTED_SKINNY: &[Bug] = &[
     (
+        "fp8",
         "const u32 b1[2] = {vx[u][j].z, vx[u][j].w};",
         "const u32 b1[2] = {vx[u][j].w, vx[u][j].z};",
     ),
-    ("s * (xs[m] * ws[n])", "s * xs[m]"),
-    // The wide kernels' products summed straight into the running sum, not chain by chain:
-    // the same terms within the tolerance, other bits.
+    ("fp8", "s * (xs[m] * ws[n])", "s * xs[m]"),
     (
+        "fp8_wide",
         "chain[i][j][q] = chain[i][j][q] + p[q];",
         "out[i][j][q] = out[i][j][q] + p[q];",
     ),
@@ -141,20 +140,20 @@ const PLANTED_SKINNY: &[(&str, &str)] = &[
 #[test]
 #[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn fp8_skinny_planted_bugs_fail() {
-    planted_bugs_fail(
+    each_planted_bug_fails(
         "fp8_skinny_planted_bugs_fail",
-        "fp8",
+        kiln_cuda::StoreType::Bf16,
         PLANTED_SKINNY,
-        skinny_cases,
+        |gpu, _, rng, c| skinny_cases(gpu, rng, c),
     );
 }
 
-/// The planted bugs' texts are in the module once and change its machine code (where NVRTC is
-/// present), so that `fp8_skinny_planted_bugs_fail` tests what it says.
+/// The planted bugs' texts are in their modules once and change their machine code (where
+/// NVRTC is present), so that `fp8_skinny_planted_bugs_fail` tests what it says.
 #[test]
 fn fp8_skinny_planted_bugs_compile() {
-    for &(from, to) in PLANTED_SKINNY {
-        let planted = common::planted::planted_module("fp8", from, to);
+    for &(module, from, to) in PLANTED_SKINNY {
+        let planted = common::planted::planted_module(module, from, to);
         common::planted::assert_planted_compiles(&planted, kiln_cuda::StoreType::Bf16, to);
     }
 }

@@ -286,7 +286,7 @@ fn fp8_skinny_mmas_are_the_wide_kernels_f16_pairs_on_sm_90_only() {
         return;
     };
     let src = source("fp8").unwrap();
-    let skinny = |name: &str| name.starts_with("skinny_fp8_") && !name.contains("wide");
+    let skinny = |name: &str| name.starts_with("skinny_fp8_");
     for (arch, f16_pairs) in [(90, true), (89, false)] {
         let entries = sass_at(&nvdisasm, src, &[], arch);
         let found: Vec<_> = entries.iter().filter(|(n, _)| skinny(n)).collect();
