@@ -3,7 +3,8 @@
 //! GEMM or, by default, by the side stream while the layer before ran (KILN_QUANT_AHEAD). With
 //! KILN_CHAIN_GEMM every row of a bf16 weight takes the prefill's order (chain_or_lt). Every row
 //! of an fp8 projection takes the fp8 GEMM, its input rows quantised first (fp8_gemm), but with
-//! KILN_FP8_SKINNY its decode rows, which take the fp8 skinny kernels (fp8_skinny.rs).
+//! KILN_FP8_SKINNY its decode rows, which take the fp8 skinny kernels (fp8_skinny.rs), and with
+//! KILN_FP8_WG (sm_90 GPUs) the fp8 wgmma kernels (fp8_wg.rs).
 
 use anyhow::{ensure, Result};
 use kiln_model::LayerWeight;
@@ -91,12 +92,15 @@ impl CudaOps<'_, '_> {
 
     /// Rows 0..d of the step that take the skinny kernels for `w`: [`CudaOps::skinny_rows`],
     /// or every row of a quantised weight with KILN_QUANT_PREFILL=skinny, or none of a bf16
-    /// weight in the prefill's order; of an fp8 one, its decode rows with KILN_FP8_SKINNY.
+    /// weight in the prefill's order; of an fp8 one, its decode rows with KILN_FP8_SKINNY or
+    /// KILN_FP8_WG.
     fn skinny_rows_of(&self, w: &MatrixRef) -> usize {
         match w {
             MatrixRef::Quant(_) if self.ctx.sw.quant_prefill_skinny => self.plan.n_tokens,
             MatrixRef::Plain(_) if self.chain_order() => 0,
-            MatrixRef::Fp8(_) if self.ctx.sw.fp8_skinny && !self.chain_order() => {
+            MatrixRef::Fp8(_)
+                if (self.ctx.sw.fp8_skinny || self.fp8_wg()) && !self.chain_order() =>
+            {
                 self.plan.n_decode
             }
             MatrixRef::Fp8(_) => 0,
@@ -154,10 +158,19 @@ impl CudaOps<'_, '_> {
             );
             self.lt.fp8()?.matmul(g, y.addr(), xq, xs, w, t - d4)?;
         }
+        if self.fp8_wg() {
+            return g.fp8_wg(y.addr(), x, w, d);
+        }
         match self.ctx.sw.fp8_wide_from {
             Some(from) if d >= from => g.fp8_wide(y.addr(), x, w, d),
             _ => g.fp8_skinny(y.addr(), x, w, d),
         }
+    }
+
+    /// Whether an fp8 projection's decode rows take the fp8 wgmma kernels: KILN_FP8_WG on a GPU
+    /// that builds them.
+    fn fp8_wg(&self) -> bool {
+        self.ctx.sw.fp8_wg && self.ctx.gpu.has_fp8_wg()
     }
 
     /// Whether this step's bf16 weights give every row the prefill GEMM's order

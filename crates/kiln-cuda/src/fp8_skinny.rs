@@ -19,7 +19,7 @@ use anyhow::{ensure, Result};
 use crate::device::{i32_of, Arg, Gpu};
 use crate::fp8_rows::{Fp8Matrix, Fp8Rows};
 use crate::kernel_entries::EntryPoint;
-use crate::kernel_sources::macro_entries;
+use crate::kernel_sources::{entry_from_env, macro_entries};
 
 /// One `FP8_WIDE_ENTRY(NAME, WARPS, TILES, U, S, TOK)` of fp8_wide.cu.
 #[derive(Debug, Clone)]
@@ -82,9 +82,12 @@ pub fn smem_needs() -> impl Iterator<Item = (String, usize)> {
 fn forced_entry() -> Option<&'static WideEntry> {
     static FORCED: OnceLock<Option<&'static WideEntry>> = OnceLock::new();
     *FORCED.get_or_init(|| {
-        let v = std::env::var("KILN_FP8_WIDE_TILE").ok()?;
-        let name = format!("skinny_fp8_wide_{v}");
-        wide_entries().iter().find(|e| e.name == name)
+        entry_from_env(
+            wide_entries(),
+            "KILN_FP8_WIDE_TILE",
+            "skinny_fp8_wide_",
+            |e| &e.name,
+        )
     })
 }
 

@@ -182,6 +182,14 @@ pub const SOURCES: &[KernelSource] = &[
         builds: Builds::Untyped,
     },
     KernelSource {
+        name: "fp8_wg",
+        body: concat!(
+            include_str!("../kernels/wgmma.cuh"),
+            include_str!("../kernels/fp8_wg.cu")
+        ),
+        builds: Builds::Untyped,
+    },
+    KernelSource {
         name: "chain_gemm",
         body: concat!(
             include_str!("../kernels/chain_copy.cuh"),
@@ -194,7 +202,7 @@ pub const SOURCES: &[KernelSource] = &[
 /// Modules written for one architecture only (wgmma, setmaxnreg; fp8_wide, whose bits are the
 /// fp8 skinny kernels' only there: fp8_skinny.rs's wide_matches_skinny): NVRTC builds them for
 /// the architecture-specific target `sm_90a`, and only for compute capability 9.0 devices.
-const SM90A_ONLY: &[&str] = &["flash_sm90", "skinny_wg", "fp8_wide"];
+const SM90A_ONLY: &[&str] = &["flash_sm90", "skinny_wg", "fp8_wide", "fp8_wg"];
 
 /// Modules that convert to fp8 (E4M3), which compute capability 8.9 brought: not built before.
 const SM89_UP: &[&str] = &["fp8"];
@@ -257,6 +265,19 @@ impl KernelSource {
 /// The module built from `kernels/{name}.cu`.
 pub fn source(name: &str) -> Option<&'static KernelSource> {
     SOURCES.iter().find(|s| s.name == name)
+}
+
+/// The entry of `entries` named `prefix` and then the value of environment variable `var` (a
+/// launcher's `KILN_*_TILE` switch, which forces one entry for A/B runs); None when it is unset
+/// or names none.
+pub fn entry_from_env<T>(
+    entries: &'static [T],
+    var: &str,
+    prefix: &str,
+    name: impl Fn(&T) -> &str,
+) -> Option<&'static T> {
+    let want = format!("{prefix}{}", std::env::var(var).ok()?);
+    entries.iter().find(|e| name(e) == want)
 }
 
 /// The entries an entry macro makes in module `module`, each read by `parse` (the tables of
@@ -465,6 +486,15 @@ mod tests {
                     "skinny_fp8_wide_4x1_u8_t32".into(),
                     "skinny_fp8_wide_2x1_u8_t32".into(),
                 ],
+            ),
+            (
+                "fp8_wg",
+                [
+                    "1x1_n8", "2x1_n8", "1x1_n16", "1x1_n32", "1x1_n64", "2x1_n64", "1x2_n64",
+                    "2x2_n64",
+                ]
+                .map(|t| format!("fp8_wg_{t}"))
+                .to_vec(),
             ),
             (
                 "chain_gemm",

@@ -13,6 +13,7 @@ pub mod footprint;
 pub mod forward;
 pub mod fp8_rows;
 pub mod fp8_skinny;
+pub mod fp8_wg;
 pub mod gemm_fp8;
 pub mod gemm_lt;
 pub mod graphs;

@@ -231,10 +231,12 @@ impl Gpu {
         crate::kernel_sources::source("skinny_wg").is_some_and(|s| s.target(self.arch).is_some())
     }
 
-    /// Bytes of the workspaces reserved at start: the chain partials of the split path and the
-    /// rewritten x of the wgmma path.
+    /// Bytes of the workspaces reserved at start: the chain partials of the split path, the
+    /// rewritten x of the wgmma path and the split fp8 wgmma launches' workspace.
     pub fn reserved_scratch_bytes(&self) -> usize {
-        self.tc_part.get().map_or(0, |b| b.len() * 4) + self.wg_x.get().map_or(0, |b| b.len() * 2)
+        self.tc_part.get().map_or(0, |b| b.len() * 4)
+            + self.wg_x.get().map_or(0, |b| b.len() * 2)
+            + self.fp8_wg_space.get().map_or(0, |s| s.bytes())
     }
 
     /// Reserves the rewritten-x workspace of the wgmma path (once per device; later calls keep

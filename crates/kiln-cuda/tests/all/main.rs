@@ -14,6 +14,7 @@ mod contract_draft;
 mod contract_fp8;
 mod contract_fp8_fused;
 mod contract_fp8_skinny;
+mod contract_fp8_wg;
 mod contract_gemm;
 mod contract_gemma;
 mod contract_quant;

@@ -12,7 +12,10 @@
 //!   the fp8 skinny kernels' first chunks) load before griddepcontrol.wait in the SASS;
 //! - on sm_90 the fp8 skinny kernels' E4M3 MMAs are f16 MMAs after an unpacking, the
 //!   instructions the wide fp8 kernels write themselves to give the same bits (on sm_89 they are
-//!   E4M3 MMAs of the hardware's own, which the wide kernels do not match, and so do not run).
+//!   E4M3 MMAs of the hardware's own, which the wide kernels do not match, and so do not run);
+//! - each fp8 wgmma entry (fp8_wg.cu) sums a tile as four E4M3 wgmmas of its N issued back to
+//!   back, the first from zero (the order its contract holds), spills nothing, and copies its
+//!   first weight stages before waiting for the kernel ahead.
 
 use std::process::Command;
 
@@ -307,5 +310,52 @@ fn fp8_skinny_mmas_are_the_wide_kernels_f16_pairs_on_sm_90_only() {
                 );
             }
         }
+    }
+}
+
+#[test]
+fn fp8_wg_tiles_are_four_e4m3_wgmmas_from_zero_and_nothing_spills() {
+    let Some(nvdisasm) = tools() else {
+        return;
+    };
+    let entries = sass(&nvdisasm, source("fp8_wg").unwrap(), &[]);
+    let all = kiln_cuda::fp8_wg::wg_entries();
+    assert_eq!(entries.len(), all.len(), "every fp8_wg entry in the SASS");
+    for (name, lines) in &entries {
+        let bn = all.iter().find(|e| &e.name == name).unwrap().bn;
+        let at: Vec<usize> = (0..lines.len())
+            .filter(|&i| lines[i].contains("QGMMA."))
+            .collect();
+        let op = format!("QGMMA.64x{bn}x32.F32.E4M3.E4M3 ");
+        assert!(
+            at.len() == 4 && at.iter().all(|&i| lines[i].contains(&op)),
+            "{name}: {} wgmmas, four of {op}expected",
+            at.len()
+        );
+        // The first from zero (RZ, no accumulate predicate), the others on top of it.
+        let from_zero = |i: usize| lines[i].contains(", RZ, !UPT");
+        assert!(
+            from_zero(at[0]) && !at[1..].iter().any(|&i| from_zero(i)),
+            "{name}: the tile's first wgmma must start from zero, and only it"
+        );
+        let waits = lines[at[0]..at[3]]
+            .iter()
+            .filter(|l| l.contains("WARPGROUP.DEPBAR"))
+            .count();
+        assert_eq!(waits, 0, "{name}: a wait between a tile's wgmmas");
+        let spills = lines
+            .iter()
+            .filter(|l| l.contains(" STL") || l.contains(" LDL"))
+            .count();
+        assert_eq!(spills, 0, "{name}: {spills} local-memory accesses");
+        let early = lines
+            .iter()
+            .take_while(|l| !l.contains("ACQBULK"))
+            .filter(|l| l.contains("LDGSTS"))
+            .count();
+        assert!(
+            early > 0,
+            "{name}: no weight copy before griddepcontrol.wait"
+        );
     }
 }

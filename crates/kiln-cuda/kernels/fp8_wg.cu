@@ -1,0 +1,251 @@
+#line 1 "fp8_wg.cu"
+// Decode rows of an fp8 product on Hopper's fp8 tensor cores (KILN_FP8_WG, fp8_wg.rs):
+// Y[m, n] (f32) = (sum_k Xq[m, k] Wq[n, k]) * (xs[m] * ws[n]), Xq and Wq E4M3 rows of K bytes
+// (K % 16 == 0), their scales f32: the product of fp8.cu's skinny kernels and of cuBLASLt's fp8
+// GEMM, summed in an order of its own that K alone fixes, "the fp8 wgmma order":
+// - k-tile i is bytes 128 i .. 128 i + 127 of a row (zeros past K). Its product is four wgmma
+//   m64nNk32 E4M3 (64 weight rows x N tokens x 32 k), the first from zero, each next on top.
+// - FG_CHAINS chains: chain c holds the tiles c TPC .. (c + 1) TPC - 1 (TPC the tiles over the
+//   chains, rounded up; the last chains may be short or empty) and sums their products in
+//   order from zero, in f32 adds.
+// - The chain sums are added in chain order from zero, then scaled by (xs[m] * ws[n]).
+// A token is one column of each wgmma it takes part in; the other columns (other tokens, or the
+// zeros past M) and N leave its bits alone, so a decode row alone, among any number of others or
+// as a verify row gets the same bits (contract_fp8_wg checks it). The tensor cores' own sum of a
+// k32 product, and of four on top of each other, is exact only to their accumulator's width:
+// the f32 adds between tiles keep a 4,096-wide row's error near one such sum's.
+//
+// CTA: WR x WT warpgroups, warpgroup (r, t) computing weight rows 64 r .. of the CTA's 64 WR
+// for tokens BN t .. of its BN WT (blockIdx.x the token block, blockIdx.y the weight block). Its
+// k-tiles (64 WR weight rows and BN WT token rows of 128 bytes) stream through an S-stage
+// cp.async ring, each row's 16-byte piece q at q ^ (row % 8) (wgmma's 128-byte swizzle). With
+// gridDim.z == 1 the CTA sums every chain; with gridDim.z == FG_CHAINS it sums chain blockIdx.z
+// alone into `part` ([chain][M][N] f32), and the block's last CTA to finish adds the chains
+// there in chain order: the same adds in the same order, the same bits.
+#define FG_CHAINS 4
+
+// D[64 x BN] (+)= A[64 x 32] * B[32 x BN], both E4M3 in shared memory, K-major (descriptors
+// da, db); accumulate = 0 overwrites D.
+template <int BN>
+__device__ __forceinline__ void wgmma_e4m3(float (&d)[BN / 2], u64 da, u64 db, int accumulate) {
+    static_assert(BN == 8 || BN == 16 || BN == 32 || BN == 64, "an N the entries use");
+    if constexpr (BN == 8) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 "
+            "{%0, %1, %2, %3}, %4, %5, p, 1, 1;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "l"(da), "l"(db), "r"(accumulate));
+    }
+    if constexpr (BN == 16) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+            : "l"(da), "l"(db), "r"(accumulate));
+    }
+    if constexpr (BN == 32) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+            : "l"(da), "l"(db), "r"(accumulate));
+    }
+    if constexpr (BN == 64) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
+            "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+            : "l"(da), "l"(db), "r"(accumulate));
+    }
+}
+
+// The last tile (exclusive) of chain c of a row of T k-tiles.
+__device__ __forceinline__ int fg_chain_end(int c, int T) {
+    const int tpc = (T + FG_CHAINS - 1) / FG_CHAINS;
+    return min((c + 1) * tpc, T);
+}
+
+template <int WR, int WT, int BN, int S>
+__device__ __forceinline__ void fp8_wg_body(float* __restrict__ y, const unsigned char* __restrict__ x,
+                                            const float* __restrict__ xs, const unsigned char* __restrict__ w,
+                                            const float* __restrict__ ws, int M, int N, int K,
+                                            float* __restrict__ part, int* __restrict__ count) {
+    constexpr int THREADS = 128 * WR * WT, ROWS = 64 * WR, TOK = BN * WT;
+    constexpr int WS = ROWS * 128, XS = TOK * 128, STAGE = WS + XS;
+    // 16-byte pieces a thread: W's split evenly, x's in rounds (fewer than the threads at few tokens).
+    constexpr int PW = ROWS * 8 / THREADS, PX = (TOK * 8 + THREADS - 1) / THREADS;
+    static_assert(ROWS * 8 % THREADS == 0 && THREADS / 8 % 8 == 0, "whole pieces; one row phase a thread");
+    static_assert(STAGE % 1024 == 0 && XS % 1024 == 0, "each tile 1024-aligned, as the swizzle needs");
+    static_assert(S >= 2, "a stage in flight while one is read");
+    extern __shared__ __align__(1024) unsigned char fg_smem[];
+    pdl_trigger();
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int wg = warp >> 2, wq = warp & 3, wr = wg / WT, wt = wg % WT;
+    const int m0 = blockIdx.x * TOK, n0 = blockIdx.y * ROWS;
+    const int T = (K + 127) / 128;
+    const bool split = gridDim.z > 1;
+    const int t0 = split ? (blockIdx.z == 0 ? 0 : fg_chain_end(blockIdx.z - 1, T)) : 0;
+    const int t1 = split ? fg_chain_end(blockIdx.z, T) : T;
+
+    // This thread copies piece q = tid % 8 of rows tid / 8 + i * THREADS / 8 (all of one row
+    // phase mod 8: one swizzled offset).
+    const int q = tid & 7, r0 = tid >> 3;
+    const u32 piece = (u32)((q ^ (r0 & 7)) << 4);
+    u64 woff[PW], xoff[PX];
+    bool wok[PW], xok[PX];
+#pragma unroll
+    for (int i = 0; i < PW; ++i) {
+        const int n = n0 + r0 + i * (THREADS / 8);
+        wok[i] = n < N;
+        woff[i] = (u64)(wok[i] ? n : 0) * K + 16 * q;
+    }
+#pragma unroll
+    for (int i = 0; i < PX; ++i) {
+        const int r = r0 + i * (THREADS / 8), m = m0 + r;
+        xok[i] = r < TOK && m < M;
+        xoff[i] = (u64)(xok[i] ? m : 0) * K + 16 * q;
+    }
+    auto issue_w = [&](int tile, int stage) {
+        if (tile >= t1) return;
+        const int k = 128 * tile + 16 * q;
+        unsigned char* st = fg_smem + stage * STAGE;
+#pragma unroll
+        for (int i = 0; i < PW; ++i)
+            cp_async_16(st + (r0 + i * (THREADS / 8)) * 128 + piece, w + woff[i] + (k < K ? 128 * tile : 0),
+                        (k < K && wok[i]) ? 16 : 0);
+    };
+    auto issue_x = [&](int tile, int stage) {
+        if (tile >= t1) return;
+        const int k = 128 * tile + 16 * q;
+        unsigned char* st = fg_smem + stage * STAGE + WS;
+#pragma unroll
+        for (int i = 0; i < PX; ++i) {
+            const int r = r0 + i * (THREADS / 8);
+            if (TOK * 8 % THREADS != 0 && r >= TOK) break;
+            cp_async_16(st + r * 128 + piece, x + xoff[i] + (k < K ? 128 * tile : 0), (k < K && xok[i]) ? 16 : 0);
+        }
+    };
+
+    // The weights are never written: the first stages' rows come in while the kernel before
+    // ends; x belongs to it until pdl_wait. One commit group a stage (the first holds the
+    // weights of all of them).
+#pragma unroll
+    for (int s = 0; s < S - 1; ++s) issue_w(t0 + s, s);
+    pdl_wait();
+#pragma unroll
+    for (int s = 0; s < S - 1; ++s) {
+        issue_x(t0 + s, s);
+        cp_async_commit();
+    }
+
+    float out[BN / 2], chain[BN / 2], p[BN / 2];
+#pragma unroll
+    for (int v = 0; v < BN / 2; ++v) out[v] = chain[v] = p[v] = 0.f;
+    const u32 base = (u32)__cvta_generic_to_shared(fg_smem);
+    int c = split ? (int)blockIdx.z : 0, c_end = fg_chain_end(c, T);
+    for (int tile = t0, stage = 0; tile < t1; ++tile) {
+        cp_async_wait<S - 2>();  // this tile has landed (this thread's copies)
+        fence_async_smem();      // ... where wgmma, the async proxy, reads them
+        __syncthreads();         // everyone's; and the stage refilled below (the last tile's) is free
+        {
+            const int refill = stage == 0 ? S - 1 : stage - 1;
+            issue_w(tile + S - 1, refill);
+            issue_x(tile + S - 1, refill);
+            cp_async_commit();
+        }
+        const u32 sa = base + stage * STAGE + wr * 64 * 128, sb = base + stage * STAGE + WS + wt * BN * 128;
+        const u64 da = gdesc(sa, 16, 1024), db = gdesc(sb, 16, 1024);
+        wgmma_fence();
+        // k 32 kk of the tile: 32 kk bytes into each row, 2 kk in the descriptors' 16-byte units.
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) wgmma_e4m3<BN>(p, da + 2 * kk, db + 2 * kk, kk);
+        wgmma_commit();
+        wgmma_wait<0>();
+        reg_fence(p);
+#pragma unroll
+        for (int v = 0; v < BN / 2; ++v) chain[v] = chain[v] + p[v];
+        // The chain (and any empty ones after it) ends with this tile: into the sum, in order.
+        while (!split && tile + 1 == c_end && c < FG_CHAINS) {
+#pragma unroll
+            for (int v = 0; v < BN / 2; ++v) {
+                out[v] = out[v] + chain[v];
+                chain[v] = 0.f;
+            }
+            c_end = fg_chain_end(++c, T);
+        }
+        stage = stage + 1 == S ? 0 : stage + 1;
+    }
+    cp_async_wait<0>();
+
+    // Accumulator 4 j + v: token 8 j + 2 t + (v & 1), weight row 16 wq + g + 8 (v >> 1) of the
+    // warpgroup's 64.
+    const int mw = m0 + wt * BN, nw = n0 + wr * 64 + 16 * wq + g;
+    if (!split) {
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) {
+                const int m = mw + 8 * j + 2 * t + (v & 1), n = nw + 8 * (v >> 1);
+                if (m < M && n < N) y[(u64)m * N + n] = out[4 * j + v] * (xs[m] * ws[n]);
+            }
+        return;
+    }
+    // Split: this chain's sums to part; the block's last CTA adds every chain's, in order.
+    float* mine = part + (u64)blockIdx.z * M * N;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int v = 0; v < 4; ++v) {
+            const int m = mw + 8 * j + 2 * t + (v & 1), n = nw + 8 * (v >> 1);
+            if (m < M && n < N) mine[(u64)m * N + n] = chain[4 * j + v];
+        }
+    __threadfence();  // this CTA's partials seen by the device before its arrival is
+    __syncthreads();
+    int* arrived = count + blockIdx.x * gridDim.y + blockIdx.y;
+    bool last = false;
+    if (tid == 0) {
+        last = atomicAdd(arrived, 1) == FG_CHAINS - 1;
+        if (last) *arrived = 0;  // for the next launch (no other CTA of this one comes here)
+    }
+    if (!__syncthreads_or(last)) return;
+    __threadfence();
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int v = 0; v < 4; ++v) {
+            const int m = mw + 8 * j + 2 * t + (v & 1), n = nw + 8 * (v >> 1);
+            if (m >= M || n >= N) continue;
+            float s = 0.f;
+#pragma unroll
+            for (int ch = 0; ch < FG_CHAINS; ++ch) s = s + __ldcg(part + ((u64)ch * M + m) * N + n);
+            y[(u64)m * N + n] = s * (xs[m] * ws[n]);
+        }
+}
+
+// FP8_WG_ENTRY(NAME, WR, WT, BN, S, MINB): WR x 64 weight rows and WT x BN tokens a CTA, S ring
+// stages, CTAs a multiprocessor the launch bounds promise. fp8_wg.rs reads the shapes from here.
+// Shared memory: S * (64 WR + BN WT) * 128 bytes. part and count: a split launch's (fp8_wg.rs).
+#define FP8_WG_ENTRY(NAME, WR, WT, BN, S, MINB)                                                             \
+    extern "C" __global__ void __launch_bounds__(128 * WR * WT, MINB)                                      \
+        NAME(float* y, const unsigned char* x, const float* xs, const unsigned char* w, const float* ws,    \
+             int M, int N, int K, float* part, int* count) {                                                \
+        fp8_wg_body<WR, WT, BN, S>(y, x, xs, w, ws, M, N, K, part, count);                                  \
+    }
+FP8_WG_ENTRY(fp8_wg_1x1_n8, 1, 1, 8, 8, 3)
+FP8_WG_ENTRY(fp8_wg_2x1_n8, 2, 1, 8, 6, 2)
+FP8_WG_ENTRY(fp8_wg_1x1_n16, 1, 1, 16, 7, 3)
+FP8_WG_ENTRY(fp8_wg_1x1_n32, 1, 1, 32, 6, 3)
+FP8_WG_ENTRY(fp8_wg_1x1_n64, 1, 1, 64, 6, 2)
+FP8_WG_ENTRY(fp8_wg_2x1_n64, 2, 1, 64, 4, 2)
+FP8_WG_ENTRY(fp8_wg_1x2_n64, 1, 2, 64, 4, 2)
+FP8_WG_ENTRY(fp8_wg_2x2_n64, 2, 2, 64, 4, 1)

@@ -1,0 +1,333 @@
+//! Decode rows of an fp8 product on Hopper's fp8 tensor cores (kernels/fp8_wg.cu, KILN_FP8_WG):
+//! wgmma E4M3 of 64 weight rows by 8 to 64 tokens, weights and x through a cp.async ring in
+//! wgmma's swizzle, in one order that K alone fixes (the kernel's comment gives it), so a row's
+//! bits do not depend on the other rows of a step or on their count: the property the skinny
+//! kernels give bf16 and fp8 decode rows, with the fp8 tensor cores' rate at many rows where
+//! fp8.cu's skinny kernels run f16 MMAs after unpacking. Another order than theirs: other bits
+//! than KILN_FP8_SKINNY's (both within the fp8 GEMM's contract), the same for every row count.
+//!
+//! A launch whose CTAs would leave multiprocessors idle (a narrow weight at few rows) is split
+//! along the order's chains: each CTA sums one chain into a reserved workspace and the last of
+//! a block's CTAs adds them in chain order, the same adds as the whole kernel's.
+
+use std::sync::OnceLock;
+
+use anyhow::{ensure, Result};
+
+use crate::device::{i32_of, Arg, DevBuf, Gpu};
+use crate::fp8_rows::{Fp8Matrix, Fp8Rows};
+use crate::kernel_entries::EntryPoint;
+use crate::kernel_sources::{entry_from_env, macro_entries};
+
+/// The order's chains (fp8_wg.cu's `FG_CHAINS`): a split launch has this many CTAs a block.
+pub const CHAINS: usize = 4;
+
+/// The widest weight (rows) a launch may split: the QKV, o and down of 8B- to 70B-class models
+/// (gate/up and LM heads have CTAs enough, and their partials would be large).
+pub const SPLIT_MAX_N: usize = 16_384;
+
+/// The most rows a split launch takes (the workspace holds this many).
+pub const SPLIT_MAX_ROWS: usize = 128;
+
+/// One `FP8_WG_ENTRY(NAME, WR, WT, BN, S, MINB)` of fp8_wg.cu.
+#[derive(Debug, Clone)]
+pub struct WgEntry {
+    pub name: String,
+    /// 64-row weight groups a CTA.
+    pub wr: usize,
+    /// Token groups a CTA.
+    pub wt: usize,
+    /// Tokens a group (wgmma's N).
+    pub bn: usize,
+    /// Stages of the copy ring.
+    pub stages: usize,
+}
+
+impl WgEntry {
+    fn from_source(p: &EntryPoint) -> Result<WgEntry> {
+        Ok(WgEntry {
+            name: p.name.clone(),
+            wr: p.num("WR")?,
+            wt: p.num("WT")?,
+            bn: p.num("BN")?,
+            stages: p.num("S")?,
+        })
+    }
+
+    /// Weight rows of one CTA.
+    pub fn rows(&self) -> usize {
+        64 * self.wr
+    }
+
+    /// Tokens of one CTA.
+    pub fn tokens(&self) -> usize {
+        self.bn * self.wt
+    }
+
+    pub fn threads(&self) -> usize {
+        128 * self.wr * self.wt
+    }
+
+    /// The ring: each stage 128 bytes of every weight row and token.
+    pub fn smem_bytes(&self) -> usize {
+        self.stages * (self.rows() + self.tokens()) * 128
+    }
+
+    /// (token blocks, weight blocks) of a launch of `m` rows of an `n`-row weight.
+    pub fn blocks(&self, n: usize, m: usize) -> (usize, usize) {
+        (m.div_ceil(self.tokens()), n.div_ceil(self.rows()))
+    }
+
+    fn ctas(&self, n: usize, m: usize) -> usize {
+        let (mb, nb) = self.blocks(n, m);
+        mb * nb
+    }
+}
+
+/// The entries, in the source's order.
+pub fn wg_entries() -> &'static [WgEntry] {
+    static ENTRIES: OnceLock<Vec<WgEntry>> = OnceLock::new();
+    ENTRIES.get_or_init(|| macro_entries("fp8_wg", WgEntry::from_source))
+}
+
+/// What the entries ask of shared memory (kernels.rs allows it at start).
+pub fn smem_needs() -> impl Iterator<Item = (String, usize)> {
+    wg_entries()
+        .iter()
+        .map(|e| (e.name.clone(), e.smem_bytes()))
+}
+
+/// `KILN_FP8_WG_TILE=RxT_nN` (e.g. `2x1_n8`): the entry every launch takes, for A/B runs; None
+/// when unset or naming no entry.
+fn forced_entry() -> Option<&'static WgEntry> {
+    static FORCED: OnceLock<Option<&'static WgEntry>> = OnceLock::new();
+    *FORCED.get_or_init(|| entry_from_env(wg_entries(), "KILN_FP8_WG_TILE", "fp8_wg_", |e| &e.name))
+}
+
+/// The entry for `m` rows of an `n`-row weight on `sms` multiprocessors (unless
+/// KILN_FP8_WG_TILE forces one): of those whose wgmma N is the narrowest that holds the rows
+/// (64 past 64 rows), the one with the most weight rows and tokens a CTA (the fewest reads of
+/// each) that still gives every multiprocessor a CTA, else the one with the most CTAs.
+pub fn wg_entry(n: usize, m: usize, sms: usize) -> &'static WgEntry {
+    if let Some(e) = forced_entry() {
+        return e;
+    }
+    let bn = [8, 16, 32, 64].into_iter().find(|&b| b >= m).unwrap_or(64);
+    let of_n = || wg_entries().iter().filter(move |e| e.bn == bn);
+    of_n()
+        .filter(|e| e.ctas(n, m) >= sms)
+        .max_by_key(|e| (e.rows() * e.tokens(), e.rows()))
+        .or_else(|| of_n().max_by_key(|e| (e.ctas(n, m), e.rows())))
+        .expect("fp8_wg.cu has an entry of each N")
+}
+
+/// Whether a launch of `m` rows of an `n`-row weight in `e` is split along the chains: its
+/// CTAs would not give every multiprocessor one, and the workspace holds it.
+pub fn splits(e: &WgEntry, n: usize, m: usize, sms: usize) -> bool {
+    e.ctas(n, m) < sms && n <= SPLIT_MAX_N && m <= SPLIT_MAX_ROWS
+}
+
+/// (partial floats, arrival counters) of the split launches' workspace for steps of up to
+/// `max_seqs` decode rows: every chain of the widest split weight at the most rows, and a
+/// counter a block of the finest tiling.
+pub fn workspace_len(max_seqs: usize) -> (usize, usize) {
+    let rows = max_seqs.clamp(1, SPLIT_MAX_ROWS);
+    let narrowest = wg_entries().iter().map(WgEntry::tokens).min().unwrap_or(8);
+    let blocks = rows.div_ceil(narrowest) * SPLIT_MAX_N.div_ceil(64);
+    (CHAINS * rows * SPLIT_MAX_N, blocks)
+}
+
+/// Bytes [`Gpu::reserve_fp8_wg`] takes for `max_seqs` decode rows when the path is on
+/// (footprint.rs counts them).
+pub fn reserve_bytes(on: bool, max_seqs: usize) -> usize {
+    if !on {
+        return 0;
+    }
+    let (floats, counters) = workspace_len(max_seqs);
+    floats * 4 + counters * 4
+}
+
+/// The split launches' workspace: chain partials and zeroed arrival counters (each launch's
+/// last CTA of a block zeroes its counter again).
+pub struct SplitSpace {
+    part: DevBuf<f32>,
+    count: DevBuf<i32>,
+}
+
+impl Gpu {
+    /// Whether this GPU builds fp8_wg.cu (kernel_sources.rs: sm_90a only).
+    pub fn has_fp8_wg(&self) -> bool {
+        crate::kernel_sources::source("fp8_wg").is_some_and(|s| s.target(self.arch).is_some())
+    }
+
+    /// Reserves the split launches' workspace for steps of up to `max_seqs` decode rows, when
+    /// `on` (fp8 projections with KILN_FP8_WG; once per device, later calls keep the first).
+    pub fn reserve_fp8_wg(&self, on: bool, max_seqs: usize) -> Result<()> {
+        if on && self.fp8_wg_space.get().is_none() {
+            let (floats, counters) = workspace_len(max_seqs);
+            let space = SplitSpace {
+                part: self.alloc(floats)?,
+                count: self.alloc(counters)?,
+            };
+            let _ = self.fp8_wg_space.set(space);
+        }
+        Ok(())
+    }
+
+    /// y[r, :] = (x_r . w^T) * (x's scale r * w's row scales) for rows 0..rows of `x` into y
+    /// (`rows x w.rows` f32) in the fp8 wgmma order, in the entry [`wg_entry`] chooses, split
+    /// where [`splits`] says so and the workspace is reserved.
+    pub fn fp8_wg(&self, y: u64, x: Fp8Rows, w: &Fp8Matrix, rows: usize) -> Result<()> {
+        let sms = self.sm_count as usize;
+        let e = wg_entry(w.rows, rows, sms);
+        let split = splits(e, w.rows, rows, sms) && self.fp8_wg_space.get().is_some();
+        self.fp8_wg_in(e, split, y, x, w, rows)
+    }
+
+    /// [`Gpu::fp8_wg`] in entry `e`, split along the chains or not (an sm_90 device's: the
+    /// module is built for no other).
+    pub fn fp8_wg_in(
+        &self,
+        e: &WgEntry,
+        split: bool,
+        y: u64,
+        x: Fp8Rows,
+        w: &Fp8Matrix,
+        rows: usize,
+    ) -> Result<()> {
+        let (n, k) = (w.rows, w.cols);
+        ensure!(
+            k.is_multiple_of(16),
+            "fp8 rows of {k} bytes: fp8_wg copies 16 at a time"
+        );
+        if rows == 0 {
+            return Ok(());
+        }
+        let (mb, nb) = e.blocks(n, rows);
+        ensure!(nb <= 65_535, "an fp8 weight of {n} rows: too many CTAs");
+        let (part, count, z) = if split {
+            let space = self
+                .fp8_wg_space
+                .get()
+                .ok_or_else(|| anyhow::anyhow!("a split fp8_wg launch without its workspace"))?;
+            ensure!(
+                CHAINS * rows * n <= space.part.len() && mb * nb <= space.count.len(),
+                "a split fp8_wg launch of {rows} x {n} past its workspace"
+            );
+            (space.part.ptr(), space.count.ptr(), CHAINS as u32)
+        } else {
+            (0, 0, 1)
+        };
+        self.launch(
+            &e.name,
+            (mb as u32, nb as u32, z),
+            e.threads() as u32,
+            e.smem_bytes() as u32,
+            &[
+                Arg::Ptr(y),
+                Arg::Ptr(x.q),
+                Arg::Ptr(x.scale),
+                Arg::Ptr(w.q.ptr()),
+                Arg::Ptr(w.scale.ptr()),
+                Arg::I32(i32_of(rows, "rows of x")?),
+                Arg::I32(i32_of(n, "rows of the weight")?),
+                Arg::I32(i32_of(k, "columns of the weight")?),
+                Arg::Ptr(part),
+                Arg::Ptr(count),
+            ],
+        )
+    }
+}
+
+impl SplitSpace {
+    pub fn bytes(&self) -> usize {
+        self.part.bytes() + self.count.bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_entries_are_read_from_their_source() {
+        let shapes: Vec<(usize, usize, usize)> = wg_entries()
+            .iter()
+            .map(|e| (e.rows(), e.tokens(), e.smem_bytes()))
+            .collect();
+        assert_eq!(
+            shapes,
+            [
+                (64, 8, 73_728),
+                (128, 8, 104_448),
+                (64, 16, 71_680),
+                (64, 32, 73_728),
+                (64, 64, 98_304),
+                (128, 64, 98_304),
+                (64, 128, 98_304),
+                (128, 128, 131_072),
+            ],
+            "fp8_wg.cu's FP8_WG_ENTRY lines"
+        );
+        let src = crate::kernel_sources::source("fp8_wg").unwrap().body;
+        assert!(
+            src.contains(&format!("#define FG_CHAINS {CHAINS}\n")),
+            "the launcher's chains are the kernel's"
+        );
+    }
+
+    #[test]
+    fn every_entry_leaves_room_for_the_ctas_its_launch_bounds_promise() {
+        // 227 KiB of shared memory a multiprocessor on sm_90, 1 KiB of it the runtime's a CTA.
+        let src = crate::kernel_sources::source("fp8_wg").unwrap();
+        for p in src.entry_points().unwrap() {
+            let e = wg_entries().iter().find(|e| e.name == p.name).unwrap();
+            let minb = p.num("MINB").unwrap();
+            assert!(
+                minb * (e.smem_bytes() + 1024) <= 227 * 1024,
+                "{}: {minb} CTAs of {} bytes",
+                e.name,
+                e.smem_bytes()
+            );
+        }
+    }
+
+    #[test]
+    fn a_launch_takes_the_narrowest_n_and_the_largest_tiles_that_fill_the_multiprocessors() {
+        // Llama-3-8B's gate/up (28,672 rows), QKV (6,144), o and down (4,096) on an H200.
+        let pick = |n, m| wg_entry(n, m, 132).name.as_str();
+        assert_eq!(pick(28_672, 1), "fp8_wg_2x1_n8");
+        assert_eq!(pick(4_096, 1), "fp8_wg_1x1_n8");
+        assert_eq!(pick(6_144, 12), "fp8_wg_1x1_n16");
+        assert_eq!(pick(6_144, 32), "fp8_wg_1x1_n32");
+        assert_eq!(pick(28_672, 128), "fp8_wg_2x2_n64");
+        assert_eq!(pick(4_096, 128), "fp8_wg_1x1_n64");
+        assert_eq!(pick(4_096, 256), "fp8_wg_1x1_n64");
+        assert_eq!(pick(28_672, 256), "fp8_wg_2x2_n64");
+    }
+
+    #[test]
+    fn narrow_weights_at_few_rows_split_and_the_workspace_holds_every_split() {
+        let sms = 132;
+        let e = wg_entry(4_096, 1, sms);
+        assert!(splits(e, 4_096, 1, sms));
+        let e = wg_entry(28_672, 1, sms);
+        assert!(!splits(e, 28_672, 1, sms));
+        let e = wg_entry(128_256, 1, sms);
+        assert!(!splits(e, 128_256, 1, sms), "an LM head fills the GPU");
+        for max_seqs in [1, 8, 64, 128, 256] {
+            let (floats, counters) = workspace_len(max_seqs);
+            for m in 1..=max_seqs.min(SPLIT_MAX_ROWS) {
+                for n in [64, 1_000, 4_096, 6_144, SPLIT_MAX_N] {
+                    for e in wg_entries() {
+                        if splits(e, n, m, usize::MAX) {
+                            let (mb, nb) = e.blocks(n, m);
+                            assert!(CHAINS * m * n <= floats && mb * nb <= counters);
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(reserve_bytes(false, 128), 0);
+    }
+}

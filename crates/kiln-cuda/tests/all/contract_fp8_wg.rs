@@ -1,0 +1,192 @@
+//! Kernel contract for the fp8 wgmma kernels (fp8_wg.rs, kernels/fp8_wg.cu; KILN_FP8_WG, sm_90):
+//! the decode rows' product against float64 of the same fp8 values within the fp8 GEMM's
+//! tolerance (contract_fp8.rs), and one order for every row whatever the launch: each row's bits
+//! the same alone, among the others and from another row offset, in every entry (wgmma N of 8 to
+//! 64, one or two token and weight groups a CTA), whole or split along the chains, a split
+//! launch again after another (its arrival counters left at zero); nothing written past the
+//! rows.
+
+use crate::common;
+use crate::contract_fp8::{Product, FP8_PRODUCT_TOLERANCE};
+use common::planted::{each_planted_bug_fails, Bug};
+
+use common::{all, f32_bits, gpu_or_skip, poisoned, timed, Checks, Rng};
+use kiln_cuda::device::Gpu;
+use kiln_cuda::fp8_rows::{Fp8Matrix, Fp8Rows};
+use kiln_cuda::fp8_wg::{wg_entries, wg_entry, SPLIT_MAX_N, SPLIT_MAX_ROWS};
+
+fn rows_of(x: &Fp8Matrix, from: usize) -> Fp8Rows {
+    Fp8Rows {
+        q: x.q.at(from * x.cols),
+        scale: x.scale.at(from),
+    }
+}
+
+/// Rows `from..` of `p` in entry `e` (split or not) into a buffer one poisoned row longer;
+/// the rows, and whether the row past them kept its poison.
+fn launch(gpu: &Gpu, p: &Product, e: usize, split: bool, from: usize) -> (Vec<f32>, bool, f64) {
+    let (m, n) = (p.x.rows - from, p.w.rows);
+    let y = poisoned::<f32>(gpu, (m + 1) * n);
+    let entry = &wg_entries()[e];
+    let secs = timed(gpu, || {
+        gpu.fp8_wg_in(entry, split, y.ptr(), rows_of(&p.x, from), &p.w, m)
+    });
+    let got = all(gpu, &y);
+    let untouched = got[m * n..].iter().all(|v| v.to_bits() == u32::MAX);
+    (got[..m * n].to_vec(), untouched, secs)
+}
+
+fn wg_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
+    if !gpu.has_fp8_wg() {
+        eprintln!("fp8_wg: not built for sm_{} (sm_90 only)", gpu.arch);
+        return;
+    }
+    gpu.reserve_fp8_wg(true, SPLIT_MAX_ROWS).unwrap();
+    // (m, n, k): one row (the 8B's o), a few on QKV, each N's row counts, the 8B's down (k
+    // 14,336), k no multiple of 128 (a short last tile, fewer tiles than chains), weights no
+    // multiple of 64 rows, more tokens than a CTA takes, past the split's rows.
+    for (m, n, k) in [
+        (1, 4096, 4096),
+        (3, 6144, 4096),
+        (8, 1040, 1024),
+        (13, 512, 14_336),
+        (29, 640, 2064),
+        (64, 256, 4096),
+        (65, 96, 208),
+        (100, 1000, 48),
+        (130, 2056, 1040),
+        (200, 640, 4096),
+    ] {
+        let p = Product::random(gpu, rng, m, n, k);
+        let case = format!("fp8_wg m={m} n={n} k={k}");
+        let y = poisoned::<f32>(gpu, m * n);
+        let secs = timed(gpu, || gpu.fp8_wg(y.ptr(), rows_of(&p.x, 0), &p.w, m));
+        let got = all(gpu, &y);
+        let worst = p.worst_error(&got);
+        c.check(
+            worst <= FP8_PRODUCT_TOLERANCE,
+            format!(
+                "{case}: worst error {worst:.2e} of the terms' magnitude ({:.3}ms)",
+                secs * 1e3
+            ),
+        );
+        // Each of a few rows alone, and rows 3.. together, as the launcher chooses.
+        for r in [0, m / 2, m - 1] {
+            let alone = poisoned::<f32>(gpu, n);
+            gpu.fp8_wg(alone.ptr(), rows_of(&p.x, r), &p.w, 1).unwrap();
+            c.identical(
+                &format!("{case}: row {r} alone"),
+                &f32_bits(&all(gpu, &alone)),
+                &f32_bits(&got[r * n..(r + 1) * n]),
+            );
+        }
+        if m > 3 {
+            let rest = poisoned::<f32>(gpu, (m - 3) * n);
+            gpu.fp8_wg(rest.ptr(), rows_of(&p.x, 3), &p.w, m - 3)
+                .unwrap();
+            c.identical(
+                &format!("{case}: rows 3.. together"),
+                &f32_bits(&all(gpu, &rest)),
+                &f32_bits(&got[3 * n..]),
+            );
+        }
+        // Every entry, whole and (where the workspace holds it) split, from row 0 and the last.
+        let can_split = |rows| rows <= SPLIT_MAX_ROWS && n <= SPLIT_MAX_N;
+        for (e, entry) in wg_entries().iter().enumerate() {
+            for from in [0, m - 1] {
+                for split in [false, true] {
+                    if split && !can_split(m - from) {
+                        continue;
+                    }
+                    let (rows, untouched, secs) = launch(gpu, &p, e, split, from);
+                    let how = if split { "split" } else { "whole" };
+                    let what = format!("{case}: rows {from}.. in {} {how}", entry.name);
+                    c.identical(
+                        &format!("{what} ({:.3}ms)", secs * 1e3),
+                        &f32_bits(&rows),
+                        &f32_bits(&got[from * n..]),
+                    );
+                    c.check(untouched, format!("{what}: nothing past its rows"));
+                }
+            }
+        }
+    }
+    // A split launch right after another of the same blocks: the first left its counters at zero.
+    let p = Product::random(gpu, rng, 5, 2048, 4096);
+    let chosen = wg_entry(2048, 5, gpu.sm_count as usize);
+    let e = wg_entries()
+        .iter()
+        .position(|e| e.name == chosen.name)
+        .unwrap();
+    let (first, _, _) = launch(gpu, &p, e, true, 0);
+    let (second, _, _) = launch(gpu, &p, e, true, 0);
+    c.identical(
+        "fp8_wg: a split launch twice",
+        &f32_bits(&second),
+        &f32_bits(&first),
+    );
+    c.check(
+        p.worst_error(&second) <= FP8_PRODUCT_TOLERANCE,
+        "fp8_wg: the second split launch within tolerance".to_string(),
+    );
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn fp8_wg_contract() {
+    let Some(gpu) = gpu_or_skip("fp8_wg_contract") else {
+        return;
+    };
+    let mut rng = Rng::new("fp8_wg_contract");
+    let mut c = Checks::new("fp8 wgmma");
+    wg_cases(&gpu, &mut rng, &mut c);
+    c.finish();
+}
+
+/// fp8_wg.cu with one planted bug each: a chain never zeroed after joining the sum (its tiles
+/// counted again); the split's join adding the chains in reverse order (the same terms within
+/// the tolerance, other bits: only the bit checks see it); a tile's first product on top of the
+/// last tile's instead of from zero; the copies without the swizzle wgmma reads.
+const PLANTED_WG: &[Bug] = &[
+    (
+        "fp8_wg",
+        "                chain[v] = 0.f;\n",
+        "                chain[v] = chain[v];\n",
+    ),
+    (
+        "fp8_wg",
+        "__ldcg(part + ((u64)ch * M + m) * N + n)",
+        "__ldcg(part + ((u64)(FG_CHAINS - 1 - ch) * M + m) * N + n)",
+    ),
+    (
+        "fp8_wg",
+        "wgmma_e4m3<BN>(p, da + 2 * kk, db + 2 * kk, kk);",
+        "wgmma_e4m3<BN>(p, da + 2 * kk, db + 2 * kk, 1);",
+    ),
+    (
+        "fp8_wg",
+        "const u32 piece = (u32)((q ^ (r0 & 7)) << 4);",
+        "const u32 piece = (u32)(q << 4);",
+    ),
+];
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn fp8_wg_planted_bugs_fail() {
+    each_planted_bug_fails(
+        "fp8_wg_planted_bugs_fail",
+        kiln_cuda::StoreType::Bf16,
+        PLANTED_WG,
+        |gpu, _, rng, c| wg_cases(gpu, rng, c),
+    );
+}
+
+/// The planted bugs' texts are in fp8_wg.cu once and change its machine code (where NVRTC is
+/// present), so that `fp8_wg_planted_bugs_fail` tests what it says.
+#[test]
+fn fp8_wg_planted_bugs_compile() {
+    for &(module, from, to) in PLANTED_WG {
+        let planted = common::planted::planted_module(module, from, to);
+        common::planted::assert_planted_compiles(&planted, kiln_cuda::StoreType::Bf16, to);
+    }
+}
