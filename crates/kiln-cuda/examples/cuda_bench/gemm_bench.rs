@@ -34,7 +34,7 @@ const ROWS: [usize; 7] = [1, 8, 32, 64, 128, 192, 256];
 const MAX_ROWS: usize = 256;
 
 /// Median seconds per call of `f` over 5 rounds of 20 calls (after one untimed call).
-fn time(gpu: &Gpu, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+pub(crate) fn time(gpu: &Gpu, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
     f()?;
     gpu.synchronize()?;
     let mut rounds = Vec::new();

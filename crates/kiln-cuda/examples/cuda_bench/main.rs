@@ -13,7 +13,8 @@
 //! 2k/8k/32k only; "decode-grid": decode at batch 1, 8, 32 and 128 from depth 0 and at batch 1,
 //! 8 and 32 from depth 8k, the figures the decode switches are judged by; "decode-tc": decode
 //! at batch 32 and 128 from depth 0 only, the quick A/B of KILN_SKINNY_TC; "gemm": the decode
-//! GEMM kernels alone, see gemm_bench.rs; "decode-profile N [depth=D]": N sequences from depth D (0), three
+//! GEMM kernels alone, see gemm_bench.rs; "fp8-gemm": an fp8 projection's decode GEMM kernels
+//! alone, see fp8_gemm_bench.rs; "decode-profile N [depth=D]": N sequences from depth D (0), three
 //! warm-up steps, then two steps between cuProfilerStart and cuProfilerStop; "prefill-profile
 //! N": a prompt of N tokens whose last chunk runs between them; both for `ncu
 //! --profile-from-start off`, see scripts/step-profile.sh). A `chunk=N` argument after them
@@ -28,6 +29,7 @@ use kiln_model::WeightSource;
 use kiln_step::{Backend, ChunkInput, StepOutput, Want};
 
 mod attn_bench;
+mod fp8_gemm_bench;
 mod gemm_bench;
 
 /// Prefill chunk (tokens per step) unless a `chunk=N` argument says otherwise.
@@ -234,6 +236,9 @@ fn main() -> Result<()> {
     }
     if mode == "gemm" {
         return gemm_bench::run();
+    }
+    if mode == "fp8-gemm" {
+        return fp8_gemm_bench::run();
     }
     let verify_only = mode == "verify";
     let decode_only = matches!(
