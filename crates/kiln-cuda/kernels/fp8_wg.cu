@@ -74,7 +74,7 @@ __device__ __forceinline__ int fg_chain_end(int c, int T) {
     return min((c + 1) * tpc, T);
 }
 
-template <int WR, int WT, int BN, int S>
+template <int WR, int WT, int BN, int S, bool OV>
 __device__ __forceinline__ void fp8_wg_body(float* __restrict__ y, const unsigned char* __restrict__ x,
                                             const float* __restrict__ xs, const unsigned char* __restrict__ w,
                                             const float* __restrict__ ws, int M, int N, int K,
@@ -85,7 +85,10 @@ __device__ __forceinline__ void fp8_wg_body(float* __restrict__ y, const unsigne
     constexpr int PW = ROWS * 8 / THREADS, PX = (TOK * 8 + THREADS - 1) / THREADS;
     static_assert(ROWS * 8 % THREADS == 0 && THREADS / 8 % 8 == 0, "whole pieces; one row phase a thread");
     static_assert(STAGE % 1024 == 0 && XS % 1024 == 0, "each tile 1024-aligned, as the swizzle needs");
-    static_assert(S >= 2, "a stage in flight while one is read");
+    // Tiles copied ahead of the one computed: with OV one fewer, the stage of the tile before
+    // still read by its wgmmas while this one's are issued.
+    constexpr int AHEAD = OV ? S - 2 : S - 1;
+    static_assert(AHEAD >= 1, "a tile in flight while one is read");
     extern __shared__ __align__(1024) unsigned char fg_smem[];
     pdl_trigger();
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -140,41 +143,47 @@ __device__ __forceinline__ void fp8_wg_body(float* __restrict__ y, const unsigne
     // ends; x belongs to it until pdl_wait. One commit group a stage (the first holds the
     // weights of all of them).
 #pragma unroll
-    for (int s = 0; s < S - 1; ++s) issue_w(t0 + s, s);
+    for (int s = 0; s < AHEAD; ++s) issue_w(t0 + s, s);
     pdl_wait();
 #pragma unroll
-    for (int s = 0; s < S - 1; ++s) {
+    for (int s = 0; s < AHEAD; ++s) {
         issue_x(t0 + s, s);
         cp_async_commit();
     }
 
-    float out[BN / 2], chain[BN / 2], p[BN / 2];
+    float out[BN / 2], chain[BN / 2], p[OV ? 2 : 1][BN / 2];
 #pragma unroll
-    for (int v = 0; v < BN / 2; ++v) out[v] = chain[v] = p[v] = 0.f;
+    for (int v = 0; v < BN / 2; ++v) out[v] = chain[v] = 0.f;
+#pragma unroll
+    for (int b = 0; b < (OV ? 2 : 1); ++b)
+#pragma unroll
+        for (int v = 0; v < BN / 2; ++v) p[b][v] = 0.f;
     const u32 base = (u32)__cvta_generic_to_shared(fg_smem);
     int c = split ? (int)blockIdx.z : 0, c_end = fg_chain_end(c, T);
-    for (int tile = t0, stage = 0; tile < t1; ++tile) {
-        cp_async_wait<S - 2>();  // this tile has landed (this thread's copies)
-        fence_async_smem();      // ... where wgmma, the async proxy, reads them
-        __syncthreads();         // everyone's; and the stage refilled below (the last tile's) is free
-        {
-            const int refill = stage == 0 ? S - 1 : stage - 1;
-            issue_w(tile + S - 1, refill);
-            issue_x(tile + S - 1, refill);
-            cp_async_commit();
-        }
+    // Tile `tile` (in stage `stage`): its copies landed, the ring refilled, its wgmmas into q
+    // issued (not waited for).
+    auto start_tile = [&](float(&q)[BN / 2], int tile, int stage) {
+        cp_async_wait<AHEAD - 1>();  // this tile has landed (this thread's copies)
+        fence_async_smem();          // ... where wgmma, the async proxy, reads them
+        __syncthreads();             // everyone's; and the stage refilled below is free
+        const int refill = stage + AHEAD >= S ? stage + AHEAD - S : stage + AHEAD;
+        issue_w(tile + AHEAD, refill);
+        issue_x(tile + AHEAD, refill);
+        cp_async_commit();
         const u32 sa = base + stage * STAGE + wr * 64 * 128, sb = base + stage * STAGE + WS + wt * BN * 128;
         const u64 da = gdesc(sa, 16, 1024), db = gdesc(sb, 16, 1024);
         wgmma_fence();
         // k 32 kk of the tile: 32 kk bytes into each row, 2 kk in the descriptors' 16-byte units.
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) wgmma_e4m3<BN>(p, da + 2 * kk, db + 2 * kk, kk);
+        for (int kk = 0; kk < 4; ++kk) wgmma_e4m3<BN>(q, da + 2 * kk, db + 2 * kk, kk);
         wgmma_commit();
-        wgmma_wait<0>();
-        reg_fence(p);
+    };
+    // Tile `tile`'s products (waited for) into its chain; the chain, and any empty ones after
+    // it, into the sum where it ends, in order.
+    auto add_tile = [&](float(&q)[BN / 2], int tile) {
+        reg_fence(q);
 #pragma unroll
-        for (int v = 0; v < BN / 2; ++v) chain[v] = chain[v] + p[v];
-        // The chain (and any empty ones after it) ends with this tile: into the sum, in order.
+        for (int v = 0; v < BN / 2; ++v) chain[v] = chain[v] + q[v];
         while (!split && tile + 1 == c_end && c < FG_CHAINS) {
 #pragma unroll
             for (int v = 0; v < BN / 2; ++v) {
@@ -183,7 +192,40 @@ __device__ __forceinline__ void fp8_wg_body(float* __restrict__ y, const unsigne
             }
             c_end = fg_chain_end(++c, T);
         }
-        stage = stage + 1 == S ? 0 : stage + 1;
+    };
+    auto next = [](int stage) { return stage + 1 == S ? 0 : stage + 1; };
+    if constexpr (!OV) {
+        for (int tile = t0, stage = 0; tile < t1; ++tile, stage = next(stage)) {
+            start_tile(p[0], tile, stage);
+            wgmma_wait<0>();
+            add_tile(p[0], tile);
+        }
+    } else if (t1 > t0) {
+        // Tile j's products in p[(j - t0) % 2], added once tile j + 1's are issued; the loop's
+        // body straight-line (ptxas serialises the wgmmas of a loop whose branches it cannot
+        // follow).
+        start_tile(p[0], t0, 0);
+        int tile = t0 + 1, stage = next(0);
+        for (; tile + 1 < t1; tile += 2) {
+            start_tile(p[1], tile, stage);
+            stage = next(stage);
+            wgmma_wait<1>();
+            add_tile(p[0], tile - 1);
+            start_tile(p[0], tile + 1, stage);
+            stage = next(stage);
+            wgmma_wait<1>();
+            add_tile(p[1], tile);
+        }
+        if (tile < t1) {
+            start_tile(p[1], tile, stage);
+            wgmma_wait<1>();
+            add_tile(p[0], tile - 1);
+            wgmma_wait<0>();
+            add_tile(p[1], tile);
+        } else {
+            wgmma_wait<0>();
+            add_tile(p[0], tile - 1);
+        }
     }
     cp_async_wait<0>();
 
@@ -232,20 +274,25 @@ __device__ __forceinline__ void fp8_wg_body(float* __restrict__ y, const unsigne
         }
 }
 
-// FP8_WG_ENTRY(NAME, WR, WT, BN, S, MINB): WR x 64 weight rows and WT x BN tokens a CTA, S ring
-// stages, CTAs a multiprocessor the launch bounds promise. fp8_wg.rs reads the shapes from here.
-// Shared memory: S * (64 WR + BN WT) * 128 bytes. part and count: a split launch's (fp8_wg.rs).
-#define FP8_WG_ENTRY(NAME, WR, WT, BN, S, MINB)                                                             \
+// FP8_WG_ENTRY(NAME, WR, WT, BN, S, MINB, OV): WR x 64 weight rows and WT x BN tokens a CTA, S
+// ring stages, CTAs a multiprocessor the launch bounds promise; OV (the `_o` entries): a tile's
+// adds beside the next tile's wgmmas. fp8_wg.rs reads the shapes from here. Shared memory:
+// S * (64 WR + BN WT) * 128 bytes. part and count: a split launch's (fp8_wg.rs).
+#define FP8_WG_ENTRY(NAME, WR, WT, BN, S, MINB, OV)                                                         \
     extern "C" __global__ void __launch_bounds__(128 * WR * WT, MINB)                                      \
         NAME(float* y, const unsigned char* x, const float* xs, const unsigned char* w, const float* ws,    \
              int M, int N, int K, float* part, int* count) {                                                \
-        fp8_wg_body<WR, WT, BN, S>(y, x, xs, w, ws, M, N, K, part, count);                                  \
+        fp8_wg_body<WR, WT, BN, S, OV>(y, x, xs, w, ws, M, N, K, part, count);                              \
     }
-FP8_WG_ENTRY(fp8_wg_1x1_n8, 1, 1, 8, 8, 3)
-FP8_WG_ENTRY(fp8_wg_2x1_n8, 2, 1, 8, 6, 2)
-FP8_WG_ENTRY(fp8_wg_1x1_n16, 1, 1, 16, 7, 3)
-FP8_WG_ENTRY(fp8_wg_1x1_n32, 1, 1, 32, 6, 3)
-FP8_WG_ENTRY(fp8_wg_1x1_n64, 1, 1, 64, 6, 2)
-FP8_WG_ENTRY(fp8_wg_2x1_n64, 2, 1, 64, 4, 2)
-FP8_WG_ENTRY(fp8_wg_1x2_n64, 1, 2, 64, 4, 2)
-FP8_WG_ENTRY(fp8_wg_2x2_n64, 2, 2, 64, 4, 1)
+FP8_WG_ENTRY(fp8_wg_1x1_n8, 1, 1, 8, 8, 3, false)
+FP8_WG_ENTRY(fp8_wg_2x1_n8, 2, 1, 8, 6, 2, false)
+FP8_WG_ENTRY(fp8_wg_1x1_n16, 1, 1, 16, 7, 3, false)
+FP8_WG_ENTRY(fp8_wg_1x1_n32, 1, 1, 32, 6, 3, false)
+FP8_WG_ENTRY(fp8_wg_1x1_n64, 1, 1, 64, 6, 2, false)
+FP8_WG_ENTRY(fp8_wg_2x1_n64, 2, 1, 64, 4, 2, false)
+FP8_WG_ENTRY(fp8_wg_1x2_n64, 1, 2, 64, 4, 2, false)
+FP8_WG_ENTRY(fp8_wg_2x2_n64, 2, 2, 64, 4, 1, false)
+// With OV, two sets of a tile's products: one warpgroup a CTA (more would spill at the
+// register budget their launch bounds leave).
+FP8_WG_ENTRY(fp8_wg_1x1_n64_o, 1, 1, 64, 6, 2, true)
+FP8_WG_ENTRY(fp8_wg_1x1_n32_o, 1, 1, 32, 6, 3, true)

@@ -41,6 +41,8 @@ pub struct WgEntry {
     pub bn: usize,
     /// Stages of the copy ring.
     pub stages: usize,
+    /// A tile's adds beside the next tile's wgmmas (the `_o` entries).
+    pub overlap: bool,
 }
 
 impl WgEntry {
@@ -51,6 +53,7 @@ impl WgEntry {
             wt: p.num("WT")?,
             bn: p.num("BN")?,
             stages: p.num("S")?,
+            overlap: p.arg("OV").map(str::trim) == Some("true"),
         })
     }
 
@@ -107,13 +110,19 @@ fn forced_entry() -> Option<&'static WgEntry> {
 /// The entry for `m` rows of an `n`-row weight on `sms` multiprocessors (unless
 /// KILN_FP8_WG_TILE forces one): of those whose wgmma N is the narrowest that holds the rows
 /// (64 past 64 rows), the one with the most weight rows and tokens a CTA (the fewest reads of
-/// each) that still gives every multiprocessor a CTA, else the one with the most CTAs.
+/// each) that still gives every multiprocessor a CTA, else the one with the most CTAs. The
+/// `_o` entries run only when forced until the GPU has measured them against the others
+/// (scripts/gpu-plans/2026-12-24-fp8-wg-speed.txt).
 pub fn wg_entry(n: usize, m: usize, sms: usize) -> &'static WgEntry {
     if let Some(e) = forced_entry() {
         return e;
     }
     let bn = [8, 16, 32, 64].into_iter().find(|&b| b >= m).unwrap_or(64);
-    let of_n = || wg_entries().iter().filter(move |e| e.bn == bn);
+    let of_n = || {
+        wg_entries()
+            .iter()
+            .filter(move |e| e.bn == bn && !e.overlap)
+    };
     of_n()
         .filter(|e| e.ctas(n, m) >= sms)
         .max_by_key(|e| (e.rows() * e.tokens(), e.rows()))
@@ -266,6 +275,8 @@ mod tests {
                 (128, 64, 98_304),
                 (64, 128, 98_304),
                 (128, 128, 131_072),
+                (64, 64, 98_304),
+                (64, 32, 73_728),
             ],
             "fp8_wg.cu's FP8_WG_ENTRY lines"
         );
@@ -296,6 +307,10 @@ mod tests {
     fn a_launch_takes_the_narrowest_n_and_the_largest_tiles_that_fill_the_multiprocessors() {
         // Llama-3-8B's gate/up (28,672 rows), QKV (6,144), o and down (4,096) on an H200.
         let pick = |n, m| wg_entry(n, m, 132).name.as_str();
+        assert!(
+            wg_entries().iter().any(|e| e.overlap),
+            "the `_o` entries, forced only"
+        );
         assert_eq!(pick(28_672, 1), "fp8_wg_2x1_n8");
         assert_eq!(pick(4_096, 1), "fp8_wg_1x1_n8");
         assert_eq!(pick(6_144, 12), "fp8_wg_1x1_n16");

@@ -146,7 +146,9 @@ fn fp8_wg_contract() {
 /// fp8_wg.cu with one planted bug each: a chain never zeroed after joining the sum (its tiles
 /// counted again); the split's join adding the chains in reverse order (the same terms within
 /// the tolerance, other bits: only the bit checks see it); a tile's first product on top of the
-/// last tile's instead of from zero; the copies without the swizzle wgmma reads.
+/// last tile's instead of from zero; the copies without the swizzle wgmma reads; in the `_o`
+/// entries, the products of the tile before read from the registers the next tile's wgmmas
+/// are writing.
 const PLANTED_WG: &[Bug] = &[
     (
         "fp8_wg",
@@ -160,13 +162,18 @@ const PLANTED_WG: &[Bug] = &[
     ),
     (
         "fp8_wg",
-        "wgmma_e4m3<BN>(p, da + 2 * kk, db + 2 * kk, kk);",
-        "wgmma_e4m3<BN>(p, da + 2 * kk, db + 2 * kk, 1);",
+        "wgmma_e4m3<BN>(q, da + 2 * kk, db + 2 * kk, kk);",
+        "wgmma_e4m3<BN>(q, da + 2 * kk, db + 2 * kk, 1);",
     ),
     (
         "fp8_wg",
         "const u32 piece = (u32)((q ^ (r0 & 7)) << 4);",
         "const u32 piece = (u32)(q << 4);",
+    ),
+    (
+        "fp8_wg",
+        "add_tile(p[1], tile);\n        }\n        if (tile < t1)",
+        "add_tile(p[0], tile);\n        }\n        if (tile < t1)",
     ),
 ];
 

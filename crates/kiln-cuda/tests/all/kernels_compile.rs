@@ -79,7 +79,10 @@ fn kernels_compile() {
                 );
                 // Registers and spills per kernel, for the record.
                 for line in log.lines().filter(|l| {
-                    l.contains("registers") || l.contains("spill") || l.contains("Compiling entry")
+                    l.contains("registers")
+                        || l.contains("spill")
+                        || l.contains("Compiling entry")
+                        || l.contains("Performance")
                 }) {
                     eprintln!("    {}", line.trim());
                 }

@@ -322,27 +322,40 @@ fn fp8_wg_tiles_are_four_e4m3_wgmmas_from_zero_and_nothing_spills() {
     let all = kiln_cuda::fp8_wg::wg_entries();
     assert_eq!(entries.len(), all.len(), "every fp8_wg entry in the SASS");
     for (name, lines) in &entries {
-        let bn = all.iter().find(|e| &e.name == name).unwrap().bn;
+        let e = all.iter().find(|e| &e.name == name).unwrap();
         let at: Vec<usize> = (0..lines.len())
             .filter(|&i| lines[i].contains("QGMMA."))
             .collect();
-        let op = format!("QGMMA.64x{bn}x32.F32.E4M3.E4M3 ");
+        let op = format!("QGMMA.64x{}x32.F32.E4M3.E4M3 ", e.bn);
         assert!(
-            at.len() == 4 && at.iter().all(|&i| lines[i].contains(&op)),
-            "{name}: {} wgmmas, four of {op}expected",
+            !at.is_empty()
+                && at.len().is_multiple_of(4)
+                && at.iter().all(|&i| lines[i].contains(&op)),
+            "{name}: {} wgmmas, a multiple of four of {op}expected",
             at.len()
         );
-        // The first from zero (RZ, no accumulate predicate), the others on top of it.
+        // Each tile's four: the first from zero (RZ, no accumulate predicate), the others on
+        // top of it, no wait among them (ptxas serialises wgmmas it cannot pipeline).
         let from_zero = |i: usize| lines[i].contains(", RZ, !UPT");
-        assert!(
-            from_zero(at[0]) && !at[1..].iter().any(|&i| from_zero(i)),
-            "{name}: the tile's first wgmma must start from zero, and only it"
-        );
-        let waits = lines[at[0]..at[3]]
+        for tile in at.chunks(4) {
+            assert!(
+                from_zero(tile[0]) && !tile[1..].iter().any(|&i| from_zero(i)),
+                "{name}: a tile's first wgmma must start from zero, and only it"
+            );
+            let waits = lines[tile[0]..tile[3]]
+                .iter()
+                .filter(|l| l.contains("WARPGROUP.DEPBAR"))
+                .count();
+            assert_eq!(waits, 0, "{name}: a wait between a tile's wgmmas");
+        }
+        // The `_o` entries leave one tile's products in flight while adding the last's.
+        let in_flight = lines
             .iter()
-            .filter(|l| l.contains("WARPGROUP.DEPBAR"))
-            .count();
-        assert_eq!(waits, 0, "{name}: a wait between a tile's wgmmas");
+            .any(|l| l.contains("WARPGROUP.DEPBAR.LE gsb0, 0x1"));
+        assert_eq!(
+            in_flight, e.overlap,
+            "{name}: a tile in flight while adding"
+        );
         let spills = lines
             .iter()
             .filter(|l| l.contains(" STL") || l.contains(" LDL"))
