@@ -5,7 +5,7 @@
 # prompt), then served at 1 and 128 clients (scripts/serve-gpu.sh, the F16 file quantised at
 # load). Needs the products of `scripts/gpu-prepare.sh llama llama3 quant` on the machine (start
 # it in the call before: the build and the files take 400-550 s) and the carried kiln binary.
-# With KILN_FP8_WG=1 set, the decode rows take the fp8 wgmma kernels instead (fp8_wg.rs; they
+# With KILN_FP8_WG=1 set, the decode rows take the fp8 wgmma kernels instead (wg_rows.rs; they
 # take precedence over the skinny ones).
 # Usage: OUT=... [WAIT_S=300] [KILN_FP8_WG=1] scripts/fp8-proof-gpu.sh   (about 480 s; results under $OUT)
 set -uo pipefail

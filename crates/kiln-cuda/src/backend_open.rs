@@ -94,7 +94,7 @@ impl CudaBackend {
         // Before the KV budget is taken from what is free.
         gpu.reserve_tc_split(opts.max_seqs)?;
         gpu.reserve_wg(&spec, opts.max_seqs)?;
-        gpu.reserve_fp8_wg(fp8 && switches.fp8_wg && gpu.has_fp8_wg(), opts.max_seqs)?;
+        gpu.reserve_fp8_wg(fp8 && switches.fp8_wg && gpu.has_wg_rows(), opts.max_seqs)?;
         let budget = kv_budget(&gpu, opts.kv_cache_bytes, opts.kv_cache_fraction)?;
         let (kv, ring) = kv_pool(&gpu, &spec, bs, budget, ask)?;
         // The last block is the scratch block: the engine sees the ones before it.

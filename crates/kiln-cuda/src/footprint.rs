@@ -53,7 +53,7 @@ impl Footprint {
             ) + WORKSPACE_BYTES
                 + if fp8 {
                     fp8_buffer_bytes(spec, max_tokens)
-                        + crate::fp8_wg::reserve_bytes(
+                        + crate::wg_rows::reserve_bytes(
                             crate::switches::Switches::from_env().fp8_wg,
                             opts.max_seqs,
                         )

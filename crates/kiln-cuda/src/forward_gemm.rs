@@ -4,7 +4,7 @@
 //! KILN_CHAIN_GEMM every row of a bf16 weight takes the prefill's order (chain_or_lt). Every row
 //! of an fp8 projection takes the fp8 GEMM, its input rows quantised first (fp8_gemm), but with
 //! KILN_FP8_SKINNY its decode rows, which take the fp8 skinny kernels (fp8_skinny.rs), and with
-//! KILN_FP8_WG (sm_90 GPUs) the fp8 wgmma kernels (fp8_wg.rs).
+//! KILN_FP8_WG (sm_90 GPUs) the fp8 wgmma kernels (wg_rows.rs).
 
 use anyhow::{ensure, Result};
 use kiln_model::LayerWeight;
@@ -170,7 +170,7 @@ impl CudaOps<'_, '_> {
     /// Whether an fp8 projection's decode rows take the fp8 wgmma kernels: KILN_FP8_WG on a GPU
     /// that builds them.
     fn fp8_wg(&self) -> bool {
-        self.ctx.sw.fp8_wg && self.ctx.gpu.has_fp8_wg()
+        self.ctx.sw.fp8_wg && self.ctx.gpu.has_wg_rows()
     }
 
     /// Whether this step's bf16 weights give every row the prefill GEMM's order

@@ -185,9 +185,19 @@ pub const SOURCES: &[KernelSource] = &[
         name: "fp8_wg",
         body: concat!(
             include_str!("../kernels/wgmma.cuh"),
+            include_str!("../kernels/wg_rows.cuh"),
             include_str!("../kernels/fp8_wg.cu")
         ),
         builds: Builds::Untyped,
+    },
+    KernelSource {
+        name: "bf16_wg",
+        body: concat!(
+            include_str!("../kernels/wgmma.cuh"),
+            include_str!("../kernels/wg_rows.cuh"),
+            include_str!("../kernels/bf16_wg.cu")
+        ),
+        builds: Builds::Bf16Only,
     },
     KernelSource {
         name: "chain_gemm",
@@ -202,7 +212,7 @@ pub const SOURCES: &[KernelSource] = &[
 /// Modules written for one architecture only (wgmma, setmaxnreg; fp8_wide, whose bits are the
 /// fp8 skinny kernels' only there: fp8_skinny.rs's wide_matches_skinny): NVRTC builds them for
 /// the architecture-specific target `sm_90a`, and only for compute capability 9.0 devices.
-const SM90A_ONLY: &[&str] = &["flash_sm90", "skinny_wg", "fp8_wide", "fp8_wg"];
+const SM90A_ONLY: &[&str] = &["flash_sm90", "skinny_wg", "fp8_wide", "fp8_wg", "bf16_wg"];
 
 /// Modules that convert to fp8 (E4M3), which compute capability 8.9 brought: not built before.
 const SM89_UP: &[&str] = &["fp8"];
@@ -502,6 +512,23 @@ mod tests {
                     "1x1_n32_o",
                 ]
                 .map(|t| format!("fp8_wg_{t}"))
+                .to_vec(),
+            ),
+            (
+                "bf16_wg",
+                [
+                    "1x1_n8",
+                    "2x1_n8",
+                    "1x1_n16",
+                    "1x1_n32",
+                    "1x1_n64",
+                    "2x1_n64",
+                    "1x2_n64",
+                    "2x2_n64",
+                    "1x1_n64_o",
+                    "1x1_n32_o",
+                ]
+                .map(|t| format!("bf16_wg_{t}"))
                 .to_vec(),
             ),
             (

@@ -61,7 +61,7 @@ pub fn large_smem_kernels() -> Vec<(String, usize)> {
         .chain(crate::skinny::smem_needs())
         .chain(crate::skinny_tc::smem_needs())
         .chain(crate::skinny_wg::smem_needs())
-        .chain(crate::fp8_wg::smem_needs())
+        .chain(crate::wg_rows::smem_needs())
         .chain(crate::chain_gemm::smem_needs())
         .chain(crate::attn_launch::smem_needs())
         .chain(crate::attn_wide::smem_needs())

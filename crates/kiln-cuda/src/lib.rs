@@ -13,7 +13,6 @@ pub mod footprint;
 pub mod forward;
 pub mod fp8_rows;
 pub mod fp8_skinny;
-pub mod fp8_wg;
 pub mod gemm_fp8;
 pub mod gemm_lt;
 pub mod graphs;
@@ -48,6 +47,7 @@ pub mod store;
 pub mod switch_modes;
 pub mod switches;
 pub mod weights;
+pub mod wg_rows;
 
 pub use backend::{CudaBackend, CudaOptions};
 pub use device::{cuda_available, memory_info, unavailable_reason};

@@ -87,7 +87,7 @@ pub struct Switches {
     /// [`FP8_WIDE_FROM`].
     pub fp8_wide_from: Option<usize>,
     /// KILN_FP8_WG=1: a step's decode rows of an fp8 projection through the fp8 wgmma kernels
-    /// (fp8_wg.rs, sm_90 GPUs) in an order of their own, fixed by K alone, instead of cuBLASLt's
+    /// (wg_rows.rs, sm_90 GPUs) in an order of their own, fixed by K alone, instead of cuBLASLt's
     /// fp8 GEMM (or, with KILN_FP8_SKINNY, the skinny kernels); prompt rows keep the fp8 GEMM.
     /// Opt-in until measured.
     pub fp8_wg: bool,

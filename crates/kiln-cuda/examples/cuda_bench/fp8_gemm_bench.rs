@@ -11,8 +11,8 @@ use anyhow::Result;
 use kiln_cuda::device::{DevBuf, Gpu};
 use kiln_cuda::fp8_rows::{Fp8Matrix, Fp8Rows};
 use kiln_cuda::fp8_skinny::wide_entry;
-use kiln_cuda::fp8_wg::{splits, wg_entries, wg_entry, SPLIT_MAX_N, SPLIT_MAX_ROWS};
 use kiln_cuda::gemm_lt::LtGemm;
+use kiln_cuda::wg_rows::{splits, wg_entries, wg_entry, SPLIT_MAX_N, SPLIT_MAX_ROWS};
 
 use crate::gemm_bench::time;
 
@@ -43,7 +43,7 @@ pub fn run() -> Result<()> {
     let gpu = Gpu::new(0)?;
     let sms = gpu.sm_count as usize;
     let mut json = Vec::new();
-    let wg = gpu.has_fp8_wg();
+    let wg = gpu.has_wg_rows();
     if wg {
         gpu.reserve_fp8_wg(true, SPLIT_MAX_ROWS)?;
     }

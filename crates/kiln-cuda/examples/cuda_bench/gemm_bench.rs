@@ -3,7 +3,9 @@
 //! decode runs it today), the tensor-core kernel with the shape the L2 rule picks and with
 //! each shape, each chain-split entry (`tcs_*`, partials then the join; QKV, o and down), each
 //! wgmma entry (`wg_*`, sm_90: x rewritten, then the GEMM), the
-//! kernel and shape `KILN_SKINNY_TC=auto` picks (`auto[...]`), and the fused
+//! kernel and shape `KILN_SKINNY_TC=auto` picks (`auto[...]`), the wgmma row order's bf16
+//! entries (`rows[...]` as its launcher chooses, then each `bf16_wg_*` whole and split;
+//! wg_rows.rs, sm_90), and the fused
 //! gate/up launch (SwiGLU in the epilogue) against the GEMM and swiglu, the prefill-order
 //! kernel (`chain`, and each `chain_gemm_*` entry up to 32 rows) and the pinned cuBLASLt GEMM
 //! (`lt`) whose bits it gives. Each launch reads one of several copies of its weight, together well past the L2, as
@@ -22,6 +24,9 @@ use kiln_cuda::skinny_fused::Epilogue;
 use kiln_cuda::skinny_tc::{choose_tc_entry, measured_entry, tc_entries};
 use kiln_cuda::skinny_tc_split::{split_part_floats, tc_split_entries, SPLIT_MAX_ROWS};
 use kiln_cuda::skinny_wg::{all_wg_entries, wg_x_elems};
+use kiln_cuda::wg_rows::{
+    bf16_wg_entries, bf16_wg_entry, splits, SPLIT_MAX_N, SPLIT_MAX_ROWS as ROWS_SPLIT_MAX,
+};
 
 const SHAPES: [(&str, usize, usize); 5] = [
     ("qkv", 6144, 4096),
@@ -57,6 +62,10 @@ pub fn run() -> Result<()> {
     let x = gpu.alloc::<u16>(MAX_ROWS * k_max)?;
     gpu.dummy_fill(x.ptr(), MAX_ROWS * k_max, 7)?;
     let mut lt = LtGemm::new(&gpu, 2048)?;
+    let rows_order = gpu.has_wg_rows();
+    if rows_order {
+        gpu.reserve_fp8_wg(true, ROWS_SPLIT_MAX)?;
+    }
     let xw = match gpu.has_wgmma() {
         true => Some(gpu.alloc::<u16>(wg_x_elems(MAX_ROWS, k_max))?),
         false => None,
@@ -140,6 +149,32 @@ pub fn run() -> Result<()> {
                 lt.matmul(&gpu, y.ptr(), x.ptr(), next_w(), m, n, k)
             })?;
             report("lt", s, &mut line);
+            if rows_order {
+                let sms = gpu.sm_count as usize;
+                let e = bf16_wg_entry(n, m, sms);
+                let split = splits(e, n, m, sms);
+                let s = time(&gpu, || {
+                    gpu.bf16_wg_in(e, split, y.ptr(), x.ptr(), next_w(), m, n, k)
+                })?;
+                let how = if split { "split" } else { "whole" };
+                report(
+                    &format!("rows[{}_{how}]", &e.name["bf16_wg_".len()..]),
+                    s,
+                    &mut line,
+                );
+                for e in bf16_wg_entries() {
+                    for split in [false, true] {
+                        if split && (m > ROWS_SPLIT_MAX || n > SPLIT_MAX_N) {
+                            continue;
+                        }
+                        let s = time(&gpu, || {
+                            gpu.bf16_wg_in(e, split, y.ptr(), x.ptr(), next_w(), m, n, k)
+                        })?;
+                        let how = if split { "split" } else { "whole" };
+                        report(&format!("{}_{how}", e.name), s, &mut line);
+                    }
+                }
+            }
             if m >= 32 {
                 for e in tc_entries() {
                     let s = time(&gpu, || {

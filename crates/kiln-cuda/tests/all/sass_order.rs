@@ -13,9 +13,11 @@
 //! - on sm_90 the fp8 skinny kernels' E4M3 MMAs are f16 MMAs after an unpacking, the
 //!   instructions the wide fp8 kernels write themselves to give the same bits (on sm_89 they are
 //!   E4M3 MMAs of the hardware's own, which the wide kernels do not match, and so do not run);
-//! - each fp8 wgmma entry (fp8_wg.cu) sums a tile as four E4M3 wgmmas of its N issued back to
-//!   back, the first from zero (the order its contract holds), spills nothing, and copies its
-//!   first weight stages before waiting for the kernel ahead.
+//! - each entry of the wgmma row order (wg_rows.cuh: fp8_wg.cu's E4M3, bf16_wg.cu's bf16) sums a
+//!   tile as four wgmmas of its N issued back to back, the first from zero (the order its
+//!   contract holds), keeps a tile in flight while adding the last one's products where it
+//!   says so, spills nothing, and copies its first weight stages before waiting for the kernel
+//!   ahead.
 
 use std::process::Command;
 
@@ -314,61 +316,76 @@ fn fp8_skinny_mmas_are_the_wide_kernels_f16_pairs_on_sm_90_only() {
 }
 
 #[test]
-fn fp8_wg_tiles_are_four_e4m3_wgmmas_from_zero_and_nothing_spills() {
+fn wg_rows_tiles_are_four_wgmmas_from_zero_and_nothing_spills() {
     let Some(nvdisasm) = tools() else {
         return;
     };
-    let entries = sass(&nvdisasm, source("fp8_wg").unwrap(), &[]);
-    let all = kiln_cuda::fp8_wg::wg_entries();
-    assert_eq!(entries.len(), all.len(), "every fp8_wg entry in the SASS");
-    for (name, lines) in &entries {
-        let e = all.iter().find(|e| &e.name == name).unwrap();
-        let at: Vec<usize> = (0..lines.len())
-            .filter(|&i| lines[i].contains("QGMMA."))
-            .collect();
-        let op = format!("QGMMA.64x{}x32.F32.E4M3.E4M3 ", e.bn);
-        assert!(
-            !at.is_empty()
-                && at.len().is_multiple_of(4)
-                && at.iter().all(|&i| lines[i].contains(&op)),
-            "{name}: {} wgmmas, a multiple of four of {op}expected",
-            at.len()
-        );
-        // Each tile's four: the first from zero (RZ, no accumulate predicate), the others on
-        // top of it, no wait among them (ptxas serialises wgmmas it cannot pipeline).
-        let from_zero = |i: usize| lines[i].contains(", RZ, !UPT");
-        for tile in at.chunks(4) {
-            assert!(
-                from_zero(tile[0]) && !tile[1..].iter().any(|&i| from_zero(i)),
-                "{name}: a tile's first wgmma must start from zero, and only it"
-            );
-            let waits = lines[tile[0]..tile[3]]
-                .iter()
-                .filter(|l| l.contains("WARPGROUP.DEPBAR"))
-                .count();
-            assert_eq!(waits, 0, "{name}: a wait between a tile's wgmmas");
+    use kiln_cuda::wg_rows::{bf16_wg_entries, wg_entries};
+    let modules = [
+        ("fp8_wg", wg_entries(), "QGMMA.", "x32.F32.E4M3.E4M3 "),
+        ("bf16_wg", bf16_wg_entries(), "HGMMA.", "x16.F32.BF16 "),
+    ];
+    for (module, all, kind, shape) in modules {
+        let entries = sass(&nvdisasm, source(module).unwrap(), &[]);
+        assert_eq!(entries.len(), all.len(), "every {module} entry in the SASS");
+        for (name, lines) in &entries {
+            wg_tiles_in_order(all, name, lines, kind, shape);
         }
-        // The `_o` entries leave one tile's products in flight while adding the last's.
-        let in_flight = lines
-            .iter()
-            .any(|l| l.contains("WARPGROUP.DEPBAR.LE gsb0, 0x1"));
-        assert_eq!(
-            in_flight, e.overlap,
-            "{name}: a tile in flight while adding"
-        );
-        let spills = lines
-            .iter()
-            .filter(|l| l.contains(" STL") || l.contains(" LDL"))
-            .count();
-        assert_eq!(spills, 0, "{name}: {spills} local-memory accesses");
-        let early = lines
-            .iter()
-            .take_while(|l| !l.contains("ACQBULK"))
-            .filter(|l| l.contains("LDGSTS"))
-            .count();
-        assert!(
-            early > 0,
-            "{name}: no weight copy before griddepcontrol.wait"
-        );
     }
+}
+
+/// One wg_rows.cuh entry's SASS (`kind`: its wgmma's name; `shape`: what follows N in it).
+fn wg_tiles_in_order(
+    all: &[kiln_cuda::wg_rows::WgEntry],
+    name: &str,
+    lines: &[String],
+    kind: &str,
+    shape: &str,
+) {
+    let e = all.iter().find(|e| e.name == name).unwrap();
+    let at: Vec<usize> = (0..lines.len())
+        .filter(|&i| lines[i].contains(kind))
+        .collect();
+    let op = format!("{kind}64x{}{shape}", e.bn);
+    assert!(
+        !at.is_empty() && at.len().is_multiple_of(4) && at.iter().all(|&i| lines[i].contains(&op)),
+        "{name}: {} wgmmas, a multiple of four of {op}expected",
+        at.len()
+    );
+    // Each tile's four: the first from zero (RZ, no accumulate predicate), the others on
+    // top of it, no wait among them (ptxas serialises wgmmas it cannot pipeline).
+    let from_zero = |i: usize| lines[i].contains(", RZ, !UPT");
+    for tile in at.chunks(4) {
+        assert!(
+            from_zero(tile[0]) && !tile[1..].iter().any(|&i| from_zero(i)),
+            "{name}: a tile's first wgmma must start from zero, and only it"
+        );
+        let waits = lines[tile[0]..tile[3]]
+            .iter()
+            .filter(|l| l.contains("WARPGROUP.DEPBAR"))
+            .count();
+        assert_eq!(waits, 0, "{name}: a wait between a tile's wgmmas");
+    }
+    // The `_o` entries leave one tile's products in flight while adding the last's.
+    let in_flight = lines
+        .iter()
+        .any(|l| l.contains("WARPGROUP.DEPBAR.LE gsb0, 0x1"));
+    assert_eq!(
+        in_flight, e.overlap,
+        "{name}: a tile in flight while adding"
+    );
+    let spills = lines
+        .iter()
+        .filter(|l| l.contains(" STL") || l.contains(" LDL"))
+        .count();
+    assert_eq!(spills, 0, "{name}: {spills} local-memory accesses");
+    let early = lines
+        .iter()
+        .take_while(|l| !l.contains("ACQBULK"))
+        .filter(|l| l.contains("LDGSTS"))
+        .count();
+    assert!(
+        early > 0,
+        "{name}: no weight copy before griddepcontrol.wait"
+    );
 }

@@ -1,19 +1,23 @@
-//! Kernel contract for the fp8 wgmma kernels (fp8_wg.rs, kernels/fp8_wg.cu; KILN_FP8_WG, sm_90):
-//! the decode rows' product against float64 of the same fp8 values within the fp8 GEMM's
-//! tolerance (contract_fp8.rs), and one order for every row whatever the launch: each row's bits
-//! the same alone, among the others and from another row offset, in every entry (wgmma N of 8 to
-//! 64, one or two token and weight groups a CTA), whole or split along the chains, a split
-//! launch again after another (its arrival counters left at zero); nothing written past the
-//! rows.
+//! Kernel contract for the decode rows on wgmma in one order (wg_rows.rs, kernels/wg_rows.cuh;
+//! sm_90): fp8_wg.cu's (KILN_FP8_WG) against float64 of the same fp8 values within the fp8
+//! GEMM's tolerance (contract_fp8.rs), bf16_wg.cu's against float64 of the bf16 values within
+//! the bf16 GEMMs' (contract_gemm.rs); and one order for every row whatever the launch: each
+//! row's bits the same alone, among the others and from another row offset, in every entry
+//! (wgmma N of 8 to 64, one or two token and weight groups a CTA, the overlapped ones), whole or
+//! split along the chains, a split launch again after another (its arrival counters left at
+//! zero); nothing written past the rows.
 
 use crate::common;
 use crate::contract_fp8::{Product, FP8_PRODUCT_TOLERANCE};
+use crate::contract_gemm::Problem;
 use common::planted::{each_planted_bug_fails, Bug};
 
 use common::{all, f32_bits, gpu_or_skip, poisoned, timed, Checks, Rng};
 use kiln_cuda::device::Gpu;
 use kiln_cuda::fp8_rows::{Fp8Matrix, Fp8Rows};
-use kiln_cuda::fp8_wg::{wg_entries, wg_entry, SPLIT_MAX_N, SPLIT_MAX_ROWS};
+use kiln_cuda::wg_rows::{
+    bf16_wg_entries, bf16_wg_entry, splits, wg_entries, wg_entry, SPLIT_MAX_N, SPLIT_MAX_ROWS,
+};
 
 fn rows_of(x: &Fp8Matrix, from: usize) -> Fp8Rows {
     Fp8Rows {
@@ -37,7 +41,7 @@ fn launch(gpu: &Gpu, p: &Product, e: usize, split: bool, from: usize) -> (Vec<f3
 }
 
 fn wg_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
-    if !gpu.has_fp8_wg() {
+    if !gpu.has_wg_rows() {
         eprintln!("fp8_wg: not built for sm_{} (sm_90 only)", gpu.arch);
         return;
     }
@@ -131,6 +135,78 @@ fn wg_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
     );
 }
 
+/// bf16_wg.cu's entries, each whole and split, on the same shapes: within the bf16 GEMMs'
+/// tolerance of float64, every entry's rows the bits of the launcher's choice, rows alone the
+/// batch's.
+fn bf16_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
+    if !gpu.has_wg_rows() {
+        return;
+    }
+    gpu.reserve_fp8_wg(true, SPLIT_MAX_ROWS).unwrap();
+    let sms = gpu.sm_count as usize;
+    for (m, n, k) in [
+        (1, 4096, 4096),
+        (3, 6144, 4096),
+        (13, 512, 14_336),
+        (29, 640, 2056),
+        (65, 96, 200),
+        (130, 1000, 1032),
+    ] {
+        let p = Problem::new(gpu, rng, m, n, k);
+        let case = format!("bf16_wg m={m} n={n} k={k}");
+        // Rows from.. in entry e: the rows, whether the row past them kept its poison, seconds.
+        let run = |e, split, from: usize| {
+            let rows = m - from;
+            let y = poisoned::<f32>(gpu, (rows + 1) * n);
+            let x = p.dx.ptr() + (from * k * 2) as u64;
+            let secs = timed(gpu, || {
+                gpu.bf16_wg_in(e, split, y.ptr(), x, p.dw.ptr(), rows, n, k)
+            });
+            let got = all(gpu, &y);
+            let untouched = got[rows * n..].iter().all(|v| v.to_bits() == u32::MAX);
+            (got[..rows * n].to_vec(), untouched, secs)
+        };
+        let chosen = bf16_wg_entry(n, m, sms);
+        let (got, _, secs) = run(chosen, splits(chosen, n, m, sms), 0);
+        let want = p.reference(&(0..m).collect::<Vec<_>>());
+        c.close(&case, &got, &want, p.atol(), 1e-5, secs);
+        let alone = bf16_wg_entry(n, 1, sms);
+        let (last, _, _) = run(alone, splits(alone, n, 1, sms), m - 1);
+        c.identical(
+            &format!("{case}: the last row alone"),
+            &f32_bits(&last),
+            &f32_bits(&got[(m - 1) * n..]),
+        );
+        for e in bf16_wg_entries() {
+            for split in [false, true] {
+                if split && (m > SPLIT_MAX_ROWS || n > SPLIT_MAX_N) {
+                    continue;
+                }
+                let (rows, untouched, _) = run(e, split, 0);
+                let what = format!(
+                    "{case}: {} {}",
+                    e.name,
+                    if split { "split" } else { "whole" }
+                );
+                c.identical(&what, &f32_bits(&rows), &f32_bits(&got));
+                c.check(untouched, format!("{what}: nothing past its rows"));
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
+fn bf16_wg_contract() {
+    let Some(gpu) = gpu_or_skip("bf16_wg_contract") else {
+        return;
+    };
+    let mut rng = Rng::new("bf16_wg_contract");
+    let mut c = Checks::new("bf16 wgmma rows");
+    bf16_cases(&gpu, &mut rng, &mut c);
+    c.finish();
+}
+
 #[test]
 #[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn fp8_wg_contract() {
@@ -148,7 +224,7 @@ fn fp8_wg_contract() {
 /// the tolerance, other bits: only the bit checks see it); a tile's first product on top of the
 /// last tile's instead of from zero; the copies without the swizzle wgmma reads; in the `_o`
 /// entries, the products of the tile before read from the registers the next tile's wgmmas
-/// are writing.
+/// are writing; bf16_wg.cu's rows read as half as many bytes as they hold.
 const PLANTED_WG: &[Bug] = &[
     (
         "fp8_wg",
@@ -162,8 +238,8 @@ const PLANTED_WG: &[Bug] = &[
     ),
     (
         "fp8_wg",
-        "wgmma_e4m3<BN>(q, da + 2 * kk, db + 2 * kk, kk);",
-        "wgmma_e4m3<BN>(q, da + 2 * kk, db + 2 * kk, 1);",
+        "Op::template mma<BN>(q, da + 2 * kk, db + 2 * kk, kk);",
+        "Op::template mma<BN>(q, da + 2 * kk, db + 2 * kk, 1);",
     ),
     (
         "fp8_wg",
@@ -175,6 +251,7 @@ const PLANTED_WG: &[Bug] = &[
         "add_tile(p[1], tile);\n        }\n        if (tile < t1)",
         "add_tile(p[0], tile);\n        }\n        if (tile < t1)",
     ),
+    ("bf16_wg", "M, N, 2 * K,", "M, N, K,"),
 ];
 
 #[test]
@@ -184,7 +261,10 @@ fn fp8_wg_planted_bugs_fail() {
         "fp8_wg_planted_bugs_fail",
         kiln_cuda::StoreType::Bf16,
         PLANTED_WG,
-        |gpu, _, rng, c| wg_cases(gpu, rng, c),
+        |gpu, i, rng, c| match PLANTED_WG[i].0 {
+            "bf16_wg" => bf16_cases(gpu, rng, c),
+            _ => wg_cases(gpu, rng, c),
+        },
     );
 }
 

@@ -1,10 +1,12 @@
-//! Decode rows of an fp8 product on Hopper's fp8 tensor cores (kernels/fp8_wg.cu, KILN_FP8_WG):
-//! wgmma E4M3 of 64 weight rows by 8 to 64 tokens, weights and x through a cp.async ring in
-//! wgmma's swizzle, in one order that K alone fixes (the kernel's comment gives it), so a row's
-//! bits do not depend on the other rows of a step or on their count: the property the skinny
-//! kernels give bf16 and fp8 decode rows, with the fp8 tensor cores' rate at many rows where
-//! fp8.cu's skinny kernels run f16 MMAs after unpacking. Another order than theirs: other bits
-//! than KILN_FP8_SKINNY's (both within the fp8 GEMM's contract), the same for every row count.
+//! Decode rows on Hopper's wgmma in one order that K alone fixes (kernels/wg_rows.cuh, whose
+//! comment gives it): 64 weight rows by 8 to 64 tokens a warpgroup, weights and x through a
+//! cp.async ring in wgmma's swizzle, so a row's bits do not depend on the other rows of a step
+//! or on their count, the property the skinny kernels give bf16 and fp8 decode rows.
+//! - fp8 projections (kernels/fp8_wg.cu, KILN_FP8_WG): wgmma's own E4M3, where fp8.cu's skinny
+//!   kernels run f16 MMAs after unpacking. Other bits than KILN_FP8_SKINNY's (both within the
+//!   fp8 GEMM's contract), the same for every row count.
+//! - bf16 rows (kernels/bf16_wg.cu, [`Gpu::bf16_wg_in`]): the same order with bf16 wgmmas,
+//!   timed against the skinny kernels' order (`cuda_bench gemm`) before any step takes it.
 //!
 //! A launch whose CTAs would leave multiprocessors idle (a narrow weight at few rows) is split
 //! along the order's chains: each CTA sums one chain into a reserved workspace and the last of
@@ -19,7 +21,7 @@ use crate::fp8_rows::{Fp8Matrix, Fp8Rows};
 use crate::kernel_entries::EntryPoint;
 use crate::kernel_sources::{entry_from_env, macro_entries};
 
-/// The order's chains (fp8_wg.cu's `FG_CHAINS`): a split launch has this many CTAs a block.
+/// The order's chains (wg_rows.cuh's `FG_CHAINS`): a split launch has this many CTAs a block.
 pub const CHAINS: usize = 4;
 
 /// The widest weight (rows) a launch may split: the QKV, o and down of 8B- to 70B-class models
@@ -29,7 +31,8 @@ pub const SPLIT_MAX_N: usize = 16_384;
 /// The most rows a split launch takes (the workspace holds this many).
 pub const SPLIT_MAX_ROWS: usize = 128;
 
-/// One `FP8_WG_ENTRY(NAME, WR, WT, BN, S, MINB)` of fp8_wg.cu.
+/// One `FP8_WG_ENTRY` of fp8_wg.cu or `BF16_WG_ENTRY` of bf16_wg.cu: (NAME, WR, WT, BN, S,
+/// MINB, OV).
 #[derive(Debug, Clone)]
 pub struct WgEntry {
     pub name: String,
@@ -87,16 +90,23 @@ impl WgEntry {
     }
 }
 
-/// The entries, in the source's order.
+/// The fp8 entries, in the source's order.
 pub fn wg_entries() -> &'static [WgEntry] {
     static ENTRIES: OnceLock<Vec<WgEntry>> = OnceLock::new();
     ENTRIES.get_or_init(|| macro_entries("fp8_wg", WgEntry::from_source))
+}
+
+/// The bf16 entries (the fp8 ones' shapes), in the source's order.
+pub fn bf16_wg_entries() -> &'static [WgEntry] {
+    static ENTRIES: OnceLock<Vec<WgEntry>> = OnceLock::new();
+    ENTRIES.get_or_init(|| macro_entries("bf16_wg", WgEntry::from_source))
 }
 
 /// What the entries ask of shared memory (kernels.rs allows it at start).
 pub fn smem_needs() -> impl Iterator<Item = (String, usize)> {
     wg_entries()
         .iter()
+        .chain(bf16_wg_entries())
         .map(|e| (e.name.clone(), e.smem_bytes()))
 }
 
@@ -114,20 +124,22 @@ fn forced_entry() -> Option<&'static WgEntry> {
 /// `_o` entries run only when forced until the GPU has measured them against the others
 /// (scripts/gpu-plans/2026-12-24-fp8-wg-speed.txt).
 pub fn wg_entry(n: usize, m: usize, sms: usize) -> &'static WgEntry {
-    if let Some(e) = forced_entry() {
-        return e;
-    }
+    forced_entry().unwrap_or_else(|| choose(wg_entries(), n, m, sms))
+}
+
+/// [`wg_entry`]'s rule over the bf16 entries.
+pub fn bf16_wg_entry(n: usize, m: usize, sms: usize) -> &'static WgEntry {
+    choose(bf16_wg_entries(), n, m, sms)
+}
+
+fn choose(table: &'static [WgEntry], n: usize, m: usize, sms: usize) -> &'static WgEntry {
     let bn = [8, 16, 32, 64].into_iter().find(|&b| b >= m).unwrap_or(64);
-    let of_n = || {
-        wg_entries()
-            .iter()
-            .filter(move |e| e.bn == bn && !e.overlap)
-    };
+    let of_n = || table.iter().filter(move |e| e.bn == bn && !e.overlap);
     of_n()
         .filter(|e| e.ctas(n, m) >= sms)
         .max_by_key(|e| (e.rows() * e.tokens(), e.rows()))
         .or_else(|| of_n().max_by_key(|e| (e.ctas(n, m), e.rows())))
-        .expect("fp8_wg.cu has an entry of each N")
+        .expect("an entry of each N")
 }
 
 /// Whether a launch of `m` rows of an `n`-row weight in `e` is split along the chains: its
@@ -164,8 +176,8 @@ pub struct SplitSpace {
 }
 
 impl Gpu {
-    /// Whether this GPU builds fp8_wg.cu (kernel_sources.rs: sm_90a only).
-    pub fn has_fp8_wg(&self) -> bool {
+    /// Whether this GPU builds fp8_wg.cu and bf16_wg.cu (kernel_sources.rs: sm_90a only).
+    pub fn has_wg_rows(&self) -> bool {
         crate::kernel_sources::source("fp8_wg").is_some_and(|s| s.target(self.arch).is_some())
     }
 
@@ -209,41 +221,82 @@ impl Gpu {
             k.is_multiple_of(16),
             "fp8 rows of {k} bytes: fp8_wg copies 16 at a time"
         );
+        let pointers = [x.q, x.scale, w.q.ptr(), w.scale.ptr()].map(Arg::Ptr);
+        self.wg_rows_launch(e, split, y, &pointers, rows, n, k)
+    }
+
+    /// y (`rows x n` f32) = x . w^T for `rows` bf16 rows of x and the `n x k` bf16 weight w, in
+    /// the order of wg_rows.cuh through entry `e` of bf16_wg.cu, split along the chains or not
+    /// (sm_90 only).
+    #[allow(clippy::too_many_arguments)]
+    pub fn bf16_wg_in(
+        &self,
+        e: &WgEntry,
+        split: bool,
+        y: u64,
+        x: u64,
+        w: u64,
+        rows: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<()> {
+        ensure!(
+            k.is_multiple_of(8),
+            "bf16 rows of {k} values: bf16_wg copies 8 at a time"
+        );
+        self.wg_rows_launch(e, split, y, &[Arg::Ptr(x), Arg::Ptr(w)], rows, n, k)
+    }
+
+    /// One launch of entry `e`: (y, `operands`, M, N, K, part, count), on the split launches'
+    /// workspace when `split`.
+    #[allow(clippy::too_many_arguments)]
+    fn wg_rows_launch(
+        &self,
+        e: &WgEntry,
+        split: bool,
+        y: u64,
+        operands: &[Arg],
+        rows: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<()> {
         if rows == 0 {
             return Ok(());
         }
         let (mb, nb) = e.blocks(n, rows);
-        ensure!(nb <= 65_535, "an fp8 weight of {n} rows: too many CTAs");
+        ensure!(
+            nb <= 65_535,
+            "a weight of {n} rows: too many CTAs for {}",
+            e.name
+        );
         let (part, count, z) = if split {
-            let space = self
-                .fp8_wg_space
-                .get()
-                .ok_or_else(|| anyhow::anyhow!("a split fp8_wg launch without its workspace"))?;
+            let space = self.fp8_wg_space.get().ok_or_else(|| {
+                anyhow::anyhow!("a split {} launch without its workspace", e.name)
+            })?;
             ensure!(
                 CHAINS * rows * n <= space.part.len() && mb * nb <= space.count.len(),
-                "a split fp8_wg launch of {rows} x {n} past its workspace"
+                "a split {} launch of {rows} x {n} past its workspace",
+                e.name
             );
             (space.part.ptr(), space.count.ptr(), CHAINS as u32)
         } else {
             (0, 0, 1)
         };
+        let mut args = vec![Arg::Ptr(y)];
+        args.extend_from_slice(operands);
+        args.extend([
+            Arg::I32(i32_of(rows, "rows of x")?),
+            Arg::I32(i32_of(n, "rows of the weight")?),
+            Arg::I32(i32_of(k, "columns of the weight")?),
+            Arg::Ptr(part),
+            Arg::Ptr(count),
+        ]);
         self.launch(
             &e.name,
             (mb as u32, nb as u32, z),
             e.threads() as u32,
             e.smem_bytes() as u32,
-            &[
-                Arg::Ptr(y),
-                Arg::Ptr(x.q),
-                Arg::Ptr(x.scale),
-                Arg::Ptr(w.q.ptr()),
-                Arg::Ptr(w.scale.ptr()),
-                Arg::I32(i32_of(rows, "rows of x")?),
-                Arg::I32(i32_of(n, "rows of the weight")?),
-                Arg::I32(i32_of(k, "columns of the weight")?),
-                Arg::Ptr(part),
-                Arg::Ptr(count),
-            ],
+            &args,
         )
     }
 }
@@ -285,21 +338,44 @@ mod tests {
             src.contains(&format!("#define FG_CHAINS {CHAINS}\n")),
             "the launcher's chains are the kernel's"
         );
+        // bf16_wg.cu's entries: the same shapes, each named as its fp8 twin.
+        let twins: Vec<_> = bf16_wg_entries()
+            .iter()
+            .map(|e| {
+                (
+                    e.name.replacen("bf16", "fp8", 1),
+                    e.rows(),
+                    e.tokens(),
+                    e.stages,
+                )
+            })
+            .collect();
+        let fp8: Vec<_> = wg_entries()
+            .iter()
+            .map(|e| (e.name.clone(), e.rows(), e.tokens(), e.stages))
+            .collect();
+        assert_eq!(twins, fp8, "bf16_wg.cu's entries are fp8_wg.cu's shapes");
     }
 
     #[test]
     fn every_entry_leaves_room_for_the_ctas_its_launch_bounds_promise() {
         // 227 KiB of shared memory a multiprocessor on sm_90, 1 KiB of it the runtime's a CTA.
-        let src = crate::kernel_sources::source("fp8_wg").unwrap();
-        for p in src.entry_points().unwrap() {
-            let e = wg_entries().iter().find(|e| e.name == p.name).unwrap();
-            let minb = p.num("MINB").unwrap();
-            assert!(
-                minb * (e.smem_bytes() + 1024) <= 227 * 1024,
-                "{}: {minb} CTAs of {} bytes",
-                e.name,
-                e.smem_bytes()
-            );
+        for module in ["fp8_wg", "bf16_wg"] {
+            let src = crate::kernel_sources::source(module).unwrap();
+            for p in src.entry_points().unwrap() {
+                let e = wg_entries()
+                    .iter()
+                    .chain(bf16_wg_entries())
+                    .find(|e| e.name == p.name)
+                    .unwrap();
+                let minb = p.num("MINB").unwrap();
+                assert!(
+                    minb * (e.smem_bytes() + 1024) <= 227 * 1024,
+                    "{}: {minb} CTAs of {} bytes",
+                    e.name,
+                    e.smem_bytes()
+                );
+            }
         }
     }
 
