@@ -11,7 +11,7 @@
 // - The chain sums are added in chain order from zero, then scaled.
 // A token is one column of each wgmma it takes part in; the other columns (other tokens, or the
 // zeros past M) and N leave its bits alone, so a decode row alone, among any number of others or
-// as a verify row gets the same bits (contract_fp8_wg checks it). The tensor cores' own sum of a
+// as a verify row gets the same bits (contract_wg_rows checks it). The tensor cores' own sum of a
 // product, and of four on top of each other, is exact only to their accumulator's width (about
 // 14 bits for E4M3): the f32 adds between tiles keep a long row's error near one such sum's.
 //
