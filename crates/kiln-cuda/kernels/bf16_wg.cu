@@ -1,6 +1,6 @@
 #line 1 "bf16_wg.cu"
 // Decode rows of a bf16 product in wg_rows.cuh's order (`bf16_wg_*`, wg_rows.rs's
-// Gpu::bf16_wg_in; timed against the skinny kernels' order before a forward pass takes it):
+// Gpu::bf16_wg; KILN_BF16_WG, opt-in until timed against the skinny kernels' order):
 // Y[m, n] (f32) = sum_k X[m, k] W[n, k], X and W bf16 rows of K values (K % 8 == 0), a k-tile
 // 64 values, four bf16 wgmmas of 16.
 

@@ -53,6 +53,10 @@ impl CudaBackend {
             switches.fp8 = on;
         }
         let fp8 = switches.fp8;
+        // The wgmma row order is built for sm_90 only (wg_rows.rs): elsewhere its switches
+        // leave the paths they would replace as they are.
+        switches.fp8_wg &= gpu.has_wg_rows();
+        switches.bf16_wg &= gpu.has_wg_rows() && gpu.store == crate::store::StoreType::Bf16;
         let weights_dev = load_weights(&gpu, weights, &spec, max_context, true, fp8, progress)?;
         let mut lt = LtGemm::new(&gpu, opts.prefill_chunk)?;
         // KILN_QUANT_AHEAD=N: N multiprocessors left to the expansion one layer ahead.
@@ -94,7 +98,7 @@ impl CudaBackend {
         // Before the KV budget is taken from what is free.
         gpu.reserve_tc_split(opts.max_seqs)?;
         gpu.reserve_wg(&spec, opts.max_seqs)?;
-        gpu.reserve_fp8_wg(fp8 && switches.fp8_wg && gpu.has_wg_rows(), opts.max_seqs)?;
+        gpu.reserve_wg_rows((fp8 && switches.fp8_wg) || switches.bf16_wg, opts.max_seqs)?;
         let budget = kv_budget(&gpu, opts.kv_cache_bytes, opts.kv_cache_fraction)?;
         let (kv, ring) = kv_pool(&gpu, &spec, bs, budget, ask)?;
         // The last block is the scratch block: the engine sees the ones before it.

@@ -106,7 +106,7 @@ pub struct Gpu {
     /// The wgmma decode GEMM's rewritten x (skinny_wg.rs), when reserved.
     pub(crate) wg_x: std::sync::OnceLock<DevBuf<u16>>,
     /// The split fp8 wgmma launches' workspace (wg_rows.rs), when reserved.
-    pub(crate) fp8_wg_space: std::sync::OnceLock<crate::wg_rows::SplitSpace>,
+    pub(crate) wg_rows_space: std::sync::OnceLock<crate::wg_rows::SplitSpace>,
     /// A second stream, of the lowest priority, for work that overlaps the main stream's
     /// (quant_prefill.rs); made on first use.
     side: std::sync::OnceLock<Arc<CudaStream>>,
@@ -183,7 +183,7 @@ impl Gpu {
             _modules: modules,
             tc_part: std::sync::OnceLock::new(),
             wg_x: std::sync::OnceLock::new(),
-            fp8_wg_space: std::sync::OnceLock::new(),
+            wg_rows_space: std::sync::OnceLock::new(),
             side: std::sync::OnceLock::new(),
         })
     }

@@ -41,6 +41,10 @@ impl Footprint {
             .unwrap_or(opts.prefill_chunk + opts.max_seqs);
         let store = opts.dtype;
         let fp8 = fp8_on(opts);
+        // The wgmma row order's split workspace (as backend_open.rs reserves it on sm_90; this
+        // counts it on any GPU).
+        let sw = crate::switches::Switches::from_env();
+        let wg_rows = (fp8 && sw.fp8_wg) || (sw.bf16_wg && store == StoreType::Bf16);
         Footprint {
             weights: weight_bytes(spec, max_context, store, fp8),
             buffers: buffer_bytes(
@@ -51,12 +55,9 @@ impl Footprint {
                 opts.block_size,
                 store,
             ) + WORKSPACE_BYTES
+                + crate::wg_rows::reserve_bytes(wg_rows, opts.max_seqs)
                 + if fp8 {
                     fp8_buffer_bytes(spec, max_tokens)
-                        + crate::wg_rows::reserve_bytes(
-                            crate::switches::Switches::from_env().fp8_wg,
-                            opts.max_seqs,
-                        )
                 } else {
                     0
                 },

@@ -490,8 +490,9 @@ impl StepOps for CudaOps<'_, '_> {
             s.hidden_size,
             s.norm_eps,
         )?;
-        // Logits rows always take the skinny kernel (bf16, quantised or not) or the pinned
-        // cuBLASLt algorithm (other formats), so a row's logits never depend on the step.
+        // Logits rows always take the skinny kernel (bf16, quantised or not; with KILN_BF16_WG
+        // the wgmma row order's) or the pinned cuBLASLt algorithm (other formats), so a row's
+        // logits never depend on the step.
         let logits = c.draft.map_or(a.logits.ptr(), |d| d.logits);
         let x = a.logit_in.ptr();
         match c.w.lm_head()? {
@@ -499,6 +500,9 @@ impl StepOps for CudaOps<'_, '_> {
             MatrixRef::Plain(w) if self.chain_order() => {
                 let (v, h) = (s.vocab_size, s.hidden_size);
                 self.chain_or_lt(GemmOut::Store, logits, x, w, r, v, h)?
+            }
+            MatrixRef::Plain(w) if c.sw.bf16_wg => {
+                g.bf16_wg(logits, x, w, r, s.vocab_size, s.hidden_size)?
             }
             MatrixRef::Plain(w) if g.store == StoreType::Bf16 => {
                 g.skinny_gemm(logits, x, w, r, s.vocab_size, s.hidden_size)?

@@ -54,7 +54,8 @@ impl Fusion {
             && plan.n_tokens > 0
             && plan.n_decode == plan.n_tokens;
         // The fused launches are skinny kernels: not in the prefill's order.
-        let on = step && sw.fuse.any() && wide && !sw.chain_gemm;
+        // Nor with KILN_BF16_WG, whose decode GEMMs have no epilogues.
+        let on = step && sw.fuse.any() && wide && !sw.chain_gemm && !sw.bf16_wg;
         let mut f = Fusion::default();
         if step && sw.kernels.quant_decode_v2 {
             // `norm` has no quantised form: fused_quant never reads it.

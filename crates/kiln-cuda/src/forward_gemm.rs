@@ -4,7 +4,8 @@
 //! KILN_CHAIN_GEMM every row of a bf16 weight takes the prefill's order (chain_or_lt). Every row
 //! of an fp8 projection takes the fp8 GEMM, its input rows quantised first (fp8_gemm), but with
 //! KILN_FP8_SKINNY its decode rows, which take the fp8 skinny kernels (fp8_skinny.rs), and with
-//! KILN_FP8_WG (sm_90 GPUs) the fp8 wgmma kernels (wg_rows.rs).
+//! KILN_FP8_WG (sm_90 GPUs) the fp8 wgmma kernels (wg_rows.rs). With KILN_BF16_WG (sm_90) a bf16
+//! weight's decode rows take the wgmma row order's bf16 kernels instead of the skinny ones.
 
 use anyhow::{ensure, Result};
 use kiln_model::LayerWeight;
@@ -62,7 +63,11 @@ impl CudaOps<'_, '_> {
             }
             MatrixRef::Fp8(m) => return self.fp8_gemm(out, y, x, m, n, k),
         };
-        g.skinny_gemm(y.addr(), x.addr(), w, d, n, k)?;
+        if self.ctx.sw.bf16_wg {
+            g.bf16_wg(y.addr(), x.addr(), w, d, n, k)?;
+        } else {
+            g.skinny_gemm(y.addr(), x.addr(), w, d, n, k)?;
+        }
         let (y, x) = (y.row(d, n).addr(), x.row(d, k).addr());
         self.lt.matmul_to(g, out, y, x, w, t - d, n, k)
     }
@@ -167,10 +172,10 @@ impl CudaOps<'_, '_> {
         }
     }
 
-    /// Whether an fp8 projection's decode rows take the fp8 wgmma kernels: KILN_FP8_WG on a GPU
-    /// that builds them.
+    /// Whether an fp8 projection's decode rows take the fp8 wgmma kernels: KILN_FP8_WG, which
+    /// backend_open.rs leaves on only on a GPU that builds them.
     fn fp8_wg(&self) -> bool {
-        self.ctx.sw.fp8_wg && self.ctx.gpu.has_wg_rows()
+        self.ctx.sw.fp8_wg
     }
 
     /// Whether this step's bf16 weights give every row the prefill GEMM's order

@@ -236,7 +236,7 @@ impl Gpu {
     pub fn reserved_scratch_bytes(&self) -> usize {
         self.tc_part.get().map_or(0, |b| b.len() * 4)
             + self.wg_x.get().map_or(0, |b| b.len() * 2)
-            + self.fp8_wg_space.get().map_or(0, |s| s.bytes())
+            + self.wg_rows_space.get().map_or(0, |s| s.bytes())
     }
 
     /// Reserves the rewritten-x workspace of the wgmma path (once per device; later calls keep

@@ -65,6 +65,7 @@ impl Env {
                 fp8_fuse: on("KILN_FP8_FUSE"),
                 fp8_skinny: opt_in("KILN_FP8_SKINNY"),
                 fp8_wg: opt_in("KILN_FP8_WG"),
+                bf16_wg: opt_in("KILN_BF16_WG"),
                 fp8_wide_from: match var("KILN_FP8_WIDE").as_deref() {
                     None | Some("" | "on" | "auto") => Some(FP8_WIDE_FROM),
                     Some(v) => v.parse::<usize>().ok().filter(|&n| n > 0),

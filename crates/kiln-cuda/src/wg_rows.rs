@@ -6,7 +6,7 @@
 //!   kernels run f16 MMAs after unpacking. Other bits than KILN_FP8_SKINNY's (both within the
 //!   fp8 GEMM's contract), the same for every row count.
 //! - bf16 rows (kernels/bf16_wg.cu, [`Gpu::bf16_wg_in`]): the same order with bf16 wgmmas,
-//!   timed against the skinny kernels' order (`cuda_bench gemm`) before any step takes it.
+//!   timed against the skinny kernels' order (`cuda_bench gemm`); steps take it with KILN_BF16_WG.
 //!
 //! A launch whose CTAs would leave multiprocessors idle (a narrow weight at few rows) is split
 //! along the order's chains: each CTA sums one chain into a reserved workspace and the last of
@@ -158,7 +158,7 @@ pub fn workspace_len(max_seqs: usize) -> (usize, usize) {
     (CHAINS * rows * SPLIT_MAX_N, blocks)
 }
 
-/// Bytes [`Gpu::reserve_fp8_wg`] takes for `max_seqs` decode rows when the path is on
+/// Bytes [`Gpu::reserve_wg_rows`] takes for `max_seqs` decode rows when the path is on
 /// (footprint.rs counts them).
 pub fn reserve_bytes(on: bool, max_seqs: usize) -> usize {
     if !on {
@@ -182,15 +182,16 @@ impl Gpu {
     }
 
     /// Reserves the split launches' workspace for steps of up to `max_seqs` decode rows, when
-    /// `on` (fp8 projections with KILN_FP8_WG; once per device, later calls keep the first).
-    pub fn reserve_fp8_wg(&self, on: bool, max_seqs: usize) -> Result<()> {
-        if on && self.fp8_wg_space.get().is_none() {
+    /// `on` (fp8 projections with KILN_FP8_WG, or KILN_BF16_WG; once per device, later calls
+    /// keep the first).
+    pub fn reserve_wg_rows(&self, on: bool, max_seqs: usize) -> Result<()> {
+        if on && self.wg_rows_space.get().is_none() {
             let (floats, counters) = workspace_len(max_seqs);
             let space = SplitSpace {
                 part: self.alloc(floats)?,
                 count: self.alloc(counters)?,
             };
-            let _ = self.fp8_wg_space.set(space);
+            let _ = self.wg_rows_space.set(space);
         }
         Ok(())
     }
@@ -201,8 +202,18 @@ impl Gpu {
     pub fn fp8_wg(&self, y: u64, x: Fp8Rows, w: &Fp8Matrix, rows: usize) -> Result<()> {
         let sms = self.sm_count as usize;
         let e = wg_entry(w.rows, rows, sms);
-        let split = splits(e, w.rows, rows, sms) && self.fp8_wg_space.get().is_some();
+        let split = splits(e, w.rows, rows, sms) && self.wg_rows_space.get().is_some();
         self.fp8_wg_in(e, split, y, x, w, rows)
+    }
+
+    /// y (`rows x n` f32) = x . w^T for `rows` bf16 rows of x and the `n x k` bf16 weight w in
+    /// the wgmma row order, in the entry [`bf16_wg_entry`] chooses, split where [`splits`] says
+    /// so and the workspace is reserved (KILN_BF16_WG's decode GEMM).
+    pub fn bf16_wg(&self, y: u64, x: u64, w: u64, rows: usize, n: usize, k: usize) -> Result<()> {
+        let sms = self.sm_count as usize;
+        let e = bf16_wg_entry(n, rows, sms);
+        let split = splits(e, n, rows, sms) && self.wg_rows_space.get().is_some();
+        self.bf16_wg_in(e, split, y, x, w, rows, n, k)
     }
 
     /// [`Gpu::fp8_wg`] in entry `e`, split along the chains or not (an sm_90 device's: the
@@ -270,7 +281,7 @@ impl Gpu {
             e.name
         );
         let (part, count, z) = if split {
-            let space = self.fp8_wg_space.get().ok_or_else(|| {
+            let space = self.wg_rows_space.get().ok_or_else(|| {
                 anyhow::anyhow!("a split {} launch without its workspace", e.name)
             })?;
             ensure!(

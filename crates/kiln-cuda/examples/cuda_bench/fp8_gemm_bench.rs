@@ -45,7 +45,7 @@ pub fn run() -> Result<()> {
     let mut json = Vec::new();
     let wg = gpu.has_wg_rows();
     if wg {
-        gpu.reserve_fp8_wg(true, SPLIT_MAX_ROWS)?;
+        gpu.reserve_wg_rows(true, SPLIT_MAX_ROWS)?;
     }
     let mut lt = LtGemm::new(&gpu, 2048)?;
     let shapes: Vec<(usize, usize)> = SHAPES.iter().map(|&(_, n, k)| (n, k)).collect();

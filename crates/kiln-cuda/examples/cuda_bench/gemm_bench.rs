@@ -64,7 +64,7 @@ pub fn run() -> Result<()> {
     let mut lt = LtGemm::new(&gpu, 2048)?;
     let rows_order = gpu.has_wg_rows();
     if rows_order {
-        gpu.reserve_fp8_wg(true, ROWS_SPLIT_MAX)?;
+        gpu.reserve_wg_rows(true, ROWS_SPLIT_MAX)?;
     }
     let xw = match gpu.has_wgmma() {
         true => Some(gpu.alloc::<u16>(wg_x_elems(MAX_ROWS, k_max))?),

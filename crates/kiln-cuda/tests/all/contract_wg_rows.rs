@@ -45,7 +45,7 @@ fn wg_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
         eprintln!("fp8_wg: not built for sm_{} (sm_90 only)", gpu.arch);
         return;
     }
-    gpu.reserve_fp8_wg(true, SPLIT_MAX_ROWS).unwrap();
+    gpu.reserve_wg_rows(true, SPLIT_MAX_ROWS).unwrap();
     // (m, n, k): one row (the 8B's o), a few on QKV, each N's row counts, the 8B's down (k
     // 14,336), k no multiple of 128 (a short last tile, fewer tiles than chains), weights no
     // multiple of 64 rows, more tokens than a CTA takes, past the split's rows.
@@ -142,7 +142,7 @@ fn bf16_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
     if !gpu.has_wg_rows() {
         return;
     }
-    gpu.reserve_fp8_wg(true, SPLIT_MAX_ROWS).unwrap();
+    gpu.reserve_wg_rows(true, SPLIT_MAX_ROWS).unwrap();
     let sms = gpu.sm_count as usize;
     for (m, n, k) in [
         (1, 4096, 4096),
