@@ -155,9 +155,9 @@ __device__ __forceinline__ void wg_rows_body(float* __restrict__ y, const unsign
         for (int v = 0; v < BN / 2; ++v) p[b][v] = 0.f;
     const u32 base = (u32)__cvta_generic_to_shared(fg_smem);
     int c = split ? (int)blockIdx.z : 0, c_end = fg_chain_end(c, T);
-    // Tile `tile` (in stage `stage`): its copies landed, the ring refilled, its wgmmas into q
+    // Tile `tile` (in stage `stage`): its copies landed, the ring refilled, its wgmmas into acc
     // issued (not waited for).
-    auto start_tile = [&](float(&q)[BN / 2], int tile, int stage) {
+    auto start_tile = [&](float(&acc)[BN / 2], int tile, int stage) {
         cp_async_wait<AHEAD - 1>();  // this tile has landed (this thread's copies)
         fence_async_smem();          // ... where wgmma, the async proxy, reads them
         __syncthreads();             // everyone's; and the stage refilled below is free
@@ -170,15 +170,15 @@ __device__ __forceinline__ void wg_rows_body(float* __restrict__ y, const unsign
         wgmma_fence();
         // k 32 kk of the tile: 32 kk bytes into each row, 2 kk in the descriptors' 16-byte units.
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) Op::template mma<BN>(q, da + 2 * kk, db + 2 * kk, kk);
+        for (int kk = 0; kk < 4; ++kk) Op::template mma<BN>(acc, da + 2 * kk, db + 2 * kk, kk);
         wgmma_commit();
     };
     // Tile `tile`'s products (waited for) into its chain; the chain, and any empty ones after
     // it, into the sum where it ends, in order.
-    auto add_tile = [&](float(&q)[BN / 2], int tile) {
-        reg_fence(q);
+    auto add_tile = [&](float(&acc)[BN / 2], int tile) {
+        reg_fence(acc);
 #pragma unroll
-        for (int v = 0; v < BN / 2; ++v) chain[v] = chain[v] + q[v];
+        for (int v = 0; v < BN / 2; ++v) chain[v] = chain[v] + acc[v];
         while (!split && tile + 1 == c_end && c < FG_CHAINS) {
 #pragma unroll
             for (int v = 0; v < BN / 2; ++v) {

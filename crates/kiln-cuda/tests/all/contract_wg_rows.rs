@@ -238,8 +238,8 @@ const PLANTED_WG: &[Bug] = &[
     ),
     (
         "fp8_wg",
-        "Op::template mma<BN>(q, da + 2 * kk, db + 2 * kk, kk);",
-        "Op::template mma<BN>(q, da + 2 * kk, db + 2 * kk, 1);",
+        "Op::template mma<BN>(acc, da + 2 * kk, db + 2 * kk, kk);",
+        "Op::template mma<BN>(acc, da + 2 * kk, db + 2 * kk, 1);",
     ),
     (
         "fp8_wg",
