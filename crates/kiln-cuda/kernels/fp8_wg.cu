@@ -17,8 +17,8 @@ struct WgE4m3 {
     extern "C" __global__ void __launch_bounds__(128 * WR * WT, MINB)                                      \
         NAME(float* y, const unsigned char* x, const float* xs, const unsigned char* w, const float* ws,    \
              int M, int N, int K, float* part, int* count) {                                                \
-        wg_rows_body<WgE4m3, WR, WT, BN, S, OV>(y, x, w, M, N, K, part, count,                              \
-                                                [&](float s, int m, int n) { return s * (xs[m] * ws[n]); }); \
+        const auto rows = wg_plain_rows(y, N, [&](float s, int m, int n) { return s * (xs[m] * ws[n]); });   \
+        wg_rows_body<WgE4m3, WR, WT, BN, S, OV>(x, w, M, N, K, part, count, rows);                          \
     }
 FP8_WG_ENTRY(fp8_wg_1x1_n8, 1, 1, 8, 8, 3, false)
 FP8_WG_ENTRY(fp8_wg_2x1_n8, 2, 1, 8, 6, 2, false)

@@ -66,14 +66,15 @@ __device__ __forceinline__ int fg_chain_end(int c, int T) {
     return min((c + 1) * tpc, T);
 }
 
-// Y = the product of x's M rows and w's N rows, each row KB bytes (KB % 16 == 0), in the order
-// above with Op's wgmma (`Op::mma<BN>`, 32 bytes of k an instruction), each output then passed
-// through scaled(sum, m, n).
-template <class Op, int WR, int WT, int BN, int S, bool OV, class Scaled>
-__device__ __forceinline__ void wg_rows_body(float* __restrict__ y, const unsigned char* __restrict__ x,
-                                             const unsigned char* __restrict__ w, int M, int N, int KB,
-                                             float* __restrict__ part, int* __restrict__ count,
-                                             Scaled scaled) {
+// The product of x's M rows and the weight's rows, each row KB bytes (KB % 16 == 0), in the
+// order above with Op's wgmma (`Op::mma<BN>`, 32 bytes of k an instruction), over NP row
+// places: `rows.wrow(p)` is the weight row at place p (-1: none, read as zeros), and
+// `rows.emit(m, p, lo, hi)` takes token m's sums of places p and p + 8 (p % 16 < 8: one thread
+// holds both, as the skinny kernels' epilogues want them, skinny_epilogue.cu).
+template <class Op, int WR, int WT, int BN, int S, bool OV, class Rows>
+__device__ __forceinline__ void wg_rows_body(const unsigned char* __restrict__ x, const unsigned char* __restrict__ w,
+                                             int M, int NP, int KB, float* __restrict__ part,
+                                             int* __restrict__ count, const Rows& rows) {
     constexpr int THREADS = 128 * WR * WT, ROWS = 64 * WR, TOK = BN * WT;
     constexpr int WS = ROWS * 128, XS = TOK * 128, STAGE = WS + XS;
     // 16-byte pieces a thread: W's split evenly, x's in rounds (fewer than the threads at few tokens).
@@ -103,8 +104,8 @@ __device__ __forceinline__ void wg_rows_body(float* __restrict__ y, const unsign
     bool wok[PW], xok[PX];
 #pragma unroll
     for (int i = 0; i < PW; ++i) {
-        const int n = n0 + r0 + i * (THREADS / 8);
-        wok[i] = n < N;
+        const int n = rows.wrow(n0 + r0 + i * (THREADS / 8));
+        wok[i] = n >= 0;
         woff[i] = (u64)(wok[i] ? n : 0) * KB + 16 * q;
     }
 #pragma unroll
@@ -224,27 +225,27 @@ __device__ __forceinline__ void wg_rows_body(float* __restrict__ y, const unsign
     }
     cp_async_wait<0>();
 
-    // Accumulator 4 j + v: token 8 j + 2 t + (v & 1), weight row 16 wq + g + 8 (v >> 1) of the
+    // Accumulator 4 j + v: token 8 j + 2 t + (v & 1), place 16 wq + g + 8 (v >> 1) of the
     // warpgroup's 64.
-    const int mw = m0 + wt * BN, nw = n0 + wr * 64 + 16 * wq + g;
+    const int mw = m0 + wt * BN, pw = n0 + wr * 64 + 16 * wq + g;
     if (!split) {
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
-            for (int v = 0; v < 4; ++v) {
-                const int m = mw + 8 * j + 2 * t + (v & 1), n = nw + 8 * (v >> 1);
-                if (m < M && n < N) y[(u64)m * N + n] = scaled(out[4 * j + v], m, n);
+            for (int e = 0; e < 2; ++e) {
+                const int m = mw + 8 * j + 2 * t + e;
+                if (m < M) rows.emit(m, pw, out[4 * j + e], out[4 * j + 2 + e]);
             }
         return;
     }
     // Split: this chain's sums to part; the block's last CTA adds every chain's, in order.
-    float* mine = part + (u64)blockIdx.z * M * N;
+    float* mine = part + (u64)blockIdx.z * M * NP;
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
         for (int v = 0; v < 4; ++v) {
-            const int m = mw + 8 * j + 2 * t + (v & 1), n = nw + 8 * (v >> 1);
-            if (m < M && n < N) mine[(u64)m * N + n] = chain[4 * j + v];
+            const int m = mw + 8 * j + 2 * t + (v & 1), p = pw + 8 * (v >> 1);
+            if (m < M && p < NP) mine[(u64)m * NP + p] = chain[4 * j + v];
         }
     __threadfence();  // this CTA's partials seen by the device before its arrival is
     __syncthreads();
@@ -256,16 +257,38 @@ __device__ __forceinline__ void wg_rows_body(float* __restrict__ y, const unsign
     }
     if (!__syncthreads_or(last)) return;
     __threadfence();
+    // Place p's chains, in chain order (0 past the places).
+    auto joined = [&](int m, int p) {
+        float s = 0.f;
+        if (p < NP) {
+#pragma unroll
+            for (int ch = 0; ch < FG_CHAINS; ++ch) s = s + __ldcg(part + ((u64)ch * M + m) * NP + p);
+        }
+        return s;
+    };
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
-        for (int v = 0; v < 4; ++v) {
-            const int m = mw + 8 * j + 2 * t + (v & 1), n = nw + 8 * (v >> 1);
-            if (m >= M || n >= N) continue;
-            float s = 0.f;
-#pragma unroll
-            for (int ch = 0; ch < FG_CHAINS; ++ch) s = s + __ldcg(part + ((u64)ch * M + m) * N + n);
-            y[(u64)m * N + n] = scaled(s, m, n);
+        for (int e = 0; e < 2; ++e) {
+            const int m = mw + 8 * j + 2 * t + e;
+            if (m < M) rows.emit(m, pw, joined(m, pw), joined(m, pw + 8));
         }
 }
 
+// The plain rows of an N-row weight: place p is row p, its sums scaled by scaled(sum, m, n)
+// into y [M, N].
+template <class Scaled>
+struct WgPlainRows {
+    float* y;
+    int N;
+    Scaled scaled;
+    __device__ __forceinline__ int wrow(int p) const { return p < N ? p : -1; }
+    __device__ __forceinline__ void emit(int m, int p, float lo, float hi) const {
+        if (p < N) y[(u64)m * N + p] = scaled(lo, m, p);
+        if (p + 8 < N) y[(u64)m * N + p + 8] = scaled(hi, m, p + 8);
+    }
+};
+template <class Scaled>
+__device__ __forceinline__ WgPlainRows<Scaled> wg_plain_rows(float* y, int N, Scaled scaled) {
+    return WgPlainRows<Scaled>{y, N, scaled};
+}

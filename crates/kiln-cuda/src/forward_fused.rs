@@ -54,8 +54,7 @@ impl Fusion {
             && plan.n_tokens > 0
             && plan.n_decode == plan.n_tokens;
         // The fused launches are skinny kernels: not in the prefill's order.
-        // Nor with KILN_BF16_WG, whose decode GEMMs have no epilogues.
-        let on = step && sw.fuse.any() && wide && !sw.chain_gemm && !sw.bf16_wg;
+        let on = step && sw.fuse.any() && wide && !sw.chain_gemm;
         let mut f = Fusion::default();
         if step && sw.kernels.quant_decode_v2 {
             // `norm` has no quantised form: fused_quant never reads it.
@@ -67,7 +66,8 @@ impl Fusion {
             // threads and reads x whole per CTA: a few rows only.
             f.on.norm &= plan.n_tokens <= NORM_PROLOGUE_MAX_ROWS
                 && norm_block(spec.hidden_size) <= 512
-                && sw.fuse.add;
+                && sw.fuse.add
+                && !sw.bf16_wg; // the wgmma row order has the epilogues, not the prologue
         }
         f
     }
@@ -234,7 +234,8 @@ impl CudaOps<'_, '_> {
 
     /// One fused GEMM over the step's rows: the tensor-core kernel where it takes this many
     /// rows (it has no norm prologue: `Fusion::for_step` keeps the norm to fewer rows), else
-    /// the skinny kernel's fused entries.
+    /// the skinny kernel's fused entries; with KILN_BF16_WG the wgmma row order's kernels
+    /// (no norm prologue there either).
     fn fused_gemm(
         &self,
         epi: &Epilogue,
@@ -246,6 +247,10 @@ impl CudaOps<'_, '_> {
     ) -> Result<()> {
         let (g, rows) = (self.ctx.gpu, self.plan.n_tokens);
         let kc = self.ctx.sw.kernels;
+        if self.ctx.sw.bf16_wg {
+            anyhow::ensure!(norm.is_none(), "a norm prologue in the wgmma row order");
+            return g.bf16_wg_epi(epi, x.addr(), w, rows, n, k);
+        }
         if norm.is_none() {
             if let Some(l) = g.wg_for(&kc, SkinnyKind::Wide, epi, rows, n, k)? {
                 return g.skinny_wg(&l, epi, kc.pdl, x.addr(), w, rows, n, k);

@@ -193,6 +193,7 @@ pub const SOURCES: &[KernelSource] = &[
     KernelSource {
         name: "bf16_wg",
         body: concat!(
+            include_str!("../kernels/skinny_epilogue.cu"),
             include_str!("../kernels/wgmma.cuh"),
             include_str!("../kernels/wg_rows.cuh"),
             include_str!("../kernels/bf16_wg.cu")

@@ -93,8 +93,8 @@ pub struct Switches {
     pub fp8_wg: bool,
     /// KILN_BF16_WG=1: a step's decode rows of a bf16 weight (and its logits rows) through the
     /// wgmma row order (wg_rows.rs's bf16 entries, sm_90 GPUs) instead of the skinny kernels,
-    /// with no fused decode launches (their epilogues are the skinny kernels'): other bits, one
-    /// order for every row count. Opt-in until measured.
+    /// the fused decode epilogues with them but not the norm prologue: other bits, one order
+    /// for every row count. Opt-in until measured.
     pub bf16_wg: bool,
     /// flash_sm90's overlapped loops keep tile i's softmax beside tile i - 1's P V: a block
     /// boundary ptxas keeps between them (flash_sm90.cu). KILN_FLASH_FENCE=0 builds the module

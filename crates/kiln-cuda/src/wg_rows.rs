@@ -20,6 +20,7 @@ use crate::device::{i32_of, Arg, DevBuf, Gpu};
 use crate::fp8_rows::{Fp8Matrix, Fp8Rows};
 use crate::kernel_entries::EntryPoint;
 use crate::kernel_sources::{entry_from_env, macro_entries};
+use crate::skinny_fused::Epilogue;
 
 /// The order's chains (wg_rows.cuh's `FG_CHAINS`): a split launch has this many CTAs a block.
 pub const CHAINS: usize = 4;
@@ -206,14 +207,28 @@ impl Gpu {
         self.fp8_wg_in(e, split, y, x, w, rows)
     }
 
-    /// y (`rows x n` f32) = x . w^T for `rows` bf16 rows of x and the `n x k` bf16 weight w in
-    /// the wgmma row order, in the entry [`bf16_wg_entry`] chooses, split where [`splits`] says
-    /// so and the workspace is reserved (KILN_BF16_WG's decode GEMM).
+    /// `rows` bf16 rows of x times the `n x k` bf16 weight w in the wgmma row order into the
+    /// epilogue `epi`, in the entry [`bf16_wg_entry`] chooses for the weight's places, split
+    /// where [`splits`] says so and the workspace is reserved (KILN_BF16_WG's decode GEMM).
+    #[allow(clippy::too_many_arguments)]
+    pub fn bf16_wg_epi(
+        &self,
+        epi: &Epilogue,
+        x: u64,
+        w: u64,
+        rows: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<()> {
+        let (sms, places) = (self.sm_count as usize, epi.tiles(n)? * 16);
+        let e = bf16_wg_entry(places, rows, sms);
+        let split = splits(e, places, rows, sms) && self.wg_rows_space.get().is_some();
+        self.bf16_wg_in(e, split, epi, x, w, rows, n, k)
+    }
+
+    /// y (`rows x n` f32) = x . w^T in the wgmma row order ([`Gpu::bf16_wg_epi`], stored).
     pub fn bf16_wg(&self, y: u64, x: u64, w: u64, rows: usize, n: usize, k: usize) -> Result<()> {
-        let sms = self.sm_count as usize;
-        let e = bf16_wg_entry(n, rows, sms);
-        let split = splits(e, n, rows, sms) && self.wg_rows_space.get().is_some();
-        self.bf16_wg_in(e, split, y, x, w, rows, n, k)
+        self.bf16_wg_epi(&Epilogue::Store { y }, x, w, rows, n, k)
     }
 
     /// [`Gpu::fp8_wg`] in entry `e`, split along the chains or not (an sm_90 device's: the
@@ -232,19 +247,26 @@ impl Gpu {
             k.is_multiple_of(16),
             "fp8 rows of {k} bytes: fp8_wg copies 16 at a time"
         );
-        let pointers = [x.q, x.scale, w.q.ptr(), w.scale.ptr()].map(Arg::Ptr);
-        self.wg_rows_launch(e, split, y, &pointers, rows, n, k)
+        let (m, nn, kk) = dims(rows, n, k)?;
+        self.wg_rows_launch(e, split, rows, n, |part, count| {
+            let mut args = [y, x.q, x.scale, w.q.ptr(), w.scale.ptr()]
+                .map(Arg::Ptr)
+                .to_vec();
+            args.extend([m, nn, kk].map(Arg::I32));
+            args.extend([part, count].map(Arg::Ptr));
+            Ok(args)
+        })
     }
 
-    /// y (`rows x n` f32) = x . w^T for `rows` bf16 rows of x and the `n x k` bf16 weight w, in
-    /// the order of wg_rows.cuh through entry `e` of bf16_wg.cu, split along the chains or not
-    /// (sm_90 only).
+    /// `rows` bf16 rows of x times the `n x k` bf16 weight w in the wgmma row order, through
+    /// entry `e` of bf16_wg.cu (split along the chains or not) into the epilogue `epi` (its
+    /// weight rows in the mode's order, as the skinny kernels take them); sm_90 only.
     #[allow(clippy::too_many_arguments)]
     pub fn bf16_wg_in(
         &self,
         e: &WgEntry,
         split: bool,
-        y: u64,
+        epi: &Epilogue,
         x: u64,
         w: u64,
         rows: usize,
@@ -255,29 +277,35 @@ impl Gpu {
             k.is_multiple_of(8),
             "bf16 rows of {k} values: bf16_wg copies 8 at a time"
         );
-        self.wg_rows_launch(e, split, y, &[Arg::Ptr(x), Arg::Ptr(w)], rows, n, k)
+        let places = epi.tiles(n)? * 16;
+        let (m, _, kk) = dims(rows, n, k)?;
+        let np = i32_of(places, "places of the weight")?;
+        self.wg_rows_launch(e, split, rows, places, |part, count| {
+            let mut args = vec![Arg::Ptr(x), Arg::Ptr(w), Arg::I32(m), Arg::I32(kk)];
+            args.extend([Arg::Ptr(part), Arg::Ptr(count), Arg::I32(np)]);
+            args.extend(epi.args(n)?);
+            Ok(args)
+        })
     }
 
-    /// One launch of entry `e`: (y, `operands`, M, N, K, part, count), on the split launches'
-    /// workspace when `split`.
-    #[allow(clippy::too_many_arguments)]
+    /// One launch of entry `e` over `places` weight rows, its arguments from `args(part,
+    /// count)`: the split launches' workspace when `split`, nulls otherwise.
     fn wg_rows_launch(
         &self,
         e: &WgEntry,
         split: bool,
-        y: u64,
-        operands: &[Arg],
         rows: usize,
-        n: usize,
-        k: usize,
+        places: usize,
+        args: impl FnOnce(u64, u64) -> Result<Vec<Arg>>,
     ) -> Result<()> {
         if rows == 0 {
             return Ok(());
         }
-        let (mb, nb) = e.blocks(n, rows);
+        let (mb, nb) = e.blocks(places, rows);
         ensure!(
             nb <= 65_535,
-            "a weight of {n} rows: too many CTAs for {}",
+            "{} rows of a weight: too many CTAs for {}",
+            places,
             e.name
         );
         let (part, count, z) = if split {
@@ -285,31 +313,31 @@ impl Gpu {
                 anyhow::anyhow!("a split {} launch without its workspace", e.name)
             })?;
             ensure!(
-                CHAINS * rows * n <= space.part.len() && mb * nb <= space.count.len(),
-                "a split {} launch of {rows} x {n} past its workspace",
+                CHAINS * rows * places <= space.part.len() && mb * nb <= space.count.len(),
+                "a split {} launch of {rows} x {places} past its workspace",
                 e.name
             );
             (space.part.ptr(), space.count.ptr(), CHAINS as u32)
         } else {
             (0, 0, 1)
         };
-        let mut args = vec![Arg::Ptr(y)];
-        args.extend_from_slice(operands);
-        args.extend([
-            Arg::I32(i32_of(rows, "rows of x")?),
-            Arg::I32(i32_of(n, "rows of the weight")?),
-            Arg::I32(i32_of(k, "columns of the weight")?),
-            Arg::Ptr(part),
-            Arg::Ptr(count),
-        ]);
         self.launch(
             &e.name,
             (mb as u32, nb as u32, z),
             e.threads() as u32,
             e.smem_bytes() as u32,
-            &args,
+            &args(part, count)?,
         )
     }
+}
+
+/// (rows, n, k) as kernel arguments.
+fn dims(rows: usize, n: usize, k: usize) -> Result<(i32, i32, i32)> {
+    Ok((
+        i32_of(rows, "rows of x")?,
+        i32_of(n, "rows of the weight")?,
+        i32_of(k, "columns of the weight")?,
+    ))
 }
 
 impl SplitSpace {

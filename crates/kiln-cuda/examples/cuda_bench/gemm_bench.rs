@@ -150,11 +150,12 @@ pub fn run() -> Result<()> {
             })?;
             report("lt", s, &mut line);
             if rows_order {
+                let store = Epilogue::Store { y: y.ptr() };
                 let sms = gpu.sm_count as usize;
                 let e = bf16_wg_entry(n, m, sms);
                 let split = splits(e, n, m, sms);
                 let s = time(&gpu, || {
-                    gpu.bf16_wg_in(e, split, y.ptr(), x.ptr(), next_w(), m, n, k)
+                    gpu.bf16_wg_in(e, split, &store, x.ptr(), next_w(), m, n, k)
                 })?;
                 let how = if split { "split" } else { "whole" };
                 report(
@@ -168,7 +169,7 @@ pub fn run() -> Result<()> {
                             continue;
                         }
                         let s = time(&gpu, || {
-                            gpu.bf16_wg_in(e, split, y.ptr(), x.ptr(), next_w(), m, n, k)
+                            gpu.bf16_wg_in(e, split, &store, x.ptr(), next_w(), m, n, k)
                         })?;
                         let how = if split { "split" } else { "whole" };
                         report(&format!("{}_{how}", e.name), s, &mut line);

@@ -11,6 +11,8 @@
 //!   qkv_prepare; rmsnorm_residual, then the GEMM), through the skinny kernel and the
 //!   tensor-core kernel;
 //! - the wgmma kernel (skinny_wg.cu, sm_90 GPUs) likewise, every entry and row count (wgmma.rs);
+//! - the epilogues through the wgmma row order's bf16 kernels (bf16_wg.cu, KILN_BF16_WG; sm_90)
+//!   against that order's plain GEMM, then the unfused kernels (rows_order.rs);
 //! - `planted_bugs_fail`: kernels with a bug planted in their text fail these checks.
 
 use crate::common;
@@ -25,6 +27,7 @@ use kiln_cuda::skinny_tc_split::{split_part_floats, tc_split_entries};
 use kiln_cuda::switches::{KernelChoice, SkinnyTc};
 
 mod planted;
+mod rows_order;
 mod wgmma;
 
 /// x [m, k] and w [n, k] in bf16, on the host and the device.
@@ -59,6 +62,14 @@ impl Gemm {
         out
     }
 
+    /// y = x . w^T for m rows in `p`'s order, stored: the bits its epilogues must agree with.
+    fn plain(&self, gpu: &Gpu, p: Path, x: u64, m: usize) -> DevBuf<f32> {
+        match p {
+            Path::Rows(..) => rows_order::plain(gpu, x, self.dw.ptr(), m, self.n, self.k),
+            _ => self.skinny(gpu, x, m),
+        }
+    }
+
     /// The 16-warp skinny kernel's y = x . w^T for m rows: the bits every path must give.
     fn skinny(&self, gpu: &Gpu, x: u64, m: usize) -> DevBuf<f32> {
         let y = poisoned::<f32>(gpu, m * self.n);
@@ -78,19 +89,25 @@ impl Gemm {
 }
 
 /// Where a fused launch runs: the skinny kernel's fused entries, one tensor-core entry, or one
-/// entry split along the chains (then joined).
+/// entry split along the chains (then joined); or, in the wgmma row order, one bf16_wg entry,
+/// whole or split.
 #[derive(Debug, Clone, Copy)]
 enum Path {
     Skinny,
     Tc(&'static str),
     Split(&'static str),
     Wg(&'static str),
+    Rows(&'static str, bool),
 }
 
 impl Path {
-    /// Whether this GPU has the path's kernel (the wgmma one needs sm_90).
+    /// Whether this GPU has the path's kernel (the wgmma ones need sm_90).
     fn available(self, gpu: &Gpu) -> bool {
-        !matches!(self, Path::Wg(_)) || gpu.has_wgmma()
+        match self {
+            Path::Wg(_) => gpu.has_wgmma(),
+            Path::Rows(..) => gpu.has_wg_rows(),
+            _ => true,
+        }
     }
 
     fn run(
@@ -121,6 +138,10 @@ impl Path {
                 assert!(norm.is_none(), "the wgmma kernel has no norm prologue");
                 wgmma::launch(gpu, name, epi, x, w, m, g.n, g.k)
             }
+            Path::Rows(name, split) => {
+                assert!(norm.is_none(), "the wgmma row order has no norm prologue");
+                rows_order::launch(gpu, name, split, epi, x, w, m, g.n, g.k)
+            }
         }
         .unwrap_or_else(|e| panic!("{self:?}: {e:#}"));
     }
@@ -128,8 +149,9 @@ impl Path {
 
 /// The skinny kernel, the tilings `KILN_SKINNY_TC=auto` takes (4x1, 2x2), the two-chain 2x4,
 /// the one-chain 128 x 128 CTAs (64 x 32 warp tiles, and 16 warps of 32 x 32), the split
-/// entries and five wgmma entries (on sm_90 GPUs), two of them split and two in clusters.
-const PATHS: [Path; 13] = [
+/// entries and five wgmma entries (on sm_90 GPUs), two of them split and two in clusters; three
+/// entries of the wgmma row order (sm_90), one of them split.
+const PATHS: [Path; 16] = [
     Path::Skinny,
     Path::Tc("skinny_tc_4x1"),
     Path::Tc("skinny_tc_2x2"),
@@ -143,6 +165,9 @@ const PATHS: [Path; 13] = [
     Path::Wg("skinny_wgs_1x64"),
     Path::Wg("skinny_wg_2x64_c4"),
     Path::Wg("skinny_wgs_1x64_c2"),
+    Path::Rows("bf16_wg_1x1_n8", false),
+    Path::Rows("bf16_wg_1x1_n64", true),
+    Path::Rows("bf16_wg_2x2_n64", false),
 ];
 
 /// Split entry `name` through `epi`, its chain partials in a buffer of their own (poisoned, so
@@ -318,16 +343,16 @@ fn add_matches(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, paths: &[Path], row_cou
     for &m in row_counts {
         let g = Gemm::new(gpu, rng, m, n, k);
         let x0 = rng.vec(m * n, 4.0);
-        let delta = g.skinny(gpu, g.dx.ptr(), m);
-        let xr = up(gpu, &x0);
-        let (nw, normed) = (
-            up(gpu, &to_bf16(&vec![1.0; n])),
-            gpu.alloc::<u16>(m * n).unwrap(),
-        );
-        gpu.rmsnorm_residual(xr.ptr(), delta.ptr(), nw.ptr(), normed.ptr(), m, n, 1e-5)
-            .unwrap();
-        let want = f32_bits(&all(gpu, &xr));
         for &p in paths {
+            let delta = g.plain(gpu, p, g.dx.ptr(), m);
+            let xr = up(gpu, &x0);
+            let (nw, normed) = (
+                up(gpu, &to_bf16(&vec![1.0; n])),
+                gpu.alloc::<u16>(m * n).unwrap(),
+            );
+            gpu.rmsnorm_residual(xr.ptr(), delta.ptr(), nw.ptr(), normed.ptr(), m, n, 1e-5)
+                .unwrap();
+            let want = f32_bits(&all(gpu, &xr));
             let xf = up(gpu, &x0);
             p.run(gpu, &Epilogue::Add { y: xf.ptr() }, None, g.dx.ptr(), &g, m);
             c.identical(
@@ -344,11 +369,11 @@ fn glu_matches(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, paths: &[Path], row_cou
     let (inter, k) = (300, 264);
     for &m in row_counts {
         let g = Gemm::new(gpu, rng, m, 2 * inter, k);
-        let gu = g.skinny(gpu, g.dx.ptr(), m);
-        let act = poisoned::<u16>(gpu, m * inter);
-        gpu.swiglu(gu.ptr(), act.ptr(), inter, m).unwrap();
-        let want = all(gpu, &act);
         for &p in paths {
+            let gu = g.plain(gpu, p, g.dx.ptr(), m);
+            let act = poisoned::<u16>(gpu, m * inter);
+            gpu.swiglu(gu.ptr(), act.ptr(), inter, m).unwrap();
+            let want = all(gpu, &act);
             let out = poisoned::<u16>(gpu, m * inter);
             p.run(
                 gpu,
@@ -374,9 +399,9 @@ fn rope_matches(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, paths: &[Path], row_co
         for (hd, neox, bias) in [(64, true, false), (128, false, true), (128, true, true)] {
             let g = Gemm::new(gpu, rng, m, (n_q + 2 * n_kv) * hd, k);
             let case = RopeCase::new(gpu, rng, m, (n_q, n_kv, hd), neox, bias);
-            let qkv = g.skinny(gpu, g.dx.ptr(), m);
-            let want = case.reference(gpu, qkv.ptr());
             for &p in paths {
+                let qkv = g.plain(gpu, p, g.dx.ptr(), m);
+                let want = case.reference(gpu, qkv.ptr());
                 let got = case.outputs(gpu);
                 p.run(gpu, &case.epilogue(&got), None, g.dx.ptr(), &g, m);
                 let v = format!("rope {p:?} m={m} hd={hd} neox={neox} bias={bias}");

@@ -15,6 +15,7 @@ use common::planted::{each_planted_bug_fails, Bug};
 use common::{all, f32_bits, gpu_or_skip, poisoned, timed, Checks, Rng};
 use kiln_cuda::device::Gpu;
 use kiln_cuda::fp8_rows::{Fp8Matrix, Fp8Rows};
+use kiln_cuda::skinny_fused::Epilogue;
 use kiln_cuda::wg_rows::{
     bf16_wg_entries, bf16_wg_entry, splits, wg_entries, wg_entry, SPLIT_MAX_N, SPLIT_MAX_ROWS,
 };
@@ -160,7 +161,8 @@ fn bf16_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
             let y = poisoned::<f32>(gpu, (rows + 1) * n);
             let x = p.dx.ptr() + (from * k * 2) as u64;
             let secs = timed(gpu, || {
-                gpu.bf16_wg_in(e, split, y.ptr(), x, p.dw.ptr(), rows, n, k)
+                let store = Epilogue::Store { y: y.ptr() };
+                gpu.bf16_wg_in(e, split, &store, x, p.dw.ptr(), rows, n, k)
             });
             let got = all(gpu, &y);
             let untouched = got[rows * n..].iter().all(|v| v.to_bits() == u32::MAX);
@@ -233,8 +235,8 @@ const PLANTED_WG: &[Bug] = &[
     ),
     (
         "fp8_wg",
-        "__ldcg(part + ((u64)ch * M + m) * N + n)",
-        "__ldcg(part + ((u64)(FG_CHAINS - 1 - ch) * M + m) * N + n)",
+        "__ldcg(part + ((u64)ch * M + m) * NP + p)",
+        "__ldcg(part + ((u64)(FG_CHAINS - 1 - ch) * M + m) * NP + p)",
     ),
     (
         "fp8_wg",
@@ -251,7 +253,7 @@ const PLANTED_WG: &[Bug] = &[
         "add_tile(p[1], tile);\n        }\n        if (tile < t1)",
         "add_tile(p[0], tile);\n        }\n        if (tile < t1)",
     ),
-    ("bf16_wg", "M, N, 2 * K,", "M, N, K,"),
+    ("bf16_wg", "M, NP, 2 * K,", "M, NP, K,"),
 ];
 
 #[test]
