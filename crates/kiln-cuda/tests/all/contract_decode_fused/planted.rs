@@ -62,6 +62,13 @@ const PLANTED: &[(&str, &str, &str)] = &[
         "(r < 8 ? 0 : hd >> 1)",
         "(r < 8 ? 0 : hd >> 2)",
     ),
+    // The wgmma row order's places read as the weight's rows in order, not in the mode's
+    // (SwiGLU's gate and up rows, RoPE's pairs).
+    (
+        "bf16_wg",
+        "return epi_row(e, p >> 4, p & 15);",
+        "return p < e.rows ? p : -1;",
+    ),
 ];
 
 /// Without a GPU: each planted text occurs once, and with NVRTC each planted module compiles
