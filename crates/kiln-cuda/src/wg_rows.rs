@@ -203,7 +203,7 @@ impl Gpu {
     pub fn fp8_wg(&self, y: u64, x: Fp8Rows, w: &Fp8Matrix, rows: usize) -> Result<()> {
         let sms = self.sm_count as usize;
         let e = wg_entry(w.rows, rows, sms);
-        let split = splits(e, w.rows, rows, sms) && self.wg_rows_space.get().is_some();
+        let split = splits(e, w.rows, rows, sms) && self.split_fits(e, rows, w.rows);
         self.fp8_wg_in(e, split, y, x, w, rows)
     }
 
@@ -222,7 +222,7 @@ impl Gpu {
     ) -> Result<()> {
         let (sms, places) = (self.sm_count as usize, epi.tiles(n)? * 16);
         let e = bf16_wg_entry(places, rows, sms);
-        let split = splits(e, places, rows, sms) && self.wg_rows_space.get().is_some();
+        let split = splits(e, places, rows, sms) && self.split_fits(e, rows, places);
         self.bf16_wg_in(e, split, epi, x, w, rows, n, k)
     }
 
@@ -286,6 +286,16 @@ impl Gpu {
             args.extend(epi.args(n)?);
             Ok(args)
         })
+    }
+
+    /// Whether the reserved workspace holds a split launch of `rows` rows over `places` in `e`
+    /// (a step's verify rows may outnumber the sequences it was reserved for: those launches
+    /// run whole, in the same order).
+    fn split_fits(&self, e: &WgEntry, rows: usize, places: usize) -> bool {
+        let (mb, nb) = e.blocks(places, rows);
+        self.wg_rows_space
+            .get()
+            .is_some_and(|s| CHAINS * rows * places <= s.part.len() && mb * nb <= s.count.len())
     }
 
     /// One launch of entry `e` over `places` weight rows, its arguments from `args(part,
