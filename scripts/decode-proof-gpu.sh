@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Issue 18's goals in one configuration and one call, beside llama.cpp on the file of the same
+# weights (prefill 2k / 8k, batch 1 at depth 0 and 8k, 8 / 32 / 128 streams after a 512-token
+# prompt; scripts/bench-gpu.sh), then served at 1, 32 and 128 clients (scripts/serve-gpu.sh):
+# - WEIGHTS=fp8 (default): `--quantize fp8` (the F16 file quantised at load for serving) beside
+#   llama.cpp on the Q8_0 file, decode rows in the fp8 skinny and wide kernels
+#   (KILN_FP8_SKINNY=1), or with KILN_FP8_WG=1 in the fp8 wgmma row order (wg_rows.rs), which
+#   takes precedence. Needs `scripts/gpu-prepare.sh llama llama3 quant` done.
+# - WEIGHTS=bf16: the F16 file as kiln stores it (bf16) beside llama.cpp on the same file; set
+#   KILN_BF16_WG=1 for the bf16 wgmma row order. Needs `scripts/gpu-prepare.sh llama llama3`.
+# Start the preparation in the call before (the build and the files take 400-550 s); the carried
+# kiln binary is used.
+# Usage: OUT=... [WEIGHTS=fp8|bf16] [WAIT_S=300] scripts/decode-proof-gpu.sh   (about 520 s)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:?set OUT to the folder the results go to}
+WEIGHTS=${WEIGHTS:-fp8}
+[ -f .carry/bin/kiln ] || xz -dk .carry/bin/kiln.xz
+case "$WEIGHTS" in
+    fp8)
+        export KILN_FP8_SKINNY=${KILN_FP8_SKINNY:-1}
+        parts="llama llama3 quant"
+        gguf=/tmp/kiln-bench/llama3-8b-q8_0.gguf
+        args="--quantize fp8"
+        ;;
+    bf16)
+        parts="llama llama3"
+        gguf=/tmp/kiln-bench/llama3-8b-f16.gguf
+        args=""
+        ;;
+    *) echo "decode-proof-gpu: WEIGHTS fp8 or bf16, not $WEIGHTS"; exit 2 ;;
+esac
+# shellcheck disable=SC2086 # the parts are words
+WAIT_S=${WAIT_S:-300} scripts/gpu-wait.sh $parts || exit 1
+OUT=$OUT/bench GGUF=$gguf KILN_ARGS="$args" \
+    PREFILL=2048,8192 DEPTHS=0,8192 STREAMS=1,8,32,128 REPEATS=2 SKIP_GGUF=1 SKIP_BUILD=1 SKIP_HF=1 \
+    timeout 330 scripts/bench-gpu.sh /tmp/llamacpp-src/llama.cpp
+LEVELS="1:4 32:64 128:256" SERVE_ARGS="$args" BUDGETS="" OVERLAP_OFF=0 BUDGET_S=150 \
+    OUT=$OUT/serve timeout 180 scripts/serve-gpu.sh
