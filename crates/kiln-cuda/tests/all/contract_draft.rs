@@ -11,7 +11,6 @@ use crate::common;
 
 use common::{bf16_bits, f32_bits, gpu_or_skip, timed, to_bf16, Checks, Rng};
 use kiln_cuda::device::Gpu;
-use kiln_cuda::StoreType;
 
 /// The host's ordered LM head on one row (draft_head.rs's arithmetic).
 fn keep_best_ref(row: &mut [f32], scores: &[f32], ordering: &[u32], top_k: usize) {
@@ -186,10 +185,7 @@ const PLANTED: &[(&str, &str)] = &[
 /// into other machine code than the module's.
 #[test]
 fn planted_draft_modules_compile() {
-    for &(from, to) in PLANTED {
-        let src = common::planted::planted_module("draft", from, to);
-        common::planted::assert_planted_compiles(&src, StoreType::Bf16, to);
-    }
+    common::planted::each_planted_compiles(PLANTED.iter().map(|&(f, t)| ("draft", f, t)));
 }
 
 #[test]

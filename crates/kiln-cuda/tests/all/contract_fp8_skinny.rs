@@ -152,8 +152,5 @@ fn fp8_skinny_planted_bugs_fail() {
 /// NVRTC is present), so that `fp8_skinny_planted_bugs_fail` tests what it says.
 #[test]
 fn fp8_skinny_planted_bugs_compile() {
-    for &(module, from, to) in PLANTED_SKINNY {
-        let planted = common::planted::planted_module(module, from, to);
-        common::planted::assert_planted_compiles(&planted, kiln_cuda::StoreType::Bf16, to);
-    }
+    common::planted::each_planted_compiles(PLANTED_SKINNY.iter().copied());
 }

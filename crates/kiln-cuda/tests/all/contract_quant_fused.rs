@@ -11,7 +11,6 @@
 
 use crate::common;
 
-use common::planted::planted_module;
 use common::rope_case::RopeCase;
 use common::{all, f32_bits, gpu_or_skip, poisoned, to_bf16, up, Checks, Rng};
 use kiln_cuda::device::{DevBuf, Gpu, Lane};
@@ -20,7 +19,6 @@ use kiln_cuda::quant_layout::{repack, GpuQuant};
 use kiln_cuda::quant_order::RowOrder;
 use kiln_cuda::quant_weights::{QuantMatrix, QuantSegment, SegData};
 use kiln_cuda::skinny_fused::Epilogue;
-use kiln_cuda::StoreType;
 use kiln_model::dummy_quant::random_blocks;
 
 /// The formats a check runs on: all, or (quick: the planted bugs' runs) one of each record size.
@@ -267,10 +265,7 @@ const PLANTED: &[(&str, &str)] = &[
 /// code (where NVRTC is present: scripts/ci-nvrtc.sh).
 #[test]
 fn fused_planted_bugs_are_in_the_source() {
-    for &(from, to) in PLANTED {
-        let planted = planted_module("quant_gemm", from, to);
-        common::planted::assert_planted_compiles(&planted, StoreType::Bf16, to);
-    }
+    common::planted::each_planted_compiles(PLANTED.iter().map(|&(f, t)| ("quant_gemm", f, t)));
 }
 
 #[test]

@@ -351,10 +351,9 @@ fn argmax_planted_bug_fails() {
 /// NVRTC is present), so that `argmax_planted_bug_fails` tests what it says.
 #[test]
 fn argmax_planted_bug_compiles() {
-    for &(from, to) in PLANTED_ARGMAX {
-        let planted = common::planted::planted_module("elementwise", from, to);
-        common::planted::assert_planted_compiles(&planted, kiln_cuda::StoreType::Bf16, to);
-    }
+    common::planted::each_planted_compiles(
+        PLANTED_ARGMAX.iter().map(|&(f, t)| ("elementwise", f, t)),
+    );
 }
 
 /// rope_kv.cu with one planted bug each in what Gemma 4 added: (text, replacement).

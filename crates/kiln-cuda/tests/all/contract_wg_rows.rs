@@ -274,8 +274,5 @@ fn fp8_wg_planted_bugs_fail() {
 /// present), so that `fp8_wg_planted_bugs_fail` tests what it says.
 #[test]
 fn fp8_wg_planted_bugs_compile() {
-    for &(module, from, to) in PLANTED_WG {
-        let planted = common::planted::planted_module(module, from, to);
-        common::planted::assert_planted_compiles(&planted, kiln_cuda::StoreType::Bf16, to);
-    }
+    common::planted::each_planted_compiles(PLANTED_WG.iter().copied());
 }

@@ -31,6 +31,14 @@ pub fn assert_planted_compiles(planted: &KernelSource, store: StoreType, what: &
     );
 }
 
+/// [`assert_planted_compiles`] for each of `bugs`, planted with [`planted_module`] (whose text
+/// must occur once) and built for bf16: the GPU-free half of a contract's planted bugs.
+pub fn each_planted_compiles<'a>(bugs: impl IntoIterator<Item = Bug<'a>>) {
+    for (module, from, to) in bugs {
+        assert_planted_compiles(&planted_module(module, from, to), StoreType::Bf16, to);
+    }
+}
+
 /// Whether `edited` (a module of [`SOURCES`] with its text changed) compiles for `store` into
 /// machine code other than the module's; an error when it does not compile.
 fn moves_machine_code(edited: &KernelSource, store: StoreType) -> anyhow::Result<bool> {

@@ -75,10 +75,7 @@ const PLANTED: &[(&str, &str, &str)] = &[
 /// into other machine code than the module's.
 #[test]
 fn planted_modules_compile() {
-    for &(module, from, to) in PLANTED {
-        let src = common::planted::planted_module(module, from, to);
-        common::planted::assert_planted_compiles(&src, kiln_cuda::StoreType::Bf16, to);
-    }
+    common::planted::each_planted_compiles(PLANTED.iter().copied());
 }
 
 #[test]
