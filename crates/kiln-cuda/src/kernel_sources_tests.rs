@@ -7,6 +7,23 @@ use super::*;
 #[test]
 fn every_module_has_the_entries_it_always_had() {
     let hd = |p: &str| [16, 32, 64, 128, 256].map(|d| format!("{p}{d}"));
+    // The wgmma row order's two modules: the same shapes, each entry named by its module.
+    let wg_rows = |m: &str| {
+        [
+            "1x1_n8",
+            "2x1_n8",
+            "1x1_n16",
+            "1x1_n32",
+            "1x1_n64",
+            "2x1_n64",
+            "1x2_n64",
+            "2x2_n64",
+            "1x1_n64_o",
+            "1x1_n32_o",
+        ]
+        .map(|t| format!("{m}_{t}"))
+        .to_vec()
+    };
     let skinny = [
         "skinny_gemm_8",
         "skinny_gemm_16",
@@ -190,40 +207,8 @@ fn every_module_has_the_entries_it_always_had() {
                 "skinny_fp8_wide_2x1_u8_t32".into(),
             ],
         ),
-        (
-            "fp8_wg",
-            [
-                "1x1_n8",
-                "2x1_n8",
-                "1x1_n16",
-                "1x1_n32",
-                "1x1_n64",
-                "2x1_n64",
-                "1x2_n64",
-                "2x2_n64",
-                "1x1_n64_o",
-                "1x1_n32_o",
-            ]
-            .map(|t| format!("fp8_wg_{t}"))
-            .to_vec(),
-        ),
-        (
-            "bf16_wg",
-            [
-                "1x1_n8",
-                "2x1_n8",
-                "1x1_n16",
-                "1x1_n32",
-                "1x1_n64",
-                "2x1_n64",
-                "1x2_n64",
-                "2x2_n64",
-                "1x1_n64_o",
-                "1x1_n32_o",
-            ]
-            .map(|t| format!("bf16_wg_{t}"))
-            .to_vec(),
-        ),
+        ("fp8_wg", wg_rows("fp8_wg")),
+        ("bf16_wg", wg_rows("bf16_wg")),
         (
             "chain_gemm",
             ["1x1", "1x2", "1x4", "2x4", "4x4"]
