@@ -12,6 +12,7 @@ use kiln_cuda::device::{DevBuf, Gpu};
 use kiln_cuda::fp8_rows::{Fp8Matrix, Fp8Rows};
 use kiln_cuda::fp8_skinny::wide_entry;
 use kiln_cuda::gemm_lt::LtGemm;
+use kiln_cuda::store::{StoreBuf, StoreType};
 use kiln_cuda::wg_rows::{splits, wg_entries, wg_entry, SPLIT_MAX_N, SPLIT_MAX_ROWS};
 
 use crate::gemm_bench::time;
@@ -27,16 +28,9 @@ const MAX_ROWS: usize = 256;
 
 /// `rows x cols` fp8 rows quantised from dummy bf16 values of seed `seed`.
 fn fp8_rows(gpu: &Gpu, rows: usize, cols: usize, seed: u64) -> Result<Fp8Matrix> {
-    let stored = gpu.alloc::<u16>(rows * cols)?;
+    let stored = StoreBuf::new(gpu, StoreType::Bf16, rows * cols)?;
     gpu.dummy_fill(stored.ptr(), rows * cols, seed)?;
-    let m = Fp8Matrix {
-        q: gpu.alloc(rows * cols)?,
-        scale: gpu.alloc(rows)?,
-        rows,
-        cols,
-    };
-    gpu.fp8_quantize_rows(stored.ptr(), m.q.ptr(), m.scale.ptr(), rows, cols, cols)?;
-    Ok(m)
+    Fp8Matrix::from_store(gpu, &stored, rows, cols)
 }
 
 pub fn run() -> Result<()> {
