@@ -104,7 +104,7 @@ impl CudaOps<'_, '_> {
             MatrixRef::Quant(_) if self.ctx.sw.quant_prefill_skinny => self.plan.n_tokens,
             MatrixRef::Plain(_) if self.chain_order() => 0,
             MatrixRef::Fp8(_)
-                if (self.ctx.sw.fp8_skinny || self.fp8_wg()) && !self.chain_order() =>
+                if (self.ctx.sw.fp8_skinny || self.ctx.sw.fp8_wg) && !self.chain_order() =>
             {
                 self.plan.n_decode
             }
@@ -163,19 +163,14 @@ impl CudaOps<'_, '_> {
             );
             self.lt.fp8()?.matmul(g, y.addr(), xq, xs, w, t - d4)?;
         }
-        if self.fp8_wg() {
+        // KILN_FP8_WG, which backend_open.rs leaves on only where the GPU builds the kernels.
+        if self.ctx.sw.fp8_wg {
             return g.fp8_wg(y.addr(), x, w, d);
         }
         match self.ctx.sw.fp8_wide_from {
             Some(from) if d >= from => g.fp8_wide(y.addr(), x, w, d),
             _ => g.fp8_skinny(y.addr(), x, w, d),
         }
-    }
-
-    /// Whether an fp8 projection's decode rows take the fp8 wgmma kernels: KILN_FP8_WG, which
-    /// backend_open.rs leaves on only on a GPU that builds them.
-    fn fp8_wg(&self) -> bool {
-        self.ctx.sw.fp8_wg
     }
 
     /// Whether this step's bf16 weights give every row the prefill GEMM's order
