@@ -5,7 +5,7 @@
 // - k-tile i is bytes 128 i .. 128 i + 127 of a row (zeros past its end). Its product is four
 //   wgmmas of 32 bytes of k each (64 weight rows x N tokens: m64nNk32 E4M3, m64nNk16 bf16), the
 //   first from zero, each next on top.
-// - FG_CHAINS chains: chain c holds the tiles c TPC .. (c + 1) TPC - 1 (TPC the tiles over the
+// - WR_CHAINS chains: chain c holds the tiles c TPC .. (c + 1) TPC - 1 (TPC the tiles over the
 //   chains, rounded up; the last chains may be short or empty) and sums their products in
 //   order from zero, in f32 adds.
 // - The chain sums are added in chain order from zero, then scaled.
@@ -19,10 +19,10 @@
 // for tokens BN t .. of its BN WT (blockIdx.x the token block, blockIdx.y the weight block). Its
 // k-tiles (64 WR weight rows and BN WT token rows of 128 bytes) stream through an S-stage
 // cp.async ring, each row's 16-byte piece q at q ^ (row % 8) (wgmma's 128-byte swizzle). With
-// gridDim.z == 1 the CTA sums every chain; with gridDim.z == FG_CHAINS it sums chain blockIdx.z
+// gridDim.z == 1 the CTA sums every chain; with gridDim.z == WR_CHAINS it sums chain blockIdx.z
 // alone into `part` ([chain][M][N] f32), and the block's last CTA to finish adds the chains
 // there in chain order: the same adds in the same order, the same bits.
-#define FG_CHAINS 4
+#define WR_CHAINS 4
 
 // The four D registers of m64nNk* (N / 2 floats a thread), four at a time.
 #define WG_D4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
@@ -61,8 +61,8 @@
     }
 
 // The last tile (exclusive) of chain c of a row of T k-tiles.
-__device__ __forceinline__ int fg_chain_end(int c, int T) {
-    const int tpc = (T + FG_CHAINS - 1) / FG_CHAINS;
+__device__ __forceinline__ int wr_chain_end(int c, int T) {
+    const int tpc = (T + WR_CHAINS - 1) / WR_CHAINS;
     return min((c + 1) * tpc, T);
 }
 
@@ -85,7 +85,7 @@ __device__ __forceinline__ void wg_rows_body(const unsigned char* __restrict__ x
     // still read by its wgmmas while this one's are issued.
     constexpr int AHEAD = OV ? S - 2 : S - 1;
     static_assert(AHEAD >= 1, "a tile in flight while one is read");
-    extern __shared__ __align__(1024) unsigned char fg_smem[];
+    extern __shared__ __align__(1024) unsigned char wr_smem[];
     pdl_trigger();
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
@@ -93,8 +93,8 @@ __device__ __forceinline__ void wg_rows_body(const unsigned char* __restrict__ x
     const int m0 = blockIdx.x * TOK, n0 = blockIdx.y * ROWS;
     const int T = (KB + 127) / 128;
     const bool split = gridDim.z > 1;
-    const int t0 = split ? (blockIdx.z == 0 ? 0 : fg_chain_end(blockIdx.z - 1, T)) : 0;
-    const int t1 = split ? fg_chain_end(blockIdx.z, T) : T;
+    const int t0 = split ? (blockIdx.z == 0 ? 0 : wr_chain_end(blockIdx.z - 1, T)) : 0;
+    const int t1 = split ? wr_chain_end(blockIdx.z, T) : T;
 
     // This thread copies piece q = tid % 8 of rows tid / 8 + i * THREADS / 8 (all of one row
     // phase mod 8: one swizzled offset).
@@ -117,7 +117,7 @@ __device__ __forceinline__ void wg_rows_body(const unsigned char* __restrict__ x
     auto issue_w = [&](int tile, int stage) {
         if (tile >= t1) return;
         const int k = 128 * tile + 16 * q;
-        unsigned char* st = fg_smem + stage * STAGE;
+        unsigned char* st = wr_smem + stage * STAGE;
 #pragma unroll
         for (int i = 0; i < PW; ++i)
             cp_async_16(st + (r0 + i * (THREADS / 8)) * 128 + piece, w + woff[i] + (k < KB ? 128 * tile : 0),
@@ -126,7 +126,7 @@ __device__ __forceinline__ void wg_rows_body(const unsigned char* __restrict__ x
     auto issue_x = [&](int tile, int stage) {
         if (tile >= t1) return;
         const int k = 128 * tile + 16 * q;
-        unsigned char* st = fg_smem + stage * STAGE + WS;
+        unsigned char* st = wr_smem + stage * STAGE + WS;
 #pragma unroll
         for (int i = 0; i < PX; ++i) {
             const int r = r0 + i * (THREADS / 8);
@@ -154,8 +154,8 @@ __device__ __forceinline__ void wg_rows_body(const unsigned char* __restrict__ x
     for (int b = 0; b < (OV ? 2 : 1); ++b)
 #pragma unroll
         for (int v = 0; v < BN / 2; ++v) p[b][v] = 0.f;
-    const u32 base = (u32)__cvta_generic_to_shared(fg_smem);
-    int c = split ? (int)blockIdx.z : 0, c_end = fg_chain_end(c, T);
+    const u32 base = (u32)__cvta_generic_to_shared(wr_smem);
+    int c = split ? (int)blockIdx.z : 0, c_end = wr_chain_end(c, T);
     // Tile `tile` (in stage `stage`): its copies landed, the ring refilled, its wgmmas into acc
     // issued (not waited for).
     auto start_tile = [&](float(&acc)[BN / 2], int tile, int stage) {
@@ -180,13 +180,13 @@ __device__ __forceinline__ void wg_rows_body(const unsigned char* __restrict__ x
         reg_fence(acc);
 #pragma unroll
         for (int v = 0; v < BN / 2; ++v) chain[v] = chain[v] + acc[v];
-        while (!split && tile + 1 == c_end && c < FG_CHAINS) {
+        while (!split && tile + 1 == c_end && c < WR_CHAINS) {
 #pragma unroll
             for (int v = 0; v < BN / 2; ++v) {
                 out[v] = out[v] + chain[v];
                 chain[v] = 0.f;
             }
-            c_end = fg_chain_end(++c, T);
+            c_end = wr_chain_end(++c, T);
         }
     };
     auto next = [](int stage) { return stage + 1 == S ? 0 : stage + 1; };
@@ -252,7 +252,7 @@ __device__ __forceinline__ void wg_rows_body(const unsigned char* __restrict__ x
     int* arrived = count + blockIdx.x * gridDim.y + blockIdx.y;
     bool last = false;
     if (tid == 0) {
-        last = atomicAdd(arrived, 1) == FG_CHAINS - 1;
+        last = atomicAdd(arrived, 1) == WR_CHAINS - 1;
         if (last) *arrived = 0;  // for the next launch (no other CTA of this one comes here)
     }
     if (!__syncthreads_or(last)) return;
@@ -262,7 +262,7 @@ __device__ __forceinline__ void wg_rows_body(const unsigned char* __restrict__ x
         float s = 0.f;
         if (p < NP) {
 #pragma unroll
-            for (int ch = 0; ch < FG_CHAINS; ++ch) s = s + __ldcg(part + ((u64)ch * M + m) * NP + p);
+            for (int ch = 0; ch < WR_CHAINS; ++ch) s = s + __ldcg(part + ((u64)ch * M + m) * NP + p);
         }
         return s;
     };

@@ -22,7 +22,7 @@ use crate::kernel_entries::EntryPoint;
 use crate::kernel_sources::{entry_from_env, macro_entries};
 use crate::skinny_fused::Epilogue;
 
-/// The order's chains (wg_rows.cuh's `FG_CHAINS`): a split launch has this many CTAs a block.
+/// The order's chains (wg_rows.cuh's `WR_CHAINS`): a split launch has this many CTAs a block.
 pub const CHAINS: usize = 4;
 
 /// The widest weight (rows) a launch may split: the QKV, o and down of 8B- to 70B-class models
@@ -384,7 +384,7 @@ mod tests {
         );
         let src = crate::kernel_sources::source("fp8_wg").unwrap().body;
         assert!(
-            src.contains(&format!("#define FG_CHAINS {CHAINS}\n")),
+            src.contains(&format!("#define WR_CHAINS {CHAINS}\n")),
             "the launcher's chains are the kernel's"
         );
         // bf16_wg.cu's entries: the same shapes, each named as its fp8 twin.

@@ -236,7 +236,7 @@ const PLANTED_WG: &[Bug] = &[
     (
         "fp8_wg",
         "__ldcg(part + ((u64)ch * M + m) * NP + p)",
-        "__ldcg(part + ((u64)(FG_CHAINS - 1 - ch) * M + m) * NP + p)",
+        "__ldcg(part + ((u64)(WR_CHAINS - 1 - ch) * M + m) * NP + p)",
     ),
     (
         "fp8_wg",
