@@ -70,6 +70,20 @@ impl Gemm {
         }
     }
 
+    /// What `make` builds from the plain GEMM in `p`'s order, made once an order: `wants` holds
+    /// the skinny kernel's order's, then the wgmma row order's.
+    fn want_for<'w, T>(
+        &self,
+        gpu: &Gpu,
+        p: Path,
+        m: usize,
+        wants: &'w mut [Option<T>; 2],
+        make: impl FnOnce(&DevBuf<f32>) -> T,
+    ) -> &'w T {
+        wants[matches!(p, Path::Rows(..)) as usize]
+            .get_or_insert_with(|| make(&self.plain(gpu, p, self.dx.ptr(), m)))
+    }
+
     /// The 16-warp skinny kernel's y = x . w^T for m rows: the bits every path must give.
     fn skinny(&self, gpu: &Gpu, x: u64, m: usize) -> DevBuf<f32> {
         let y = poisoned::<f32>(gpu, m * self.n);
@@ -343,23 +357,21 @@ fn add_matches(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, paths: &[Path], row_cou
     for &m in row_counts {
         let g = Gemm::new(gpu, rng, m, n, k);
         let x0 = rng.vec(m * n, 4.0);
+        let mut wants = [None, None];
         for &p in paths {
-            let delta = g.plain(gpu, p, g.dx.ptr(), m);
-            let xr = up(gpu, &x0);
-            let (nw, normed) = (
-                up(gpu, &to_bf16(&vec![1.0; n])),
-                gpu.alloc::<u16>(m * n).unwrap(),
-            );
-            gpu.rmsnorm_residual(xr.ptr(), delta.ptr(), nw.ptr(), normed.ptr(), m, n, 1e-5)
-                .unwrap();
-            let want = f32_bits(&all(gpu, &xr));
+            let want = g.want_for(gpu, p, m, &mut wants, |delta| {
+                let xr = up(gpu, &x0);
+                let (nw, normed) = (
+                    up(gpu, &to_bf16(&vec![1.0; n])),
+                    gpu.alloc::<u16>(m * n).unwrap(),
+                );
+                gpu.rmsnorm_residual(xr.ptr(), delta.ptr(), nw.ptr(), normed.ptr(), m, n, 1e-5)
+                    .unwrap();
+                f32_bits(&all(gpu, &xr))
+            });
             let xf = up(gpu, &x0);
             p.run(gpu, &Epilogue::Add { y: xf.ptr() }, None, g.dx.ptr(), &g, m);
-            c.identical(
-                &format!("add {p:?} m={m}"),
-                &f32_bits(&all(gpu, &xf)),
-                &want,
-            );
+            c.identical(&format!("add {p:?} m={m}"), &f32_bits(&all(gpu, &xf)), want);
         }
     }
 }
@@ -369,11 +381,13 @@ fn glu_matches(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, paths: &[Path], row_cou
     let (inter, k) = (300, 264);
     for &m in row_counts {
         let g = Gemm::new(gpu, rng, m, 2 * inter, k);
+        let mut wants = [None, None];
         for &p in paths {
-            let gu = g.plain(gpu, p, g.dx.ptr(), m);
-            let act = poisoned::<u16>(gpu, m * inter);
-            gpu.swiglu(gu.ptr(), act.ptr(), inter, m).unwrap();
-            let want = all(gpu, &act);
+            let want = g.want_for(gpu, p, m, &mut wants, |gu| {
+                let act = poisoned::<u16>(gpu, m * inter);
+                gpu.swiglu(gu.ptr(), act.ptr(), inter, m).unwrap();
+                all(gpu, &act)
+            });
             let out = poisoned::<u16>(gpu, m * inter);
             p.run(
                 gpu,
@@ -386,7 +400,7 @@ fn glu_matches(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, paths: &[Path], row_cou
                 &g,
                 m,
             );
-            c.identical(&format!("glu {p:?} m={m}"), &all(gpu, &out), &want);
+            c.identical(&format!("glu {p:?} m={m}"), &all(gpu, &out), want);
         }
     }
 }
@@ -399,13 +413,13 @@ fn rope_matches(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, paths: &[Path], row_co
         for (hd, neox, bias) in [(64, true, false), (128, false, true), (128, true, true)] {
             let g = Gemm::new(gpu, rng, m, (n_q + 2 * n_kv) * hd, k);
             let case = RopeCase::new(gpu, rng, m, (n_q, n_kv, hd), neox, bias);
+            let mut wants = [None, None];
             for &p in paths {
-                let qkv = g.plain(gpu, p, g.dx.ptr(), m);
-                let want = case.reference(gpu, qkv.ptr());
+                let want = g.want_for(gpu, p, m, &mut wants, |qkv| case.reference(gpu, qkv.ptr()));
                 let got = case.outputs(gpu);
                 p.run(gpu, &case.epilogue(&got), None, g.dx.ptr(), &g, m);
                 let v = format!("rope {p:?} m={m} hd={hd} neox={neox} bias={bias}");
-                case.compare(gpu, c, &v, &got, &want);
+                case.compare(gpu, c, &v, &got, want);
             }
         }
     }
