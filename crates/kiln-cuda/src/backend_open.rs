@@ -98,7 +98,8 @@ impl CudaBackend {
         // Before the KV budget is taken from what is free.
         gpu.reserve_tc_split(opts.max_seqs)?;
         gpu.reserve_wg(&spec, opts.max_seqs)?;
-        gpu.reserve_wg_rows((fp8 && switches.fp8_wg) || switches.bf16_wg, opts.max_seqs)?;
+        let wg_rows = crate::wg_rows::wg_rows_on(&switches, fp8, gpu.store);
+        gpu.reserve_wg_rows(wg_rows, opts.max_seqs)?;
         let budget = kv_budget(&gpu, opts.kv_cache_bytes, opts.kv_cache_fraction)?;
         let (kv, ring) = kv_pool(&gpu, &spec, bs, budget, ask)?;
         // The last block is the scratch block: the engine sees the ones before it.

@@ -105,7 +105,7 @@ pub struct Gpu {
     pub(crate) tc_part: std::sync::OnceLock<DevBuf<f32>>,
     /// The wgmma decode GEMM's rewritten x (skinny_wg.rs), when reserved.
     pub(crate) wg_x: std::sync::OnceLock<DevBuf<u16>>,
-    /// The split fp8 wgmma launches' workspace (wg_rows.rs), when reserved.
+    /// The wgmma row order's split launches' workspace (wg_rows.rs), when reserved.
     pub(crate) wg_rows_space: std::sync::OnceLock<crate::wg_rows::SplitSpace>,
     /// A second stream, of the lowest priority, for work that overlaps the main stream's
     /// (quant_prefill.rs); made on first use.

@@ -43,8 +43,8 @@ impl Footprint {
         let fp8 = fp8_on(opts);
         // The wgmma row order's split workspace (as backend_open.rs reserves it on sm_90; this
         // counts it on any GPU).
-        let sw = crate::switches::Switches::from_env();
-        let wg_rows = (fp8 && sw.fp8_wg) || (sw.bf16_wg && store == StoreType::Bf16);
+        let wg_rows =
+            crate::wg_rows::wg_rows_on(&crate::switches::Switches::from_env(), fp8, store);
         Footprint {
             weights: weight_bytes(spec, max_context, store, fp8),
             buffers: buffer_bytes(

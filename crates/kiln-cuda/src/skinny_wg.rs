@@ -232,7 +232,7 @@ impl Gpu {
     }
 
     /// Bytes of the workspaces reserved at start: the chain partials of the split path, the
-    /// rewritten x of the wgmma path and the split fp8 wgmma launches' workspace.
+    /// rewritten x of the wgmma path and the wgmma row order's split launches' workspace.
     pub fn reserved_scratch_bytes(&self) -> usize {
         self.tc_part.get().map_or(0, |b| b.len() * 4)
             + self.wg_x.get().map_or(0, |b| b.len() * 2)

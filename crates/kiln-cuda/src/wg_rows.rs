@@ -159,6 +159,17 @@ pub fn workspace_len(max_seqs: usize) -> (usize, usize) {
     (CHAINS * rows * SPLIT_MAX_N, blocks)
 }
 
+/// Whether a backend with switches `sw`, fp8 projections or not and storing `store` takes the
+/// row order anywhere (KILN_FP8_WG with fp8 projections, KILN_BF16_WG with bf16 storage), and
+/// so reserves the split launches' workspace (backend_open.rs; footprint.rs counts it).
+pub fn wg_rows_on(
+    sw: &crate::switches::Switches,
+    fp8: bool,
+    store: crate::store::StoreType,
+) -> bool {
+    (fp8 && sw.fp8_wg) || (sw.bf16_wg && store == crate::store::StoreType::Bf16)
+}
+
 /// Bytes [`Gpu::reserve_wg_rows`] takes for `max_seqs` decode rows when the path is on
 /// (footprint.rs counts them).
 pub fn reserve_bytes(on: bool, max_seqs: usize) -> usize {
