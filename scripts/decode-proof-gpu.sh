@@ -11,6 +11,8 @@
 # Start the preparation in the call before (the build and the files take 400-550 s); the carried
 # kiln binary is used.
 # Usage: OUT=... [WEIGHTS=fp8|bf16] [WAIT_S=300] scripts/decode-proof-gpu.sh   (about 520 s)
+#   PREFILL, DEPTHS, STREAMS and REPEATS pass to bench-gpu.sh (defaults 2048,8192 / 0,8192 /
+#   1,8,32,128 / 2); PREFILL=2048 DEPTHS=0 STREAMS=1,32,128 is a shorter form for issue 18 alone.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT to the folder the results go to}
@@ -33,7 +35,8 @@ esac
 # shellcheck disable=SC2086 # the parts are words
 WAIT_S=${WAIT_S:-300} scripts/gpu-wait.sh $parts || exit 1
 OUT=$OUT/bench GGUF=$gguf KILN_ARGS="$args" \
-    PREFILL=2048,8192 DEPTHS=0,8192 STREAMS=1,8,32,128 REPEATS=2 SKIP_GGUF=1 SKIP_BUILD=1 SKIP_HF=1 \
+    PREFILL=${PREFILL:-2048,8192} DEPTHS=${DEPTHS:-0,8192} STREAMS=${STREAMS:-1,8,32,128} \
+    REPEATS=${REPEATS:-2} SKIP_GGUF=1 SKIP_BUILD=1 SKIP_HF=1 \
     timeout 330 scripts/bench-gpu.sh /tmp/llamacpp-src/llama.cpp
 LEVELS="1:4 32:64 128:256" SERVE_ARGS="$args" BUDGETS="" OVERLAP_OFF=0 BUDGET_S=150 \
     OUT=$OUT/serve timeout 180 scripts/serve-gpu.sh
