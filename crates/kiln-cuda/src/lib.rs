@@ -48,6 +48,7 @@ pub mod switch_modes;
 pub mod switches;
 pub mod weights;
 pub mod wg_rows;
+pub mod wg_rows_choice;
 
 pub use backend::{CudaBackend, CudaOptions};
 pub use device::{cuda_available, memory_info, unavailable_reason};

@@ -19,8 +19,9 @@ use anyhow::{ensure, Result};
 use crate::device::{i32_of, Arg, DevBuf, Gpu};
 use crate::fp8_rows::{Fp8Matrix, Fp8Rows};
 use crate::kernel_entries::EntryPoint;
-use crate::kernel_sources::{entry_from_env, macro_entries};
+use crate::kernel_sources::macro_entries;
 use crate::skinny_fused::Epilogue;
+pub use crate::wg_rows_choice::{bf16_wg_launch, wg_launch, WgLaunch};
 
 /// The order's chains (wg_rows.cuh's `WR_CHAINS`): a split launch has this many CTAs a block.
 pub const CHAINS: usize = 4;
@@ -45,6 +46,8 @@ pub struct WgEntry {
     pub bn: usize,
     /// Stages of the copy ring.
     pub stages: usize,
+    /// CTAs a multiprocessor the launch bounds promise.
+    pub minb: usize,
     /// A tile's adds beside the next tile's wgmmas (the `_o` entries).
     pub overlap: bool,
 }
@@ -57,6 +60,7 @@ impl WgEntry {
             wt: p.num("WT")?,
             bn: p.num("BN")?,
             stages: p.num("S")?,
+            minb: p.num("MINB")?,
             overlap: p.arg("OV").map(str::trim) == Some("true"),
         })
     }
@@ -85,7 +89,7 @@ impl WgEntry {
         (m.div_ceil(self.tokens()), n.div_ceil(self.rows()))
     }
 
-    fn ctas(&self, n: usize, m: usize) -> usize {
+    pub(crate) fn ctas(&self, n: usize, m: usize) -> usize {
         let (mb, nb) = self.blocks(n, m);
         mb * nb
     }
@@ -109,44 +113,6 @@ pub fn smem_needs() -> impl Iterator<Item = (String, usize)> {
         .iter()
         .chain(bf16_wg_entries())
         .map(|e| (e.name.clone(), e.smem_bytes()))
-}
-
-/// `KILN_FP8_WG_TILE=RxT_nN` (e.g. `2x1_n8`): the entry every launch takes, for A/B runs; None
-/// when unset or naming no entry.
-fn forced_entry() -> Option<&'static WgEntry> {
-    static FORCED: OnceLock<Option<&'static WgEntry>> = OnceLock::new();
-    *FORCED.get_or_init(|| entry_from_env(wg_entries(), "KILN_FP8_WG_TILE", "fp8_wg_", |e| &e.name))
-}
-
-/// The entry for `m` rows of an `n`-row weight on `sms` multiprocessors (unless
-/// KILN_FP8_WG_TILE forces one): of those whose wgmma N is the narrowest that holds the rows
-/// (64 past 64 rows), the one with the most weight rows and tokens a CTA (the fewest reads of
-/// each) that still gives every multiprocessor a CTA, else the one with the most CTAs. The
-/// `_o` entries run only when forced until the GPU has measured them against the others
-/// (scripts/gpu-plans/2026-12-24-fp8-wg-speed.txt).
-pub fn wg_entry(n: usize, m: usize, sms: usize) -> &'static WgEntry {
-    forced_entry().unwrap_or_else(|| choose(wg_entries(), n, m, sms))
-}
-
-/// [`wg_entry`]'s rule over the bf16 entries.
-pub fn bf16_wg_entry(n: usize, m: usize, sms: usize) -> &'static WgEntry {
-    choose(bf16_wg_entries(), n, m, sms)
-}
-
-fn choose(table: &'static [WgEntry], n: usize, m: usize, sms: usize) -> &'static WgEntry {
-    let bn = [8, 16, 32, 64].into_iter().find(|&b| b >= m).unwrap_or(64);
-    let of_n = || table.iter().filter(move |e| e.bn == bn && !e.overlap);
-    of_n()
-        .filter(|e| e.ctas(n, m) >= sms)
-        .max_by_key(|e| (e.rows() * e.tokens(), e.rows()))
-        .or_else(|| of_n().max_by_key(|e| (e.ctas(n, m), e.rows())))
-        .expect("an entry of each N")
-}
-
-/// Whether a launch of `m` rows of an `n`-row weight in `e` is split along the chains: its
-/// CTAs would not give every multiprocessor one, and the workspace holds it.
-pub fn splits(e: &WgEntry, n: usize, m: usize, sms: usize) -> bool {
-    e.ctas(n, m) < sms && n <= SPLIT_MAX_N && m <= SPLIT_MAX_ROWS
 }
 
 /// (partial floats, arrival counters) of the split launches' workspace for steps of up to
@@ -212,10 +178,9 @@ impl Gpu {
     /// (`rows x w.rows` f32) in the fp8 wgmma order, in the entry [`wg_entry`] chooses, split
     /// where [`splits`] says so and the workspace is reserved.
     pub fn fp8_wg(&self, y: u64, x: Fp8Rows, w: &Fp8Matrix, rows: usize) -> Result<()> {
-        let sms = self.sm_count as usize;
-        let e = wg_entry(w.rows, rows, sms);
-        let split = splits(e, w.rows, rows, sms) && self.split_fits(e, rows, w.rows);
-        self.fp8_wg_in(e, split, y, x, w, rows)
+        let l = wg_launch(w.rows, w.cols, rows, self.sm_count as usize);
+        let split = l.split && self.split_fits(l.entry, rows, w.rows);
+        self.fp8_wg_in(l.entry, split, y, x, w, rows)
     }
 
     /// `rows` bf16 rows of x times the `n x k` bf16 weight w in the wgmma row order into the
@@ -231,10 +196,10 @@ impl Gpu {
         n: usize,
         k: usize,
     ) -> Result<()> {
-        let (sms, places) = (self.sm_count as usize, epi.tiles(n)? * 16);
-        let e = bf16_wg_entry(places, rows, sms);
-        let split = splits(e, places, rows, sms) && self.split_fits(e, rows, places);
-        self.bf16_wg_in(e, split, epi, x, w, rows, n, k)
+        let places = epi.tiles(n)? * 16;
+        let l = bf16_wg_launch(places, 2 * k, rows, self.sm_count as usize);
+        let split = l.split && self.split_fits(l.entry, rows, places);
+        self.bf16_wg_in(l.entry, split, epi, x, w, rows, n, k)
     }
 
     /// y (`rows x n` f32) = x . w^T in the wgmma row order ([`Gpu::bf16_wg_epi`], stored).
@@ -440,41 +405,14 @@ mod tests {
     }
 
     #[test]
-    fn a_launch_takes_the_narrowest_n_and_the_largest_tiles_that_fill_the_multiprocessors() {
-        // Llama-3-8B's gate/up (28,672 rows), QKV (6,144), o and down (4,096) on an H200.
-        let pick = |n, m| wg_entry(n, m, 132).name.as_str();
-        assert!(
-            wg_entries().iter().any(|e| e.overlap),
-            "the `_o` entries, forced only"
-        );
-        assert_eq!(pick(28_672, 1), "fp8_wg_2x1_n8");
-        assert_eq!(pick(4_096, 1), "fp8_wg_1x1_n8");
-        assert_eq!(pick(6_144, 12), "fp8_wg_1x1_n16");
-        assert_eq!(pick(6_144, 32), "fp8_wg_1x1_n32");
-        assert_eq!(pick(28_672, 128), "fp8_wg_2x2_n64");
-        assert_eq!(pick(4_096, 128), "fp8_wg_1x1_n64");
-        assert_eq!(pick(4_096, 256), "fp8_wg_1x1_n64");
-        assert_eq!(pick(28_672, 256), "fp8_wg_2x2_n64");
-    }
-
-    #[test]
-    fn narrow_weights_at_few_rows_split_and_the_workspace_holds_every_split() {
-        let sms = 132;
-        let e = wg_entry(4_096, 1, sms);
-        assert!(splits(e, 4_096, 1, sms));
-        let e = wg_entry(28_672, 1, sms);
-        assert!(!splits(e, 28_672, 1, sms));
-        let e = wg_entry(128_256, 1, sms);
-        assert!(!splits(e, 128_256, 1, sms), "an LM head fills the GPU");
+    fn the_workspace_holds_every_split_launch() {
         for max_seqs in [1, 8, 64, 128, 256] {
             let (floats, counters) = workspace_len(max_seqs);
             for m in 1..=max_seqs.min(SPLIT_MAX_ROWS) {
                 for n in [64, 1_000, 4_096, 6_144, SPLIT_MAX_N] {
-                    for e in wg_entries() {
-                        if splits(e, n, m, usize::MAX) {
-                            let (mb, nb) = e.blocks(n, m);
-                            assert!(CHAINS * m * n <= floats && mb * nb <= counters);
-                        }
+                    for e in wg_entries().iter().chain(bf16_wg_entries()) {
+                        let (mb, nb) = e.blocks(n, m);
+                        assert!(CHAINS * m * n <= floats && mb * nb <= counters);
                     }
                 }
             }

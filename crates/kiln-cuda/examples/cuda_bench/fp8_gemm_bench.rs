@@ -13,7 +13,7 @@ use kiln_cuda::fp8_rows::{Fp8Matrix, Fp8Rows};
 use kiln_cuda::fp8_skinny::wide_entry;
 use kiln_cuda::gemm_lt::LtGemm;
 use kiln_cuda::store::{StoreBuf, StoreType};
-use kiln_cuda::wg_rows::{splits, wg_entries, wg_entry, SPLIT_MAX_N, SPLIT_MAX_ROWS};
+use kiln_cuda::wg_rows::{wg_entries, wg_launch, SPLIT_MAX_N, SPLIT_MAX_ROWS};
 
 use crate::gemm_bench::time;
 
@@ -86,8 +86,8 @@ pub fn run() -> Result<()> {
                 );
             }
             if wg {
-                let e = wg_entry(n, m, sms);
-                let split = splits(e, n, m, sms);
+                let l = wg_launch(n, k, m, sms);
+                let (e, split) = (l.entry, l.split);
                 let s = time(&gpu, || gpu.fp8_wg(y.ptr(), xr, next_w(), m))?;
                 let how = if split { "split" } else { "whole" };
                 let label = format!("wg[{}_{how}]", &e.name["fp8_wg_".len()..]);

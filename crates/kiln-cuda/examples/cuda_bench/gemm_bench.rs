@@ -25,7 +25,7 @@ use kiln_cuda::skinny_tc::{choose_tc_entry, measured_entry, tc_entries};
 use kiln_cuda::skinny_tc_split::{split_part_floats, tc_split_entries, SPLIT_MAX_ROWS};
 use kiln_cuda::skinny_wg::{all_wg_entries, wg_x_elems};
 use kiln_cuda::wg_rows::{
-    bf16_wg_entries, bf16_wg_entry, splits, SPLIT_MAX_N, SPLIT_MAX_ROWS as ROWS_SPLIT_MAX,
+    bf16_wg_entries, bf16_wg_launch, SPLIT_MAX_N, SPLIT_MAX_ROWS as ROWS_SPLIT_MAX,
 };
 
 const SHAPES: [(&str, usize, usize); 5] = [
@@ -152,8 +152,8 @@ pub fn run() -> Result<()> {
             if rows_order {
                 let store = Epilogue::Store { y: y.ptr() };
                 let sms = gpu.sm_count as usize;
-                let e = bf16_wg_entry(n, m, sms);
-                let split = splits(e, n, m, sms);
+                let l = bf16_wg_launch(n, 2 * k, m, sms);
+                let (e, split) = (l.entry, l.split);
                 let s = time(&gpu, || {
                     gpu.bf16_wg_in(e, split, &store, x.ptr(), next_w(), m, n, k)
                 })?;

@@ -17,7 +17,7 @@ use kiln_cuda::device::Gpu;
 use kiln_cuda::fp8_rows::{Fp8Matrix, Fp8Rows};
 use kiln_cuda::skinny_fused::Epilogue;
 use kiln_cuda::wg_rows::{
-    bf16_wg_entries, bf16_wg_entry, splits, wg_entries, wg_entry, SPLIT_MAX_N, SPLIT_MAX_ROWS,
+    bf16_wg_entries, bf16_wg_launch, wg_entries, wg_launch, SPLIT_MAX_N, SPLIT_MAX_ROWS,
 };
 
 fn rows_of(x: &Fp8Matrix, from: usize) -> Fp8Rows {
@@ -118,7 +118,7 @@ fn wg_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
     }
     // A split launch right after another of the same blocks: the first left its counters at zero.
     let p = Product::random(gpu, rng, 5, 2048, 4096);
-    let chosen = wg_entry(2048, 5, gpu.sm_count as usize);
+    let chosen = wg_launch(2048, 4096, 5, gpu.sm_count as usize).entry;
     let e = wg_entries()
         .iter()
         .position(|e| e.name == chosen.name)
@@ -168,12 +168,12 @@ fn bf16_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
             let untouched = got[rows * n..].iter().all(|v| v.to_bits() == u32::MAX);
             (got[..rows * n].to_vec(), untouched, secs)
         };
-        let chosen = bf16_wg_entry(n, m, sms);
-        let (got, _, secs) = run(chosen, splits(chosen, n, m, sms), 0);
+        let chosen = bf16_wg_launch(n, 2 * k, m, sms);
+        let (got, _, secs) = run(chosen.entry, chosen.split, 0);
         let want = p.reference(&(0..m).collect::<Vec<_>>());
         c.close(&case, &got, &want, p.atol(), 1e-5, secs);
-        let alone = bf16_wg_entry(n, 1, sms);
-        let (last, _, _) = run(alone, splits(alone, n, 1, sms), m - 1);
+        let alone = bf16_wg_launch(n, 2 * k, 1, sms);
+        let (last, _, _) = run(alone.entry, alone.split, m - 1);
         c.identical(
             &format!("{case}: the last row alone"),
             &f32_bits(&last),
@@ -221,12 +221,15 @@ fn fp8_wg_contract() {
     c.finish();
 }
 
-/// fp8_wg.cu with one planted bug each: a chain never zeroed after joining the sum (its tiles
-/// counted again); the split's join adding the chains in reverse order (the same terms within
-/// the tolerance, other bits: only the bit checks see it); a tile's first product on top of the
-/// last tile's instead of from zero; the copies without the swizzle wgmma reads; in the `_o`
-/// entries, the products of the tile before read from the registers the next tile's wgmmas
-/// are writing; bf16_wg.cu's rows read as half as many bytes as they hold.
+/// The row order with one planted bug each: a chain never zeroed after joining the sum (its
+/// tiles counted again); in bf16_wg.cu, the split's join adding the chains in reverse order (the
+/// same terms within the tolerance, other bits: only the bit checks see it; in fp8 the chains'
+/// partials, sums of the E4M3 tensor cores' few-bit results, add exactly in any order, and the
+/// H100 saw no bit change on 2026-12-05); a tile's first product on top of the last tile's
+/// instead of from zero; the copies without the swizzle wgmma reads; in the `_o` entries, the
+/// products of the tile before read from the registers the next tile's wgmmas are writing;
+/// bf16_wg.cu's pair of sums given to the epilogue the other way round. (Its first planted bug
+/// here, rows read as half their bytes, faulted on a misaligned copy instead of failing checks.)
 const PLANTED_WG: &[Bug] = &[
     (
         "fp8_wg",
@@ -234,7 +237,7 @@ const PLANTED_WG: &[Bug] = &[
         "                chain[v] = chain[v];\n",
     ),
     (
-        "fp8_wg",
+        "bf16_wg",
         "__ldcg(part + ((u64)ch * M + m) * NP + p)",
         "__ldcg(part + ((u64)(WR_CHAINS - 1 - ch) * M + m) * NP + p)",
     ),
@@ -253,7 +256,11 @@ const PLANTED_WG: &[Bug] = &[
         "add_tile(p[1], tile);\n        }\n        if (tile < t1)",
         "add_tile(p[0], tile);\n        }\n        if (tile < t1)",
     ),
-    ("bf16_wg", "M, NP, 2 * K,", "M, NP, K,"),
+    (
+        "bf16_wg",
+        "epi_pair(e, p >> 4, p & 15, m, lo, hi);",
+        "epi_pair(e, p >> 4, p & 15, m, hi, lo);",
+    ),
 ];
 
 #[test]
