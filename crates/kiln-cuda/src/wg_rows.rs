@@ -8,9 +8,9 @@
 //! - bf16 rows (kernels/bf16_wg.cu, [`Gpu::bf16_wg_in`]): the same order with bf16 wgmmas,
 //!   timed against the skinny kernels' order (`cuda_bench gemm`); steps take it with KILN_BF16_WG.
 //!
-//! A launch whose CTAs would leave multiprocessors idle (a narrow weight at few rows) is split
-//! along the order's chains: each CTA sums one chain into a reserved workspace and the last of
-//! a block's CTAs adds them in chain order, the same adds as the whole kernel's.
+//! A launch of a narrow weight at few rows (or deep rows) is split along the order's chains
+//! (wg_rows_choice.rs says when): each CTA sums one chain into a reserved workspace and the last
+//! of a block's CTAs adds them in chain order, the same adds as the whole kernel's.
 
 use std::sync::OnceLock;
 
@@ -175,8 +175,8 @@ impl Gpu {
     }
 
     /// y[r, :] = (x_r . w^T) * (x's scale r * w's row scales) for rows 0..rows of `x` into y
-    /// (`rows x w.rows` f32) in the fp8 wgmma order, in the entry [`wg_entry`] chooses, split
-    /// where [`splits`] says so and the workspace is reserved.
+    /// (`rows x w.rows` f32) in the fp8 wgmma order, in the launch [`wg_launch`] chooses, split
+    /// where it says so and the workspace is reserved.
     pub fn fp8_wg(&self, y: u64, x: Fp8Rows, w: &Fp8Matrix, rows: usize) -> Result<()> {
         let l = wg_launch(w.rows, w.cols, rows, self.sm_count as usize);
         let split = l.split && self.split_fits(l.entry, rows, w.rows);
@@ -184,8 +184,8 @@ impl Gpu {
     }
 
     /// `rows` bf16 rows of x times the `n x k` bf16 weight w in the wgmma row order into the
-    /// epilogue `epi`, in the entry [`bf16_wg_entry`] chooses for the weight's places, split
-    /// where [`splits`] says so and the workspace is reserved (KILN_BF16_WG's decode GEMM).
+    /// epilogue `epi`, in the launch [`bf16_wg_launch`] chooses for the weight's places, split
+    /// where it says so and the workspace is reserved (KILN_BF16_WG's decode GEMM).
     #[allow(clippy::too_many_arguments)]
     pub fn bf16_wg_epi(
         &self,
