@@ -40,10 +40,9 @@ fn forced_entry() -> Option<&'static WgEntry> {
     *FORCED.get_or_init(|| entry_from_env(wg_entries(), "KILN_FP8_WG_TILE", "fp8_wg_", |e| &e.name))
 }
 
-/// `KILN_WG_ROWS_CHOICE=ctas`: the first rule.
+/// `KILN_WG_ROWS_CHOICE=ctas`: the first rule (read once with every switch, switches_env.rs).
 fn first_rule() -> bool {
-    static FIRST: OnceLock<bool> = OnceLock::new();
-    *FIRST.get_or_init(|| std::env::var("KILN_WG_ROWS_CHOICE").is_ok_and(|v| v == "ctas"))
+    crate::switches::Switches::from_env().wg_rows_ctas
 }
 
 /// The fp8 launch of `m` rows of an `n`-row weight of `kb` bytes a row on `sms`
