@@ -15,16 +15,11 @@ use kiln_cuda::gemm_lt::LtGemm;
 use kiln_cuda::store::{StoreBuf, StoreType};
 use kiln_cuda::wg_rows::{wg_entries, wg_launch, SPLIT_MAX_N, SPLIT_MAX_ROWS};
 
-use crate::gemm_bench::time;
+use crate::gemm_bench::{time, MAX_ROWS, SHAPES};
 
-const SHAPES: [(&str, usize, usize); 4] = [
-    ("qkv", 6144, 4096),
-    ("o", 4096, 4096),
-    ("gate_up", 28672, 4096),
-    ("down", 4096, 14336),
-];
+/// The projections of gemm_bench's shapes (the LM head stays bf16 with fp8 projections).
+const PROJECTIONS: &[(&str, usize, usize)] = SHAPES.split_at(4).0;
 const ROWS: [usize; 8] = [1, 8, 16, 32, 64, 128, 192, 256];
-const MAX_ROWS: usize = 256;
 
 /// `rows x cols` fp8 rows quantised from dummy bf16 values of seed `seed`.
 fn fp8_rows(gpu: &Gpu, rows: usize, cols: usize, seed: u64) -> Result<Fp8Matrix> {
@@ -42,9 +37,9 @@ pub fn run() -> Result<()> {
         gpu.reserve_wg_rows(true, SPLIT_MAX_ROWS)?;
     }
     let mut lt = LtGemm::new(&gpu, 2048)?;
-    let shapes: Vec<(usize, usize)> = SHAPES.iter().map(|&(_, n, k)| (n, k)).collect();
+    let shapes: Vec<(usize, usize)> = PROJECTIONS.iter().map(|&(_, n, k)| (n, k)).collect();
     lt.enable_fp8_for(&gpu, &shapes)?;
-    for (name, n, k) in SHAPES {
+    for &(name, n, k) in PROJECTIONS {
         let x = fp8_rows(&gpu, MAX_ROWS, k, 7)?;
         let xr = Fp8Rows {
             q: x.q.ptr(),

@@ -28,7 +28,8 @@ use kiln_cuda::wg_rows::{
     bf16_wg_entries, bf16_wg_launch, SPLIT_MAX_N, SPLIT_MAX_ROWS as ROWS_SPLIT_MAX,
 };
 
-const SHAPES: [(&str, usize, usize); 5] = [
+/// Llama-3-8B's decode weights (name, rows, columns): the four projections, then the LM head.
+pub(crate) const SHAPES: [(&str, usize, usize); 5] = [
     ("qkv", 6144, 4096),
     ("o", 4096, 4096),
     ("gate_up", 28672, 4096),
@@ -36,7 +37,7 @@ const SHAPES: [(&str, usize, usize); 5] = [
     ("lm_head", 128256, 4096),
 ];
 const ROWS: [usize; 7] = [1, 8, 32, 64, 128, 192, 256];
-const MAX_ROWS: usize = 256;
+pub(crate) const MAX_ROWS: usize = 256;
 
 /// Median seconds per call of `f` over 5 rounds of 20 calls (after one untimed call).
 pub(crate) fn time(gpu: &Gpu, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
