@@ -21,7 +21,7 @@ use crate::fp8_rows::{Fp8Matrix, Fp8Rows};
 use crate::kernel_entries::EntryPoint;
 use crate::kernel_sources::macro_entries;
 use crate::skinny_fused::Epilogue;
-pub use crate::wg_rows_choice::{bf16_wg_launch, wg_launch, WgLaunch};
+pub use crate::wg_rows_choice::{bf16_wg_launch, splittable, wg_launch, WgLaunch};
 
 /// The order's chains (wg_rows.cuh's `WR_CHAINS`): a split launch has this many CTAs a block.
 pub const CHAINS: usize = 4;

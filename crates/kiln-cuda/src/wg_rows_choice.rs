@@ -76,7 +76,8 @@ fn choose(
         .unwrap_or_else(|| by_ctas(table, n, m, sms))
 }
 
-fn splittable(n: usize, m: usize) -> bool {
+/// Whether a launch of `m` rows of an `n`-row weight may split: within the workspace's bounds.
+pub fn splittable(n: usize, m: usize) -> bool {
     n <= SPLIT_MAX_N && m <= SPLIT_MAX_ROWS
 }
 

@@ -25,7 +25,7 @@ use kiln_cuda::skinny_tc::{choose_tc_entry, measured_entry, tc_entries};
 use kiln_cuda::skinny_tc_split::{split_part_floats, tc_split_entries, SPLIT_MAX_ROWS};
 use kiln_cuda::skinny_wg::{all_wg_entries, wg_x_elems};
 use kiln_cuda::wg_rows::{
-    bf16_wg_entries, bf16_wg_launch, SPLIT_MAX_N, SPLIT_MAX_ROWS as ROWS_SPLIT_MAX,
+    bf16_wg_entries, bf16_wg_launch, splittable, SPLIT_MAX_ROWS as ROWS_SPLIT_MAX,
 };
 
 /// Llama-3-8B's decode weights (name, rows, columns): the four projections, then the LM head.
@@ -166,7 +166,7 @@ pub fn run() -> Result<()> {
                 );
                 for e in bf16_wg_entries() {
                     for split in [false, true] {
-                        if split && (m > ROWS_SPLIT_MAX || n > SPLIT_MAX_N) {
+                        if split && !splittable(n, m) {
                             continue;
                         }
                         let s = time(&gpu, || {

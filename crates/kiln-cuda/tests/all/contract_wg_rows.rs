@@ -17,7 +17,7 @@ use kiln_cuda::device::Gpu;
 use kiln_cuda::fp8_rows::{Fp8Matrix, Fp8Rows};
 use kiln_cuda::skinny_fused::Epilogue;
 use kiln_cuda::wg_rows::{
-    bf16_wg_entries, bf16_wg_launch, wg_entries, wg_launch, SPLIT_MAX_N, SPLIT_MAX_ROWS,
+    bf16_wg_entries, bf16_wg_launch, splittable, wg_entries, wg_launch, SPLIT_MAX_ROWS,
 };
 
 fn rows_of(x: &Fp8Matrix, from: usize) -> Fp8Rows {
@@ -96,11 +96,10 @@ fn wg_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
             );
         }
         // Every entry, whole and (where the workspace holds it) split, from row 0 and the last.
-        let can_split = |rows| rows <= SPLIT_MAX_ROWS && n <= SPLIT_MAX_N;
         for (e, entry) in wg_entries().iter().enumerate() {
             for from in [0, m - 1] {
                 for split in [false, true] {
-                    if split && !can_split(m - from) {
+                    if split && !splittable(n, m - from) {
                         continue;
                     }
                     let (rows, untouched, secs) = launch(gpu, &p, e, split, from);
@@ -181,7 +180,7 @@ fn bf16_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
         );
         for e in bf16_wg_entries() {
             for split in [false, true] {
-                if split && (m > SPLIT_MAX_ROWS || n > SPLIT_MAX_N) {
+                if split && !splittable(n, m) {
                     continue;
                 }
                 let (rows, untouched, _) = run(e, split, 0);
