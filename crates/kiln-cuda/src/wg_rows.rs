@@ -268,10 +268,9 @@ impl Gpu {
     /// (a step's verify rows may outnumber the sequences it was reserved for: those launches
     /// run whole, in the same order).
     fn split_fits(&self, e: &WgEntry, rows: usize, places: usize) -> bool {
-        let (mb, nb) = e.blocks(places, rows);
         self.wg_rows_space
             .get()
-            .is_some_and(|s| CHAINS * rows * places <= s.part.len() && mb * nb <= s.count.len())
+            .is_some_and(|s| s.holds(e, rows, places))
     }
 
     /// One launch of entry `e` over `places` weight rows, its arguments from `args(part,
@@ -299,7 +298,7 @@ impl Gpu {
                 anyhow::anyhow!("a split {} launch without its workspace", e.name)
             })?;
             ensure!(
-                CHAINS * rows * places <= space.part.len() && mb * nb <= space.count.len(),
+                space.holds(e, rows, places),
                 "a split {} launch of {rows} x {places} past its workspace",
                 e.name
             );
@@ -329,6 +328,13 @@ fn dims(rows: usize, n: usize, k: usize) -> Result<(i32, i32, i32)> {
 impl SplitSpace {
     pub fn bytes(&self) -> usize {
         self.part.bytes() + self.count.bytes()
+    }
+
+    /// Whether the chains' partials and the blocks' counters of a split launch of `rows` rows
+    /// over `places` in `e` fit.
+    fn holds(&self, e: &WgEntry, rows: usize, places: usize) -> bool {
+        let (mb, nb) = e.blocks(places, rows);
+        CHAINS * rows * places <= self.part.len() && mb * nb <= self.count.len()
     }
 }
 
