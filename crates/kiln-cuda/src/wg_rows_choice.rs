@@ -70,10 +70,12 @@ fn choose(
     sms: usize,
     first: bool,
 ) -> WgLaunch {
-    (!first)
-        .then(|| by_regime(table, n, kb, m, sms))
-        .flatten()
-        .unwrap_or_else(|| by_ctas(table, n, m, sms))
+    let regime = if first {
+        None
+    } else {
+        by_regime(table, n, kb, m, sms)
+    };
+    regime.unwrap_or_else(|| by_ctas(table, n, m, sms))
 }
 
 /// Whether a launch of `m` rows of an `n`-row weight may split: within the workspace's bounds.
