@@ -9,7 +9,7 @@
 
 use crate::common;
 
-use common::{bf16_bits, f32_bits, gpu_or_skip, timed, to_bf16, Checks, Rng};
+use common::{bf16_bits, f32_bits, timed, to_bf16, Checks, Rng};
 use kiln_cuda::device::Gpu;
 
 /// The host's ordered LM head on one row (draft_head.rs's arithmetic).
@@ -149,13 +149,7 @@ fn contract(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
 #[test]
 #[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn draft_kernels_contract() {
-    let Some(gpu) = gpu_or_skip("draft_kernels_contract") else {
-        return;
-    };
-    let mut rng = Rng::new("draft_kernels_contract");
-    let mut c = Checks::new("draft");
-    contract(&gpu, &mut rng, &mut c);
-    c.finish();
+    crate::common::run_contract("draft_kernels_contract", "draft", contract);
 }
 
 /// draft.cu with one planted bug each: (text, replacement).

@@ -10,7 +10,7 @@ use crate::common;
 use crate::contract_fp8::{Product, FP8_PRODUCT_TOLERANCE};
 use common::planted::{each_planted_bug_fails, Bug};
 
-use common::{all, f32_bits, gpu_or_skip, poisoned, timed, Checks, Rng};
+use common::{all, f32_bits, poisoned, timed, Checks, Rng};
 use kiln_cuda::device::Gpu;
 use kiln_cuda::fp8_rows::{Fp8Matrix, Fp8Rows};
 use kiln_cuda::fp8_skinny::{wide_entries, wide_entry, wide_matches_skinny};
@@ -110,13 +110,7 @@ fn wide_cases(gpu: &Gpu, c: &mut Checks, p: &Product, skinny: &[f32], case: &str
 #[test]
 #[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn fp8_skinny_contract() {
-    let Some(gpu) = gpu_or_skip("fp8_skinny_contract") else {
-        return;
-    };
-    let mut rng = Rng::new("fp8_skinny_contract");
-    let mut c = Checks::new("fp8 skinny");
-    skinny_cases(&gpu, &mut rng, &mut c);
-    c.finish();
+    crate::common::run_contract("fp8_skinny_contract", "fp8 skinny", skinny_cases);
 }
 
 /// fp8.cu's skinny kernels with one planted bug each: the second MMA's x fragment with its two

@@ -8,7 +8,7 @@
 
 use crate::common;
 
-use common::{f32_bits, from_bf16, gpu_or_skip, poisoned, round_bf16, timed, to_bf16, Checks, Rng};
+use common::{f32_bits, from_bf16, poisoned, round_bf16, timed, to_bf16, Checks, Rng};
 use kiln_cuda::device::{DevBuf, Gpu};
 use kiln_model::{Activation, PerLayerInputSpec};
 
@@ -42,13 +42,7 @@ fn up_bf16(gpu: &Gpu, v: &[f32]) -> DevBuf<u16> {
 #[test]
 #[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn gemma_kernels_contract() {
-    let Some(gpu) = gpu_or_skip("gemma_kernels_contract") else {
-        return;
-    };
-    let mut rng = Rng::new("gemma_kernels_contract");
-    let mut c = Checks::new("gemma");
-    contract(&gpu, &mut rng, &mut c);
-    c.finish();
+    crate::common::run_contract("gemma_kernels_contract", "gemma", contract);
 }
 
 /// gemma.cu with one planted bug each: (text, replacement).

@@ -283,13 +283,7 @@ fn qkv_ref(
 #[test]
 #[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn qkv_prepare_contract() {
-    let Some(gpu) = gpu_or_skip("qkv_prepare_contract") else {
-        return;
-    };
-    let mut rng = Rng::new("qkv_prepare_contract");
-    let mut c = Checks::new("qkv_prepare");
-    qkv_cases(&gpu, &mut rng, &mut c);
-    c.finish();
+    crate::common::run_contract("qkv_prepare_contract", "qkv_prepare", qkv_cases);
 }
 
 /// Every argmax_rows case on `gpu`'s kernels.

@@ -12,7 +12,7 @@ use crate::contract_fp8::{Product, FP8_PRODUCT_TOLERANCE};
 use crate::contract_gemm::Problem;
 use common::planted::{each_planted_bug_fails, Bug};
 
-use common::{all, f32_bits, gpu_or_skip, poisoned, timed, Checks, Rng};
+use common::{all, f32_bits, poisoned, timed, Checks, Rng};
 use kiln_cuda::device::Gpu;
 use kiln_cuda::fp8_rows::{Fp8Matrix, Fp8Rows};
 use kiln_cuda::skinny_fused::Epilogue;
@@ -199,25 +199,13 @@ fn bf16_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
 #[test]
 #[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn bf16_wg_contract() {
-    let Some(gpu) = gpu_or_skip("bf16_wg_contract") else {
-        return;
-    };
-    let mut rng = Rng::new("bf16_wg_contract");
-    let mut c = Checks::new("bf16 wgmma rows");
-    bf16_cases(&gpu, &mut rng, &mut c);
-    c.finish();
+    crate::common::run_contract("bf16_wg_contract", "bf16 wgmma rows", bf16_cases);
 }
 
 #[test]
 #[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn fp8_wg_contract() {
-    let Some(gpu) = gpu_or_skip("fp8_wg_contract") else {
-        return;
-    };
-    let mut rng = Rng::new("fp8_wg_contract");
-    let mut c = Checks::new("fp8 wgmma");
-    wg_cases(&gpu, &mut rng, &mut c);
-    c.finish();
+    crate::common::run_contract("fp8_wg_contract", "fp8 wgmma", wg_cases);
 }
 
 /// The row order with one planted bug each: a chain never zeroed after joining the sum (its

@@ -20,13 +20,11 @@ use models::{cuda_backend, dummy_mid, fixture_sources, Blocks};
 #[test]
 #[ignore = "needs an NVIDIA GPU (scripts/gpu-check.sh, or cargo test -- --include-ignored)"]
 fn feed_tokens_writes_the_picks_it_names() {
-    let Some(gpu) = gpu_or_skip("feed_tokens_writes_the_picks_it_names") else {
-        return;
-    };
-    let mut rng = Rng::new("feed_tokens_writes_the_picks_it_names");
-    let mut c = Checks::new("feed_tokens");
-    feed_contract(&gpu, &mut rng, &mut c);
-    c.finish();
+    crate::common::run_contract(
+        "feed_tokens_writes_the_picks_it_names",
+        "feed_tokens",
+        feed_contract,
+    );
 }
 
 /// feed_tokens with one planted bug each must fail the contract.

@@ -20,6 +20,18 @@ pub fn gpu_or_skip(test: &str) -> Option<Gpu> {
     gpu_with_store_or_skip(test, StoreType::Bf16)
 }
 
+/// A kernel contract's frame: the GPU (or the test skipped without one), the test's seeded
+/// random source, checks named `label` that `cases` runs, then their verdict.
+pub fn run_contract(test: &str, label: &str, cases: impl FnOnce(&Gpu, &mut Rng, &mut Checks)) {
+    let Some(gpu) = gpu_or_skip(test) else {
+        return;
+    };
+    let mut rng = Rng::new(test);
+    let mut c = Checks::new(label);
+    cases(&gpu, &mut rng, &mut c);
+    c.finish();
+}
+
 /// [`gpu_or_skip`] with the kernels built for storage type `store`.
 pub fn gpu_with_store_or_skip(test: &str, store: StoreType) -> Option<Gpu> {
     match kiln_cuda::unavailable_reason() {
