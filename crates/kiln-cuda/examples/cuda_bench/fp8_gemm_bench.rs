@@ -13,16 +13,16 @@ use kiln_cuda::fp8_rows::{Fp8Matrix, Fp8Rows};
 use kiln_cuda::fp8_skinny::wide_entry;
 use kiln_cuda::gemm_lt::LtGemm;
 use kiln_cuda::store::{StoreBuf, StoreType};
-use kiln_cuda::wg_rows::{splittable, wg_entries, wg_launch, SPLIT_MAX_ROWS};
+use kiln_cuda::wg_rows::{splittable, wg_entries, wg_launch, BlockOrder, SPLIT_MAX_ROWS};
 
 use crate::gemm_bench::{time, MAX_ROWS, SHAPES};
 
 /// The projections of gemm_bench's shapes (the LM head stays bf16 with fp8 projections).
-const PROJECTIONS: &[(&str, usize, usize)] = SHAPES.split_at(4).0;
+pub(crate) const PROJECTIONS: &[(&str, usize, usize)] = SHAPES.split_at(4).0;
 const ROWS: [usize; 8] = [1, 8, 16, 32, 64, 128, 192, 256];
 
 /// `rows x cols` fp8 rows quantised from dummy bf16 values of seed `seed`.
-fn fp8_rows(gpu: &Gpu, rows: usize, cols: usize, seed: u64) -> Result<Fp8Matrix> {
+pub(crate) fn fp8_rows(gpu: &Gpu, rows: usize, cols: usize, seed: u64) -> Result<Fp8Matrix> {
     let stored = StoreBuf::new(gpu, StoreType::Bf16, rows * cols)?;
     gpu.dummy_fill(stored.ptr(), rows * cols, seed)?;
     Fp8Matrix::from_store(gpu, &stored, rows, cols)
@@ -92,7 +92,9 @@ pub fn run() -> Result<()> {
                         if split && !splittable(n, m) {
                             continue;
                         }
-                        let s = time(&gpu, || gpu.fp8_wg_in(e, split, y.ptr(), xr, next_w(), m))?;
+                        let s = time(&gpu, || {
+                            gpu.fp8_wg_in(e, split, BlockOrder::FromFirst, y.ptr(), xr, next_w(), m)
+                        })?;
                         let how = if split { "split" } else { "whole" };
                         report(&format!("{}_{how}", e.name), s, &mut line);
                     }

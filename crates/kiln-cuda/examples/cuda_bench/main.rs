@@ -14,9 +14,10 @@
 //! 8 and 32 from depth 8k, the figures the decode switches are judged by; "decode-tc": decode
 //! at batch 32 and 128 from depth 0 only, the quick A/B of KILN_SKINNY_TC; "gemm": the decode
 //! GEMM kernels alone, see gemm_bench.rs; "fp8-gemm": an fp8 projection's decode GEMM kernels
-//! alone, see fp8_gemm_bench.rs; "decode-profile N [depth=D]": N sequences from depth D (0), three
-//! warm-up steps, then two steps between cuProfilerStart and cuProfilerStop; "prefill-profile
-//! N": a prompt of N tokens whose last chunk runs between them; both for `ncu
+//! alone, see fp8_gemm_bench.rs; "mixed-gemm": one fp8 projection in a step of prompt and
+//! decode rows, see mixed_gemm_bench.rs; "decode-profile N [depth=D]": N sequences from depth D
+//! (0), three warm-up steps, then two steps between cuProfilerStart and cuProfilerStop;
+//! "prefill-profile N": a prompt of N tokens whose last chunk runs between them; both for `ncu
 //! --profile-from-start off`, see scripts/step-profile.sh). A `chunk=N` argument after them
 //! sets the prefill chunk (default 2048).
 
@@ -31,6 +32,7 @@ use kiln_step::{Backend, ChunkInput, StepOutput, Want};
 mod attn_bench;
 mod fp8_gemm_bench;
 mod gemm_bench;
+mod mixed_gemm_bench;
 
 /// Prefill chunk (tokens per step) unless a `chunk=N` argument says otherwise.
 const CHUNK: usize = 2048;
@@ -239,6 +241,9 @@ fn main() -> Result<()> {
     }
     if mode == "fp8-gemm" {
         return fp8_gemm_bench::run();
+    }
+    if mode == "mixed-gemm" {
+        return mixed_gemm_bench::run();
     }
     let verify_only = mode == "verify";
     let decode_only = matches!(
