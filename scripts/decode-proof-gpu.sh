@@ -13,6 +13,8 @@
 # Usage: OUT=... [WEIGHTS=fp8|bf16] [WAIT_S=300] scripts/decode-proof-gpu.sh   (about 520 s)
 #   PREFILL, DEPTHS, STREAMS and REPEATS pass to bench-gpu.sh (defaults 2048,8192 / 0,8192 /
 #   1,8,32,128 / 2); PREFILL=2048 DEPTHS=0 STREAMS=1,32,128 is a shorter form for issue 18 alone.
+#   LEVELS (clients:requests, "1:4 32:64 128:256"), SERVE_EXTRA (more server arguments, e.g.
+#   "--max-batched-tokens 4096") and SERVE_S (150, the serving's seconds) pass to serve-gpu.sh.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT to the folder the results go to}
@@ -38,5 +40,6 @@ OUT=$OUT/bench GGUF=$gguf KILN_ARGS="$args" \
     PREFILL=${PREFILL:-2048,8192} DEPTHS=${DEPTHS:-0,8192} STREAMS=${STREAMS:-1,8,32,128} \
     REPEATS=${REPEATS:-2} SKIP_GGUF=1 SKIP_BUILD=1 SKIP_HF=1 \
     timeout 330 scripts/bench-gpu.sh /tmp/llamacpp-src/llama.cpp
-LEVELS="1:4 32:64 128:256" SERVE_ARGS="$args" BUDGETS="" OVERLAP_OFF=0 BUDGET_S=150 \
-    OUT=$OUT/serve timeout 180 scripts/serve-gpu.sh
+# shellcheck disable=SC2086 # the arguments are words
+LEVELS=${LEVELS:-1:4 32:64 128:256} SERVE_ARGS="$args ${SERVE_EXTRA:-}" BENCH_ARGS="$args" BUDGETS="" OVERLAP_OFF=0 \
+    BUDGET_S=${SERVE_S:-150} OUT=$OUT/serve timeout $(( ${SERVE_S:-150} + 30 )) scripts/serve-gpu.sh
