@@ -22,12 +22,11 @@ struct WgEpiRows {
 // NP places (the Epi's tiles x 16).
 #define BF16_WG_ENTRY(NAME, WR, WT, BN, S, MINB, OV)                                                        \
     extern "C" __global__ void __launch_bounds__(128 * WR * WT, MINB)                                      \
-        NAME(const bf16_t* x, const bf16_t* w, int M, int K, float* part, int* count, int NP, int rev,      \
-             EPI_PARAMS) {                                                                                  \
+        NAME(const bf16_t* x, const bf16_t* w, int M, int K, float* part, int* count, int NP, EPI_PARAMS) { \
         const WgEpiRows rows{EPI_MAKE};                                                                     \
         wg_rows_body<WgBf16, WR, WT, BN, S, OV>(reinterpret_cast<const unsigned char*>(x),                  \
                                                 reinterpret_cast<const unsigned char*>(w), M, NP, 2 * K,    \
-                                                part, count, rev != 0, rows);                               \
+                                                part, count, rows);                                         \
     }
 BF16_WG_ENTRY(bf16_wg_1x1_n8, 1, 1, 8, 8, 3, false)
 BF16_WG_ENTRY(bf16_wg_2x1_n8, 2, 1, 8, 6, 2, false)

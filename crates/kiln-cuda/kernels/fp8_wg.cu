@@ -12,14 +12,13 @@ struct WgE4m3 {
 // FP8_WG_ENTRY(NAME, WR, WT, BN, S, MINB, OV): WR x 64 weight rows and WT x BN tokens a CTA, S
 // ring stages, CTAs a multiprocessor the launch bounds promise; OV (the `_o` entries): a tile's
 // adds beside the next tile's wgmmas. wg_rows.rs reads the shapes from here. Shared memory:
-// S * (64 WR + BN WT) * 128 bytes. part and count: a split launch's (wg_rows.rs); rev: the weight
-// blocks from the last (wg_rows.cuh).
+// S * (64 WR + BN WT) * 128 bytes. part and count: a split launch's (wg_rows.rs).
 #define FP8_WG_ENTRY(NAME, WR, WT, BN, S, MINB, OV)                                                         \
     extern "C" __global__ void __launch_bounds__(128 * WR * WT, MINB)                                      \
         NAME(float* y, const unsigned char* x, const float* xs, const unsigned char* w, const float* ws,    \
-             int M, int N, int K, float* part, int* count, int rev) {                                       \
+             int M, int N, int K, float* part, int* count) {                                                \
         const auto rows = wg_plain_rows(y, N, [&](float s, int m, int n) { return s * (xs[m] * ws[n]); });   \
-        wg_rows_body<WgE4m3, WR, WT, BN, S, OV>(x, w, M, N, K, part, count, rev != 0, rows);                \
+        wg_rows_body<WgE4m3, WR, WT, BN, S, OV>(x, w, M, N, K, part, count, rows);                          \
     }
 FP8_WG_ENTRY(fp8_wg_1x1_n8, 1, 1, 8, 8, 3, false)
 FP8_WG_ENTRY(fp8_wg_2x1_n8, 2, 1, 8, 6, 2, false)

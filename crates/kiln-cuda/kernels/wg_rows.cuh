@@ -21,9 +21,7 @@
 // cp.async ring, each row's 16-byte piece q at q ^ (row % 8) (wgmma's 128-byte swizzle). With
 // gridDim.z == 1 the CTA sums every chain; with gridDim.z == WR_CHAINS it sums chain blockIdx.z
 // alone into `part` ([chain][M][N] f32), and the block's last CTA to finish adds the chains
-// there in chain order: the same adds in the same order, the same bits. With `rev` the weight
-// blocks go to the CTAs from the last: launched right after another kernel that read the same
-// weight from its first rows to its last, the first CTAs find their rows still in the L2.
+// there in chain order: the same adds in the same order, the same bits.
 #define WR_CHAINS 4
 
 // The four D registers of m64nNk* (N / 2 floats a thread), four at a time.
@@ -76,7 +74,7 @@ __device__ __forceinline__ int wr_chain_end(int c, int T) {
 template <class Op, int WR, int WT, int BN, int S, bool OV, class Rows>
 __device__ __forceinline__ void wg_rows_body(const unsigned char* __restrict__ x, const unsigned char* __restrict__ w,
                                              int M, int NP, int KB, float* __restrict__ part,
-                                             int* __restrict__ count, bool rev, const Rows& rows) {
+                                             int* __restrict__ count, const Rows& rows) {
     constexpr int THREADS = 128 * WR * WT, ROWS = 64 * WR, TOK = BN * WT;
     constexpr int WS = ROWS * 128, XS = TOK * 128, STAGE = WS + XS;
     // 16-byte pieces a thread: W's split evenly, x's in rounds (fewer than the threads at few tokens).
@@ -92,7 +90,7 @@ __device__ __forceinline__ void wg_rows_body(const unsigned char* __restrict__ x
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
     const int wg = warp >> 2, wq = warp & 3, wr = wg / WT, wt = wg % WT;
-    const int m0 = blockIdx.x * TOK, n0 = (rev ? gridDim.y - 1 - blockIdx.y : blockIdx.y) * ROWS;
+    const int m0 = blockIdx.x * TOK, n0 = blockIdx.y * ROWS;
     const int T = (KB + 127) / 128;
     const bool split = gridDim.z > 1;
     const int t0 = split ? (blockIdx.z == 0 ? 0 : wr_chain_end(blockIdx.z - 1, T)) : 0;

@@ -18,7 +18,6 @@ use crate::quant_gemm::quant_skinny_all;
 use crate::quant_prefill::{prefill_rows, Bf16Of};
 use crate::store::{StorePtr, StoreType};
 use crate::weights::MatrixRef;
-use crate::wg_rows::BlockOrder;
 
 impl CudaOps<'_, '_> {
     /// y = x . w^T for `plan.n_tokens` rows: decode rows through the skinny kernel, prefill rows
@@ -166,12 +165,7 @@ impl CudaOps<'_, '_> {
         }
         // KILN_FP8_WG, which backend_open.rs leaves on only where the GPU builds the kernels.
         if self.ctx.sw.fp8_wg {
-            let order = if t > d && self.ctx.sw.wg_after_lt_last {
-                BlockOrder::FromLast
-            } else {
-                BlockOrder::FromFirst
-            };
-            return g.fp8_wg_ordered(y.addr(), x, w, d, order);
+            return g.fp8_wg(y.addr(), x, w, d);
         }
         match self.ctx.sw.fp8_wide_from {
             Some(from) if d >= from => g.fp8_wide(y.addr(), x, w, d),

@@ -96,11 +96,6 @@ pub struct Switches {
     /// the fused decode epilogues with them but not the norm prologue: other bits, one order
     /// for every row count. Opt-in until measured.
     pub bf16_wg: bool,
-    /// KILN_WG_AFTER_LT=last: in a step whose prompt rows of an fp8 projection went through
-    /// cuBLASLt first, the decode rows' wgmma launch takes the weight's blocks from the last
-    /// (wg_rows.rs's `BlockOrder`), so that its first CTAs read the rows cuBLASLt left in the
-    /// L2. Same bits. Opt-in until measured (`cuda_bench mixed-gemm`).
-    pub wg_after_lt_last: bool,
     /// KILN_WG_ROWS_CHOICE=ctas: the wgmma row order's launches chosen by the first rule
     /// (wg_rows_choice.rs), not the regimes read off the GEMM lines. Same bits.
     pub wg_rows_ctas: bool,
@@ -434,7 +429,7 @@ impl Switches {
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} gemm_pin_m={pin_m} gemm_add={} gemm_tune={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} attn_early={} decode_lookahead={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} fp8={} fp8_scales={} fp8_fuse={} fp8_skinny={} fp8_wide={} fp8_wg={} bf16_wg={} wg_rows_choice={} wg_after_lt={} flash_fence={} quant_fence={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} argmax_vec={} flash_wide={} decode_wide={} kv_ring={} chain_gemm={} chain_rows={} gemm_short={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} gemm_pin_m={pin_m} gemm_add={} gemm_tune={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} attn_early={} decode_lookahead={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} fp8={} fp8_scales={} fp8_fuse={} fp8_skinny={} fp8_wide={} fp8_wg={} bf16_wg={} wg_rows_choice={} flash_fence={} quant_fence={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} argmax_vec={} flash_wide={} decode_wide={} kv_ring={} chain_gemm={} chain_rows={} gemm_short={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -474,7 +469,6 @@ impl Switches {
             self.fp8_wg as u8,
             self.bf16_wg as u8,
             if self.wg_rows_ctas { "ctas" } else { "regimes" },
-            if self.wg_after_lt_last { "last" } else { "first" },
             self.flash_fence as u8,
             self.quant_fence as u8,
             if self.quant_prefill_skinny {

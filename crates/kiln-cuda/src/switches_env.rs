@@ -67,7 +67,6 @@ impl Env {
                 fp8_wg: opt_in("KILN_FP8_WG"),
                 bf16_wg: opt_in("KILN_BF16_WG"),
                 wg_rows_ctas: var("KILN_WG_ROWS_CHOICE").as_deref() == Some("ctas"),
-                wg_after_lt_last: var("KILN_WG_AFTER_LT").as_deref() == Some("last"),
                 fp8_wide_from: match var("KILN_FP8_WIDE").as_deref() {
                     None | Some("" | "on" | "auto") => Some(FP8_WIDE_FROM),
                     Some(v) => v.parse::<usize>().ok().filter(|&n| n > 0),

@@ -83,8 +83,6 @@ fn each_variable_turns_off_its_own_switch() {
     assert!(!sw(&[]).bf16_wg && sw(&[("KILN_BF16_WG", "1")]).bf16_wg);
     let ctas = |v| sw(&[("KILN_WG_ROWS_CHOICE", v)]).wg_rows_ctas;
     assert!(!sw(&[]).wg_rows_ctas && ctas("ctas") && !ctas("regimes"));
-    let last = |v| sw(&[("KILN_WG_AFTER_LT", v)]).wg_after_lt_last;
-    assert!(!sw(&[]).wg_after_lt_last && last("last") && !last("first"));
     assert_eq!(sw(&[]).fp8_wide_from, Some(FP8_WIDE_FROM));
     assert_eq!(sw(&[("KILN_FP8_WIDE", "65")]).fp8_wide_from, Some(65));
     assert_eq!(sw(&[("KILN_FP8_WIDE", "0")]).fp8_wide_from, None);

@@ -178,21 +178,9 @@ impl Gpu {
     /// (`rows x w.rows` f32) in the fp8 wgmma order, in the launch [`wg_launch`] chooses, split
     /// where it says so and the workspace is reserved.
     pub fn fp8_wg(&self, y: u64, x: Fp8Rows, w: &Fp8Matrix, rows: usize) -> Result<()> {
-        self.fp8_wg_ordered(y, x, w, rows, BlockOrder::FromFirst)
-    }
-
-    /// [`Gpu::fp8_wg`] with the weight's blocks handed out in `order`: the same bits.
-    pub fn fp8_wg_ordered(
-        &self,
-        y: u64,
-        x: Fp8Rows,
-        w: &Fp8Matrix,
-        rows: usize,
-        order: BlockOrder,
-    ) -> Result<()> {
         let l = wg_launch(w.rows, w.cols, rows, self.sm_count as usize);
         let split = l.split && self.split_fits(l.entry, rows, w.rows);
-        self.fp8_wg_in(l.entry, split, order, y, x, w, rows)
+        self.fp8_wg_in(l.entry, split, y, x, w, rows)
     }
 
     /// `rows` bf16 rows of x times the `n x k` bf16 weight w in the wgmma row order into the
@@ -211,7 +199,7 @@ impl Gpu {
         let places = epi.tiles(n)? * 16;
         let l = bf16_wg_launch(places, 2 * k, rows, self.sm_count as usize);
         let split = l.split && self.split_fits(l.entry, rows, places);
-        self.bf16_wg_in(l.entry, split, BlockOrder::FromFirst, epi, x, w, rows, n, k)
+        self.bf16_wg_in(l.entry, split, epi, x, w, rows, n, k)
     }
 
     /// y (`rows x n` f32) = x . w^T in the wgmma row order ([`Gpu::bf16_wg_epi`], stored).
@@ -219,14 +207,12 @@ impl Gpu {
         self.bf16_wg_epi(&Epilogue::Store { y }, x, w, rows, n, k)
     }
 
-    /// [`Gpu::fp8_wg`] in entry `e`, split along the chains or not, its weight blocks in
-    /// `order` (an sm_90 device's: the module is built for no other).
-    #[allow(clippy::too_many_arguments)]
+    /// [`Gpu::fp8_wg`] in entry `e`, split along the chains or not (an sm_90 device's: the
+    /// module is built for no other).
     pub fn fp8_wg_in(
         &self,
         e: &WgEntry,
         split: bool,
-        order: BlockOrder,
         y: u64,
         x: Fp8Rows,
         w: &Fp8Matrix,
@@ -244,21 +230,18 @@ impl Gpu {
                 .to_vec();
             args.extend([m, nn, kk].map(Arg::I32));
             args.extend([part, count].map(Arg::Ptr));
-            args.push(order.arg());
             Ok(args)
         })
     }
 
     /// `rows` bf16 rows of x times the `n x k` bf16 weight w in the wgmma row order, through
-    /// entry `e` of bf16_wg.cu (split along the chains or not, its weight blocks in `order`)
-    /// into the epilogue `epi` (its weight rows in the mode's order, as the skinny kernels take
-    /// them); sm_90 only.
+    /// entry `e` of bf16_wg.cu (split along the chains or not) into the epilogue `epi` (its
+    /// weight rows in the mode's order, as the skinny kernels take them); sm_90 only.
     #[allow(clippy::too_many_arguments)]
     pub fn bf16_wg_in(
         &self,
         e: &WgEntry,
         split: bool,
-        order: BlockOrder,
         epi: &Epilogue,
         x: u64,
         w: u64,
@@ -275,7 +258,7 @@ impl Gpu {
         let np = i32_of(places, "places of the weight")?;
         self.wg_rows_launch(e, split, rows, places, |part, count| {
             let mut args = vec![Arg::Ptr(x), Arg::Ptr(w), Arg::I32(m), Arg::I32(kk)];
-            args.extend([Arg::Ptr(part), Arg::Ptr(count), Arg::I32(np), order.arg()]);
+            args.extend([Arg::Ptr(part), Arg::Ptr(count), Arg::I32(np)]);
             args.extend(epi.args(n)?);
             Ok(args)
         })
@@ -330,22 +313,6 @@ impl Gpu {
             e.smem_bytes() as u32,
             &args(part, count)?,
         )
-    }
-}
-
-/// The order in which a launch's CTAs take the weight's blocks (wg_rows.cuh's `rev`). Each
-/// block's sums are the same either way; only what the L2 still holds differs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BlockOrder {
-    FromFirst,
-    /// From the last block: after a kernel that read the same weight from its first rows, the
-    /// first CTAs find their rows in the L2 (a mixed step's decode rows after its prompt rows).
-    FromLast,
-}
-
-impl BlockOrder {
-    fn arg(self) -> Arg {
-        Arg::I32((self == BlockOrder::FromLast) as i32)
     }
 }
 

@@ -13,7 +13,7 @@ use kiln_cuda::fp8_rows::{Fp8Matrix, Fp8Rows};
 use kiln_cuda::fp8_skinny::wide_entry;
 use kiln_cuda::gemm_lt::LtGemm;
 use kiln_cuda::store::{StoreBuf, StoreType};
-use kiln_cuda::wg_rows::{splittable, wg_entries, wg_launch, BlockOrder, SPLIT_MAX_ROWS};
+use kiln_cuda::wg_rows::{splittable, wg_entries, wg_launch, SPLIT_MAX_ROWS};
 
 use crate::gemm_bench::{time, MAX_ROWS, SHAPES};
 
@@ -92,9 +92,7 @@ pub fn run() -> Result<()> {
                         if split && !splittable(n, m) {
                             continue;
                         }
-                        let s = time(&gpu, || {
-                            gpu.fp8_wg_in(e, split, BlockOrder::FromFirst, y.ptr(), xr, next_w(), m)
-                        })?;
+                        let s = time(&gpu, || gpu.fp8_wg_in(e, split, y.ptr(), xr, next_w(), m))?;
                         let how = if split { "split" } else { "whole" };
                         report(&format!("{}_{how}", e.name), s, &mut line);
                     }

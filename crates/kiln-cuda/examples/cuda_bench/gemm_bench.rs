@@ -25,7 +25,7 @@ use kiln_cuda::skinny_tc::{choose_tc_entry, measured_entry, tc_entries};
 use kiln_cuda::skinny_tc_split::{split_part_floats, tc_split_entries, SPLIT_MAX_ROWS};
 use kiln_cuda::skinny_wg::{all_wg_entries, wg_x_elems};
 use kiln_cuda::wg_rows::{
-    bf16_wg_entries, bf16_wg_launch, splittable, BlockOrder, SPLIT_MAX_ROWS as ROWS_SPLIT_MAX,
+    bf16_wg_entries, bf16_wg_launch, splittable, SPLIT_MAX_ROWS as ROWS_SPLIT_MAX,
 };
 
 /// Llama-3-8B's decode weights (name, rows, columns): the four projections, then the LM head.
@@ -156,17 +156,7 @@ pub fn run() -> Result<()> {
                 let l = bf16_wg_launch(n, 2 * k, m, sms);
                 let (e, split) = (l.entry, l.split);
                 let s = time(&gpu, || {
-                    gpu.bf16_wg_in(
-                        e,
-                        split,
-                        BlockOrder::FromFirst,
-                        &store,
-                        x.ptr(),
-                        next_w(),
-                        m,
-                        n,
-                        k,
-                    )
+                    gpu.bf16_wg_in(e, split, &store, x.ptr(), next_w(), m, n, k)
                 })?;
                 let how = if split { "split" } else { "whole" };
                 report(
@@ -180,17 +170,7 @@ pub fn run() -> Result<()> {
                             continue;
                         }
                         let s = time(&gpu, || {
-                            gpu.bf16_wg_in(
-                                e,
-                                split,
-                                BlockOrder::FromFirst,
-                                &store,
-                                x.ptr(),
-                                next_w(),
-                                m,
-                                n,
-                                k,
-                            )
+                            gpu.bf16_wg_in(e, split, &store, x.ptr(), next_w(), m, n, k)
                         })?;
                         let how = if split { "split" } else { "whole" };
                         report(&format!("{}_{how}", e.name), s, &mut line);

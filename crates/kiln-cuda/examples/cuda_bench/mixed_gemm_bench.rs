@@ -3,16 +3,16 @@
 //! (KILN_FP8_WG) and its prompt rows cuBLASLt's fp8 GEMM: P prompt rows and D decode rows
 //! through cuBLASLt together (`lt_all`, the step without KILN_FP8_WG), the prompt rows alone
 //! (`lt_prompt`), the decode rows alone (`wg_decode`), and both in the step's way on one copy of
-//! the weight: cuBLASLt then wgmma with the weight's blocks from the first (`lt_wg`) or from the
-//! last (`lt_wg_last`, KILN_WG_AFTER_LT=last), and wgmma first (`wg_lt`). Each launch pair reads
-//! one of several copies of its weight, together well past the L2. Microseconds a pair (median
-//! of 5 rounds of 20): BENCH lines on stderr, one JSON object on stdout (sm_90 only).
+//! the weight: cuBLASLt then wgmma (`lt_wg`, as forward_gemm.rs runs them) and wgmma first
+//! (`wg_lt`). Each launch pair reads one of several copies of its weight, together well past
+//! the L2. Microseconds a pair (median of 5 rounds of 20): BENCH lines on stderr, one JSON
+//! object on stdout (sm_90 only).
 
 use anyhow::{ensure, Result};
 use kiln_cuda::device::{DevBuf, Gpu};
 use kiln_cuda::fp8_rows::{Fp8Matrix, Fp8Rows};
 use kiln_cuda::gemm_lt::LtGemm;
-use kiln_cuda::wg_rows::{BlockOrder, SPLIT_MAX_ROWS};
+use kiln_cuda::wg_rows::SPLIT_MAX_ROWS;
 
 use crate::fp8_gemm_bench::{fp8_rows, PROJECTIONS};
 use crate::gemm_bench::time;
@@ -67,17 +67,12 @@ pub fn run() -> Result<()> {
                 cases.push(("lt_prompt", s));
                 let s = time(&gpu, || gpu.fp8_wg(y.ptr(), dec, &copies[next()], d))?;
                 cases.push(("wg_decode", s));
-                for (label, order) in [
-                    ("lt_wg", BlockOrder::FromFirst),
-                    ("lt_wg_last", BlockOrder::FromLast),
-                ] {
-                    let s = time(&gpu, || {
-                        let w = &copies[next()];
-                        lt.fp8()?.matmul(&gpu, yp, pq, ps, w, p)?;
-                        gpu.fp8_wg_ordered(y.ptr(), dec, w, d, order)
-                    })?;
-                    cases.push((label, s));
-                }
+                let s = time(&gpu, || {
+                    let w = &copies[next()];
+                    lt.fp8()?.matmul(&gpu, yp, pq, ps, w, p)?;
+                    gpu.fp8_wg(y.ptr(), dec, w, d)
+                })?;
+                cases.push(("lt_wg", s));
                 let s = time(&gpu, || {
                     let w = &copies[next()];
                     gpu.fp8_wg(y.ptr(), dec, w, d)?;

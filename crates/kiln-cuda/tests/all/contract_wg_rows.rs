@@ -4,8 +4,8 @@
 //! the bf16 GEMMs' (contract_gemm.rs); and one order for every row whatever the launch: each
 //! row's bits the same alone, among the others and from another row offset, in every entry
 //! (wgmma N of 8 to 64, one or two token and weight groups a CTA, the overlapped ones), whole or
-//! split along the chains, its weight blocks from the first or the last, a split launch again
-//! after another (its arrival counters left at zero); nothing written past the rows.
+//! split along the chains, a split launch again after another (its arrival counters left at
+//! zero); nothing written past the rows.
 
 use crate::common;
 use crate::contract_fp8::{Product, FP8_PRODUCT_TOLERANCE};
@@ -17,7 +17,7 @@ use kiln_cuda::device::Gpu;
 use kiln_cuda::fp8_rows::{Fp8Matrix, Fp8Rows};
 use kiln_cuda::skinny_fused::Epilogue;
 use kiln_cuda::wg_rows::{
-    bf16_wg_entries, bf16_wg_launch, splittable, wg_entries, wg_launch, BlockOrder, SPLIT_MAX_ROWS,
+    bf16_wg_entries, bf16_wg_launch, splittable, wg_entries, wg_launch, SPLIT_MAX_ROWS,
 };
 
 fn rows_of(x: &Fp8Matrix, from: usize) -> Fp8Rows {
@@ -27,25 +27,14 @@ fn rows_of(x: &Fp8Matrix, from: usize) -> Fp8Rows {
     }
 }
 
-/// The weight blocks of a launch of rows `from..`: from the last one where it starts past row 0,
-/// so that every entry and split runs both ways (the same bits either way).
-fn order_of(from: usize) -> BlockOrder {
-    if from == 0 {
-        BlockOrder::FromFirst
-    } else {
-        BlockOrder::FromLast
-    }
-}
-
-/// Rows `from..` of `p` in entry `e` (split or not; its blocks in `order_of(from)`) into a
-/// buffer one poisoned row longer; the rows, and whether the row past them kept its poison.
+/// Rows `from..` of `p` in entry `e` (split or not) into a buffer one poisoned row longer;
+/// the rows, and whether the row past them kept its poison.
 fn launch(gpu: &Gpu, p: &Product, e: usize, split: bool, from: usize) -> (Vec<f32>, bool, f64) {
     let (m, n) = (p.x.rows - from, p.w.rows);
     let y = poisoned::<f32>(gpu, (m + 1) * n);
     let entry = &wg_entries()[e];
-    let (x, order) = (rows_of(&p.x, from), order_of(from));
     let secs = timed(gpu, || {
-        gpu.fp8_wg_in(entry, split, order, y.ptr(), x, &p.w, m)
+        gpu.fp8_wg_in(entry, split, y.ptr(), rows_of(&p.x, from), &p.w, m)
     });
     let got = all(gpu, &y);
     let untouched = got[m * n..].iter().all(|v| v.to_bits() == u32::MAX);
@@ -115,11 +104,7 @@ fn wg_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
                     }
                     let (rows, untouched, secs) = launch(gpu, &p, e, split, from);
                     let how = if split { "split" } else { "whole" };
-                    let what = format!(
-                        "{case}: rows {from}.. in {} {how}, {:?}",
-                        entry.name,
-                        order_of(from)
-                    );
+                    let what = format!("{case}: rows {from}.. in {} {how}", entry.name);
                     c.identical(
                         &format!("{what} ({:.3}ms)", secs * 1e3),
                         &f32_bits(&rows),
@@ -169,46 +154,38 @@ fn bf16_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks) {
     ] {
         let p = Problem::new(gpu, rng, m, n, k);
         let case = format!("bf16_wg m={m} n={n} k={k}");
-        // Rows from.. in entry e, its blocks in `order`: the rows, whether the row past them
-        // kept its poison, seconds.
-        let run = |e, split, order, from: usize| {
+        // Rows from.. in entry e: the rows, whether the row past them kept its poison, seconds.
+        let run = |e, split, from: usize| {
             let rows = m - from;
             let y = poisoned::<f32>(gpu, (rows + 1) * n);
             let x = p.dx.ptr() + (from * k * 2) as u64;
             let secs = timed(gpu, || {
                 let store = Epilogue::Store { y: y.ptr() };
-                gpu.bf16_wg_in(e, split, order, &store, x, p.dw.ptr(), rows, n, k)
+                gpu.bf16_wg_in(e, split, &store, x, p.dw.ptr(), rows, n, k)
             });
             let got = all(gpu, &y);
             let untouched = got[rows * n..].iter().all(|v| v.to_bits() == u32::MAX);
             (got[..rows * n].to_vec(), untouched, secs)
         };
         let chosen = bf16_wg_launch(n, 2 * k, m, sms);
-        let (got, _, secs) = run(chosen.entry, chosen.split, BlockOrder::FromFirst, 0);
+        let (got, _, secs) = run(chosen.entry, chosen.split, 0);
         let want = p.reference(&(0..m).collect::<Vec<_>>());
         c.close(&case, &got, &want, p.atol(), 1e-5, secs);
         let alone = bf16_wg_launch(n, 2 * k, 1, sms);
-        let (last, _, _) = run(alone.entry, alone.split, BlockOrder::FromFirst, m - 1);
+        let (last, _, _) = run(alone.entry, alone.split, m - 1);
         c.identical(
             &format!("{case}: the last row alone"),
             &f32_bits(&last),
             &f32_bits(&got[(m - 1) * n..]),
         );
-        // Every entry whole and split, the blocks from the first when whole, from the last
-        // when split.
         for e in bf16_wg_entries() {
             for split in [false, true] {
                 if split && !splittable(n, m) {
                     continue;
                 }
-                let order = if split {
-                    BlockOrder::FromLast
-                } else {
-                    BlockOrder::FromFirst
-                };
-                let (rows, untouched, _) = run(e, split, order, 0);
+                let (rows, untouched, _) = run(e, split, 0);
                 let what = format!(
-                    "{case}: {} {}, {order:?}",
+                    "{case}: {} {}",
                     e.name,
                     if split { "split" } else { "whole" }
                 );

@@ -5,7 +5,7 @@
 use crate::common::poisoned;
 use kiln_cuda::device::{DevBuf, Gpu};
 use kiln_cuda::skinny_fused::Epilogue;
-use kiln_cuda::wg_rows::{bf16_wg_entries, BlockOrder, SPLIT_MAX_ROWS};
+use kiln_cuda::wg_rows::{bf16_wg_entries, SPLIT_MAX_ROWS};
 
 /// Entry `name` (split along the chains or not) through `epi`.
 #[allow(clippy::too_many_arguments)]
@@ -25,7 +25,7 @@ pub(super) fn launch(
         .iter()
         .find(|e| e.name == name)
         .expect("a bf16_wg entry");
-    gpu.bf16_wg_in(e, split, BlockOrder::FromFirst, epi, x, w, m, n, k)?;
+    gpu.bf16_wg_in(e, split, epi, x, w, m, n, k)?;
     gpu.synchronize()
 }
 
