@@ -3,9 +3,9 @@
 # weights (prefill 2k / 8k, batch 1 at depth 0 and 8k, 8 / 32 / 128 streams after a 512-token
 # prompt; scripts/bench-gpu.sh), then served at 1, 32 and 128 clients (scripts/serve-gpu.sh):
 # - WEIGHTS=fp8 (default): `--quantize fp8` (the F16 file quantised at load for serving) beside
-#   llama.cpp on the Q8_0 file, decode rows in the fp8 skinny and wide kernels
-#   (KILN_FP8_SKINNY=1), or with KILN_FP8_WG=1 in the fp8 wgmma row order (wg_rows.rs), which
-#   takes precedence. Needs `scripts/gpu-prepare.sh llama llama3 quant` done.
+#   llama.cpp on the Q8_0 file, decode rows in the fp8 wgmma row order on sm_90 (wg_rows.rs; with
+#   KILN_FP8_WG=0 in the fp8 skinny and wide kernels, KILN_FP8_SKINNY=1 here). Needs
+#   `scripts/gpu-prepare.sh llama llama3 quant` done.
 # - WEIGHTS=bf16: the F16 file as kiln stores it (bf16) beside llama.cpp on the same file; set
 #   KILN_BF16_WG=1 for the bf16 wgmma row order. Needs `scripts/gpu-prepare.sh llama llama3`.
 # Start the preparation in the call before (the build and the files take 400-550 s); the carried

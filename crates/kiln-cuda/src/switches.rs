@@ -86,10 +86,12 @@ pub struct Switches {
     /// rows instead of once per 16). KILN_FP8_WIDE=N sets the rows, 0 none; default
     /// [`FP8_WIDE_FROM`].
     pub fp8_wide_from: Option<usize>,
-    /// KILN_FP8_WG=1: a step's decode rows of an fp8 projection through the fp8 wgmma kernels
-    /// (wg_rows.rs, sm_90 GPUs) in an order of their own, fixed by K alone, instead of cuBLASLt's
-    /// fp8 GEMM (or, with KILN_FP8_SKINNY, the skinny kernels); prompt rows keep the fp8 GEMM.
-    /// Opt-in until measured.
+    /// A step's decode rows of an fp8 projection through the fp8 wgmma kernels (wg_rows.rs,
+    /// sm_90 GPUs; backend_open.rs turns it off elsewhere) in an order of their own, fixed by K
+    /// alone; prompt rows keep the fp8 GEMM. KILN_FP8_WG=0: cuBLASLt's fp8 GEMM for every row
+    /// (or, with KILN_FP8_SKINNY, the skinny kernels). On by default since the H200's decode
+    /// grid (2026-12-05): batch 1 308 against 201 tok/s, 32 streams 7,944 against 6,376, 128
+    /// streams 20,513 against 21,703.
     pub fp8_wg: bool,
     /// KILN_BF16_WG=1: a step's decode rows of a bf16 weight (and its logits rows) through the
     /// wgmma row order (wg_rows.rs's bf16 entries, sm_90 GPUs) instead of the skinny kernels,

@@ -64,7 +64,7 @@ impl Env {
                 fp8: opt_in("KILN_FP8"),
                 fp8_fuse: on("KILN_FP8_FUSE"),
                 fp8_skinny: opt_in("KILN_FP8_SKINNY"),
-                fp8_wg: opt_in("KILN_FP8_WG"),
+                fp8_wg: on("KILN_FP8_WG"),
                 bf16_wg: opt_in("KILN_BF16_WG"),
                 wg_rows_ctas: var("KILN_WG_ROWS_CHOICE").as_deref() == Some("ctas"),
                 fp8_wide_from: match var("KILN_FP8_WIDE").as_deref() {

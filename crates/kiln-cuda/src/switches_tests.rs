@@ -79,7 +79,7 @@ fn each_variable_turns_off_its_own_switch() {
     assert!(sw(&[]).argmax_vec && !sw(&[("KILN_ARGMAX_VEC", "0")]).argmax_vec);
     assert!(sw(&[]).fp8_fuse && !sw(&[("KILN_FP8_FUSE", "0")]).fp8_fuse);
     assert!(!sw(&[]).fp8_skinny && sw(&[("KILN_FP8_SKINNY", "1")]).fp8_skinny);
-    assert!(!sw(&[]).fp8_wg && sw(&[("KILN_FP8_WG", "1")]).fp8_wg);
+    assert!(sw(&[]).fp8_wg && !sw(&[("KILN_FP8_WG", "0")]).fp8_wg);
     assert!(!sw(&[]).bf16_wg && sw(&[("KILN_BF16_WG", "1")]).bf16_wg);
     let ctas = |v| sw(&[("KILN_WG_ROWS_CHOICE", v)]).wg_rows_ctas;
     assert!(!sw(&[]).wg_rows_ctas && ctas("ctas") && !ctas("regimes"));
