@@ -3,13 +3,17 @@
 //! choice is speed alone.
 //!
 //! The rule (`by_regime`) reads three regimes off `cuda_bench fp8-gemm` and `gemm` on an H100
-//! (2026-12-05, bench/results/raw/2026-12-05-h100-*.json; the unit tests below hold it to them):
+//! (2026-12-05, bench/results/raw/2026-12-05-h100-*.json; the unit tests below hold it to them
+//! and to the H200's fp8 lines, 2026-12-05-h200-fp8-gemm.json):
 //! - a wide weight (a CTA a multiprocessor from its 64-row blocks alone: gate/up, LM heads)
 //!   takes two 64-row groups a CTA and one token block where it can (N 8 up to 8 rows, else 64):
 //!   more token blocks would read the weight again;
-//! - a narrow weight splits along the chains at up to 8 rows, and at up to 128 when its rows
-//!   are deep (96 k-tiles or more, the down projection): the split's CTAs fill the GPU, and its
-//!   join costs little beside a long row;
+//! - a narrow weight splits along the chains at up to 8 rows (N 8), and at up to 128 when its
+//!   rows are deep (96 k-tiles or more, the down projection; N 64): the split's CTAs fill the
+//!   GPU, and its join costs little beside a long row. At up to 8 rows a deep weight keeps N 8
+//!   although the GEMM alone ran N 64 faster (H200: 18.6 against 20.6 us on down): decode ran
+//!   5% faster end to end at batch 1 with N 8 (2026-12-05 11:57Z, fp8 and bf16 alike), where
+//!   the kernel before it overlaps the ring's first stages (8 of them at N 8, 6 at N 64);
 //! - else the narrow weight runs whole with N about a quarter of the rows (16 to 64): several
 //!   token blocks fill the multiprocessors and re-read a weight that stays in L2; two 64-row
 //!   groups a CTA where one would need a second wave.
@@ -112,10 +116,10 @@ fn by_regime(
     }
     let deep = kb.div_ceil(128) >= DEEP_TILES;
     if splittable(n, m) && (m <= 8 || deep) {
-        let e = match (deep, m) {
-            (false, _) => shape(1, 8),
-            (true, ..=64) => shape(1, 64),
-            (true, _) => shape(2, 64),
+        let e = match m {
+            ..=8 => shape(1, 8),
+            ..=64 => shape(1, 64),
+            _ => shape(2, 64),
         };
         return launch(e, true);
     }

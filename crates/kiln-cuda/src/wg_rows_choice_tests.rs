@@ -8,6 +8,9 @@ const WEIGHTS: [(&str, usize, usize); 4] = [
     ("down", 4_096, 14_336),
 ];
 const ROWS: [usize; 8] = [1, 8, 16, 32, 64, 128, 192, 256];
+/// Cases where the rule takes what decode end to end ran fastest, not the GEMM alone: down at up
+/// to 8 rows (N 8, wg_rows_choice.rs). They count in the sums, not against the per-case bound.
+const END_TO_END: [(&str, usize); 2] = [("down", 1), ("down", 8)];
 const H100_SMS: usize = 132;
 
 /// Microseconds of `{weight}_m{rows}_{entry}_{whole|split}_us` in a raw cuda_bench output.
@@ -19,11 +22,13 @@ fn timings(raw: &str) -> serde_json::Map<String, serde_json::Value> {
         .clone()
 }
 
-/// Each measured case's time in the rule's launch against the fastest entry's, and their sums.
+/// Each measured case's time in the rule's launch against the fastest entry's, and their sums;
+/// the cases over `bound` times the fastest.
 fn regret(
     raw: &str,
     bytes: usize,
     table: &'static [WgEntry],
+    bound: f64,
     rule: impl Fn(usize, usize, usize) -> WgLaunch,
 ) -> (f64, f64, Vec<String>) {
     let t = timings(raw);
@@ -47,7 +52,7 @@ fn regret(
             let got = us(l.entry, l.split).expect("a measured launch");
             chosen += got;
             best += fastest;
-            if got > 1.12 * fastest {
+            if got > bound * fastest && !END_TO_END.contains(&(w, m)) {
                 worst.push(format!(
                     "{w} m={m}: {} {got} against {fastest}",
                     l.entry.name
@@ -58,20 +63,17 @@ fn regret(
     (chosen, best, worst)
 }
 
-/// The regimes within 12% of the fastest entry on every case of a raw bench output and 3% in
-/// all; the first rule over 8% slower in all (what the regimes gained).
-fn near_the_fastest(raw: &str, bytes: usize, table: &'static [WgEntry]) {
+/// The regimes within `bound` of the fastest entry on every case of a raw bench output and 3%
+/// in all; the first rule over 8% slower in all (what the regimes gained).
+fn near_the_fastest(raw: &str, bytes: usize, table: &'static [WgEntry], bound: f64) {
     let rule = |first| move |n, kb, m| choose(table, n, kb, m, H100_SMS, first);
-    let (chosen, best, worst) = regret(raw, bytes, table, rule(false));
-    assert!(
-        worst.is_empty(),
-        "over 12% slower than the fastest: {worst:?}"
-    );
+    let (chosen, best, worst) = regret(raw, bytes, table, bound, rule(false));
+    assert!(worst.is_empty(), "over {bound}x the fastest: {worst:?}");
     assert!(
         chosen <= 1.03 * best,
         "{chosen} us against the fastest {best}"
     );
-    let (first, _, _) = regret(raw, bytes, table, rule(true));
+    let (first, _, _) = regret(raw, bytes, table, bound, rule(true));
     assert!(
         first > 1.08 * best,
         "the first rule: {first} us against {best}"
@@ -81,13 +83,21 @@ fn near_the_fastest(raw: &str, bytes: usize, table: &'static [WgEntry]) {
 #[test]
 fn the_rule_is_near_the_fastest_entry_on_every_measured_fp8_case() {
     let raw = include_str!("../../../bench/results/raw/2026-12-05-h100-fp8-gemm.json");
-    near_the_fastest(raw, 1, wg_entries());
+    near_the_fastest(raw, 1, wg_entries(), 1.12);
+}
+
+#[test]
+fn the_rule_is_near_the_fastest_entry_on_the_h200s_fp8_cases() {
+    // Lines the rule was not read from: o at 192 rows takes N 64, 13.5% over N 32 there (the
+    // H100 ran N 64 4% faster).
+    let raw = include_str!("../../../bench/results/raw/2026-12-05-h200-fp8-gemm.json");
+    near_the_fastest(raw, 1, wg_entries(), 1.15);
 }
 
 #[test]
 fn the_rule_is_near_the_fastest_entry_on_every_measured_bf16_case() {
     let raw = include_str!("../../../bench/results/raw/2026-12-05-h100-bf16-wg-gemm.json");
-    near_the_fastest(raw, 2, bf16_wg_entries());
+    near_the_fastest(raw, 2, bf16_wg_entries(), 1.12);
 }
 
 #[test]
@@ -108,7 +118,11 @@ fn the_regimes_pick_what_their_comment_says() {
     assert_eq!(pick(4_096, 4_096, 256), ("fp8_wg_1x1_n64", false));
     // QKV at 192 rows: one 64-row group a CTA would need a second wave.
     assert_eq!(pick(6_144, 4_096, 192), ("fp8_wg_2x1_n64", false));
-    // Deep (down): split up to 128 rows, whole past them.
+    // Deep (down): split up to 128 rows, N 8 up to 8 rows (the end-to-end decode's choice),
+    // whole past 128.
+    assert_eq!(pick(4_096, 14_336, 1), ("fp8_wg_1x1_n8", true));
+    assert_eq!(pick(4_096, 14_336, 8), ("fp8_wg_1x1_n8", true));
+    assert_eq!(pick(4_096, 14_336, 9), ("fp8_wg_1x1_n64", true));
     assert_eq!(pick(4_096, 14_336, 32), ("fp8_wg_1x1_n64", true));
     assert_eq!(pick(4_096, 14_336, 128), ("fp8_wg_2x1_n64", true));
     assert_eq!(pick(4_096, 14_336, 129), ("fp8_wg_1x1_n64", false));
