@@ -10,11 +10,13 @@
 #   KILN_BF16_WG=1 for the bf16 wgmma row order. Needs `scripts/gpu-prepare.sh llama llama3`.
 # Start the preparation in the call before (the build and the files take 400-550 s); the carried
 # kiln binary is used.
-# Usage: OUT=... [WEIGHTS=fp8|bf16] [WAIT_S=300] scripts/decode-proof-gpu.sh   (about 520 s)
+# Usage: OUT=... [WEIGHTS=fp8|bf16] [WAIT_S=300] scripts/decode-proof-gpu.sh   (about 560 s)
 #   PREFILL, DEPTHS, STREAMS and REPEATS pass to bench-gpu.sh (defaults 2048,8192 / 0,8192 /
 #   1,8,32,128 / 2); PREFILL=2048 DEPTHS=0 STREAMS=1,32,128 is a shorter form for issue 18 alone.
-#   LEVELS (clients:requests, "1:4 32:64 128:256"), SERVE_EXTRA (more server arguments, e.g.
-#   "--max-batched-tokens 4096") and SERVE_S (150, the serving's seconds) pass to serve-gpu.sh.
+#   LEVELS (clients:requests, "1:4 32:64 128:256 256:512"), SERVE_EXTRA (more server arguments, e.g.
+#   "--max-batched-tokens 4096") and SERVE_S (150, the serving's seconds) pass to serve-gpu.sh;
+#   LLAMA_LEVELS ("1:4 32:64 128:256 256:512"; "" for none) and LLAMA_SERVE_S (200) to
+#   llama-server's run after it (scripts/serve-vs.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT to the folder the results go to}
@@ -41,5 +43,11 @@ OUT=$OUT/bench GGUF=$gguf KILN_ARGS="$args" \
     REPEATS=${REPEATS:-2} SKIP_GGUF=1 SKIP_BUILD=1 SKIP_HF=1 \
     timeout 330 scripts/bench-gpu.sh /tmp/llamacpp-src/llama.cpp
 # shellcheck disable=SC2086 # the arguments are words
-LEVELS=${LEVELS:-1:4 32:64 128:256} SERVE_ARGS="$args ${SERVE_EXTRA:-}" BENCH_ARGS="$args" BUDGETS="" OVERLAP_OFF=0 \
+LEVELS=${LEVELS:-1:4 32:64 128:256 256:512} SERVE_ARGS="$args ${SERVE_EXTRA:-}" BENCH_ARGS="$args" BUDGETS="" OVERLAP_OFF=0 \
     BUDGET_S=${SERVE_S:-150} OUT=$OUT/serve timeout $(( ${SERVE_S:-150} + 30 )) scripts/serve-gpu.sh
+# llama-server on llama.cpp's file under the same load (LLAMA_LEVELS; "" skips it).
+LLAMA_LEVELS=${LLAMA_LEVELS-"1:4 32:64 128:256 256:512"}
+if [ -n "$LLAMA_LEVELS" ]; then
+    KILN_LEVELS="" LEVELS="$LLAMA_LEVELS" OUT=$OUT/llama-serve timeout "${LLAMA_SERVE_S:-200}" \
+        scripts/serve-vs.sh "$gguf" /tmp/llamacpp-build/bin/llama-server
+fi

@@ -8,7 +8,8 @@
 #
 # Usage: scripts/serve-vs.sh GGUF LLAMA_SERVER
 # Environment: OUT (./serve-vs-out), KILN_BIN (.carry/bin/kiln), LEVELS ("1:4 32:64 128:256",
-#   clients:requests; "" for none), KILN_LEVELS (LEVELS plus 256:512 by default), PORT (8013),
+#   clients:requests; "" for none), KILN_LEVELS (LEVELS plus 256:512 by default; "": no kiln
+#   server, llama-server alone), PORT (8013),
 #   QUANT_GGUF (measured first, so a time limit cuts the loads rather than it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -63,11 +64,13 @@ if [ -n "${QUANT_GGUF:-}" ]; then
     done
 fi
 
-"$BIN" serve --model "$GGUF" --device cuda --port "$PORT" --served-model-name kiln --max-num-seqs 256 \
-    > "$OUT/kiln-serve.log" 2>&1 &
-pid=$!
-up "$pid" "$OUT/kiln-serve.log" && loads kiln kiln "$KILN_LEVELS"
-stop "$pid"
+if [ -n "$KILN_LEVELS" ]; then
+    "$BIN" serve --model "$GGUF" --device cuda --port "$PORT" --served-model-name kiln --max-num-seqs 256 \
+        > "$OUT/kiln-serve.log" 2>&1 &
+    pid=$!
+    up "$pid" "$OUT/kiln-serve.log" && loads kiln kiln "$KILN_LEVELS"
+    stop "$pid"
+fi
 
 "$LLAMA_SERVER" -m "$GGUF" --port "$PORT" -ngl 99 -np 128 -c 131072 -fa on -cb > "$OUT/llama-server.log" 2>&1 &
 pid=$!
