@@ -116,10 +116,12 @@ fn by_regime(
     }
     let deep = kb.div_ceil(128) >= DEEP_TILES;
     if splittable(n, m) && (m <= 8 || deep) {
-        let e = match m {
-            ..=8 => shape(1, 8),
-            ..=64 => shape(1, 64),
-            _ => shape(2, 64),
+        let e = if m <= 8 {
+            shape(1, 8)
+        } else if m <= 64 {
+            shape(1, 64)
+        } else {
+            shape(2, 64)
         };
         return launch(e, true);
     }
