@@ -73,8 +73,11 @@ fn the_predicted_footprint_is_what_the_backend_allocates() {
 /// `--quantize fp8` on the Llama-3-8B shape, worked out on the host: each layer's four
 /// projections take a byte a value and an f32 a row instead of two bytes a value (32 layers of
 /// 218,103,808 values in 43,008 rows: 6,973,816,832 bytes less), and the buffers gain the
-/// step's fp8 input rows (2,304 tokens of the widest input, 14,336, and their scales) and the
-/// fp8 GEMM's workspace.
+/// step's fp8 input rows (2,304 tokens of the widest input, 14,336, and their scales), the
+/// fp8 GEMM's workspace and, as the fp8 decode rows take the wgmma row order by default (on
+/// sm_90; counted on any GPU), its split launches' workspace: four chains of 128 rows of
+/// 16,384 floats, and 4,096 counters (128 rows in blocks of 8 tokens, 16,384 places in blocks
+/// of 64).
 #[test]
 fn fp8_projections_take_a_byte_a_value() {
     let src = DummySource::preset("llama3-8b").expect("dummy:llama3-8b");
@@ -89,9 +92,13 @@ fn fp8_projections_take_a_byte_a_value() {
     let (bf16, fp8) = (at(false), at(true));
     assert_eq!(bf16.weights - fp8.weights, 6_973_816_832);
     let tokens = 2048 + 256;
+    let wg_rows = match kiln_cuda::switches::Switches::from_env().fp8_wg {
+        true => 4 * 128 * 16_384 * 4 + 16 * 256 * 4,
+        false => 0,
+    };
     assert_eq!(
         fp8.buffers - bf16.buffers,
-        tokens * 14_336 + tokens * 4 + (32 << 20)
+        tokens * 14_336 + tokens * 4 + (32 << 20) + wg_rows
     );
     assert_eq!(fp8.kv_block, bf16.kv_block);
 }
