@@ -11,9 +11,10 @@
 //! - a narrow weight splits along the chains at up to 8 rows (N 8), and at up to 128 when its
 //!   rows are deep (96 k-tiles or more, the down projection; N 64): the split's CTAs fill the
 //!   GPU, and its join costs little beside a long row. At up to 8 rows a deep weight keeps N 8
-//!   although the GEMM alone ran N 64 faster (H200: 18.6 against 20.6 us on down): decode ran
-//!   5% faster end to end at batch 1 with N 8 (2026-12-05 11:57Z, fp8 and bf16 alike), where
-//!   the kernel before it overlaps the ring's first stages (8 of them at N 8, 6 at N 64);
+//!   although the GEMM alone ran N 64 faster (H200: 18.6 against 20.6 us on down): decode end
+//!   to end ran batch 1 faster with N 8 (2026-12-05 11:57Z, one pair of runs: 5.4% fp8, 2.4%
+//!   bf16), perhaps because more of its ring's stages (8 against 6) load while the kernel
+//!   before it ends;
 //! - else the narrow weight runs whole with N about a quarter of the rows (16 to 64): several
 //!   token blocks fill the multiprocessors and re-read a weight that stays in L2; two 64-row
 //!   groups a CTA where one would need a second wave.
