@@ -22,6 +22,12 @@ SRC=/tmp/llamacpp-src/llama.cpp
 PYTHON=${PYTHON:-python3}
 LOG=$DIR/prepare.log
 mkdir -p "$DIR"
+# One preparation at a time: a second (a call that starts it again while the first still runs)
+# waits for the first, then finds its products made.
+if command -v flock > /dev/null; then
+    exec 9> "$DIR/prepare.lock"
+    flock 9
+fi
 export PATH=/usr/local/cuda/bin:$PATH
 products="${*:-llama llama3 gemma4 quant}"
 say() { echo "$(date +%H:%M:%S) $*" >> "$LOG"; }
@@ -84,7 +90,7 @@ quantise() {
 run() { # NAME function
     local t0=$SECONDS
     say "$1: start"
-    if "$2"; then say "$1: done in $((SECONDS - t0)) s"; touch "$DIR/$1.ready"
+    if "$2"; then say "$1: done in $((SECONDS - t0)) s"; rm -f "$DIR/$1.failed"; touch "$DIR/$1.ready"
     else say "$1: FAILED after $((SECONDS - t0)) s"; touch "$DIR/$1.failed"; fi
 }
 
