@@ -1,7 +1,7 @@
 //! `cuda_bench PRESET mixed-gemm`: what a step of prompt and decode rows pays for an fp8
-//! projection on Llama-3-8B's weights when its decode rows take the wgmma row order
-//! (KILN_FP8_WG) and its prompt rows cuBLASLt's fp8 GEMM: P prompt rows and D decode rows
-//! through cuBLASLt together (`lt_all`, the step without KILN_FP8_WG), the prompt rows alone
+//! projection on Llama-3-8B's weights when its decode rows take the wgmma row order (the
+//! default on sm_90) and its prompt rows cuBLASLt's fp8 GEMM: P prompt rows and D decode rows
+//! through cuBLASLt together (`lt_all`, the step with KILN_FP8_WG=0), the prompt rows alone
 //! (`lt_prompt`), the decode rows alone (`wg_decode`), and both in the step's way on one copy of
 //! the weight: cuBLASLt then wgmma (`lt_wg`, as forward_gemm.rs runs them) and wgmma first
 //! (`wg_lt`). Each launch pair reads one of several copies of its weight, together well past
