@@ -180,6 +180,12 @@ impl CudaBackend {
         &self.gpu
     }
 
+    /// The switches this backend runs with: the environment's, with the options' overrides and
+    /// the paths this GPU cannot build turned off (backend_open.rs).
+    pub fn switches(&self) -> &Switches {
+        &self.switches
+    }
+
     /// Bytes of the KV pool (its scratch blocks too).
     pub fn kv_cache_bytes(&self) -> usize {
         self.kv.bytes()

@@ -105,10 +105,9 @@ fn invariance(c: &mut Checks, name: &str, src: &dyn WeightSource, dtype: StoreTy
     // Every row takes the same GEMM and attention kernels: a one-token tail is no exception.
     // Not in bf16, nor with fp8 projections whose decode rows (a one-token tail is one) take
     // kernels of their own, as bf16's do: KILN_FP8_SKINNY's, or the wgmma row order's (on by
-    // default where the GPU builds it).
-    let sw = kiln_cuda::switches::Switches::from_env();
-    let own_rows = sw.fp8_skinny || (sw.fp8_wg && b.gpu().has_wg_rows());
-    if dtype != StoreType::Bf16 && !(sw.fp8 && own_rows) {
+    // default where the GPU builds it; the backend's switches say whether it does).
+    let sw = b.switches();
+    if dtype != StoreType::Bf16 && !(sw.fp8 && (sw.fp8_skinny || sw.fp8_wg)) {
         cases.extend([(PROMPT - 1, 0), (PROMPT - 1, 6)]);
     }
     for (chunk, neighbours) in cases {
