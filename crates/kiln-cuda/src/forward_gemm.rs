@@ -4,8 +4,9 @@
 //! KILN_CHAIN_GEMM every row of a bf16 weight takes the prefill's order (chain_or_lt). Every row
 //! of an fp8 projection takes the fp8 GEMM, its input rows quantised first (fp8_gemm), but its
 //! decode rows, which on sm_90 GPUs take the fp8 wgmma kernels (wg_rows.rs; KILN_FP8_WG=0 to
-//! leave them) and with KILN_FP8_SKINNY elsewhere the fp8 skinny kernels (fp8_skinny.rs). With KILN_BF16_WG (sm_90) a bf16
-//! weight's decode rows take the wgmma row order's bf16 kernels instead of the skinny ones.
+//! leave them) and with KILN_FP8_SKINNY elsewhere the fp8 skinny kernels (fp8_skinny.rs). With
+//! KILN_BF16_WG (sm_90) a bf16 weight's decode rows take the wgmma row order's bf16 kernels
+//! instead of the skinny ones.
 
 use anyhow::{ensure, Result};
 use kiln_model::LayerWeight;

@@ -40,16 +40,15 @@ pub fn run() -> Result<()> {
             .map(|i| fp8_rows(&gpu, n, k, 100 + i as u64))
             .collect::<Result<_>>()?;
         let y: DevBuf<f32> = gpu.alloc(max_rows * n)?;
+        // Decode rows first, as a step lays them out; the prompt rows after them.
+        let dec = Fp8Rows {
+            q: x.q.ptr(),
+            scale: x.scale.ptr(),
+        };
         let mut turn = 0usize;
         for d in DECODE {
             for p in PROMPT {
-                // Decode rows first, as a step lays them out; the prompt rows after them.
-                let dec = Fp8Rows {
-                    q: x.q.ptr(),
-                    scale: x.scale.ptr(),
-                };
-                let (pq, ps) = (x.q.at(d * k), x.scale.at(d));
-                let yp = y.ptr() + (d * n * 4) as u64;
+                let (pq, ps, yp) = (x.q.at(d * k), x.scale.at(d), y.at(d * n));
                 let mut line = format!("BENCH mixed-gemm {name} {n}x{k} decode {d} prompt {p}:");
                 let mut cases: Vec<(&str, f64)> = Vec::new();
                 let mut next = || {
