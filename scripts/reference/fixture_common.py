@@ -1,0 +1,54 @@
+"""What the fixture scripts share (make_fixtures.py, assistant_fixtures.py): the vocabulary size,
+the shape every fixture starts from, the random initialisation and the greedy margins."""
+
+import math
+
+import numpy as np
+import torch
+
+VOCAB = 512
+MIN_MARGIN = 0.1
+
+# Shared shape: two layers, hidden 64. Each fixture changes what its architecture is about.
+BASE = dict(
+    vocab_size=VOCAB,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=2048,
+    rms_norm_eps=1e-5,
+    bos_token_id=0,
+    eos_token_id=1,
+)
+
+
+def init_weights(model: torch.nn.Module, seed: int) -> None:
+    """Draws every parameter afresh. Linear weights get std 1/sqrt(fan_in) so activations stay
+    near unit scale; embeddings std 0.5 so logits spread over several units; norm weights and
+    biases are random too, so that a backend that ignores them cannot pass."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g, dtype=torch.float64))
+            elif name.endswith(".bias"):
+                p.copy_(0.3 * torch.randn(p.shape, generator=g, dtype=torch.float64))
+            elif "embed_tokens" in name:
+                p.copy_(0.5 * torch.randn(p.shape, generator=g, dtype=torch.float64))
+            elif "lm_head" in name:
+                p.copy_(4.0 / math.sqrt(p.shape[1]) * torch.randn(p.shape, generator=g, dtype=torch.float64))
+            else:
+                p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) / math.sqrt(p.shape[1]))
+            # The files hold float32: the float64 reference must use exactly those values.
+            p.copy_(p.to(torch.float32).to(p.dtype))
+        # Gemma 4's layer_scalar is a saved buffer (1.0 in transformers' init): random too.
+        for name, b in model.named_buffers():
+            if name.endswith("layer_scalar"):
+                b.copy_((0.6 + 0.8 * torch.rand(b.shape, generator=g, dtype=torch.float64)).to(torch.float32))
+
+
+def margins(rows: np.ndarray) -> list[float]:
+    top2 = np.sort(rows, axis=1)[:, -2:]
+    return [float(m) for m in top2[:, 1] - top2[:, 0]]
