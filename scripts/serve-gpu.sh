@@ -2,7 +2,9 @@
 # The server on the GPU under the recorded serving workload (scripts/serve_load.py: unique 400-word
 # prompts, 128 tokens, streamed /v1/completions) at 1 / 32 / 128 / 256 clients, with the engine's
 # step overlap on and off (KILN_OVERLAP=0), then 128 clients at other --max-batched-tokens values.
-# Before the loads, `kiln bench` decode at batch 1 and 128 for the ratios; with each server, an
+# Before the loads, `kiln bench` decode at batch 1 and 128 for the ratios, and the one-client
+# workload's own work (a 512-token prompt, then its tokens from depth 512: what a server adding
+# nothing would give one client); with each server, an
 # exactness check (overlap on and off give the same output; concurrent requests what they give
 # alone). For each load, the engine's per-step split from /metrics: device busy and idle (CUDA
 # events) against the host's phases (admit, schedule, launch, sample, output) and the time it

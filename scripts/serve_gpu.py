@@ -224,12 +224,35 @@ def bench():
     return {r["concurrency"]: r["tok_s"] for r in rows if r.get("test") == "decode"}
 
 
+def bench_workload():
+    """The served one-client workload's own work in `kiln bench`: a 512-token prompt (about the
+    400 words' tokens), then MAX_TOKENS tokens decoded from depth 512. Returns the tok/s a
+    client would see if the server added nothing: MAX_TOKENS over the prompt's TTFT plus
+    MAX_TOKENS - 1 steps (0 when the bench fails)."""
+    path = os.path.join(OUT, "bench-workload.json")
+    cmd = [BIN, "bench", "--model", MODEL, "--device", DEVICE, "--prefill", "512", "--decode", str(MAX_TOKENS),
+           "--depth", "512", "--concurrency", "1", "--repeats", "2", "--json", path, *BENCH_ARGS]
+    log("bench (the served workload's work): " + " ".join(cmd))
+    with open(os.path.join(OUT, "bench-workload.log"), "w") as f:
+        r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=300)
+    if r.returncode != 0:
+        log("bench of the workload failed (see bench-workload.log)")
+        return 0.0
+    rows = json.load(open(path)).get("rows", [])
+    ttft = next((r["ttft_ms"] for r in rows if r.get("test") == "prefill"), None)
+    step = next((r["step_ms"] for r in rows if r.get("test") == "decode"), None)
+    if not ttft or not step:
+        return 0.0
+    return MAX_TOKENS / ((ttft + (MAX_TOKENS - 1) * step) / 1e3)
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     if not os.access(BIN, os.X_OK):
         sys.exit(f"no kiln binary at {BIN}: set KILN_BIN or run scripts/build-gpu-carry.sh")
     results, checks = [], {}
     bench_rates = bench() if BENCH else {}
+    workload_rate = bench_workload() if BENCH else 0.0
     configs = [("overlap-on", {}, [])] + ([("overlap-off", {"KILN_OVERLAP": "0"}, [])] if OVERLAP_OFF else [])
     for name, env, args in configs:
         srv = Server(name, env, args)
@@ -283,6 +306,12 @@ def main():
             base = bench_rates.get(r["conc"]) if r["config"].startswith("overlap") else None
             if base:
                 lines.append(f"  {r['config']} {r['conc']} clients: {r['out_tok_s'] / base:.3f} of kiln bench at that batch")
+    if workload_rate:
+        lines.append(f"kiln bench of the one-client workload (512-token prompt, {MAX_TOKENS} tokens from depth 512): "
+                     f"{workload_rate:.1f} tok/s")
+        for r in results:
+            if r["config"].startswith("overlap") and r["conc"] == 1:
+                lines.append(f"  {r['config']} 1 client: {r['out_tok_s'] / workload_rate:.3f} of the same work in kiln bench")
     commit = open(os.path.join(ROOT, ".carry/commit.txt")).read().strip() if os.path.exists(
         os.path.join(ROOT, ".carry/commit.txt")) else "unknown"
     rows = [{"engine": "kiln", "test": "serve", "concurrency": r["conc"], "requests": r["requests"],
@@ -291,6 +320,9 @@ def main():
              "config": r["config"], "max_batched_tokens": r["max_batched_tokens"], "step_split_ms": r.get("split")}
             for r in results]
     rows += [{"engine": "kiln", "test": "decode", "concurrency": c, "tok_s": t} for c, t in bench_rates.items()]
+    if workload_rate:
+        rows.append({"engine": "kiln", "test": "serve-workload-bench", "concurrency": 1, "tok_s": workload_rate,
+                     "config": f"kiln bench --prefill 512 --depth 512 --decode {MAX_TOKENS}: TTFT + {MAX_TOKENS - 1} steps"})
     with open(os.path.join(OUT, "serve-results.json"), "w") as f:
         json.dump({"date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": commit, "model": MODEL,
                    "notes": f"scripts/serve-gpu.sh: serve_load.py, {WORDS}-word prompts, {MAX_TOKENS} tokens, "
