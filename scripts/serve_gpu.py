@@ -210,17 +210,24 @@ def same(a, b, tol=2e-5):
     return len(a) == len(b)
 
 
-def bench():
-    path = os.path.join(OUT, "bench.json")
-    cmd = [BIN, "bench", "--model", MODEL, "--device", DEVICE, "--prefill", "none", "--decode", str(MAX_TOKENS),
-           "--depth", "0", "--concurrency", "1,128", "--repeats", "2", "--json", path, *BENCH_ARGS]
-    log("bench: " + " ".join(cmd))
-    with open(os.path.join(OUT, "bench.log"), "w") as f:
+def run_bench(name, args):
+    """`kiln bench` on MODEL with `args` (and BENCH_ARGS), its log and JSON under OUT as NAME.log
+    and NAME.json; returns its rows ([] when it fails)."""
+    path = os.path.join(OUT, f"{name}.json")
+    cmd = [BIN, "bench", "--model", MODEL, "--device", DEVICE, *args, "--repeats", "2", "--json", path, *BENCH_ARGS]
+    log(f"{name}: " + " ".join(cmd))
+    with open(os.path.join(OUT, f"{name}.log"), "w") as f:
         r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=300)
     if r.returncode != 0:
-        log("bench failed (see bench.log)")
-        return {}
-    rows = json.load(open(path)).get("rows", [])
+        log(f"{name} failed (see {name}.log)")
+        return []
+    return json.load(open(path)).get("rows", [])
+
+
+def bench():
+    """Decode at batch 1 and 128 from depth 0: tok/s by batch, the ratios' base."""
+    rows = run_bench("bench", ["--prefill", "none", "--decode", str(MAX_TOKENS), "--depth", "0",
+                               "--concurrency", "1,128"])
     return {r["concurrency"]: r["tok_s"] for r in rows if r.get("test") == "decode"}
 
 
@@ -229,16 +236,8 @@ def bench_workload():
     400 words' tokens), then MAX_TOKENS tokens decoded from depth 512. Returns the tok/s a
     client would see if the server added nothing: MAX_TOKENS over the prompt's TTFT plus
     MAX_TOKENS - 1 steps (0 when the bench fails)."""
-    path = os.path.join(OUT, "bench-workload.json")
-    cmd = [BIN, "bench", "--model", MODEL, "--device", DEVICE, "--prefill", "512", "--decode", str(MAX_TOKENS),
-           "--depth", "512", "--concurrency", "1", "--repeats", "2", "--json", path, *BENCH_ARGS]
-    log("bench (the served workload's work): " + " ".join(cmd))
-    with open(os.path.join(OUT, "bench-workload.log"), "w") as f:
-        r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=300)
-    if r.returncode != 0:
-        log("bench of the workload failed (see bench-workload.log)")
-        return 0.0
-    rows = json.load(open(path)).get("rows", [])
+    rows = run_bench("bench-workload", ["--prefill", "512", "--decode", str(MAX_TOKENS), "--depth", "512",
+                                        "--concurrency", "1"])
     ttft = next((r["ttft_ms"] for r in rows if r.get("test") == "prefill"), None)
     step = next((r["step_ms"] for r in rows if r.get("test") == "decode"), None)
     if not ttft or not step:

@@ -3,7 +3,6 @@
 fixed points of the target's greedy continuation."""
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +10,7 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM
 
-from fixture_common import BASE, MIN_MARGIN, VOCAB, init_weights, margins
+from fixture_common import BASE, MIN_MARGIN, VOCAB, init_weights, margins, save_fresh
 
 # Gemma 4 assistants (transformers' gemma4_assistant), each drafting for a target fixture above:
 # three layers of width 32 (two sliding with the target's 16-token window, one full), the
@@ -121,11 +120,7 @@ def make_assistant_fixture(out: Path, name: str, spec: dict) -> dict:
     fp32_err = float(np.abs(rows32 - rows).max())
 
     d = out / name
-    if d.exists():
-        shutil.rmtree(d)
-    (d / "assistant").mkdir(parents=True)
-    assistant32.save_pretrained(d / "assistant", safe_serialization=True)
-    (d / "assistant" / "generation_config.json").unlink(missing_ok=True)
+    save_fresh(assistant32, d, "assistant")
     rows.astype("<f4").tofile(d / "drafts.f32")
     ref = {
         "name": name,

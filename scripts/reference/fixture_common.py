@@ -2,6 +2,8 @@
 the shape every fixture starts from, the random initialisation and the greedy margins."""
 
 import math
+import shutil
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -52,3 +54,13 @@ def init_weights(model: torch.nn.Module, seed: int) -> None:
 def margins(rows: np.ndarray) -> list[float]:
     top2 = np.sort(rows, axis=1)[:, -2:]
     return [float(m) for m in top2[:, 1] - top2[:, 0]]
+
+
+def save_fresh(model: torch.nn.Module, d: Path, sub: str) -> None:
+    """Replaces the folder d with a new one holding `model` in d/sub as safetensors, without the
+    generation_config.json transformers writes beside it."""
+    if d.exists():
+        shutil.rmtree(d)
+    (d / sub).mkdir(parents=True)
+    model.save_pretrained(d / sub, safe_serialization=True)
+    (d / sub / "generation_config.json").unlink(missing_ok=True)

@@ -37,7 +37,6 @@ import argparse
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -50,7 +49,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
 
 from assistant_fixtures import ASSISTANT_FIXTURES, make_assistant_fixture
-from fixture_common import BASE, MIN_MARGIN, VOCAB, init_weights, margins
+from fixture_common import BASE, MIN_MARGIN, VOCAB, init_weights, margins, save_fresh
 
 PROMPT_LEN = 40
 STEPS = 32
@@ -457,12 +456,7 @@ def make_fixture(out: Path, name: str, spec: dict, tok: Tokenizer, prompt: list[
     fp32_err = float(np.abs(rows32 - rows).max())
 
     d = out / name
-    if d.exists():
-        shutil.rmtree(d)
-    (d / "hf").mkdir(parents=True)
-    model32.save_pretrained(d / "hf", safe_serialization=True)
-    for extra in ("generation_config.json",):
-        (d / "hf" / extra).unlink(missing_ok=True)
+    save_fresh(model32, d, "hf")
     save_tokenizer(d / "hf", tok, name in GEMMA_FIXTURES)
     if name in LLAMA_CPP_FIXTURES:
         if llama_cpp is None:
