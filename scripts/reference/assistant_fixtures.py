@@ -7,10 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import transformers
 from transformers import AutoModelForCausalLM
 
-from fixture_common import BASE, MIN_MARGIN, VOCAB, init_weights, margins, save_fresh
+from fixture_common import BASE, MIN_MARGIN, VOCAB, init_weights, margins, save_fresh, write_reference
 
 # Gemma 4 assistants (transformers' gemma4_assistant), each drafting for a target fixture above:
 # three layers of width 32 (two sliding with the target's 16-token window, one full), the
@@ -122,21 +121,10 @@ def make_assistant_fixture(out: Path, name: str, spec: dict) -> dict:
     d = out / name
     save_fresh(assistant32, d, "assistant")
     rows.astype("<f4").tofile(d / "drafts.f32")
-    ref = {
-        "name": name,
-        "target": spec["target"],
-        "seed": seed,
-        "transformers": transformers.__version__,
-        "torch": torch.__version__,
+    return write_reference(d, {"name": name, "target": spec["target"], "seed": seed}, {
         "tokens": ids,
         "points": DRAFT_POINTS,
         "draft_ids": drafts,
         "logits_file": "drafts.f32",
         "logits_shape": [len(DRAFT_POINTS) * DRAFT_STEPS, VOCAB],
-        "margins": [round(x, 6) for x in m],
-        "min_margin": round(min(m), 6),
-        "max_abs_logit": round(float(np.abs(rows).max()), 6),
-        "fp32_max_abs_err": fp32_err,
-    }
-    (d / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")
-    return ref
+    }, rows, m, fp32_err)

@@ -1,12 +1,14 @@
 """What the fixture scripts share (make_fixtures.py, assistant_fixtures.py): the vocabulary size,
 the shape every fixture starts from, the random initialisation and the greedy margins."""
 
+import json
 import math
 import shutil
 from pathlib import Path
 
 import numpy as np
 import torch
+import transformers
 
 VOCAB = 512
 MIN_MARGIN = 0.1
@@ -64,3 +66,20 @@ def save_fresh(model: torch.nn.Module, d: Path, sub: str) -> None:
     (d / sub).mkdir(parents=True)
     model.save_pretrained(d / sub, safe_serialization=True)
     (d / sub / "generation_config.json").unlink(missing_ok=True)
+
+
+def write_reference(d: Path, head: dict, body: dict, rows: np.ndarray, m: list[float], fp32_err: float) -> dict:
+    """Writes d/reference.json: `head` (name, seed), the versions that made it, `body` (what the
+    fixture holds), then the logits' margins and scale and the float32 run's distance from them."""
+    ref = {
+        **head,
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        **body,
+        "margins": [round(x, 6) for x in m],
+        "min_margin": round(min(m), 6),
+        "max_abs_logit": round(float(np.abs(rows).max()), 6),
+        "fp32_max_abs_err": fp32_err,
+    }
+    (d / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")
+    return ref

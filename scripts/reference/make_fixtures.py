@@ -44,12 +44,11 @@ from pathlib import Path
 import gguf
 import numpy as np
 import torch
-import transformers
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
 
 from assistant_fixtures import ASSISTANT_FIXTURES, make_assistant_fixture
-from fixture_common import BASE, MIN_MARGIN, VOCAB, init_weights, margins, save_fresh
+from fixture_common import BASE, MIN_MARGIN, VOCAB, init_weights, margins, save_fresh, write_reference
 
 PROMPT_LEN = 40
 STEPS = 32
@@ -469,23 +468,13 @@ def make_fixture(out: Path, name: str, spec: dict, tok: Tokenizer, prompt: list[
     if name in Q8_FIXTURES:
         write_gguf(d / "model-q8_0.gguf", name, model32, tok, q8=True)
     rows.astype("<f4").tofile(d / "logits.f32")
-    ref = {
-        "name": name,
-        "seed": seed,
-        "transformers": transformers.__version__,
-        "torch": torch.__version__,
+    return write_reference(d, {"name": name, "seed": seed}, {
         "prompt_text": PROMPT_TEXT,
         "prompt_ids": prompt,
         "continuation_ids": cont,
         "logits_file": "logits.f32",
         "logits_shape": [STEPS, VOCAB],
-        "margins": [round(x, 6) for x in m],
-        "min_margin": round(min(m), 6),
-        "max_abs_logit": round(float(np.abs(rows).max()), 6),
-        "fp32_max_abs_err": fp32_err,
-    }
-    (d / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")
-    return ref
+    }, rows, m, fp32_err)
 
 
 def main() -> None:
