@@ -6,7 +6,8 @@ and a comparison: kiln / llama.cpp, kiln / transformers and each figure's fracti
 and prints the comparison as a Markdown table. Standard library only: it runs on the GPU machine and here.
 
 Hardware floor of a row: the time its bytes take at --bandwidth and its FLOPs at --tflops, whichever is
-longer, for a dense Llama-shaped model with 16-bit weights (--weight-bytes):
+longer, for a dense Llama-shaped model with 16-bit weights (--weight-bytes; --kv-bytes for the KV cache's
+elements where they differ, as with 8-bit weights beside a 16-bit cache):
   prefill of L tokens: FLOPs 2*P*L + 2*L^2*layers*heads*head_dim (causal attention), bytes: the weights once;
   decode at depth D with C streams, per step: FLOPs C*(2*P + 4*ctx*layers*heads*head_dim),
   bytes: weights + C*ctx*(KV bytes per token), ctx = D + half the generated tokens;
@@ -70,9 +71,10 @@ def key(row):
 
 
 class Floor:
-    def __init__(self, info, tflops, bandwidth, weight_bytes):
+    def __init__(self, info, tflops, bandwidth, weight_bytes, kv_bytes=None):
         self.L, self.H, self.hd = info["num_layers"], info["num_heads"], info["head_dim"]
-        self.kv_per_token = 2 * self.L * info["num_kv_heads"] * self.hd * weight_bytes
+        kv_bytes = weight_bytes if kv_bytes is None else kv_bytes
+        self.kv_per_token = 2 * self.L * info["num_kv_heads"] * self.hd * kv_bytes
         embd = info["vocab_size"] * info["hidden_size"]
         self.P = info["params"] - (0 if info.get("tie_embeddings") else embd)
         self.W = self.P * weight_bytes
@@ -156,7 +158,8 @@ def main(argv=None):
     ap.add_argument("--device", help="device name (default: kiln's)")
     ap.add_argument("--tflops", type=float, help="tensor rate for the floor, TFLOP/s (790 on the H200)")
     ap.add_argument("--bandwidth", type=float, help="memory bandwidth for the floor, bytes/s (3.95e12 on the H200)")
-    ap.add_argument("--weight-bytes", type=float, default=2.0, help="bytes per weight and KV element")
+    ap.add_argument("--weight-bytes", type=float, default=2.0, help="bytes per weight (and KV element)")
+    ap.add_argument("--kv-bytes", type=float, help="bytes per KV element (default: --weight-bytes)")
     ap.add_argument("--note", default="", help="a remark kept with the results (e.g. machine load)")
     ap.add_argument("--out", help="write the combined results JSON here")
     a = ap.parse_args(argv)
@@ -181,7 +184,7 @@ def main(argv=None):
     floor = None
     if a.tflops and a.bandwidth:
         if info:
-            floor = Floor(info, a.tflops, a.bandwidth, a.weight_bytes)
+            floor = Floor(info, a.tflops, a.bandwidth, a.weight_bytes, a.kv_bytes)
         else:
             print("note: no kiln model_info, so no hardware floor", file=sys.stderr)
     doc = {
@@ -197,7 +200,8 @@ def main(argv=None):
     comparison = compare(rows, floor)
     doc["comparison"] = comparison
     if floor:
-        doc["floor"] = {"tflops": a.tflops, "bandwidth_bytes_s": a.bandwidth, "weight_bytes": a.weight_bytes}
+        doc["floor"] = {"tflops": a.tflops, "bandwidth_bytes_s": a.bandwidth, "weight_bytes": a.weight_bytes,
+                        "kv_bytes": a.weight_bytes if a.kv_bytes is None else a.kv_bytes}
     text = markdown(doc, comparison, floor is not None)
     print(text, end="")
     if a.note:

@@ -64,6 +64,14 @@ def main():
     # 32 streams at depth 512: more tokens per weight read, so a higher floor, still bandwidth bound.
     assert cmp[("decode", 512, 32)]["floor_tok_s"] > 20 * f_dec
 
+    # 8-bit weights beside a 16-bit cache at twice the tensor rate: the weights' bytes halve.
+    doc8, _ = run("--tflops=1580", "--bandwidth=3.95e12", "--weight-bytes=1", "--kv-bytes=2")
+    cmp8 = {(c["test"], c["tokens"], c["concurrency"]): c for c in doc8["comparison"]}
+    f_dec8 = 1 / ((P + ctx * 2 * 32 * 8 * 128 * 2) / 3.95e12)
+    assert close(cmp8[("decode", 0, 1)]["floor_tok_s"], f_dec8), (cmp8[("decode", 0, 1)]["floor_tok_s"], f_dec8)
+    assert close(cmp8[("prefill", 2048, 1)]["floor_tok_s"], 2 * f2k)
+    assert doc8["floor"]["weight_bytes"] == 1 and doc8["floor"]["kv_bytes"] == 2
+
     lines = table.splitlines()
     assert lines[0].startswith("random 8B on NVIDIA H200")
     assert "| prefill | 2048 | 1 | 40,000.0 | 23,910.0 | 33,105.0 | 1.67x | 1.21x | 50,815 | 79% | 47% | 65% |" in table, table
