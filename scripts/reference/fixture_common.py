@@ -58,6 +58,17 @@ def margins(rows: np.ndarray) -> list[float]:
     return [float(m) for m in top2[:, 1] - top2[:, 0]]
 
 
+def first_seed(name: str, what: str, run) -> tuple[int, list[int], np.ndarray, list[float]]:
+    """The first seed below 1000 whose `run(seed)` (chosen ids, their logit rows) gives every row
+    a top-1 margin of at least MIN_MARGIN, with its ids, rows and margins."""
+    for seed in range(1000):
+        ids, rows = run(seed)
+        m = margins(rows)
+        if min(m) >= MIN_MARGIN:
+            return seed, ids, rows, m
+    raise SystemExit(f"{name}: no seed below 1000 gives every {what} margin >= {MIN_MARGIN}")
+
+
 def save_fresh(model: torch.nn.Module, d: Path, sub: str) -> None:
     """Replaces the folder d with a new one holding `model` in d/sub as safetensors, without the
     generation_config.json transformers writes beside it."""
