@@ -73,8 +73,9 @@ def key(row):
 class Floor:
     def __init__(self, info, tflops, bandwidth, weight_bytes, kv_bytes=None):
         self.L, self.H, self.hd = info["num_layers"], info["num_heads"], info["head_dim"]
-        kv_bytes = weight_bytes if kv_bytes is None else kv_bytes
-        self.kv_per_token = 2 * self.L * info["num_kv_heads"] * self.hd * kv_bytes
+        self.weight_bytes = weight_bytes
+        self.kv_bytes = weight_bytes if kv_bytes is None else kv_bytes
+        self.kv_per_token = 2 * self.L * info["num_kv_heads"] * self.hd * self.kv_bytes
         embd = info["vocab_size"] * info["hidden_size"]
         self.P = info["params"] - (0 if info.get("tie_embeddings") else embd)
         self.W = self.P * weight_bytes
@@ -200,8 +201,8 @@ def main(argv=None):
     comparison = compare(rows, floor)
     doc["comparison"] = comparison
     if floor:
-        doc["floor"] = {"tflops": a.tflops, "bandwidth_bytes_s": a.bandwidth, "weight_bytes": a.weight_bytes,
-                        "kv_bytes": a.weight_bytes if a.kv_bytes is None else a.kv_bytes}
+        doc["floor"] = {"tflops": a.tflops, "bandwidth_bytes_s": a.bandwidth, "weight_bytes": floor.weight_bytes,
+                        "kv_bytes": floor.kv_bytes}
     text = markdown(doc, comparison, floor is not None)
     print(text, end="")
     if a.note:
