@@ -7,7 +7,10 @@
 # duration, which ncu reads in one pass with nothing saved or restored; METRICS=full adds L2,
 # DRAM, SM and tensor-pipe use (several passes a kernel, each restoring the device memory the
 # kernel may write: minutes for a decode step of an 8B model). Needs .carry/bin/cuda_bench
-# (scripts/build-gpu-carry.sh).
+# (scripts/build-gpu-carry.sh). KERNEL=REGEX profiles only the kernels whose names match, the
+# first COUNT (default 8) of them, with ncu's sections SECTIONS (default: speed of light, warp
+# stall reasons, memory workload, occupancy, launch) and prints ncu's details page: why a
+# kernel runs as long as it does, not only how long.
 # Usage: OUT=... scripts/step-profile.sh decode|prefill [N] [PRESET] [chunk=N | depth=D]
 #   (depth=D: decode from D tokens of context per sequence instead of none)
 set -uo pipefail
@@ -28,6 +31,20 @@ ncu=/usr/local/cuda/bin/ncu
 bench=.carry/bin/cuda_bench
 [ -f "$bench.xz" ] && xz -df "$bench.xz"
 rep="$OUT/$what-$n${extra:+-$extra}"
+if [ -n "${KERNEL:-}" ]; then
+    sections=${SECTIONS:-SpeedOfLight WarpStateStats MemoryWorkloadAnalysis Occupancy LaunchStats}
+    args=()
+    for s in $sections; do args+=(--section "$s"); done
+    rep="$rep-$(echo "$KERNEL" | tr -c 'A-Za-z0-9_\n' _)"
+    "$ncu" --clock-control none --cache-control none --profile-from-start off \
+        --kernel-name "regex:$KERNEL" --launch-count "${COUNT:-8}" "${args[@]}" \
+        -o "$rep" -f "$bench" "$preset" "$what-profile" "$n" $extra > "$rep.log" 2>&1
+    echo "ncu: rc=$?"
+    "$ncu" -i "$rep.ncu-rep" --page details > "$rep-details.txt" 2>> "$rep.log"
+    grep -iE "^  [a-z_0-9]+|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Stall|Warp Cycles Per Issued|Issued Warp|L2 Hit|Block Limit" \
+        "$rep-details.txt" | head -"${LINES_MAX:-80}"
+    exit 0
+fi
 metrics=gpu__time_duration.sum
 [ "${METRICS:-time}" = full ] && metrics=$metrics,lts__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
 "$ncu" --clock-control none --cache-control none --profile-from-start off --metrics "$metrics" \
