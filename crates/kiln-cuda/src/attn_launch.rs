@@ -9,7 +9,7 @@ use anyhow::{bail, Result};
 use crate::attn_args::{attn_shape, combine_args, decode_ptrs, flash_ptrs};
 use crate::device::{i32_of, Arg, Gpu};
 use crate::kernels::{
-    AttnInputs, KvView, DECODE_MAX_SPLITS, DECODE_MIN_SPAN, DECODE_MMA_MAX_SPLITS,
+    AttnCall, FlashTiles, Partials, DECODE_MAX_SPLITS, DECODE_MIN_SPAN, DECODE_MMA_MAX_SPLITS,
 };
 use crate::switches::{DecodeFold, KernelChoice, SplitCtas, Switches};
 
@@ -221,62 +221,34 @@ impl Gpu {
         }
     }
 
-    /// Prefill attention over `n_tiles` tiles (device array of {tok0, n_rows, seq, pos0}),
-    /// with the family [`Gpu::flash_kernel_for`] picks; `keys` as it takes them.
-    #[allow(clippy::too_many_arguments)]
-    pub fn flash_attn(
-        &self,
-        q: u64,
-        kv: KvView,
-        tiles: u64,
-        n_tiles: usize,
-        keys: usize,
-        inp: &AttnInputs,
-        out: u64,
-        n_q: usize,
-        hd: usize,
-        window: usize,
-        scale: f32,
-    ) -> Result<()> {
+    /// Prefill attention over `tiles`, with the family [`Gpu::flash_kernel_for`] picks;
+    /// `keys` as it takes them.
+    pub fn flash_attn(&self, c: AttnCall, tiles: FlashTiles, keys: usize) -> Result<()> {
         // A windowed layer's rows read at most `window` keys each: small spans, one group.
-        let keys = if window > 0 { 0 } else { keys };
-        let kind = self.flash_kernel_for(n_q, kv.n_kv, hd, keys);
-        self.flash_attn_kernel(
-            kind, q, kv, tiles, n_tiles, inp, out, n_q, hd, window, scale,
-        )
+        let keys = if c.window > 0 { 0 } else { keys };
+        let kind = self.flash_kernel_for(c.n_q, c.kv.n_kv, c.hd, keys);
+        self.flash_attn_kernel(kind, c, tiles)
     }
 
     /// [`Gpu::flash_attn`] with the family given.
-    #[allow(clippy::too_many_arguments)]
     pub fn flash_attn_kernel(
         &self,
         kind: FlashKernel,
-        q: u64,
-        kv: KvView,
-        tiles: u64,
-        n_tiles: usize,
-        inp: &AttnInputs,
-        out: u64,
-        n_q: usize,
-        hd: usize,
-        window: usize,
-        scale: f32,
+        c: AttnCall,
+        tiles: FlashTiles,
     ) -> Result<()> {
         let (overlap, pingpong, kv_group) = match kind {
-            FlashKernel::Sm80 { pairs } => {
-                return self.flash_attn_with(
-                    pairs, q, kv, tiles, n_tiles, inp, out, n_q, hd, window, scale,
-                )
-            }
+            FlashKernel::Sm80 { pairs } => return self.flash_attn_with(pairs, c, tiles),
             FlashKernel::Sm90 {
                 overlap,
                 pingpong,
                 kv_group,
             } => (overlap, pingpong, kv_group),
         };
-        if n_tiles == 0 {
+        if tiles.n == 0 {
             return Ok(());
         }
+        let (n_q, hd, kv) = (c.n_q, c.hd, c.kv);
         if !FLASH_SM90_HEAD_DIMS.contains(&hd) {
             bail!("flash_sm90 supports head dims {FLASH_SM90_HEAD_DIMS:?}, not {hd}");
         }
@@ -296,8 +268,8 @@ impl Gpu {
                 kv.n_kv
             ),
         };
-        let mut args = flash_ptrs(q, &kv, tiles, inp, out).to_vec();
-        args.extend(attn_shape(n_q, &kv, window, scale)?);
+        let mut args = flash_ptrs(&c, tiles).to_vec();
+        args.extend(attn_shape(&c)?);
         args.push(Arg::I32(i32_of(group, "flash_sm90 group")?));
         let name = if pingpong {
             format!("flash_sm90p_hd{hd}")
@@ -308,7 +280,7 @@ impl Gpu {
         };
         self.launch(
             &name,
-            (n_tiles as u32, (n_q / 2) as u32, 1),
+            (tiles.n as u32, (n_q / 2) as u32, 1),
             384,
             flash_sm90_smem_bytes(hd) as u32,
             &args,
@@ -318,26 +290,13 @@ impl Gpu {
 
 impl Gpu {
     /// Decode attention for `rows` single-token rows (flat tokens 0..rows), split over the KV
-    /// length, then merged; the kernel family the environment chooses. `part_o`/`part_ml` hold
-    /// rows * n_q * DECODE_MAX_SPLITS partials.
-    #[allow(clippy::too_many_arguments)]
-    pub fn decode_attn(
-        &self,
-        q: u64,
-        kv: KvView,
-        inp: &AttnInputs,
-        part_o: u64,
-        part_ml: u64,
-        out: u64,
-        rows: usize,
-        n_q: usize,
-        hd: usize,
-        window: usize,
-        scale: f32,
-    ) -> Result<()> {
+    /// length into `part` (room for rows x n_q x DECODE_MAX_SPLITS partials), then merged; the
+    /// kernel family the environment chooses.
+    pub fn decode_attn(&self, c: AttnCall, part: Partials, rows: usize) -> Result<()> {
         // bf16 backends only load decode_mma; the others keep the typed kernel. 512-wide
         // heads take it only with KILN_DECODE_WIDE=mma (opt-in until measured).
         let sw = Switches::from_env();
+        let hd = c.hd;
         let wide = crate::attn_wide::WIDE_HEAD_DIMS.contains(&hd);
         let kind = if sw.kernels.decode_mma
             && (!wide || sw.decode_wide_mma)
@@ -351,65 +310,31 @@ impl Gpu {
         } else {
             DecodeKernel::Simt
         };
-        self.decode_attn_with(
-            kind, q, kv, inp, part_o, part_ml, out, rows, n_q, hd, window, scale,
-        )
+        self.decode_attn_with(kind, c, part, rows)
     }
 
     /// [`Gpu::decode_attn`] with the kernel family given.
-    #[allow(clippy::too_many_arguments)]
     pub fn decode_attn_with(
         &self,
         kind: DecodeKernel,
-        q: u64,
-        kv: KvView,
-        inp: &AttnInputs,
-        part_o: u64,
-        part_ml: u64,
-        out: u64,
+        c: AttnCall,
+        part: Partials,
         rows: usize,
-        n_q: usize,
-        hd: usize,
-        window: usize,
-        scale: f32,
     ) -> Result<()> {
         match kind {
-            DecodeKernel::Simt => self.decode_attn_simt(
-                q, kv, inp, part_o, part_ml, out, rows, n_q, hd, window, scale,
-            ),
-            DecodeKernel::Mma { fold, early, ahead } => self.decode_mma(
-                q,
-                kv,
-                inp,
-                part_o,
-                part_ml,
-                out,
-                rows,
-                n_q,
-                hd,
-                window,
-                scale,
-                fold,
-                early && inp.old_keys_ready,
-                ahead,
-            ),
+            DecodeKernel::Simt => self.decode_attn_simt(c, part, rows),
+            DecodeKernel::Mma { fold, early, ahead } => {
+                let early = early && c.inp.old_keys_ready;
+                self.decode_mma(c, part, rows, fold, early, ahead)
+            }
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn decode_mma(
         &self,
-        q: u64,
-        kv: KvView,
-        inp: &AttnInputs,
-        part_o: u64,
-        part_ml: u64,
-        out: u64,
+        c: AttnCall,
+        part: Partials,
         rows: usize,
-        n_q: usize,
-        hd: usize,
-        window: usize,
-        scale: f32,
         fold: DecodeFold,
         early: bool,
         ahead: bool,
@@ -417,6 +342,7 @@ impl Gpu {
         if rows == 0 {
             return Ok(());
         }
+        let (n_q, hd, kv) = (c.n_q, c.hd, c.kv);
         // A 512-wide head takes decode_mma_wide.cu's entry: the same arguments, splits and
         // combine, its own shared memory, and always the full split count.
         let wide = crate::attn_wide::WIDE_HEAD_DIMS.contains(&hd);
@@ -469,11 +395,11 @@ impl Gpu {
             true => crate::attn_wide::decode_mma_wide_smem_bytes(hd),
             false => decode_mma_smem_bytes(hd, ahead),
         };
-        let mut args = decode_ptrs(q, &kv, inp, part_o, part_ml).to_vec();
+        let mut args = decode_ptrs(&c, part).to_vec();
         if !wide {
-            args.push(Arg::Ptr(out));
+            args.push(Arg::Ptr(c.out));
         }
-        args.extend(attn_shape(n_q, &kv, window, scale)?);
+        args.extend(attn_shape(&c)?);
         args.extend([
             Arg::I32(max_splits as i32),
             Arg::I32(min_span as i32),
@@ -499,7 +425,7 @@ impl Gpu {
         if fold {
             return Ok(());
         }
-        let mut args = combine_args((part_o, part_ml), inp, out, n_q, hd, (max_splits, min_span));
+        let mut args = combine_args(&c, part, (max_splits, min_span));
         args.push(Arg::I32(span_round));
         self.launch(
             "decode_mma_combine",

@@ -8,7 +8,7 @@ use anyhow::{bail, Result};
 
 use crate::attn_args::{attn_shape, flash_ptrs};
 use crate::device::Gpu;
-use crate::kernels::{AttnInputs, KvView, FLASH_TILE_ROWS};
+use crate::kernels::{AttnCall, FlashTiles, FLASH_TILE_ROWS};
 use crate::kernels_attn::SimtDecode;
 use crate::switches::Switches;
 
@@ -71,54 +71,26 @@ pub fn smem_needs() -> Vec<(String, usize)> {
 
 impl Gpu {
     /// [`Gpu::flash_attn`] for a wide head, in the variant KILN_FLASH_WIDE selects.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn flash_attn_wide(
-        &self,
-        q: u64,
-        kv: KvView,
-        tiles: u64,
-        n_tiles: usize,
-        inp: &AttnInputs,
-        out: u64,
-        n_q: usize,
-        hd: usize,
-        window: usize,
-        scale: f32,
-    ) -> Result<()> {
+    pub(crate) fn flash_attn_wide(&self, c: AttnCall, tiles: FlashTiles) -> Result<()> {
         let split = Switches::from_env().flash_wide_split;
-        self.flash_attn_wide_with(
-            split, q, kv, tiles, n_tiles, inp, out, n_q, hd, window, scale,
-        )
+        self.flash_attn_wide_with(split, c, tiles)
     }
 
     /// Prefill attention of a wide head: with `split`, 8 warps per CTA over 64 rows and the
     /// whole head, the two halves' partial scores summed in shared memory; else 4 warps per
     /// CTA over 64 rows and 256 of the output columns, the scores recomputed in each half.
-    #[allow(clippy::too_many_arguments)]
-    pub fn flash_attn_wide_with(
-        &self,
-        split: bool,
-        q: u64,
-        kv: KvView,
-        tiles: u64,
-        n_tiles: usize,
-        inp: &AttnInputs,
-        out: u64,
-        n_q: usize,
-        hd: usize,
-        window: usize,
-        scale: f32,
-    ) -> Result<()> {
+    pub fn flash_attn_wide_with(&self, split: bool, c: AttnCall, tiles: FlashTiles) -> Result<()> {
+        let hd = c.hd;
         if !WIDE_HEAD_DIMS.contains(&hd) {
             bail!("wide flash attention supports head dims {WIDE_HEAD_DIMS:?}, not {hd}");
         }
-        if n_tiles == 0 {
+        if tiles.n == 0 {
             return Ok(());
         }
-        let mut args = flash_ptrs(q, &kv, tiles, inp, out).to_vec();
-        args.extend(attn_shape(n_q, &kv, window, scale)?);
+        let mut args = flash_ptrs(&c, tiles).to_vec();
+        args.extend(attn_shape(&c)?);
         if split {
-            let grid = (n_tiles as u32, n_q as u32, 1);
+            let grid = (tiles.n as u32, c.n_q as u32, 1);
             let smem = flash_wide_split_smem_bytes(hd) as u32;
             return self.launch(
                 &format!("flash_attn_wide_split_hd{hd}"),
@@ -128,7 +100,7 @@ impl Gpu {
                 &args,
             );
         }
-        let grid = (n_tiles as u32, n_q as u32, (hd / FLASH_WIDE_COLS) as u32);
+        let grid = (tiles.n as u32, c.n_q as u32, (hd / FLASH_WIDE_COLS) as u32);
         self.launch(
             &format!("flash_attn_wide_hd{hd}"),
             grid,
@@ -136,22 +108,5 @@ impl Gpu {
             flash_wide_smem_bytes(hd) as u32,
             &args,
         )
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_wide_flash_kernel_fits_the_shared_memory_of_an_sm() {
-        for hd in WIDE_HEAD_DIMS {
-            assert!(hd.is_multiple_of(FLASH_WIDE_COLS) && hd.is_multiple_of(32));
-            assert!(flash_wide_smem_bytes(hd) <= 227 * 1024, "hd {hd}");
-        }
-        assert_eq!(flash_wide_smem_bytes(512), 166_912);
-        // One CTA per SM: the most an sm_90 CTA may take is 227 KB.
-        assert!(decode_mma_wide_smem_bytes(512) <= 227 * 1024);
-        assert!(flash_wide_split_smem_bytes(512) <= 227 * 1024);
     }
 }

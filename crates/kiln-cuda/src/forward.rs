@@ -12,7 +12,7 @@ use kiln_model::{run_step, Activation, LayerWeight, ModelSpec, RopeStyle, StepOp
 
 use crate::device::Gpu;
 use crate::gemm_lt::{GemmOut, LtGemm};
-use crate::kernels::QkvKind;
+use crate::kernels::{AttnCall, FlashTiles, QkvKind};
 use crate::kernels_gemma::PostNormThen;
 use crate::kv_cache::KvCache;
 use crate::quant_gemm::quant_skinny_all;
@@ -127,19 +127,17 @@ impl CudaOps<'_, '_> {
         let step = c.layout.max_seqs;
         for r0 in (0..n_tokens).step_by(step) {
             let rows = step.min(n_tokens - r0);
-            g.decode_attn(
-                a.q.dev_ptr().row(r0, nq * hd).addr(),
-                c.kv_view(layer),
-                &inp.from_row(r0),
-                a.part_o.ptr(),
-                a.part_ml.ptr(),
-                a.attn.dev_ptr().row(r0, nq * hd).addr(),
-                rows,
-                nq,
+            let call = AttnCall {
+                q: a.q.dev_ptr().row(r0, nq * hd).addr(),
+                kv: c.kv_view(layer),
+                inp: &inp.from_row(r0),
+                out: a.attn.dev_ptr().row(r0, nq * hd).addr(),
+                n_q: nq,
                 hd,
-                at.window.unwrap_or(0),
-                at.scale,
-            )?;
+                window: at.window.unwrap_or(0),
+                scale: at.scale,
+            };
+            g.decode_attn(call, a.partials(), rows)?;
         }
         Ok(())
     }
@@ -408,57 +406,34 @@ impl StepOps for CudaOps<'_, '_> {
         let c = self.ctx;
         let (g, a, plan) = (c.gpu, c.a, self.plan);
         let at = &c.spec.layers[layer].attn;
-        let (nq, hd, scale) = (at.num_heads, at.head_dim, at.scale);
-        let window = at.window.unwrap_or(0);
-        let kv = c.kv_view(layer);
         let inp = c.attn_inputs(layer);
         if g.store != StoreType::Bf16 && c.sw.flash_attn && c.sw.split_decode {
             return self.split_attention_every_row(layer);
         }
+        let call = AttnCall {
+            q: a.q.ptr(),
+            kv: c.kv_view(layer),
+            inp: &inp,
+            out: a.attn.ptr(),
+            n_q: at.num_heads,
+            hd: at.head_dim,
+            window: at.window.unwrap_or(0),
+            scale: at.scale,
+        };
         if !c.sw.flash_attn || g.store != StoreType::Bf16 {
-            return g.ref_attn(
-                a.q.ptr(),
-                kv,
-                &inp,
-                a.attn.ptr(),
-                plan.n_tokens,
-                nq,
-                hd,
-                window,
-                scale,
-            );
+            return g.ref_attn(call, plan.n_tokens);
         }
         let d = plan.n_decode;
         if c.sw.split_decode {
-            g.decode_attn(
-                a.q.ptr(),
-                kv,
-                &inp,
-                a.part_o.ptr(),
-                a.part_ml.ptr(),
-                a.attn.ptr(),
-                d,
-                nq,
-                hd,
-                window,
-                scale,
-            )?;
+            g.decode_attn(call, a.partials(), d)?;
         } else {
-            g.ref_attn(a.q.ptr(), kv, &inp, a.attn.ptr(), d, nq, hd, window, scale)?;
+            g.ref_attn(call, d)?;
         }
-        g.flash_attn(
-            a.q.ptr(),
-            kv,
-            c.step_ptr(c.layout.tiles),
-            plan.n_tiles,
-            plan.prefill_keys,
-            &inp,
-            a.attn.ptr(),
-            nq,
-            hd,
-            window,
-            scale,
-        )
+        let tiles = FlashTiles {
+            ptr: c.step_ptr(c.layout.tiles),
+            n: plan.n_tiles,
+        };
+        g.flash_attn(call, tiles, plan.prefill_keys)
     }
 
     fn ffn_activation(&mut self, layer: usize) -> Result<()> {

@@ -4,7 +4,7 @@ use anyhow::Result;
 use kiln_model::ModelSpec;
 
 use crate::device::{DevBuf, Gpu};
-use crate::kernels::decode_part_splits;
+use crate::kernels::{decode_part_splits, Partials};
 use crate::step_plan::StepLayout;
 use crate::store::StoreBuf;
 
@@ -73,6 +73,14 @@ impl Activations {
             fp8_x: gpu.alloc(t * fp8_k)?,
             fp8_scale: gpu.alloc(if fp8 { t } else { 0 })?,
         })
+    }
+
+    /// Where decode attention writes its splits for their combine.
+    pub fn partials(&self) -> Partials {
+        Partials {
+            o: self.part_o.ptr(),
+            ml: self.part_ml.ptr(),
+        }
     }
 
     pub fn bytes(&self) -> usize {

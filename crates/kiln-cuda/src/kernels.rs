@@ -163,6 +163,37 @@ impl AttnInputs {
     }
 }
 
+/// One attention launch's operands: the query rows (n_q x hd bf16 each), the layer's cache,
+/// the step's inputs, where the output rows go, and the layer's shape. Every attention entry
+/// takes one, beside what its family adds (tiles, partials, a row count).
+#[derive(Debug, Clone, Copy)]
+pub struct AttnCall<'a> {
+    pub q: u64,
+    pub kv: KvView,
+    pub inp: &'a AttnInputs,
+    pub out: u64,
+    pub n_q: usize,
+    pub hd: usize,
+    /// The most keys a row sees (0: every key up to its own).
+    pub window: usize,
+    pub scale: f32,
+}
+
+/// Where the split-KV decode kernels write each split's partial output and its (max, sum)
+/// pair for their combine: rows x n_q x [`decode_part_splits`] of each.
+#[derive(Debug, Clone, Copy)]
+pub struct Partials {
+    pub o: u64,
+    pub ml: u64,
+}
+
+/// A prefill launch's tiles: a device array of {tok0, n_rows, seq, pos0}, and how many.
+#[derive(Debug, Clone, Copy)]
+pub struct FlashTiles {
+    pub ptr: u64,
+    pub n: usize,
+}
+
 impl Gpu {
     /// Opens device `ordinal` with its bf16 kernels: [`Gpu::with_store`] for bf16.
     pub fn new(ordinal: usize) -> Result<Gpu> {

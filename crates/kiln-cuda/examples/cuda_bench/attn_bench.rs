@@ -20,7 +20,7 @@ use kiln_cuda::attn_launch::{
     flash_sm90_kv_group, DecodeKernel, FlashKernel, FLASH_SM90_HEAD_DIMS,
 };
 use kiln_cuda::device::{DevBuf, Gpu};
-use kiln_cuda::kernels::{decode_part_splits, AttnInputs, KvView};
+use kiln_cuda::kernels::{decode_part_splits, AttnCall, AttnInputs, FlashTiles, KvView, Partials};
 use kiln_cuda::step_plan::{pack_step, StepLayout};
 use kiln_cuda::switches::DecodeFold;
 use kiln_step::ChunkInput;
@@ -212,20 +212,22 @@ impl Prefill {
             n_kv: N_KV,
             block_size: BS,
         };
-        let scale = 1.0 / (self.hd as f32).sqrt();
-        gpu.flash_attn_kernel(
-            kind,
-            self.q.ptr(),
+        let inp = st.inputs();
+        let call = AttnCall {
+            q: self.q.ptr(),
             kv,
-            st.buf.at(st.layout.tiles),
-            st.n_tiles,
-            &st.inputs(),
-            self.out.ptr(),
-            N_Q,
-            self.hd,
-            0,
-            scale,
-        )
+            inp: &inp,
+            out: self.out.ptr(),
+            n_q: N_Q,
+            hd: self.hd,
+            window: 0,
+            scale: 1.0 / (self.hd as f32).sqrt(),
+        };
+        let tiles = FlashTiles {
+            ptr: st.buf.at(st.layout.tiles),
+            n: st.n_tiles,
+        };
+        gpu.flash_attn_kernel(kind, call, tiles)
     }
 }
 
@@ -322,24 +324,24 @@ fn decode(gpu: &Gpu, kinds: &[DecodeKernel], json: &mut Vec<String>) -> Result<(
     let out = gpu.alloc::<u16>(max_rows * N_Q * hd)?;
     let po = gpu.alloc::<f32>(max_rows * N_Q * decode_part_splits() * hd)?;
     let pm = gpu.alloc::<f32>(max_rows * N_Q * decode_part_splits() * 2)?;
-    let scale = 1.0 / (hd as f32).sqrt();
+    let part = Partials {
+        o: po.ptr(),
+        ml: pm.ptr(),
+    };
     let run = |kind: DecodeKernel, st: &Step, reps: usize| -> Result<f64> {
         let inp = st.inputs();
+        let call = AttnCall {
+            q: q.ptr(),
+            kv,
+            inp: &inp,
+            out: out.ptr(),
+            n_q: N_Q,
+            hd,
+            window: 0,
+            scale: 1.0 / (hd as f32).sqrt(),
+        };
         time(gpu, reps, || {
-            gpu.decode_attn_with(
-                kind,
-                q.ptr(),
-                kv,
-                &inp,
-                po.ptr(),
-                pm.ptr(),
-                out.ptr(),
-                st.n_decode,
-                N_Q,
-                hd,
-                0,
-                scale,
-            )
+            gpu.decode_attn_with(kind, call, part, st.n_decode)
         })
     };
     for depth in [512usize, 8192, 32_768, 131_072] {

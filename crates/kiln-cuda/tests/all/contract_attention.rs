@@ -19,6 +19,7 @@ use kiln_cuda::attn_launch::{
 };
 use kiln_cuda::attn_wide::WIDE_HEAD_DIMS;
 use kiln_cuda::device::Gpu;
+use kiln_cuda::kernels::{AttnCall, Partials};
 use kiln_cuda::switches::DecodeFold;
 
 mod cases;
@@ -153,62 +154,30 @@ fn kinds(gpu: &Gpu, case: &Case, family: Family) -> Vec<Kind> {
 
 /// Runs `kind` over the rows of `step` it serves (its output elsewhere stays poisoned).
 fn run(gpu: &Gpu, s: &Setup, step: &Step, kind: Kind) -> (Vec<u16>, f64) {
-    let (n_q, hd, w) = (s.case.n_q, s.case.hd, s.case.window);
-    let scale = 1.0 / (hd as f32).sqrt();
+    let hd = s.case.hd;
     let inp = step.inputs();
     let (po, pm) = step.partials(gpu);
-    step.run(gpu, |out| match kind {
-        Kind::Ref => gpu.ref_attn(
-            step.dq.ptr(),
-            s.kv(),
-            &inp,
+    let part = Partials {
+        o: po.ptr(),
+        ml: pm.ptr(),
+    };
+    step.run(gpu, |out| {
+        let call = AttnCall {
+            q: step.dq.ptr(),
+            kv: s.kv(),
+            inp: &inp,
             out,
-            step.flat.len(),
-            n_q,
+            n_q: s.case.n_q,
             hd,
-            w,
-            scale,
-        ),
-        Kind::Decode(k) => gpu.decode_attn_with(
-            k,
-            step.dq.ptr(),
-            s.kv(),
-            &inp,
-            po.ptr(),
-            pm.ptr(),
-            out,
-            step.n_decode(),
-            n_q,
-            hd,
-            w,
-            scale,
-        ),
-        Kind::FlashWide { split } => gpu.flash_attn_wide_with(
-            split,
-            step.dq.ptr(),
-            s.kv(),
-            step.tiles(),
-            step.plan.n_tiles,
-            &inp,
-            out,
-            n_q,
-            hd,
-            w,
-            scale,
-        ),
-        Kind::Flash(k) => gpu.flash_attn_kernel(
-            k,
-            step.dq.ptr(),
-            s.kv(),
-            step.tiles(),
-            step.plan.n_tiles,
-            &inp,
-            out,
-            n_q,
-            hd,
-            w,
-            scale,
-        ),
+            window: s.case.window,
+            scale: 1.0 / (hd as f32).sqrt(),
+        };
+        match kind {
+            Kind::Ref => gpu.ref_attn(call, step.flat.len()),
+            Kind::Decode(k) => gpu.decode_attn_with(k, call, part, step.n_decode()),
+            Kind::FlashWide { split } => gpu.flash_attn_wide_with(split, call, step.tiles()),
+            Kind::Flash(k) => gpu.flash_attn_kernel(k, call, step.tiles()),
+        }
     })
 }
 

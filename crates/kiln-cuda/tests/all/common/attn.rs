@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use kiln_cuda::device::{DevBuf, Gpu};
-use kiln_cuda::kernels::{decode_part_splits, AttnInputs, KvView};
+use kiln_cuda::kernels::{decode_part_splits, AttnInputs, FlashTiles, KvView};
 use kiln_cuda::step_plan::{pack_step, StepLayout, StepPlan};
 use kiln_step::ChunkInput;
 
@@ -257,8 +257,11 @@ impl Step {
         }
     }
 
-    pub fn tiles(&self) -> u64 {
-        self.buf.at(self.layout.tiles)
+    pub fn tiles(&self) -> FlashTiles {
+        FlashTiles {
+            ptr: self.buf.at(self.layout.tiles),
+            n: self.plan.n_tiles,
+        }
     }
 
     pub fn n_decode(&self) -> usize {

@@ -4,7 +4,7 @@
 //! NaN, GQA 1 to 16, head dims 16 to 256, windows smaller and larger than the sequences.
 
 use kiln_cuda::device::Gpu;
-use kiln_cuda::kernels::{AttnInputs, KvView, DECODE_MAX_SPLITS};
+use kiln_cuda::kernels::{AttnCall, AttnInputs, KvView, Partials, DECODE_MAX_SPLITS};
 use kiln_cuda::step_plan::{pack_step, StepLayout};
 use kiln_cuda::StoreType;
 use kiln_step::ChunkInput;
@@ -44,21 +44,22 @@ fn split_rows(
     let pm = gpu
         .alloc::<f32>(step * case.n_q * DECODE_MAX_SPLITS * 2)
         .unwrap();
+    let part = Partials {
+        o: po.ptr(),
+        ml: pm.ptr(),
+    };
     for r0 in (0..t).step_by(step) {
-        gpu.decode_attn(
-            q.dev_ptr().row(r0, width).addr(),
+        let call = AttnCall {
+            q: q.dev_ptr().row(r0, width).addr(),
             kv,
-            &inp.from_row(r0),
-            po.ptr(),
-            pm.ptr(),
-            out.dev_ptr().row(r0, width).addr(),
-            step.min(t - r0),
-            case.n_q,
-            case.hd,
-            case.window,
+            inp: &inp.from_row(r0),
+            out: out.dev_ptr().row(r0, width).addr(),
+            n_q: case.n_q,
+            hd: case.hd,
+            window: case.window,
             scale,
-        )
-        .unwrap();
+        };
+        gpu.decode_attn(call, part, step.min(t - r0)).unwrap();
     }
 }
 
@@ -157,17 +158,17 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case) {
     });
     split_rows(gpu, &dq, &outs[1], kv, &inp, t, t, case, scale);
     let t_ref = timed(gpu, || {
-        gpu.ref_attn(
-            dq.ptr(),
+        let call = AttnCall {
+            q: dq.ptr(),
             kv,
-            &inp,
-            outs[2].ptr(),
-            t,
+            inp: &inp,
+            out: outs[2].ptr(),
             n_q,
             hd,
-            case.window,
+            window: case.window,
             scale,
-        )
+        };
+        gpu.ref_attn(call, t)
     });
     let split = outs[0].download_f32(gpu, 0, q.len()).unwrap();
     let whole = outs[1].download_f32(gpu, 0, q.len()).unwrap();
