@@ -89,28 +89,10 @@ __device__ __forceinline__ void decode_mma_body(
     __shared__ float s_ml[DM_CHAINS][16][2];
 
     const int row0 = blockIdx.z;
-    const int group = n_q / n_kv;
-    const int gc = min(group, 16);               // heads per CTA
-    const int chunks = (group + gc - 1) / gc;    // CTAs per KV head and row run
-    const int rpc = 16 / gc;                     // rows per CTA
-    const int kvh = blockIdx.y / chunks;
-    const int hc0 = kvh * group + (blockIdx.y % chunks) * gc;  // first query head of this CTA
-    const int nh = min(gc, kvh * group + group - hc0);
-
-    // A run of rows starts at a multiple of rpc or where the sequence or span changes.
-    if (row0 % rpc != 0 && dm_same(token_seq, positions, row0 - 1, row0, max_splits, min_span, span_round)) return;
-    const int n_rows_total = gridDim.z;
-    int nr = 1;
-    while (nr < rpc && row0 + nr < n_rows_total && (row0 + nr) % rpc != 0 &&
-           dm_same(token_seq, positions, row0 + nr - 1, row0 + nr, max_splits, min_span, span_round))
-        ++nr;
-
-    int max_len = 0, min_first = 0x7fffffff;
-    for (int r = 0; r < nr; ++r) {
-        const int len = positions[row0 + r] + 1;
-        max_len = max(max_len, len);
-        min_first = min(min_first, window > 0 ? max(0, len - window) : 0);
-    }
+    DmRun run;
+    if (!dm_run(run, token_seq, positions, n_q, n_kv, window, max_splits, min_span, span_round)) return;
+    const int kvh = run.kvh, hc0 = run.hc0, nh = run.nh, gc = run.gc, nr = run.nr;
+    const int max_len = run.max_len, min_first = run.min_first;
     const int span = dm_span(max_len, max_splits, min_span, span_round);
     // The CTA's first split, and the stride of each warp's splits.
     if ((int)blockIdx.x * DM_WARPS * span >= max_len) return;
