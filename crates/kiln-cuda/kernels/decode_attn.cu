@@ -1,3 +1,4 @@
+#line 1 "decode_attn.cu"
 // Decode attention: one query row per sequence, split over the KV length. The split count and
 // the split boundaries depend only on the sequence's own length, and every split visits its keys
 // in a fixed order, so a row's result is the same alone or in any batch. A CTA owns one split of
@@ -9,17 +10,7 @@
 #define DA_WARPS 4
 #define DA_MAX_GROUP 4
 #define DA_KEYS 8
-#define DA_COMBINE_MAX_SPLITS 128
-
-// Split s of a length-L sequence covers [s * span, min(L, (s + 1) * span)).
-__device__ __forceinline__ void da_split(int len, int max_splits, int min_span, int* n_splits, int* span) {
-    int n = (len + min_span - 1) / min_span;
-    n = n < 1 ? 1 : (n > max_splits ? max_splits : n);
-    int sp = (len + n - 1) / n;
-    sp = (sp + 15) / 16 * 16;
-    *span = sp;
-    *n_splits = (len + sp - 1) / sp;
-}
+// The split rule (da_split) and the merge: decode_simt.cuh.
 
 template <int HD>
 __device__ __forceinline__ void decode_attn_body(
@@ -156,34 +147,10 @@ DA_ENTRY(64, 4)
 DA_ENTRY(128, 4)
 DA_ENTRY(256, 1)
 
-// out[row, h, :] = merge of the row's splits, in split order. Grid (n_q, rows), hd threads. The
-// splits' (max, sum) pairs are staged in shared memory first, so the loop over splits reads
-// only the partial outputs, whose loads are independent of one another.
+// The merge (decode_simt.cuh), for the head dims up to 256.
 extern "C" __global__ void decode_attn_combine(const float* __restrict__ part_o, const float* __restrict__ part_ml,
                                                const int* __restrict__ positions, store_t* __restrict__ out,
                                                int n_q, int hd, int max_splits, int min_span) {
     pdl_enter();
-    __shared__ float sm_m[DA_COMBINE_MAX_SPLITS], sm_l[DA_COMBINE_MAX_SPLITS];
-    const int h = blockIdx.x, row = blockIdx.y;
-    int n_splits, span;
-    da_split(positions[row] + 1, max_splits, min_span, &n_splits, &span);
-    const u64 base = ((u64)row * n_q + h) * max_splits;
-    for (int s = threadIdx.x; s < n_splits; s += blockDim.x) {
-        sm_m[s] = part_ml[(base + s) * 2];
-        sm_l[s] = part_ml[(base + s) * 2 + 1];
-    }
-    __syncthreads();
-    float mm = KILN_NEG_INF;
-    for (int s = 0; s < n_splits; ++s) mm = fmaxf(mm, sm_m[s]);
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float ll = 0.f, oo = 0.f;
-#pragma unroll 16
-        for (int s = 0; s < n_splits; ++s) {
-            const float ms = sm_m[s];
-            const float sc = ms == KILN_NEG_INF ? 0.f : exp2f(ms - mm);
-            ll += sm_l[s] * sc;
-            oo += part_o[(base + s) * hd + d] * sc;
-        }
-        out[((u64)row * n_q + h) * hd + d] = to_store(ll > 0.f ? oo / ll : 0.f);
-    }
+    da_combine(part_o, part_ml, positions, out, n_q, hd, max_splits, min_span);
 }

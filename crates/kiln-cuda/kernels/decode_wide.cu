@@ -1,3 +1,4 @@
+#line 1 "decode_wide.cu"
 // Decode attention for heads too wide for the registers of decode_attn.cu (Gemma 4's
 // full-attention layers: head dim 512). Decode rows are split over the KV length as
 // decode_attn.cu splits them (the split count and bounds a function of the sequence's own
@@ -11,18 +12,8 @@
 #define DW_WARPS 4
 #define DW_GROUP 2
 #define DW_KEYS 4
-#define DW_COMBINE_MAX_SPLITS 128
-
-// Split s of a length-L sequence covers [s * span, min(L, (s + 1) * span)): decode_attn.cu's
-// rule, so a wide layer splits a sequence as the others do.
-__device__ __forceinline__ void dw_split(int len, int max_splits, int min_span, int* n_splits, int* span) {
-    int n = (len + min_span - 1) / min_span;
-    n = n < 1 ? 1 : (n > max_splits ? max_splits : n);
-    int sp = (len + n - 1) / n;
-    sp = (sp + 15) / 16 * 16;
-    *span = sp;
-    *n_splits = (len + sp - 1) / sp;
-}
+// Splits a sequence with decode_attn.cu's rule (da_split, decode_simt.cuh), so a wide layer splits
+// it as the others do.
 
 // PER (a multiple of 8) consecutive stored values into floats, 8 at a time.
 template <int PER>
@@ -46,7 +37,7 @@ __device__ __forceinline__ void decode_wide_body(
     const int nh = min(DW_GROUP, kvh * group + group - h0);
     const int len = positions[row] + 1;
     int n_splits, span;
-    dw_split(len, max_splits, min_span, &n_splits, &span);
+    da_split(len, max_splits, min_span, &n_splits, &span);
     __shared__ float sm_ml[DW_WARPS][DW_GROUP][2];
     __shared__ float sm_o[DW_WARPS][DW_GROUP][HD];
     // The row's query heads and block table, once for all the splits this CTA serves.
@@ -160,33 +151,11 @@ __device__ __forceinline__ void decode_wide_body(
     }
 DW_ENTRY(512)
 
-// out[row, h, :] = merge of the row's splits, in split order. Grid (n_q, rows), up to 1024
-// threads over the head's elements.
+// The merge (decode_simt.cuh), up to 1024 threads over the head's elements.
 extern "C" __global__ void decode_attn_wide_combine(const float* __restrict__ part_o,
                                                     const float* __restrict__ part_ml,
                                                     const int* __restrict__ positions, store_t* __restrict__ out,
                                                     int n_q, int hd, int max_splits, int min_span) {
     pdl_enter();
-    __shared__ float sm_m[DW_COMBINE_MAX_SPLITS], sm_l[DW_COMBINE_MAX_SPLITS];
-    const int h = blockIdx.x, row = blockIdx.y;
-    int n_splits, span;
-    dw_split(positions[row] + 1, max_splits, min_span, &n_splits, &span);
-    const u64 base = ((u64)row * n_q + h) * max_splits;
-    for (int s = threadIdx.x; s < n_splits; s += blockDim.x) {
-        sm_m[s] = part_ml[(base + s) * 2];
-        sm_l[s] = part_ml[(base + s) * 2 + 1];
-    }
-    __syncthreads();
-    float mm = KILN_NEG_INF;
-    for (int s = 0; s < n_splits; ++s) mm = fmaxf(mm, sm_m[s]);
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float ll = 0.f, oo = 0.f;
-        for (int s = 0; s < n_splits; ++s) {
-            const float ms = sm_m[s];
-            const float sc = ms == KILN_NEG_INF ? 0.f : exp2f(ms - mm);
-            ll += sm_l[s] * sc;
-            oo += part_o[(base + s) * hd + d] * sc;
-        }
-        out[((u64)row * n_q + h) * hd + d] = to_store(ll > 0.f ? oo / ll : 0.f);
-    }
+    da_combine(part_o, part_ml, positions, out, n_q, hd, max_splits, min_span);
 }

@@ -67,7 +67,12 @@ pub const SOURCES: &[KernelSource] = &[
     },
     KernelSource {
         name: "decode_attn",
-        body: include_str!("../kernels/decode_attn.cu"),
+        // The split rule and the merge shared with the wide module (decode_simt.cuh starts
+        // with its own #line).
+        body: concat!(
+            include_str!("../kernels/decode_simt.cuh"),
+            include_str!("../kernels/decode_attn.cu")
+        ),
         builds: Builds::Typed,
     },
     KernelSource {
@@ -120,7 +125,10 @@ pub const SOURCES: &[KernelSource] = &[
     },
     KernelSource {
         name: "decode_wide",
-        body: include_str!("../kernels/decode_wide.cu"),
+        body: concat!(
+            include_str!("../kernels/decode_simt.cuh"),
+            include_str!("../kernels/decode_wide.cu")
+        ),
         builds: Builds::Typed,
     },
     KernelSource {
