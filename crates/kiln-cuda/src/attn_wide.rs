@@ -110,3 +110,20 @@ impl Gpu {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wide_flash_kernel_fits_the_shared_memory_of_an_sm() {
+        for hd in WIDE_HEAD_DIMS {
+            assert!(hd.is_multiple_of(FLASH_WIDE_COLS) && hd.is_multiple_of(32));
+            assert!(flash_wide_smem_bytes(hd) <= 227 * 1024, "hd {hd}");
+        }
+        assert_eq!(flash_wide_smem_bytes(512), 166_912);
+        // One CTA per SM: the most an sm_90 CTA may take is 227 KB.
+        assert!(decode_mma_wide_smem_bytes(512) <= 227 * 1024);
+        assert!(flash_wide_split_smem_bytes(512) <= 227 * 1024);
+    }
+}
