@@ -346,40 +346,64 @@ DM_ENTRY(decode_mma_la_hd128, 128, 4, 2, true)
 #define DM_COMBINE_BATCH 32
 #define DM_COMBINE_FEW 8
 static_assert(DM_COMBINE_BATCH % DM_CHAINS == 0, "a batch starts at chain 0");
-extern "C" __global__ void decode_mma_combine(const float* __restrict__ part_o, const float* __restrict__ part_ml,
-                                              const int* __restrict__ positions, bf16_t* __restrict__ out,
-                                              int n_q, int hd, int max_splits, int min_span, int span_round) {
-    pdl_enter();
-    __shared__ float2 s_ml[DM_COMBINE_MAX_SPLITS];
-    __shared__ float s_a[DM_COMBINE_MAX_SPLITS], s_b[DM_COMBINE_MAX_SPLITS];
-    __shared__ float s_m[DM_CHAINS], s_l[DM_CHAINS];
-    const int h = blockIdx.x, row = blockIdx.y;
-    const int len = positions[row] + 1;
-    const int span = dm_span(len, max_splits, min_span, span_round);
-    const int n_splits = (len + span - 1) / span;
-    const u64 base = ((u64)row * n_q + h) * max_splits;
+
+// The combine's staging in shared memory: the splits' (m, l), their fold factors, the chains'.
+struct DmCombineSmem {
+    float2 ml[DM_COMBINE_MAX_SPLITS];
+    float a[DM_COMBINE_MAX_SPLITS], b[DM_COMBINE_MAX_SPLITS];
+    float m[DM_CHAINS], l[DM_CHAINS];
+};
+
+// A column's partials of splits s0 .. s0 + B - 1 that exist (s < n; zeros past), B loads in
+// flight (guarded: see above), then folded into the chains (s0 a multiple of DM_CHAINS).
+template <int B>
+__device__ __forceinline__ void dm_combine_load(float (&v)[B], const float* po, int s0, int n, int hd) {
+#pragma unroll
+    for (int j = 0; j < B; ++j) v[j] = s0 + j < n ? po[(u64)(s0 + j) * hd] : 0.f;
+}
+template <int B>
+__device__ __forceinline__ void dm_combine_fold(float (&O)[DM_CHAINS], const float (&v)[B], int s0, int n,
+                                                const DmCombineSmem& sm) {
+#pragma unroll
+    for (int j = 0; j < B; ++j) {
+        const int s = s0 + j;
+        if (s < n) O[j % DM_CHAINS] = dm_fold(O[j % DM_CHAINS], v[j], DmScale{0.f, sm.a[s], sm.b[s]});
+    }
+}
+
+// The combine of one (row, head) of n splits at part_o + base * hd. PRE > 0 (`early`): the
+// thread's first column loads its first PRE partials right away, before the maxima are staged
+// and the fold factors computed, so their latency hides behind that work; they are folded
+// first, the rest as without. The same operations in the same order either way.
+template <int PRE>
+__device__ __forceinline__ void dm_combine(DmCombineSmem& sm, const float* __restrict__ part_o,
+                                           const float* __restrict__ part_ml, bf16_t* __restrict__ out, u64 base,
+                                           int n_splits, int hd, u64 out_at) {
+    constexpr int P = PRE > 0 ? PRE : 1;
+    float pre[P];
+    if (PRE > 0 && (int)threadIdx.x < hd) dm_combine_load<P>(pre, part_o + base * hd + threadIdx.x, 0, n_splits, hd);
     for (int s = threadIdx.x; s < n_splits; s += blockDim.x)
-        s_ml[s] = *reinterpret_cast<const float2*>(part_ml + (base + s) * 2);
+        sm.ml[s] = *reinterpret_cast<const float2*>(part_ml + (base + s) * 2);
     __syncthreads();
     if (threadIdx.x < DM_CHAINS) {
         const int c = threadIdx.x;
         float M = KILN_NEG_INF, L = 0.f;
         for (int s = c; s < n_splits; s += DM_CHAINS) {
-            const DmScale f = dm_fold_scale(M, s_ml[s].x);
+            const DmScale f = dm_fold_scale(M, sm.ml[s].x);
             M = f.m;
-            L = dm_fold(L, s_ml[s].y, f);
-            s_a[s] = f.a;
-            s_b[s] = f.b;
+            L = dm_fold(L, sm.ml[s].y, f);
+            sm.a[s] = f.a;
+            sm.b[s] = f.b;
         }
-        s_m[c] = M;
-        s_l[c] = L;
+        sm.m[c] = M;
+        sm.l[c] = L;
     }
     __syncthreads();
     float M[DM_CHAINS], L[DM_CHAINS], sc[DM_CHAINS];
 #pragma unroll
     for (int c = 0; c < DM_CHAINS; ++c) {
-        M[c] = s_m[c];
-        L[c] = s_l[c];
+        M[c] = sm.m[c];
+        L[c] = sm.l[c];
     }
     const float l = dm_chain_scales(M, L, sc);
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
@@ -389,23 +413,51 @@ extern "C" __global__ void decode_mma_combine(const float* __restrict__ part_o, 
         const float* po = part_o + base * hd + d;
         // Split s joins chain s % DM_CHAINS, after the chain's earlier splits.
         int s0 = 0;
+        if (PRE > 0 && d == (int)threadIdx.x) {
+            dm_combine_fold<P>(O, pre, 0, n_splits, sm);
+            s0 = PRE;
+        }
         for (; n_splits - s0 > DM_COMBINE_FEW; s0 += DM_COMBINE_BATCH) {
             float v[DM_COMBINE_BATCH];
-#pragma unroll
-            for (int j = 0; j < DM_COMBINE_BATCH; ++j) v[j] = s0 + j < n_splits ? po[(u64)(s0 + j) * hd] : 0.f;
-#pragma unroll
-            for (int j = 0; j < DM_COMBINE_BATCH; ++j) {
-                const int s = s0 + j;
-                if (s < n_splits) O[j % DM_CHAINS] = dm_fold(O[j % DM_CHAINS], v[j], DmScale{0.f, s_a[s], s_b[s]});
-            }
+            dm_combine_load(v, po, s0, n_splits, hd);
+            dm_combine_fold(O, v, s0, n_splits, sm);
         }
         for (; s0 < n_splits; s0 += DM_CHAINS) {
 #pragma unroll
             for (int c = 0; c < DM_CHAINS; ++c) {
                 const int s = s0 + c;
-                if (s < n_splits) O[c] = dm_fold(O[c], po[(u64)s * hd], DmScale{0.f, s_a[s], s_b[s]});
+                if (s < n_splits) O[c] = dm_fold(O[c], po[(u64)s * hd], DmScale{0.f, sm.a[s], sm.b[s]});
             }
         }
-        out[((u64)row * n_q + h) * hd + d] = dm_chain_out(O, sc, l);
+        out[out_at + d] = dm_chain_out(O, sc, l);
     }
+}
+
+// `early` (KILN_ATTN_EARLY, as decode_mma's): the row's length read before the wait (positions
+// are step inputs) and the first partials loaded before the fold factors, as many as the row
+// has up to 64 in one of four sizes (a guarded load past the last split costs: see above).
+extern "C" __global__ void decode_mma_combine(const float* __restrict__ part_o, const float* __restrict__ part_ml,
+                                              const int* __restrict__ positions, bf16_t* __restrict__ out,
+                                              int n_q, int hd, int max_splits, int min_span, int span_round,
+                                              int early) {
+    pdl_trigger();
+    if (!early) pdl_wait();
+    __shared__ DmCombineSmem sm;
+    const int h = blockIdx.x, row = blockIdx.y;
+    const int len = positions[row] + 1;
+    const int span = dm_span(len, max_splits, min_span, span_round);
+    const int n = (len + span - 1) / span;
+    const u64 base = ((u64)row * n_q + h) * max_splits;
+    const u64 at = ((u64)row * n_q + h) * hd;
+    if (early) pdl_wait();
+    if (!early)
+        dm_combine<0>(sm, part_o, part_ml, out, base, n, hd, at);
+    else if (n <= 4)
+        dm_combine<4>(sm, part_o, part_ml, out, base, n, hd, at);
+    else if (n <= 8)
+        dm_combine<8>(sm, part_o, part_ml, out, base, n, hd, at);
+    else if (n <= 32)
+        dm_combine<32>(sm, part_o, part_ml, out, base, n, hd, at);
+    else
+        dm_combine<64>(sm, part_o, part_ml, out, base, n, hd, at);
 }

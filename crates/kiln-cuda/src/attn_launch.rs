@@ -99,7 +99,8 @@ pub enum DecodeKernel {
     /// one sequence sharing each K/V step; `fold`: whether a CTA folds a row's splits itself
     /// (KILN_DECODE_FOLD; the same bits either way; 512-wide heads never fold); `early`:
     /// whether the first K/V steps of keys written before the step go out before the kernel
-    /// ahead ends, where the inputs allow it (KILN_ATTN_EARLY; the same bits either way);
+    /// ahead ends, where the inputs allow it, and decode_mma_combine loads its first partials
+    /// before its fold factors (KILN_ATTN_EARLY; the same bits either way);
     /// `ahead`: each step's scores computed one step ahead, beside the previous step's softmax,
     /// where the head dim has such an entry (KILN_DECODE_LOOKAHEAD; the same bits either way).
     Mma {
@@ -425,8 +426,10 @@ impl Gpu {
         if fold {
             return Ok(());
         }
+        // `early`: the combine reads the rows' lengths before its wait and loads its first
+        // partials before the fold factors (the same bits either way).
         let mut args = combine_args(&c, part, (max_splits, min_span));
-        args.push(Arg::I32(span_round));
+        args.extend([Arg::I32(span_round), Arg::I32(early as i32)]);
         self.launch(
             "decode_mma_combine",
             (n_q as u32, rows as u32, 1),

@@ -160,7 +160,8 @@ pub struct Switches {
     pub decode_fold: DecodeFold,
     /// KILN_ATTN_EARLY (on; `0` off): decode_mma issues its first K/V steps of keys written
     /// before the step ahead of griddepcontrol.wait, so they stream in while the QKV GEMM
-    /// before it ends (same bits: its whole contract, 1,965 checks, on the H200 2026-12-05).
+    /// before it ends (same bits: its whole contract, 1,965 checks, on the H200 2026-12-05),
+    /// and decode_mma_combine loads its first partials before it computes the fold factors.
     /// H200, 2026-12-04: +0.1% at batch 1, +0.4% at depth 8k, +0.8% at 32 streams and 8k.
     pub attn_early: bool,
     /// KILN_DECODE_LOOKAHEAD=1: decode_mma computes each step's scores one step ahead, beside
