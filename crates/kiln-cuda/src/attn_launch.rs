@@ -426,10 +426,11 @@ impl Gpu {
         if fold {
             return Ok(());
         }
-        // `early`: the combine reads the rows' lengths before its wait and loads its first
-        // partials before the fold factors (the same bits either way).
+        // `early` (unless KILN_COMBINE_EARLY=0): the combine reads the rows' lengths before its
+        // wait and loads its first partials before the fold factors (the same bits either way).
         let mut args = combine_args(&c, part, (max_splits, min_span));
-        args.extend([Arg::I32(span_round), Arg::I32(early as i32)]);
+        let combine_early = early && sw.combine_early;
+        args.extend([Arg::I32(span_round), Arg::I32(combine_early as i32)]);
         self.launch(
             "decode_mma_combine",
             (n_q as u32, rows as u32, 1),

@@ -64,6 +64,9 @@ struct Pinned {
     algo: lt::cublasLtMatmulAlgo_t,
     /// No split-K: each element summed in one pass (the short tiers need it).
     one_pass: bool,
+    /// Its rows shown bit-identical across m on the device (a product's rows may then run in
+    /// two launches: gemm_tail.rs).
+    invariant: bool,
 }
 
 pub struct Fp8Gemm {
@@ -73,6 +76,8 @@ pub struct Fp8Gemm {
     /// Each shape's algorithm for steps of at most a tier's rows (gemm_fp8_short.rs).
     short: crate::gemm_lt::short::TierChoices<lt::cublasLtMatmulAlgo_t>,
     short_on: bool,
+    /// KILN_GEMM_TAIL (gemm_tail.rs).
+    tail_on: bool,
     scales: Fp8Scales,
     reference_m: usize,
     /// One line per pinned shape, for the start-up log.
@@ -105,6 +110,7 @@ impl Fp8Gemm {
             pinned: HashMap::new(),
             short: HashMap::new(),
             short_on: crate::switches::Switches::from_env().gemm_short,
+            tail_on: crate::switches::Switches::from_env().gemm_tail,
             scales,
             reference_m: reference_m.max(64),
             choices: Vec::new(),
@@ -171,6 +177,7 @@ impl Fp8Gemm {
                 break;
             }
         }
+        let invariant = chosen.is_some();
         let (algo, note) = chosen.unwrap_or((
             first,
             "NOT batch invariant: no candidate passed the row check".into(),
@@ -180,7 +187,14 @@ impl Fp8Gemm {
             self.scales
         ));
         let one_pass = split_k(&algo) == 1;
-        self.pinned.insert((n, k), Pinned { algo, one_pass });
+        self.pinned.insert(
+            (n, k),
+            Pinned {
+                algo,
+                one_pass,
+                invariant,
+            },
+        );
         self.pin_short(gpu, n, k)
     }
 
@@ -221,9 +235,26 @@ impl Fp8Gemm {
         if m == 0 {
             return Ok(());
         }
-        self.pin(gpu, w.rows, w.cols)?;
-        let algo = self.algo_for(w.rows, w.cols, m);
-        self.run(gpu, algo.as_ref(), y, xq, x_scale, w, m)
+        let (n, k) = (w.rows, w.cols);
+        self.pin(gpu, n, k)?;
+        // The last rows apart where they would take a round of tiles of their own: only with
+        // an algorithm whose rows are the same at any m (gemm_tail.rs).
+        let invariant = self.pinned.get(&(n, k)).is_some_and(|p| p.invariant);
+        let tail = match self.tail_on && invariant {
+            true => crate::gemm_tail::tail_rows(m, n, gpu.sm_count as usize),
+            false => 0,
+        };
+        let head = m - tail;
+        for (first, rows) in [(0, head), (head, tail)] {
+            if rows == 0 {
+                continue;
+            }
+            let algo = self.algo_for(n, k, rows);
+            let f = first as u64;
+            let (y, xq, xs) = (y + f * (n * 4) as u64, xq + f * k as u64, x_scale + f * 4);
+            self.run(gpu, algo.as_ref(), y, xq, xs, w, rows)?;
+        }
+        Ok(())
     }
 
     /// Points the descriptor at the row scales of W (A: its outer dimension is n, w's rows) and

@@ -46,6 +46,9 @@ struct Pinned {
     /// Its split-K factor: over 1, partial sums are reduced after the main loop, and where beta's
     /// term joins them is cuBLASLt's to choose, so [`GemmOut::Add`] is not used.
     split_k: i64,
+    /// Its rows shown bit-identical across m on the device (a product's rows may then run in
+    /// two launches: gemm_tail.rs).
+    invariant: bool,
 }
 
 /// Describes an algorithm (id, tile, split-K, reduction scheme, stages) for diagnostics.
@@ -90,6 +93,9 @@ pub struct LtGemm {
     /// and bit-identical (gemm_short.rs); KILN_GEMM_SHORT=0: none.
     short: short::TierChoices<Pinned>,
     short_on: bool,
+    /// KILN_GEMM_TAIL: a prompt product's last rows in a launch of their own where that saves
+    /// a round of tiles (gemm_tail.rs).
+    tail_on: bool,
     /// With KILN_CHAIN_GEMM, the most rows of a decode-only step of each shape that take the
     /// chain kernel (gemm_chain_rows.rs); `chain_fixed`: KILN_CHAIN_ROWS=N for every shape.
     chain_rows: HashMap<(usize, usize), usize>,
@@ -121,6 +127,7 @@ impl LtGemm {
             pinned: HashMap::new(),
             short: HashMap::new(),
             short_on: sw.gemm_short,
+            tail_on: sw.gemm_tail,
             chain_rows: HashMap::new(),
             chain_fixed: sw.chain_rows,
             store: gpu.store,
@@ -249,6 +256,7 @@ impl LtGemm {
             Pinned {
                 algo: res.algo,
                 split_k,
+                invariant: verified,
             },
         );
         self.pin_short(gpu, n, k)
@@ -339,16 +347,34 @@ impl LtGemm {
         if self.pin {
             self.pin_shape(gpu, n, k)?;
         }
-        let pinned = if self.pin {
-            self.algo_for(n, k, m)
-        } else {
-            None
+        // The last rows apart where they would take a round of tiles of their own: only with
+        // an algorithm whose rows are the same at any m.
+        let invariant = self.pin && self.pinned.get(&(n, k)).is_some_and(|p| p.invariant);
+        let tail = match self.tail_on && invariant {
+            true => crate::gemm_tail::tail_rows(m, n, self.sm_target as usize),
+            false => 0,
         };
-        if out == GemmOut::Add && pinned.is_none_or(|p| p.split_k != 1) {
-            bail!("an add in the epilogue of a {n}x{k} GEMM without a pinned one-pass algorithm");
+        let head = m - tail;
+        let (x_row, y_row) = ((k * self.store.bytes()) as u64, (n * 4) as u64);
+        for (first, rows) in [(0, head), (head, tail)] {
+            if rows == 0 {
+                continue;
+            }
+            let pinned = if self.pin {
+                self.algo_for(n, k, rows)
+            } else {
+                None
+            };
+            if out == GemmOut::Add && pinned.is_none_or(|p| p.split_k != 1) {
+                bail!(
+                    "an add in the epilogue of a {n}x{k} GEMM without a pinned one-pass algorithm"
+                );
+            }
+            let algo = pinned.as_ref().map(|p| &p.algo);
+            let (x, y) = (x + first as u64 * x_row, y + first as u64 * y_row);
+            self.run(gpu, algo, out, y, x, w, rows, n, k)?;
         }
-        let algo = pinned.as_ref().map(|p| &p.algo);
-        self.run(gpu, algo, out, y, x, w, m, n, k)
+        Ok(())
     }
 
     /// One cuBLASLt call with the given algorithm (None: cuBLASLt's own choice). C is D, so

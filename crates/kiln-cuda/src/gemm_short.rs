@@ -172,7 +172,11 @@ impl LtGemm {
             ),
         };
         self.choices.push(line);
-        let short = chosen.map(|algo| Pinned { algo, split_k: 1 });
+        let short = chosen.map(|algo| Pinned {
+            algo,
+            split_k: 1,
+            invariant: true,
+        });
         self.short.insert((n, k, tier), short);
         Ok(())
     }

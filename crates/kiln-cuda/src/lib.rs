@@ -15,6 +15,7 @@ pub mod fp8_rows;
 pub mod fp8_skinny;
 pub mod gemm_fp8;
 pub mod gemm_lt;
+pub mod gemm_tail;
 pub mod graphs;
 pub mod graphs_pad;
 pub mod host_tier;

@@ -53,6 +53,7 @@ impl Env {
                 gemm_add: on("KILN_GEMM_ADD"),
                 gemm_tune: on("KILN_GEMM_TUNE"),
                 gemm_short: on("KILN_GEMM_SHORT"),
+                gemm_tail: on("KILN_GEMM_TAIL"),
                 chain_gemm: opt_in("KILN_CHAIN_GEMM"),
                 chain_rows: match var("KILN_CHAIN_ROWS").as_deref() {
                     None | Some("") | Some("auto") => None,
@@ -97,6 +98,7 @@ impl Env {
                     _ => DecodeFold::Auto,
                 },
                 attn_early: on("KILN_ATTN_EARLY"),
+                combine_early: on("KILN_COMBINE_EARLY"),
                 decode_lookahead: opt_in("KILN_DECODE_LOOKAHEAD"),
                 decode_split_ctas: SplitCtas::parse(var("KILN_DECODE_SPLIT_CTAS").as_deref()),
                 tc_split_from: match var("KILN_SKINNY_TC_SPLIT").as_deref() {

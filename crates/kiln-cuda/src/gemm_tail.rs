@@ -1,0 +1,64 @@
+//! Where a prompt GEMM splits off its last rows (KILN_GEMM_TAIL). The pinned algorithms work in
+//! tiles of 128 rows by 128 columns, a round of tiles on every multiprocessor at a time (the
+//! H200's fp8 and bf16 ones: cuBLASLt's persistent 128x128 kernels). A product a few rows past a
+//! multiple of 128 gives those rows a row of tiles of their own, which can cost a whole round:
+//! Llama-3-8B's o and down at 520 rows (the one-client workload's prompt) take 160 tiles, two
+//! rounds on 132 multiprocessors where 512 rows take one (H200 2026-12-06: prefill 520 tokens
+//! 39.5k tok/s against 56.1k at 512). Those rows then go to a second launch, at the short
+//! tiers' algorithm for their count, which every pinned shape has shown bit-identical to its
+//! own rows at any m and offset (gemm_lt.rs's row check): the same bits either way.
+//!
+//! The second launch reads the weight again (n x k elements) to save rounds of 128 x 128 x k
+//! multiply-adds on each multiprocessor; on the H200 (fp8: a round about 16 us at k 4,096, the
+//! weight read about 5 us per 4,096 columns) that pays where n is at most 8,192 columns per
+//! round saved, and only for a tail of up to 32 rows (more rows are a GEMM of their own).
+
+/// The pinned algorithms' tile, rows and columns.
+pub const TILE: usize = 128;
+/// The most rows split off.
+pub const MOST_TAIL_ROWS: usize = 32;
+/// The most weight columns a saved round of tiles pays a second read for.
+pub const COLUMNS_PER_ROUND: usize = 8192;
+
+/// Rows of an m-row product with n columns to run as a second launch on `sms` multiprocessors:
+/// the last m % 128 where they would add a round of tiles and the round pays for the second
+/// read of the weight; 0 to run it whole.
+pub fn tail_rows(m: usize, n: usize, sms: usize) -> usize {
+    let tail = m % TILE;
+    if m < TILE || tail == 0 || tail > MOST_TAIL_ROWS || sms == 0 {
+        return 0;
+    }
+    let cols = n.div_ceil(TILE);
+    let rounds = |rows: usize| (rows.div_ceil(TILE) * cols).div_ceil(sms);
+    let saved = rounds(m) - rounds(m - tail);
+    if saved > 0 && n <= saved * COLUMNS_PER_ROUND {
+        tail
+    } else {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tail_rows;
+
+    #[test]
+    fn llama3_8b_at_520_rows_splits_o_and_down_only() {
+        // H200 (132 SMs), Llama-3-8B: QKV 6,144 columns, o and down 4,096, gate/up 28,672.
+        assert_eq!(tail_rows(520, 4096, 132), 8);
+        assert_eq!(tail_rows(520, 6144, 132), 0); // 240 tiles against 192: two rounds either way
+        assert_eq!(tail_rows(520, 28_672, 132), 0); // 9 rounds against 7: the read costs more
+        assert_eq!(tail_rows(512, 4096, 132), 0);
+        assert_eq!(tail_rows(136, 4096, 132), 0); // 64 tiles: one round either way
+        assert_eq!(tail_rows(100, 4096, 132), 0);
+    }
+
+    #[test]
+    fn long_tails_and_other_gpus_stay_whole() {
+        assert_eq!(tail_rows(512 + 33, 4096, 132), 0);
+        assert_eq!(tail_rows(512 + 32, 4096, 132), 32);
+        // 114 SMs (an H100 PCIe): 4 x 32 tiles are already two rounds, 5 x 32 still two.
+        assert_eq!(tail_rows(520, 4096, 114), 0);
+        assert_eq!(tail_rows(520, 4096, 0), 0);
+    }
+}
