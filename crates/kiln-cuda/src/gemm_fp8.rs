@@ -117,6 +117,11 @@ impl Fp8Gemm {
         })
     }
 
+    /// Whether a prompt product's last rows may run apart (gemm_tail.rs).
+    pub fn set_tail(&mut self, on: bool) {
+        self.tail_on = on;
+    }
+
     /// The layouts of an m-row fp8 product of shape (n, k) (lt_calls.rs).
     fn layouts(n: usize, k: usize, m: usize) -> Result<Layouts> {
         Layouts::new(E4M3, n, k, m)

@@ -140,6 +140,15 @@ impl LtGemm {
         })
     }
 
+    /// Whether a prompt product's last rows may run apart (KILN_GEMM_TAIL at start; tests
+    /// compare both ways).
+    pub fn set_tail(&mut self, on: bool) {
+        self.tail_on = on;
+        if let Some(f) = self.fp8.as_mut() {
+            f.set_tail(on);
+        }
+    }
+
     /// The row count each shape's algorithm is chosen at.
     pub(crate) fn reference_m(&self) -> usize {
         self.reference_m

@@ -199,6 +199,8 @@ fn gemm_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, scales: Fp8Scales) {
         (300, 256, 14_336),
         (37, 6144, 4096),
         (65, 96, 208),
+        // 8 rows past 512: a launch of their own on 132 multiprocessors (gemm_tail.rs).
+        (520, 4096, 4096),
     ] {
         let p = Product::random(gpu, rng, m, n, k);
         let (x, w) = (&p.x, &p.w);
@@ -215,6 +217,22 @@ fn gemm_cases(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, scales: Fp8Scales) {
         c.check(
             worst <= FP8_PRODUCT_TOLERANCE,
             format!("fp8 GEMM {scales:?} m={m} n={n} k={k}: worst error {worst:.2e} of the terms' magnitude ({:.3}ms)", secs * 1e3),
+        );
+        // The last rows apart or in the one launch: the same bits.
+        fp8.set_tail(false);
+        let yw = gpu.alloc::<f32>(m * n).unwrap();
+        let whole_secs = timed(gpu, || {
+            fp8.matmul(gpu, yw.ptr(), x.q.ptr(), x.scale.ptr(), w, m)
+        });
+        fp8.set_tail(true);
+        c.identical(
+            &format!(
+                "fp8 GEMM {scales:?} m={m} n={n} k={k}: as launched ({:.1} us) vs whole ({:.1} us)",
+                secs * 1e6,
+                whole_secs * 1e6
+            ),
+            &f32_bits(&yw.download(gpu, 0, m * n).unwrap()),
+            &f32_bits(&got),
         );
         // Rows 4.. of the same product at m - 4 rows, from that offset (its scales 16-byte
         // aligned, as a step's are): the same bits.

@@ -227,6 +227,9 @@ fn lt_gemm_contract() {
         (300, 512, 1024),
         (2048, 6144, 4096),
         (1000, 28672, 4096),
+        // 8 rows past 512: on 132 multiprocessors they run as a launch of their own
+        // (gemm_tail.rs), and must give the bits of the whole.
+        (520, 4096, 4096),
     ] {
         let p = Problem::new(&gpu, &mut rng, m, n, k);
         let y = gpu.alloc::<f32>(m * n).unwrap();
@@ -251,6 +254,22 @@ fn lt_gemm_contract() {
             p.atol(),
             1e-5,
             secs,
+        );
+        // The last rows apart or in the one launch: the same bits.
+        lt.set_tail(false);
+        let yw = gpu.alloc::<f32>(m * n).unwrap();
+        let whole_secs = timed(&gpu, || {
+            lt.matmul(&gpu, yw.ptr(), p.dx.ptr(), p.dw.ptr(), m, n, k)
+        });
+        lt.set_tail(true);
+        c.identical(
+            &format!(
+                "m={m} n={n} k={k}: as launched ({:.1} us) vs whole (KILN_GEMM_TAIL=0, {:.1} us)",
+                secs * 1e6,
+                whole_secs * 1e6
+            ),
+            &yw.download(&gpu, 0, m * n).unwrap(),
+            &got,
         );
         // The pinned algorithm gives each row the same bits at any row count.
         for sub in [1usize, 5, m / 2 + 1] {
