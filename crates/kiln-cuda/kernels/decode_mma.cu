@@ -74,7 +74,7 @@ __device__ __forceinline__ void decode_mma_body(
     const int* __restrict__ positions, const int* __restrict__ token_seq, const int* __restrict__ bt_start,
     const int* __restrict__ block_tables, float* __restrict__ part_o, float* __restrict__ part_ml,
     bf16_t* __restrict__ out, int n_q, int n_kv, int block_size, int window, float scale_log2, int max_splits,
-    int min_span, int span_round, int fold, int early) {
+    int min_span, int span_round, int fold, int early, int lazy) {
     constexpr int LD = HD + 8, DT = HD / 8, LDO = HD + 8;
     // Folding, a chain's O stays in registers up to head dim 128, in shared memory beyond.
     constexpr bool RO = HD <= 128;
@@ -221,7 +221,7 @@ __device__ __forceinline__ void decode_mma_body(
                 if (next) dm_scores<HD>(sn, sq, sk0 + ((f + 1) % NST) * 2 * DM_STEP * LD, LD, lane);
                 if (any)
                     dm_softmax_pv(sc, o, m_a, m_b, l_a, l_b, sv, LD, lane, k0, len_a, len_b, first_a, first_b,
-                                  scale_log2);
+                                  scale_log2, lazy);
                 if (next) {
 #pragma unroll
                     for (int n = 0; n < 2; ++n)
@@ -231,7 +231,8 @@ __device__ __forceinline__ void decode_mma_body(
             } else {
                 if (!any) continue;
                 dm_scores<HD>(sc, sq, sk, LD, lane);
-                dm_softmax_pv(sc, o, m_a, m_b, l_a, l_b, sv, LD, lane, k0, len_a, len_b, first_a, first_b, scale_log2);
+                dm_softmax_pv(sc, o, m_a, m_b, l_a, l_b, sv, LD, lane, k0, len_a, len_b, first_a, first_b, scale_log2,
+                              lazy);
             }
         }
         // The split's partial: l summed over the quad (each lane held its own columns' share).
@@ -305,17 +306,18 @@ __device__ __forceinline__ void decode_mma_body(
 }
 
 // decode_mma_hd*: `fold` 1 (one CTA a row run and head group: gridDim.x == 1) writes the output;
-// 0 writes each split's partials for decode_mma_combine.
+// 0 writes each split's partials for decode_mma_combine. `lazy` (KILN_DECODE_LAZY): o scaled
+// only in steps where a maximum moved (dm_softmax_pv; the same bits).
 #define DM_ENTRY(NAME, HD, NST, MINB, LA)                                                               \
     extern "C" __global__ void __launch_bounds__(128, MINB) NAME(                                       \
         const bf16_t* q, const bf16_t* kc, const bf16_t* vc, const int* positions, const int* token_seq, \
         const int* bt_start, const int* block_tables, float* part_o, float* part_ml, bf16_t* out, int n_q, \
         int n_kv, int block_size, int window, float scale_log2, int max_splits, int min_span, int span_round, \
-        int fold, int early) {                                                                          \
+        int fold, int early, int lazy) {                                                                \
         pdl_trigger();                                                                                  \
         decode_mma_body<HD, NST, LA>(q, kc, vc, positions, token_seq, bt_start, block_tables, part_o, part_ml, \
                                  out, n_q, n_kv, block_size, window, scale_log2, max_splits, min_span, span_round, \
-                                 fold, early);                                                          \
+                                 fold, early, lazy);                                                    \
     }
 // Ring depth (a warp's stages of 16 keys) and CTAs per SM by head dim: about 100 KB of K/V in
 // flight per SM or more (the shared memory: attn_launch.rs's decode_mma_smem_bytes).

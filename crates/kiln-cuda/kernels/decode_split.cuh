@@ -92,11 +92,14 @@ __device__ __forceinline__ void dm_load_query(bf16_t* sq, int ld, const bf16_t* 
 // One step of a split's online softmax, for both tensor-core decode kernels: the scores s of
 // keys k0.. (lane (g, t) holds keys k0 + 8 n + 2 t and + 1 of slots g and g + 8) masked to each
 // slot's keys [first, len), scaled, folded into the running maxima m, this lane's share of the
-// sums l and the outputs o, then P V from sv (the step's V rows, stride ldv).
+// sums l and the outputs o, then P V from sv (the step's V rows, stride ldv). `lazy`: o is
+// scaled only where some slot's maximum moved (kernels are built without ftz, so o * 1 is o:
+// the same bits), which spares the warp's chain DT x 4 multiplies in most steps.
 template <int NT, int DT>
 __device__ __forceinline__ void dm_softmax_pv(float (&s)[NT][4], float (&o)[DT][4], float& m_a, float& m_b,
                                               float& l_a, float& l_b, const bf16_t* sv, int ldv, int lane, int k0,
-                                              int len_a, int len_b, int first_a, int first_b, float scale_log2) {
+                                              int len_a, int len_b, int first_a, int first_b, float scale_log2,
+                                              bool lazy) {
     const int t = lane & 3;
     float mx_a = KILN_NEG_INF, mx_b = KILN_NEG_INF;
 #pragma unroll
@@ -133,12 +136,14 @@ __device__ __forceinline__ void dm_softmax_pv(float (&s)[NT][4], float (&o)[DT][
     }
     l_a = __fadd_rn(__fmul_rn(l_a, al_a), ps_a);
     l_b = __fadd_rn(__fmul_rn(l_b, al_b), ps_b);
+    if (!lazy || __any_sync(0xffffffffu, al_a != 1.f || al_b != 1.f)) {
 #pragma unroll
     for (int d = 0; d < DT; ++d) {
         o[d][0] = __fmul_rn(o[d][0], al_a);
         o[d][1] = __fmul_rn(o[d][1], al_a);
         o[d][2] = __fmul_rn(o[d][2], al_b);
         o[d][3] = __fmul_rn(o[d][3], al_b);
+    }
     }
     mma_pv<NT, DT>(o, s, sv, ldv, lane);
 }

@@ -407,7 +407,11 @@ impl Gpu {
             Arg::I32(span_round),
         ]);
         if !wide {
-            args.extend([Arg::I32(fold as i32), Arg::I32(early as i32)]);
+            args.extend([
+                Arg::I32(fold as i32),
+                Arg::I32(early as i32),
+                Arg::I32(sw.decode_lazy as i32),
+            ]);
         }
         // Every row is launched (rows whose run another CTA serves exit at once), each with
         // `sx` CTAs over its split slots (the 512-wide entry: one per slot; decode_mma: a

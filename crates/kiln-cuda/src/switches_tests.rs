@@ -91,6 +91,7 @@ fn each_variable_turns_off_its_own_switch() {
     assert!(sw(&[]).attn_early && !sw(&[("KILN_ATTN_EARLY", "0")]).attn_early);
     assert!(sw(&[]).combine_early && !sw(&[("KILN_COMBINE_EARLY", "0")]).combine_early);
     assert!(sw(&[]).gemm_tail && !sw(&[("KILN_GEMM_TAIL", "off")]).gemm_tail);
+    assert!(!sw(&[]).decode_lazy && sw(&[("KILN_DECODE_LAZY", "1")]).decode_lazy);
     let la = |vars: &[(&str, &str)]| sw(vars).decode_lookahead;
     assert!(!la(&[]) && la(&[("KILN_DECODE_LOOKAHEAD", "on")]));
     let wide = |v| read(&[("KILN_FLASH_WIDE", v)]).switches.flash_wide_split;
