@@ -1,17 +1,17 @@
 //! Where a prompt GEMM splits off its last rows (KILN_GEMM_TAIL). The pinned algorithms work in
 //! tiles of 128 rows by 128 columns, a round of tiles on every multiprocessor at a time (the
-//! H200's fp8 and bf16 ones: cuBLASLt's persistent 128x128 kernels). A product a few rows past a
-//! multiple of 128 gives those rows a row of tiles of their own, which can cost a whole round:
-//! Llama-3-8B's o and down at 520 rows (the one-client workload's prompt) take 160 tiles, two
-//! rounds on 132 multiprocessors where 512 rows take one (H200 2026-12-06: prefill 520 tokens
-//! 39.5k tok/s against 56.1k at 512). Those rows then go to a second launch, at the short
-//! tiers' algorithm for their count, which every pinned shape has shown bit-identical to its
-//! own rows at any m and offset (gemm_lt.rs's row check): the same bits either way.
+//! fp8 and bf16 ones of Llama-3-8B's shapes on the H100 and H200: cuBLASLt's persistent 128x128
+//! kernels). A product a few rows past a multiple of 128 gives those rows a row of tiles of
+//! their own, which can cost a whole round: Llama-3-8B's o and down at 520 rows take 160 tiles,
+//! two rounds on 132 multiprocessors where 512 rows take one. Those rows then go to a second
+//! launch, at the short tiers' algorithm for their count, which every pinned shape has shown
+//! bit-identical to its own rows at any m and offset (gemm_lt.rs's row check): the same bits.
 //!
-//! The second launch reads the weight again (n x k elements) to save rounds of 128 x 128 x k
-//! multiply-adds on each multiprocessor; on the H200 (fp8: a round about 16 us at k 4,096, the
-//! weight read about 5 us per 4,096 columns) that pays where n is at most 8,192 columns per
-//! round saved, and only for a tail of up to 32 rows (more rows are a GEMM of their own).
+//! The rule was written for a tail that costs a read of the weight; measured, it costs a round
+//! of tiles too (H100 2026-12-06, ncu: down at 520 rows 49.0 us for its 512 rows, 48.5 for its
+//! 8): cuBLASLt's short tiers found no faster algorithm with the same bits, and a 128 x 128
+//! tile's time is its K loop whatever rows it holds. The prefill gains little (fp8: 520 rows
+//! +0.3%, 1032 +2.7%; bf16: 520 +4.6%, 1032 +7.5%, one run each), never a bit.
 
 /// The pinned algorithms' tile, rows and columns.
 pub const TILE: usize = 128;

@@ -171,7 +171,8 @@ pub struct Switches {
     /// where KILN_ATTN_EARLY lets it load them first (an A/B of the combine's part alone).
     pub combine_early: bool,
     /// KILN_DECODE_LAZY=1: decode_mma scales a step's outputs by the change of maximum only
-    /// where a maximum moved, not in every step (same bits: o * 1 is o). Opt-in until measured.
+    /// where a maximum moved, not in every step (same bits: o * 1 is o). Opt-in: no gain at
+    /// batch 1 on the H100 (2026-12-06).
     pub decode_lazy: bool,
     /// KILN_DECODE_LOOKAHEAD=1: decode_mma computes each step's scores one step ahead, beside
     /// the previous step's softmax and P V (`decode_mma_la_*`, head dims up to 128, launches
