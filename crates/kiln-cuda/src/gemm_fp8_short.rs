@@ -13,7 +13,7 @@ use super::Fp8Gemm;
 use crate::device::Gpu;
 use crate::fp8_rows::Fp8Matrix;
 use crate::gemm_lt::algo_config;
-use crate::gemm_lt::short::{tier_candidates, tier_choice, TIERS};
+use crate::gemm_lt::short::{tier_candidates, tier_choice, timed_tiers, TIERS};
 use crate::gemm_lt::tune::mean_of_runs;
 use crate::lt_calls;
 
@@ -44,11 +44,11 @@ impl Fp8Gemm {
             return Ok(());
         }
         let mut offered = Vec::with_capacity(TIERS.len());
-        for &(_, m) in &TIERS {
+        for &(_, m) in &timed_tiers() {
             offered.push(self.one_pass_offered(n, k, m, &main)?);
         }
         let (x, w) = self.timing_rows(gpu, n, k)?;
-        for (tier, &(most, m)) in TIERS.iter().enumerate() {
+        for (tier, &(most, m)) in timed_tiers().iter().enumerate() {
             // The pinned algorithm first: it is timed beside the candidates and wins ties.
             let mut cands: Vec<Algo> = vec![main];
             cands.extend(tier_candidates(tier, &offered, |a| a));
@@ -122,7 +122,12 @@ impl Fp8Gemm {
 
     /// Input rows for the largest tier and weight copies past the L2, generated and quantised.
     fn timing_rows(&self, gpu: &Gpu, n: usize, k: usize) -> Result<(Fp8Matrix, Vec<Fp8Matrix>)> {
-        let m = TIERS.iter().map(|&(_, m)| m).max().unwrap_or(1).max(42);
+        let m = timed_tiers()
+            .iter()
+            .map(|&(_, m)| m)
+            .max()
+            .unwrap_or(1)
+            .max(42);
         let xs = gpu.alloc_store(m * k)?;
         gpu.dummy_fill(xs.ptr(), m * k, 0x7e57)?;
         let ws = gpu.alloc_store(n * k)?;

@@ -23,6 +23,15 @@ use crate::lt_calls;
 /// decode and prompt rows).
 pub const TIERS: [(usize, usize); 5] = [(4, 1), (16, 8), (64, 32), (256, 128), (1024, 512)];
 
+/// TIERS with the widest tier timed where KILN_GEMM_TIER_M says (the rows each tier holds stay).
+pub(crate) fn timed_tiers() -> [(usize, usize); 5] {
+    let mut tiers = TIERS;
+    if let Some(m) = crate::switches::Switches::from_env().gemm_tier_m {
+        tiers[TIERS.len() - 1].1 = m;
+    }
+    tiers
+}
+
 /// Each (n, k, tier)'s choice: Some(algorithm) where one faster than the pinned one gives its
 /// bits, None where the pinned one serves.
 pub(crate) type TierChoices<T> = HashMap<(usize, usize, usize), Option<T>>;
@@ -93,7 +102,7 @@ impl LtGemm {
         // What the heuristic offers at each tier's m, read once for every tier (each read and
         // each candidate's small-m check is a call into cuBLASLt).
         let mut offered = Vec::with_capacity(TIERS.len());
-        for &(_, m) in &TIERS {
+        for &(_, m) in &timed_tiers() {
             offered.push(self.one_pass_offered(n, k, m, &main)?);
         }
         for tier in todo {
@@ -137,7 +146,7 @@ impl LtGemm {
         offered: &[Vec<lt::cublasLtMatmulHeuristicResult_t>],
     ) -> Result<()> {
         use lt::cublasLtMatmulAlgoConfigAttributes_t as C;
-        let (most, m) = TIERS[tier];
+        let (most, m) = timed_tiers()[tier];
         let mut cands = tier_candidates(tier, offered, |r| &r.algo);
         let Some(&first) = cands.first() else {
             self.short.insert((n, k, tier), None);

@@ -49,6 +49,10 @@ pub struct Switches {
     /// instead of others chosen at 1, 8, 32, 128 and 512 rows, faster there and bit-identical to
     /// it (gemm_short.rs).
     pub gemm_short: bool,
+    /// KILN_GEMM_TIER_M=N (257-1,024): the widest short tier (steps of 257-1,024 rows) is timed
+    /// at N rows instead of 512, e.g. 520, a row past which 128-row tiles leave a row of tiles
+    /// nearly empty (gemm_short.rs; the same bits: its choice is checked against the pinned one).
+    pub gemm_tier_m: Option<usize>,
     /// KILN_GEMM_TAIL=0: a prompt GEMM whose last few rows would take a round of tiles of their
     /// own runs whole, instead of those rows in a second launch (gemm_tail.rs; the same bits).
     pub gemm_tail: bool,
@@ -436,13 +440,16 @@ impl Switches {
         let pin_m = self
             .gemm_pin_m
             .map_or("chunk".to_string(), |m| m.to_string());
+        let tier_m = self
+            .gemm_tier_m
+            .map_or("512".to_string(), |m| m.to_string());
         let tc = match k.skinny_tc {
             SkinnyTc::Off => "off".to_string(),
             SkinnyTc::From(n) => format!("{n}+"),
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} gemm_pin_m={pin_m} gemm_add={} gemm_tune={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} attn_early={} decode_lookahead={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} fp8={} fp8_scales={} fp8_fuse={} fp8_skinny={} fp8_wide={} fp8_wg={} bf16_wg={} wg_rows_choice={} flash_fence={} quant_fence={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} argmax_vec={} flash_wide={} decode_wide={} kv_ring={} chain_gemm={} chain_rows={} gemm_short={} gemm_tail={} combine_early={} decode_lazy={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} gemm_pin_m={pin_m} gemm_add={} gemm_tune={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} attn_early={} decode_lookahead={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} fp8={} fp8_scales={} fp8_fuse={} fp8_skinny={} fp8_wide={} fp8_wg={} bf16_wg={} wg_rows_choice={} flash_fence={} quant_fence={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} argmax_vec={} flash_wide={} decode_wide={} kv_ring={} chain_gemm={} chain_rows={} gemm_short={} gemm_tier_m={tier_m} gemm_tail={} combine_early={} decode_lazy={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,

@@ -54,6 +54,9 @@ impl Env {
                 gemm_tune: on("KILN_GEMM_TUNE"),
                 gemm_short: on("KILN_GEMM_SHORT"),
                 gemm_tail: on("KILN_GEMM_TAIL"),
+                gemm_tier_m: var("KILN_GEMM_TIER_M")
+                    .and_then(|v| v.parse().ok())
+                    .filter(|m| (257..=1024).contains(m)),
                 chain_gemm: opt_in("KILN_CHAIN_GEMM"),
                 chain_rows: match var("KILN_CHAIN_ROWS").as_deref() {
                     None | Some("") | Some("auto") => None,

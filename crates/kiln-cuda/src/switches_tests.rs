@@ -91,6 +91,12 @@ fn each_variable_turns_off_its_own_switch() {
     assert!(sw(&[]).attn_early && !sw(&[("KILN_ATTN_EARLY", "0")]).attn_early);
     assert!(sw(&[]).combine_early && !sw(&[("KILN_COMBINE_EARLY", "0")]).combine_early);
     assert!(sw(&[]).gemm_tail && !sw(&[("KILN_GEMM_TAIL", "off")]).gemm_tail);
+    let tier_m = |v| sw(&[("KILN_GEMM_TIER_M", v)]).gemm_tier_m;
+    assert_eq!((sw(&[]).gemm_tier_m, tier_m("520")), (None, Some(520)));
+    assert_eq!(
+        (tier_m("256"), tier_m("1025"), tier_m("x")),
+        (None, None, None)
+    );
     assert!(!sw(&[]).decode_lazy && sw(&[("KILN_DECODE_LAZY", "1")]).decode_lazy);
     let la = |vars: &[(&str, &str)]| sw(vars).decode_lookahead;
     assert!(!la(&[]) && la(&[("KILN_DECODE_LOOKAHEAD", "on")]));
