@@ -9,8 +9,9 @@
 # kernel may write: minutes for a decode step of an 8B model). Needs .carry/bin/cuda_bench
 # (scripts/build-gpu-carry.sh). KERNEL=REGEX profiles only the kernels whose names match, the
 # first COUNT (default 8) of them, with ncu's sections SECTIONS (default: speed of light, warp
-# stall reasons, memory workload, occupancy, launch) and prints ncu's details page: why a
-# kernel runs as long as it does, not only how long.
+# stall reasons, memory workload, occupancy, launch) and prints ncu's details page and every
+# stall reason's cycles per issued instruction: why a kernel runs as long as it does, not only
+# how long.
 # Usage: OUT=... scripts/step-profile.sh decode|prefill [N] [PRESET] [chunk=N | depth=D]
 #   (depth=D: decode from D tokens of context per sequence instead of none)
 set -uo pipefail
@@ -41,6 +42,11 @@ if [ -n "${KERNEL:-}" ]; then
         -o "$rep" -f "$bench" "$preset" "$what-profile" "$n" $extra > "$rep.log" 2>&1
     echo "ncu: rc=$?"
     "$ncu" -i "$rep.ncu-rep" --page details > "$rep-details.txt" 2>> "$rep.log"
+    # The details page names only the top stall reason; the raw page holds every reason's
+    # cycles per issued instruction (WarpStateStats), which ncu_summary.py lists largest first.
+    "$ncu" -i "$rep.ncu-rep" --page raw --csv > "$rep-raw.csv" 2>> "$rep.log"
+    python3 scripts/bench/ncu_summary.py "$rep-raw.csv" > "$rep-stalls.txt" 2>> "$rep.log"
+    cat "$rep-stalls.txt"
     grep -iE "^  [a-z_0-9]+|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Stall|Warp Cycles Per Issued|Issued Warp|L2 Hit|Block Limit" \
         "$rep-details.txt" | head -"${LINES_MAX:-80}"
     exit 0
