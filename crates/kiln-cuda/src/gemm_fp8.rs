@@ -104,13 +104,14 @@ impl Fp8Gemm {
                 .and_then(|_| mm.set(D::CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &outer, "B scale mode"))
                 .with_context(|| hint)?;
         }
+        let sw = crate::switches::Switches::from_env();
         Ok(Fp8Gemm {
             mm,
             workspace: gpu.alloc(WORKSPACE_BYTES)?,
             pinned: HashMap::new(),
             short: HashMap::new(),
-            short_on: crate::switches::Switches::from_env().gemm_short,
-            tail_on: crate::switches::Switches::from_env().gemm_tail,
+            short_on: sw.gemm_short,
+            tail_on: sw.gemm_tail,
             scales,
             reference_m: reference_m.max(64),
             choices: Vec::new(),
@@ -245,15 +246,8 @@ impl Fp8Gemm {
         // The last rows apart where they would take a round of tiles of their own: only with
         // an algorithm whose rows are the same at any m (gemm_tail.rs).
         let invariant = self.pinned.get(&(n, k)).is_some_and(|p| p.invariant);
-        let tail = match self.tail_on && invariant {
-            true => crate::gemm_tail::tail_rows(m, n, gpu.sm_count as usize),
-            false => 0,
-        };
-        let head = m - tail;
-        for (first, rows) in [(0, head), (head, tail)] {
-            if rows == 0 {
-                continue;
-            }
+        let split = self.tail_on && invariant;
+        for (first, rows) in crate::gemm_tail::launches(m, n, gpu.sm_count as usize, split) {
             let algo = self.algo_for(n, k, rows);
             let f = first as u64;
             let (y, xq, xs) = (y + f * (n * 4) as u64, xq + f * k as u64, x_scale + f * 4);

@@ -359,16 +359,9 @@ impl LtGemm {
         // The last rows apart where they would take a round of tiles of their own: only with
         // an algorithm whose rows are the same at any m.
         let invariant = self.pin && self.pinned.get(&(n, k)).is_some_and(|p| p.invariant);
-        let tail = match self.tail_on && invariant {
-            true => crate::gemm_tail::tail_rows(m, n, self.sm_target as usize),
-            false => 0,
-        };
-        let head = m - tail;
+        let split = self.tail_on && invariant;
         let (x_row, y_row) = ((k * self.store.bytes()) as u64, (n * 4) as u64);
-        for (first, rows) in [(0, head), (head, tail)] {
-            if rows == 0 {
-                continue;
-            }
+        for (first, rows) in crate::gemm_tail::launches(m, n, self.sm_target as usize, split) {
             let pinned = if self.pin {
                 self.algo_for(n, k, rows)
             } else {

@@ -38,9 +38,33 @@ pub fn tail_rows(m: usize, n: usize, sms: usize) -> usize {
     }
 }
 
+/// The launches of an m-row product, (first row, rows), none empty: the whole, or with `split`
+/// (an algorithm whose rows are the same at any m, and the switch on) its rows less
+/// [`tail_rows`], then those.
+pub fn launches(
+    m: usize,
+    n: usize,
+    sms: usize,
+    split: bool,
+) -> impl Iterator<Item = (usize, usize)> {
+    let tail = if split { tail_rows(m, n, sms) } else { 0 };
+    [(0, m - tail), (m - tail, tail)]
+        .into_iter()
+        .filter(|&(_, rows)| rows > 0)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::tail_rows;
+    use super::{launches, tail_rows};
+
+    #[test]
+    fn launches_cover_the_rows_once() {
+        let all = |m, n, split| launches(m, n, 132, split).collect::<Vec<_>>();
+        assert_eq!(all(520, 4096, true), [(0, 512), (512, 8)]);
+        assert_eq!(all(520, 4096, false), [(0, 520)]);
+        assert_eq!(all(520, 6144, true), [(0, 520)]);
+        assert!(all(0, 4096, true).is_empty());
+    }
 
     #[test]
     fn llama3_8b_at_520_rows_splits_o_and_down_only() {
