@@ -6,7 +6,7 @@
 # - WEIGHTS=fp8 (default): `--quantize fp8` (the F16 file quantised at load for serving) beside
 #   llama.cpp on the Q8_0 file, decode rows in the fp8 wgmma row order on sm_90 (wg_rows.rs; with
 #   KILN_FP8_WG=0 in the fp8 skinny and wide kernels, KILN_FP8_SKINNY=1 here). Needs
-#   `scripts/gpu-prepare.sh llama llama3 quant` done.
+#   `scripts/gpu-prepare.sh llama llama3 q8` (or `quant`) done.
 # - WEIGHTS=bf16: the F16 file as kiln stores it (bf16) beside llama.cpp on the same file; set
 #   KILN_BF16_WG=1 for the bf16 wgmma row order. Needs `scripts/gpu-prepare.sh llama llama3`.
 # Start the preparation in the call before (the build and the files take 400-550 s); the carried
@@ -28,7 +28,7 @@ WEIGHTS=${WEIGHTS:-fp8}
 case "$WEIGHTS" in
     fp8)
         export KILN_FP8_SKINNY=${KILN_FP8_SKINNY:-1}
-        parts="llama llama3 quant"
+        parts="llama llama3 q8"
         gguf=/tmp/kiln-bench/llama3-8b-q8_0.gguf
         args="--quantize fp8"
         ;;

@@ -10,6 +10,8 @@
 #   llama3       /tmp/kiln-bench/llama3-8b-f16.gguf (Llama-3-8B shape and vocabulary)
 #   gemma4       /tmp/kiln-bench/gemma4-f16.gguf (Gemma4TextConfig defaults, gemma-4 vocabulary)
 #   quant        /tmp/kiln-bench/llama3-8b-q4_k_m.gguf and -q8_0.gguf (needs llama and llama3)
+#   q8           /tmp/kiln-bench/llama3-8b-q8_0.gguf alone (what the fp8 proof reads; half of quant's time)
+# PREP_JOBS: the build's jobs (default: all cores but 4, left to the tests that run meanwhile).
 # Inputs (carried in .anchor/, which git ignores): llama.cpp.tar.xz (a folder made by
 # ../shared/device/prepare_llamacpp.sh, packed), ggml-vocab-llama-bpe.gguf, ggml-vocab-gemma-4.gguf.
 # scripts/gpu-wait.sh PRODUCT... waits for products to be ready.
@@ -56,7 +58,7 @@ build_llama() {
         -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
         -DCMAKE_BUILD_TYPE=Release > "$BUILD/cmake.log" 2>&1 || return 1
     # Leave a few cores to the tests that run meanwhile.
-    local jobs=$(( $(nproc) > 6 ? $(nproc) - 4 : 2 ))
+    local jobs=${PREP_JOBS:-$(( $(nproc) > 6 ? $(nproc) - 4 : 2 ))}
     cmake --build "$BUILD" -j"$jobs" --target llama-bench llama-batched-bench llama-server llama-quantize \
         > "$BUILD/build.log" 2>&1
 }
@@ -77,15 +79,17 @@ gguf_gemma4() {
         --gguf-py "$SRC/gguf-py" --dtype f16 >> "$LOG" 2>&1 && mv "$out.part" "$out"
 }
 
-quantise() {
+quantise() { # [TYPE...] (default: Q8_0 Q4_K_M)
     local t
-    for t in Q4_K_M Q8_0; do
+    for t in ${*:-Q8_0 Q4_K_M}; do
         local out=$DIR/llama3-8b-${t,,}.gguf
         [ -s "$out" ] && continue
         "$BUILD/bin/llama-quantize" "$DIR/llama3-8b-f16.gguf" "$out.part" "$t" > "$DIR/quantize-$t.log" 2>&1 \
             && mv "$out.part" "$out" || return 1
     done
 }
+
+quantise_q8() { quantise Q8_0; }
 
 run() { # NAME function
     local t0=$SECONDS
@@ -100,12 +104,13 @@ want llama && { run llama build_llama & }
 want llama3 && run llama3 gguf_llama3
 want gemma4 && run gemma4 gguf_gemma4
 wait
-if want quant; then
+for q in q8 quant; do
+    want $q || continue
     if [ -f "$DIR/llama.ready" ] && [ -f "$DIR/llama3.ready" ]; then
-        run quant quantise
+        if [ $q = q8 ]; then run q8 quantise_q8; else run quant quantise; fi
     else
-        say "quant: skipped (llama or llama3 missing)"
-        touch "$DIR/quant.failed"
+        say "$q: skipped (llama or llama3 missing)"
+        touch "$DIR/$q.failed"
     fi
-fi
+done
 say "all: finished"
