@@ -21,16 +21,50 @@
 #define DM_WARPS DM_CHAINS
 #define DM_STEP 16
 static_assert(DECODE_MIN_SPAN % DM_STEP == 0, "a split holds whole steps");
+// decode_mma's `flags`: DM_LAZY (KILN_DECODE_LAZY: o rescaled only where a maximum moved) and
+// DM_LEAN (KILN_DECODE_LEAN: a step of one KV block loaded from one table entry, and steps every
+// row sees wholly scored without masks). The same bits every way.
+#define DM_LAZY 1
+#define DM_LEAN 2
 
 // One step of 16 keys into a warp's ring stage (keys from kv_end on read as zeros): CH lanes
 // to a row; lane l < 16 looks up row l in the block table (once for K and V) and the copying
-// lanes take it by shuffle: no division or dependent load per 16-byte copy.
+// lanes take it by shuffle: no division or dependent load per 16-byte copy. With bs_shift >= 0
+// (DM_LEAN, blocks of 2^bs_shift keys, a multiple of 16) the step's keys lie in one block, its
+// rows consecutive there: one table entry for the warp and no shuffles, and no guards but in a
+// split's short last step. A step is at most a few hundred instructions of a warp that waits on
+// each of them at batch 1, so these are a good part of its time.
 template <int HD>
 __device__ __forceinline__ void dm_load_step(bf16_t* sk, bf16_t* sv, const bf16_t* __restrict__ kc,
                                              const bf16_t* __restrict__ vc, const int* __restrict__ table,
-                                             int k0, int kv_end, int kvh, int n_kv, int block_size, int lane) {
+                                             int k0, int kv_end, int kvh, int n_kv, int block_size, int bs_shift,
+                                             int lane) {
     constexpr int LD = HD + 8, CH = HD / 8, RPW = 32 / CH;  // rows a pass of the warp
     static_assert(CH <= 32 && RPW * CH == 32, "decode_mma step shape");
+    if (bs_shift >= 0) {
+        const int r0 = lane / CH, c8 = (lane % CH) * 8;
+        const u32 row = ((u32)table[k0 >> bs_shift] * (u32)n_kv + (u32)kvh) * (u32)block_size +
+                        (u32)(k0 & (block_size - 1)) + (u32)r0;
+        const bf16_t* kp = kc + (u64)row * HD + c8;
+        const bf16_t* vp = vc + (u64)row * HD + c8;
+        bf16_t* dk = sk + r0 * LD + c8;
+        bf16_t* dv = sv + r0 * LD + c8;
+        if (k0 + DM_STEP <= kv_end) {
+#pragma unroll
+            for (int j = 0; j < DM_STEP / RPW; ++j) {
+                cp_async_16(dk + RPW * j * LD, kp + RPW * j * HD, 16);
+                cp_async_16(dv + RPW * j * LD, vp + RPW * j * HD, 16);
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < DM_STEP / RPW; ++j) {
+                const int bytes = k0 + r0 + RPW * j < kv_end ? 16 : 0;  // the block's rows: valid addresses
+                cp_async_16(dk + RPW * j * LD, kp + RPW * j * HD, bytes);
+                cp_async_16(dv + RPW * j * LD, vp + RPW * j * HD, bytes);
+            }
+        }
+        return;
+    }
     const int mp = k0 + (lane & 15);
     const u32 mine = mp < kv_end
         ? ((u32)table[mp / block_size] * (u32)n_kv + (u32)kvh) * (u32)block_size + (u32)(mp % block_size)
@@ -74,7 +108,7 @@ __device__ __forceinline__ void decode_mma_body(
     const int* __restrict__ positions, const int* __restrict__ token_seq, const int* __restrict__ bt_start,
     const int* __restrict__ block_tables, float* __restrict__ part_o, float* __restrict__ part_ml,
     bf16_t* __restrict__ out, int n_q, int n_kv, int block_size, int window, float scale_log2, int max_splits,
-    int min_span, int span_round, int fold, int early, int lazy) {
+    int min_span, int span_round, int fold, int early, int flags) {
     constexpr int LD = HD + 8, DT = HD / 8, LDO = HD + 8;
     // Folding, a chain's O stays in registers up to head dim 128, in shared memory beyond.
     constexpr bool RO = HD <= 128;
@@ -94,6 +128,12 @@ __device__ __forceinline__ void decode_mma_body(
     const int kvh = run.kvh, hc0 = run.hc0, nh = run.nh, gc = run.gc, nr = run.nr;
     const int max_len = run.max_len, min_first = run.min_first;
     const int span = dm_span(max_len, max_splits, min_span, span_round);
+    const bool lazy = flags & DM_LAZY, lean = flags & DM_LEAN;
+    // DM_LEAN: blocks of a power of two keys, a multiple of a step, load a step from one entry.
+    const int bs_shift =
+        lean && block_size % DM_STEP == 0 && (block_size & (block_size - 1)) == 0 ? __ffs(block_size) - 1 : -1;
+    // DM_LEAN: the keys every row of the run sees; the steps wholly inside need no mask.
+    const int in_lo = lean ? run.max_first : 0x7fffffff, in_hi = lean ? run.min_len : 0;
     // The CTA's first split, and the stride of each warp's splits.
     if ((int)blockIdx.x * DM_WARPS * span >= max_len) return;
 
@@ -134,7 +174,7 @@ __device__ __forceinline__ void decode_mma_body(
         if (next_k0() >= 0) {
             bf16_t* sk = sk0 + (issued % NST) * 2 * DM_STEP * LD;
             dm_load_step<HD>(sk, sk + DM_STEP * LD, k_cache, v_cache, table, it_lo + ii * DM_STEP, ihi, kvh, n_kv,
-                             block_size, lane);
+                             block_size, bs_shift, lane);
             ++ii;
             ++issued;
         }
@@ -211,6 +251,7 @@ __device__ __forceinline__ void decode_mma_body(
             const bf16_t* sk = sk0 + (f % NST) * 2 * DM_STEP * LD;
             const bf16_t* sv = sk + DM_STEP * LD;
             const int k0 = t_lo + it * DM_STEP;
+            const bool interior = k0 >= in_lo && k0 + DM_STEP <= in_hi;
             // Does any slot see any of these 16 keys? If not, every state stays as it is.
             auto sees = [&](int k) { return k < my_len && (window <= 0 || k + DM_STEP - 1 >= my_len - window); };
             const bool any = __any_sync(0xffffffffu, sees(k0));
@@ -221,7 +262,7 @@ __device__ __forceinline__ void decode_mma_body(
                 if (next) dm_scores<HD>(sn, sq, sk0 + ((f + 1) % NST) * 2 * DM_STEP * LD, LD, lane);
                 if (any)
                     dm_softmax_pv(sc, o, m_a, m_b, l_a, l_b, sv, LD, lane, k0, len_a, len_b, first_a, first_b,
-                                  scale_log2, lazy);
+                                  scale_log2, lazy, interior);
                 if (next) {
 #pragma unroll
                     for (int n = 0; n < 2; ++n)
@@ -232,7 +273,7 @@ __device__ __forceinline__ void decode_mma_body(
                 if (!any) continue;
                 dm_scores<HD>(sc, sq, sk, LD, lane);
                 dm_softmax_pv(sc, o, m_a, m_b, l_a, l_b, sv, LD, lane, k0, len_a, len_b, first_a, first_b, scale_log2,
-                              lazy);
+                              lazy, interior);
             }
         }
         // The split's partial: l summed over the quad (each lane held its own columns' share).
@@ -306,18 +347,17 @@ __device__ __forceinline__ void decode_mma_body(
 }
 
 // decode_mma_hd*: `fold` 1 (one CTA a row run and head group: gridDim.x == 1) writes the output;
-// 0 writes each split's partials for decode_mma_combine. `lazy` (KILN_DECODE_LAZY): o scaled
-// only in steps where a maximum moved (dm_softmax_pv; the same bits).
+// 0 writes each split's partials for decode_mma_combine. `flags`: DM_LAZY and DM_LEAN (above).
 #define DM_ENTRY(NAME, HD, NST, MINB, LA)                                                               \
     extern "C" __global__ void __launch_bounds__(128, MINB) NAME(                                       \
         const bf16_t* q, const bf16_t* kc, const bf16_t* vc, const int* positions, const int* token_seq, \
         const int* bt_start, const int* block_tables, float* part_o, float* part_ml, bf16_t* out, int n_q, \
         int n_kv, int block_size, int window, float scale_log2, int max_splits, int min_span, int span_round, \
-        int fold, int early, int lazy) {                                                                \
+        int fold, int early, int flags) {                                                               \
         pdl_trigger();                                                                                  \
         decode_mma_body<HD, NST, LA>(q, kc, vc, positions, token_seq, bt_start, block_tables, part_o, part_ml, \
                                  out, n_q, n_kv, block_size, window, scale_log2, max_splits, min_span, span_round, \
-                                 fold, early, lazy);                                                    \
+                                 fold, early, flags);                                                   \
     }
 // Ring depth (a warp's stages of 16 keys) and CTAs per SM by head dim: about 100 KB of K/V in
 // flight per SM or more (the shared memory: attn_launch.rs's decode_mma_smem_bytes).

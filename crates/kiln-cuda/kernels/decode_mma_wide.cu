@@ -134,7 +134,7 @@ __device__ __forceinline__ void decode_mma_wide_body(
                     s[n][e] = v;
                 }
             dm_softmax_pv(s, o, m_a, m_b, l_a, l_b, sv + col0, LD, lane, k0, len_a, len_b, first_a, first_b,
-                          scale_log2, false);
+                          scale_log2, false, false);
         }
         __syncthreads();
     }

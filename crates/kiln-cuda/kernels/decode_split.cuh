@@ -36,9 +36,10 @@ __device__ __forceinline__ bool dm_same(const int* token_seq, const int* positio
 // What a CTA of decode_mma.cu or decode_mma_wide.cu serves (blockIdx.y: KV head and chunk of
 // its group; blockIdx.z: the run's first row): up to 16 query slots, gc heads of one KV head's
 // group (from hc0, nh of them real) for each of nr rows of one sequence and span; the run's
-// longest row and the first key any of its rows' windows sees.
+// longest row and the first key any of its rows' windows sees; the keys every row sees,
+// [max_first, min_len) (first: len - window, or 0 without a window), where no score needs a mask.
 struct DmRun {
-    int kvh, hc0, nh, gc, nr, max_len, min_first;
+    int kvh, hc0, nh, gc, nr, max_len, min_first, min_len, max_first;
 };
 
 // Forms the CTA's run: rows share it from a multiple of 16 / gc on while the sequence and the
@@ -62,14 +63,18 @@ __device__ __forceinline__ bool dm_run(DmRun& run, const int* token_seq, const i
            dm_same(token_seq, positions, row0 + nr - 1, row0 + nr, max_splits, min_span, round))
         ++nr;
     run.nr = nr;
-    int max_len = 0, min_first = 0x7fffffff;
+    int max_len = 0, min_first = 0x7fffffff, min_len = 0x7fffffff, max_first = 0;
     for (int r = 0; r < nr; ++r) {
         const int len = positions[row0 + r] + 1;
         max_len = max(max_len, len);
         min_first = min(min_first, window > 0 ? max(0, len - window) : 0);
+        min_len = min(min_len, len);
+        max_first = max(max_first, window > 0 ? len - window : 0);
     }
     run.max_len = max_len;
     run.min_first = min_first;
+    run.min_len = min_len;
+    run.max_first = max_first;
     return true;
 }
 
@@ -94,25 +99,39 @@ __device__ __forceinline__ void dm_load_query(bf16_t* sq, int ld, const bf16_t* 
 // slot's keys [first, len), scaled, folded into the running maxima m, this lane's share of the
 // sums l and the outputs o, then P V from sv (the step's V rows, stride ldv). `lazy`: o is
 // scaled only where some slot's maximum moved (kernels are built without ftz, so o * 1 is o:
-// the same bits), which spares the warp's chain DT x 4 multiplies in most steps.
-template <int NT, int DT>
-__device__ __forceinline__ void dm_softmax_pv(float (&s)[NT][4], float (&o)[DT][4], float& m_a, float& m_b,
-                                              float& l_a, float& l_b, const bf16_t* sv, int ldv, int lane, int k0,
-                                              int len_a, int len_b, int first_a, int first_b, float scale_log2,
-                                              bool lazy) {
-    const int t = lane & 3;
-    float mx_a = KILN_NEG_INF, mx_b = KILN_NEG_INF;
+// the same bits), which spares the warp's chain DT x 4 multiplies in most steps. `interior`
+// (warp-uniform): every real slot sees every key of the step, so no score is masked; a slot
+// past the CTA's rows or heads (length 0) then keeps finite values nothing reads (its query
+// is zeros) instead of -inf, and the real slots' bits are the same.
+template <bool MASK, int NT>
+__device__ __forceinline__ void dm_scale_scores(float (&s)[NT][4], float& mx_a, float& mx_b, int t, int k0,
+                                                int len_a, int len_b, int first_a, int first_b, float scale_log2) {
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            const int kp = k0 + n * 8 + 2 * t + (e & 1);
-            const bool ok = e < 2 ? (kp < len_a && kp >= first_a) : (kp < len_b && kp >= first_b);
+            bool ok = true;
+            if constexpr (MASK) {
+                const int kp = k0 + n * 8 + 2 * t + (e & 1);
+                ok = e < 2 ? (kp < len_a && kp >= first_a) : (kp < len_b && kp >= first_b);
+            }
             s[n][e] = ok ? __fmul_rn(s[n][e], scale_log2) : KILN_NEG_INF;
         }
         mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
         mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
     }
+}
+template <int NT, int DT>
+__device__ __forceinline__ void dm_softmax_pv(float (&s)[NT][4], float (&o)[DT][4], float& m_a, float& m_b,
+                                              float& l_a, float& l_b, const bf16_t* sv, int ldv, int lane, int k0,
+                                              int len_a, int len_b, int first_a, int first_b, float scale_log2,
+                                              bool lazy, bool interior) {
+    const int t = lane & 3;
+    float mx_a = KILN_NEG_INF, mx_b = KILN_NEG_INF;
+    if (interior)
+        dm_scale_scores<false>(s, mx_a, mx_b, t, k0, len_a, len_b, first_a, first_b, scale_log2);
+    else
+        dm_scale_scores<true>(s, mx_a, mx_b, t, k0, len_a, len_b, first_a, first_b, scale_log2);
     mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
     mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
     mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));

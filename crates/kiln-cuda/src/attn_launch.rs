@@ -410,7 +410,8 @@ impl Gpu {
             args.extend([
                 Arg::I32(fold as i32),
                 Arg::I32(early as i32),
-                Arg::I32(sw.decode_lazy as i32),
+                // decode_mma.cu's DM_LAZY and DM_LEAN.
+                Arg::I32(sw.decode_lazy as i32 | (sw.decode_lean as i32) << 1),
             ]);
         }
         // Every row is launched (rows whose run another CTA serves exit at once), each with

@@ -37,6 +37,14 @@ const PLANTED: &[(&str, &str, &str)] = &[
         "bf16_t* sk = sk0 + (issued % NST) * 2 * DM_STEP * LD;",
         "bf16_t* sk = sk0 + ((issued + 1) % NST) * 2 * DM_STEP * LD;",
     ),
+    // A lean step (DM_LEAN) reads every KV head's rows from the first head's.
+    (
+        "decode_mma_lean",
+        "table[k0 >> bs_shift] * (u32)n_kv + (u32)kvh)",
+        "table[k0 >> bs_shift] * (u32)n_kv)",
+    ),
+    // A split's short last step is scored unmasked, as if the rows saw all of its keys.
+    ("decode_mma_lean", "k0 + DM_STEP <= in_hi;", "k0 < in_hi;"),
     // A prefill row no longer sees its own key.
     (
         "flash_sm90",
@@ -98,13 +106,30 @@ fn keep_entries(body: &str, mac: &str, keep: &str) -> String {
         .collect()
 }
 
+/// decode_mma's DM_LEAN paths are opt-in (KILN_DECODE_LEAN): the bugs of the module
+/// "decode_mma_lean" are planted in decode_mma with this text turned into `LEAN_ON`.
+const LEAN_OFF: &str = "lean = flags & DM_LEAN;";
+const LEAN_ON: &str = "lean = true;";
+
 /// `module` with `from` replaced by `to` ([`planted_module`]); the tensor-core families keep
 /// only their head-dim-128 entries, all the planted case runs.
 fn planted(module: &str, from: &str, to: &str) -> KernelSource {
-    let mut src = planted_module(module, from, to);
+    let mut src = match module {
+        "decode_mma_lean" => {
+            let mut src = planted_module("decode_mma", from, to);
+            assert_eq!(
+                src.body.matches(LEAN_OFF).count(),
+                1,
+                "decode_mma.cu: `{LEAN_OFF}`"
+            );
+            src.body = Box::leak(src.body.replace(LEAN_OFF, LEAN_ON).into_boxed_str());
+            src
+        }
+        _ => planted_module(module, from, to),
+    };
     let kept = match module {
         "flash_sm90" => keep_entries(src.body, "FS_ENTRY(", "(flash_sm90_hd128,"),
-        "decode_mma" => keep_entries(src.body, "DM_ENTRY(", "_hd128,"),
+        "decode_mma" | "decode_mma_lean" => keep_entries(src.body, "DM_ENTRY(", "_hd128,"),
         _ => return src,
     };
     src.body = Box::leak(kept.into_boxed_str());
@@ -121,7 +146,7 @@ fn planted_modules_compile() {
         let entries = src.entries().expect("entries of the planted module");
         let needed: &[&str] = match module {
             "flash_sm90" => &["flash_sm90_hd128"],
-            "decode_mma" => &["decode_mma_hd128", "decode_mma_combine"],
+            "decode_mma" | "decode_mma_lean" => &["decode_mma_hd128", "decode_mma_combine"],
             _ => &[],
         };
         for e in needed {
@@ -193,7 +218,7 @@ fn planted_bugs_fail() {
         let refs = references(&s, case.chunks.len());
         let mut failed = 0;
         let family = match module {
-            "decode_mma" | "decode_mma_wide" => Family::DecodeMma,
+            "decode_mma" | "decode_mma_lean" | "decode_mma_wide" => Family::DecodeMma,
             "flash_sm90" => Family::FlashSm90,
             _ => Family::First,
         };
