@@ -252,9 +252,10 @@ __device__ __forceinline__ void decode_mma_body(
             const bf16_t* sv = sk + DM_STEP * LD;
             const int k0 = t_lo + it * DM_STEP;
             const bool interior = k0 >= in_lo && k0 + DM_STEP <= in_hi;
-            // Does any slot see any of these 16 keys? If not, every state stays as it is.
+            // Does any slot see any of these 16 keys? If not, every state stays as it is. (Every
+            // real slot sees an interior step's, and a CTA has one at least.)
             auto sees = [&](int k) { return k < my_len && (window <= 0 || k + DM_STEP - 1 >= my_len - window); };
-            const bool any = __any_sync(0xffffffffu, sees(k0));
+            const bool any = interior || __any_sync(0xffffffffu, sees(k0));
             if constexpr (LA) {
                 if (it == 0 && any) dm_scores<HD>(sc, sq, sk, LD, lane);
                 const bool next = it + 1 < n_steps && __any_sync(0xffffffffu, sees(k0 + DM_STEP));
