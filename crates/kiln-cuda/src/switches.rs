@@ -176,7 +176,8 @@ pub struct Switches {
     pub combine_early: bool,
     /// KILN_DECODE_LAZY=1: decode_mma scales a step's outputs by the change of maximum only
     /// where a maximum moved, not in every step (same bits: o * 1 is o). Opt-in: no gain at
-    /// batch 1 on the H100 (2026-12-06).
+    /// batch 1 on the H100 (2026-12-06), where a CTA's empty slots, masked to -inf, moved
+    /// every step; with KILN_DECODE_LEAN's unmasked steps they stop forcing it.
     pub decode_lazy: bool,
     /// KILN_DECODE_LEAN=1: decode_mma loads a step (16 keys of one KV block) from one table
     /// entry without shuffles and scores steps every row sees wholly without masks: fewer
