@@ -157,12 +157,12 @@ __device__ __forceinline__ void dm_softmax_pv(float (&s)[NT][4], float (&o)[DT][
     l_b = __fadd_rn(__fmul_rn(l_b, al_b), ps_b);
     if (!lazy || __any_sync(0xffffffffu, al_a != 1.f || al_b != 1.f)) {
 #pragma unroll
-    for (int d = 0; d < DT; ++d) {
-        o[d][0] = __fmul_rn(o[d][0], al_a);
-        o[d][1] = __fmul_rn(o[d][1], al_a);
-        o[d][2] = __fmul_rn(o[d][2], al_b);
-        o[d][3] = __fmul_rn(o[d][3], al_b);
-    }
+        for (int d = 0; d < DT; ++d) {
+            o[d][0] = __fmul_rn(o[d][0], al_a);
+            o[d][1] = __fmul_rn(o[d][1], al_a);
+            o[d][2] = __fmul_rn(o[d][2], al_b);
+            o[d][3] = __fmul_rn(o[d][3], al_b);
+        }
     }
     mma_pv<NT, DT>(o, s, sv, ldv, lane);
 }
