@@ -103,7 +103,7 @@ impl Env {
                 attn_early: on("KILN_ATTN_EARLY"),
                 combine_early: on("KILN_COMBINE_EARLY"),
                 decode_lazy: opt_in("KILN_DECODE_LAZY"),
-                decode_lean: opt_in("KILN_DECODE_LEAN"),
+                decode_lean: on("KILN_DECODE_LEAN"),
                 decode_lookahead: opt_in("KILN_DECODE_LOOKAHEAD"),
                 decode_split_ctas: SplitCtas::parse(var("KILN_DECODE_SPLIT_CTAS").as_deref()),
                 tc_split_from: match var("KILN_SKINNY_TC_SPLIT").as_deref() {

@@ -106,8 +106,9 @@ fn keep_entries(body: &str, mac: &str, keep: &str) -> String {
         .collect()
 }
 
-/// decode_mma's DM_LEAN paths are opt-in (KILN_DECODE_LEAN): the bugs of the module
-/// "decode_mma_lean" are planted in decode_mma with this text turned into `LEAN_ON`.
+/// decode_mma's DM_LEAN paths follow a launch flag (KILN_DECODE_LEAN, on by default): the bugs
+/// of the module "decode_mma_lean" are planted in decode_mma with this text turned into
+/// `LEAN_ON`, so that they are seen whatever the switch says.
 const LEAN_OFF: &str = "lean = flags & DM_LEAN;";
 const LEAN_ON: &str = "lean = true;";
 
