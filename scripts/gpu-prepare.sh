@@ -13,7 +13,9 @@
 #   q8           /tmp/kiln-bench/llama3-8b-q8_0.gguf alone (what the fp8 proof reads; half of quant's time)
 # PREP_JOBS: the build's jobs (default: all cores but 4, left to the tests that run meanwhile).
 # Inputs (carried in .anchor/, which git ignores): llama.cpp.tar.xz (a folder made by
-# ../shared/device/prepare_llamacpp.sh, packed), ggml-vocab-llama-bpe.gguf, ggml-vocab-gemma-4.gguf.
+# ../shared/device/prepare_llamacpp.sh, packed) or, in its place, llama-bin.tar.xz and
+# gguf-py.tar.xz (scripts/build-llamacpp-here.sh: the tools built without a GPU, which saves the
+# build here), ggml-vocab-llama-bpe.gguf, ggml-vocab-gemma-4.gguf.
 # scripts/gpu-wait.sh PRODUCT... waits for products to be ready.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -34,10 +36,14 @@ export PATH=/usr/local/cuda/bin:$PATH
 products="${*:-llama llama3 gemma4 quant}"
 say() { echo "$(date +%H:%M:%S) $*" >> "$LOG"; }
 
-source_tree() {
+source_tree() { # the whole source, or (built elsewhere) only gguf-py, what the GGUF writers read
     [ -d "$SRC" ] && return 0
     mkdir -p "$(dirname "$SRC")"
-    tar xJf "$ROOT/.anchor/llama.cpp.tar.xz" -C "$(dirname "$SRC")"
+    local t
+    for t in llama.cpp gguf-py; do
+        [ -s "$ROOT/.anchor/$t.tar.xz" ] && { tar xJf "$ROOT/.anchor/$t.tar.xz" -C "$(dirname "$SRC")"; return; }
+    done
+    return 1
 }
 
 vocab() { # NAME: the vocab-only GGUF, from .anchor or ../shared
@@ -49,8 +55,23 @@ vocab() { # NAME: the vocab-only GGUF, from .anchor or ../shared
     return 1
 }
 
+# The tools as scripts/build-llamacpp-here.sh built them on a machine without a GPU, if carried
+# and they start here (the device's build is about 300 s of a call).
+prebuilt_llama() {
+    [ -s "$ROOT/.anchor/llama-bin.tar.xz" ] || return 1
+    mkdir -p "$BUILD" && tar xJf "$ROOT/.anchor/llama-bin.tar.xz" -C "$BUILD" || return 1
+    # Started, and the CUDA backend loaded (a library it cannot load leaves the CPU alone).
+    "$BUILD/bin/llama-server" --version >> "$LOG" 2>&1 \
+        && "$BUILD/bin/llama-bench" --list-devices 2>&1 | tee -a "$LOG" | grep -q CUDA0 \
+        && say "llama: the prebuilt tools start" && return 0
+    say "llama: the prebuilt tools do not start here; building from source"
+    rm -rf "$BUILD/bin"
+    return 1
+}
+
 build_llama() {
     [ -x "$BUILD/bin/llama-quantize" ] && [ -x "$BUILD/bin/llama-server" ] && return 0
+    prebuilt_llama && return 0
     source_tree || return 1
     mkdir -p "$BUILD"
     [ -f "$BUILD/build.ninja" ] || cmake -S "$SRC" -B "$BUILD" -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \

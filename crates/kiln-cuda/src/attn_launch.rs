@@ -433,16 +433,16 @@ impl Gpu {
         }
         // `early` (unless KILN_COMBINE_EARLY=0): the combine reads the rows' lengths before its
         // wait and loads its first partials before the fold factors (the same bits either way).
+        // KILN_COMBINE_COLS: a CTA for each 32 columns of a head (decode_combine.cu).
         let mut args = combine_args(&c, part, (max_splits, min_span));
         let combine_early = early && sw.combine_early;
         args.extend([Arg::I32(span_round), Arg::I32(combine_early as i32)]);
-        self.launch(
-            "decode_mma_combine",
-            (n_q as u32, rows as u32, 1),
-            hd.clamp(32, 256) as u32,
-            0,
-            &args,
-        )
+        let (name, cols, threads) = match sw.combine_cols {
+            true => ("decode_mma_combine_cols", hd.div_ceil(32), 128),
+            false => ("decode_mma_combine", 1, hd.clamp(32, 256)),
+        };
+        let grid = (n_q as u32, rows as u32, cols as u32);
+        self.launch(name, grid, threads as u32, 0, &args)
     }
 }
 

@@ -89,7 +89,8 @@ pub const SOURCES: &[KernelSource] = &[
         // starts with its own #line).
         body: concat!(
             include_str!("../kernels/decode_split.cuh"),
-            include_str!("../kernels/decode_mma.cu")
+            include_str!("../kernels/decode_mma.cu"),
+            include_str!("../kernels/decode_combine.cu")
         ),
         builds: Builds::Bf16Only,
     },

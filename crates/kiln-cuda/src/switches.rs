@@ -174,6 +174,11 @@ pub struct Switches {
     /// KILN_COMBINE_EARLY=0: decode_mma_combine loads its partials after the fold factors even
     /// where KILN_ATTN_EARLY lets it load them first (an A/B of the combine's part alone).
     pub combine_early: bool,
+    /// KILN_COMBINE_COLS=1: decode_mma's splits merged by decode_mma_combine_cols (a CTA for
+    /// 32 columns of a head, a thread for each column's chain, the fold factors from prefix
+    /// maxima) instead of one CTA a head whose threads walk every split: the same bits.
+    /// Opt-in until measured on a GPU.
+    pub combine_cols: bool,
     /// KILN_DECODE_LAZY=1: decode_mma scales a step's outputs by the change of maximum only
     /// where a maximum moved, not in every step (same bits: o * 1 is o). Opt-in: no gain at
     /// batch 1 on the H100 (2026-12-06), where a CTA's empty slots, masked to -inf, moved
@@ -455,7 +460,7 @@ impl Switches {
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} gemm_pin_m={pin_m} gemm_add={} gemm_tune={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} attn_early={} decode_lookahead={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} fp8={} fp8_scales={} fp8_fuse={} fp8_skinny={} fp8_wide={} fp8_wg={} bf16_wg={} wg_rows_choice={} flash_fence={} quant_fence={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} argmax_vec={} flash_wide={} decode_wide={} kv_ring={} chain_gemm={} chain_rows={} gemm_short={} gemm_tier_m={tier_m} gemm_tail={} combine_early={} decode_lazy={} decode_lean={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} gemm_pin_m={pin_m} gemm_add={} gemm_tune={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} attn_early={} decode_lookahead={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} fp8={} fp8_scales={} fp8_fuse={} fp8_skinny={} fp8_wide={} fp8_wg={} bf16_wg={} wg_rows_choice={} flash_fence={} quant_fence={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} argmax_vec={} flash_wide={} decode_wide={} kv_ring={} chain_gemm={} chain_rows={} gemm_short={} gemm_tier_m={tier_m} gemm_tail={} combine_early={} combine_cols={} decode_lazy={} decode_lean={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -538,6 +543,7 @@ impl Switches {
             self.gemm_short as u8,
             self.gemm_tail as u8,
             self.combine_early as u8,
+            self.combine_cols as u8,
             self.decode_lazy as u8,
             self.decode_lean as u8,
         )

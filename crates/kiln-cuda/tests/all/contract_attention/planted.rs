@@ -45,6 +45,18 @@ const PLANTED: &[(&str, &str, &str)] = &[
     ),
     // A split's short last step is scored unmasked, as if the rows saw all of its keys.
     ("decode_mma_lean", "k0 + DM_STEP <= in_hi;", "k0 < in_hi;"),
+    // The column-wise combine's prefix maxima stop at four splits of a chain.
+    (
+        "decode_mma_cols",
+        "off = DM_CHAINS; off < 32;",
+        "off = DM_CHAINS; off < 16;",
+    ),
+    // The column-wise combine folds each split's maximum into L in place of its sum.
+    (
+        "decode_mma_cols",
+        "L = dm_fold(L, s_ml[s].y, f);",
+        "L = dm_fold(L, s_ml[s].x, f);",
+    ),
     // A prefill row no longer sees its own key.
     (
         "flash_sm90",
@@ -106,31 +118,50 @@ fn keep_entries(body: &str, mac: &str, keep: &str) -> String {
         .collect()
 }
 
-/// decode_mma's DM_LEAN paths follow a launch flag (KILN_DECODE_LEAN, on by default): the bugs
-/// of the module "decode_mma_lean" are planted in decode_mma with this text turned into
-/// `LEAN_ON`, so that they are seen whatever the switch says.
-const LEAN_OFF: &str = "lean = flags & DM_LEAN;";
-const LEAN_ON: &str = "lean = true;";
+/// Pseudo-modules of decode_mma for paths a switch chooses: their bugs are planted in
+/// decode_mma with these texts replaced as well, so that they are seen whatever the switch
+/// says. DM_LEAN is a launch flag (KILN_DECODE_LEAN, on by default); the column-wise combine
+/// (KILN_COMBINE_COLS) takes the name the launcher gives the combine.
+const FORCED: &[(&str, &[(&str, &str)])] = &[
+    (
+        "decode_mma_lean",
+        &[("lean = flags & DM_LEAN;", "lean = true;")],
+    ),
+    (
+        "decode_mma_cols",
+        &[
+            ("void decode_mma_combine(", "void decode_mma_combine_rows("),
+            (
+                "__launch_bounds__(256) decode_mma_combine_cols(",
+                "__launch_bounds__(256) decode_mma_combine(",
+            ),
+        ],
+    ),
+];
+
+/// The module a planted module's text comes from.
+fn base(module: &str) -> &str {
+    match FORCED.iter().any(|(m, _)| *m == module) {
+        true => "decode_mma",
+        false => module,
+    }
+}
 
 /// `module` with `from` replaced by `to` ([`planted_module`]); the tensor-core families keep
 /// only their head-dim-128 entries, all the planted case runs.
 fn planted(module: &str, from: &str, to: &str) -> KernelSource {
-    let mut src = match module {
-        "decode_mma_lean" => {
-            let mut src = planted_module("decode_mma", from, to);
-            assert_eq!(
-                src.body.matches(LEAN_OFF).count(),
-                1,
-                "decode_mma.cu: `{LEAN_OFF}`"
-            );
-            src.body = Box::leak(src.body.replace(LEAN_OFF, LEAN_ON).into_boxed_str());
-            src
+    let mut src = planted_module(base(module), from, to);
+    for (_, texts) in FORCED.iter().filter(|(m, _)| *m == module) {
+        let mut body = src.body.to_string();
+        for (off, on) in texts.iter() {
+            assert_eq!(body.matches(off).count(), 1, "decode_mma: `{off}`");
+            body = body.replace(off, on);
         }
-        _ => planted_module(module, from, to),
-    };
-    let kept = match module {
+        src.body = Box::leak(body.into_boxed_str());
+    }
+    let kept = match base(module) {
         "flash_sm90" => keep_entries(src.body, "FS_ENTRY(", "(flash_sm90_hd128,"),
-        "decode_mma" | "decode_mma_lean" => keep_entries(src.body, "DM_ENTRY(", "_hd128,"),
+        "decode_mma" => keep_entries(src.body, "DM_ENTRY(", "_hd128,"),
         _ => return src,
     };
     src.body = Box::leak(kept.into_boxed_str());
@@ -145,9 +176,9 @@ fn planted_modules_compile() {
     for &(module, from, to) in PLANTED {
         let src = &planted(module, from, to);
         let entries = src.entries().expect("entries of the planted module");
-        let needed: &[&str] = match module {
+        let needed: &[&str] = match base(module) {
             "flash_sm90" => &["flash_sm90_hd128"],
-            "decode_mma" | "decode_mma_lean" => &["decode_mma_hd128", "decode_mma_combine"],
+            "decode_mma" => &["decode_mma_hd128", "decode_mma_combine"],
             _ => &[],
         };
         for e in needed {
@@ -218,8 +249,8 @@ fn planted_bugs_fail() {
         let step = s.step(&bad, &(0..case.chunks.len()).collect::<Vec<_>>());
         let refs = references(&s, case.chunks.len());
         let mut failed = 0;
-        let family = match module {
-            "decode_mma" | "decode_mma_lean" | "decode_mma_wide" => Family::DecodeMma,
+        let family = match base(module) {
+            "decode_mma" | "decode_mma_wide" => Family::DecodeMma,
             "flash_sm90" => Family::FlashSm90,
             _ => Family::First,
         };
