@@ -102,7 +102,7 @@ impl Env {
                 },
                 attn_early: on("KILN_ATTN_EARLY"),
                 combine_early: on("KILN_COMBINE_EARLY"),
-                combine_cols: opt_in("KILN_COMBINE_COLS"),
+                combine_cols: on("KILN_COMBINE_COLS"),
                 decode_lazy: opt_in("KILN_DECODE_LAZY"),
                 decode_lean: on("KILN_DECODE_LEAN"),
                 decode_lookahead: opt_in("KILN_DECODE_LOOKAHEAD"),

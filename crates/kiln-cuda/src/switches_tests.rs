@@ -99,7 +99,7 @@ fn each_variable_turns_off_its_own_switch() {
     );
     assert!(!sw(&[]).decode_lazy && sw(&[("KILN_DECODE_LAZY", "1")]).decode_lazy);
     assert!(sw(&[]).decode_lean && !sw(&[("KILN_DECODE_LEAN", "0")]).decode_lean);
-    assert!(!sw(&[]).combine_cols && sw(&[("KILN_COMBINE_COLS", "1")]).combine_cols);
+    assert!(sw(&[]).combine_cols && !sw(&[("KILN_COMBINE_COLS", "0")]).combine_cols);
     let la = |vars: &[(&str, &str)]| sw(vars).decode_lookahead;
     assert!(!la(&[]) && la(&[("KILN_DECODE_LOOKAHEAD", "on")]));
     let wide = |v| read(&[("KILN_FLASH_WIDE", v)]).switches.flash_wide_split;
