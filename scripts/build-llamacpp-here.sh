@@ -7,11 +7,12 @@
 # (sm_90, the server without its web UI), but the CPU backend is built for every x86-64 level
 # and picked at run time (GGML_BACKEND_DL + GGML_CPU_ALL_VARIANTS), since this machine is not
 # the one that runs it.
-# Output: .anchor/llama-bin.tar.xz (bin/: the tools and their libraries, unpacked by
-# gpu-prepare.sh into /tmp/llamacpp-build, where the runpaths point) and .anchor/gguf-py.tar.xz
-# (the GGUF writer the random-weight files need: a source tree of only that). With both,
-# carry .anchor without llama.cpp.tar.xz (keep that elsewhere: gpu-prepare.sh builds from it
-# when the binaries are missing or do not start).
+# Output in .anchor/: llama-rest.tar.xz (bin/: the tools and their libraries but the CUDA one),
+# llama-cuda.so.xz.part-* and llama-cuda.so.sha256 (the CUDA library, 38 MB packed, in parts a
+# call each can carry beside the tree), unpacked by gpu-prepare.sh into /tmp/llamacpp-build,
+# where the runpaths point; gguf-py.tar.xz (the GGUF writer the random-weight files need: a
+# source tree of only that). Carry these without llama.cpp.tar.xz (gpu-prepare.sh builds
+# from that when the binaries are missing or do not start).
 # Usage: scripts/build-llamacpp-here.sh [LLAMA_SRC_TAR]   (default .anchor/llama.cpp.tar.xz;
 #   about 50 minutes on 2 cores; JOBS sets the build's jobs)
 set -euo pipefail
@@ -60,7 +61,14 @@ for f in "$BUILD"/bin/*; do
     strip --strip-unneeded "$f"
     patchelf --set-rpath "$BUILD/bin:/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib" "$f"
 done
+# The driver's symbols resolve against the stub's name only if the library asks for it (the
+# link dropped the empty stub).
+readelf -d "$BUILD/bin/libggml-cuda.so" | grep -q 'libcuda.so.1' || patchelf --add-needed libcuda.so.1 "$BUILD/bin/libggml-cuda.so"
 mkdir -p "$ROOT/.anchor"
-tar cf - -C "$BUILD" bin | xz -9 -T0 > "$ROOT/.anchor/llama-bin.tar.xz"
+rm -f "$ROOT"/.anchor/llama-cuda.so.xz.part-*
+# The CUDA library in parts of 24 MB (the tree and the kiln carry leave room for one a call).
+xz -9 -T0 -c "$BUILD/bin/libggml-cuda.so" | split -b 24000000 - "$ROOT/.anchor/llama-cuda.so.xz.part-"
+(cd "$BUILD/bin" && sha256sum libggml-cuda.so) > "$ROOT/.anchor/llama-cuda.so.sha256"
+tar cf - -C "$BUILD" --exclude=bin/libggml-cuda.so bin | xz -9 -T0 > "$ROOT/.anchor/llama-rest.tar.xz"
 tar cf - -C "$WORK/src" llama.cpp/gguf-py | xz -9 > "$ROOT/.anchor/gguf-py.tar.xz"
 ls -l "$ROOT/.anchor"

@@ -13,9 +13,10 @@
 #   q8           /tmp/kiln-bench/llama3-8b-q8_0.gguf alone (what the fp8 proof reads; half of quant's time)
 # PREP_JOBS: the build's jobs (default: all cores but 4, left to the tests that run meanwhile).
 # Inputs (carried in .anchor/, which git ignores): llama.cpp.tar.xz (a folder made by
-# ../shared/device/prepare_llamacpp.sh, packed) or, in its place, llama-bin.tar.xz and
-# gguf-py.tar.xz (scripts/build-llamacpp-here.sh: the tools built without a GPU, which saves the
-# build here), ggml-vocab-llama-bpe.gguf, ggml-vocab-gemma-4.gguf.
+# ../shared/device/prepare_llamacpp.sh, packed) or, in its place, gguf-py.tar.xz and the tools
+# built without a GPU (scripts/build-llamacpp-here.sh: llama-rest.tar.xz, llama-cuda.so.xz.part-*
+# and llama-cuda.so.sha256), which saves the build here; ggml-vocab-llama-bpe.gguf,
+# ggml-vocab-gemma-4.gguf.
 # scripts/gpu-wait.sh PRODUCT... waits for products to be ready.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -56,10 +57,26 @@ vocab() { # NAME: the vocab-only GGUF, from .anchor or ../shared
 }
 
 # The tools as scripts/build-llamacpp-here.sh built them on a machine without a GPU, if carried
-# and they start here (the device's build is about 300 s of a call).
+# and they start here (the device's build is about 300 s of a call). Their CUDA library comes
+# in parts (38 MB packed: beside the tree, more than one call carries), which may arrive over
+# two calls: each call's parts are kept in $PARTS until the library's checksum matches.
+PARTS=/tmp/llama-parts
+keep_parts() {
+    mkdir -p "$PARTS"
+    local f
+    for f in "$ROOT"/.anchor/llama-cuda.so.xz.part-* "$ROOT"/.anchor/llama-cuda.so.sha256 \
+        "$ROOT"/.anchor/llama-rest.tar.xz; do
+        [ -s "$f" ] && cp "$f" "$PARTS/"
+    done
+    return 0
+}
 prebuilt_llama() {
-    [ -s "$ROOT/.anchor/llama-bin.tar.xz" ] || return 1
-    mkdir -p "$BUILD" && tar xJf "$ROOT/.anchor/llama-bin.tar.xz" -C "$BUILD" || return 1
+    keep_parts
+    [ -s "$PARTS/llama-rest.tar.xz" ] && [ -s "$PARTS/llama-cuda.so.sha256" ] || return 1
+    mkdir -p "$BUILD" && tar xJf "$PARTS/llama-rest.tar.xz" -C "$BUILD" || return 1
+    cat "$PARTS"/llama-cuda.so.xz.part-* | xz -dc > "$BUILD/bin/libggml-cuda.so" || return 1
+    (cd "$BUILD/bin" && sha256sum -c "$PARTS/llama-cuda.so.sha256" >> "$LOG" 2>&1) \
+        || { say "llama: the prebuilt CUDA library's parts are not all here"; return 1; }
     # Started, and the CUDA backend loaded (a library it cannot load leaves the CPU alone).
     "$BUILD/bin/llama-server" --version >> "$LOG" 2>&1 \
         && "$BUILD/bin/llama-bench" --list-devices 2>&1 | tee -a "$LOG" | grep -q CUDA0 \
@@ -121,6 +138,7 @@ run() { # NAME function
 
 # llama.cpp builds while the GGUFs are written (one is CPU-bound compiling, the other writing).
 want() { case " $products " in *" $1 "*) return 0 ;; esac; return 1; }
+keep_parts
 want llama && { run llama build_llama & }
 want llama3 && run llama3 gguf_llama3
 want gemma4 && run gemma4 gguf_gemma4
