@@ -16,8 +16,12 @@
 // more than max_splits splits: ceil(len / max_splits) rounded up to a multiple of `round` (a
 // power of two dividing min_span: 32 by default, so a length just past a power of two takes
 // about max_splits splits, not half as many), or with round 0 (KILN_DECODE_SPAN=pow2)
-// pow2ceil(len) / max_splits.
-__device__ __forceinline__ int dm_span(int len, int max_splits, int min_span, int round) {
+// pow2ceil(len) / max_splits. `rule` holds `round` in its low 16 bits and above them
+// long_from / 1024 (KILN_DECODE_LONG; 0 for none): rows of at most long_from keys then take at
+// most half of max_splits, which stays the partials' stride and the longer rows' limit.
+__device__ __forceinline__ int dm_span(int len, int max_splits, int min_span, int rule) {
+    const int round = rule & 0xffff, long_from = (rule >> 16) << 10;
+    if (long_from > 0 && len <= long_from) max_splits /= 2;
     if (round == 0) {
         const int p2 = len <= 1 ? 1 : 1 << (32 - __clz(len - 1));
         return max(min_span, p2 / max_splits);

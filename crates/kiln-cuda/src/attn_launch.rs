@@ -360,21 +360,20 @@ impl Gpu {
         // which follows the same switch), each of at least min_span keys; the 512-wide entry
         // always takes the defaults.
         let sw = Switches::from_env();
-        let (max_splits, min_span) = match wide {
-            true => (DECODE_MAX_SPLITS, DECODE_MIN_SPAN),
-            false => (
-                sw.decode_mma_splits
-                    .unwrap_or(DECODE_MAX_SPLITS)
-                    .min(DECODE_MMA_MAX_SPLITS),
-                sw.decode_min_span.unwrap_or(DECODE_MIN_SPAN),
-            ),
+        let (max_splits, min_span, long_from) = match wide {
+            true => (DECODE_MAX_SPLITS, DECODE_MIN_SPAN, 0),
+            false => {
+                let (n, long_from) = crate::kernels::decode_mma_splits(&sw);
+                (n, sw.decode_min_span.unwrap_or(DECODE_MIN_SPAN), long_from)
+            }
         };
         // Spans rounded to multiples of 32 keys (of min_span under 32), or powers of two
-        // (KILN_DECODE_SPAN=pow2; decode_split.cuh).
+        // (KILN_DECODE_SPAN=pow2), and in the high bits the long rows' length / 1024
+        // (KILN_DECODE_LONG): decode_split.cuh's dm_span `rule`.
         let span_round = match sw.decode_span_pow2 {
             true => 0,
             false => min_span.min(32) as i32,
-        };
+        } | ((long_from >> 10) << 16) as i32;
         // One CTA serves up to 16 query heads of a group (and 16 / heads rows of a sequence).
         let group = n_q / kv.n_kv;
         let chunks = group.div_ceil(group.min(16));

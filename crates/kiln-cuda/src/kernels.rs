@@ -24,10 +24,26 @@ pub const DECODE_MIN_SPAN: usize = 64;
 pub const DECODE_MMA_MAX_SPLITS: usize = 256;
 
 /// Splits a row's room in the decode partials (`part_o`, `part_ml`): DECODE_MAX_SPLITS, or
-/// more where KILN_DECODE_SPLITS asks decode_mma for more.
+/// more where KILN_DECODE_SPLITS or KILN_DECODE_LONG ask decode_mma for more.
 pub fn decode_part_splits() -> usize {
     let sw = crate::switches::Switches::from_env();
-    DECODE_MAX_SPLITS.max(sw.decode_mma_splits.unwrap_or(0))
+    DECODE_MAX_SPLITS.max(decode_mma_splits(&sw).0)
+}
+
+/// decode_mma's split rule from the switches: the most splits of a row (also the partials'
+/// stride) and the length past which rows take that many, 0 where all do. Rows up to that
+/// length take half as many (KILN_DECODE_LONG: long rows get shorter spans, hence more warps,
+/// without more splits for the rest); where doubling would pass DECODE_MMA_MAX_SPLITS the
+/// switch is ignored. A row's splits stay a function of its own length.
+pub fn decode_mma_splits(sw: &crate::switches::Switches) -> (usize, usize) {
+    let n = sw
+        .decode_mma_splits
+        .unwrap_or(DECODE_MAX_SPLITS)
+        .min(DECODE_MMA_MAX_SPLITS);
+    match sw.decode_long_from {
+        Some(from) if 2 * n <= DECODE_MMA_MAX_SPLITS => (2 * n, from),
+        _ => (n, 0),
+    }
 }
 
 fn flash_block_n(hd: usize) -> usize {

@@ -152,6 +152,9 @@ pub struct Switches {
     /// more and shorter ones, so more warps at batch 1 and depth (different bits, still a
     /// function of the row's length only). None when unset or invalid.
     pub decode_mma_splits: Option<usize>,
+    /// KILN_DECODE_LONG=N (a power of two, 1024-1048576 keys): rows longer than N may take
+    /// twice as many splits (kernels.rs's decode_mma_splits). Opt-in until measured.
+    pub decode_long_from: Option<usize>,
     /// KILN_DECODE_MIN_SPAN=N (a power of two, 16-8192): decode_mma's splits cover at least N
     /// keys instead of 64: fewer, longer splits (or, under 64, more and shorter ones for more
     /// warps at small batches) for rows of a few hundred keys (different bits, still a function
@@ -174,10 +177,8 @@ pub struct Switches {
     /// KILN_COMBINE_EARLY=0: decode_mma_combine loads its partials after the fold factors even
     /// where KILN_ATTN_EARLY lets it load them first (an A/B of the combine's part alone).
     pub combine_early: bool,
-    /// KILN_COMBINE_COLS (on; `0` off): decode_mma's splits merged by decode_mma_combine_cols
-    /// (a CTA for 32 columns of a head, a thread for each column's chain, the fold factors
-    /// from prefix maxima) instead of one CTA a head whose threads walk every split: the same
-    /// bits. H100, 2026-12-06: batch 1 +5.6% at depth 8k, +3.8% at 32k, +2.4% at depth 0.
+    /// KILN_COMBINE_COLS (on; `0` off): decode_mma_combine_cols (decode_combine.cu) merges the
+    /// splits, not decode_mma_combine; the same bits. H100: batch 1 +5.6% at depth 8k.
     pub combine_cols: bool,
     /// KILN_DECODE_LAZY=1: decode_mma scales a step's outputs by the change of maximum only
     /// where a maximum moved, not in every step (same bits: o * 1 is o). Opt-in: no gain at
@@ -442,9 +443,10 @@ impl Switches {
             KernelCache::Off => "off".to_string(),
             KernelCache::Dir(d) => d.display().to_string(),
         };
-        let splits = self
-            .decode_mma_splits
-            .map_or("64".to_string(), |n| n.to_string());
+        let splits = self.decode_mma_splits.unwrap_or(64).to_string()
+            + &self
+                .decode_long_from
+                .map_or(String::new(), |n| format!(" x2 past {n}"));
         let span = self
             .decode_min_span
             .map_or("64".to_string(), |n| n.to_string());

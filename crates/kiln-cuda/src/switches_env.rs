@@ -91,6 +91,9 @@ impl Env {
                 decode_mma_splits: var("KILN_DECODE_SPLITS")
                     .and_then(|v| v.parse::<usize>().ok())
                     .filter(|n| n.is_power_of_two() && *n <= crate::kernels::DECODE_MMA_MAX_SPLITS),
+                decode_long_from: var("KILN_DECODE_LONG")
+                    .and_then(|v| v.parse::<usize>().ok())
+                    .filter(|n| n.is_power_of_two() && (1 << 10..=1 << 20).contains(n)),
                 decode_min_span: var("KILN_DECODE_MIN_SPAN")
                     .and_then(|v| v.parse::<usize>().ok())
                     .filter(|n| n.is_power_of_two() && (16..=8192).contains(n)),

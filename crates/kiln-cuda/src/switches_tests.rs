@@ -100,6 +100,17 @@ fn each_variable_turns_off_its_own_switch() {
     assert!(!sw(&[]).decode_lazy && sw(&[("KILN_DECODE_LAZY", "1")]).decode_lazy);
     assert!(sw(&[]).decode_lean && !sw(&[("KILN_DECODE_LEAN", "0")]).decode_lean);
     assert!(sw(&[]).combine_cols && !sw(&[("KILN_COMBINE_COLS", "0")]).combine_cols);
+    let long = |v| sw(&[("KILN_DECODE_LONG", v)]).decode_long_from;
+    assert_eq!(
+        (sw(&[]).decode_long_from, long("16384")),
+        (None, Some(16384))
+    );
+    assert_eq!((long("512"), long("3000"), long("x")), (None, None, None));
+    let splits = |vars: &[(&str, &str)]| crate::kernels::decode_mma_splits(&sw(vars));
+    assert_eq!(splits(&[]), (64, 0));
+    assert_eq!(splits(&[("KILN_DECODE_LONG", "16384")]), (128, 16384));
+    let both = [("KILN_DECODE_LONG", "16384"), ("KILN_DECODE_SPLITS", "256")];
+    assert_eq!(splits(&both), (256, 0));
     let la = |vars: &[(&str, &str)]| sw(vars).decode_lookahead;
     assert!(!la(&[]) && la(&[("KILN_DECODE_LOOKAHEAD", "on")]));
     let wide = |v| read(&[("KILN_FLASH_WIDE", v)]).switches.flash_wide_split;
