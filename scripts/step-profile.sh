@@ -11,7 +11,7 @@
 # first COUNT (default 8) of them, with ncu's sections SECTIONS (default: speed of light, warp
 # stall reasons, memory workload, occupancy, launch) and prints ncu's details page and every
 # stall reason's cycles per issued instruction: why a kernel runs as long as it does, not only
-# how long.
+# how long. EXTRA_METRICS (a comma-separated list) adds metrics to that page.
 # Usage: OUT=... scripts/step-profile.sh decode|prefill [N] [PRESET] [chunk=N | depth=D]
 #   (depth=D: decode from D tokens of context per sequence instead of none)
 set -uo pipefail
@@ -36,6 +36,9 @@ if [ -n "${KERNEL:-}" ]; then
     sections=${SECTIONS:-SpeedOfLight WarpStateStats MemoryWorkloadAnalysis Occupancy LaunchStats}
     args=()
     for s in $sections; do args+=(--section "$s"); done
+    # EXTRA_METRICS: more metrics on the details page (e.g. sm__cycles_active.min,...max: how
+    # unevenly the multiprocessors were busy).
+    [ -n "${EXTRA_METRICS:-}" ] && args+=(--metrics "$EXTRA_METRICS")
     rep="$rep-$(echo "$KERNEL" | tr -c 'A-Za-z0-9_\n' _)"
     "$ncu" --clock-control none --cache-control none --profile-from-start off \
         --kernel-name "regex:$KERNEL" --launch-count "${COUNT:-8}" "${args[@]}" \
