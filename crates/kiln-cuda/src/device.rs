@@ -199,6 +199,17 @@ impl Gpu {
             .with_context(|| format!("raising shared memory of {name} to {bytes} bytes"))
     }
 
+    /// Asks the driver for the largest shared-memory carveout for every loaded kernel
+    /// (KILN_CARVEOUT=max): one L1 / shared split for all of them.
+    pub fn prefer_max_shared(&self) -> Result<()> {
+        use cudarc::driver::sys::CUfunction_attribute as FA;
+        for (name, f) in &self.funcs {
+            f.set_attribute(FA::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100)
+                .with_context(|| format!("the shared-memory carveout of {name}"))?;
+        }
+        Ok(())
+    }
+
     pub fn func(&self, name: &str) -> Result<&CudaFunction> {
         self.funcs.get(name).ok_or_else(|| {
             anyhow!(

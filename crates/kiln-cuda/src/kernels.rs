@@ -235,6 +235,9 @@ impl Gpu {
                 gpu.allow_smem(&name, bytes)?;
             }
         }
+        if crate::switches::Switches::from_env().carveout_max {
+            gpu.prefer_max_shared()?;
+        }
         Ok(gpu)
     }
 

@@ -101,3 +101,106 @@ impl SplitCtas {
         }
     }
 }
+
+/// Which of a decode step's kernels move into the GEMMs around them (KILN_DECODE_FUSE). Each
+/// fused launch computes what the launches it replaces computed, in the same order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DecodeFuse {
+    /// `glu`: SwiGLU in the gate/up GEMM's epilogue (no `swiglu` launch).
+    pub glu: bool,
+    /// `add`: the residual add in the o and down GEMMs' epilogues (the norm after them reads
+    /// no pending block output).
+    pub add: bool,
+    /// `norm`: the RMSNorm in the QKV and gate/up GEMMs' prologues for steps of at most
+    /// `FUSED_NORM_MAX_ROWS` rows (no `rmsnorm_residual` launch); needs `add`.
+    pub norm: bool,
+    /// `rope`: qkv_prepare in the QKV GEMM's epilogue (layers without Q/K/V norms).
+    pub rope: bool,
+}
+
+impl DecodeFuse {
+    /// The fusions that won on the H200 (Llama-3-8B, 2026-12-02, same call): the residual add
+    /// in the o and down epilogues and RoPE in QKV's, together 214.3 -> 218.2 tok/s at batch 1,
+    /// 4,422 -> 4,533 at 32, 8,612 -> 8,744 at 128, 194.4 -> 198.8 at batch 1 and depth 8k;
+    /// batch 8 even (1,493 -> 1,490, 987 -> 981 at 8k). SwiGLU in the gate/up epilogue (0.98x
+    /// at batch 1) and the norm in the prologues (0.92x) lost.
+    pub const DEFAULT: DecodeFuse = DecodeFuse {
+        glu: false,
+        add: true,
+        norm: false,
+        rope: true,
+    };
+
+    /// For quantised matrices: SwiGLU too, its rows stored pair by pair at load.
+    pub const QUANT_DEFAULT: DecodeFuse = DecodeFuse {
+        glu: true,
+        add: true,
+        norm: false,
+        rope: true,
+    };
+
+    pub const ALL: DecodeFuse = DecodeFuse {
+        glu: true,
+        add: true,
+        norm: true,
+        rope: true,
+    };
+
+    /// `all`, or a comma-separated list of glu, add, norm, rope; anything else (`none`, `0`) is
+    /// none. `norm`
+    /// brings `add` with it (the norm in a GEMM cannot also add the block output).
+    pub fn parse(v: &str) -> DecodeFuse {
+        if v == "all" {
+            return DecodeFuse::ALL;
+        }
+        let has = |w| v.split(',').any(|p| p.trim() == w);
+        DecodeFuse {
+            glu: has("glu"),
+            add: has("add") || has("norm"),
+            norm: has("norm"),
+            rope: has("rope"),
+        }
+    }
+
+    pub fn any(&self) -> bool {
+        self.glu || self.add || self.norm || self.rope
+    }
+
+    pub(crate) fn describe(&self) -> String {
+        let on: Vec<&str> = [
+            (self.glu, "glu"),
+            (self.add, "add"),
+            (self.norm, "norm"),
+            (self.rope, "rope"),
+        ]
+        .iter()
+        .filter(|(b, _)| *b)
+        .map(|(_, n)| *n)
+        .collect();
+        if on.is_empty() {
+            "none".into()
+        } else {
+            on.join(",")
+        }
+    }
+}
+
+/// Decode launches of at least this many rows take the tensor-core GEMM under `KILN_SKINNY_TC=on`.
+pub const SKINNY_TC_DEFAULT_ROWS: usize = 64;
+
+/// The decode GEMM's choice when `KILN_SKINNY_TC` is unset: the measured table.
+pub const SKINNY_TC_DEFAULT: SkinnyTc = SkinnyTc::Measured;
+
+/// Which decode GEMM launches run on the tensor cores (`KILN_SKINNY_TC`). Every choice gives the
+/// 16-warp skinny kernel's bits, so it changes speed only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SkinnyTc {
+    /// 0, off: the skinny kernel at every row count.
+    Off,
+    /// N | on (64): launches of at least N rows, in the CTA shape `choose_tc_entry` picks.
+    From(usize),
+    /// auto (the default): per weight shape and row count, the kernel and tiling the H200
+    /// measured fastest (`skinny_tc::MEASURED`); shapes not measured keep the skinny kernel.
+    /// Decode at depth 0: 1.17x at batch 32, 1.12x at batch 128 (2026-12-02).
+    Measured,
+}

@@ -3,7 +3,10 @@
 //! the same values.
 
 use crate::store::StoreType;
-pub use crate::switch_modes::{DecodeFold, SplitCtas, WgCluster, WgMode};
+pub use crate::switch_modes::{
+    DecodeFold, DecodeFuse, SkinnyTc, SplitCtas, WgCluster, WgMode, SKINNY_TC_DEFAULT,
+    SKINNY_TC_DEFAULT_ROWS,
+};
 
 // Every variable read, once: the switches and the kernel cache.
 #[path = "switches_env.rs"]
@@ -180,6 +183,12 @@ pub struct Switches {
     /// KILN_COMBINE_COLS (on; `0` off): decode_mma_combine_cols (decode_combine.cu) merges the
     /// splits, not decode_mma_combine; the same bits. H100: batch 1 +5.6% at depth 8k.
     pub combine_cols: bool,
+    /// KILN_CARVEOUT=max: every kernel asks for the largest shared-memory carveout, so that a
+    /// decode step's kernels (108 KB decode_mma, a 4 KB combine, norms with none) all run in
+    /// one L1 / shared split: the driver may put a device-side synchronisation between
+    /// launches of different preferences, which a programmatic dependent launch cannot
+    /// overlap. No bit changes. Opt-in until measured.
+    pub carveout_max: bool,
     /// KILN_DECODE_LAZY=1: decode_mma scales a step's outputs by the change of maximum only
     /// where a maximum moved, not in every step (same bits: o * 1 is o). Opt-in: no gain at
     /// batch 1 on the H100 (2026-12-06), where a CTA's empty slots, masked to -inf, moved
@@ -245,109 +254,6 @@ pub struct Switches {
     pub kv_ring: bool,
     /// The kernel variants.
     pub kernels: KernelChoice,
-}
-
-/// Which of a decode step's kernels move into the GEMMs around them (KILN_DECODE_FUSE). Each
-/// fused launch computes what the launches it replaces computed, in the same order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct DecodeFuse {
-    /// `glu`: SwiGLU in the gate/up GEMM's epilogue (no `swiglu` launch).
-    pub glu: bool,
-    /// `add`: the residual add in the o and down GEMMs' epilogues (the norm after them reads
-    /// no pending block output).
-    pub add: bool,
-    /// `norm`: the RMSNorm in the QKV and gate/up GEMMs' prologues for steps of at most
-    /// `FUSED_NORM_MAX_ROWS` rows (no `rmsnorm_residual` launch); needs `add`.
-    pub norm: bool,
-    /// `rope`: qkv_prepare in the QKV GEMM's epilogue (layers without Q/K/V norms).
-    pub rope: bool,
-}
-
-impl DecodeFuse {
-    /// The fusions that won on the H200 (Llama-3-8B, 2026-12-02, same call): the residual add
-    /// in the o and down epilogues and RoPE in QKV's, together 214.3 -> 218.2 tok/s at batch 1,
-    /// 4,422 -> 4,533 at 32, 8,612 -> 8,744 at 128, 194.4 -> 198.8 at batch 1 and depth 8k;
-    /// batch 8 even (1,493 -> 1,490, 987 -> 981 at 8k). SwiGLU in the gate/up epilogue (0.98x
-    /// at batch 1) and the norm in the prologues (0.92x) lost.
-    pub const DEFAULT: DecodeFuse = DecodeFuse {
-        glu: false,
-        add: true,
-        norm: false,
-        rope: true,
-    };
-
-    /// For quantised matrices: SwiGLU too, its rows stored pair by pair at load.
-    pub const QUANT_DEFAULT: DecodeFuse = DecodeFuse {
-        glu: true,
-        add: true,
-        norm: false,
-        rope: true,
-    };
-
-    pub const ALL: DecodeFuse = DecodeFuse {
-        glu: true,
-        add: true,
-        norm: true,
-        rope: true,
-    };
-
-    /// `all`, or a comma-separated list of glu, add, norm, rope; anything else (`none`, `0`) is
-    /// none. `norm`
-    /// brings `add` with it (the norm in a GEMM cannot also add the block output).
-    pub fn parse(v: &str) -> DecodeFuse {
-        if v == "all" {
-            return DecodeFuse::ALL;
-        }
-        let has = |w| v.split(',').any(|p| p.trim() == w);
-        DecodeFuse {
-            glu: has("glu"),
-            add: has("add") || has("norm"),
-            norm: has("norm"),
-            rope: has("rope"),
-        }
-    }
-
-    pub fn any(&self) -> bool {
-        self.glu || self.add || self.norm || self.rope
-    }
-
-    fn describe(&self) -> String {
-        let on: Vec<&str> = [
-            (self.glu, "glu"),
-            (self.add, "add"),
-            (self.norm, "norm"),
-            (self.rope, "rope"),
-        ]
-        .iter()
-        .filter(|(b, _)| *b)
-        .map(|(_, n)| *n)
-        .collect();
-        if on.is_empty() {
-            "none".into()
-        } else {
-            on.join(",")
-        }
-    }
-}
-
-/// Decode launches of at least this many rows take the tensor-core GEMM under `KILN_SKINNY_TC=on`.
-pub const SKINNY_TC_DEFAULT_ROWS: usize = 64;
-
-/// The decode GEMM's choice when `KILN_SKINNY_TC` is unset: the measured table.
-pub const SKINNY_TC_DEFAULT: SkinnyTc = SkinnyTc::Measured;
-
-/// Which decode GEMM launches run on the tensor cores (`KILN_SKINNY_TC`). Every choice gives the
-/// 16-warp skinny kernel's bits, so it changes speed only.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SkinnyTc {
-    /// 0, off: the skinny kernel at every row count.
-    Off,
-    /// N | on (64): launches of at least N rows, in the CTA shape `choose_tc_entry` picks.
-    From(usize),
-    /// auto (the default): per weight shape and row count, the kernel and tiling the H200
-    /// measured fastest (`skinny_tc::MEASURED`); shapes not measured keep the skinny kernel.
-    /// Decode at depth 0: 1.17x at batch 32, 1.12x at batch 128 (2026-12-02).
-    Measured,
 }
 
 /// Which variant of a kernel family a launch uses. The fast variants are the defaults; each
@@ -462,7 +368,7 @@ impl Switches {
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} gemm_pin_m={pin_m} gemm_add={} gemm_tune={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} attn_early={} decode_lookahead={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} fp8={} fp8_scales={} fp8_fuse={} fp8_skinny={} fp8_wide={} fp8_wg={} bf16_wg={} wg_rows_choice={} flash_fence={} quant_fence={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} argmax_vec={} flash_wide={} decode_wide={} kv_ring={} chain_gemm={} chain_rows={} gemm_short={} gemm_tier_m={tier_m} gemm_tail={} combine_early={} combine_cols={} decode_lazy={} decode_lean={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} gemm_pin_m={pin_m} gemm_add={} gemm_tune={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} attn_early={} decode_lookahead={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} fp8={} fp8_scales={} fp8_fuse={} fp8_skinny={} fp8_wide={} fp8_wg={} bf16_wg={} wg_rows_choice={} flash_fence={} quant_fence={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} argmax_vec={} flash_wide={} decode_wide={} kv_ring={} chain_gemm={} chain_rows={} gemm_short={} gemm_tier_m={tier_m} gemm_tail={} combine_early={} combine_cols={} carveout_max={} decode_lazy={} decode_lean={} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -546,6 +452,7 @@ impl Switches {
             self.gemm_tail as u8,
             self.combine_early as u8,
             self.combine_cols as u8,
+            self.carveout_max as u8,
             self.decode_lazy as u8,
             self.decode_lean as u8,
         )

@@ -106,6 +106,7 @@ impl Env {
                 attn_early: on("KILN_ATTN_EARLY"),
                 combine_early: on("KILN_COMBINE_EARLY"),
                 combine_cols: on("KILN_COMBINE_COLS"),
+                carveout_max: var("KILN_CARVEOUT").as_deref() == Some("max"),
                 decode_lazy: opt_in("KILN_DECODE_LAZY"),
                 decode_lean: on("KILN_DECODE_LEAN"),
                 decode_lookahead: opt_in("KILN_DECODE_LOOKAHEAD"),
