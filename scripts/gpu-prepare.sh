@@ -70,8 +70,7 @@ keep_parts() {
     done
     return 0
 }
-prebuilt_llama() {
-    keep_parts
+prebuilt_llama() { # after keep_parts (below, at the start of every run)
     [ -s "$PARTS/llama-rest.tar.xz" ] && [ -s "$PARTS/llama-cuda.so.sha256" ] || return 1
     mkdir -p "$BUILD" && tar xJf "$PARTS/llama-rest.tar.xz" -C "$BUILD" || return 1
     cat "$PARTS"/llama-cuda.so.xz.part-* | xz -dc > "$BUILD/bin/libggml-cuda.so" || return 1
