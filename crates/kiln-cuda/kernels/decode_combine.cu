@@ -101,6 +101,24 @@ __device__ __forceinline__ void dm_combine(DmCombineSmem& sm, const float* __res
     }
 }
 
+// Both combines' (row, head) of grid (n_q heads, rows): its split count and the first of its
+// partials. `early` (KILN_ATTN_EARLY): the row's length is read before the wait for decode_mma
+// (positions are step inputs); otherwise everything after it.
+struct DmCombineRow {
+    int n;
+    u64 base;
+};
+__device__ __forceinline__ DmCombineRow dm_combine_row(const int* __restrict__ positions, int n_q, int max_splits,
+                                                       int min_span, int span_round, int early) {
+    pdl_trigger();
+    if (!early) pdl_wait();
+    const int len = positions[blockIdx.y] + 1;
+    const int span = dm_span(len, max_splits, min_span, span_round);
+    const DmCombineRow r{(len + span - 1) / span, ((u64)blockIdx.y * n_q + blockIdx.x) * max_splits};
+    if (early) pdl_wait();
+    return r;
+}
+
 // `early` (KILN_ATTN_EARLY, as decode_mma's): the row's length read before the wait (positions
 // are step inputs) and the first partials loaded before the fold factors, as many as the row
 // has up to 64 in one of four sizes (a guarded load past the last split costs: see above).
@@ -108,16 +126,11 @@ extern "C" __global__ void decode_mma_combine(const float* __restrict__ part_o, 
                                               const int* __restrict__ positions, bf16_t* __restrict__ out,
                                               int n_q, int hd, int max_splits, int min_span, int span_round,
                                               int early) {
-    pdl_trigger();
-    if (!early) pdl_wait();
     __shared__ DmCombineSmem sm;
-    const int h = blockIdx.x, row = blockIdx.y;
-    const int len = positions[row] + 1;
-    const int span = dm_span(len, max_splits, min_span, span_round);
-    const int n = (len + span - 1) / span;
-    const u64 base = ((u64)row * n_q + h) * max_splits;
-    const u64 at = ((u64)row * n_q + h) * hd;
-    if (early) pdl_wait();
+    const DmCombineRow r = dm_combine_row(positions, n_q, max_splits, min_span, span_round, early);
+    const int n = r.n;
+    const u64 base = r.base;
+    const u64 at = ((u64)blockIdx.y * n_q + blockIdx.x) * hd;
     if (!early)
         dm_combine<0>(sm, part_o, part_ml, out, base, n, hd, at);
     else if (n <= 4)
@@ -155,17 +168,12 @@ __device__ __forceinline__ void dmc_load(float (&v)[DMC_BATCH], const float* po,
 extern "C" __global__ void __launch_bounds__(256) decode_mma_combine_cols(
     const float* __restrict__ part_o, const float* __restrict__ part_ml, const int* __restrict__ positions,
     bf16_t* __restrict__ out, int n_q, int hd, int max_splits, int min_span, int span_round, int early) {
-    pdl_trigger();
-    if (!early) pdl_wait();
     __shared__ float2 s_ml[DM_COMBINE_MAX_SPLITS];
     __shared__ float s_a[DM_COMBINE_MAX_SPLITS], s_b[DM_COMBINE_MAX_SPLITS];
     __shared__ float s_m[DM_CHAINS];
-    const int h = blockIdx.x, row = blockIdx.y;
-    const int len = positions[row] + 1;
-    const int span = dm_span(len, max_splits, min_span, span_round);
-    const int n = (len + span - 1) / span;
-    const u64 base = ((u64)row * n_q + h) * max_splits;
-    if (early) pdl_wait();
+    const DmCombineRow r = dm_combine_row(positions, n_q, max_splits, min_span, span_round, early);
+    const int n = r.n;
+    const u64 base = r.base;
     const int lane = threadIdx.x & 31, c = threadIdx.x % DM_CHAINS, per = blockDim.x / DM_CHAINS;
     int d = blockIdx.z * per + threadIdx.x / DM_CHAINS;
     // The first pass's partials go out before the maxima are staged and the factors computed.
@@ -229,7 +237,7 @@ extern "C" __global__ void __launch_bounds__(256) decode_mma_combine_cols(
         }
         if (c == 0 && d < hd) {
             const float l = dm_chain_scales(Mc, Lc, sc);
-            out[((u64)row * n_q + h) * hd + d] = dm_chain_out(Oc, sc, l);
+            out[((u64)blockIdx.y * n_q + blockIdx.x) * hd + d] = dm_chain_out(Oc, sc, l);
         }
     }
 }
