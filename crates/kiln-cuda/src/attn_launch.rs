@@ -102,11 +102,14 @@ pub enum DecodeKernel {
     /// ahead ends, where the inputs allow it, and decode_mma_combine loads its first partials
     /// before its fold factors (KILN_ATTN_EARLY; the same bits either way);
     /// `ahead`: each step's scores computed one step ahead, beside the previous step's softmax,
-    /// where the head dim has such an entry (KILN_DECODE_LOOKAHEAD; the same bits either way).
+    /// where the head dim has such an entry (KILN_DECODE_LOOKAHEAD; the same bits either way);
+    /// `cols`: the combine gives a thread each (column, chain) (decode_mma_combine_cols,
+    /// KILN_COMBINE_COLS) or a thread each column (decode_mma_combine); the same bits either way.
     Mma {
         fold: DecodeFold,
         early: bool,
         ahead: bool,
+        cols: bool,
     },
 }
 
@@ -307,6 +310,7 @@ impl Gpu {
                 fold: sw.decode_fold,
                 early: sw.attn_early,
                 ahead: sw.decode_lookahead,
+                cols: sw.combine_cols,
             }
         } else {
             DecodeKernel::Simt
@@ -324,13 +328,19 @@ impl Gpu {
     ) -> Result<()> {
         match kind {
             DecodeKernel::Simt => self.decode_attn_simt(c, part, rows),
-            DecodeKernel::Mma { fold, early, ahead } => {
+            DecodeKernel::Mma {
+                fold,
+                early,
+                ahead,
+                cols,
+            } => {
                 let early = early && c.inp.old_keys_ready;
-                self.decode_mma(c, part, rows, fold, early, ahead)
+                self.decode_mma(c, part, rows, fold, early, ahead, cols)
             }
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn decode_mma(
         &self,
         c: AttnCall,
@@ -339,6 +349,7 @@ impl Gpu {
         fold: DecodeFold,
         early: bool,
         ahead: bool,
+        cols: bool,
     ) -> Result<()> {
         if rows == 0 {
             return Ok(());
@@ -436,7 +447,7 @@ impl Gpu {
         let mut args = combine_args(&c, part, (max_splits, min_span));
         let combine_early = early && sw.combine_early;
         args.extend([Arg::I32(span_round), Arg::I32(combine_early as i32)]);
-        let (name, cols, threads) = match sw.combine_cols {
+        let (name, cols, threads) = match cols {
             true => ("decode_mma_combine_cols", hd.div_ceil(32), 128),
             false => ("decode_mma_combine", 1, hd.clamp(32, 256)),
         };

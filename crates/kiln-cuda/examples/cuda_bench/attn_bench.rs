@@ -22,25 +22,23 @@ use kiln_cuda::attn_launch::{
 use kiln_cuda::device::{DevBuf, Gpu};
 use kiln_cuda::kernels::{decode_part_splits, AttnCall, AttnInputs, FlashTiles, KvView, Partials};
 use kiln_cuda::step_plan::{pack_step, StepLayout};
-use kiln_cuda::switches::DecodeFold;
+use kiln_cuda::switches::{DecodeFold, Switches};
 use kiln_step::ChunkInput;
 
 const N_Q: usize = 32;
 const N_KV: usize = 8;
 const BS: usize = 16;
-/// decode_mma folding a row's splits itself and through the combine.
-const MMA: [DecodeKernel; 2] = [
-    DecodeKernel::Mma {
-        fold: DecodeFold::Always,
+/// decode_mma folding a row's splits itself and through the combine (the combine the
+/// environment chooses: KILN_COMBINE_COLS).
+fn mma_kinds() -> [DecodeKernel; 2] {
+    let cols = Switches::from_env().combine_cols;
+    [DecodeFold::Always, DecodeFold::Never].map(|fold| DecodeKernel::Mma {
+        fold,
         early: true,
         ahead: false,
-    },
-    DecodeKernel::Mma {
-        fold: DecodeFold::Never,
-        early: true,
-        ahead: false,
-    },
-];
+        cols,
+    })
+}
 const LAYERS: f64 = 32.0;
 const CHUNK: usize = 2048;
 /// KV tokens the decode cache holds (4 KB each at head dim 128: 16 GB).
@@ -412,10 +410,11 @@ pub fn run(part: Option<&str>) -> Result<()> {
     if !matches!(part, Some("decode" | "decode-mma")) {
         prefill(&gpu, &mut json)?;
     }
+    let mma = mma_kinds();
     if part == Some("decode-mma") {
-        decode(&gpu, &MMA, &mut json)?;
+        decode(&gpu, &mma, &mut json)?;
     } else if part != Some("prefill") {
-        let all = [DecodeKernel::Simt, MMA[0], MMA[1]];
+        let all = [DecodeKernel::Simt, mma[0], mma[1]];
         decode(&gpu, &all, &mut json)?;
     }
     println!("{{{}}}", json.join(","));

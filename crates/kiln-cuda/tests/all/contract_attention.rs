@@ -46,10 +46,15 @@ impl Kind {
         match self {
             Kind::Ref => "ref_attn".into(),
             Kind::Decode(DecodeKernel::Simt) => "decode_attn".into(),
-            Kind::Decode(DecodeKernel::Mma { fold, early, ahead }) => {
+            Kind::Decode(DecodeKernel::Mma {
+                fold,
+                early,
+                ahead,
+                cols,
+            }) => {
                 format!(
-                    "decode_mma fold={fold:?} early={} ahead={}",
-                    early as u8, ahead as u8
+                    "decode_mma fold={fold:?} early={} ahead={} cols={}",
+                    early as u8, ahead as u8, cols as u8
                 )
             }
             Kind::Flash(FlashKernel::Sm80 { pairs }) => format!("flash_attn pairs={}", pairs as u8),
@@ -97,6 +102,14 @@ enum Family {
     FlashSm90,
 }
 
+/// decode_mma through the combine that gives a thread each column (`KILN_COMBINE_COLS=0`).
+const ROWS_COMBINE: Kind = Kind::Decode(DecodeKernel::Mma {
+    fold: DecodeFold::Never,
+    early: true,
+    ahead: false,
+    cols: false,
+});
+
 /// The kinds of `family` that can run `case` on this GPU.
 fn kinds(gpu: &Gpu, case: &Case, family: Family) -> Vec<Kind> {
     let mut k = Vec::new();
@@ -114,12 +127,15 @@ fn kinds(gpu: &Gpu, case: &Case, family: Family) -> Vec<Kind> {
     let wide_mma = WIDE_HEAD_DIMS.contains(&case.hd);
     if family == Family::DecodeMma && (DECODE_MMA_HEAD_DIMS.contains(&case.hd) || wide_mma) {
         // The launcher's choice, then the variants by name (512-wide heads never fold, nor
-        // take the early loads or the scores ahead): the same bits all of them.
+        // take the early loads or the scores ahead), the combine a thread a column among
+        // them: the same bits all of them.
         k.push(Kind::Decode(DecodeKernel::Mma {
             fold: DecodeFold::Auto,
             early: true,
             ahead: false,
+            cols: true,
         }));
+        k.push(ROWS_COMBINE);
         if !wide_mma {
             // Each fold by name, the combine's way with every load after the wait, and with the
             // scores one step ahead (taken by launches that do not fold, at head dims that have
@@ -130,7 +146,12 @@ fn kinds(gpu: &Gpu, case: &Case, family: Family) -> Vec<Kind> {
                 (DecodeFold::Never, false, false),
                 (DecodeFold::Never, true, true),
             ] {
-                k.push(Kind::Decode(DecodeKernel::Mma { fold, early, ahead }));
+                k.push(Kind::Decode(DecodeKernel::Mma {
+                    fold,
+                    early,
+                    ahead,
+                    cols: true,
+                }));
             }
         }
     }
@@ -315,18 +336,21 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case, family: Famil
             fold,
             early: true,
             ahead: false,
+            cols: true,
         })
     };
     let late = Kind::Decode(DecodeKernel::Mma {
         fold: DecodeFold::Never,
         early: false,
         ahead: false,
+        cols: true,
     });
     let ahead = |fold| {
         Kind::Decode(DecodeKernel::Mma {
             fold,
             early: true,
             ahead: true,
+            cols: true,
         })
     };
     for (a, b) in [
@@ -344,6 +368,10 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case, family: Famil
         (mma(DecodeFold::Never), late),
         // The scores one step ahead or in their own step.
         (ahead(DecodeFold::Never), mma(DecodeFold::Never)),
+        // The combine a thread a column or a thread a (column, chain) (512-wide heads: the
+        // launcher's choice is the latter, the other pair finds no such kind).
+        (ROWS_COMBINE, mma(DecodeFold::Never)),
+        (ROWS_COMBINE, mma(DecodeFold::Auto)),
     ] {
         // The rows the kind serves: the decode rows first, then the prefill rows.
         let find = |k: Kind| {
@@ -357,10 +385,13 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case, family: Famil
         }
     }
     // A decode row alone gives the bits it gives in the batch (with its verify neighbours);
-    // the late loads and the scores ahead are checked against their base kinds above, on the
-    // whole batch, and skip this (a row alone per kind is most of the test's launches).
+    // the late loads, the scores ahead and the other combine are checked against their base
+    // kinds above, on the whole batch, and skip this (a row alone per kind is most of the
+    // test's launches).
     let alone_checked = |k: &Kind| match k {
-        Kind::Decode(DecodeKernel::Mma { early, ahead, .. }) => *early && !*ahead,
+        Kind::Decode(DecodeKernel::Mma {
+            early, ahead, cols, ..
+        }) => *early && !*ahead && *cols,
         Kind::Decode(_) => true,
         _ => false,
     };

@@ -24,7 +24,8 @@ const PLANTED: &[(&str, &str, &str)] = &[
     // The fold scales a split's partial by the running state's factor (decode_split.cuh, so
     // in the kernel's fold and the combine's alike).
     ("decode_mma", "__fmul_rn(part, f.b)", "__fmul_rn(part, f.a)"),
-    // The combine folds each split of a full batch with its neighbour's partial.
+    // The combine a thread a column (the contract's `cols=0` kind) folds each split of a
+    // full batch with its neighbour's partial.
     (
         "decode_mma",
         "dm_fold(O[j % DM_CHAINS], v[j],",
@@ -47,13 +48,13 @@ const PLANTED: &[(&str, &str, &str)] = &[
     ("decode_mma_lean", "k0 + DM_STEP <= in_hi;", "k0 < in_hi;"),
     // The column-wise combine's prefix maxima stop at four splits of a chain.
     (
-        "decode_mma_cols",
+        "decode_mma",
         "off = DM_CHAINS; off < 32;",
         "off = DM_CHAINS; off < 16;",
     ),
     // The column-wise combine folds each split's maximum into L in place of its sum.
     (
-        "decode_mma_cols",
+        "decode_mma",
         "L = dm_fold(L, s_ml[s].y, f);",
         "L = dm_fold(L, s_ml[s].x, f);",
     ),
@@ -120,24 +121,12 @@ fn keep_entries(body: &str, mac: &str, keep: &str) -> String {
 
 /// Pseudo-modules of decode_mma for paths a switch chooses: their bugs are planted in
 /// decode_mma with these texts replaced as well, so that they are seen whatever the switch
-/// says. DM_LEAN is a launch flag (KILN_DECODE_LEAN, on by default); the column-wise combine
-/// (KILN_COMBINE_COLS) takes the name the launcher gives the combine.
-const FORCED: &[(&str, &[(&str, &str)])] = &[
-    (
-        "decode_mma_lean",
-        &[("lean = flags & DM_LEAN;", "lean = true;")],
-    ),
-    (
-        "decode_mma_cols",
-        &[
-            ("void decode_mma_combine(", "void decode_mma_combine_rows("),
-            (
-                "__launch_bounds__(256) decode_mma_combine_cols(",
-                "__launch_bounds__(256) decode_mma_combine(",
-            ),
-        ],
-    ),
-];
+/// says. DM_LEAN is a launch flag (KILN_DECODE_LEAN, on by default). (Both combines are
+/// kinds of the contract by name: their bugs need no such module.)
+const FORCED: &[(&str, &[(&str, &str)])] = &[(
+    "decode_mma_lean",
+    &[("lean = flags & DM_LEAN;", "lean = true;")],
+)];
 
 /// The module a planted module's text comes from.
 fn base(module: &str) -> &str {
@@ -178,7 +167,11 @@ fn planted_modules_compile() {
         let entries = src.entries().expect("entries of the planted module");
         let needed: &[&str] = match base(module) {
             "flash_sm90" => &["flash_sm90_hd128"],
-            "decode_mma" => &["decode_mma_hd128", "decode_mma_combine"],
+            "decode_mma" => &[
+                "decode_mma_hd128",
+                "decode_mma_combine",
+                "decode_mma_combine_cols",
+            ],
             _ => &[],
         };
         for e in needed {
