@@ -26,10 +26,6 @@ static_assert(DECODE_MIN_SPAN % DM_STEP == 0, "a split holds whole steps");
 // row sees wholly scored without masks). The same bits every way.
 #define DM_LAZY 1
 #define DM_LEAN 2
-// DM_GROUPS_X (KILN_DECODE_ORDER=groups): the grid's x runs over the head groups and y over the
-// split slots, so CTAs launched one after another serve other groups' slots of the same
-// index, not one group's next slots. Placement only: the same bits.
-#define DM_GROUPS_X 4
 
 // One step of 16 keys into a warp's ring stage (keys from kv_end on read as zeros): CH lanes
 // to a row; lane l < 16 looks up row l in the block table (once for K and V) and the copying
@@ -127,13 +123,8 @@ __device__ __forceinline__ void decode_mma_body(
     __shared__ float s_ml[DM_CHAINS][16][2];
 
     const int row0 = blockIdx.z;
-    // The CTA's split slot, the launch's slot count and the CTA's head group.
-    const bool groups_x = flags & DM_GROUPS_X;
-    const int cta_slot = groups_x ? blockIdx.y : blockIdx.x, slots = groups_x ? gridDim.y : gridDim.x;
     DmRun run;
-    if (!dm_run(run, token_seq, positions, n_q, n_kv, window, max_splits, min_span, span_round,
-                groups_x ? blockIdx.x : blockIdx.y))
-        return;
+    if (!dm_run(run, token_seq, positions, n_q, n_kv, window, max_splits, min_span, span_round)) return;
     const int kvh = run.kvh, hc0 = run.hc0, nh = run.nh, gc = run.gc, nr = run.nr;
     const int max_len = run.max_len, min_first = run.min_first;
     const int span = dm_span(max_len, max_splits, min_span, span_round);
@@ -144,7 +135,7 @@ __device__ __forceinline__ void decode_mma_body(
     // DM_LEAN: the keys every row of the run sees; the steps wholly inside need no mask.
     const int in_lo = lean ? run.max_first : 0x7fffffff, in_hi = lean ? run.min_len : 0;
     // The CTA's first split, and the stride of each warp's splits.
-    if (cta_slot * DM_WARPS * span >= max_len) return;
+    if ((int)blockIdx.x * DM_WARPS * span >= max_len) return;
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int* table = block_tables + bt_start[token_seq[row0]];
@@ -154,7 +145,7 @@ __device__ __forceinline__ void decode_mma_body(
         s_len[threadIdx.x] = (r < nr && h < nh) ? positions[row0 + r] + 1 : 0;  // 0: an empty slot
     }
     // This warp's splits: first, first + stride, ... (with the fold: warp c's are chain c's).
-    const int first = cta_slot * DM_WARPS + warp, stride = slots * DM_WARPS;
+    const int first = (int)blockIdx.x * DM_WARPS + warp, stride = (int)gridDim.x * DM_WARPS;
     auto has_split = [&](int s) { return s < max_splits && s * span < max_len; };
     // Split s: keys [lo, hi) and its steps from t_lo (steps wholly before every row's window
     // change no row's state: they start at the first one needed); returns how many.
@@ -356,9 +347,8 @@ __device__ __forceinline__ void decode_mma_body(
     }
 }
 
-// decode_mma_hd*: `fold` 1 (one CTA a row run and head group: one slot) writes the output; 0
-// writes each split's partials for decode_mma_combine. `flags`: DM_LAZY, DM_LEAN and
-// DM_GROUPS_X (above).
+// decode_mma_hd*: `fold` 1 (one CTA a row run and head group: gridDim.x == 1) writes the output;
+// 0 writes each split's partials for decode_mma_combine. `flags`: DM_LAZY and DM_LEAN (above).
 #define DM_ENTRY(NAME, HD, NST, MINB, LA)                                                               \
     extern "C" __global__ void __launch_bounds__(128, MINB) NAME(                                       \
         const bf16_t* q, const bf16_t* kc, const bf16_t* vc, const int* positions, const int* token_seq, \

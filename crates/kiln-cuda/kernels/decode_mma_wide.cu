@@ -49,7 +49,7 @@ __device__ __forceinline__ void decode_mma_wide_body(
     const int split = blockIdx.x, row0 = blockIdx.z;
     // Runs of rows as decode_mma.cu forms them.
     DmRun run;
-    if (!dm_run(run, token_seq, positions, n_q, n_kv, window, max_splits, min_span, span_round, blockIdx.y)) return;
+    if (!dm_run(run, token_seq, positions, n_q, n_kv, window, max_splits, min_span, span_round)) return;
     const int kvh = run.kvh, hc0 = run.hc0, nh = run.nh, gc = run.gc, nr = run.nr;
     const int max_len = run.max_len, min_first = run.min_first;
     const int span = dm_span(max_len, max_splits, min_span, span_round);

@@ -37,8 +37,8 @@ __device__ __forceinline__ bool dm_same(const int* token_seq, const int* positio
                                                dm_span(positions[b] + 1, max_splits, min_span, round);
 }
 
-// What a CTA of decode_mma.cu or decode_mma_wide.cu serves (gy, blockIdx.y unless the launch
-// puts the groups along x: KV head and chunk of its group; blockIdx.z: the run's first row): up to 16 query slots, gc heads of one KV head's
+// What a CTA of decode_mma.cu or decode_mma_wide.cu serves (blockIdx.y: KV head and chunk of
+// its group; blockIdx.z: the run's first row): up to 16 query slots, gc heads of one KV head's
 // group (from hc0, nh of them real) for each of nr rows of one sequence and span; the run's
 // longest row and the first key any of its rows' windows sees; the keys every row sees,
 // [max_first, min_len) (first: len - window, or 0 without a window), where no score needs a mask.
@@ -49,15 +49,15 @@ struct DmRun {
 // Forms the CTA's run: rows share it from a multiple of 16 / gc on while the sequence and the
 // span stay the same (dm_same). False where the row belongs to a run another CTA serves.
 __device__ __forceinline__ bool dm_run(DmRun& run, const int* token_seq, const int* positions, int n_q, int n_kv,
-                                       int window, int max_splits, int min_span, int round, int gy) {
+                                       int window, int max_splits, int min_span, int round) {
     const int row0 = blockIdx.z;
     const int group = n_q / n_kv;
     const int gc = min(group, 16);             // heads per CTA
     const int chunks = (group + gc - 1) / gc;  // CTAs per KV head and row run
     const int rpc = 16 / gc;                   // rows per CTA
     run.gc = gc;
-    run.kvh = gy / chunks;
-    run.hc0 = run.kvh * group + (gy % chunks) * gc;  // first query head of this CTA
+    run.kvh = blockIdx.y / chunks;
+    run.hc0 = run.kvh * group + (blockIdx.y % chunks) * gc;  // first query head of this CTA
     run.nh = min(gc, run.kvh * group + group - run.hc0);
     // A run of rows starts at a multiple of rpc or where the sequence or span changes.
     if (row0 % rpc != 0 && dm_same(token_seq, positions, row0 - 1, row0, max_splits, min_span, round)) return false;

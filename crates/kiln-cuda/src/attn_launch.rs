@@ -406,8 +406,6 @@ impl Gpu {
             true => crate::attn_wide::decode_mma_wide_smem_bytes(hd),
             false => decode_mma_smem_bytes(hd, ahead),
         };
-        // KILN_DECODE_ORDER=groups: the head groups along the grid's x (decode_mma only).
-        let groups_x = !wide && sw.decode_groups_x;
         let mut args = decode_ptrs(&c, part).to_vec();
         if !wide {
             args.push(Arg::Ptr(c.out));
@@ -422,10 +420,8 @@ impl Gpu {
             args.extend([
                 Arg::I32(fold as i32),
                 Arg::I32(early as i32),
-                // decode_mma.cu's DM_LAZY, DM_LEAN and DM_GROUPS_X.
-                Arg::I32(
-                    sw.decode_lazy as i32 | (sw.decode_lean as i32) << 1 | (groups_x as i32) << 2,
-                ),
+                // decode_mma.cu's DM_LAZY and DM_LEAN.
+                Arg::I32(sw.decode_lazy as i32 | (sw.decode_lean as i32) << 1),
             ]);
         }
         // Every row is launched (rows whose run another CTA serves exit at once), each with
@@ -436,10 +432,7 @@ impl Gpu {
             (false, true) => 1,
             (false, false) => self.split_ctas(max_splits.div_ceil(DECODE_MMA_WARPS), groups, rows),
         };
-        let grid = match groups_x {
-            true => (groups as u32, sx as u32, rows as u32),
-            false => (sx as u32, groups as u32, rows as u32),
-        };
+        let grid = (sx as u32, groups as u32, rows as u32);
         let name = match ahead {
             true => format!("decode_mma_la_hd{hd}"),
             false => format!("decode_mma_hd{hd}"),

@@ -109,7 +109,6 @@ impl Env {
                 carveout_max: var("KILN_CARVEOUT").as_deref() == Some("max"),
                 decode_lazy: opt_in("KILN_DECODE_LAZY"),
                 decode_lean: on("KILN_DECODE_LEAN"),
-                decode_groups_x: var("KILN_DECODE_ORDER").as_deref() == Some("groups"),
                 decode_lookahead: opt_in("KILN_DECODE_LOOKAHEAD"),
                 decode_split_ctas: SplitCtas::parse(var("KILN_DECODE_SPLIT_CTAS").as_deref()),
                 tc_split_from: match var("KILN_SKINNY_TC_SPLIT").as_deref() {

@@ -18,8 +18,8 @@ const PLANTED: &[(&str, &str, &str)] = &[
     // batch of 128 decode rows, and through the combine at batch 1 deep in the cache).
     (
         "decode_mma",
-        "stride = slots * DM_WARPS;",
-        "stride = 2 * slots * DM_WARPS;",
+        "stride = (int)gridDim.x * DM_WARPS;",
+        "stride = 2 * (int)gridDim.x * DM_WARPS;",
     ),
     // The fold scales a split's partial by the running state's factor (decode_split.cuh, so
     // in the kernel's fold and the combine's alike).
@@ -205,8 +205,7 @@ fn planted_bugs_fail() {
     // The case a planted bug runs on: a batch of 128 decode rows for bugs that show only where
     // a CTA or warp serves several splits (the split loops' stride, a warp's ring), the wide
     // kernels' own case for their other bugs, else the common one.
-    let several_splits =
-        |to: &str| to.contains("gridDim") || to.contains("slots") || to.contains("issued");
+    let several_splits = |to: &str| to.contains("gridDim") || to.contains("issued");
     let case_for = |module: &str, to: &str| match (several_splits(to), module.ends_with("_wide")) {
         (true, false) => &many,
         (true, true) => &many_wide,
