@@ -39,6 +39,12 @@ __device__ __forceinline__ void dm_combine_fold(float (&O)[DM_CHAINS], const flo
     }
 }
 
+// The (m, l) of a (row, head)'s n splits at part_ml + base * 2 staged in shared memory, a
+// thread a split (both combines; the caller's barrier follows).
+__device__ __forceinline__ void dm_stage_ml(float2* ml, const float* __restrict__ part_ml, u64 base, int n) {
+    for (int s = threadIdx.x; s < n; s += blockDim.x) ml[s] = *reinterpret_cast<const float2*>(part_ml + (base + s) * 2);
+}
+
 // The combine of one (row, head) of n splits at part_o + base * hd. PRE > 0 (`early`): the
 // thread's first column loads its first PRE partials right away, before the maxima are staged
 // and the fold factors computed, so their latency hides behind that work; they are folded
@@ -50,8 +56,7 @@ __device__ __forceinline__ void dm_combine(DmCombineSmem& sm, const float* __res
     constexpr int P = PRE > 0 ? PRE : 1;
     float pre[P];
     if (PRE > 0 && (int)threadIdx.x < hd) dm_combine_load<P>(pre, part_o + base * hd + threadIdx.x, 0, n_splits, hd);
-    for (int s = threadIdx.x; s < n_splits; s += blockDim.x)
-        sm.ml[s] = *reinterpret_cast<const float2*>(part_ml + (base + s) * 2);
+    dm_stage_ml(sm.ml, part_ml, base, n_splits);
     __syncthreads();
     if (threadIdx.x < DM_CHAINS) {
         const int c = threadIdx.x;
@@ -179,8 +184,7 @@ extern "C" __global__ void __launch_bounds__(256) decode_mma_combine_cols(
     // The first pass's partials go out before the maxima are staged and the factors computed.
     float v[DMC_BATCH];
     dmc_load(v, part_o + base * hd + (d < hd ? d : 0), c, 0, n, hd);
-    for (int s = threadIdx.x; s < n; s += blockDim.x)
-        s_ml[s] = *reinterpret_cast<const float2*>(part_ml + (base + s) * 2);
+    dm_stage_ml(s_ml, part_ml, base, n);
     __syncthreads();
     // Warp 0: split s's factors against its chain's maximum before it (dm_fold_scale), 32
     // splits a pass; lane l holds split s0 + l, of chain l % DM_CHAINS (s0 a multiple of 32).
