@@ -3,7 +3,7 @@
 attention figures beside kiln's in the same call (scripts/attn-gpu.sh).
 
 - Prefill: causal attention over a whole prompt of 2k, 8k and 32k tokens, 32 query heads over
-  8 KV heads (GQA), head dims 64, 128 and 256, bf16, with each SDPA backend that takes the
+  8 KV heads (GQA), head dims 64, 128, 256 and 512, bf16, with each SDPA backend that takes the
   shape: TFLOP/s counted as kiln counts them (4 * hd * heads per key a row sees).
 - Decode: one query row per sequence over a KV cache of `depth` keys (contiguous, not paged),
   batch 1 and 8 at depth 8k, 32k and 128k, head dim 128: KV bytes read per second.
@@ -58,7 +58,7 @@ def main():
     def rand(*shape):
         return torch.randn(*shape, device="cuda", dtype=torch.bfloat16, generator=gen)
 
-    for hd in (64, 128, 256):
+    for hd in (64, 128, 256, 512):
         for length in (2048, 8192, 32768):
             q, k, v = rand(1, N_Q, length, hd), rand(1, N_KV, length, hd), rand(1, N_KV, length, hd)
             flops = 4.0 * hd * N_Q * length * (length + 1) / 2

@@ -206,7 +206,13 @@ impl Gpu {
     pub fn flash_kernel_for(&self, n_q: usize, n_kv: usize, hd: usize, keys: usize) -> FlashKernel {
         let k = KernelChoice::from_env();
         let even = n_kv > 0 && n_q.is_multiple_of(n_kv) && (n_q / n_kv).is_multiple_of(2);
-        if k.flash_sm90 && even && self.has_func(&format!("flash_sm90_hd{hd}")) {
+        // A 512-wide head's sm90 kernel takes one query head a CTA: any whole grouping, unless
+        // KILN_FLASH_WIDE keeps those heads on mma.sync.
+        let sm90_shape = match crate::attn_wide::WIDE_HEAD_DIMS.contains(&hd) {
+            true => Switches::from_env().flash_wide_sm90 && n_kv > 0 && n_q.is_multiple_of(n_kv),
+            false => even,
+        };
+        if k.flash_sm90 && sm90_shape && self.has_func(&format!("flash_sm90_hd{hd}")) {
             // Unset, turns where they measured faster, and never when KILN_FLASH_OVERLAP=0.
             let pingpong = k.flash_pingpong.unwrap_or(hd <= 256 && k.flash_overlap);
             FlashKernel::Sm90 {
@@ -253,6 +259,9 @@ impl Gpu {
             return Ok(());
         }
         let (n_q, hd, kv) = (c.n_q, c.hd, c.kv);
+        if crate::attn_wide::WIDE_HEAD_DIMS.contains(&hd) {
+            return self.flash_sm90_wide(c, tiles, kv_group);
+        }
         if !FLASH_SM90_HEAD_DIMS.contains(&hd) {
             bail!("flash_sm90 supports head dims {FLASH_SM90_HEAD_DIMS:?}, not {hd}");
         }

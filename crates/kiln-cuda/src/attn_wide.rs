@@ -7,7 +7,7 @@
 use anyhow::{bail, Result};
 
 use crate::attn_args::{attn_shape, flash_ptrs};
-use crate::device::Gpu;
+use crate::device::{i32_of, Arg, Gpu};
 use crate::kernels::{AttnCall, FlashTiles, FLASH_TILE_ROWS};
 use crate::kernels_attn::SimtDecode;
 use crate::switches::Switches;
@@ -52,6 +52,15 @@ pub fn decode_mma_wide_smem_bytes(hd: usize) -> usize {
         + DECODE_MMA_WIDE_WARPS * 16 * 33 * 4
 }
 
+/// Dynamic shared memory of flash_sm90_hd512 (flash_sm90_wide.cu, FwSmem): Q, one stage each
+/// of K and V (64 keys x the whole head), the two warpgroups' partial scores (64 x 64 floats
+/// each), four barriers, and 1 KB to align the base for the swizzle.
+pub fn flash_sm90_wide_smem_bytes(hd: usize) -> usize {
+    3 * 64 * hd * 2 + 2 * 64 * FLASH_SM90_WIDE_BN * 4 + 32 + 1024
+}
+/// Keys per K/V tile of flash_sm90_hd512.
+const FLASH_SM90_WIDE_BN: usize = 64;
+
 /// The wide kernels with the dynamic shared memory each needs.
 pub fn smem_needs() -> Vec<(String, usize)> {
     WIDE_HEAD_DIMS
@@ -64,6 +73,7 @@ pub fn smem_needs() -> Vec<(String, usize)> {
                     flash_wide_split_smem_bytes(hd),
                 ),
                 (format!("decode_mma_hd{hd}"), decode_mma_wide_smem_bytes(hd)),
+                (format!("flash_sm90_hd{hd}"), flash_sm90_wide_smem_bytes(hd)),
             ]
         })
         .collect()
@@ -111,6 +121,42 @@ impl Gpu {
     }
 }
 
+impl Gpu {
+    /// Prefill attention of a wide head with wgmma (flash_sm90_wide.cu): one query head per
+    /// CTA, 384 threads, the grid in groups of `kv_group` KV heads' query heads as
+    /// flash_sm90's (0: one group). The overlapped and turn-taking variants of the narrower
+    /// heads have no wide form: every [`crate::attn_launch::FlashKernel::Sm90`] runs this.
+    pub(crate) fn flash_sm90_wide(
+        &self,
+        c: AttnCall,
+        tiles: FlashTiles,
+        kv_group: usize,
+    ) -> Result<()> {
+        let (n_q, hd, n_kv) = (c.n_q, c.hd, c.kv.n_kv);
+        if tiles.n == 0 {
+            return Ok(());
+        }
+        if n_kv == 0 || !n_q.is_multiple_of(n_kv) {
+            bail!("flash_sm90_hd{hd} needs whole GQA groups, not {n_q} query heads over {n_kv} KV heads");
+        }
+        let group = match kv_group {
+            0 => n_q,
+            g if g <= n_kv && n_kv.is_multiple_of(g) => g * (n_q / n_kv),
+            g => bail!("flash_sm90 groups of {g} KV heads do not divide {n_kv}"),
+        };
+        let mut args = flash_ptrs(&c, tiles).to_vec();
+        args.extend(attn_shape(&c)?);
+        args.push(Arg::I32(i32_of(group, "flash_sm90 group")?));
+        self.launch(
+            &format!("flash_sm90_hd{hd}"),
+            (tiles.n as u32, n_q as u32, 1),
+            384,
+            flash_sm90_wide_smem_bytes(hd) as u32,
+            &args,
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,5 +171,7 @@ mod tests {
         // One CTA per SM: the most an sm_90 CTA may take is 227 KB.
         assert!(decode_mma_wide_smem_bytes(512) <= 227 * 1024);
         assert!(flash_wide_split_smem_bytes(512) <= 227 * 1024);
+        assert!(flash_sm90_wide_smem_bytes(512) <= 227 * 1024);
+        assert_eq!(flash_sm90_wide_smem_bytes(512), 230_432);
     }
 }

@@ -79,7 +79,8 @@ pub const SOURCES: &[KernelSource] = &[
         name: "flash_sm90",
         body: concat!(
             include_str!("../kernels/wgmma.cuh"),
-            include_str!("../kernels/flash_sm90.cu")
+            include_str!("../kernels/flash_sm90.cu"),
+            include_str!("../kernels/flash_sm90_wide.cu")
         ),
         builds: Builds::Bf16Only,
     },

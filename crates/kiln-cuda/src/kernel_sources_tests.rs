@@ -67,6 +67,7 @@ fn every_module_has_the_entries_it_always_had() {
     let flash_sm90 = ["flash_sm90_hd", "flash_sm90o_hd", "flash_sm90p_hd"]
         .iter()
         .flat_map(|p| [64, 128, 256].map(|d| format!("{p}{d}")))
+        .chain(["flash_sm90_hd512".to_string()])
         .collect();
     let decode_mma = [16, 32, 64, 128, 256]
         .into_iter()

@@ -236,6 +236,11 @@ pub struct Switches {
     /// recomputing the scores (KILN_FLASH_WIDE=recompute). Different bits, each
     /// chunk-invariant; on the H200 Gemma 4's prefill 1.45x faster at 8k and 1.98x at 32k.
     pub flash_wide_split: bool,
+    /// 512-wide heads take the wgmma kernel (flash_sm90_wide.cu) where the sm90 family runs
+    /// (KILN_FLASH_ATTN=sm90, an sm_90 device); KILN_FLASH_WIDE=split or recompute keeps
+    /// them on that mma.sync kernel beside the sm90 kernels of the narrower heads, for A/B
+    /// runs of the wide layers alone. Different bits, each chunk-invariant.
+    pub flash_wide_sm90: bool,
     /// KILN_DECODE_WIDE=mma: with the tensor-core decode family (KILN_DECODE_ATTN=mma, the
     /// default), 512-wide heads take decode_mma_wide.cu instead of the CUDA-core
     /// decode_wide.cu. Opt-in: on the H200 Gemma 4's decode was 1-2% slower with it.
@@ -439,7 +444,9 @@ impl Switches {
             self.gemma_fuse as u8,
             self.gated_vec as u8,
             self.argmax_vec as u8,
-            if self.flash_wide_split {
+            if self.flash_wide_sm90 {
+                "sm90"
+            } else if self.flash_wide_split {
                 "split"
             } else {
                 "recompute"

@@ -134,6 +134,10 @@ impl Env {
                 gated_vec: on("KILN_GATED_VEC"),
                 argmax_vec: on("KILN_ARGMAX_VEC"),
                 flash_wide_split: var("KILN_FLASH_WIDE").as_deref() != Some("recompute"),
+                flash_wide_sm90: matches!(
+                    var("KILN_FLASH_WIDE").as_deref(),
+                    None | Some("") | Some("sm90")
+                ),
                 decode_wide_mma: var("KILN_DECODE_WIDE").as_deref() == Some("mma"),
                 fuse: var("KILN_DECODE_FUSE")
                     .map(|v| DecodeFuse::parse(&v))

@@ -116,6 +116,10 @@ fn each_variable_turns_off_its_own_switch() {
     assert!(!la(&[]) && la(&[("KILN_DECODE_LOOKAHEAD", "on")]));
     let wide = |v| read(&[("KILN_FLASH_WIDE", v)]).switches.flash_wide_split;
     assert!(wide("split") && !wide("recompute") && read(&[]).switches.flash_wide_split);
+    let w90 = |v| read(&[("KILN_FLASH_WIDE", v)]).switches.flash_wide_sm90;
+    assert!(
+        w90("sm90") && !w90("split") && !w90("recompute") && read(&[]).switches.flash_wide_sm90
+    );
     let dw = |v| read(&[("KILN_DECODE_WIDE", v)]).switches.decode_wide_mma;
     assert!(dw("mma") && !dw("simt") && !read(&[]).switches.decode_wide_mma);
     // Q4_K and Q6_K in 256-k records: the default, 128 for the 128-k ones, and never with the

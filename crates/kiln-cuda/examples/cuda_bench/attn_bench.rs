@@ -3,7 +3,7 @@
 //! heads.
 //!
 //! - Prefill: causal attention of a 2k, 8k and 32k prompt in 2048-row chunks (as the engine
-//!   runs them) at head dims 64, 128 and 256, for each kernel family: TFLOP/s (4 * hd * heads
+//!   runs them) at head dims 64, 128, 256 and 512, for each kernel family: TFLOP/s (4 * hd * heads
 //!   per key a row sees) and the milliseconds of 32 such layers.
 //! - Decode: one step of `batch` sequences at depth 8k-128k (each its own blocks), both decode
 //!   families at head dim 128: microseconds per layer and KV bytes read per second; and a
@@ -19,6 +19,7 @@ use anyhow::{Context, Result};
 use kiln_cuda::attn_launch::{
     flash_sm90_kv_group, DecodeKernel, FlashKernel, FLASH_SM90_HEAD_DIMS,
 };
+use kiln_cuda::attn_wide::WIDE_HEAD_DIMS;
 use kiln_cuda::device::{DevBuf, Gpu};
 use kiln_cuda::kernels::{decode_part_splits, AttnCall, AttnInputs, FlashTiles, KvView, Partials};
 use kiln_cuda::step_plan::{pack_step, StepLayout};
@@ -181,7 +182,11 @@ impl Prefill {
             l2: false,
         }];
         let hd = self.hd;
-        if FLASH_SM90_HEAD_DIMS.contains(&hd) && gpu.has_func(&format!("flash_sm90_hd{hd}")) {
+        let sm90_here = gpu.has_func(&format!("flash_sm90_hd{hd}"));
+        if WIDE_HEAD_DIMS.contains(&hd) && sm90_here {
+            // One wgmma kernel at 512-wide heads (flash_sm90_wide.cu): no overlapped forms.
+            kinds.push(sm90(false, false, true));
+        } else if FLASH_SM90_HEAD_DIMS.contains(&hd) && sm90_here {
             kinds.extend([
                 sm90(false, false, true),
                 sm90(true, false, true),
@@ -250,7 +255,7 @@ fn prefill(gpu: &Gpu, json: &mut Vec<String>) -> Result<()> {
     let max_len = 32_768;
     let blocks = max_len / BS;
     let table: Vec<u32> = (0..blocks as u32).rev().collect();
-    for hd in [64usize, 128, 256] {
+    for hd in [64usize, 128, 256, 512] {
         let p = Prefill::new(gpu, hd, blocks)?;
         let kinds = p.kinds(gpu);
         for len in [2048usize, 8192, 32_768] {

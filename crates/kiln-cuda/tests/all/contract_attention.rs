@@ -156,10 +156,18 @@ fn kinds(gpu: &Gpu, case: &Case, family: Family) -> Vec<Kind> {
         }
     }
     let even = (case.n_q / case.n_kv).is_multiple_of(2);
-    if family == Family::FlashSm90
+    let sm90_here = gpu.has_func(&format!("flash_sm90_hd{}", case.hd));
+    if family == Family::FlashSm90 && wide_mma && sm90_here {
+        // 512-wide heads: one kernel (flash_sm90_wide.cu, one head a CTA, any group), in
+        // one group and in groups of one KV head.
+        k.push(sm90(false, false, 0));
+        if case.n_kv > 1 {
+            k.push(sm90(false, false, 1));
+        }
+    } else if family == Family::FlashSm90
         && even
         && FLASH_SM90_HEAD_DIMS.contains(&case.hd)
-        && gpu.has_func(&format!("flash_sm90_hd{}", case.hd))
+        && sm90_here
     {
         // Plain, overlapped, overlapped with the grid in groups of one KV head (the order
         // KILN_FLASH_L2 picks for long spans: every tile and pair still run once), and (last:

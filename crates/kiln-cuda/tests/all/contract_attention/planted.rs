@@ -72,6 +72,20 @@ const PLANTED: &[(&str, &str, &str)] = &[
         "qf[4 * kk + 1] = ok_b ? row_b[8 * kk + t] : 0u;",
         "qf[4 * kk + 1] = ok_b ? row_a[8 * kk + t] : 0u;",
     ),
+    // The wgmma kernel of 512-wide heads adds its own half's scores twice, not the other's
+    // (a pseudo-module: flash_sm90 run on the wide case).
+    (
+        "flash_sm90_wide",
+        "const float4 x = other[j * 128 + tid];",
+        "const float4 x = mine[j * 128 + tid];",
+    ),
+    // The wgmma kernel of 512-wide heads copies the second half of each K and V row over
+    // the first.
+    (
+        "flash_sm90_wide",
+        "cp_async_16f(d + SECOND, a + 512);",
+        "cp_async_16f(d + SECOND, a);",
+    ),
     // The second half of a 512-wide head's columns reads the first half of V.
     (
         "flash_wide",
@@ -130,9 +144,10 @@ const FORCED: &[(&str, &[(&str, &str)])] = &[(
 
 /// The module a planted module's text comes from.
 fn base(module: &str) -> &str {
-    match FORCED.iter().any(|(m, _)| *m == module) {
-        true => "decode_mma",
-        false => module,
+    match module {
+        "flash_sm90_wide" => "flash_sm90",
+        _ if FORCED.iter().any(|(m, _)| *m == module) => "decode_mma",
+        _ => module,
     }
 }
 
@@ -148,10 +163,14 @@ fn planted(module: &str, from: &str, to: &str) -> KernelSource {
         }
         src.body = Box::leak(body.into_boxed_str());
     }
-    let kept = match base(module) {
-        "flash_sm90" => keep_entries(src.body, "FS_ENTRY(", "(flash_sm90_hd128,"),
-        "decode_mma" => keep_entries(src.body, "DM_ENTRY(", "_hd128,"),
-        _ => return src,
+    let kept = match module {
+        // The 512-wide kernel is no FS_ENTRY: keep none of those.
+        "flash_sm90_wide" => keep_entries(src.body, "FS_ENTRY(", "(none)"),
+        _ => match base(module) {
+            "flash_sm90" => keep_entries(src.body, "FS_ENTRY(", "(flash_sm90_hd128,"),
+            "decode_mma" => keep_entries(src.body, "DM_ENTRY(", "_hd128,"),
+            _ => return src,
+        },
     };
     src.body = Box::leak(kept.into_boxed_str());
     src
@@ -165,14 +184,17 @@ fn planted_modules_compile() {
     for &(module, from, to) in PLANTED {
         let src = &planted(module, from, to);
         let entries = src.entries().expect("entries of the planted module");
-        let needed: &[&str] = match base(module) {
-            "flash_sm90" => &["flash_sm90_hd128"],
-            "decode_mma" => &[
-                "decode_mma_hd128",
-                "decode_mma_combine",
-                "decode_mma_combine_cols",
-            ],
-            _ => &[],
+        let needed: &[&str] = match module {
+            "flash_sm90_wide" => &["flash_sm90_hd512"],
+            _ => match base(module) {
+                "flash_sm90" => &["flash_sm90_hd128"],
+                "decode_mma" => &[
+                    "decode_mma_hd128",
+                    "decode_mma_combine",
+                    "decode_mma_combine_cols",
+                ],
+                _ => &[],
+            },
         };
         for e in needed {
             assert!(entries.iter().any(|x| x == e), "{module}.cu: {e} missing");
@@ -218,7 +240,7 @@ fn planted_bugs_fail() {
         } else {
             case.hd
         };
-        head_dim_wanted(hd) && (module != "flash_sm90" || gpu.has_func("flash_sm90_hd128"))
+        head_dim_wanted(hd) && (base(module) != "flash_sm90" || gpu.has_func("flash_sm90_hd128"))
     };
     let modules: Vec<_> = PLANTED
         .iter()
@@ -231,7 +253,7 @@ fn planted_bugs_fail() {
         if !head_dim_wanted(case.hd) {
             continue;
         }
-        if module == "flash_sm90" && !gpu.has_func("flash_sm90_hd128") {
+        if base(module) == "flash_sm90" && !gpu.has_func("flash_sm90_hd128") {
             eprintln!("SKIP planted bug in {module}.cu: no sm_90 device");
             continue;
         }
