@@ -102,7 +102,9 @@ __device__ __forceinline__ void dm_scores(float (&sc)[2][4], const bf16_t* sq, c
 // ahead, beside the previous step's softmax and P V, whose chain of dependent instructions is
 // what a warp waits on at batch 1; the ring has a stage more, so that the copies still go out
 // NST - 2 steps before their scores. The same operations on the same values: the same bits.
-template <int HD, int NST, bool LA>
+// TR (the decode_mmat_* entries): the transposed step of decode_mmat.cuh, 8 query slots a CTA
+// (rows per run halved), o as O^T; the rest (splits, ring, masks' keys, chains) as above.
+template <int HD, int NST, bool LA, bool TR>
 __device__ __forceinline__ void decode_mma_body(
     const bf16_t* __restrict__ q, const bf16_t* __restrict__ k_cache, const bf16_t* __restrict__ v_cache,
     const int* __restrict__ positions, const int* __restrict__ token_seq, const int* __restrict__ bt_start,
@@ -110,6 +112,9 @@ __device__ __forceinline__ void decode_mma_body(
     bf16_t* __restrict__ out, int n_q, int n_kv, int block_size, int window, float scale_log2, int max_splits,
     int min_span, int span_round, int fold, int early, int flags) {
     constexpr int LD = HD + 8, DT = HD / 8, LDO = HD + 8;
+    // o's MMA tiles: 8 columns of the head each, or (TR) 16 of its dims.
+    constexpr int OT = TR ? HD / 16 : DT;
+    static_assert(!(TR && LA), "the transposed step has no scores-ahead form");
     // Folding, a chain's O stays in registers up to head dim 128, in shared memory beyond.
     constexpr bool RO = HD <= 128;
     static_assert(NST >= (LA ? 3 : 2), "a ring of two stages at least, three with the scores ahead");
@@ -124,7 +129,8 @@ __device__ __forceinline__ void decode_mma_body(
 
     const int row0 = blockIdx.z;
     DmRun run;
-    if (!dm_run(run, token_seq, positions, n_q, n_kv, window, max_splits, min_span, span_round)) return;
+    if (!dm_run<TR ? 8 : 16>(run, token_seq, positions, n_q, n_kv, window, max_splits, min_span, span_round))
+        return;
     const int kvh = run.kvh, hc0 = run.hc0, nh = run.nh, gc = run.gc, nr = run.nr;
     const int max_len = run.max_len, min_first = run.min_first;
     const int span = dm_span(max_len, max_splits, min_span, span_round);
@@ -209,27 +215,35 @@ __device__ __forceinline__ void decode_mma_body(
     cp_async_wait_upto(NST - 1 - pre);
     __syncthreads();
 
-    // The chain (fold) of slots g and g + 8: maximum and sum here, O in co (RO) or at co_a and
-    // co_b in s_o, zero to start.
+    // The chain (fold) of this lane's two slots (a, b): slots g and g + 8, or (TR) 2t and
+    // 2t + 1: maximum and sum here, O in co (RO) or in s_o, zero to start.
+    const int slot_a = TR ? 2 * t : g, slot_b = TR ? 2 * t + 1 : g + 8;
     float cm_a = KILN_NEG_INF, cm_b = KILN_NEG_INF, cl_a = 0.f, cl_b = 0.f;
-    float co[RO ? DT : 1][4];
+    float co[RO ? OT : 1][4];
     float* co_a = s_o + (warp * 16 + g) * LDO + 2 * t;
     float* co_b = co_a + 8 * LDO;
 #pragma unroll
-    for (int d = 0; d < (RO ? DT : 1); ++d) co[d][0] = co[d][1] = co[d][2] = co[d][3] = 0.f;
+    for (int d = 0; d < (RO ? OT : 1); ++d) co[d][0] = co[d][1] = co[d][2] = co[d][3] = 0.f;
     if (!RO && fold) {
+        if constexpr (TR) {
+            for (int i = lane; i < 16 * HD; i += 32) s_o[(warp * 16 + i / HD) * LDO + i % HD] = 0.f;
+        } else {
 #pragma unroll
-        for (int d = 0; d < DT; ++d) {
-            *reinterpret_cast<float2*>(co_a + d * 8) = make_float2(0.f, 0.f);
-            *reinterpret_cast<float2*>(co_b + d * 8) = make_float2(0.f, 0.f);
+            for (int d = 0; d < DT; ++d) {
+                *reinterpret_cast<float2*>(co_a + d * 8) = make_float2(0.f, 0.f);
+                *reinterpret_cast<float2*>(co_b + d * 8) = make_float2(0.f, 0.f);
+            }
         }
     }
-    const int len_a = s_len[g], len_b = s_len[g + 8];
+    // TR: Q^T's fragments, once for the whole loop (the slots landed at the barrier above).
+    u32 qb[TR ? HD / 8 : 1];
+    if constexpr (TR) dmt_query<HD>(qb, sq, LD, lane);
+    const int len_a = s_len[slot_a], len_b = s_len[slot_b];
     const int first_a = window > 0 ? len_a - window : 0, first_b = window > 0 ? len_b - window : 0;
     const int my_len = lane < 16 ? s_len[lane] : 0;
 
     // A split's state: the warp's online softmax over its steps.
-    float m_a, m_b, l_a, l_b, o[DT][4];
+    float m_a, m_b, l_a, l_b, o[OT][4];
     int f = 0;  // the flat index of the next step to compute
     for (int s = first; has_split(s); s += stride) {
         int lo, hi, t_lo;
@@ -237,7 +251,7 @@ __device__ __forceinline__ void decode_mma_body(
         m_a = m_b = KILN_NEG_INF;
         l_a = l_b = 0.f;
 #pragma unroll
-        for (int d = 0; d < DT; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
+        for (int d = 0; d < OT; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
         // LA: the scores of step f, computed in the iteration before (or, for a split's first
         // step, in its own).
         float sc[2][4];
@@ -270,6 +284,11 @@ __device__ __forceinline__ void decode_mma_body(
 #pragma unroll
                         for (int e = 0; e < 4; ++e) sc[n][e] = sn[n][e];
                 }
+            } else if constexpr (TR) {
+                if (!any) continue;
+                dmt_scores<HD>(sc[0], qb, sk, LD, lane);
+                dmt_softmax_pv<HD>(sc[0], o, m_a, m_b, l_a, l_b, sv, LD, lane, k0, len_a, len_b, first_a, first_b,
+                                   scale_log2, lazy, interior);
             } else {
                 if (!any) continue;
                 dm_scores<HD>(sc, sq, sk, LD, lane);
@@ -277,16 +296,47 @@ __device__ __forceinline__ void decode_mma_body(
                               lazy, interior);
             }
         }
-        // The split's partial: l summed over the quad (each lane held its own columns' share).
-        l_a = __fadd_rn(l_a, __shfl_xor_sync(0xffffffffu, l_a, 1));
-        l_a = __fadd_rn(l_a, __shfl_xor_sync(0xffffffffu, l_a, 2));
-        l_b = __fadd_rn(l_b, __shfl_xor_sync(0xffffffffu, l_b, 1));
-        l_b = __fadd_rn(l_b, __shfl_xor_sync(0xffffffffu, l_b, 2));
+        // The split's partial: l summed over the quad (each lane held its own columns' share),
+        // or (TR) over the column's eight lanes (each held keys g and g + 8).
+#pragma unroll
+        for (int x = TR ? 4 : 1; x < (TR ? 32 : 4); x <<= 1) {
+            l_a = __fadd_rn(l_a, __shfl_xor_sync(0xffffffffu, l_a, x));
+            l_b = __fadd_rn(l_b, __shfl_xor_sync(0xffffffffu, l_b, x));
+        }
         // Slot g (h = 0: o's elements 0-1) or g + 8 (h = 1: 2-3) takes the split, folding it
         // into its chain or writing it for the combine, if it is a real row with keys here (the
         // combine reads no others: a row shorter than the CTA's longest has fewer splits).
         auto take = [&](int h, int len, float m, float l, float& cm, float& cl, float* co_h) {
             if (lo >= len) return;
+            if constexpr (TR) {
+                // o[d][h] and o[d][h + 2]: dims 16 d + g and + 8 of slot 2t + h.
+                const int slot = 2 * t + h;
+                if (fold) {
+                    const DmScale fs = dm_fold_scale(cm, m);
+                    cm = fs.m;
+                    cl = dm_fold(cl, l, fs);
+                    float* c = s_o + (warp * 16 + slot) * LDO + g;
+#pragma unroll
+                    for (int d = 0; d < OT; ++d) {
+                        if constexpr (RO) {
+                            co[d][h] = dm_fold(co[d][h], o[d][h], fs);
+                            co[d][h + 2] = dm_fold(co[d][h + 2], o[d][h + 2], fs);
+                        } else {
+                            c[16 * d] = dm_fold(c[16 * d], o[d][h], fs);
+                            c[16 * d + 8] = dm_fold(c[16 * d + 8], o[d][h + 2], fs);
+                        }
+                    }
+                } else {
+                    const u64 p = ((u64)(row0 + slot / gc) * n_q + hc0 + slot % gc) * max_splits + s;
+#pragma unroll
+                    for (int d = 0; d < OT; ++d) {
+                        part_o[p * HD + 16 * d + g] = o[d][h];
+                        part_o[p * HD + 16 * d + g + 8] = o[d][h + 2];
+                    }
+                    if (g == 0) *reinterpret_cast<float2*>(part_ml + p * 2) = make_float2(m, l);
+                }
+                return;
+            }
             if (fold) {
                 const DmScale fs = dm_fold_scale(cm, m);
                 cm = fs.m;
@@ -320,16 +370,25 @@ __device__ __forceinline__ void decode_mma_body(
     if constexpr (RO) {
         __syncthreads();  // every warp is done with its ring and the query slots
 #pragma unroll
-        for (int d = 0; d < DT; ++d) {
-            *reinterpret_cast<float2*>(co_a + d * 8) = make_float2(co[d][0], co[d][1]);
-            *reinterpret_cast<float2*>(co_b + d * 8) = make_float2(co[d][2], co[d][3]);
+        for (int d = 0; d < OT; ++d) {
+            if constexpr (TR) {
+                float* ca = s_o + (warp * 16 + slot_a) * LDO + 16 * d + g;
+                float* cb = s_o + (warp * 16 + slot_b) * LDO + 16 * d + g;
+                ca[0] = co[d][0];
+                cb[0] = co[d][1];
+                ca[8] = co[d][2];
+                cb[8] = co[d][3];
+            } else {
+                *reinterpret_cast<float2*>(co_a + d * 8) = make_float2(co[d][0], co[d][1]);
+                *reinterpret_cast<float2*>(co_b + d * 8) = make_float2(co[d][2], co[d][3]);
+            }
         }
     }
-    if (t == 0) {
-        s_ml[warp][g][0] = cm_a;
-        s_ml[warp][g][1] = cl_a;
-        s_ml[warp][g + 8][0] = cm_b;
-        s_ml[warp][g + 8][1] = cl_b;
+    if (TR ? g == 0 : t == 0) {
+        s_ml[warp][slot_a][0] = cm_a;
+        s_ml[warp][slot_a][1] = cl_a;
+        s_ml[warp][slot_b][0] = cm_b;
+        s_ml[warp][slot_b][1] = cl_b;
     }
     __syncthreads();
     for (int idx = threadIdx.x; idx < 16 * HD; idx += DM_WARPS * 32) {
@@ -349,27 +408,31 @@ __device__ __forceinline__ void decode_mma_body(
 
 // decode_mma_hd*: `fold` 1 (one CTA a row run and head group: gridDim.x == 1) writes the output;
 // 0 writes each split's partials for decode_mma_combine. `flags`: DM_LAZY and DM_LEAN (above).
-#define DM_ENTRY(NAME, HD, NST, MINB, LA)                                                               \
+#define DM_ENTRY(NAME, HD, NST, MINB, LA, TR)                                                           \
     extern "C" __global__ void __launch_bounds__(128, MINB) NAME(                                       \
         const bf16_t* q, const bf16_t* kc, const bf16_t* vc, const int* positions, const int* token_seq, \
         const int* bt_start, const int* block_tables, float* part_o, float* part_ml, bf16_t* out, int n_q, \
         int n_kv, int block_size, int window, float scale_log2, int max_splits, int min_span, int span_round, \
         int fold, int early, int flags) {                                                               \
         pdl_trigger();                                                                                  \
-        decode_mma_body<HD, NST, LA>(q, kc, vc, positions, token_seq, bt_start, block_tables, part_o, part_ml, \
+        decode_mma_body<HD, NST, LA, TR>(q, kc, vc, positions, token_seq, bt_start, block_tables, part_o, part_ml, \
                                  out, n_q, n_kv, block_size, window, scale_log2, max_splits, min_span, span_round, \
                                  fold, early, flags);                                                   \
     }
 // Ring depth (a warp's stages of 16 keys) and CTAs per SM by head dim: about 100 KB of K/V in
 // flight per SM or more (the shared memory: attn_launch.rs's decode_mma_smem_bytes).
-DM_ENTRY(decode_mma_hd16, 16, 6, 4, false)
-DM_ENTRY(decode_mma_hd32, 32, 4, 4, false)
-DM_ENTRY(decode_mma_hd64, 64, 3, 3, false)
-DM_ENTRY(decode_mma_hd128, 128, 3, 2, false)
-DM_ENTRY(decode_mma_hd256, 256, 2, 1, false)
+DM_ENTRY(decode_mma_hd16, 16, 6, 4, false, false)
+DM_ENTRY(decode_mma_hd32, 32, 4, 4, false, false)
+DM_ENTRY(decode_mma_hd64, 64, 3, 3, false, false)
+DM_ENTRY(decode_mma_hd128, 128, 3, 2, false, false)
+DM_ENTRY(decode_mma_hd256, 256, 2, 1, false, false)
 // The scores one step ahead (LA), a stage more each; none at head dim 256, whose three stages
 // and folding chains would not fit in shared memory.
-DM_ENTRY(decode_mma_la_hd16, 16, 7, 4, true)
-DM_ENTRY(decode_mma_la_hd32, 32, 5, 4, true)
-DM_ENTRY(decode_mma_la_hd64, 64, 4, 3, true)
-DM_ENTRY(decode_mma_la_hd128, 128, 4, 2, true)
+DM_ENTRY(decode_mma_la_hd16, 16, 7, 4, true, false)
+DM_ENTRY(decode_mma_la_hd32, 32, 5, 4, true, false)
+DM_ENTRY(decode_mma_la_hd64, 64, 4, 3, true, false)
+DM_ENTRY(decode_mma_la_hd128, 128, 4, 2, true, false)
+// The transposed step (TR, KILN_DECODE_TRANSPOSE=1): the same rings and CTAs a multiprocessor.
+DM_ENTRY(decode_mmat_hd64, 64, 3, 3, false, true)
+DM_ENTRY(decode_mmat_hd128, 128, 3, 2, false, true)
+DM_ENTRY(decode_mmat_hd256, 256, 2, 1, false, true)

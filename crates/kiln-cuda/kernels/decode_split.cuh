@@ -46,15 +46,17 @@ struct DmRun {
     int kvh, hc0, nh, gc, nr, max_len, min_first, min_len, max_first;
 };
 
-// Forms the CTA's run: rows share it from a multiple of 16 / gc on while the sequence and the
-// span stay the same (dm_same). False where the row belongs to a run another CTA serves.
+// Forms the CTA's run of up to SLOTS query slots (16, or 8 for decode_mmat): rows share it from
+// a multiple of SLOTS / gc on while the sequence and the span stay the same (dm_same). False
+// where the row belongs to a run another CTA serves.
+template <int SLOTS = 16>
 __device__ __forceinline__ bool dm_run(DmRun& run, const int* token_seq, const int* positions, int n_q, int n_kv,
                                        int window, int max_splits, int min_span, int round) {
     const int row0 = blockIdx.z;
     const int group = n_q / n_kv;
-    const int gc = min(group, 16);             // heads per CTA
+    const int gc = min(group, SLOTS);          // heads per CTA
     const int chunks = (group + gc - 1) / gc;  // CTAs per KV head and row run
-    const int rpc = 16 / gc;                   // rows per CTA
+    const int rpc = SLOTS / gc;                // rows per CTA
     run.gc = gc;
     run.kvh = blockIdx.y / chunks;
     run.hc0 = run.kvh * group + (blockIdx.y % chunks) * gc;  // first query head of this CTA

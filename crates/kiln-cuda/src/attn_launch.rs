@@ -15,6 +15,8 @@ use crate::switches::{DecodeFold, KernelChoice, SplitCtas, Switches};
 
 /// Head dims of decode_mma_hd*.
 pub const DECODE_MMA_HEAD_DIMS: [usize; 5] = [16, 32, 64, 128, 256];
+/// Head dims of decode_mmat_hd* (the transposed step: KILN_DECODE_TRANSPOSE).
+pub const DECODE_MMAT_HEAD_DIMS: [usize; 3] = [64, 128, 256];
 /// Head dims of decode_mma_la_hd* (the scores one step ahead: KILN_DECODE_LOOKAHEAD).
 pub const DECODE_MMA_LA_HEAD_DIMS: [usize; 4] = [16, 32, 64, 128];
 // decode_mma_combine stages a row's split maxima and sums in shared memory for 256 splits.
@@ -105,11 +107,14 @@ pub enum DecodeKernel {
     /// where the head dim has such an entry (KILN_DECODE_LOOKAHEAD; the same bits either way);
     /// `cols`: the combine gives a thread each (column, chain) (decode_mma_combine_cols,
     /// KILN_COMBINE_COLS) or a thread each column (decode_mma_combine); the same bits either way.
+    /// `tr`: the transposed step (decode_mmat_*, KILN_DECODE_TRANSPOSE) where the head dim has
+    /// it: other bits than the first form, the same among its own variants; no scores ahead.
     Mma {
         fold: DecodeFold,
         early: bool,
         ahead: bool,
         cols: bool,
+        tr: bool,
     },
 }
 
@@ -189,6 +194,13 @@ pub fn smem_needs() -> Vec<(String, usize)> {
             (
                 format!("decode_mma_la_hd{hd}"),
                 decode_mma_smem_bytes(hd, true),
+            )
+        }))
+        // The transposed step: the first form's rings and slots.
+        .chain(DECODE_MMAT_HEAD_DIMS.iter().map(|&hd| {
+            (
+                format!("decode_mmat_hd{hd}"),
+                decode_mma_smem_bytes(hd, false),
             )
         }));
     let flash = FLASH_SM90_HEAD_DIMS.iter().flat_map(|&hd| {
@@ -320,6 +332,7 @@ impl Gpu {
                 early: sw.attn_early,
                 ahead: sw.decode_lookahead,
                 cols: sw.combine_cols,
+                tr: sw.decode_transpose,
             }
         } else {
             DecodeKernel::Simt
@@ -342,9 +355,10 @@ impl Gpu {
                 early,
                 ahead,
                 cols,
+                tr,
             } => {
                 let early = early && c.inp.old_keys_ready;
-                self.decode_mma(c, part, rows, fold, early, ahead, cols)
+                self.decode_mma(c, part, rows, fold, early, (ahead, tr), cols)
             }
         }
     }
@@ -357,7 +371,7 @@ impl Gpu {
         rows: usize,
         fold: DecodeFold,
         early: bool,
-        ahead: bool,
+        (ahead, tr): (bool, bool),
         cols: bool,
     ) -> Result<()> {
         if rows == 0 {
@@ -394,9 +408,12 @@ impl Gpu {
             true => 0,
             false => min_span.min(32) as i32,
         } | ((long_from >> 10) << 16) as i32;
-        // One CTA serves up to 16 query heads of a group (and 16 / heads rows of a sequence).
+        // One CTA serves up to 16 query heads of a group (and 16 / heads rows of a sequence),
+        // the transposed step 8 (dm_run's SLOTS).
+        let tr = tr && !wide && self.has_func(&format!("decode_mmat_hd{hd}"));
+        let slots = if tr { 8 } else { 16 };
         let group = n_q / kv.n_kv;
-        let chunks = group.div_ceil(group.min(16));
+        let chunks = group.div_ceil(group.min(slots));
         // One CTA a row run and head group folds the row's splits itself (no combine) where
         // that fills the GPU; the same bits as the combine's fold.
         let groups = kv.n_kv * chunks;
@@ -410,7 +427,7 @@ impl Gpu {
         // of few rows (no fold): its extra ring stage halves the CTAs a multiprocessor holds
         // at head dim 128 (144 KB of shared memory against 109), which only few rows can spare.
         // The same bits either way.
-        let ahead = ahead && !wide && !fold && DECODE_MMA_LA_HEAD_DIMS.contains(&hd);
+        let ahead = ahead && !wide && !fold && !tr && DECODE_MMA_LA_HEAD_DIMS.contains(&hd);
         let smem = match wide {
             true => crate::attn_wide::decode_mma_wide_smem_bytes(hd),
             false => decode_mma_smem_bytes(hd, ahead),
@@ -442,9 +459,10 @@ impl Gpu {
             (false, false) => self.split_ctas(max_splits.div_ceil(DECODE_MMA_WARPS), groups, rows),
         };
         let grid = (sx as u32, groups as u32, rows as u32);
-        let name = match ahead {
-            true => format!("decode_mma_la_hd{hd}"),
-            false => format!("decode_mma_hd{hd}"),
+        let name = match (ahead, tr) {
+            (true, _) => format!("decode_mma_la_hd{hd}"),
+            (false, true) => format!("decode_mmat_hd{hd}"),
+            (false, false) => format!("decode_mma_hd{hd}"),
         };
         self.launch(&name, grid, 128, smem as u32, &args)?;
         if fold {

@@ -90,6 +90,7 @@ pub const SOURCES: &[KernelSource] = &[
         // starts with its own #line).
         body: concat!(
             include_str!("../kernels/decode_split.cuh"),
+            include_str!("../kernels/decode_mmat.cuh"),
             include_str!("../kernels/decode_mma.cu"),
             include_str!("../kernels/decode_combine.cu")
         ),

@@ -73,6 +73,7 @@ fn every_module_has_the_entries_it_always_had() {
         .into_iter()
         .map(|d| format!("decode_mma_hd{d}"))
         .chain([16, 32, 64, 128].map(|d| format!("decode_mma_la_hd{d}")))
+        .chain([64, 128, 256].map(|d| format!("decode_mmat_hd{d}")))
         .chain(["decode_mma_combine", "decode_mma_combine_cols"].map(String::from))
         .collect();
     let expected: Vec<(&str, Vec<String>)> = vec![

@@ -29,15 +29,16 @@ use kiln_step::ChunkInput;
 const N_Q: usize = 32;
 const N_KV: usize = 8;
 const BS: usize = 16;
-/// decode_mma folding a row's splits itself and through the combine (the combine the
-/// environment chooses: KILN_COMBINE_COLS).
+/// decode_mma folding a row's splits itself and through the combine (the combine and the step's
+/// form the environment chooses: KILN_COMBINE_COLS, KILN_DECODE_TRANSPOSE).
 fn mma_kinds() -> [DecodeKernel; 2] {
-    let cols = Switches::from_env().combine_cols;
+    let sw = Switches::from_env();
     [DecodeFold::Always, DecodeFold::Never].map(|fold| DecodeKernel::Mma {
         fold,
         early: true,
         ahead: false,
-        cols,
+        cols: sw.combine_cols,
+        tr: sw.decode_transpose,
     })
 }
 const LAYERS: f64 = 32.0;

@@ -15,7 +15,7 @@ use crate::common::attn;
 use attn::{Case, Chunk, Setup, Step};
 use common::{from_bf16, gpu_or_skip, Checks, Rng};
 use kiln_cuda::attn_launch::{
-    DecodeKernel, FlashKernel, DECODE_MMA_HEAD_DIMS, FLASH_SM90_HEAD_DIMS,
+    DecodeKernel, FlashKernel, DECODE_MMAT_HEAD_DIMS, DECODE_MMA_HEAD_DIMS, FLASH_SM90_HEAD_DIMS,
 };
 use kiln_cuda::attn_wide::WIDE_HEAD_DIMS;
 use kiln_cuda::device::Gpu;
@@ -51,10 +51,14 @@ impl Kind {
                 early,
                 ahead,
                 cols,
+                tr,
             }) => {
                 format!(
-                    "decode_mma fold={fold:?} early={} ahead={} cols={}",
-                    early as u8, ahead as u8, cols as u8
+                    "decode_mma{} fold={fold:?} early={} ahead={} cols={}",
+                    if tr { "t" } else { "" },
+                    early as u8,
+                    ahead as u8,
+                    cols as u8
                 )
             }
             Kind::Flash(FlashKernel::Sm80 { pairs }) => format!("flash_attn pairs={}", pairs as u8),
@@ -108,7 +112,19 @@ const ROWS_COMBINE: Kind = Kind::Decode(DecodeKernel::Mma {
     early: true,
     ahead: false,
     cols: false,
+    tr: false,
 });
+
+/// decode_mma's transposed step (`KILN_DECODE_TRANSPOSE=1`) with the fold given.
+fn mmat(fold: DecodeFold) -> Kind {
+    Kind::Decode(DecodeKernel::Mma {
+        fold,
+        early: true,
+        ahead: false,
+        cols: true,
+        tr: true,
+    })
+}
 
 /// The kinds of `family` that can run `case` on this GPU.
 fn kinds(gpu: &Gpu, case: &Case, family: Family) -> Vec<Kind> {
@@ -134,6 +150,7 @@ fn kinds(gpu: &Gpu, case: &Case, family: Family) -> Vec<Kind> {
             early: true,
             ahead: false,
             cols: true,
+            tr: false,
         }));
         k.push(ROWS_COMBINE);
         if !wide_mma {
@@ -151,9 +168,17 @@ fn kinds(gpu: &Gpu, case: &Case, family: Family) -> Vec<Kind> {
                     early,
                     ahead,
                     cols: true,
+                    tr: false,
                 }));
             }
         }
+    }
+    // The transposed step (its own bits): the launcher's choice and each fold by name.
+    if family == Family::DecodeMma
+        && DECODE_MMAT_HEAD_DIMS.contains(&case.hd)
+        && gpu.has_func(&format!("decode_mmat_hd{}", case.hd))
+    {
+        k.extend([DecodeFold::Auto, DecodeFold::Always, DecodeFold::Never].map(mmat));
     }
     let even = (case.n_q / case.n_kv).is_multiple_of(2);
     let sm90_here = gpu.has_func(&format!("flash_sm90_hd{}", case.hd));
@@ -345,6 +370,7 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case, family: Famil
             early: true,
             ahead: false,
             cols: true,
+            tr: false,
         })
     };
     let late = Kind::Decode(DecodeKernel::Mma {
@@ -352,6 +378,7 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case, family: Famil
         early: false,
         ahead: false,
         cols: true,
+        tr: false,
     });
     let ahead = |fold| {
         Kind::Decode(DecodeKernel::Mma {
@@ -359,6 +386,7 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case, family: Famil
             early: true,
             ahead: true,
             cols: true,
+            tr: false,
         })
     };
     for (a, b) in [
@@ -380,6 +408,9 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case, family: Famil
         // launcher's choice is the latter, the other pair finds no such kind).
         (ROWS_COMBINE, mma(DecodeFold::Never)),
         (ROWS_COMBINE, mma(DecodeFold::Auto)),
+        // The transposed step folding its splits itself and through the combine.
+        (mmat(DecodeFold::Always), mmat(DecodeFold::Never)),
+        (mmat(DecodeFold::Auto), mmat(DecodeFold::Never)),
     ] {
         // The rows the kind serves: the decode rows first, then the prefill rows.
         let find = |k: Kind| {

@@ -58,6 +58,18 @@ const PLANTED: &[(&str, &str, &str)] = &[
         "L = dm_fold(L, s_ml[s].y, f);",
         "L = dm_fold(L, s_ml[s].x, f);",
     ),
+    // The transposed step (decode_mmat.cuh) gives keys 8-15 the probabilities of keys 0-7.
+    (
+        "decode_mma",
+        "movmatrix_trans(pack_bf16x2(s[2], s[3]))",
+        "movmatrix_trans(pack_bf16x2(s[0], s[1]))",
+    ),
+    // The transposed step sums each slot's l over half of its column's lanes.
+    (
+        "decode_mma",
+        "x < (TR ? 32 : 4); x <<= 1)",
+        "x < (TR ? 16 : 4); x <<= 1)",
+    ),
     // A prefill row no longer sees its own key.
     (
         "flash_sm90",
