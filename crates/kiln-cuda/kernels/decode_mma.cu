@@ -436,3 +436,9 @@ DM_ENTRY(decode_mma_la_hd128, 128, 4, 2, true, false)
 DM_ENTRY(decode_mmat_hd64, 64, 3, 3, false, true)
 DM_ENTRY(decode_mmat_hd128, 128, 3, 2, false, true)
 DM_ENTRY(decode_mmat_hd256, 256, 2, 1, false, true)
+// Deep rings (KILN_DECODE_DEEP=1, launches of few rows): NST - 2 steps in flight a warp instead
+// of one or two, one CTA a multiprocessor (about 210 KB); the same bits as the shallow ones.
+DM_ENTRY(decode_mma_deep_hd64, 64, 10, 1, false, false)
+DM_ENTRY(decode_mma_deep_hd128, 128, 6, 1, false, false)
+DM_ENTRY(decode_mmat_deep_hd64, 64, 10, 1, false, true)
+DM_ENTRY(decode_mmat_deep_hd128, 128, 6, 1, false, true)

@@ -17,6 +17,8 @@ use crate::switches::{DecodeFold, KernelChoice, SplitCtas, Switches};
 pub const DECODE_MMA_HEAD_DIMS: [usize; 5] = [16, 32, 64, 128, 256];
 /// Head dims of decode_mmat_hd* (the transposed step: KILN_DECODE_TRANSPOSE).
 pub const DECODE_MMAT_HEAD_DIMS: [usize; 3] = [64, 128, 256];
+/// Head dims of decode_mma_deep_hd* and decode_mmat_deep_hd* (deep rings: KILN_DECODE_DEEP).
+pub const DECODE_MMA_DEEP_HEAD_DIMS: [usize; 2] = [64, 128];
 /// Head dims of decode_mma_la_hd* (the scores one step ahead: KILN_DECODE_LOOKAHEAD).
 pub const DECODE_MMA_LA_HEAD_DIMS: [usize; 4] = [16, 32, 64, 128];
 // decode_mma_combine stages a row's split maxima and sums in shared memory for 256 splits.
@@ -109,12 +111,15 @@ pub enum DecodeKernel {
     /// KILN_COMBINE_COLS) or a thread each column (decode_mma_combine); the same bits either way.
     /// `tr`: the transposed step (decode_mmat_*, KILN_DECODE_TRANSPOSE) where the head dim has
     /// it: other bits than the first form, the same among its own variants; no scores ahead.
+    /// `deep`: deep rings (KILN_DECODE_DEEP) for launches that do not fold, where the head dim
+    /// has them, more K/V steps in flight a warp: the same bits either way.
     Mma {
         fold: DecodeFold,
         early: bool,
         ahead: bool,
         cols: bool,
         tr: bool,
+        deep: bool,
     },
 }
 
@@ -157,6 +162,14 @@ impl Gpu {
 /// Stages of each decode_mma warp's K/V ring for head dim `hd` (DM_ENTRY in decode_mma.cu): one
 /// more in the entries with the scores one step ahead (`ahead`).
 fn decode_mma_stages(hd: usize, ahead: bool) -> usize {
+    decode_mma_ring(hd, ahead, false)
+}
+
+/// Ring stages a warp: decode_mma_stages, or the deep rings' (DM_ENTRY `decode_mma_deep_*`).
+fn decode_mma_ring(hd: usize, ahead: bool, deep: bool) -> usize {
+    if deep {
+        return if hd <= 64 { 10 } else { 6 };
+    }
     let plain = match hd {
         0..=16 => 6,
         17..=32 => 4,
@@ -170,14 +183,18 @@ fn decode_mma_stages(hd: usize, ahead: bool) -> usize {
 /// and each warp's K/V ring, rows padded by 8 elements, and beyond head dim 128 the folding
 /// chains' O (floats) before them.
 pub fn decode_mma_smem_bytes(hd: usize, ahead: bool) -> usize {
+    decode_mma_ring_smem_bytes(hd, decode_mma_stages(hd, ahead))
+}
+
+/// [`decode_mma_smem_bytes`] for rings of `stages` stages a warp.
+fn decode_mma_ring_smem_bytes(hd: usize, stages: usize) -> usize {
     let ld = hd + 8;
     let chains_o = if hd > 128 {
         DECODE_MMA_WARPS * 16 * ld * 4
     } else {
         0
     };
-    chains_o
-        + (16 * ld + DECODE_MMA_WARPS * decode_mma_stages(hd, ahead) * 2 * DECODE_MMA_STEP * ld) * 2
+    chains_o + (16 * ld + DECODE_MMA_WARPS * stages * 2 * DECODE_MMA_STEP * ld) * 2
 }
 
 /// The kernels of this file with the dynamic shared memory each needs.
@@ -202,6 +219,13 @@ pub fn smem_needs() -> Vec<(String, usize)> {
                 format!("decode_mmat_hd{hd}"),
                 decode_mma_smem_bytes(hd, false),
             )
+        }))
+        .chain(DECODE_MMA_DEEP_HEAD_DIMS.iter().flat_map(|&hd| {
+            let b = decode_mma_ring_smem_bytes(hd, decode_mma_ring(hd, false, true));
+            [
+                (format!("decode_mma_deep_hd{hd}"), b),
+                (format!("decode_mmat_deep_hd{hd}"), b),
+            ]
         }));
     let flash = FLASH_SM90_HEAD_DIMS.iter().flat_map(|&hd| {
         let b = flash_sm90_smem_bytes(hd);
@@ -333,6 +357,7 @@ impl Gpu {
                 ahead: sw.decode_lookahead,
                 cols: sw.combine_cols,
                 tr: sw.decode_transpose,
+                deep: sw.decode_deep,
             }
         } else {
             DecodeKernel::Simt
@@ -356,9 +381,10 @@ impl Gpu {
                 ahead,
                 cols,
                 tr,
+                deep,
             } => {
                 let early = early && c.inp.old_keys_ready;
-                self.decode_mma(c, part, rows, fold, early, (ahead, tr), cols)
+                self.decode_mma(c, part, rows, fold, early, (ahead, tr, deep), cols)
             }
         }
     }
@@ -371,7 +397,7 @@ impl Gpu {
         rows: usize,
         fold: DecodeFold,
         early: bool,
-        (ahead, tr): (bool, bool),
+        (ahead, tr, deep): (bool, bool, bool),
         cols: bool,
     ) -> Result<()> {
         if rows == 0 {
@@ -428,9 +454,12 @@ impl Gpu {
         // at head dim 128 (144 KB of shared memory against 109), which only few rows can spare.
         // The same bits either way.
         let ahead = ahead && !wide && !fold && !tr && DECODE_MMA_LA_HEAD_DIMS.contains(&hd);
-        let smem = match wide {
-            true => crate::attn_wide::decode_mma_wide_smem_bytes(hd),
-            false => decode_mma_smem_bytes(hd, ahead),
+        // Deep rings only for launches of few rows (no fold): one CTA a multiprocessor.
+        let deep = deep && !wide && !fold && !ahead && DECODE_MMA_DEEP_HEAD_DIMS.contains(&hd);
+        let smem = match (wide, deep) {
+            (true, _) => crate::attn_wide::decode_mma_wide_smem_bytes(hd),
+            (false, true) => decode_mma_ring_smem_bytes(hd, decode_mma_ring(hd, false, true)),
+            (false, false) => decode_mma_smem_bytes(hd, ahead),
         };
         let mut args = decode_ptrs(&c, part).to_vec();
         if !wide {
@@ -459,10 +488,12 @@ impl Gpu {
             (false, false) => self.split_ctas(max_splits.div_ceil(DECODE_MMA_WARPS), groups, rows),
         };
         let grid = (sx as u32, groups as u32, rows as u32);
-        let name = match (ahead, tr) {
-            (true, _) => format!("decode_mma_la_hd{hd}"),
-            (false, true) => format!("decode_mmat_hd{hd}"),
-            (false, false) => format!("decode_mma_hd{hd}"),
+        let name = match (ahead, tr, deep) {
+            (true, _, _) => format!("decode_mma_la_hd{hd}"),
+            (false, true, true) => format!("decode_mmat_deep_hd{hd}"),
+            (false, true, false) => format!("decode_mmat_hd{hd}"),
+            (false, false, true) => format!("decode_mma_deep_hd{hd}"),
+            (false, false, false) => format!("decode_mma_hd{hd}"),
         };
         self.launch(&name, grid, 128, smem as u32, &args)?;
         if fold {

@@ -74,6 +74,8 @@ fn every_module_has_the_entries_it_always_had() {
         .map(|d| format!("decode_mma_hd{d}"))
         .chain([16, 32, 64, 128].map(|d| format!("decode_mma_la_hd{d}")))
         .chain([64, 128, 256].map(|d| format!("decode_mmat_hd{d}")))
+        .chain([64, 128].map(|d| format!("decode_mma_deep_hd{d}")))
+        .chain([64, 128].map(|d| format!("decode_mmat_deep_hd{d}")))
         .chain(["decode_mma_combine", "decode_mma_combine_cols"].map(String::from))
         .collect();
     let expected: Vec<(&str, Vec<String>)> = vec![

@@ -30,7 +30,7 @@ const N_Q: usize = 32;
 const N_KV: usize = 8;
 const BS: usize = 16;
 /// decode_mma folding a row's splits itself and through the combine (the combine and the step's
-/// form the environment chooses: KILN_COMBINE_COLS, KILN_DECODE_TRANSPOSE).
+/// form the environment chooses: KILN_COMBINE_COLS, KILN_DECODE_TRANSPOSE, KILN_DECODE_DEEP).
 fn mma_kinds() -> [DecodeKernel; 2] {
     let sw = Switches::from_env();
     [DecodeFold::Always, DecodeFold::Never].map(|fold| DecodeKernel::Mma {
@@ -39,6 +39,7 @@ fn mma_kinds() -> [DecodeKernel; 2] {
         ahead: false,
         cols: sw.combine_cols,
         tr: sw.decode_transpose,
+        deep: sw.decode_deep,
     })
 }
 const LAYERS: f64 = 32.0;

@@ -15,7 +15,8 @@ use crate::common::attn;
 use attn::{Case, Chunk, Setup, Step};
 use common::{from_bf16, gpu_or_skip, Checks, Rng};
 use kiln_cuda::attn_launch::{
-    DecodeKernel, FlashKernel, DECODE_MMAT_HEAD_DIMS, DECODE_MMA_HEAD_DIMS, FLASH_SM90_HEAD_DIMS,
+    DecodeKernel, FlashKernel, DECODE_MMAT_HEAD_DIMS, DECODE_MMA_DEEP_HEAD_DIMS,
+    DECODE_MMA_HEAD_DIMS, FLASH_SM90_HEAD_DIMS,
 };
 use kiln_cuda::attn_wide::WIDE_HEAD_DIMS;
 use kiln_cuda::device::Gpu;
@@ -52,10 +53,12 @@ impl Kind {
                 ahead,
                 cols,
                 tr,
+                deep,
             }) => {
                 format!(
-                    "decode_mma{} fold={fold:?} early={} ahead={} cols={}",
+                    "decode_mma{}{} fold={fold:?} early={} ahead={} cols={}",
                     if tr { "t" } else { "" },
+                    if deep { " deep" } else { "" },
                     early as u8,
                     ahead as u8,
                     cols as u8
@@ -113,7 +116,20 @@ const ROWS_COMBINE: Kind = Kind::Decode(DecodeKernel::Mma {
     ahead: false,
     cols: false,
     tr: false,
+    deep: false,
 });
+
+/// decode_mma with deep rings (`KILN_DECODE_DEEP=1`), the transposed step or the first form.
+fn deep(fold: DecodeFold, tr: bool) -> Kind {
+    Kind::Decode(DecodeKernel::Mma {
+        fold,
+        early: true,
+        ahead: false,
+        cols: true,
+        tr,
+        deep: true,
+    })
+}
 
 /// decode_mma's transposed step (`KILN_DECODE_TRANSPOSE=1`) with the fold given.
 fn mmat(fold: DecodeFold) -> Kind {
@@ -123,6 +139,7 @@ fn mmat(fold: DecodeFold) -> Kind {
         ahead: false,
         cols: true,
         tr: true,
+        deep: false,
     })
 }
 
@@ -151,6 +168,7 @@ fn kinds(gpu: &Gpu, case: &Case, family: Family) -> Vec<Kind> {
             ahead: false,
             cols: true,
             tr: false,
+            deep: false,
         }));
         k.push(ROWS_COMBINE);
         if !wide_mma {
@@ -169,6 +187,7 @@ fn kinds(gpu: &Gpu, case: &Case, family: Family) -> Vec<Kind> {
                     ahead,
                     cols: true,
                     tr: false,
+                    deep: false,
                 }));
             }
         }
@@ -179,6 +198,16 @@ fn kinds(gpu: &Gpu, case: &Case, family: Family) -> Vec<Kind> {
         && gpu.has_func(&format!("decode_mmat_hd{}", case.hd))
     {
         k.extend([DecodeFold::Auto, DecodeFold::Always, DecodeFold::Never].map(mmat));
+    }
+    // Deep rings, both forms (launches that fold keep the shallow ones).
+    if family == Family::DecodeMma
+        && DECODE_MMA_DEEP_HEAD_DIMS.contains(&case.hd)
+        && gpu.has_func(&format!("decode_mma_deep_hd{}", case.hd))
+    {
+        k.extend([
+            deep(DecodeFold::Never, false),
+            deep(DecodeFold::Never, true),
+        ]);
     }
     let even = (case.n_q / case.n_kv).is_multiple_of(2);
     let sm90_here = gpu.has_func(&format!("flash_sm90_hd{}", case.hd));
@@ -371,6 +400,7 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case, family: Famil
             ahead: false,
             cols: true,
             tr: false,
+            deep: false,
         })
     };
     let late = Kind::Decode(DecodeKernel::Mma {
@@ -379,6 +409,7 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case, family: Famil
         ahead: false,
         cols: true,
         tr: false,
+        deep: false,
     });
     let ahead = |fold| {
         Kind::Decode(DecodeKernel::Mma {
@@ -387,6 +418,7 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case, family: Famil
             ahead: true,
             cols: true,
             tr: false,
+            deep: false,
         })
     };
     for (a, b) in [
@@ -411,6 +443,9 @@ fn run_case(gpu: &Gpu, rng: &mut Rng, c: &mut Checks, case: &Case, family: Famil
         // The transposed step folding its splits itself and through the combine.
         (mmat(DecodeFold::Always), mmat(DecodeFold::Never)),
         (mmat(DecodeFold::Auto), mmat(DecodeFold::Never)),
+        // Deep rings or shallow ones.
+        (deep(DecodeFold::Never, false), mma(DecodeFold::Never)),
+        (deep(DecodeFold::Never, true), mmat(DecodeFold::Never)),
     ] {
         // The rows the kind serves: the decode rows first, then the prefill rows.
         let find = |k: Kind| {
