@@ -442,3 +442,7 @@ DM_ENTRY(decode_mma_deep_hd64, 64, 10, 1, false, false)
 DM_ENTRY(decode_mma_deep_hd128, 128, 6, 1, false, false)
 DM_ENTRY(decode_mmat_deep_hd64, 64, 10, 1, false, true)
 DM_ENTRY(decode_mmat_deep_hd128, 128, 6, 1, false, true)
+// Shallower deep rings for A/B runs (KILN_DECODE_DEEP_STAGES=4 or 5, hd 128, the first form):
+// 144 and 178 KB, room beside them for the next kernel's CTAs.
+DM_ENTRY(decode_mma_deep4_hd128, 128, 4, 1, false, false)
+DM_ENTRY(decode_mma_deep5_hd128, 128, 5, 1, false, false)

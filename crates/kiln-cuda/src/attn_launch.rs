@@ -170,13 +170,29 @@ fn decode_mma_ring(hd: usize, ahead: bool, deep: bool) -> usize {
     if deep {
         return if hd <= 64 { 10 } else { 6 };
     }
-    let plain = match hd {
+    decode_mma_shallow(hd) + ahead as usize
+}
+
+/// The deep rings' entry and stages at head dim `hd`: `decode_mma_deep_hd*` (or `mmat`), or with
+/// KILN_DECODE_DEEP_STAGES=4 / 5 at head dim 128 the first form's shallower deep rings.
+fn decode_mma_deep_entry(hd: usize, tr: bool, stages: Option<usize>) -> (String, usize) {
+    match (stages, hd, tr) {
+        (Some(n @ (4 | 5)), 128, false) => (format!("decode_mma_deep{n}_hd{hd}"), n),
+        _ => (
+            format!("decode_mma{}_deep_hd{hd}", if tr { "t" } else { "" }),
+            decode_mma_ring(hd, false, true),
+        ),
+    }
+}
+
+/// Ring stages a warp of decode_mma_hd{hd}.
+fn decode_mma_shallow(hd: usize) -> usize {
+    match hd {
         0..=16 => 6,
         17..=32 => 4,
         33..=128 => 3,
         _ => 2,
-    };
-    plain + ahead as usize
+    }
 }
 
 /// Dynamic shared memory of decode_mma_hd{hd} (`ahead`: decode_mma_la_hd{hd}): 16 query slots
@@ -226,6 +242,12 @@ pub fn smem_needs() -> Vec<(String, usize)> {
                 (format!("decode_mma_deep_hd{hd}"), b),
                 (format!("decode_mmat_deep_hd{hd}"), b),
             ]
+        }))
+        .chain([4, 5].map(|n| {
+            (
+                format!("decode_mma_deep{n}_hd128"),
+                decode_mma_ring_smem_bytes(128, n),
+            )
         }));
     let flash = FLASH_SM90_HEAD_DIMS.iter().flat_map(|&hd| {
         let b = flash_sm90_smem_bytes(hd);
@@ -456,9 +478,10 @@ impl Gpu {
         let ahead = ahead && !wide && !fold && !tr && DECODE_MMA_LA_HEAD_DIMS.contains(&hd);
         // Deep rings only for launches of few rows (no fold): one CTA a multiprocessor.
         let deep = deep && !wide && !fold && !ahead && DECODE_MMA_DEEP_HEAD_DIMS.contains(&hd);
+        let (deep_name, deep_stages) = decode_mma_deep_entry(hd, tr, sw.decode_deep_stages);
         let smem = match (wide, deep) {
             (true, _) => crate::attn_wide::decode_mma_wide_smem_bytes(hd),
-            (false, true) => decode_mma_ring_smem_bytes(hd, decode_mma_ring(hd, false, true)),
+            (false, true) => decode_mma_ring_smem_bytes(hd, deep_stages),
             (false, false) => decode_mma_smem_bytes(hd, ahead),
         };
         let mut args = decode_ptrs(&c, part).to_vec();
@@ -490,9 +513,8 @@ impl Gpu {
         let grid = (sx as u32, groups as u32, rows as u32);
         let name = match (ahead, tr, deep) {
             (true, _, _) => format!("decode_mma_la_hd{hd}"),
-            (false, true, true) => format!("decode_mmat_deep_hd{hd}"),
+            (false, _, true) => deep_name,
             (false, true, false) => format!("decode_mmat_hd{hd}"),
-            (false, false, true) => format!("decode_mma_deep_hd{hd}"),
             (false, false, false) => format!("decode_mma_hd{hd}"),
         };
         self.launch(&name, grid, 128, smem as u32, &args)?;

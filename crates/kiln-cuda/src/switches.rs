@@ -209,6 +209,9 @@ pub struct Switches {
     /// (`decode_mma_deep_*`, `decode_mmat_deep_*`: hd 64 and 128), more K/V steps in flight a
     /// warp, one CTA a multiprocessor. The same bits. Opt-in until measured.
     pub decode_deep: bool,
+    /// KILN_DECODE_DEEP_STAGES=4 | 5 (experiment): with KILN_DECODE_DEEP, hd-128 rings of that
+    /// many stages (144 / 178 KB a CTA) instead of 6 (213 KB), the first form only.
+    pub decode_deep_stages: Option<usize>,
     /// KILN_DECODE_LOOKAHEAD=1: decode_mma computes each step's scores one step ahead, beside
     /// the previous step's softmax and P V (`decode_mma_la_*`, head dims up to 128, launches
     /// that do not fold; same bits). Opt-in until measured on a GPU.
@@ -359,6 +362,9 @@ impl Switches {
         let prefill = self
             .graph_prefill_max
             .map_or("default".to_string(), |n| n.to_string());
+        let deep_stages = self
+            .decode_deep_stages
+            .map_or("default".to_string(), |n| n.to_string());
         let cache = match kernel_cache() {
             KernelCache::Home => "home".to_string(),
             KernelCache::Off => "off".to_string(),
@@ -383,7 +389,7 @@ impl Switches {
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} gemm_pin_m={pin_m} gemm_add={} gemm_tune={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} attn_early={} decode_lookahead={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} fp8={} fp8_scales={} fp8_fuse={} fp8_skinny={} fp8_wide={} fp8_wg={} bf16_wg={} wg_rows_choice={} flash_fence={} quant_fence={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} argmax_vec={} flash_wide={} decode_wide={} kv_ring={} chain_gemm={} chain_rows={} gemm_short={} gemm_tier_m={tier_m} gemm_tail={} combine_early={} combine_cols={} carveout_max={} decode_lazy={} decode_lean={} decode_transpose={} decode_deep={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} gemm_pin_m={pin_m} gemm_add={} gemm_tune={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} attn_early={} decode_lookahead={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} fp8={} fp8_scales={} fp8_fuse={} fp8_skinny={} fp8_wide={} fp8_wg={} bf16_wg={} wg_rows_choice={} flash_fence={} quant_fence={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} argmax_vec={} flash_wide={} decode_wide={} kv_ring={} chain_gemm={} chain_rows={} gemm_short={} gemm_tier_m={tier_m} gemm_tail={} combine_early={} combine_cols={} carveout_max={} decode_lazy={} decode_lean={} decode_transpose={} decode_deep={} decode_deep_stages={deep_stages} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
