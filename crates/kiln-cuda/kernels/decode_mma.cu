@@ -436,13 +436,12 @@ DM_ENTRY(decode_mma_la_hd128, 128, 4, 2, true, false)
 DM_ENTRY(decode_mmat_hd64, 64, 3, 3, false, true)
 DM_ENTRY(decode_mmat_hd128, 128, 3, 2, false, true)
 DM_ENTRY(decode_mmat_hd256, 256, 2, 1, false, true)
-// Deep rings (KILN_DECODE_DEEP=1, launches of few rows): NST - 2 steps in flight a warp instead
-// of one or two, one CTA a multiprocessor (about 210 KB); the same bits as the shallow ones.
-DM_ENTRY(decode_mma_deep_hd64, 64, 10, 1, false, false)
-DM_ENTRY(decode_mma_deep_hd128, 128, 6, 1, false, false)
-DM_ENTRY(decode_mmat_deep_hd64, 64, 10, 1, false, true)
-DM_ENTRY(decode_mmat_deep_hd128, 128, 6, 1, false, true)
-// Shallower deep rings for A/B runs (KILN_DECODE_DEEP_STAGES=4 or 5, hd 128, the first form):
-// 144 and 178 KB, room beside them for the next kernel's CTAs.
-DM_ENTRY(decode_mma_deep4_hd128, 128, 4, 1, false, false)
-DM_ENTRY(decode_mma_deep5_hd128, 128, 5, 1, false, false)
+// Deep rings (KILN_DECODE_DEEP=1, launches of few rows): more steps in flight a warp, and as
+// many of them issued before the wait on the kernel ahead, one CTA a multiprocessor (about 144
+// KB); the same bits as the shallow ones.
+DM_ENTRY(decode_mma_deep_hd64, 64, 7, 1, false, false)
+DM_ENTRY(decode_mma_deep_hd128, 128, 4, 1, false, false)
+DM_ENTRY(decode_mmat_deep_hd64, 64, 7, 1, false, true)
+DM_ENTRY(decode_mmat_deep_hd128, 128, 4, 1, false, true)
+// Deeper rings for A/B runs (KILN_DECODE_DEEP_STAGES=6, hd 128, the first form): 213 KB.
+DM_ENTRY(decode_mma_deep6_hd128, 128, 6, 1, false, false)

@@ -168,16 +168,16 @@ fn decode_mma_stages(hd: usize, ahead: bool) -> usize {
 /// Ring stages a warp: decode_mma_stages, or the deep rings' (DM_ENTRY `decode_mma_deep_*`).
 fn decode_mma_ring(hd: usize, ahead: bool, deep: bool) -> usize {
     if deep {
-        return if hd <= 64 { 10 } else { 6 };
+        return if hd <= 64 { 7 } else { 4 };
     }
     decode_mma_shallow(hd) + ahead as usize
 }
 
 /// The deep rings' entry and stages at head dim `hd`: `decode_mma_deep_hd*` (or `mmat`), or with
-/// KILN_DECODE_DEEP_STAGES=4 / 5 at head dim 128 the first form's shallower deep rings.
+/// KILN_DECODE_DEEP_STAGES=6 at head dim 128 the first form's deeper rings.
 fn decode_mma_deep_entry(hd: usize, tr: bool, stages: Option<usize>) -> (String, usize) {
     match (stages, hd, tr) {
-        (Some(n @ (4 | 5)), 128, false) => (format!("decode_mma_deep{n}_hd{hd}"), n),
+        (Some(6), 128, false) => ("decode_mma_deep6_hd128".to_string(), 6),
         _ => (
             format!("decode_mma{}_deep_hd{hd}", if tr { "t" } else { "" }),
             decode_mma_ring(hd, false, true),
@@ -243,12 +243,10 @@ pub fn smem_needs() -> Vec<(String, usize)> {
                 (format!("decode_mmat_deep_hd{hd}"), b),
             ]
         }))
-        .chain([4, 5].map(|n| {
-            (
-                format!("decode_mma_deep{n}_hd128"),
-                decode_mma_ring_smem_bytes(128, n),
-            )
-        }));
+        .chain([(
+            "decode_mma_deep6_hd128".to_string(),
+            decode_mma_ring_smem_bytes(128, 6),
+        )]);
     let flash = FLASH_SM90_HEAD_DIMS.iter().flat_map(|&hd| {
         let b = flash_sm90_smem_bytes(hd);
         ["flash_sm90_hd", "flash_sm90o_hd", "flash_sm90p_hd"].map(|p| (format!("{p}{hd}"), b))

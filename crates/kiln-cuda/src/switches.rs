@@ -209,8 +209,8 @@ pub struct Switches {
     /// (`decode_mma_deep_*`, `decode_mmat_deep_*`: hd 64 and 128), more K/V steps in flight a
     /// warp, one CTA a multiprocessor. The same bits. Opt-in until measured.
     pub decode_deep: bool,
-    /// KILN_DECODE_DEEP_STAGES=4 | 5 (experiment): with KILN_DECODE_DEEP, hd-128 rings of that
-    /// many stages (144 / 178 KB a CTA) instead of 6 (213 KB), the first form only.
+    /// KILN_DECODE_DEEP_STAGES=6 (experiment): with KILN_DECODE_DEEP, hd-128 rings of 6
+    /// stages (213 KB a CTA) instead of 4 (144 KB), the first form only.
     pub decode_deep_stages: Option<usize>,
     /// KILN_DECODE_LOOKAHEAD=1: decode_mma computes each step's scores one step ahead, beside
     /// the previous step's softmax and P V (`decode_mma_la_*`, head dims up to 128, launches
