@@ -111,8 +111,9 @@ pub enum DecodeKernel {
     /// KILN_COMBINE_COLS) or a thread each column (decode_mma_combine); the same bits either way.
     /// `tr`: the transposed step (decode_mmat_*, KILN_DECODE_TRANSPOSE) where the head dim has
     /// it: other bits than the first form, the same among its own variants; no scores ahead.
-    /// `deep`: deep rings (KILN_DECODE_DEEP) for launches that do not fold, where the head dim
-    /// has them, more K/V steps in flight a warp: the same bits either way.
+    /// `deep`: deep rings (KILN_DECODE_DEEP, on) for launches of one wave that do not fold,
+    /// where the head dim has them: more K/V steps in flight a warp, and more of them issued
+    /// before the wait on the kernel ahead; the same bits either way.
     Mma {
         fold: DecodeFold,
         early: bool,
@@ -474,8 +475,23 @@ impl Gpu {
         // at head dim 128 (144 KB of shared memory against 109), which only few rows can spare.
         // The same bits either way.
         let ahead = ahead && !wide && !fold && !tr && DECODE_MMA_LA_HEAD_DIMS.contains(&hd);
-        // Deep rings only for launches of few rows (no fold): one CTA a multiprocessor.
-        let deep = deep && !wide && !fold && !ahead && DECODE_MMA_DEEP_HEAD_DIMS.contains(&hd);
+        // Every row is launched (rows whose run another CTA serves exit at once), each with
+        // `sx` CTAs over its split slots (the 512-wide entry: one per slot; decode_mma: a
+        // warp a slot, one CTA when folding), so the grid depends on the row count only.
+        let sx = match (wide, fold) {
+            (true, _) => max_splits,
+            (false, true) => 1,
+            (false, false) => self.split_ctas(max_splits.div_ceil(DECODE_MMA_WARPS), groups, rows),
+        };
+        // Deep rings hold a multiprocessor with one CTA: only for grids of one wave (batch 1;
+        // H100 2026-12-06: at 4-8 streams and depth 512 they lost 1.4-2.5%). A function of the
+        // row count, as the grid is.
+        let deep = deep
+            && !wide
+            && !fold
+            && !ahead
+            && DECODE_MMA_DEEP_HEAD_DIMS.contains(&hd)
+            && sx * groups * rows <= self.sm_count as usize;
         let (deep_name, deep_stages) = decode_mma_deep_entry(hd, tr, sw.decode_deep_stages);
         let smem = match (wide, deep) {
             (true, _) => crate::attn_wide::decode_mma_wide_smem_bytes(hd),
@@ -500,14 +516,6 @@ impl Gpu {
                 Arg::I32(sw.decode_lazy as i32 | (sw.decode_lean as i32) << 1),
             ]);
         }
-        // Every row is launched (rows whose run another CTA serves exit at once), each with
-        // `sx` CTAs over its split slots (the 512-wide entry: one per slot; decode_mma: a
-        // warp a slot, one CTA when folding), so the grid depends on the row count only.
-        let sx = match (wide, fold) {
-            (true, _) => max_splits,
-            (false, true) => 1,
-            (false, false) => self.split_ctas(max_splits.div_ceil(DECODE_MMA_WARPS), groups, rows),
-        };
         let grid = (sx as u32, groups as u32, rows as u32);
         let name = match (ahead, tr, deep) {
             (true, _, _) => format!("decode_mma_la_hd{hd}"),

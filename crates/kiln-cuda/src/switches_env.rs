@@ -110,7 +110,7 @@ impl Env {
                 decode_lazy: opt_in("KILN_DECODE_LAZY"),
                 decode_lean: on("KILN_DECODE_LEAN"),
                 decode_transpose: opt_in("KILN_DECODE_TRANSPOSE"),
-                decode_deep: opt_in("KILN_DECODE_DEEP"),
+                decode_deep: on("KILN_DECODE_DEEP"),
                 decode_deep_stages: var("KILN_DECODE_DEEP_STAGES").and_then(|v| v.parse().ok()),
                 decode_lookahead: opt_in("KILN_DECODE_LOOKAHEAD"),
                 decode_split_ctas: SplitCtas::parse(var("KILN_DECODE_SPLIT_CTAS").as_deref()),

@@ -100,7 +100,7 @@ fn each_variable_turns_off_its_own_switch() {
     assert!(!sw(&[]).decode_lazy && sw(&[("KILN_DECODE_LAZY", "1")]).decode_lazy);
     assert!(sw(&[]).decode_lean && !sw(&[("KILN_DECODE_LEAN", "0")]).decode_lean);
     assert!(!sw(&[]).decode_transpose && sw(&[("KILN_DECODE_TRANSPOSE", "1")]).decode_transpose);
-    assert!(!sw(&[]).decode_deep && sw(&[("KILN_DECODE_DEEP", "1")]).decode_deep);
+    assert!(sw(&[]).decode_deep && !sw(&[("KILN_DECODE_DEEP", "0")]).decode_deep);
     assert!(sw(&[]).combine_cols && !sw(&[("KILN_COMBINE_COLS", "0")]).combine_cols);
     assert!(!sw(&[]).carveout_max && sw(&[("KILN_CARVEOUT", "max")]).carveout_max);
     let long = |v| sw(&[("KILN_DECODE_LONG", v)]).decode_long_from;
