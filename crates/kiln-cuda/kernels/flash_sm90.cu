@@ -290,6 +290,46 @@ __device__ __forceinline__ void fs_pack(u32 (&p)[BN / 4], const float (&s)[BN / 
     for (int i = 0; i < BN / 4; ++i) p[i] = pack_bf16x2(s[2 * i], s[2 * i + 1]);
 }
 
+// The tile's Q rows, chunks [c0, c0 + CH) of each HD-wide row, into the swizzled layout at `dst`
+// (64-row panels), zeros past the tile's rows, by a warpgroup's 128 threads (`tid`); then the
+// proxies fenced and the warpgroup met at named barrier `bar`, so wgmma may read them.
+template <int HD, int CH>
+__device__ __forceinline__ void fs_load_q(u32 dst, const bf16_t* __restrict__ q, const AttnTile& tile, int n_q, int h,
+                                          int c0, int tid, int bar) {
+    for (int idx = tid; idx < 64 * CH; idx += 128) {
+        const int r = idx / CH, cc = c0 + idx % CH;
+        const bool ok = r < tile.n_rows;
+        const bf16_t* src = q + ((u64)(tile.tok0 + (ok ? r : 0)) * n_q + h) * HD + cc * 8;
+        cp_async_16s(dst + sw128(r, cc, 64), src, ok ? 16 : 0);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    fence_async_smem();
+    named_sync(bar, 128);
+}
+
+// The rows' sums l over the quad, then O / l as bf16 into rows ra and rb of head h of the
+// output (rows HD wide), N columns from col0 (o: the wgmma accumulator of those columns).
+template <int HD, int N>
+__device__ __forceinline__ void fs_store_out(const float (&o)[N / 2], float l_a, float l_b, bf16_t* __restrict__ out,
+                                             const AttnTile& tile, int ra, int rb, int n_q, int h, int col0, int t) {
+    l_a = __fadd_rn(l_a, __shfl_xor_sync(0xffffffffu, l_a, 1));
+    l_a = __fadd_rn(l_a, __shfl_xor_sync(0xffffffffu, l_a, 2));
+    l_b = __fadd_rn(l_b, __shfl_xor_sync(0xffffffffu, l_b, 1));
+    l_b = __fadd_rn(l_b, __shfl_xor_sync(0xffffffffu, l_b, 2));
+    const float inv_a = l_a > 0.f ? 1.f / l_a : 0.f, inv_b = l_b > 0.f ? 1.f / l_b : 0.f;
+    if (ra < tile.n_rows) {
+        u32* dst = reinterpret_cast<u32*>(out + ((u64)(tile.tok0 + ra) * n_q + h) * HD + col0);
+#pragma unroll
+        for (int j = 0; j < N / 8; ++j) dst[j * 4 + t] = pack_bf16x2(o[4 * j] * inv_a, o[4 * j + 1] * inv_a);
+    }
+    if (rb < tile.n_rows) {
+        u32* dst = reinterpret_cast<u32*>(out + ((u64)(tile.tok0 + rb) * n_q + h) * HD + col0);
+#pragma unroll
+        for (int j = 0; j < N / 8; ++j) dst[j * 4 + t] = pack_bf16x2(o[4 * j + 2] * inv_b, o[4 * j + 3] * inv_b);
+    }
+}
+
 template <int HD, int BN, int NS, int OVL>
 __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, const bf16_t* __restrict__ kc,
                                                 const bf16_t* __restrict__ vc, const AttnTile* __restrict__ tiles,
@@ -398,17 +438,7 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
             qf[4 * kk + 3] = ok_b ? row_b[8 * kk + 4 + t] : 0u;
         }
     } else {
-        constexpr int CH = HD / 8;
-        for (int idx = tid; idx < 64 * CH; idx += 128) {
-            const int r = idx / CH, cc = idx % CH;
-            const bool ok = r < tile.n_rows;
-            const bf16_t* src = q + ((u64)(tile.tok0 + (ok ? r : 0)) * n_q + h) * HD + cc * 8;
-            cp_async_16s(sq + sw128(r, cc, 64), src, ok ? 16 : 0);
-        }
-        cp_async_commit();
-        cp_async_wait<0>();
-        fence_async_smem();
-        named_sync(1 + c, 128);
+        fs_load_q<HD, HD / 8>(sq, q, tile, n_q, h, 0, tid, 1 + c);
     }
     const int qa = tile.pos0 + ra, qb = tile.pos0 + rb;
     const int q_last = kv_end - 1;
@@ -551,21 +581,7 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
         }
     }
 
-    l_a = __fadd_rn(l_a, __shfl_xor_sync(0xffffffffu, l_a, 1));
-    l_a = __fadd_rn(l_a, __shfl_xor_sync(0xffffffffu, l_a, 2));
-    l_b = __fadd_rn(l_b, __shfl_xor_sync(0xffffffffu, l_b, 1));
-    l_b = __fadd_rn(l_b, __shfl_xor_sync(0xffffffffu, l_b, 2));
-    const float inv_a = l_a > 0.f ? 1.f / l_a : 0.f, inv_b = l_b > 0.f ? 1.f / l_b : 0.f;
-    if (ra < tile.n_rows) {
-        u32* dst = reinterpret_cast<u32*>(out + ((u64)(tile.tok0 + ra) * n_q + h) * HD);
-#pragma unroll
-        for (int j = 0; j < HD / 8; ++j) dst[j * 4 + t] = pack_bf16x2(o[4 * j] * inv_a, o[4 * j + 1] * inv_a);
-    }
-    if (rb < tile.n_rows) {
-        u32* dst = reinterpret_cast<u32*>(out + ((u64)(tile.tok0 + rb) * n_q + h) * HD);
-#pragma unroll
-        for (int j = 0; j < HD / 8; ++j) dst[j * 4 + t] = pack_bf16x2(o[4 * j + 2] * inv_b, o[4 * j + 3] * inv_b);
-    }
+    fs_store_out<HD, HD>(o, l_a, l_b, out, tile, ra, rb, n_q, h, 0, t);
 }
 
 // Two query heads of an even GQA group per CTA; 384 threads: a producer warpgroup (72

@@ -122,16 +122,7 @@ __device__ __forceinline__ void flash_sm90_wide_body(const bf16_t* __restrict__ 
     const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31, t = lane & 3;
     const int ra = warp * 16 + (lane >> 2), rb = ra + 8;
     // Q's half of this warpgroup: columns 256 c on, panels 4 c to 4 c + 3.
-    for (int idx = tid; idx < 64 * 32; idx += 128) {
-        const int rr = idx >> 5, cc = 32 * c + (idx & 31);
-        const bool ok = rr < tile.n_rows;
-        const bf16_t* src = q + ((u64)(tile.tok0 + (ok ? rr : 0)) * n_q + h) * FW_HD + cc * 8;
-        cp_async_16s(base + L::q + sw128(rr, cc, 64), src, ok ? 16 : 0);
-    }
-    cp_async_commit();
-    cp_async_wait<0>();
-    fence_async_smem();
-    named_sync(4 + c, 128);
+    fs_load_q<FW_HD, 32>(base + L::q, q, tile, n_q, h, 32 * c, tid, 4 + c);
 
     const int qa = tile.pos0 + ra, qb = tile.pos0 + rb;
     const int q_last = kv_end - 1;
@@ -213,21 +204,7 @@ __device__ __forceinline__ void flash_sm90_wide_body(const bf16_t* __restrict__ 
         release(base + L::empty_v);
     }
 
-    l_a = __fadd_rn(l_a, __shfl_xor_sync(0xffffffffu, l_a, 1));
-    l_a = __fadd_rn(l_a, __shfl_xor_sync(0xffffffffu, l_a, 2));
-    l_b = __fadd_rn(l_b, __shfl_xor_sync(0xffffffffu, l_b, 1));
-    l_b = __fadd_rn(l_b, __shfl_xor_sync(0xffffffffu, l_b, 2));
-    const float inv_a = l_a > 0.f ? 1.f / l_a : 0.f, inv_b = l_b > 0.f ? 1.f / l_b : 0.f;
-    if (ra < tile.n_rows) {
-        u32* dst = reinterpret_cast<u32*>(out + ((u64)(tile.tok0 + ra) * n_q + h) * FW_HD + c * FW_HALF);
-#pragma unroll
-        for (int j = 0; j < FW_HALF / 8; ++j) dst[j * 4 + t] = pack_bf16x2(o[4 * j] * inv_a, o[4 * j + 1] * inv_a);
-    }
-    if (rb < tile.n_rows) {
-        u32* dst = reinterpret_cast<u32*>(out + ((u64)(tile.tok0 + rb) * n_q + h) * FW_HD + c * FW_HALF);
-#pragma unroll
-        for (int j = 0; j < FW_HALF / 8; ++j) dst[j * 4 + t] = pack_bf16x2(o[4 * j + 2] * inv_b, o[4 * j + 3] * inv_b);
-    }
+    fs_store_out<FW_HD, FW_HALF>(o, l_a, l_b, out, tile, ra, rb, n_q, h, c * FW_HALF, t);
 }
 
 // One query head per CTA; 384 threads: a producer warpgroup and two consumer warpgroups, each
