@@ -290,6 +290,20 @@ __device__ __forceinline__ void fs_pack(u32 (&p)[BN / 4], const float (&s)[BN / 
     for (int i = 0; i < BN / 4; ++i) p[i] = pack_bf16x2(s[2 * i], s[2 * i + 1]);
 }
 
+// The CTA's tile and unit (a head pair, or a head at head dim 512) in the grid's order. Later
+// tiles of a chunk see more keys: hand them out first, for every unit of a group before the next
+// tile (CTAs start in the order of `item`, x fastest), so the grid ends evenly; the units of one
+// tile read the same K/V at the same time. The units come in groups of `group` (a divisor of
+// gridDim.y, whole KV heads), each group's tiles before the next group's: when the K/V of every
+// head outgrows L2, the CTAs running at once then read the K/V of a few heads (group ==
+// gridDim.y: one group, tile by tile).
+__device__ __forceinline__ AttnTile fs_grid_tile(const AttnTile* __restrict__ tiles, int group, int& unit) {
+    const int item = blockIdx.y * gridDim.x + blockIdx.x;
+    const int per_group = gridDim.x * group, gi = item / per_group, r = item - gi * per_group;
+    unit = gi * group + r % group;
+    return tiles[gridDim.x - 1 - r / group];
+}
+
 // The tile's Q rows, chunks [c0, c0 + CH) of each HD-wide row, into the swizzled layout at `dst`
 // (64-row panels), zeros past the tile's rows, by a warpgroup's 128 threads (`tid`); then the
 // proxies fenced and the warpgroup met at named barrier `bar`, so wgmma may read them.
@@ -352,18 +366,12 @@ __device__ __forceinline__ void flash_sm90_body(const bf16_t* __restrict__ q, co
     const u32 raw = smem_addr(fs_smem);
     const u32 base = (raw + 1023) & ~1023u;
 
-    // Later tiles of a chunk see more keys: hand them out first, for every head pair of a
-    // group before the next tile (CTAs start in the order of `item`, x fastest), so the grid
-    // ends evenly; the pairs of one tile read the same K/V at the same time. The head pairs
-    // come in groups of `group` (a divisor of gridDim.y, whole KV heads), each group's tiles
-    // before the next group's: when the K/V of every head outgrows L2, the CTAs running at
-    // once then read the K/V of a few heads (group == gridDim.y: one group, tile by tile).
-    const int item = blockIdx.y * gridDim.x + blockIdx.x;
-    const int per_group = gridDim.x * group, gi = item / per_group, r = item - gi * per_group;
-    const AttnTile tile = tiles[gridDim.x - 1 - r / group];
+    // The grid's units are head pairs (fs_grid_tile).
+    int pair;
+    const AttnTile tile = fs_grid_tile(tiles, group, pair);
     if (tile.n_rows == 0) return;
     const int wg = threadIdx.x >> 7;
-    const int h0 = (gi * group + r % group) * 2, kvh = h0 / (n_q / n_kv);
+    const int h0 = pair * 2, kvh = h0 / (n_q / n_kv);
     const int* table = block_tables + bt_start[tile.seq];
     const int kv_end = tile.pos0 + tile.n_rows;  // keys past the last row are never needed
     const int first = window > 0 ? max(0, tile.pos0 + 1 - window) : 0;

@@ -68,14 +68,12 @@ __device__ __forceinline__ void flash_sm90_wide_body(const bf16_t* __restrict__ 
     extern __shared__ __align__(1024) unsigned char fw_smem[];
     const u32 base = (smem_addr(fw_smem) + 1023) & ~1023u;
 
-    // The grid order of flash_sm90.cu with one head a CTA: later tiles first, the heads of
-    // `group` (whole KV heads' query heads) tile by tile before the next group's.
-    const int item = blockIdx.y * gridDim.x + blockIdx.x;
-    const int per_group = gridDim.x * group, gi = item / per_group, r = item - gi * per_group;
-    const AttnTile tile = tiles[gridDim.x - 1 - r / group];
+    // flash_sm90.cu's grid order with one head a CTA: the grid's units are heads.
+    int h;
+    const AttnTile tile = fs_grid_tile(tiles, group, h);
     if (tile.n_rows == 0) return;
     const int wg = threadIdx.x >> 7;
-    const int h = gi * group + r % group, kvh = h / (n_q / n_kv);
+    const int kvh = h / (n_q / n_kv);
     const int* table = block_tables + bt_start[tile.seq];
     const int kv_end = tile.pos0 + tile.n_rows;
     const int first = window > 0 ? max(0, tile.pos0 + 1 - window) : 0;

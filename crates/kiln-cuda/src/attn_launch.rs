@@ -69,6 +69,16 @@ pub fn flash_sm90_kv_group(n_kv: usize, hd: usize, keys: usize, l2_bytes: usize)
         .unwrap_or(1)
 }
 
+/// The grid's units (head pairs, or heads at head dim 512) per group of flash_sm90's order for
+/// `kv_group` KV heads a group (0: one group of all `units`): whole KV heads' units.
+pub(crate) fn flash_sm90_group(units: usize, n_kv: usize, kv_group: usize) -> Result<usize> {
+    match kv_group {
+        0 => Ok(units),
+        g if g <= n_kv && n_kv.is_multiple_of(g) => Ok(g * (units / n_kv)),
+        g => bail!("flash_sm90 groups of {g} KV heads do not divide {n_kv}"),
+    }
+}
+
 /// Keys per K/V tile of flash_sm90_hd{hd}.
 fn flash_sm90_block_n(hd: usize) -> usize {
     if hd >= 256 {
@@ -163,15 +173,22 @@ impl Gpu {
 /// Stages of each decode_mma warp's K/V ring for head dim `hd` (DM_ENTRY in decode_mma.cu): one
 /// more in the entries with the scores one step ahead (`ahead`).
 fn decode_mma_stages(hd: usize, ahead: bool) -> usize {
-    decode_mma_ring(hd, ahead, false)
+    let plain = match hd {
+        0..=16 => 6,
+        17..=32 => 4,
+        33..=128 => 3,
+        _ => 2,
+    };
+    plain + ahead as usize
 }
 
-/// Ring stages a warp: decode_mma_stages, or the deep rings' (DM_ENTRY `decode_mma_deep_*`).
-fn decode_mma_ring(hd: usize, ahead: bool, deep: bool) -> usize {
-    if deep {
-        return if hd <= 64 { 7 } else { 4 };
+/// Stages of the deep rings (DM_ENTRY `decode_mma_deep_*`, `decode_mmat_deep_*`).
+fn decode_mma_deep_stages(hd: usize) -> usize {
+    if hd <= 64 {
+        7
+    } else {
+        4
     }
-    decode_mma_shallow(hd) + ahead as usize
 }
 
 /// The deep rings' entry and stages at head dim `hd`: `decode_mma_deep_hd*` (or `mmat`), or with
@@ -181,18 +198,8 @@ fn decode_mma_deep_entry(hd: usize, tr: bool, stages: Option<usize>) -> (String,
         (Some(6), 128, false) => ("decode_mma_deep6_hd128".to_string(), 6),
         _ => (
             format!("decode_mma{}_deep_hd{hd}", if tr { "t" } else { "" }),
-            decode_mma_ring(hd, false, true),
+            decode_mma_deep_stages(hd),
         ),
-    }
-}
-
-/// Ring stages a warp of decode_mma_hd{hd}.
-fn decode_mma_shallow(hd: usize) -> usize {
-    match hd {
-        0..=16 => 6,
-        17..=32 => 4,
-        33..=128 => 3,
-        _ => 2,
     }
 }
 
@@ -238,7 +245,7 @@ pub fn smem_needs() -> Vec<(String, usize)> {
             )
         }))
         .chain(DECODE_MMA_DEEP_HEAD_DIMS.iter().flat_map(|&hd| {
-            let b = decode_mma_ring_smem_bytes(hd, decode_mma_ring(hd, false, true));
+            let b = decode_mma_ring_smem_bytes(hd, decode_mma_deep_stages(hd));
             [
                 (format!("decode_mma_deep_hd{hd}"), b),
                 (format!("decode_mmat_deep_hd{hd}"), b),
@@ -329,15 +336,7 @@ impl Gpu {
             );
         }
         // Head pairs per group of the grid's order: whole KV heads' pairs.
-        let pairs = n_q / 2;
-        let group = match kv_group {
-            0 => pairs,
-            g if g <= kv.n_kv && kv.n_kv.is_multiple_of(g) => g * (pairs / kv.n_kv),
-            g => bail!(
-                "flash_sm90 groups of {g} KV heads do not divide {}",
-                kv.n_kv
-            ),
-        };
+        let group = flash_sm90_group(n_q / 2, kv.n_kv, kv_group)?;
         let mut args = flash_ptrs(&c, tiles).to_vec();
         args.extend(attn_shape(&c)?);
         args.push(Arg::I32(i32_of(group, "flash_sm90 group")?));
@@ -457,7 +456,7 @@ impl Gpu {
         } | ((long_from >> 10) << 16) as i32;
         // One CTA serves up to 16 query heads of a group (and 16 / heads rows of a sequence),
         // the transposed step 8 (dm_run's SLOTS).
-        let tr = tr && !wide && self.has_func(&format!("decode_mmat_hd{hd}"));
+        let tr = tr && DECODE_MMAT_HEAD_DIMS.contains(&hd);
         let slots = if tr { 8 } else { 16 };
         let group = n_q / kv.n_kv;
         let chunks = group.div_ceil(group.min(slots));
@@ -492,11 +491,11 @@ impl Gpu {
             && !ahead
             && DECODE_MMA_DEEP_HEAD_DIMS.contains(&hd)
             && sx * groups * rows <= self.sm_count as usize;
-        let (deep_name, deep_stages) = decode_mma_deep_entry(hd, tr, sw.decode_deep_stages);
-        let smem = match (wide, deep) {
+        let deep = deep.then(|| decode_mma_deep_entry(hd, tr, sw.decode_deep_stages));
+        let smem = match (wide, &deep) {
             (true, _) => crate::attn_wide::decode_mma_wide_smem_bytes(hd),
-            (false, true) => decode_mma_ring_smem_bytes(hd, deep_stages),
-            (false, false) => decode_mma_smem_bytes(hd, ahead),
+            (false, Some((_, stages))) => decode_mma_ring_smem_bytes(hd, *stages),
+            (false, None) => decode_mma_smem_bytes(hd, ahead),
         };
         let mut args = decode_ptrs(&c, part).to_vec();
         if !wide {
@@ -519,9 +518,9 @@ impl Gpu {
         let grid = (sx as u32, groups as u32, rows as u32);
         let name = match (ahead, tr, deep) {
             (true, _, _) => format!("decode_mma_la_hd{hd}"),
-            (false, _, true) => deep_name,
-            (false, true, false) => format!("decode_mmat_hd{hd}"),
-            (false, false, false) => format!("decode_mma_hd{hd}"),
+            (false, _, Some((name, _))) => name,
+            (false, true, None) => format!("decode_mmat_hd{hd}"),
+            (false, false, None) => format!("decode_mma_hd{hd}"),
         };
         self.launch(&name, grid, 128, smem as u32, &args)?;
         if fold {

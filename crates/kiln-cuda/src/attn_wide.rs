@@ -119,13 +119,12 @@ impl Gpu {
             &args,
         )
     }
-}
 
-impl Gpu {
     /// Prefill attention of a wide head with wgmma (flash_sm90_wide.cu): one query head per
     /// CTA, 384 threads, the grid in groups of `kv_group` KV heads' query heads as
     /// flash_sm90's (0: one group). The overlapped and turn-taking variants of the narrower
-    /// heads have no wide form: every [`crate::attn_launch::FlashKernel::Sm90`] runs this.
+    /// heads have no wide form: every [`crate::attn_launch::FlashKernel::Sm90`] runs this
+    /// ([`Gpu::flash_attn_kernel`] has returned on empty launches).
     pub(crate) fn flash_sm90_wide(
         &self,
         c: AttnCall,
@@ -133,17 +132,10 @@ impl Gpu {
         kv_group: usize,
     ) -> Result<()> {
         let (n_q, hd, n_kv) = (c.n_q, c.hd, c.kv.n_kv);
-        if tiles.n == 0 {
-            return Ok(());
-        }
         if n_kv == 0 || !n_q.is_multiple_of(n_kv) {
             bail!("flash_sm90_hd{hd} needs whole GQA groups, not {n_q} query heads over {n_kv} KV heads");
         }
-        let group = match kv_group {
-            0 => n_q,
-            g if g <= n_kv && n_kv.is_multiple_of(g) => g * (n_q / n_kv),
-            g => bail!("flash_sm90 groups of {g} KV heads do not divide {n_kv}"),
-        };
+        let group = crate::attn_launch::flash_sm90_group(n_q, n_kv, kv_group)?;
         let mut args = flash_ptrs(&c, tiles).to_vec();
         args.extend(attn_shape(&c)?);
         args.push(Arg::I32(i32_of(group, "flash_sm90 group")?));
