@@ -218,8 +218,6 @@ __device__ __forceinline__ void decode_mma_body(
     // The chain (fold) of this lane's two slots (a, b): slots g and g + 8, or (TR) 2t and
     // 2t + 1: maximum and sum here, O in co (RO) or in s_o, zero to start.
     const int slot_a = TR ? 2 * t : g, slot_b = TR ? 2 * t + 1 : g + 8;
-    // The lane of each slot's quad (or, TR, column) that writes its (m, l).
-    const bool ml_lane = TR ? g == 0 : t == 0;
     float cm_a = KILN_NEG_INF, cm_b = KILN_NEG_INF, cl_a = 0.f, cl_b = 0.f;
     float co[RO ? OT : 1][4];
     float* co_a = s_o + (warp * 16 + g) * LDO + 2 * t;
@@ -305,44 +303,62 @@ __device__ __forceinline__ void decode_mma_body(
             l_a = __fadd_rn(l_a, __shfl_xor_sync(0xffffffffu, l_a, x));
             l_b = __fadd_rn(l_b, __shfl_xor_sync(0xffffffffu, l_b, x));
         }
-        // Slot a (h = 0) or b (h = 1) takes the split, folding it into its chain or writing it
-        // for the combine, if it is a real row with keys here (the combine reads no others: a
-        // row shorter than the CTA's longest has fewer splits). o's elements e0, e1 of each
-        // tile: 2h and 2h + 1 (dims 8 d + 2t and + 1 of slot g + 8h), or (TR) h and h + 2 (dims
-        // 16 d + g and + 8 of slot 2t + h).
+        // Slot g (h = 0: o's elements 0-1) or g + 8 (h = 1: 2-3) takes the split, folding it
+        // into its chain or writing it for the combine, if it is a real row with keys here (the
+        // combine reads no others: a row shorter than the CTA's longest has fewer splits).
         auto take = [&](int h, int len, float m, float l, float& cm, float& cl, float* co_h) {
             if (lo >= len) return;
-            const int e0 = TR ? h : 2 * h, e1 = TR ? h + 2 : 2 * h + 1, slot = h ? slot_b : slot_a;
+            if constexpr (TR) {
+                // o[d][h] and o[d][h + 2]: dims 16 d + g and + 8 of slot 2t + h.
+                const int slot = 2 * t + h;
+                if (fold) {
+                    const DmScale fs = dm_fold_scale(cm, m);
+                    cm = fs.m;
+                    cl = dm_fold(cl, l, fs);
+                    float* c = s_o + (warp * 16 + slot) * LDO + g;
+#pragma unroll
+                    for (int d = 0; d < OT; ++d) {
+                        if constexpr (RO) {
+                            co[d][h] = dm_fold(co[d][h], o[d][h], fs);
+                            co[d][h + 2] = dm_fold(co[d][h + 2], o[d][h + 2], fs);
+                        } else {
+                            c[16 * d] = dm_fold(c[16 * d], o[d][h], fs);
+                            c[16 * d + 8] = dm_fold(c[16 * d + 8], o[d][h + 2], fs);
+                        }
+                    }
+                } else {
+                    const u64 p = ((u64)(row0 + slot / gc) * n_q + hc0 + slot % gc) * max_splits + s;
+#pragma unroll
+                    for (int d = 0; d < OT; ++d) {
+                        part_o[p * HD + 16 * d + g] = o[d][h];
+                        part_o[p * HD + 16 * d + g + 8] = o[d][h + 2];
+                    }
+                    if (g == 0) *reinterpret_cast<float2*>(part_ml + p * 2) = make_float2(m, l);
+                }
+                return;
+            }
             if (fold) {
                 const DmScale fs = dm_fold_scale(cm, m);
                 cm = fs.m;
                 cl = dm_fold(cl, l, fs);
 #pragma unroll
-                for (int d = 0; d < OT; ++d) {
+                for (int d = 0; d < DT; ++d) {
                     if constexpr (RO) {
-                        co[d][e0] = dm_fold(co[d][e0], o[d][e0], fs);
-                        co[d][e1] = dm_fold(co[d][e1], o[d][e1], fs);
-                    } else if constexpr (TR) {
-                        float* c = s_o + (warp * 16 + slot) * LDO + 16 * d + g;
-                        c[0] = dm_fold(c[0], o[d][e0], fs);
-                        c[8] = dm_fold(c[8], o[d][e1], fs);
+                        co[d][2 * h] = dm_fold(co[d][2 * h], o[d][2 * h], fs);
+                        co[d][2 * h + 1] = dm_fold(co[d][2 * h + 1], o[d][2 * h + 1], fs);
                     } else {
                         float2* c = reinterpret_cast<float2*>(co_h + d * 8);
-                        *c = make_float2(dm_fold(c->x, o[d][e0], fs), dm_fold(c->y, o[d][e1], fs));
+                        *c = make_float2(dm_fold(c->x, o[d][2 * h], fs), dm_fold(c->y, o[d][2 * h + 1], fs));
                     }
                 }
             } else {
+                const int slot = g + 8 * h;
                 const u64 p = ((u64)(row0 + slot / gc) * n_q + hc0 + slot % gc) * max_splits + s;
 #pragma unroll
-                for (int d = 0; d < OT; ++d) {
-                    if constexpr (TR) {
-                        part_o[p * HD + 16 * d + g] = o[d][e0];
-                        part_o[p * HD + 16 * d + g + 8] = o[d][e1];
-                    } else {
-                        *reinterpret_cast<float2*>(part_o + p * HD + d * 8 + 2 * t) = make_float2(o[d][e0], o[d][e1]);
-                    }
-                }
-                if (ml_lane) *reinterpret_cast<float2*>(part_ml + p * 2) = make_float2(m, l);
+                for (int d = 0; d < DT; ++d)
+                    *reinterpret_cast<float2*>(part_o + p * HD + d * 8 + 2 * t) =
+                        make_float2(o[d][2 * h], o[d][2 * h + 1]);
+                if (t == 0) *reinterpret_cast<float2*>(part_ml + p * 2) = make_float2(m, l);
             }
         };
         take(0, len_a, m_a, l_a, cm_a, cl_a, co_a);
@@ -368,7 +384,7 @@ __device__ __forceinline__ void decode_mma_body(
             }
         }
     }
-    if (ml_lane) {
+    if (TR ? g == 0 : t == 0) {
         s_ml[warp][slot_a][0] = cm_a;
         s_ml[warp][slot_a][1] = cl_a;
         s_ml[warp][slot_b][0] = cm_b;
