@@ -24,17 +24,6 @@ extern "C" __global__ void rmsnorm_residual(float* __restrict__ x, const float* 
     rmsnorm_residual_row(x, delta, w, out, hidden, eps);
 }
 
-// The same for R rows a block (rows R blockIdx.x on, under `rows`): the same bits a row.
-#define NORM_ROWS_ENTRY(NAME, R)                                                                          \
-    extern "C" __global__ void NAME(float* __restrict__ x, const float* __restrict__ delta,              \
-                                    const store_t* __restrict__ w, store_t* __restrict__ out, int hidden, \
-                                    float eps, int rows) {                                               \
-        pdl_trigger();                                                                                   \
-        rmsnorm_residual_rows<R>(x, delta, w, out, hidden, eps, rows);                                   \
-    }
-NORM_ROWS_ENTRY(rmsnorm_residual_r2, 2)
-NORM_ROWS_ENTRY(rmsnorm_residual_r4, 4)
-
 // For each output row r: v = x[rows[r]] + delta[rows[r]] (delta may be null: nothing pending, as
 // after Gemma 4's layer output scale), out[r] = store(rmsnorm(v) * w). Only the rows that need
 // logits go through the final norm and the LM head.

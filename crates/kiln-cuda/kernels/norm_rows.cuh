@@ -33,69 +33,50 @@ __device__ __forceinline__ void norm_store(store_t* __restrict__ o, int hidden, 
 }
 
 // x[t] += delta[t] (when delta is not null), then out[t] = store(x[t] * rsqrt(mean(x^2) + eps) * w)
-// for rows t = R * blockIdx.x on (R of them, those under `rows`), from the weight's prefetch on
-// (the caller triggers its dependents). A thread's first NORM_WPRE values of each row (all of them
-// for hidden <= 8 x block) are loaded together into registers, every row's before the first sum,
-// then summed in index order, as the loop after them sums the rest: a loop that loaded each value
-// and added it before the next load waited on every load (4.6 us a row at batch 1, 1.6 TB/s over a
-// 2048-row chunk; H200, 2026-12-03). A block of one row spent most of its life outside its loads
-// (its sum, stores and start-up: 2.0 TB/s over 2048 rows on an H100, 2026-12-06); R rows keep R
-// rows' loads in flight while the first is summed. A row's values, sum order and block are the
-// same for every R, so are its bits.
-template <int R>
-__device__ __forceinline__ void rmsnorm_residual_rows(float* __restrict__ x, const float* __restrict__ delta,
-                                                      const store_t* __restrict__ w, store_t* __restrict__ out,
-                                                      int hidden, float eps, int rows) {
+// for row t = blockIdx.x, from the weight's prefetch on (the caller triggers its dependents).
+// A thread's first NORM_WPRE values of the row (all of them for hidden <= 8 x block) are loaded
+// together into registers and then summed in index order, as the loop after them sums the
+// rest: a loop that loaded each value and added it before the next load waited on every load
+// (4.6 us a row at batch 1, 1.6 TB/s over a 2048-row chunk; H200, 2026-12-03).
+__device__ __forceinline__ void rmsnorm_residual_row(float* __restrict__ x, const float* __restrict__ delta,
+                                                     const store_t* __restrict__ w, store_t* __restrict__ out,
+                                                     int hidden, float eps) {
     store_t wv[NORM_WPRE];
     norm_weight_prefetch(w, hidden, wv);
     pdl_wait();
     __shared__ float scratch[32];
-    const int t0 = blockIdx.x * R;
-    float xv[R][NORM_WPRE];
+    const int t = blockIdx.x;
+    float* xr = x + (u64)t * hidden;
+    const float* dr = delta ? delta + (u64)t * hidden : nullptr;
+    float xv[NORM_WPRE], dv[NORM_WPRE];
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-        const bool here = R == 1 || t0 + r < rows;
-        const float* xr = x + (u64)(t0 + r) * hidden;
-        const float* dr = delta ? delta + (u64)(t0 + r) * hidden : nullptr;
-#pragma unroll
-        for (int j = 0; j < NORM_WPRE; ++j) {
-            const int i = threadIdx.x + j * blockDim.x;
-            const bool ok = here && i < hidden;
-            xv[r][j] = ok ? xr[i] : 0.f;
-            if (dr) xv[r][j] += ok ? dr[i] : 0.f;
-        }
+    for (int j = 0; j < NORM_WPRE; ++j) {
+        const int i = threadIdx.x + j * blockDim.x;
+        xv[j] = i < hidden ? xr[i] : 0.f;
+        dv[j] = dr && i < hidden ? dr[i] : 0.f;
     }
+    float ss = 0.f;
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-        if (R > 1 && t0 + r >= rows) break;  // the same for the whole block
-        float* xr = x + (u64)(t0 + r) * hidden;
-        const float* dr = delta ? delta + (u64)(t0 + r) * hidden : nullptr;
-        float ss = 0.f;
-#pragma unroll
-        for (int j = 0; j < NORM_WPRE; ++j) {
-            const int i = threadIdx.x + j * blockDim.x;
-            if (i < hidden) {
-                if (dr) xr[i] = xv[r][j];
-                ss += xv[r][j] * xv[r][j];
-            }
-        }
-        for (int i = threadIdx.x + NORM_WPRE * blockDim.x; i < hidden; i += blockDim.x) {
-            float v = xr[i];
+    for (int j = 0; j < NORM_WPRE; ++j) {
+        const int i = threadIdx.x + j * blockDim.x;
+        if (i < hidden) {
             if (dr) {
-                v += dr[i];
-                xr[i] = v;
+                xv[j] += dv[j];
+                xr[i] = xv[j];
             }
-            ss += v * v;
+            ss += xv[j] * xv[j];
         }
-        const float inv = rsqrtf(block_sum(ss, scratch) / (float)hidden + eps);
-        norm_store(out + (u64)(t0 + r) * hidden, hidden, inv, wv, w,
-                   [&](int j, int i) { return j < NORM_WPRE ? xv[r][j] : xr[i]; });
     }
+    for (int i = threadIdx.x + NORM_WPRE * blockDim.x; i < hidden; i += blockDim.x) {
+        float v = xr[i];
+        if (dr) {
+            v += dr[i];
+            xr[i] = v;
+        }
+        ss += v * v;
+    }
+    const float inv = rsqrtf(block_sum(ss, scratch) / (float)hidden + eps);
+    norm_store(out + (u64)t * hidden, hidden, inv, wv, w,
+               [&](int j, int i) { return j < NORM_WPRE ? xv[j] : xr[i]; });
 }
 
-// One row a block (row blockIdx.x).
-__device__ __forceinline__ void rmsnorm_residual_row(float* __restrict__ x, const float* __restrict__ delta,
-                                                     const store_t* __restrict__ w, store_t* __restrict__ out,
-                                                     int hidden, float eps) {
-    rmsnorm_residual_rows<1>(x, delta, w, out, hidden, eps, 1);
-}

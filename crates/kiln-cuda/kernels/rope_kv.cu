@@ -49,31 +49,12 @@ extern "C" __global__ void qkv_prepare(const float* __restrict__ qkv, const stor
     const float* src = qkv + (u64)t * row_heads * hd + (u64)src_head * hd;
     float* b = buf[warp];
     float ss = 0.f;
-#ifndef KILN_QKV_LOOP
-    // The lane's values loaded together, then summed in index order: the loop below
-    // (KILN_QKV_LOADS=0 builds it) added each before loading the next, one load in flight a
-    // lane (66% of the H100's DRAM rate over a 2048-token chunk, 2026-12-06). The same sums, so
-    // the same bits.
-    float v[QKV_MAX_HD / 32];
-#pragma unroll
-    for (int j = 0; j < QKV_MAX_HD / 32; ++j) v[j] = lane + 32 * j < hd ? src[lane + 32 * j] : 0.f;
-#pragma unroll
-    for (int j = 0; j < QKV_MAX_HD / 32; ++j) {
-        const int i = lane + 32 * j;
-        if (i < hd) {
-            if (bias) v[j] += from_store(bias[src_head * hd + i]);
-            b[i] = v[j];
-            ss += v[j] * v[j];
-        }
-    }
-#else
     for (int i = lane; i < hd; i += 32) {
         float v = src[i];
         if (bias) v += from_store(bias[src_head * hd + i]);
         b[i] = v;
         ss += v * v;
     }
-#endif
     const store_t* norm = is_q ? q_norm : (is_k ? k_norm : nullptr);
     if (norm || (!is_q && !is_k && v_norm)) {
         const float inv = rsqrtf(warp_sum(ss) / (float)hd + eps);

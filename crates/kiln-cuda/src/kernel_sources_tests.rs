@@ -85,8 +85,6 @@ fn every_module_has_the_entries_it_always_had() {
             [
                 "embed_gather",
                 "rmsnorm_residual",
-                "rmsnorm_residual_r2",
-                "rmsnorm_residual_r4",
                 "final_norm_rows",
                 "swiglu",
                 "argmax_rows",

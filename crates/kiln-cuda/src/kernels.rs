@@ -97,18 +97,6 @@ fn argmax_vec(vocab: usize) -> bool {
     Switches::from_env().argmax_vec && vocab.is_multiple_of(4)
 }
 
-/// Rows a block of rmsnorm_residual: KILN_NORM_ROWS's count (4 by default) where the launch has
-/// at least twice that many rows per multiprocessor, else one, so that short launches (decode
-/// steps) keep every row in a block of its own.
-pub(crate) fn norm_rows_per_block(rows: usize, sms: usize) -> usize {
-    let r = Switches::from_env().norm_rows;
-    if rows >= 2 * r * sms {
-        r
-    } else {
-        1
-    }
-}
-
 /// The grid and the `vec` argument of the gated activations (common.cuh's `gated_rows`, blocks
 /// of 256 threads): along x enough CTAs for one row's `inter` values, four a thread when
 /// `inter` is a multiple of 4 and KILN_GATED_VEC allows; along y a CTA row per token row, up to
@@ -296,27 +284,7 @@ impl Gpu {
         if rows == 0 {
             return Ok(());
         }
-        let per_block = norm_rows_per_block(rows, self.sm_count as usize);
-        self.rmsnorm_residual_by(x, delta, w, out, rows, hidden, eps, per_block)
-    }
-
-    /// `rmsnorm_residual` with `per_block` rows a block (1, 2 or 4): the same bits for each.
-    #[allow(clippy::too_many_arguments)]
-    pub fn rmsnorm_residual_by(
-        &self,
-        x: u64,
-        delta: u64,
-        w: u64,
-        out: u64,
-        rows: usize,
-        hidden: usize,
-        eps: f32,
-        per_block: usize,
-    ) -> Result<()> {
-        if rows == 0 {
-            return Ok(());
-        }
-        let mut args = vec![
+        let args = [
             Arg::Ptr(x),
             Arg::Ptr(delta),
             Arg::Ptr(w),
@@ -324,17 +292,13 @@ impl Gpu {
             Arg::I32(i32_of(hidden, "hidden")?),
             Arg::F32(eps),
         ];
-        let entry = match per_block {
-            1 => "rmsnorm_residual",
-            2 => "rmsnorm_residual_r2",
-            4 => "rmsnorm_residual_r4",
-            n => anyhow::bail!("rmsnorm_residual takes 1, 2 or 4 rows a block, not {n}"),
-        };
-        if per_block > 1 {
-            args.push(Arg::I32(i32_of(rows, "rows")?));
-        }
-        let grid = (rows.div_ceil(per_block) as u32, 1, 1);
-        self.launch(entry, grid, norm_block(hidden), 0, &args)
+        self.launch(
+            "rmsnorm_residual",
+            (rows as u32, 1, 1),
+            norm_block(hidden),
+            0,
+            &args,
+        )
     }
 
     /// out[r] = rmsnorm(x[rows[r]] + delta[rows[r]]) * w for r < n_rows (delta 0 = none).

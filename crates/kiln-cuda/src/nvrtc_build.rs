@@ -44,13 +44,12 @@ fn options(src: &KernelSource, arch: u32, store: StoreType) -> Result<Vec<String
         "-lineinfo".into(),
     ];
     opts.extend(src.build_store(store).nvrtc_define().map(String::from));
-    // The block boundaries that keep ptxas's order where the source has it, and qkv_prepare's
-    // loads ahead of its sums, each with its off switch (a build without it, for A/B runs).
+    // The block boundaries that keep ptxas's order where the source has it, each with its off
+    // switch (a build without it, for A/B runs).
     let sw = || crate::switches::Switches::from_env();
     let off = match src.name {
         "flash_sm90" => (!sw().flash_fence).then_some("-DKILN_FLASH_NO_SCHED_FENCE"),
         "quant_gemm" => sw().quant_fence.then_some("-DKILN_QUANT_HOIST_FENCE"),
-        "rope_kv" => (!sw().qkv_loads).then_some("-DKILN_QKV_LOOP"),
         _ => None,
     };
     opts.extend(off.map(String::from));

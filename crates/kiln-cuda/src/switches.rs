@@ -115,9 +115,6 @@ pub struct Switches {
     /// boundary ptxas keeps between them (flash_sm90.cu). KILN_FLASH_FENCE=0 builds the module
     /// without it (the wait for P V then lands before the softmax). Same bits either way.
     pub flash_fence: bool,
-    /// qkv_prepare loads a lane's values of a head together before summing them (rope_kv.cu).
-    /// KILN_QKV_LOADS=0 builds the module with the loop that loaded one at a time. Same bits.
-    pub qkv_loads: bool,
     /// KILN_QUANT_FENCE=1: the second quantised decode family's x loads (skinny2_*,
     /// quant_decode.cu) stay ahead of the wait for their weight record (a block boundary ptxas
     /// keeps; without it the loads follow the wait, as measured so far). Opt-in until measured:
@@ -217,10 +214,6 @@ pub struct Switches {
     /// KILN_DECODE_DEEP_STAGES=6 (experiment): with KILN_DECODE_DEEP, hd-128 rings of 6
     /// stages (213 KB a CTA) instead of 4 (144 KB), the first form only.
     pub decode_deep_stages: Option<usize>,
-    /// KILN_NORM_ROWS=1|2|4 (default 4): rows a block of rmsnorm_residual takes where the launch
-    /// has at least twice that many rows per multiprocessor (prefill chunks), their loads in
-    /// flight together; fewer rows keep one a block. The same bits (norm_rows.cuh).
-    pub norm_rows: usize,
     /// KILN_DECODE_LOOKAHEAD=1: decode_mma computes each step's scores one step ahead, beside
     /// the previous step's softmax and P V (`decode_mma_la_*`, head dims up to 128, launches
     /// that do not fold; same bits). Opt-in until measured on a GPU.
@@ -398,7 +391,7 @@ impl Switches {
             SkinnyTc::Measured => "auto".to_string(),
         };
         format!(
-            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} gemm_pin_m={pin_m} gemm_add={} gemm_tune={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} attn_early={} decode_lookahead={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} fp8={} fp8_scales={} fp8_fuse={} fp8_skinny={} fp8_wide={} fp8_wg={} bf16_wg={} wg_rows_choice={} flash_fence={} quant_fence={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} argmax_vec={} flash_wide={} decode_wide={} kv_ring={} chain_gemm={} chain_rows={} gemm_short={} gemm_tier_m={tier_m} gemm_tail={} combine_early={} combine_cols={} carveout_max={} decode_lazy={} decode_lean={} decode_transpose={} decode_deep={} decode_deep_stages={deep_stages} norm_rows={} qkv_loads={} kernel_cache={cache}",
+            "skinny_gemm={} flash_attn={} split_decode={} device_sampling={} gemm_pin={} gemm_pin_m={pin_m} gemm_add={} gemm_tune={} skinny_pipe={} skinny_deep={} skinny_wide={} skinny_tc={tc} decode_fuse={} quant_fuse={} flash_pairs={} flash={} flash_overlap={} flash_pingpong={} flash_l2={} decode={} decode_splits={splits} decode_min_span={span} decode_span_pow2={} decode_fold={:?} decode_split_ctas={} attn_early={} decode_lookahead={} tc_split={} skinny_wg={} skinny_wg_cluster={} pdl={} cuda_graphs={} draft_graphs={} gpu_quant={} fp8={} fp8_scales={} fp8_fuse={} fp8_skinny={} fp8_wide={} fp8_wg={} bf16_wg={} wg_rows_choice={} flash_fence={} quant_fence={} quant_prefill={} quant_ahead={} quant_embed={} quant_q4k={} quant_q6k={} quant_decode={} quant_expand={} quant_tiles={} graph_prefill={prefill} gemma_fuse={} gated_vec={} argmax_vec={} flash_wide={} decode_wide={} kv_ring={} chain_gemm={} chain_rows={} gemm_short={} gemm_tier_m={tier_m} gemm_tail={} combine_early={} combine_cols={} carveout_max={} decode_lazy={} decode_lean={} decode_transpose={} decode_deep={} decode_deep_stages={deep_stages} kernel_cache={cache}",
             self.skinny_gemm as u8,
             self.flash_attn as u8,
             self.split_decode as u8,
@@ -489,8 +482,6 @@ impl Switches {
             self.decode_lean as u8,
             self.decode_transpose as u8,
             self.decode_deep as u8,
-            self.norm_rows,
-            self.qkv_loads as u8,
         )
     }
 }

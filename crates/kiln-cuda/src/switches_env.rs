@@ -76,7 +76,6 @@ impl Env {
                     Some(v) => v.parse::<usize>().ok().filter(|&n| n > 0),
                 },
                 flash_fence: on("KILN_FLASH_FENCE"),
-                qkv_loads: on("KILN_QKV_LOADS"),
                 quant_fence: opt_in("KILN_QUANT_FENCE"),
                 quant_prefill_skinny: var("KILN_QUANT_PREFILL").as_deref() == Some("skinny"),
                 quant_ahead: match var("KILN_QUANT_AHEAD").as_deref() {
@@ -113,11 +112,6 @@ impl Env {
                 decode_transpose: opt_in("KILN_DECODE_TRANSPOSE"),
                 decode_deep: on("KILN_DECODE_DEEP"),
                 decode_deep_stages: var("KILN_DECODE_DEEP_STAGES").and_then(|v| v.parse().ok()),
-                norm_rows: match var("KILN_NORM_ROWS").as_deref() {
-                    Some("1") => 1,
-                    Some("2") => 2,
-                    _ => 4,
-                },
                 decode_lookahead: opt_in("KILN_DECODE_LOOKAHEAD"),
                 decode_split_ctas: SplitCtas::parse(var("KILN_DECODE_SPLIT_CTAS").as_deref()),
                 tc_split_from: match var("KILN_SKINNY_TC_SPLIT").as_deref() {

@@ -87,10 +87,6 @@ fn each_variable_turns_off_its_own_switch() {
     assert_eq!(sw(&[("KILN_FP8_WIDE", "65")]).fp8_wide_from, Some(65));
     assert_eq!(sw(&[("KILN_FP8_WIDE", "0")]).fp8_wide_from, None);
     assert!(sw(&[]).flash_fence && !sw(&[("KILN_FLASH_FENCE", "0")]).flash_fence);
-    assert!(sw(&[]).qkv_loads && !sw(&[("KILN_QKV_LOADS", "0")]).qkv_loads);
-    assert_eq!(sw(&[]).norm_rows, 4);
-    assert_eq!(sw(&[("KILN_NORM_ROWS", "1")]).norm_rows, 1);
-    assert_eq!(sw(&[("KILN_NORM_ROWS", "2")]).norm_rows, 2);
     assert!(!sw(&[]).quant_fence && sw(&[("KILN_QUANT_FENCE", "1")]).quant_fence);
     assert!(sw(&[]).attn_early && !sw(&[("KILN_ATTN_EARLY", "0")]).attn_early);
     assert!(sw(&[]).combine_early && !sw(&[("KILN_COMBINE_EARLY", "0")]).combine_early);
