@@ -4,7 +4,9 @@
 //!
 //! - Prefill: causal attention of a 2k, 8k and 32k prompt in 2048-row chunks (as the engine
 //!   runs them) at head dims 64, 128, 256 and 512, for each kernel family: TFLOP/s (4 * hd * heads
-//!   per key a row sees) and the milliseconds of 32 such layers.
+//!   per key a row sees) and the milliseconds of 32 such layers. KILN_BENCH_ATTN_CHUNK=N takes
+//!   chunks of N rows instead (32768: each prompt in one launch, the shape torch SDPA is timed
+//!   on by scripts/bench/sdpa_bench.py).
 //! - Decode: one step of `batch` sequences at depth 8k-128k (each its own blocks), both decode
 //!   families at head dim 128: microseconds per layer and KV bytes read per second; and a
 //!   speculative verify step (5 rows of one sequence at 8k) against a 1-row step.
@@ -161,9 +163,10 @@ impl Prefill {
         let (k, v) = (gpu.alloc::<u16>(cache_len)?, gpu.alloc::<u16>(cache_len)?);
         gpu.dummy_fill(k.ptr(), cache_len, 11)?;
         gpu.dummy_fill(v.ptr(), cache_len, 12)?;
-        let q = gpu.alloc::<u16>(CHUNK * N_Q * hd)?;
-        gpu.dummy_fill(q.ptr(), CHUNK * N_Q * hd, 13)?;
-        let out = gpu.alloc::<u16>(CHUNK * N_Q * hd)?;
+        let rows = prefill_chunk();
+        let q = gpu.alloc::<u16>(rows * N_Q * hd)?;
+        gpu.dummy_fill(q.ptr(), rows * N_Q * hd, 13)?;
+        let out = gpu.alloc::<u16>(rows * N_Q * hd)?;
         Ok(Prefill { k, v, q, out, hd })
     }
 
@@ -253,8 +256,18 @@ fn profile(gpu: &Gpu) -> Result<()> {
     Ok(())
 }
 
+/// Rows a prefill chunk of the kernel figures: KILN_BENCH_ATTN_CHUNK, else the engine's 2048.
+fn prefill_chunk() -> usize {
+    std::env::var("KILN_BENCH_ATTN_CHUNK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n: &usize| n > 0 && n % BS == 0)
+        .unwrap_or(CHUNK)
+}
+
 fn prefill(gpu: &Gpu, json: &mut Vec<String>) -> Result<()> {
     let max_len = 32_768;
+    let chunk = prefill_chunk();
     let blocks = max_len / BS;
     let table: Vec<u32> = (0..blocks as u32).rev().collect();
     for hd in [64usize, 128, 256, 512] {
@@ -262,9 +275,9 @@ fn prefill(gpu: &Gpu, json: &mut Vec<String>) -> Result<()> {
         let kinds = p.kinds(gpu);
         for len in [2048usize, 8192, 32_768] {
             let steps: Vec<(Step, f64)> = (0..len)
-                .step_by(CHUNK)
+                .step_by(chunk)
                 .map(|s| {
-                    let rows = CHUNK.min(len - s);
+                    let rows = chunk.min(len - s);
                     // A row at position p sees p + 1 keys: QK^T and PV are 2 * hd flops each.
                     let keys: f64 = (s..s + rows).map(|p| (p + 1) as f64).sum();
                     Ok((
