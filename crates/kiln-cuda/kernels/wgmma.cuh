@@ -1,6 +1,6 @@
 #line 1 "wgmma.cuh"
-// wgmma, mbarrier and swizzle helpers of the sm_90a modules (flash_sm90.cu, skinny_wg.cu, wg_rows.cuh),
-// and the wgmma products of each shape flash_sm90.cu issues.
+// wgmma, mbarrier and swizzle helpers of the sm_90a modules (flash_sm90.cu, skinny_wg.cu,
+// wg_rows.cuh), and the wgmma products of each shape flash_sm90.cu issues.
 
 // Shared-memory matrix descriptor, 128-byte swizzle. lbo/sbo in bytes.
 __device__ __forceinline__ u64 gdesc(u32 saddr, u32 lbo, u32 sbo) {
