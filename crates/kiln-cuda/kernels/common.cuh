@@ -9,6 +9,21 @@ typedef unsigned long long u64;
 #define KILN_NEG_INF (__int_as_float(0xff800000))
 #define KILN_LOG2E 1.4426950408889634f
 
+// The online softmax's step to a tile's maximum mx: m becomes max(m, mx). `base` is the new
+// maximum, or 0 while the row has seen no key (m = -inf), so that every exponent stays finite;
+// `shift` (the old m - base) is the exponent of the factor the row's earlier sums are rescaled
+// by. Each kernel takes its own exponential of it.
+struct OnlineMax {
+    float base, shift;
+};
+__device__ __forceinline__ OnlineMax online_max(float& m, float mx) {
+    const float mn = fmaxf(m, mx);
+    const float base = mn == KILN_NEG_INF ? 0.f : mn;
+    const OnlineMax r{base, __fsub_rn(m, base)};
+    m = mn;
+    return r;
+}
+
 __device__ __forceinline__ float bf16_to_f32(bf16_t h) {
     return __uint_as_float(((u32)h) << 16);
 }

@@ -71,13 +71,9 @@ __device__ __forceinline__ void dmt_softmax_pv(float (&s)[4], float (&o)[HD / 16
         mx_0 = fmaxf(mx_0, __shfl_xor_sync(0xffffffffu, mx_0, x));
         mx_1 = fmaxf(mx_1, __shfl_xor_sync(0xffffffffu, mx_1, x));
     }
-    const float mn_0 = fmaxf(m_0, mx_0), mn_1 = fmaxf(m_1, mx_1);
-    // A slot that has seen no key keeps m = -inf; 0 as the base keeps everything finite.
-    const float base_0 = mn_0 == KILN_NEG_INF ? 0.f : mn_0;
-    const float base_1 = mn_1 == KILN_NEG_INF ? 0.f : mn_1;
-    const float al_0 = exp2f(__fsub_rn(m_0, base_0)), al_1 = exp2f(__fsub_rn(m_1, base_1));
-    m_0 = mn_0;
-    m_1 = mn_1;
+    const OnlineMax n0 = online_max(m_0, mx_0), n1 = online_max(m_1, mx_1);
+    const float base_0 = n0.base, base_1 = n1.base;
+    const float al_0 = exp2f(n0.shift), al_1 = exp2f(n1.shift);
     s[0] = exp2f(__fsub_rn(s[0], base_0));
     s[1] = exp2f(__fsub_rn(s[1], base_1));
     s[2] = exp2f(__fsub_rn(s[2], base_0));

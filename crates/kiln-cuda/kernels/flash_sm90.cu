@@ -171,14 +171,11 @@ __device__ __forceinline__ void fs_softmax(float (&s)[BN / 2], float& m_a, float
     mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
     mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
     // The scale is positive, so the maximum of the scaled scores is the scaled maximum.
-    const float mn_a = fmaxf(m_a, __fmul_rn(mx_a, scale_log2)), mn_b = fmaxf(m_b, __fmul_rn(mx_b, scale_log2));
-    // A row that has seen no key yet keeps m = -inf; 0 as the base keeps everything finite.
-    const float base_a = mn_a == KILN_NEG_INF ? 0.f : mn_a;
-    const float base_b = mn_b == KILN_NEG_INF ? 0.f : mn_b;
-    al_a = ex2_ftz(__fsub_rn(m_a, base_a));
-    al_b = ex2_ftz(__fsub_rn(m_b, base_b));
-    m_a = mn_a;
-    m_b = mn_b;
+    const OnlineMax na = online_max(m_a, __fmul_rn(mx_a, scale_log2));
+    const OnlineMax nb = online_max(m_b, __fmul_rn(mx_b, scale_log2));
+    const float base_a = na.base, base_b = nb.base;
+    al_a = ex2_ftz(na.shift);
+    al_b = ex2_ftz(nb.shift);
     float ps_a = 0.f, ps_b = 0.f;
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {

@@ -49,13 +49,9 @@ __device__ __forceinline__ void fa_tile_softmax_pv(float (&s)[NT][4], float (&o)
     mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
     mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
     mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-    const float mn_a = fmaxf(st.m_a, mx_a), mn_b = fmaxf(st.m_b, mx_b);
-    // A row that has seen no key yet keeps m = -inf; use 0 as the base so nothing is NaN.
-    const float base_a = mn_a == KILN_NEG_INF ? 0.f : mn_a;
-    const float base_b = mn_b == KILN_NEG_INF ? 0.f : mn_b;
-    const float al_a = exp2f(st.m_a - base_a), al_b = exp2f(st.m_b - base_b);
-    st.m_a = mn_a;
-    st.m_b = mn_b;
+    const OnlineMax na = online_max(st.m_a, mx_a), nb = online_max(st.m_b, mx_b);
+    const float base_a = na.base, base_b = nb.base;
+    const float al_a = exp2f(na.shift), al_b = exp2f(nb.shift);
     float ps_a = 0.f, ps_b = 0.f;
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
