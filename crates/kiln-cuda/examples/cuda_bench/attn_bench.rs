@@ -148,7 +148,7 @@ impl Variant {
 }
 
 /// A prefill layer's buffers at head dim `hd`: K/V caches of `blocks` blocks of dummy values,
-/// Q and the output of one chunk.
+/// Q and the output of one chunk of `rows` rows.
 struct Prefill {
     k: DevBuf<u16>,
     v: DevBuf<u16>,
@@ -158,12 +158,11 @@ struct Prefill {
 }
 
 impl Prefill {
-    fn new(gpu: &Gpu, hd: usize, blocks: usize) -> Result<Prefill> {
+    fn new(gpu: &Gpu, hd: usize, blocks: usize, rows: usize) -> Result<Prefill> {
         let cache_len = blocks * N_KV * BS * hd;
         let (k, v) = (gpu.alloc::<u16>(cache_len)?, gpu.alloc::<u16>(cache_len)?);
         gpu.dummy_fill(k.ptr(), cache_len, 11)?;
         gpu.dummy_fill(v.ptr(), cache_len, 12)?;
-        let rows = prefill_chunk();
         let q = gpu.alloc::<u16>(rows * N_Q * hd)?;
         gpu.dummy_fill(q.ptr(), rows * N_Q * hd, 13)?;
         let out = gpu.alloc::<u16>(rows * N_Q * hd)?;
@@ -243,7 +242,7 @@ impl Prefill {
 fn profile(gpu: &Gpu) -> Result<()> {
     let (len, blocks) = (8192, 8192 / BS);
     let table: Vec<u32> = (0..blocks as u32).rev().collect();
-    let p = Prefill::new(gpu, 128, blocks)?;
+    let p = Prefill::new(gpu, 128, blocks, CHUNK)?;
     let st = Step::new(gpu, &[(&table, len - CHUNK, CHUNK)], blocks, len)?;
     for kind in p.kinds(gpu) {
         p.launch(gpu, kind, &st)?;
@@ -271,7 +270,7 @@ fn prefill(gpu: &Gpu, json: &mut Vec<String>) -> Result<()> {
     let blocks = max_len / BS;
     let table: Vec<u32> = (0..blocks as u32).rev().collect();
     for hd in [64usize, 128, 256, 512] {
-        let p = Prefill::new(gpu, hd, blocks)?;
+        let p = Prefill::new(gpu, hd, blocks, chunk)?;
         let kinds = p.kinds(gpu);
         for len in [2048usize, 8192, 32_768] {
             let steps: Vec<(Step, f64)> = (0..len)
